@@ -115,17 +115,32 @@ mod tests {
     fn parses_both_forms_and_rejects_garbage() {
         assert_eq!(IntOrPercent::parse("25%"), Ok(IntOrPercent::Percent(25)));
         assert_eq!(IntOrPercent::parse("3"), Ok(IntOrPercent::Int(3)));
-        assert!(matches!(IntOrPercent::parse("abc"), Err(IntOrPercentError::Malformed(_))));
-        assert!(matches!(IntOrPercent::parse("-1%"), Err(IntOrPercentError::Malformed(_))));
-        assert!(matches!(IntOrPercent::parse("1.5%"), Err(IntOrPercentError::Malformed(_))));
-        assert_eq!(IntOrPercent::parse("-2"), Err(IntOrPercentError::Negative(-2)));
+        assert!(matches!(
+            IntOrPercent::parse("abc"),
+            Err(IntOrPercentError::Malformed(_))
+        ));
+        assert!(matches!(
+            IntOrPercent::parse("-1%"),
+            Err(IntOrPercentError::Malformed(_))
+        ));
+        assert!(matches!(
+            IntOrPercent::parse("1.5%"),
+            Err(IntOrPercentError::Malformed(_))
+        ));
+        assert_eq!(
+            IntOrPercent::parse("-2"),
+            Err(IntOrPercentError::Negative(-2))
+        );
     }
 
     #[test]
     fn serde_round_trip_matches_kubernetes_shapes() {
         let int: IntOrPercent = serde_norway::from_str("4").unwrap();
         let pct: IntOrPercent = serde_norway::from_str("\"25%\"").unwrap();
-        assert_eq!((int, pct), (IntOrPercent::Int(4), IntOrPercent::Percent(25)));
+        assert_eq!(
+            (int, pct),
+            (IntOrPercent::Int(4), IntOrPercent::Percent(25))
+        );
         assert_eq!(serde_norway::to_string(&int).unwrap().trim(), "4");
         assert_eq!(serde_norway::to_string(&pct).unwrap().trim(), "25%");
         assert!(serde_norway::from_str::<IntOrPercent>("\"x%\"").is_err());

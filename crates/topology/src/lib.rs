@@ -14,4 +14,4 @@ pub mod sharding;
 pub mod zone;
 
 pub use int_or_percent::{IntOrPercent, IntOrPercentError};
-pub use zone::{Zone, ZONE_LABEL};
+pub use zone::{ZONE_LABEL, Zone};

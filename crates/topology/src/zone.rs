@@ -86,16 +86,28 @@ mod tests {
 
     #[test]
     fn zone_comes_from_the_node_label() {
-        assert_eq!(Zone::of_pod(Some("node-a"), &nodes(), ZONE_LABEL), Zone::known("zone-a"));
+        assert_eq!(
+            Zone::of_pod(Some("node-a"), &nodes(), ZONE_LABEL),
+            Zone::known("zone-a")
+        );
     }
 
     #[test]
     fn missing_node_label_or_binding_is_unknown() {
         let nodes = nodes();
         assert_eq!(Zone::of_pod(None, &nodes, ZONE_LABEL), Zone::Unknown);
-        assert_eq!(Zone::of_pod(Some("gone"), &nodes, ZONE_LABEL), Zone::Unknown);
-        assert_eq!(Zone::of_pod(Some("node-bare"), &nodes, ZONE_LABEL), Zone::Unknown);
-        assert_eq!(Zone::of_pod(Some("node-empty"), &nodes, ZONE_LABEL), Zone::Unknown);
+        assert_eq!(
+            Zone::of_pod(Some("gone"), &nodes, ZONE_LABEL),
+            Zone::Unknown
+        );
+        assert_eq!(
+            Zone::of_pod(Some("node-bare"), &nodes, ZONE_LABEL),
+            Zone::Unknown
+        );
+        assert_eq!(
+            Zone::of_pod(Some("node-empty"), &nodes, ZONE_LABEL),
+            Zone::Unknown
+        );
     }
 
     #[test]
@@ -104,7 +116,10 @@ mod tests {
             "n".to_string(),
             BTreeMap::from([("example.com/rack".to_string(), "r1".to_string())]),
         )]);
-        assert_eq!(Zone::of_pod(Some("n"), &nodes, "example.com/rack"), Zone::known("r1"));
+        assert_eq!(
+            Zone::of_pod(Some("n"), &nodes, "example.com/rack"),
+            Zone::known("r1")
+        );
         assert_eq!(Zone::of_pod(Some("n"), &nodes, ZONE_LABEL), Zone::Unknown);
     }
 
@@ -112,7 +127,10 @@ mod tests {
     fn unknown_sorts_last_and_displays_as_unknown() {
         let mut zones = vec![Zone::Unknown, Zone::known("zone-b"), Zone::known("zone-a")];
         zones.sort();
-        assert_eq!(zones, vec![Zone::known("zone-a"), Zone::known("zone-b"), Zone::Unknown]);
+        assert_eq!(
+            zones,
+            vec![Zone::known("zone-a"), Zone::known("zone-b"), Zone::Unknown]
+        );
         assert_eq!(Zone::Unknown.to_string(), "unknown");
     }
 }
