@@ -1,1 +1,236 @@
-//! (in progress)
+//! ZoneDisruptionBudget math: expected and unhealthy pods per zone, and whether an eviction may
+//! proceed.
+//!
+//! Semantics kept from the Go controller so migrating users see the same budget: a percentage
+//! `maxUnavailable` is of the *total* expected pods, rounded up, and applies to each zone. Fixed:
+//! missing pods count as unhealthy, so a zone whose replacement pod does not exist yet stays
+//! disrupted and no other zone gets budget meanwhile.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use crate::int_or_percent::IntOrPercent;
+use crate::zone::Zone;
+
+mod decision;
+pub use decision::{Decision, Denial, EvictedPod, PodCondition};
+
+/// How long an eviction the webhook allowed stays recorded. The API server may still refuse the
+/// eviction after the webhook allowed it (a PodDisruptionBudget, a conflict, another webhook), so
+/// records are provisional; two minutes is what the disruption controller gives a PDB's
+/// `disruptedPods` entries.
+pub const DISRUPTION_TTL_MS: i64 = 2 * 60 * 1000;
+
+/// An eviction the webhook allowed, with the zone the pod was in: a recreated pod is Pending with
+/// no node, so its zone is unknown until it is scheduled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disruption {
+    pub pod: String,
+    pub zone: Zone,
+    /// Unix milliseconds.
+    pub at_ms: i64,
+}
+
+/// A pod selected by the budget, as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetPod {
+    pub name: String,
+    pub zone: Zone,
+    /// Ready and not terminating.
+    pub healthy: bool,
+    /// Creation time, unix milliseconds.
+    pub created_ms: i64,
+}
+
+/// The pods a budget's selector should find: each top-level owner's desired replicas counted once
+/// (a Deployment, not its ReplicaSets, which double-count during a rollout), plus bare pods.
+pub fn expected_total<'a>(
+    owner_replicas: impl IntoIterator<Item = &'a u32>,
+    bare_pods: u32,
+) -> u32 {
+    owner_replicas
+        .into_iter()
+        .fold(bare_pods, |sum, replicas| sum.saturating_add(*replicas))
+}
+
+/// Drops records that expired, and records whose pod was recreated after the eviction and is
+/// scheduled (its new zone is known, so the record no longer helps to place it). A record whose
+/// pod is gone stays until it expires: it tells which zone the missing pod belongs to.
+pub fn prune(disruptions: &[Disruption], pods: &[BudgetPod], now_ms: i64) -> Vec<Disruption> {
+    disruptions
+        .iter()
+        .filter(|record| now_ms.saturating_sub(record.at_ms) <= DISRUPTION_TTL_MS)
+        .filter(|record| {
+            !pods.iter().any(|pod| {
+                pod.name == record.pod && pod.created_ms > record.at_ms && pod.zone.is_known()
+            })
+        })
+        .cloned()
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+pub struct BudgetInput<'a> {
+    /// See [`expected_total`].
+    pub expected_total: u32,
+    pub pods: &'a [BudgetPod],
+    /// `status.expectedPods` of the last computation: a zone whose nodes all vanished keeps its
+    /// place, and a zone whose pod disappeared is where that missing pod belongs.
+    pub previous_expected: &'a BTreeMap<Zone, u32>,
+    /// Already pruned (see [`prune`]).
+    pub disruptions: &'a [Disruption],
+    pub max_unavailable: IntOrPercent,
+}
+
+/// One zone's numbers (the Go status fields) and what makes it disrupted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ZoneBudget {
+    pub expected: u32,
+    pub healthy: u32,
+    pub unhealthy: u32,
+    pub desired_healthy: u32,
+    pub disruptions_allowed: u32,
+    /// Present pods that are unavailable or have a recorded eviction, by name.
+    pub blocking_pods: Vec<String>,
+    /// Expected pods that do not exist (yet).
+    pub missing: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    pub max_unavailable: u32,
+    pub zones: BTreeMap<Zone, ZoneBudget>,
+    disruptions: Vec<Disruption>,
+}
+
+/// Computes every zone's budget.
+pub fn compute(input: &BudgetInput<'_>) -> Budget {
+    let recorded: BTreeMap<&str, &Disruption> = input
+        .disruptions
+        .iter()
+        .map(|record| (record.pod.as_str(), record))
+        .collect();
+    let mut zones: BTreeMap<Zone, ZoneBudget> = input
+        .previous_expected
+        .keys()
+        .map(|zone| (zone.clone(), ZoneBudget::default()))
+        .collect();
+
+    let mut observed: BTreeSet<&str> = BTreeSet::new();
+    for pod in input.pods {
+        observed.insert(pod.name.as_str());
+        let record = recorded.get(pod.name.as_str());
+        let zone = match (&pod.zone, record) {
+            (Zone::Unknown, Some(record)) => record.zone.clone(),
+            (zone, _) => zone.clone(),
+        };
+        let budget = zones.entry(zone).or_default();
+        budget.expected += 1;
+        if pod.healthy && record.is_none() {
+            budget.healthy += 1;
+        } else {
+            budget.blocking_pods.push(pod.name.clone());
+        }
+    }
+
+    let present = u32::try_from(input.pods.len()).unwrap_or(u32::MAX);
+    let mut missing = input.expected_total.saturating_sub(present);
+    // Missing pods go where they were last seen: the zone of their eviction record first, then
+    // zones that lost pods since the last computation, and only then "unknown".
+    for record in input
+        .disruptions
+        .iter()
+        .filter(|r| !observed.contains(r.pod.as_str()))
+    {
+        if missing == 0 {
+            break;
+        }
+        zones.entry(record.zone.clone()).or_default().missing += 1;
+        missing -= 1;
+    }
+    for (zone, previous) in input.previous_expected {
+        if missing == 0 {
+            break;
+        }
+        let budget = zones.entry(zone.clone()).or_default();
+        let deficit = previous
+            .saturating_sub(budget.expected + budget.missing)
+            .min(missing);
+        budget.missing += deficit;
+        missing -= deficit;
+    }
+    if missing > 0 {
+        zones.entry(Zone::Unknown).or_default().missing += missing;
+    }
+
+    let max_unavailable = input.max_unavailable.resolve(input.expected_total);
+    for budget in zones.values_mut() {
+        budget.expected += budget.missing;
+        budget.unhealthy = budget.expected.saturating_sub(budget.healthy);
+        budget.desired_healthy = budget.expected.saturating_sub(max_unavailable);
+    }
+    let disrupted: Vec<Zone> = zones
+        .iter()
+        .filter(|(_, b)| b.unhealthy > 0)
+        .map(|(z, _)| z.clone())
+        .collect();
+    for (zone, budget) in zones.iter_mut() {
+        let other_disrupted = disrupted.iter().any(|d| d != zone);
+        budget.disruptions_allowed = if other_disrupted {
+            0
+        } else {
+            max_unavailable.saturating_sub(budget.unhealthy)
+        };
+    }
+    Budget {
+        max_unavailable,
+        zones,
+        disruptions: input.disruptions.to_vec(),
+    }
+}
+
+impl Budget {
+    /// Zones with an unhealthy, missing or recorded-evicted pod.
+    pub fn disrupted_zones(&self) -> Vec<&Zone> {
+        self.zones
+            .iter()
+            .filter(|(_, b)| b.unhealthy > 0)
+            .map(|(zone, _)| zone)
+            .collect()
+    }
+
+    pub fn is_recorded(&self, pod: &str) -> bool {
+        self.disruptions.iter().any(|record| record.pod == pod)
+    }
+
+    fn record_zone(&self, pod: &str) -> Option<&Zone> {
+        self.disruptions
+            .iter()
+            .find(|record| record.pod == pod)
+            .map(|record| &record.zone)
+    }
+
+    fn zone(&self, zone: &Zone) -> ZoneBudget {
+        self.zones.get(zone).cloned().unwrap_or_default()
+    }
+}
+
+/// What blocks a zone, for messages: `web-1, web-4 unavailable; 1 missing`.
+pub(crate) struct Blocking<'a>(pub &'a ZoneBudget);
+
+impl fmt::Display for Blocking<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let budget = self.0;
+        let mut parts = Vec::new();
+        if !budget.blocking_pods.is_empty() {
+            parts.push(format!("{} unavailable", budget.blocking_pods.join(", ")));
+        }
+        if budget.missing > 0 {
+            parts.push(format!("{} missing", budget.missing));
+        }
+        f.write_str(&parts.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,284 @@
+use super::*;
+
+const NOW: i64 = 1_000_000;
+
+fn pods_3x3() -> Vec<BudgetPod> {
+    (0..9)
+        .map(|i| BudgetPod {
+            name: format!("web-{i}"),
+            zone: Zone::known(["zone-a", "zone-b", "zone-c"][i % 3]),
+            healthy: true,
+            created_ms: 0,
+        })
+        .collect()
+}
+
+struct World {
+    pods: Vec<BudgetPod>,
+    records: Vec<Disruption>,
+    previous: BTreeMap<Zone, u32>,
+    expected: u32,
+    max_unavailable: IntOrPercent,
+}
+
+impl World {
+    fn new(max_unavailable: IntOrPercent) -> World {
+        World {
+            pods: pods_3x3(),
+            records: Vec::new(),
+            previous: BTreeMap::new(),
+            expected: 9,
+            max_unavailable,
+        }
+    }
+
+    fn budget(&mut self) -> Budget {
+        self.records = prune(&self.records, &self.pods, NOW);
+        let budget = compute(&BudgetInput {
+            expected_total: self.expected,
+            pods: &self.pods,
+            previous_expected: &self.previous,
+            disruptions: &self.records,
+            max_unavailable: self.max_unavailable,
+        });
+        self.previous = budget
+            .zones
+            .iter()
+            .map(|(z, b)| (z.clone(), b.expected))
+            .collect();
+        budget
+    }
+
+    fn pod(&self, name: &str) -> &BudgetPod {
+        self.pods.iter().find(|pod| pod.name == name).unwrap()
+    }
+
+    /// Asks for an eviction of a healthy pod and records it when allowed.
+    fn evict(&mut self, name: &str) -> Decision {
+        let zone = self.pod(name).zone.clone();
+        let decision = self.budget().decide(&EvictedPod {
+            name,
+            zone,
+            condition: PodCondition::Healthy,
+        });
+        if let Decision::Allow { zone, record: true } = &decision {
+            self.records.push(Disruption {
+                pod: name.into(),
+                zone: zone.clone(),
+                at_ms: NOW,
+            });
+        }
+        decision
+    }
+
+    fn delete(&mut self, name: &str) {
+        self.pods.retain(|pod| pod.name != name);
+    }
+
+    fn recreate(&mut self, name: &str, zone: Zone, healthy: bool) {
+        self.delete(name);
+        self.pods.push(BudgetPod {
+            name: name.into(),
+            zone,
+            healthy,
+            created_ms: NOW + 1,
+        });
+    }
+}
+
+fn allowed(decision: &Decision) -> bool {
+    matches!(decision, Decision::Allow { .. })
+}
+
+#[test]
+fn nine_pods_max_two_the_issue_scenario() {
+    let mut world = World::new(IntOrPercent::Int(2));
+    // web-0 and web-3 are in zone-a.
+    assert!(allowed(&world.evict("web-0")));
+    assert!(allowed(&world.evict("web-3")));
+    let Decision::Deny(denial) = world.evict("web-6") else {
+        panic!("third eviction allowed")
+    };
+    assert_eq!(denial.zone(), &Zone::known("zone-a"));
+    assert_eq!(
+        denial.to_string(),
+        "zone zone-a already has 2 of maxUnavailable 2 pod(s) unavailable (web-0, web-3 unavailable)"
+    );
+    // zone-b (web-1) is denied while zone-a is disrupted, naming zone-a and its pods.
+    let Decision::Deny(denial) = world.evict("web-1") else {
+        panic!("zone-b allowed")
+    };
+    assert_eq!(
+        denial.to_string(),
+        "zone zone-a is disrupted (web-0, web-3 unavailable); evictions in zone zone-b must wait"
+    );
+    // The evicted pods go away: still denied (missing pods count).
+    world.delete("web-0");
+    world.delete("web-3");
+    let Decision::Deny(denial) = world.evict("web-1") else {
+        panic!("zone-b allowed")
+    };
+    assert!(denial.to_string().contains("2 missing"), "{denial}");
+    // Recreated Pending (no node yet): the records place them in zone-a; still denied.
+    world.recreate("web-0", Zone::Unknown, false);
+    world.recreate("web-3", Zone::Unknown, false);
+    assert!(!allowed(&world.evict("web-1")));
+    // Scheduled and Ready again: zone-b can be disrupted.
+    world.recreate("web-0", Zone::known("zone-a"), true);
+    world.recreate("web-3", Zone::known("zone-a"), true);
+    assert!(allowed(&world.evict("web-1")));
+}
+
+#[test]
+fn a_deleted_pod_not_yet_recreated_blocks_other_zones() {
+    let mut world = World::new(IntOrPercent::Int(2));
+    world.budget();
+    world.delete("web-0"); // zone-a, no eviction record: placed by the previous expected counts
+    let budget = world.budget();
+    assert_eq!(budget.zones[&Zone::known("zone-a")].missing, 1);
+    assert_eq!(budget.zones[&Zone::known("zone-a")].unhealthy, 1);
+    assert!(
+        !allowed(&world.evict("web-1")),
+        "zone-b must wait for zone-a's missing pod"
+    );
+    assert!(
+        allowed(&world.evict("web-3")),
+        "zone-a itself still has budget"
+    );
+}
+
+#[test]
+fn a_missing_pod_with_no_history_is_unknown_and_blocks_every_zone() {
+    let mut world = World::new(IntOrPercent::Int(2));
+    world.expected = 10;
+    let budget = world.budget();
+    assert_eq!(budget.zones[&Zone::Unknown].missing, 1);
+    assert!(!allowed(&world.evict("web-0")));
+}
+
+#[test]
+fn unready_pods_are_allowed_and_not_recorded() {
+    let mut world = World::new(IntOrPercent::Int(1));
+    assert!(allowed(&world.evict("web-0"))); // zone-a disrupted now
+    for condition in [
+        PodCondition::NotReady,
+        PodCondition::Pending,
+        PodCondition::Terminal,
+    ] {
+        let pod = EvictedPod {
+            name: "web-1",
+            zone: Zone::known("zone-b"),
+            condition,
+        };
+        assert_eq!(
+            world.budget().decide(&pod),
+            Decision::Allow {
+                zone: Zone::known("zone-b"),
+                record: false
+            }
+        );
+    }
+}
+
+#[test]
+fn re_evicting_a_recorded_pod_is_idempotent() {
+    let mut world = World::new(IntOrPercent::Int(1));
+    assert_eq!(
+        world.evict("web-0"),
+        Decision::Allow {
+            zone: Zone::known("zone-a"),
+            record: true
+        }
+    );
+    assert_eq!(
+        world.evict("web-0"),
+        Decision::Allow {
+            zone: Zone::known("zone-a"),
+            record: false
+        }
+    );
+    assert_eq!(world.records.len(), 1);
+}
+
+#[test]
+fn percent_is_of_the_total_rounded_up_and_applies_per_zone() {
+    let mut world = World::new(IntOrPercent::Percent(25));
+    let budget = world.budget();
+    assert_eq!(budget.max_unavailable, 3);
+    for zone_budget in budget.zones.values() {
+        assert_eq!(zone_budget.disruptions_allowed, 3);
+        assert_eq!(zone_budget.desired_healthy, 0);
+    }
+}
+
+#[test]
+fn status_numbers_per_zone() {
+    let mut world = World::new(IntOrPercent::Int(2));
+    world.pods[0].healthy = false; // zone-a
+    let budget = world.budget();
+    let zone_a = &budget.zones[&Zone::known("zone-a")];
+    assert_eq!(
+        (zone_a.expected, zone_a.healthy, zone_a.unhealthy),
+        (3, 2, 1)
+    );
+    assert_eq!((zone_a.desired_healthy, zone_a.disruptions_allowed), (1, 1));
+    assert_eq!(budget.zones[&Zone::known("zone-b")].disruptions_allowed, 0);
+    assert_eq!(budget.disrupted_zones(), vec![&Zone::known("zone-a")]);
+}
+
+#[test]
+fn a_zone_whose_nodes_vanished_stays_in_the_budget() {
+    let mut world = World::new(IntOrPercent::Int(2));
+    world.budget();
+    for name in ["web-2", "web-5", "web-8"] {
+        world.delete(name); // all of zone-c
+    }
+    let budget = world.budget();
+    assert_eq!(budget.zones[&Zone::known("zone-c")].missing, 3);
+    assert!(!allowed(&world.evict("web-0")));
+}
+
+#[test]
+fn records_expire_and_clear_when_the_pod_is_recreated_and_scheduled() {
+    let pods = pods_3x3();
+    let old = Disruption {
+        pod: "web-0".into(),
+        zone: Zone::known("zone-a"),
+        at_ms: NOW - DISRUPTION_TTL_MS - 1,
+    };
+    let fresh = Disruption {
+        pod: "web-3".into(),
+        zone: Zone::known("zone-a"),
+        at_ms: NOW,
+    };
+    assert_eq!(
+        prune(&[old, fresh.clone()], &pods, NOW),
+        vec![fresh.clone()]
+    );
+    let recreated = BudgetPod {
+        name: "web-3".into(),
+        zone: Zone::known("zone-a"),
+        healthy: false,
+        created_ms: NOW + 5,
+    };
+    assert!(prune(&[fresh.clone()], &[recreated.clone()], NOW).is_empty());
+    let pending = BudgetPod {
+        zone: Zone::Unknown,
+        ..recreated
+    };
+    assert_eq!(
+        prune(&[fresh.clone()], &[pending], NOW),
+        vec![fresh.clone()]
+    );
+    assert_eq!(
+        prune(&[fresh.clone()], &[], NOW),
+        vec![fresh],
+        "gone pods keep their record"
+    );
+}
+
+#[test]
+fn expected_total_counts_owners_once_plus_bare_pods() {
+    let owners = BTreeMap::from([("Deployment/web", 6u32), ("StatefulSet/db", 3u32)]);
+    assert_eq!(expected_total(owners.values(), 2), 11);
+}
