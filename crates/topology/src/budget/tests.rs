@@ -261,13 +261,20 @@ fn records_expire_and_clear_when_the_pod_is_recreated_and_scheduled() {
         healthy: false,
         created_ms: NOW + 5,
     };
-    assert!(prune(&[fresh.clone()], &[recreated.clone()], NOW).is_empty());
+    assert!(
+        prune(
+            std::slice::from_ref(&fresh),
+            std::slice::from_ref(&recreated),
+            NOW
+        )
+        .is_empty()
+    );
     let pending = BudgetPod {
         zone: Zone::Unknown,
         ..recreated
     };
     assert_eq!(
-        prune(&[fresh.clone()], &[pending], NOW),
+        prune(std::slice::from_ref(&fresh), &[pending], NOW),
         vec![fresh.clone()]
     );
     assert_eq!(
