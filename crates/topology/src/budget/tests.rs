@@ -278,7 +278,7 @@ fn records_expire_and_clear_when_the_pod_is_recreated_and_scheduled() {
         vec![fresh.clone()]
     );
     assert_eq!(
-        prune(&[fresh.clone()], &[], NOW),
+        prune(std::slice::from_ref(&fresh), &[], NOW),
         vec![fresh],
         "gone pods keep their record"
     );
