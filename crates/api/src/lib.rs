@@ -1,1 +1,28 @@
+//! Custom resources of `zonecontrol.k8s.aws/v1`.
+//!
+//! `ZoneAwareUpdate` and `ZoneDisruptionBudget` keep every field, name and type of the Go
+//! controllers' API so manifests and stored objects carry over unchanged; we only add status
+//! fields (`conditions`, `observedGeneration`, …). Status types deserialize leniently: one stored
+//! object with an unexpected status must not break a whole watch.
 #![forbid(unsafe_code)]
+
+pub mod conditions;
+pub mod lenient;
+pub mod validation;
+pub mod zau;
+pub mod zdb;
+
+pub use validation::{SpecError, ValidZau, ValidZdb};
+pub use zau::{ZoneAwareUpdate, ZoneAwareUpdateSpec, ZoneAwareUpdateStatus};
+pub use zdb::{ZoneDisruptionBudget, ZoneDisruptionBudgetSpec, ZoneDisruptionBudgetStatus};
+
+/// The API group of every resource here.
+pub const GROUP: &str = "zonecontrol.k8s.aws";
+
+/// Every CRD of this crate, in a stable order (what `crdgen` writes).
+pub fn crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    use kube::CustomResourceExt;
+    vec![ZoneAwareUpdate::crd(), ZoneDisruptionBudget::crd()]
+}

@@ -1,0 +1,133 @@
+//! `ZoneDisruptionBudget`: a PodDisruptionBudget per zone — many disruptions in one zone, none in
+//! the others meanwhile.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::lenient;
+
+/// Condition types of a ZoneDisruptionBudget.
+pub mod condition {
+    /// The budget is computed and the webhook decides from it.
+    pub const READY: &str = "Ready";
+    /// Some zone is disrupted: evictions elsewhere are denied.
+    pub const DISRUPTED: &str = "Disrupted";
+    /// The spec cannot be acted on (bad selector, bad maxUnavailable, overlapping budgets).
+    pub const INVALID: &str = "Invalid";
+}
+
+/// Allows evictions of the selected pods only in one zone at a time, at most `maxUnavailable`
+/// unavailable pods in that zone.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "zonecontrol.k8s.aws",
+    version = "v1",
+    kind = "ZoneDisruptionBudget",
+    doc = "A per-zone disruption budget enforced by the eviction webhook (see spec).",
+    plural = "zonedisruptionbudgets",
+    shortname = "zdb",
+    namespaced,
+    status = "ZoneDisruptionBudgetStatus",
+    printcolumn = r#"{"name":"MaxUnavailable","type":"string","jsonPath":".spec.maxUnavailable"}"#,
+    printcolumn = r#"{"name":"Disrupted","type":"string","jsonPath":".status.disruptedZones"}"#,
+    printcolumn = r#"{"name":"DryRun","type":"boolean","jsonPath":".spec.dryRun"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ZoneDisruptionBudgetSpec {
+    /// Label query over the pods the budget protects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+
+    /// Max unavailable pods per zone, as a number or a percentage of all expected pods (rounded up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrString>,
+
+    /// Shadow mode: never deny, but count and report what would have been denied.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+/// Observed state; per-zone maps keyed by zone name. The Go controller's fields are unchanged.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ZoneDisruptionBudgetStatus {
+    /// The generation this status was computed for; the webhook trusts the counts only when it
+    /// matches the object's generation.
+    #[serde(default, deserialize_with = "lenient::or_default")]
+    pub observed_generation: i64,
+
+    /// Evictions allowed by the webhook and not yet observed: pod name → time allowed.
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub disrupted_pods: BTreeMap<String, Time>,
+
+    /// The zone of each disruptedPods entry (a recreated pod has no node, hence no zone, for a while).
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub disrupted_pod_zones: BTreeMap<String, String>,
+
+    /// Evictions allowed now, per zone.
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub disruptions_allowed: BTreeMap<String, i32>,
+
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub current_healthy: BTreeMap<String, i32>,
+
+    /// Expected minus healthy: missing pods count as unhealthy.
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub current_unhealthy: BTreeMap<String, i32>,
+
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub desired_healthy: BTreeMap<String, i32>,
+
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub expected_pods: BTreeMap<String, i32>,
+
+    /// Zones with an unhealthy, missing or evicted pod (for the printer column).
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub disrupted_zones: Vec<String>,
+
+    /// Ready, Disrupted, Invalid.
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub conditions: Vec<Condition>,
+}

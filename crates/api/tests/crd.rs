@@ -1,0 +1,120 @@
+//! The generated CRDs say what the Go controllers' CRDs said, plus our additions.
+
+#![allow(clippy::unwrap_used)]
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+fn crd(plural: &str) -> CustomResourceDefinition {
+    zone_api::crds()
+        .into_iter()
+        .find(|crd| crd.spec.names.plural == plural)
+        .unwrap()
+}
+
+fn schema_json(crd: &CustomResourceDefinition) -> serde_json::Value {
+    serde_json::to_value(&crd.spec.versions[0].schema).unwrap()["openAPIV3Schema"].clone()
+}
+
+#[test]
+fn names_group_version_and_subresources() {
+    for (plural, short, kind) in [
+        ("zoneawareupdates", "zau", "ZoneAwareUpdate"),
+        ("zonedisruptionbudgets", "zdb", "ZoneDisruptionBudget"),
+    ] {
+        let crd = crd(plural);
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some(format!("{plural}.zonecontrol.k8s.aws").as_str())
+        );
+        assert_eq!(crd.spec.group, "zonecontrol.k8s.aws");
+        assert_eq!(crd.spec.scope, "Namespaced");
+        assert_eq!(crd.spec.names.kind, kind);
+        assert_eq!(crd.spec.names.short_names, Some(vec![short.to_string()]));
+        let version = &crd.spec.versions[0];
+        assert_eq!(
+            (version.name.as_str(), version.served, version.storage),
+            ("v1", true, true)
+        );
+        assert!(version.subresources.as_ref().unwrap().status.is_some());
+    }
+}
+
+#[test]
+fn printer_columns() {
+    let columns = |plural| -> Vec<String> {
+        crd(plural).spec.versions[0]
+            .additional_printer_columns
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect()
+    };
+    assert_eq!(
+        columns("zoneawareupdates"),
+        ["StatefulSet", "Zone", "Step", "Old", "Paused", "Age"]
+    );
+    assert_eq!(
+        columns("zonedisruptionbudgets"),
+        ["MaxUnavailable", "Disrupted", "DryRun", "Age"]
+    );
+}
+
+#[test]
+fn schemas_carry_the_go_field_names_and_types() {
+    let zau = schema_json(&crd("zoneawareupdates"));
+    let spec = &zau["properties"]["spec"]["properties"];
+    assert_eq!(spec["statefulset"]["type"], "string");
+    assert_eq!(spec["exponentialFactor"]["type"], "string");
+    assert_eq!(spec["exponentialFactor"]["default"], "2.0");
+    assert_eq!(spec["maxUnavailable"]["x-kubernetes-int-or-string"], true);
+    assert_eq!(spec["ignoreAlarm"]["type"], "boolean");
+    let status = &zau["properties"]["status"]["properties"];
+    assert_eq!(
+        status["oldReplicas"]["additionalProperties"]["type"],
+        "integer"
+    );
+    for field in [
+        "currentRevision",
+        "updateRevision",
+        "updateStep",
+        "deletedReplicas",
+        "pausedRollout",
+        "conditions",
+        "observedGeneration",
+    ] {
+        assert!(status.get(field).is_some(), "zau status.{field}");
+    }
+
+    let zdb = schema_json(&crd("zonedisruptionbudgets"));
+    let spec = &zdb["properties"]["spec"]["properties"];
+    assert!(spec["selector"]["properties"].get("matchLabels").is_some());
+    assert_eq!(spec["maxUnavailable"]["x-kubernetes-int-or-string"], true);
+    let status = &zdb["properties"]["status"]["properties"];
+    assert_eq!(
+        status["disruptedPods"]["additionalProperties"]["format"],
+        "date-time"
+    );
+    for field in [
+        "observedGeneration",
+        "disruptionsAllowed",
+        "currentHealthy",
+        "currentUnhealthy",
+        "desiredHealthy",
+        "expectedPods",
+        "conditions",
+    ] {
+        assert!(status.get(field).is_some(), "zdb status.{field}");
+    }
+}
+
+/// The committed YAML is what the types generate (CI also runs `crdgen --check`).
+#[test]
+fn committed_yaml_is_current() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/crd");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_crdgen"))
+        .args(["--out", dir, "--check"])
+        .status()
+        .unwrap();
+    assert!(status.success(), "config/crd drifted: run `make crds`");
+}
