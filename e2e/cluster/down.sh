@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Stops exactly the processes up.sh started (their process groups, by PID file). Idempotent.
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+
+[ -d "$PIDS" ] || { echo "cluster-down: nothing running"; exit 0; }
+# Reverse start order: clients of the API server first, etcd last.
+for name in localstack kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+    pid_file="$PIDS/$name.pid"
+    [ -f "$pid_file" ] || continue
+    pid="$(cat "$pid_file")"
+    if kill -0 "$pid" 2>/dev/null; then
+        # Each component was started as the leader of its own process group (setsid).
+        kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
+        for _ in $(seq 1 100); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -0 "$pid" 2>/dev/null && kill -KILL -- "-$pid" 2>/dev/null
+        echo "cluster-down: stopped $name (pid $pid)"
+    fi
+    rm -f "$pid_file"
+done
+rm -f "$STATE/env"

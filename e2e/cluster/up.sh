@@ -1,0 +1,248 @@
+#!/usr/bin/env bash
+# Starts the local zonal cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+# (real binaries built from their Go modules), kwok running 3 zones x 2 fake nodes, and LocalStack
+# for CloudWatch. Everything listens on 127.0.0.1 only. Writes e2e/.cluster/kubeconfig and
+# e2e/.cluster/env. A second run while the cluster is healthy reuses it.
+#
+# Env: KWOK_READY_DELAY_MS (default 1000) — how long a scheduled pod takes to become Ready.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+READY_DELAY_MS="${KWOK_READY_DELAY_MS:-1000}"
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok localstack)
+started=$SECONDS
+
+all_alive() {
+    for name in "${COMPONENTS[@]}"; do alive "$name" || return 1; done
+}
+
+if [ -f "$STATE/env" ] && all_alive; then
+    source "$STATE/env"
+    if kubectl get --raw /readyz >/dev/null 2>&1; then
+        echo "cluster-up: reusing the running cluster ($E2E_APISERVER)"
+        exit 0
+    fi
+fi
+# A partly running cluster is stopped and started afresh.
+bash "$here/down.sh" >/dev/null
+
+check_prerequisites() {
+    command -v go >/dev/null || die "Go is missing: install a Go toolchain >= 1.25 and put it on PATH"
+    command -v python3 >/dev/null || die "python3 is missing: LocalStack needs Python 3.11"
+    python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
+        || die "python3 is $(python3 -V 2>&1 | cut -d' ' -f2); LocalStack needs Python >= 3.11"
+    python3 -c 'import venv, ensurepip' 2>/dev/null \
+        || die "python3 cannot create virtual environments: install the python3-venv package"
+    command -v openssl >/dev/null || die "openssl is missing: install the openssl package"
+    command -v curl >/dev/null || die "curl is missing: install the curl package"
+    local need_build=0
+    for bin in "$K8S_BIN/kube-apiserver" "$K8S_BIN/kube-controller-manager" \
+        "$K8S_BIN/kube-scheduler" "$K8S_BIN/kubectl" "$ETCD_BIN" "$KWOK_BIN"; do
+        [ -x "$bin" ] || need_build=1
+    done
+    if [ "$need_build" = 1 ]; then
+        local proxy
+        proxy="$(go env GOPROXY | cut -d, -f1 | cut -d'|' -f1)"
+        case "$proxy" in off | direct | "") ;; *)
+            curl -fsS -m 30 -o /dev/null "$proxy/sigs.k8s.io/kwok/@v/list" \
+                || die "the Go module proxy $proxy is unreachable; the cluster binaries are built from Go modules" ;;
+        esac
+    fi
+}
+
+install_localstack() {
+    [ -f "$LOCALSTACK_VENV/.installed" ] && return 0
+    echo "cluster-up: installing LocalStack $LOCALSTACK_VERSION into $LOCALSTACK_VENV"
+    rm -rf "$LOCALSTACK_VENV"
+    # Pins: newer localstack-core needs Python 3.12; the others keep its dependencies compatible.
+    { python3 -m venv "$LOCALSTACK_VENV" &&
+        "$LOCALSTACK_VENV/bin/pip" install -q "localstack-core[runtime]==$LOCALSTACK_VERSION" \
+            'cbor2<5.7' 'cryptography<44' 'pyopenssl==24.2.1' 'joserfc<1.1' 'service_identity<24.3'
+    } >"$ZAC_CACHE/localstack-install.log" 2>&1 \
+        || die "LocalStack failed to install; see $ZAC_CACHE/localstack-install.log"
+    touch "$LOCALSTACK_VENV/.installed"
+}
+
+# --- PKI: one CA; a serving cert for the API server; client certs per component. ---
+sign() { # name subject [san]
+    local name="$1" subject="$2" san="${3:-}"
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout "$PKI/$name.key" -out "$PKI/$name.csr" -subj "$subject" 2>/dev/null
+    local ext="$PKI/$name.ext"
+    if [ -n "$san" ]; then
+        printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\n' "$san" >"$ext"
+    else
+        printf 'extendedKeyUsage=clientAuth\n' >"$ext"
+    fi
+    openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" \
+        -CAcreateserial -days 3650 -extfile "$ext" -out "$PKI/$name.crt" 2>/dev/null
+}
+
+generate_pki() {
+    [ -f "$PKI/done" ] && return 0
+    rm -rf "$PKI" && mkdir -p "$PKI"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+        -keyout "$PKI/ca.key" -out "$PKI/ca.crt" -subj "/CN=zone-aware-e2e-ca" 2>/dev/null
+    sign apiserver "/CN=kube-apiserver" \
+        "IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+    sign admin "/O=system:masters/CN=kubernetes-admin"
+    sign controller-manager "/CN=system:kube-controller-manager"
+    sign scheduler "/CN=system:kube-scheduler"
+    openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+    openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+    touch "$PKI/done"
+}
+
+write_kubeconfig() { # file user-cert-name
+    cat >"$1" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+clusters:
+- name: zonal
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority: $PKI/ca.crt
+users:
+- name: $2
+  user:
+    client-certificate: $PKI/$2.crt
+    client-key: $PKI/$2.key
+contexts:
+- name: zonal
+  context: {cluster: zonal, user: $2}
+current-context: zonal
+KUBECONFIG
+}
+
+free_ports() {
+    python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+}
+
+start() { # name command...
+    local name="$1"; shift
+    setsid "$@" >"$LOGS/$name.log" 2>&1 < /dev/null &
+    echo $! >"$PIDS/$name.pid"
+}
+
+wait_until() { # name timeout-seconds command...
+    local name="$1" timeout="$2"; shift 2
+    local deadline=$((SECONDS + timeout))
+    until "$@" >/dev/null 2>&1; do
+        alive "$name" || die "$name exited during start-up; see $LOGS/$name.log"
+        [ $SECONDS -lt $deadline ] || die "$name not healthy after ${timeout}s; see $LOGS/$name.log"
+        sleep 0.2
+    done
+}
+
+check_prerequisites
+bash "$here/build.sh"
+install_localstack
+mkdir -p "$PIDS" "$LOGS"
+generate_pki
+read -r ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT LS_PORT <<<"$(free_ports 7)"
+write_kubeconfig "$STATE/kubeconfig" admin
+write_kubeconfig "$STATE/controller-manager.kubeconfig" controller-manager
+write_kubeconfig "$STATE/scheduler.kubeconfig" scheduler
+export KUBECONFIG="$STATE/kubeconfig" PATH="$K8S_BIN:$PATH"
+
+rm -rf "$STATE/etcd"
+start etcd "$ETCD_BIN" --name zonal --data-dir "$STATE/etcd" --unsafe-no-fsync \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "zonal=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls ""
+wait_until etcd 30 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
+
+start kube-apiserver "$K8S_BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
+    --secure-port "$API_PORT" --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --client-ca-file "$PKI/ca.crt" --authorization-mode Node,RBAC --allow-privileged \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/16 \
+    --audit-policy-file "$here/audit-policy.yaml" --audit-log-path "$LOGS/audit.log" \
+    --audit-log-format json --audit-log-maxsize 200 --audit-log-mode blocking \
+    --profiling=false
+wait_until kube-apiserver 90 curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+    "https://127.0.0.1:$API_PORT/readyz"
+
+start kube-controller-manager "$K8S_BIN/kube-controller-manager" \
+    --kubeconfig "$STATE/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$STATE/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$STATE/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --leader-elect=false \
+    --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+    --use-service-account-credentials --service-cluster-ip-range 10.96.0.0/16 \
+    --controllers '*,-nodeipam,-cloud-node-lifecycle,-route,-service' \
+    --kube-api-qps 200 --kube-api-burst 400 --profiling=false
+wait_until kube-controller-manager 60 curl -fsSk "https://127.0.0.1:$KCM_PORT/healthz"
+
+start kube-scheduler "$K8S_BIN/kube-scheduler" \
+    --kubeconfig "$STATE/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$STATE/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$STATE/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false \
+    --kube-api-qps 200 --kube-api-burst 400 --profiling=false
+wait_until kube-scheduler 60 curl -fsSk "https://127.0.0.1:$SCHED_PORT/healthz"
+
+sed "s/@READY_DELAY_MS@/$READY_DELAY_MS/" "$here/kwok/pod-stages.yaml.in" >"$STATE/kwok-pod-stages.yaml"
+start kwok "$KWOK_BIN" --kubeconfig "$STATE/kubeconfig" \
+    --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --node-lease-duration-seconds 40 --cidr 10.244.0.0/16 --node-ip 10.255.0.1 \
+    --server-address "127.0.0.1:$KWOK_PORT" \
+    --config "$here/kwok/node-stages.yaml" --config "$STATE/kwok-pod-stages.yaml"
+wait_until kwok 30 curl -fsS "http://127.0.0.1:$KWOK_PORT/healthz"
+
+# 3 zones x 2 nodes.
+for zone in a b c; do
+    for n in 1 2; do
+        cat <<NODE
+apiVersion: v1
+kind: Node
+metadata:
+  name: zone-$zone-node-$n
+  annotations: {kwok.x-k8s.io/node: fake}
+  labels:
+    kubernetes.io/hostname: zone-$zone-node-$n
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    topology.kubernetes.io/zone: zone-$zone
+    type: kwok
+---
+NODE
+    done
+done | kubectl apply -f - >/dev/null || die "creating the kwok nodes failed; see $LOGS/kwok.log"
+kubectl wait --for=condition=Ready node --all --timeout=60s >/dev/null \
+    || die "kwok nodes did not become Ready; see $LOGS/kwok.log"
+
+RUNTIME_COMPONENTS=aws GATEWAY_LISTEN="127.0.0.1:$LS_PORT" SERVICES=cloudwatch \
+    LOCALSTACK_VOLUME_DIR="$STATE/localstack" DISABLE_EVENTS=1 SKIP_SSL_CERT_DOWNLOAD=1 \
+    start localstack "$LOCALSTACK_VENV/bin/python" -m localstack.runtime.main
+localstack_ready() {
+    python3 - "$LS_PORT" <<'PY'
+import json, sys, urllib.request
+url = f"http://127.0.0.1:{sys.argv[1]}/_localstack/health"
+state = json.load(urllib.request.urlopen(url, timeout=2)).get("services", {}).get("cloudwatch")
+sys.exit(0 if state in ("available", "running") else 1)
+PY
+}
+wait_until localstack 180 localstack_ready
+
+cat >"$STATE/env" <<ENV
+# Source this file to use the local zonal cluster.
+export KUBECONFIG="$STATE/kubeconfig"
+export PATH="$K8S_BIN:\$PATH"
+export E2E_APISERVER="https://127.0.0.1:$API_PORT"
+export E2E_AUDIT_LOG="$LOGS/audit.log"
+export E2E_LOGS="$LOGS"
+export E2E_KWOK_READY_DELAY_MS="$READY_DELAY_MS"
+export AWS_ENDPOINT_URL="http://127.0.0.1:$LS_PORT"
+export AWS_ACCESS_KEY_ID=test
+export AWS_SECRET_ACCESS_KEY=test
+export AWS_REGION=us-east-1
+ENV
+echo "cluster-up: ready in $((SECONDS - started))s — source e2e/.cluster/env (KUBECONFIG, AWS_ENDPOINT_URL)"

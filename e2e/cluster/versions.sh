@@ -1,0 +1,7 @@
+# Versions of the local zonal cluster's components and where their builds are cached.
+# Bumping a version here makes build.sh build into a new cache directory.
+K8S_VERSION=v1.35.4
+ETCD_VERSION=v3.6.16
+KWOK_VERSION=v0.8.0
+LOCALSTACK_VERSION=4.12.0
+ZAC_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/zone-aware-controllers"
