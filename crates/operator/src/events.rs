@@ -1,0 +1,154 @@
+//! Kubernetes Events (`events.k8s.io/v1`) for the objects a controller acts on, so
+//! `kubectl describe zau web` tells the story of a rollout.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::{
+    Client,
+    runtime::events::{Event, EventType, Recorder, Reporter},
+};
+
+/// The API server rejects an Event whose note exceeds 1 kB; a denial message that names many
+/// blocking pods could, so notes are cut to fit instead of losing the whole event.
+pub const MAX_NOTE_BYTES: usize = 1024;
+
+/// `reason` and `action` are limited to 128 characters by the API server.
+pub const MAX_REASON_BYTES: usize = 128;
+
+/// Why an event was not published.
+#[derive(Debug, thiserror::Error)]
+pub enum EventsError {
+    #[error("cannot publish event {reason} for {kind}/{name}")]
+    Publish {
+        reason: String,
+        kind: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Publishes events as `<controller>` / `<instance>`. Cheap to clone; clones share the
+/// deduplication cache (repeated events become a series instead of new objects).
+#[derive(Clone)]
+pub struct EventPublisher {
+    recorder: Recorder,
+}
+
+impl EventPublisher {
+    /// `controller` is the reporting controller (e.g. `zau-controller`), `instance` this
+    /// replica's identity.
+    pub fn new(client: Client, controller: &str, instance: &str) -> Self {
+        let reporter = Reporter {
+            controller: controller.to_owned(),
+            instance: Some(instance.to_owned()),
+        };
+        Self {
+            recorder: Recorder::new(client, reporter),
+        }
+    }
+
+    /// Publishes an event and reports failure.
+    pub async fn publish(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: Option<&str>,
+    ) -> Result<(), EventsError> {
+        let event = Event {
+            type_,
+            reason: truncate(reason, MAX_REASON_BYTES).to_owned(),
+            action: truncate(action, MAX_REASON_BYTES).to_owned(),
+            note: note.map(|n| truncate(n, MAX_NOTE_BYTES).to_owned()),
+            secondary: None,
+        };
+        self.recorder
+            .publish(&event, regarding)
+            .await
+            .map_err(|source| EventsError::Publish {
+                reason: reason.to_owned(),
+                kind: regarding.kind.clone().unwrap_or_default(),
+                name: regarding.name.clone().unwrap_or_default(),
+                source,
+            })
+    }
+
+    /// A `Normal` event, best effort: events explain what happened, so failing to write one
+    /// is logged and never fails the reconcile that caused it.
+    pub async fn normal(
+        &self,
+        regarding: &ObjectReference,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
+        self.best_effort(regarding, EventType::Normal, reason, action, note)
+            .await;
+    }
+
+    /// A `Warning` event, best effort (see [`EventPublisher::normal`]).
+    pub async fn warning(
+        &self,
+        regarding: &ObjectReference,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
+        self.best_effort(regarding, EventType::Warning, reason, action, note)
+            .await;
+    }
+
+    async fn best_effort(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
+        if let Err(error) = self
+            .publish(regarding, type_, reason, action, Some(note))
+            .await
+        {
+            tracing::warn!(error = %error, source = ?std::error::Error::source(&error), "event not published");
+        }
+    }
+}
+
+/// The longest prefix of `text` within `max` bytes that ends on a character boundary.
+pub fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_text_is_untouched() {
+        assert_eq!(truncate("Evicted", MAX_REASON_BYTES), "Evicted");
+    }
+
+    #[test]
+    fn long_notes_are_cut_to_the_api_limit() {
+        let note = "pod web-12 blocks zone-b; ".repeat(100);
+        let cut = truncate(&note, MAX_NOTE_BYTES);
+        assert_eq!(cut.len(), MAX_NOTE_BYTES);
+        assert!(note.starts_with(cut));
+    }
+
+    #[test]
+    fn never_splits_a_character() {
+        // "é" is two bytes: a cut at an odd byte must step back, not panic.
+        let text = "é".repeat(10);
+        assert_eq!(truncate(&text, 5), "éé");
+    }
+}

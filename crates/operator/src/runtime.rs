@@ -1,0 +1,300 @@
+//! Ties the modules together so a binary's `main` stays short:
+//!
+//! ```no_run
+//! # use clap::Parser;
+//! # #[derive(Parser)] struct Args { #[command(flatten)] runtime: zone_operator::RuntimeArgs }
+//! # async fn controller(_: zone_operator::RuntimeParts) -> Result<(), std::io::Error> { Ok(()) }
+//! # async fn main_() -> std::process::ExitCode {
+//! let args = Args::parse();
+//! let runtime = match zone_operator::Runtime::start("zau-controller", &args.runtime).await {
+//!     Ok(runtime) => runtime,
+//!     Err(error) => return zone_operator::report_exit(&error),
+//! };
+//! let controllers = controller(runtime.clone_parts());
+//! match runtime.run(controllers).await {
+//!     Ok(()) => std::process::ExitCode::SUCCESS,
+//!     Err(error) => zone_operator::report_exit(&error),
+//! }
+//! # }
+//! ```
+
+use std::{future::Future, net::SocketAddr, process::ExitCode, time::Duration};
+
+use kube::Client;
+use prometheus::Registry;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    cli::{CliError, RuntimeArgs},
+    client::{self, ClientError},
+    events::EventPublisher,
+    leader::{LeaderElector, LeaderError, LeaderHandle, LeaseConfig},
+    metrics::{ControllerMetrics, MetricsError, ReconcileMetrics},
+    readiness::Readiness,
+    server::{BoundServer, ServerError},
+    shutdown::{Shutdown, ShutdownError},
+    telemetry::{self, TelemetryError},
+};
+
+/// After SIGTERM, how long the controllers get to finish their current reconcile before the
+/// runtime stops waiting. Below the kubelet's default 30 s grace period, leaving time to release
+/// the lease.
+pub const CONTROLLER_GRACE: Duration = Duration::from_secs(20);
+
+/// Why the runtime could not start, or why it ended with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("cannot set up logging")]
+    Telemetry(#[source] TelemetryError),
+    #[error("cannot determine this replica's identity")]
+    Identity(#[source] CliError),
+    #[error("cannot connect to Kubernetes")]
+    Client(#[source] ClientError),
+    #[error("cannot install signal handlers")]
+    Signals(#[source] ShutdownError),
+    #[error("cannot register metrics")]
+    Metrics(#[source] MetricsError),
+    #[error("cannot start the health/metrics server")]
+    Bind(#[source] ServerError),
+    #[error("invalid leader-election settings")]
+    LeaderConfig(#[source] LeaderError),
+    #[error("leadership lost; exiting so the Deployment restarts this replica as a standby")]
+    LeadershipLost,
+    #[error("leader election failed")]
+    Elector(#[source] LeaderError),
+    #[error("the leader-election task panicked")]
+    ElectorTask(#[source] tokio::task::JoinError),
+    #[error("the health/metrics server failed")]
+    Server(#[source] ServerError),
+    #[error("the health/metrics server task panicked")]
+    ServerTask(#[source] tokio::task::JoinError),
+    #[error("controller failed")]
+    Controller(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// The pieces a controller needs, cheap to clone.
+#[derive(Clone)]
+pub struct RuntimeParts {
+    pub client: Client,
+    pub registry: Registry,
+    pub readiness: Readiness,
+    pub shutdown: Shutdown,
+    pub leader: LeaderHandle,
+    pub metrics: ReconcileMetrics,
+    pub events: EventPublisher,
+    /// The controller name given to [`Runtime::start`].
+    pub controller: String,
+    /// This replica's identity (Lease holder, event reporting instance).
+    pub identity: String,
+}
+
+impl RuntimeParts {
+    /// Metrics handle for the runtime's own controller name.
+    pub fn controller_metrics(&self) -> ControllerMetrics {
+        self.metrics.controller(&self.controller)
+    }
+}
+
+/// A started runtime: server listening, signals handled, leader election running.
+pub struct Runtime {
+    parts: RuntimeParts,
+    address: SocketAddr,
+    server: JoinHandle<Result<(), ServerError>>,
+    elector: Option<(CancellationToken, JoinHandle<Result<(), LeaderError>>)>,
+}
+
+impl Runtime {
+    /// Logging, client, signal handlers, then [`Runtime::with_client`].
+    pub async fn start(controller: &str, args: &RuntimeArgs) -> Result<Self, RuntimeError> {
+        telemetry::init(args.log_format, &args.log_level).map_err(RuntimeError::Telemetry)?;
+        let identity = args.resolve_identity().map_err(RuntimeError::Identity)?;
+        let client = client::connect(args.kubeconfig.as_deref(), args.kube_context.as_deref())
+            .await
+            .map_err(RuntimeError::Client)?;
+        let shutdown = Shutdown::new();
+        // The handler task lives for the whole process; its handle is not needed.
+        let _signals = shutdown
+            .listen_for_signals()
+            .map_err(RuntimeError::Signals)?;
+        Self::with_client(controller, args, identity, client, shutdown).await
+    }
+
+    /// Everything after the client exists: metrics, server, leader election. Separate from
+    /// [`Runtime::start`] so tests (and binaries with special clients) can pass their own.
+    pub async fn with_client(
+        controller: &str,
+        args: &RuntimeArgs,
+        identity: String,
+        client: Client,
+        shutdown: Shutdown,
+    ) -> Result<Self, RuntimeError> {
+        let registry = Registry::new();
+        let metrics = ReconcileMetrics::register(&registry).map_err(RuntimeError::Metrics)?;
+        let readiness = Readiness::new();
+        let bound = BoundServer::bind(args.listen_address)
+            .await
+            .map_err(RuntimeError::Bind)?;
+        let address = bound.local_addr();
+
+        let (leader, elector) = if args.leader_elect {
+            let config = LeaseConfig {
+                name: args
+                    .lease_name
+                    .clone()
+                    .unwrap_or_else(|| controller.to_owned()),
+                namespace: args
+                    .lease_namespace
+                    .clone()
+                    .unwrap_or_else(|| client.default_namespace().to_owned()),
+                identity: identity.clone(),
+                lease_duration: args.lease_duration,
+                renew_interval: args.renew_interval,
+            };
+            tracing::info!(lease = %config.name, namespace = %config.namespace, identity = %config.identity, "leader election enabled");
+            let (elector, handle) =
+                LeaderElector::new(client.clone(), config).map_err(RuntimeError::LeaderConfig)?;
+            let stop = CancellationToken::new();
+            let task = tokio::spawn(elector.run(stop.clone()));
+            (handle, Some((stop, task)))
+        } else {
+            tracing::warn!("leader election disabled: run a single replica");
+            (LeaderHandle::unelected(), None)
+        };
+
+        let server =
+            tokio::spawn(bound.serve(readiness.clone(), registry.clone(), shutdown.clone()));
+        let events = EventPublisher::new(client.clone(), controller, &identity);
+        Ok(Self {
+            parts: RuntimeParts {
+                client,
+                registry,
+                readiness,
+                shutdown,
+                leader,
+                metrics,
+                events,
+                controller: controller.to_owned(),
+                identity,
+            },
+            address,
+            server,
+            elector,
+        })
+    }
+
+    /// The pieces to build the controllers from (register extra metrics into `registry` before
+    /// the first scrape).
+    pub fn parts(&self) -> &RuntimeParts {
+        &self.parts
+    }
+
+    pub fn clone_parts(&self) -> RuntimeParts {
+        self.parts.clone()
+    }
+
+    /// Where `/healthz`, `/readyz` and `/metrics` are served.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Runs `controllers` while this replica leads, then shuts everything down in order.
+    ///
+    /// - Standby: `/readyz` says "standby" (200) until the lease is acquired or shutdown starts.
+    /// - Leader: `/readyz` is 503 until the controllers call `Readiness::set_ready`.
+    /// - Leadership lost: `controllers` is dropped at once and `Err(LeadershipLost)` returned.
+    /// - SIGTERM: `controllers` (which should watch `Shutdown`) gets [`CONTROLLER_GRACE`] to
+    ///   finish; then the lease is released, so the standby takes over without waiting for it to
+    ///   expire, and the server stops.
+    ///
+    /// `controllers` is a future, so nothing in it runs before leadership is acquired.
+    pub async fn run<F, E>(self, controllers: F) -> Result<(), RuntimeError>
+    where
+        F: Future<Output = Result<(), E>>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let parts = self.parts.clone();
+        parts.readiness.set_standby(true);
+        let leading = tokio::select! {
+            acquired = parts.leader.acquired() => acquired,
+            () = parts.shutdown.cancelled() => false,
+        };
+        let outcome = if leading {
+            parts.readiness.set_standby(false);
+            tracing::info!(controller = %parts.controller, "starting controllers");
+            drive(controllers, &parts).await
+        } else {
+            Ok(())
+        };
+        let stopped = self.stop().await;
+        outcome.and(stopped)
+    }
+
+    /// Releases the lease, stops the server and waits for both. [`Runtime::run`] calls it; call
+    /// it directly only when not using `run`, after the controllers have stopped.
+    pub async fn stop(self) -> Result<(), RuntimeError> {
+        let mut result = Ok(());
+        if let Some((stop, task)) = self.elector {
+            stop.cancel();
+            match task.await {
+                // A loss has already been reported by `run` through `LeaderHandle::lost`.
+                Ok(Ok(())) | Ok(Err(LeaderError::Lost { .. })) => {}
+                Ok(Err(error)) => result = Err(RuntimeError::Elector(error)),
+                Err(error) => result = Err(RuntimeError::ElectorTask(error)),
+            }
+        }
+        self.parts.shutdown.trigger();
+        match self.server.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => result = result.and(Err(RuntimeError::Server(error))),
+            Err(error) => result = result.and(Err(RuntimeError::ServerTask(error))),
+        }
+        result
+    }
+}
+
+async fn drive<F, E>(controllers: F, parts: &RuntimeParts) -> Result<(), RuntimeError>
+where
+    F: Future<Output = Result<(), E>>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let controller_error = |e: E| RuntimeError::Controller(e.into());
+    let mut controllers = std::pin::pin!(controllers);
+    tokio::select! {
+        result = &mut controllers => result.map_err(controller_error),
+        () = parts.leader.lost() => {
+            // Triggered so every task watching the token stops too; the binary exits non-zero.
+            parts.shutdown.trigger();
+            Err(RuntimeError::LeadershipLost)
+        }
+        () = parts.shutdown.cancelled() => {
+            tokio::select! {
+                finished = tokio::time::timeout(CONTROLLER_GRACE, &mut controllers) => match finished {
+                    Ok(result) => result.map_err(controller_error),
+                    Err(_) => {
+                        tracing::warn!(grace = ?CONTROLLER_GRACE, "controllers did not stop in time");
+                        Ok(())
+                    }
+                },
+                () = parts.leader.lost() => Err(RuntimeError::LeadershipLost),
+            }
+        }
+    }
+}
+
+/// Logs `error` with its whole source chain and returns a failing exit code; for `main`.
+pub fn report_exit(error: &(dyn std::error::Error + 'static)) -> ExitCode {
+    let mut chain = Vec::new();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        chain.push(cause.to_string());
+        source = cause.source();
+    }
+    tracing::error!(error = %error, causes = ?chain, "exiting");
+    // Logging may not be set up yet (e.g. a bad --log-level): say it on stderr as well.
+    eprintln!("error: {error}");
+    for cause in &chain {
+        eprintln!("  caused by: {cause}");
+    }
+    ExitCode::FAILURE
+}

@@ -1,0 +1,115 @@
+//! One HTTP port for the kubelet and Prometheus: `/healthz`, `/readyz`, `/metrics`.
+
+use std::net::SocketAddr;
+
+use axum::{
+    Router,
+    extract::State,
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use prometheus::{Encoder, Registry, TextEncoder};
+use tokio::net::TcpListener;
+
+use crate::{
+    readiness::{Readiness, ReadyState},
+    shutdown::Shutdown,
+};
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {address}")]
+    Bind {
+        address: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read the bound address")]
+    LocalAddr(#[source] std::io::Error),
+    #[error("health/metrics server failed")]
+    Serve(#[source] std::io::Error),
+}
+
+#[derive(Clone)]
+struct AppState {
+    readiness: Readiness,
+    registry: Registry,
+}
+
+/// The routes, without a listener (tests drive them with `tower::ServiceExt::oneshot`).
+pub fn router(readiness: Readiness, registry: Registry) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(AppState {
+            readiness,
+            registry,
+        })
+}
+
+/// A bound listener; binding separately from serving lets a caller (and tests with port 0)
+/// learn the address and fail at start-up when the port is taken.
+pub struct BoundServer {
+    listener: TcpListener,
+    address: SocketAddr,
+}
+
+impl BoundServer {
+    pub async fn bind(address: SocketAddr) -> Result<Self, ServerError> {
+        let listener = TcpListener::bind(address)
+            .await
+            .map_err(|source| ServerError::Bind { address, source })?;
+        let address = listener.local_addr().map_err(ServerError::LocalAddr)?;
+        Ok(Self { listener, address })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Serves until `shutdown` triggers, then finishes in-flight requests and returns.
+    pub async fn serve(
+        self,
+        readiness: Readiness,
+        registry: Registry,
+        shutdown: Shutdown,
+    ) -> Result<(), ServerError> {
+        tracing::info!(address = %self.address, "serving /healthz, /readyz, /metrics");
+        axum::serve(self.listener, router(readiness, registry))
+            .with_graceful_shutdown(shutdown.cancelled())
+            .await
+            .map_err(ServerError::Serve)
+    }
+}
+
+/// Liveness: the process answers, nothing more. Checking the API server here would make the
+/// kubelet restart every replica during an API outage, which fixes nothing.
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
+    match state.readiness.state() {
+        ReadyState::Ready => (StatusCode::OK, "ready\n"),
+        ReadyState::Standby => (StatusCode::OK, "standby\n"),
+        ReadyState::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let encoder = TextEncoder::new();
+    let mut body = Vec::new();
+    match encoder.encode(&state.registry.gather(), &mut body) {
+        Ok(()) => ([(header::CONTENT_TYPE, encoder.format_type())], body).into_response(),
+        Err(error) => {
+            tracing::error!(%error, "cannot encode metrics");
+            (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics\n").into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,110 @@
+//! One shutdown signal for the whole process: SIGTERM (the kubelet stopping the pod) or SIGINT
+//! (Ctrl-C) cancels a token that the server, the leader elector and the controllers all watch.
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+/// Why the signal handlers could not be installed.
+#[derive(Debug, thiserror::Error)]
+pub enum ShutdownError {
+    #[error("cannot install the SIGTERM handler")]
+    Sigterm(#[source] std::io::Error),
+    #[error("cannot install the SIGINT handler")]
+    Sigint(#[source] std::io::Error),
+}
+
+/// Which signal asked the process to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    Term,
+    Interrupt,
+}
+
+/// Cheap to clone; cancelling any clone cancels all of them.
+#[derive(Clone, Debug, Default)]
+pub struct Shutdown {
+    token: CancellationToken,
+}
+
+impl Shutdown {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts the shutdown (also used by the runtime when leadership is lost or a task fails).
+    pub fn trigger(&self) {
+        self.token.cancel();
+    }
+
+    pub fn is_triggered(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Resolves once shutdown has started; usable as axum's or kube's graceful-shutdown future.
+    pub fn cancelled(&self) -> WaitForCancellationFutureOwned {
+        self.token.clone().cancelled_owned()
+    }
+
+    /// The underlying token, for APIs that take one.
+    pub fn token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+
+    /// Installs the SIGTERM/SIGINT handlers now (so a failure is reported at start-up) and
+    /// spawns a task that triggers the shutdown on the first signal. A second signal exits at
+    /// once: the operator asked twice, a stuck graceful shutdown must not hold the process.
+    pub fn listen_for_signals(&self) -> Result<tokio::task::JoinHandle<()>, ShutdownError> {
+        let mut signals = Signals::install()?;
+        let token = self.token.clone();
+        Ok(tokio::spawn(async move {
+            let first = signals.next().await;
+            tracing::info!(signal = ?first, "shutting down");
+            token.cancel();
+            let second = signals.next().await;
+            tracing::warn!(signal = ?second, "second signal, exiting without waiting");
+            std::process::exit(130);
+        }))
+    }
+}
+
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Self, ShutdownError> {
+        Ok(Self {
+            term: signal(SignalKind::terminate()).map_err(ShutdownError::Sigterm)?,
+            interrupt: signal(SignalKind::interrupt()).map_err(ShutdownError::Sigint)?,
+        })
+    }
+
+    async fn next(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.term.recv() => Signal::Term,
+            _ = self.interrupt.recv() => Signal::Interrupt,
+        }
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+pub async fn signal_received() -> Result<Signal, ShutdownError> {
+    Ok(Signals::install()?.next().await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn trigger_wakes_every_clone() {
+        let shutdown = Shutdown::new();
+        let waiter = shutdown.clone();
+        let waiting = tokio::spawn(async move { waiter.cancelled().await });
+        assert!(!shutdown.is_triggered());
+        shutdown.trigger();
+        assert!(waiting.await.is_ok());
+        assert!(shutdown.token().is_cancelled());
+    }
+}

@@ -1,0 +1,199 @@
+//! `Runtime::run`: standby readiness, controllers only while leading, release on shutdown, exit on
+//! leadership loss. Runs against the in-memory Lease API.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use clap::Parser;
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    jiff::Timestamp,
+};
+use support::{FakeLeaseApi, http_get};
+use tokio::sync::oneshot;
+use zone_operator::{Runtime, RuntimeArgs, RuntimeError, Shutdown};
+
+const PATIENCE: Duration = Duration::from_secs(10);
+
+#[derive(Parser)]
+struct Args {
+    #[command(flatten)]
+    runtime: RuntimeArgs,
+}
+
+fn args(extra: &[&str]) -> RuntimeArgs {
+    let mut argv = vec![
+        "test",
+        "--listen-address",
+        "127.0.0.1:0",
+        "--log-level",
+        "info",
+        "--log-format",
+        "plain",
+        "--lease-name",
+        "zau-controller",
+        "--lease-namespace",
+        "zone-system",
+        "--lease-duration",
+        "30s",
+        "--renew-interval",
+        "100ms",
+    ];
+    argv.extend_from_slice(extra);
+    Args::try_parse_from(argv).unwrap().runtime
+}
+
+async fn runtime(api: &FakeLeaseApi, extra: &[&str]) -> Runtime {
+    Runtime::with_client(
+        "zau-controller",
+        &args(extra),
+        "b".into(),
+        api.client("zone-system"),
+        Shutdown::new(),
+    )
+    .await
+    .unwrap()
+}
+
+fn held_by(holder: &str) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some("zau-controller".into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            renew_time: Some(MicroTime(Timestamp::now())),
+            lease_duration_seconds: Some(30),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+#[tokio::test]
+async fn standby_then_leader_then_graceful_shutdown() {
+    let api = FakeLeaseApi::new();
+    api.put(held_by("a"));
+    let runtime = runtime(&api, &["--leader-elect=true"]).await;
+    let address = runtime.local_addr();
+    let parts = runtime.clone_parts();
+
+    let (started_tx, started_rx) = oneshot::channel();
+    let (synced_tx, synced_rx) = oneshot::channel::<()>();
+    let (ready_tx, ready_rx) = oneshot::channel::<()>();
+    let controller_parts = parts.clone();
+    let controllers = async move {
+        started_tx.send(()).unwrap();
+        synced_rx.await.unwrap();
+        controller_parts.readiness.set_ready();
+        ready_tx.send(()).unwrap();
+        controller_parts.shutdown.cancelled().await;
+        Ok::<(), std::io::Error>(())
+    };
+    let run = tokio::spawn(runtime.run(controllers));
+
+    // Standby: ready (so a rolling update can proceed) but the controllers have not started.
+    let mut leader = parts.leader.watch();
+    tokio::time::timeout(
+        PATIENCE,
+        leader.wait_for(|s| matches!(s, zone_operator::LeaderStatus::Standby { holder: Some(_) })),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        http_get(address, "/readyz").await,
+        (200, "standby\n".into())
+    );
+    assert_eq!(http_get(address, "/healthz").await.0, 200);
+
+    // The other replica releases: we lead, start the controllers, and are not ready until synced.
+    let mut released = api.lease().unwrap();
+    released.spec.as_mut().unwrap().holder_identity = None;
+    api.put(released);
+    tokio::time::timeout(PATIENCE, started_rx)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(parts.leader.is_leader());
+    assert_eq!(http_get(address, "/readyz").await.0, 503);
+    synced_tx.send(()).unwrap();
+    tokio::time::timeout(PATIENCE, ready_rx)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(http_get(address, "/readyz").await, (200, "ready\n".into()));
+    // The runtime registers the reconcile metrics; a controller's first reconcile shows up.
+    drop(parts.controller_metrics().reconcile_timer());
+    let (code, metrics) = http_get(address, "/metrics").await;
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("zone_aware_reconciliations_total{controller=\"zau-controller\"} 1"),
+        "{metrics}"
+    );
+
+    parts.shutdown.trigger();
+    tokio::time::timeout(PATIENCE, run)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        api.holder(),
+        None,
+        "lease released after the controllers stopped"
+    );
+    assert!(
+        tokio::net::TcpStream::connect(address).await.is_err(),
+        "server stopped"
+    );
+}
+
+#[tokio::test]
+async fn losing_the_lease_stops_the_controllers() {
+    let api = FakeLeaseApi::new();
+    let runtime = runtime(&api, &[]).await;
+    let parts = runtime.clone_parts();
+    let (started_tx, started_rx) = oneshot::channel();
+    let controllers = async move {
+        started_tx.send(()).unwrap();
+        std::future::pending::<Result<(), std::io::Error>>().await
+    };
+    let run = tokio::spawn(runtime.run(controllers));
+    tokio::time::timeout(PATIENCE, started_rx)
+        .await
+        .unwrap()
+        .unwrap();
+
+    api.steal("a", 30);
+    let result = tokio::time::timeout(PATIENCE, run).await.unwrap().unwrap();
+    assert!(
+        matches!(result, Err(RuntimeError::LeadershipLost)),
+        "{result:?}"
+    );
+    assert!(
+        parts.shutdown.is_triggered(),
+        "everything else is told to stop too"
+    );
+    assert_eq!(api.holder().as_deref(), Some("a"));
+}
+
+#[tokio::test]
+async fn without_election_controllers_start_at_once_and_errors_surface() {
+    let api = FakeLeaseApi::new();
+    let runtime = runtime(&api, &["--leader-elect=false"]).await;
+    assert!(runtime.parts().leader.is_leader());
+    let controllers = async { Err::<(), _>(std::io::Error::other("watch failed")) };
+    let result = tokio::time::timeout(PATIENCE, runtime.run(controllers))
+        .await
+        .unwrap();
+    assert!(
+        matches!(result, Err(RuntimeError::Controller(_))),
+        "{result:?}"
+    );
+    assert_eq!(api.writes(), 0, "no Lease traffic without election");
+    assert!(api.lease().is_none());
+}
