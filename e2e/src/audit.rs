@@ -1,0 +1,72 @@
+//! The API server's audit log: ground truth for who did what to which pod, and when (microsecond
+//! timestamps), independent of what a controller says it did.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent {
+    pub verb: String,
+    #[serde(default)]
+    pub user_agent: String,
+    #[serde(default)]
+    pub object_ref: Option<ObjectRef>,
+    #[serde(default)]
+    pub response_status: Option<ResponseStatus>,
+    pub stage: String,
+    pub stage_timestamp: String,
+    #[serde(default)]
+    pub user: User,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    #[serde(default)]
+    pub resource: String,
+    #[serde(default)]
+    pub subresource: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ResponseStatus {
+    #[serde(default)]
+    pub code: u16,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct User {
+    #[serde(default)]
+    pub username: String,
+}
+
+/// Completed requests of the log, in order; unparseable lines are skipped.
+pub fn read(path: &Path) -> Vec<AuditEvent> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<AuditEvent>(line).ok())
+        .filter(|event| event.stage == "ResponseComplete")
+        .collect()
+}
+
+/// Evictions (`create pods/eviction`) and pod deletions in `namespace`.
+pub fn removals<'a>(
+    events: &'a [AuditEvent],
+    namespace: &'a str,
+) -> impl Iterator<Item = &'a AuditEvent> {
+    events.iter().filter(move |event| {
+        let Some(object) = &event.object_ref else {
+            return false;
+        };
+        object.namespace == namespace
+            && object.resource == "pods"
+            && ((event.verb == "create" && object.subresource == "eviction")
+                || (event.verb == "delete" && object.subresource.is_empty()))
+    })
+}

@@ -1,0 +1,21 @@
+//! Helpers for the end-to-end tests: the cluster under test, temporary namespaces, polling with a
+//! timeout, pod readiness, the API server's audit log, controller processes and a TLS server for
+//! webhooks.
+//!
+//! Tests are `#[ignore = "needs the local zonal cluster (make e2e)"]`, so `cargo test --workspace`
+//! stays cluster-free; `make e2e` starts the cluster and runs them with `--ignored`.
+#![forbid(unsafe_code)]
+// Test support: a failed set-up step should stop the test with its reason.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod audit;
+pub mod cluster;
+pub mod namespace;
+pub mod pods;
+pub mod process;
+pub mod tls;
+pub mod wait;
+
+pub use cluster::Cluster;
+pub use namespace::TestNamespace;
+pub use wait::wait_for;

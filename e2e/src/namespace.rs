@@ -1,0 +1,88 @@
+//! A temporary namespace per test: labelled, and deleted when the test ends.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::{Api, Client, Config};
+
+use crate::cluster::{Cluster, cleanup_blocking};
+
+use crate::wait_for;
+
+/// Label on every namespace the e2e tests create (and the webhook tests select on).
+pub const E2E_LABEL: &str = "zonecontrol.k8s.aws/e2e";
+
+pub struct TestNamespace {
+    pub name: String,
+    pub client: Client,
+    config: Config,
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+impl TestNamespace {
+    /// Creates `e2e-<prefix>-<unique>` and waits for its default ServiceAccount (pods are refused
+    /// until the controller-manager has created it).
+    pub async fn create(cluster: &Cluster, prefix: &str) -> TestNamespace {
+        let config = cluster.config().await;
+        let client = &Client::try_from(config.clone()).expect("kube client");
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let unique = format!("{:x}{}", nanos, COUNTER.fetch_add(1, Ordering::Relaxed));
+        let name = format!("e2e-{prefix}-{unique}");
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some([(E2E_LABEL.to_string(), "true".to_string())].into()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .expect("create namespace");
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+        wait_for(
+            "the default ServiceAccount",
+            Duration::from_secs(30),
+            || {
+                let accounts = accounts.clone();
+                async move {
+                    match accounts.get_opt("default").await {
+                        Ok(Some(_)) => Ok(()),
+                        other => Err(format!("{other:?}")),
+                    }
+                }
+            },
+        )
+        .await;
+        TestNamespace {
+            name,
+            client: client.clone(),
+            config,
+        }
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        cleanup_blocking(self.config.clone(), |client| async move {
+            let _ = Api::<Namespace>::all(client)
+                .delete(&name, &DeleteParams::background())
+                .await;
+        });
+    }
+}

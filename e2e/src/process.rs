@@ -1,0 +1,65 @@
+//! A controller binary run as a child process against the cluster, its output in a log file that
+//! is printed when the test fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+pub struct ControllerProcess {
+    pub name: String,
+    pub log: PathBuf,
+    child: Child,
+}
+
+/// The directory cargo writes binaries to (respects `CARGO_TARGET_DIR`).
+pub fn target_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("CARGO_TARGET_DIR") {
+        return PathBuf::from(dir).join("debug");
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug")
+}
+
+impl ControllerProcess {
+    /// Starts `binary` (from the target dir) with `args` and `env`, logging to a temp file.
+    pub fn start(binary: &str, args: &[&str], env: &[(&str, String)]) -> ControllerProcess {
+        let path = target_dir().join(binary);
+        let log = std::env::temp_dir().join(format!("e2e-{binary}-{}.log", std::process::id()));
+        let out = std::fs::File::create(&log).expect("controller log file");
+        let err = out.try_clone().expect("controller log file");
+        let child = Command::new(&path)
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "starting {}: {e} (run `cargo build --bins`)",
+                    path.display()
+                )
+            });
+        ControllerProcess {
+            name: binary.to_string(),
+            log,
+            child,
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let logs = std::fs::read_to_string(&self.log).unwrap_or_default();
+            eprintln!(
+                "---- {} log ({}) ----\n{logs}",
+                self.name,
+                self.log.display()
+            );
+        }
+    }
+}

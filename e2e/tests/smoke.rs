@@ -1,0 +1,340 @@
+//! The local zonal cluster behaves like a real multi-zone cluster: the real scheduler spreads a
+//! StatefulSet over zones, the real StatefulSet controller recreates pods, pods terminate
+//! gracefully, LocalStack serves CloudWatch alarms, and the API server calls eviction webhooks.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_cloudwatch::types::{ComparisonOperator, StateValue, Statistic};
+use axum::routing::post;
+use axum::{Json, Router};
+use e2e::tls::TlsServer;
+use e2e::{Cluster, TestNamespace, pods, wait_for};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, EvictParams, ListParams, PostParams};
+use serde_json::{Value, json};
+
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+fn statefulset(name: &str, replicas: i32) -> StatefulSet {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 3,
+                    "topologySpreadConstraints": [{
+                        "maxSkew": 1,
+                        "topologyKey": ZONE_LABEL,
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {"matchLabels": {"app": name}},
+                    }],
+                    "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
+                },
+            },
+        },
+    }))
+    .unwrap()
+}
+
+async fn ready_pods(pods: &Api<Pod>, app: &str) -> Vec<Pod> {
+    let list = pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .unwrap();
+    list.items
+        .into_iter()
+        .filter(|p| pods::is_ready(p) && !pods::is_terminating(p))
+        .collect()
+}
+
+async fn node_zones(client: &kube::Client) -> BTreeMap<String, String> {
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    nodes
+        .items
+        .into_iter()
+        .filter_map(|node| {
+            let zone = node.metadata.labels.as_ref()?.get(ZONE_LABEL)?.clone();
+            Some((node.metadata.name?, zone))
+        })
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn statefulset_spreads_over_zones_and_pods_are_recreated() {
+    let cluster = Cluster::get();
+    let ns = TestNamespace::create(&cluster, "smoke").await;
+    let client = ns.client.clone();
+    let sets: Api<StatefulSet> = ns.api();
+    let pod_api: Api<Pod> = ns.api();
+    sets.create(&PostParams::default(), &statefulset("web", 6))
+        .await
+        .unwrap();
+
+    let ready = wait_for("6 Ready pods", Duration::from_secs(60), || async {
+        let ready = ready_pods(&pod_api, "web").await;
+        if ready.len() == 6 {
+            Ok(ready)
+        } else {
+            Err(format!("{} ready", ready.len()))
+        }
+    })
+    .await;
+    let zones = node_zones(&client).await;
+    let mut per_zone: BTreeMap<String, u32> = BTreeMap::new();
+    for pod in &ready {
+        let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("StatefulSet", "web")
+        );
+        let node = pod
+            .spec
+            .as_ref()
+            .unwrap()
+            .node_name
+            .clone()
+            .expect("scheduled");
+        *per_zone.entry(zones[&node].clone()).or_default() += 1;
+    }
+    let expected: BTreeMap<String, u32> = ["zone-a", "zone-b", "zone-c"]
+        .iter()
+        .map(|z| (z.to_string(), 2))
+        .collect();
+    assert_eq!(per_zone, expected, "the scheduler spreads 2 pods per zone");
+
+    // Deleting a pod: it stays visibly Terminating for its grace period, then the StatefulSet
+    // controller recreates it (new UID) and it becomes Ready again.
+    let old_uid = pod_api.get("web-1").await.unwrap().metadata.uid.unwrap();
+    pod_api
+        .delete("web-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    let terminating = pod_api.get("web-1").await.unwrap();
+    assert!(
+        pods::is_terminating(&terminating),
+        "deleted pod is Terminating, not gone at once"
+    );
+    wait_for(
+        "web-1 recreated and Ready",
+        Duration::from_secs(60),
+        || async {
+            match pod_api.get_opt("web-1").await.unwrap() {
+                Some(pod)
+                    if pod.metadata.uid.as_deref() != Some(old_uid.as_str())
+                        && pods::is_ready(&pod) =>
+                {
+                    Ok(())
+                }
+                Some(pod) => Err(format!(
+                    "uid {:?} ready {}",
+                    pod.metadata.uid,
+                    pods::is_ready(&pod)
+                )),
+                None => Err("absent".into()),
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn localstack_metric_alarm_can_be_set_to_alarm_and_read_back() {
+    let cluster = Cluster::get();
+    let cloudwatch = cluster.cloudwatch().await;
+    let name = format!("e2e-smoke-{}", std::process::id());
+    cloudwatch
+        .put_metric_alarm()
+        .alarm_name(&name)
+        .namespace("E2E")
+        .metric_name("Errors")
+        .statistic(Statistic::Sum)
+        .period(60)
+        .evaluation_periods(1)
+        .threshold(1.0)
+        .comparison_operator(ComparisonOperator::GreaterThanOrEqualToThreshold)
+        .send()
+        .await
+        .expect("PutMetricAlarm");
+    cloudwatch
+        .set_alarm_state()
+        .alarm_name(&name)
+        .state_value(StateValue::Alarm)
+        .state_reason("e2e")
+        .send()
+        .await
+        .expect("SetAlarmState");
+    let described = cloudwatch
+        .describe_alarms()
+        .alarm_names(&name)
+        .send()
+        .await
+        .expect("DescribeAlarms");
+    let alarm = &described.metric_alarms()[0];
+    assert_eq!(alarm.state_value(), Some(&StateValue::Alarm));
+    cloudwatch
+        .delete_alarms()
+        .alarm_names(&name)
+        .send()
+        .await
+        .expect("DeleteAlarms");
+}
+
+#[derive(Debug, Clone)]
+struct Received {
+    namespace: String,
+    name: String,
+    sub_resource: String,
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn eviction_webhook_receives_admission_reviews_of_real_evictions() {
+    let cluster = Cluster::get();
+    let ns = TestNamespace::create(&cluster, "webhook").await;
+    let client = ns.client.clone();
+
+    // A webhook that records every review and denies with 429 once told to.
+    let received: Arc<Mutex<Vec<Received>>> = Arc::default();
+    let deny = Arc::new(Mutex::new(false));
+    let router = {
+        let (received, deny) = (received.clone(), deny.clone());
+        Router::new().route(
+            "/validate",
+            post(move |Json(review): Json<Value>| {
+                let (received, deny) = (received.clone(), deny.clone());
+                async move {
+                    let request = &review["request"];
+                    received.lock().unwrap().push(Received {
+                        namespace: request["namespace"].as_str().unwrap_or_default().into(),
+                        name: request["name"].as_str().unwrap_or_default().into(),
+                        sub_resource: request["subResource"].as_str().unwrap_or_default().into(),
+                    });
+                    let denied = *deny.lock().unwrap();
+                    let mut response = json!({"uid": request["uid"], "allowed": !denied});
+                    if denied {
+                        response["status"] = json!({"code": 429, "reason": "TooManyRequests", "message": "e2e says no"});
+                    }
+                    Json(json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}))
+                }
+            }),
+        )
+    };
+    let server = TlsServer::start(router).await;
+
+    let config_name = ns.name.clone();
+    let webhook: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": config_name},
+        "webhooks": [{
+            "name": "eviction.e2e.zonecontrol.k8s.aws",
+            "clientConfig": {"url": server.url("/validate"), "caBundle": k8s_openapi::ByteString(server.ca_pem.clone().into_bytes())},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods/eviction"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+        }],
+    }))
+    .unwrap();
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    configs
+        .create(&PostParams::default(), &webhook)
+        .await
+        .unwrap();
+    let _cleanup = DeleteOnDrop {
+        config: cluster.config().await,
+        name: config_name.clone(),
+    };
+
+    let sets: Api<StatefulSet> = ns.api();
+    let pod_api: Api<Pod> = ns.api();
+    sets.create(&PostParams::default(), &statefulset("evictee", 2))
+        .await
+        .unwrap();
+    wait_for("2 Ready pods", Duration::from_secs(60), || async {
+        let n = ready_pods(&pod_api, "evictee").await.len();
+        if n == 2 {
+            Ok(())
+        } else {
+            Err(format!("{n} ready"))
+        }
+    })
+    .await;
+
+    // The configuration takes effect asynchronously in the API server: poll until a real
+    // eviction reaches the server.
+    *deny.lock().unwrap() = true;
+    let error = wait_for(
+        "an eviction denied by the webhook",
+        Duration::from_secs(30),
+        || async {
+            match pod_api.evict("evictee-0", &EvictParams::default()).await {
+                Err(kube::Error::Api(status)) if status.code == 429 => Ok(status),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(error.message.contains("e2e says no"), "{}", error.message);
+    let seen = received.lock().unwrap().clone();
+    let review = seen
+        .iter()
+        .find(|r| r.name == "evictee-0")
+        .expect("the webhook saw the eviction");
+    assert_eq!(
+        (review.namespace.as_str(), review.sub_resource.as_str()),
+        (ns.name.as_str(), "eviction")
+    );
+    assert!(
+        !pods::is_terminating(&pod_api.get("evictee-0").await.unwrap()),
+        "a denied eviction deletes nothing"
+    );
+
+    // Allowed: the pod is evicted for real.
+    *deny.lock().unwrap() = false;
+    pod_api
+        .evict("evictee-1", &EvictParams::default())
+        .await
+        .expect("allowed eviction");
+    assert!(
+        received
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.name == "evictee-1")
+    );
+}
+
+struct DeleteOnDrop {
+    config: kube::Config,
+    name: String,
+}
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        e2e::cluster::cleanup_blocking(self.config.clone(), |client| async move {
+            let api: Api<ValidatingWebhookConfiguration> = Api::all(client);
+            let _ = api.delete(&name, &DeleteParams::default()).await;
+        });
+    }
+}
