@@ -11,6 +11,8 @@ CARGO ?= cargo
 E2E_FILTER ?=
 # E2E_THREADS bounds parallel e2e tests: they share one small control plane on 2 cores.
 E2E_THREADS ?= 2
+# PERF=<substring> runs only the matching e2e/perf/*.sh measurements.
+PERF ?=
 
 .PHONY: help
 help: ## List the targets
@@ -72,6 +74,11 @@ run: install ## Local zonal cluster with the CRDs installed (README quick start)
 e2e: cluster-up ## End-to-end tests against the local zonal cluster (E2E_FILTER=substring)
 	$(CARGO) build --workspace --bins
 	$(CARGO) test -p e2e -- --ignored --test-threads=$(E2E_THREADS) $(E2E_FILTER)
+
+.PHONY: perf
+perf: cluster-up ## Long measurements from e2e/perf/ (not in CI; PERF=substring selects)
+	$(CARGO) build --release --workspace --bins
+	bash e2e/perf/run.sh $(PERF)
 
 .PHONY: e2e-kind
 e2e-kind: ## The same e2e tests against a kind cluster (needs a Docker engine)
