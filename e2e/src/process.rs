@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub struct ControllerProcess {
     pub name: String,
@@ -10,8 +11,15 @@ pub struct ControllerProcess {
     child: Child,
 }
 
-/// The directory cargo writes binaries to (respects `CARGO_TARGET_DIR`).
+/// Distinguishes the log files of several processes of one binary in one test run.
+static STARTED: AtomicUsize = AtomicUsize::new(0);
+
+/// The directory the controller binaries are taken from: `E2E_BIN_DIR` when set (the perf
+/// scripts point it at release builds), else cargo's debug output (respects `CARGO_TARGET_DIR`).
 pub fn target_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("E2E_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
     if let Ok(dir) = std::env::var("CARGO_TARGET_DIR") {
         return PathBuf::from(dir).join("debug");
     }
@@ -22,7 +30,11 @@ impl ControllerProcess {
     /// Starts `binary` (from the target dir) with `args` and `env`, logging to a temp file.
     pub fn start(binary: &str, args: &[&str], env: &[(&str, String)]) -> ControllerProcess {
         let path = target_dir().join(binary);
-        let log = std::env::temp_dir().join(format!("e2e-{binary}-{}.log", std::process::id()));
+        let log = std::env::temp_dir().join(format!(
+            "e2e-{binary}-{}-{}.log",
+            std::process::id(),
+            STARTED.fetch_add(1, Ordering::Relaxed)
+        ));
         let out = std::fs::File::create(&log).expect("controller log file");
         let err = out.try_clone().expect("controller log file");
         let child = Command::new(&path)
