@@ -83,3 +83,5 @@ perf: cluster-up ## Long measurements from e2e/perf/ (not in CI; PERF=substring 
 .PHONY: e2e-kind
 e2e-kind: ## The same e2e tests against a kind cluster (needs a Docker engine)
 	bash e2e/kind.sh $(E2E_FILTER)
+
+include mk/deploy.mk

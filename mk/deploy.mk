@@ -1,0 +1,2 @@
+# Install on a cluster: images, kustomize manifests, deploy/undeploy, CRD install/uninstall.
+# Included from the Makefile.
