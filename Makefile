@@ -62,12 +62,12 @@ cluster-up: ## Build (cached) and start the local zonal cluster; reuses a runnin
 cluster-down: ## Stop exactly the processes cluster-up started
 	bash e2e/cluster/down.sh
 
-.PHONY: install
-install: cluster-up ## Apply the CRDs to the local zonal cluster
+.PHONY: local-crds
+local-crds: cluster-up ## Apply the CRDs to the local zonal cluster
 	source e2e/.cluster/env && kubectl apply --server-side -k config/crd
 
 .PHONY: run
-run: install ## Local zonal cluster with the CRDs installed (README quick start)
+run: local-crds ## Local zonal cluster with the CRDs installed (README quick start)
 	@echo "Cluster ready. Use it with:  source e2e/.cluster/env && kubectl get nodes -L topology.kubernetes.io/zone"
 
 .PHONY: e2e
