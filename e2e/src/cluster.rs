@@ -58,9 +58,13 @@ impl Cluster {
     pub async fn config(&self) -> Config {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
             .unwrap_or_else(|e| panic!("reading {}: {e}", self.kubeconfig.display()));
-        Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
-            .expect("kubeconfig")
+            .expect("kubeconfig");
+        // Tests assert on 429s (denied evictions); kube's retry layer would resend them for
+        // minutes before reporting.
+        config.default_retry = false;
+        config
     }
 
     pub async fn client(&self) -> Client {

@@ -67,7 +67,7 @@ pub async fn connect(
         context: context.map(str::to_owned),
         ..KubeConfigOptions::default()
     };
-    let config = match (kubeconfig, context) {
+    let mut config = match (kubeconfig, context) {
         (Some(paths), _) => {
             let merged = read_kubeconfigs(paths)?;
             Config::from_custom_kubeconfig(merged, &options)
@@ -86,6 +86,10 @@ pub async fn connect(
         })?,
         (None, None) => Config::infer().await.map_err(ClientError::Infer)?,
     };
+    // kube's default retry layer resends 429 with backoff for minutes. A 429 is an answer the
+    // controllers act on (an eviction denied by a disruption budget shrinks the batch), and
+    // their own requeues already retry transient errors.
+    config.default_retry = false;
     Client::try_from(config).map_err(ClientError::Build)
 }
 
