@@ -1,5 +1,7 @@
-//! An HTTPS server on 127.0.0.1 for webhook tests: a throw-away CA, a serving certificate for
-//! 127.0.0.1 signed by it, and an axum router behind rustls.
+//! An HTTPS server for webhook tests: a throw-away CA, a serving certificate signed by it, and an
+//! axum router behind rustls. It serves on 127.0.0.1, where the local zonal cluster's API server
+//! runs; against a cluster whose API server runs elsewhere (kind), `E2E_WEBHOOK_HOST` names the
+//! address at which the API server reaches this machine.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,6 +20,12 @@ pub struct TlsServer {
     /// PEM of the CA that signed the serving certificate: the webhook's `caBundle`.
     pub ca_pem: String,
     task: JoinHandle<()>,
+    host: String,
+}
+
+/// The address at which the cluster's API server reaches webhook servers run by the tests.
+pub fn webhook_host() -> String {
+    std::env::var("E2E_WEBHOOK_HOST").unwrap_or_else(|_| "127.0.0.1".to_string())
 }
 
 impl TlsServer {
@@ -31,8 +39,12 @@ impl TlsServer {
         let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
         let issuer = Issuer::new(ca_params, ca_key);
         let key = KeyPair::generate().expect("serving key");
-        let params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-            .expect("serving params");
+        let host = webhook_host();
+        let mut names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+        if !names.contains(&host) {
+            names.push(host.clone());
+        }
+        let params = CertificateParams::new(names).expect("serving params");
         let cert = params
             .signed_by(&key, &issuer)
             .expect("serving certificate");
@@ -45,9 +57,14 @@ impl TlsServer {
             )
             .expect("rustls server config");
         let acceptor = TlsAcceptor::from(Arc::new(config));
-        let listener = TcpListener::bind("127.0.0.1:0")
+        let bind = if host == "127.0.0.1" {
+            "127.0.0.1:0"
+        } else {
+            "0.0.0.0:0"
+        };
+        let listener = TcpListener::bind(bind)
             .await
-            .expect("bind 127.0.0.1");
+            .expect("bind the webhook port");
         let addr = listener.local_addr().expect("local addr");
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -64,6 +81,7 @@ impl TlsServer {
             }
         });
         TlsServer {
+            host,
             addr,
             ca_pem: ca_cert.pem(),
             task,
@@ -71,7 +89,7 @@ impl TlsServer {
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("https://{}{path}", self.addr)
+        format!("https://{}:{}{path}", self.host, self.addr.port())
     }
 }
 
