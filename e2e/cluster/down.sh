@@ -4,8 +4,8 @@ set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 
 [ -d "$PIDS" ] || { echo "cluster-down: nothing running"; exit 0; }
-# Reverse start order: clients of the API server first, etcd last.
-for name in localstack kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+# Reverse start order: the controllers of `make run` and other API clients first, etcd last.
+for name in zau-controller zdb-controller localstack kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
     pid_file="$PIDS/$name.pid"
     [ -f "$pid_file" ] || continue
     pid="$(cat "$pid_file")"
