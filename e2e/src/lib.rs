@@ -10,6 +10,7 @@
 
 pub mod audit;
 pub mod cluster;
+pub mod identity;
 pub mod namespace;
 pub mod pods;
 pub mod process;

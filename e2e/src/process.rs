@@ -5,10 +5,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::identity::ServiceAccountIdentity;
+
 pub struct ControllerProcess {
     pub name: String,
     pub log: PathBuf,
     child: Child,
+    /// With `E2E_AS_SERVICE_ACCOUNT=1`: the ServiceAccount the process authenticates as (dropped
+    /// after the process is killed).
+    pub identity: Option<ServiceAccountIdentity>,
 }
 
 /// Distinguishes the log files of several processes of one binary in one test run.
@@ -29,6 +34,27 @@ pub fn target_dir() -> PathBuf {
 impl ControllerProcess {
     /// Starts `binary` (from the target dir) with `args` and `env`, logging to a temp file.
     pub fn start(binary: &str, args: &[&str], env: &[(&str, String)]) -> ControllerProcess {
+        let identity = ServiceAccountIdentity::for_process(binary, args, env);
+        Self::start_as(binary, args, env, identity)
+    }
+
+    /// Starts `binary` authenticated as `identity` (its kubeconfig replaces any `--kubeconfig`,
+    /// `--kube-context` and `KUBECONFIG` of the test), or as the test's admin when `None`.
+    pub fn start_as(
+        binary: &str,
+        args: &[&str],
+        env: &[(&str, String)],
+        identity: Option<ServiceAccountIdentity>,
+    ) -> ControllerProcess {
+        let (args, env) = match &identity {
+            Some(identity) => with_kubeconfig(args, env, &identity.kubeconfig),
+            None => (
+                args.iter().map(|a| (*a).to_string()).collect(),
+                env.iter()
+                    .map(|(k, v)| ((*k).to_string(), v.clone()))
+                    .collect(),
+            ),
+        };
         let path = target_dir().join(binary);
         let log = std::env::temp_dir().join(format!(
             "e2e-{binary}-{}-{}.log",
@@ -38,8 +64,8 @@ impl ControllerProcess {
         let out = std::fs::File::create(&log).expect("controller log file");
         let err = out.try_clone().expect("controller log file");
         let child = Command::new(&path)
-            .args(args)
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .args(&args)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
             .spawn()
@@ -53,12 +79,38 @@ impl ControllerProcess {
             name: binary.to_string(),
             log,
             child,
+            identity,
         }
     }
 
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+}
+
+/// `args`/`env` with the test's cluster credentials replaced by `kubeconfig`.
+fn with_kubeconfig(
+    args: &[&str],
+    env: &[(&str, String)],
+    kubeconfig: &Path,
+) -> (Vec<String>, Vec<(String, String)>) {
+    let mut out = Vec::new();
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        if *arg == "--kubeconfig" || *arg == "--kube-context" {
+            iter.next();
+        } else if !arg.starts_with("--kubeconfig=") && !arg.starts_with("--kube-context=") {
+            out.push((*arg).to_string());
+        }
+    }
+    out.push("--kubeconfig".to_string());
+    out.push(kubeconfig.display().to_string());
+    let env = env
+        .iter()
+        .filter(|(k, _)| *k != "KUBECONFIG" && *k != "KUBE_CONTEXT")
+        .map(|(k, v)| ((*k).to_string(), v.clone()))
+        .collect();
+    (out, env)
 }
 
 impl Drop for ControllerProcess {
