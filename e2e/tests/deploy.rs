@@ -770,3 +770,160 @@ async fn deploy_rbac_zau_without_eviction_grant_cannot_evict() {
     // Everything else the role grants still works for it: listing pods.
     assert!(as_crippled.list(&ListParams::default()).await.is_ok());
 }
+
+/// `status` of a zonecontrol object, or an error naming what is missing.
+async fn status_of(api: &Api<DynamicObject>, name: &str) -> Result<Value, String> {
+    let object = api.get(name).await.map_err(|e| e.to_string())?;
+    object
+        .data
+        .get("status")
+        .cloned()
+        .ok_or_else(|| "no status yet".to_string())
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn deploy_samples_reach_their_status_zau_zdb() {
+    let cluster = Cluster::get();
+    let ns = TestNamespace::create(&cluster, "deploy-samples").await;
+    let client = ns.client.clone();
+    let mut command = identity::kubectl(&cluster);
+    command.args(["apply", "--server-side", "-n", &ns.name, "-k"]);
+    command.arg(repo_root().join("config/samples"));
+    identity::run(command, None);
+
+    // The controllers, as their ServiceAccounts with the shipped RBAC.
+    let aws = cluster.var("AWS_ENDPOINT_URL").unwrap_or_default();
+    let zau_args = [
+        "--leader-elect=false",
+        "--listen-address",
+        "127.0.0.1:0",
+        "--lease-namespace",
+        ns.name.as_str(),
+    ];
+    let zdb_args = [
+        "--leader-elect=false",
+        "--listen-address",
+        "127.0.0.1:0",
+        "--webhook-address",
+        "127.0.0.1:0",
+        "--lease-namespace",
+        ns.name.as_str(),
+    ];
+    let env = [
+        ("AWS_ENDPOINT_URL", aws),
+        ("AWS_REGION", "us-east-1".to_string()),
+        ("AWS_ACCESS_KEY_ID", "test".to_string()),
+        ("AWS_SECRET_ACCESS_KEY", "test".to_string()),
+    ];
+    let zau_identity = ServiceAccountIdentity::create(
+        &cluster,
+        "zau-controller",
+        &ns.name,
+        &zau_args,
+        &env,
+        |_| {},
+    );
+    let zdb_identity = ServiceAccountIdentity::create(
+        &cluster,
+        "zdb-controller",
+        &ns.name,
+        &zdb_args,
+        &env,
+        |_| {},
+    );
+    let _zau = e2e::process::ControllerProcess::start_as(
+        "zau-controller",
+        &zau_args,
+        &env,
+        Some(zau_identity),
+    );
+    let _zdb = e2e::process::ControllerProcess::start_as(
+        "zdb-controller",
+        &zdb_args,
+        &env,
+        Some(zdb_identity),
+    );
+
+    let zdbs = dynamic_api(
+        &client,
+        "zonecontrol.k8s.aws/v1",
+        "ZoneDisruptionBudget",
+        Some(&ns.name),
+    )
+    .await;
+    let per_zone = json!({"zone-a": 2, "zone-b": 2, "zone-c": 2});
+    wait_for(
+        "the sample ZDB's per-zone status",
+        Duration::from_secs(90),
+        || async {
+            let status = status_of(&zdbs, "web").await?;
+            if status["expectedPods"] == per_zone
+                && status["currentHealthy"] == per_zone
+                && status["disruptionsAllowed"] == json!({"zone-a": 1, "zone-b": 1, "zone-c": 1})
+            {
+                Ok(())
+            } else {
+                Err(status.to_string())
+            }
+        },
+    )
+    .await;
+
+    // A new revision of the sample StatefulSet is rolled out zone by zone to completion.
+    let sets = dynamic_api(&client, "apps/v1", "StatefulSet", Some(&ns.name)).await;
+    let patch =
+        json!({"spec": {"template": {"metadata": {"annotations": {"sample/revision": "2"}}}}});
+    sets.patch(
+        "web",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+    let zaus = dynamic_api(
+        &client,
+        "zonecontrol.k8s.aws/v1",
+        "ZoneAwareUpdate",
+        Some(&ns.name),
+    )
+    .await;
+    let pod_api: Api<Pod> = ns.api();
+    wait_for(
+        "the sample ZAU rolled every pod",
+        Duration::from_secs(180),
+        || async {
+            let status = status_of(&zaus, "web").await?;
+            let update = status["updateRevision"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let complete = status["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Complete" && c["status"] == "True")
+            });
+            let pods = pod_api
+                .list(&ListParams::default().labels("app=web"))
+                .await
+                .map_err(|e| e.to_string())?;
+            let updated = pods
+                .items
+                .iter()
+                .filter(|p| {
+                    pods::is_ready(p)
+                        && p.metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get("controller-revision-hash"))
+                            == Some(&update)
+                })
+                .count();
+            if complete && updated == 6 && status["currentRevision"] == status["updateRevision"] {
+                Ok(())
+            } else {
+                Err(format!("updated {updated}/6, status {status}"))
+            }
+        },
+    )
+    .await;
+}
