@@ -179,18 +179,15 @@ pub fn render_rbac(
         .arg(&dir);
     let yaml = run(command, None);
     let _ = std::fs::remove_dir_all(&dir);
-    yaml_to_json(cluster, &yaml)
+    yaml_to_json(&yaml)
 }
 
-/// YAML documents to JSON objects, through kubectl (the e2e crate has no YAML parser).
-pub fn yaml_to_json(cluster: &Cluster, yaml: &str) -> Vec<Value> {
-    let mut command = kubectl(cluster);
-    command.args(["create", "--dry-run=client", "-o", "json", "-f", "-"]);
-    let json = run(command, Some(yaml.as_bytes()));
-    // One JSON document per object, concatenated.
-    serde_json::Deserializer::from_str(&json)
-        .into_iter::<Value>()
-        .map(|value| value.expect("kubectl JSON"))
+/// The objects of a multi-document YAML stream (kustomize output) as JSON values.
+pub fn yaml_to_json(yaml: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    serde_norway::Deserializer::from_str(yaml)
+        .map(|document| Value::deserialize(document).expect("YAML document"))
+        .filter(|value| !value.is_null())
         .collect()
 }
 

@@ -207,7 +207,7 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
     let mut guard = Undeploy(&cluster, vars, false);
 
     let rendered = make(&cluster, "manifests", &vars);
-    let objects = identity::yaml_to_json(&cluster, &rendered);
+    let objects = identity::yaml_to_json(&rendered);
     let ids = identities(&objects);
     let kinds: Vec<&str> = ids.iter().map(|(_, k, _, _)| k.as_str()).collect();
     for kind in [
@@ -926,4 +926,72 @@ async fn deploy_samples_reach_their_status_zau_zdb() {
         },
     )
     .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn deploy_cert_manager_component_renders_for_the_namespace() {
+    let cluster = Cluster::get();
+    let ns = TestNamespace::create(&cluster, "deploy-certmanager").await;
+    let rendered = make(
+        &cluster,
+        "manifests",
+        &[("NAMESPACE", &ns.name), ("IMG", IMG), ("CERT_MANAGER", "1")],
+    );
+    let objects = identity::yaml_to_json(&rendered);
+    let find = |kind: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind}"))
+    };
+    let certificate = find("Certificate");
+    assert_eq!(certificate["metadata"]["namespace"], ns.name.as_str());
+    assert_eq!(
+        certificate["spec"]["dnsNames"][0],
+        format!("zdb-webhook.{}.svc", ns.name)
+    );
+    assert_eq!(find("Issuer")["metadata"]["namespace"], ns.name.as_str());
+    let webhook = find("ValidatingWebhookConfiguration");
+    assert_eq!(
+        webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        format!("{}/zdb-webhook", ns.name)
+    );
+    let zdb = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "zdb-controller")
+        .unwrap();
+    let container = &zdb["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(!args.contains(&"--self-signed"), "{args:?}");
+    assert!(args.windows(2).any(|w| w == ["--cert-dir", "/etc/zdb/tls"]));
+    assert_eq!(
+        container["volumeMounts"][0]["mountPath"],
+        json!("/etc/zdb/tls")
+    );
+
+    // Everything but cert-manager's own kinds (cert-manager is not installed here) is accepted
+    // by the API server.
+    let accepted: Vec<Value> = objects
+        .into_iter()
+        .filter(|o| {
+            !o["apiVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("cert-manager.io/")
+        })
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": accepted});
+    let mut command = identity::kubectl(&cluster);
+    command.args(["apply", "--server-side", "--dry-run=server", "-f", "-"]);
+    let output = identity::run(command, Some(list.to_string().as_bytes()));
+    assert!(
+        output.contains("validatingwebhookconfiguration.admissionregistration.k8s.io/zone-aware-eviction-webhook serverside-applied (server dry run)"),
+        "{output}"
+    );
 }
