@@ -1,10 +1,31 @@
-//! The ZoneAwareUpdate controller. Not implemented yet: the planning and budget
-//! logic it will run is in `zone-topology`, the CRD types in `zone-api`, the runtime in
-//! `zone-operator`. Until then the binary refuses to start, so a deployment never mistakes it for
-//! a working controller.
+//! The ZoneAwareUpdate controller: rolls OnDelete StatefulSets zone by zone in exponentially
+//! growing batches, through the Eviction API, pausing while a CloudWatch alarm fires.
+#![forbid(unsafe_code)]
+
+mod alarm;
+mod cli;
+mod controller;
+mod metrics;
+mod pods;
+mod reconcile;
+mod removal;
+mod status;
+mod watches;
+
 use std::process::ExitCode;
 
-fn main() -> ExitCode {
-    eprintln!("zau-controller: not implemented yet");
-    ExitCode::from(2)
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = cli::Args::parse();
+    let runtime = match zone_operator::Runtime::start("zau-controller", &args.runtime).await {
+        Ok(runtime) => runtime,
+        Err(error) => return zone_operator::report_exit(&error),
+    };
+    let controller = controller::run(runtime.clone_parts(), args);
+    match runtime.run(controller).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => zone_operator::report_exit(&error),
+    }
 }

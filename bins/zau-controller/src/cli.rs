@@ -1,0 +1,132 @@
+//! Command-line flags of the ZoneAwareUpdate controller (the shared runtime flags are flattened in).
+
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use zone_operator::RuntimeArgs;
+use zone_operator::duration::parse_duration;
+
+/// How an old-revision pod is removed so the StatefulSet controller recreates it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PodRemoval {
+    /// POST pods/eviction: PodDisruptionBudgets and ZoneDisruptionBudgets apply to the rollout;
+    /// an eviction refused with 429 (budget exhausted) ends the batch and the controller waits.
+    Evict,
+    /// DELETE the pod, as the Go controller did: no disruption budget is consulted.
+    Delete,
+}
+
+/// Rolls OnDelete StatefulSets zone by zone for ZoneAwareUpdate objects
+/// (zonecontrol.k8s.aws/v1): old-revision pods are removed in batches of 1, 2, 4, ... up to
+/// maxUnavailable, one zone at a time, pausing while a CloudWatch alarm is in ALARM.
+#[derive(Debug, Parser)]
+#[command(name = "zau-controller", version)]
+pub struct Args {
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+
+    /// While a rollout has old-revision pods left, how often its pauseRolloutAlarm is read
+    /// (CloudWatch DescribeAlarms) and the rollout re-examined. Nothing else is polled: pods,
+    /// StatefulSets and ZoneAwareUpdates are watched.
+    #[arg(long, env = "ALARM_POLL_INTERVAL", default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    pub alarm_poll_interval: Duration,
+
+    /// How pods are removed: `evict` (Eviction API; disruption budgets apply, a strict
+    /// PodDisruptionBudget throttles the rollout) or `delete` (the Go controller's behaviour,
+    /// bypassing every budget; needs the pods/delete permission).
+    #[arg(long, env = "POD_REMOVAL", value_enum, default_value_t = PodRemoval::Evict)]
+    pub pod_removal: PodRemoval,
+
+    /// Node label that names a node's zone; a pod's zone is this label of its node.
+    #[arg(
+        long,
+        env = "ZONE_LABEL",
+        default_value = zone_topology::ZONE_LABEL,
+        value_name = "KEY"
+    )]
+    pub zone_label: String,
+
+    /// CloudWatch endpoint URL, e.g. http://127.0.0.1:4566 for LocalStack. When unset the AWS SDK
+    /// uses AWS_ENDPOINT_URL or the regional endpoint. Region and credentials always come from
+    /// the standard AWS chain (AWS_REGION, IRSA / Pod Identity, profiles, instance metadata).
+    #[arg(long, env = "CLOUDWATCH_ENDPOINT", value_name = "URL")]
+    pub cloudwatch_endpoint: Option<String>,
+
+    /// Field manager name for the ZoneAwareUpdate status written by server-side apply.
+    #[arg(
+        long,
+        env = "FIELD_MANAGER",
+        default_value = "zau-controller",
+        value_name = "NAME"
+    )]
+    pub field_manager: String,
+
+    /// Only handle ZoneAwareUpdates (and watch StatefulSets and pods) in this namespace. Default:
+    /// every namespace.
+    #[arg(long, env = "WATCH_NAMESPACE", value_name = "NAMESPACE")]
+    pub watch_namespace: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn flags_parse_with_their_documented_defaults() {
+        let args = Args::try_parse_from([
+            "zau-controller",
+            "--alarm-poll-interval",
+            "15s",
+            "--pod-removal",
+            "evict",
+            "--zone-label",
+            zone_topology::ZONE_LABEL,
+            "--field-manager",
+            "zau-controller",
+        ])
+        .unwrap();
+        assert_eq!(args.alarm_poll_interval, Duration::from_secs(15));
+        assert_eq!(args.pod_removal, PodRemoval::Evict);
+        assert_eq!(args.zone_label, "topology.kubernetes.io/zone");
+        assert_eq!(args.field_manager, "zau-controller");
+    }
+
+    #[test]
+    fn every_flag_is_settable() {
+        let args = Args::try_parse_from([
+            "zau-controller",
+            "--alarm-poll-interval",
+            "500ms",
+            "--pod-removal",
+            "delete",
+            "--zone-label",
+            "example.com/rack",
+            "--cloudwatch-endpoint",
+            "http://127.0.0.1:4566",
+            "--watch-namespace",
+            "apps",
+        ])
+        .unwrap();
+        assert_eq!(args.alarm_poll_interval, Duration::from_millis(500));
+        assert_eq!(args.pod_removal, PodRemoval::Delete);
+        assert_eq!(args.zone_label, "example.com/rack");
+        assert_eq!(
+            args.cloudwatch_endpoint.as_deref(),
+            Some("http://127.0.0.1:4566")
+        );
+        assert_eq!(args.watch_namespace.as_deref(), Some("apps"));
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        assert!(Args::try_parse_from(["zau-controller", "--alarm-poll-interval", "15"]).is_err());
+        assert!(Args::try_parse_from(["zau-controller", "--pod-removal", "kill"]).is_err());
+    }
+
+    #[test]
+    fn help_is_consistent() {
+        Args::command().debug_assert();
+    }
+}

@@ -1,0 +1,172 @@
+//! Rollout metrics, labelled by ZoneAwareUpdate namespace and name (bounded: one series per CR,
+//! and per zone for old replicas). Reconcile duration and errors are the runtime's shared metrics.
+
+use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use zone_api::ZoneAwareUpdateStatus;
+
+const PREFIX: &str = "zone_aware_zau";
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("cannot create or register metric {metric}")]
+    Register {
+        metric: &'static str,
+        #[source]
+        source: prometheus::Error,
+    },
+}
+
+#[derive(Clone)]
+pub struct ZauMetrics {
+    step: IntGaugeVec,
+    deleted: IntGaugeVec,
+    removed_total: IntCounterVec,
+    old_replicas: IntGaugeVec,
+    paused: IntGaugeVec,
+}
+
+fn gauge(
+    registry: &Registry,
+    name: &'static str,
+    help: &str,
+    labels: &[&str],
+) -> Result<IntGaugeVec, MetricsError> {
+    let register = |source| MetricsError::Register {
+        metric: name,
+        source,
+    };
+    let gauge =
+        IntGaugeVec::new(Opts::new(name, help).namespace(PREFIX), labels).map_err(register)?;
+    registry
+        .register(Box::new(gauge.clone()))
+        .map_err(register)?;
+    Ok(gauge)
+}
+
+impl ZauMetrics {
+    pub fn register(registry: &Registry) -> Result<Self, MetricsError> {
+        let object = ["namespace", "name"];
+        let removed_total = IntCounterVec::new(
+            Opts::new(
+                "removed_pods_total",
+                "Old-revision pods removed (evicted or deleted) by rollouts.",
+            )
+            .namespace(PREFIX),
+            &object,
+        )
+        .map_err(|source| MetricsError::Register {
+            metric: "removed_pods_total",
+            source,
+        })?;
+        registry
+            .register(Box::new(removed_total.clone()))
+            .map_err(|source| MetricsError::Register {
+                metric: "removed_pods_total",
+                source,
+            })?;
+        Ok(Self {
+            step: gauge(
+                registry,
+                "update_step",
+                "Batches removed so far in the current rollout (sizes the next batch).",
+                &object,
+            )?,
+            deleted: gauge(
+                registry,
+                "deleted_replicas",
+                "Pods removed by the last batch.",
+                &object,
+            )?,
+            removed_total,
+            old_replicas: gauge(
+                registry,
+                "old_replicas",
+                "Old-revision pods per zone.",
+                &["namespace", "name", "zone"],
+            )?,
+            paused: gauge(
+                registry,
+                "paused",
+                "1 while the rollout is paused by its alarm (firing, missing or unreadable).",
+                &object,
+            )?,
+        })
+    }
+
+    /// Publishes the status of one ZoneAwareUpdate.
+    pub fn observe(&self, namespace: &str, name: &str, status: &ZoneAwareUpdateStatus) {
+        let object = [namespace, name];
+        self.step
+            .with_label_values(&object)
+            .set(i64::from(status.update_step));
+        self.deleted
+            .with_label_values(&object)
+            .set(i64::from(status.deleted_replicas));
+        self.paused
+            .with_label_values(&object)
+            .set(i64::from(status.paused_rollout));
+        for (zone, old) in &status.old_replicas {
+            self.old_replicas
+                .with_label_values(&[namespace, name, zone.as_str()])
+                .set(i64::from(*old));
+        }
+    }
+
+    pub fn removed(&self, namespace: &str, name: &str, pods: usize) {
+        self.removed_total
+            .with_label_values(&[namespace, name])
+            .inc_by(u64::try_from(pods).unwrap_or(u64::MAX));
+    }
+
+    /// Drops the series of a deleted ZoneAwareUpdate.
+    pub fn forget(&self, namespace: &str, name: &str, zones: &[String]) {
+        let object = [namespace, name];
+        let _ = self.step.remove_label_values(&object);
+        let _ = self.deleted.remove_label_values(&object);
+        let _ = self.paused.remove_label_values(&object);
+        let _ = self.removed_total.remove_label_values(&object);
+        for zone in zones {
+            let _ = self
+                .old_replicas
+                .remove_label_values(&[namespace, name, zone.as_str()]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn status_becomes_series() {
+        let registry = Registry::new();
+        let metrics = ZauMetrics::register(&registry).unwrap();
+        let status = ZoneAwareUpdateStatus {
+            update_step: 3,
+            deleted_replicas: 4,
+            paused_rollout: true,
+            old_replicas: BTreeMap::from([("zone-a".to_string(), 2), ("zone-b".to_string(), 4)]),
+            ..ZoneAwareUpdateStatus::default()
+        };
+        metrics.observe("apps", "web", &status);
+        metrics.removed("apps", "web", 4);
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        assert!(text.contains(r#"zone_aware_zau_update_step{name="web",namespace="apps"} 3"#));
+        assert!(text.contains(r#"zone_aware_zau_paused{name="web",namespace="apps"} 1"#));
+        assert!(text.contains(
+            r#"zone_aware_zau_old_replicas{name="web",namespace="apps",zone="zone-b"} 4"#
+        ));
+        assert!(
+            text.contains(r#"zone_aware_zau_removed_pods_total{name="web",namespace="apps"} 4"#)
+        );
+        metrics.forget("apps", "web", &["zone-a".to_string(), "zone-b".to_string()]);
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        assert!(!text.contains(r#"namespace="apps""#));
+    }
+}
