@@ -58,9 +58,13 @@ pub fn install_crypto_provider() {
 /// Connects with, in order: the given kubeconfig path(s) and optional context; the default
 /// kubeconfig with the given context; kube's inference (`$KUBECONFIG` or `~/.kube/config`, else
 /// the in-cluster service account).
+///
+/// `user_agent` names the process in the API server's audit log (e.g.
+/// `zau-controller/0.1.0 (pod-name)`), so an operator can tell which replica removed a pod.
 pub async fn connect(
     kubeconfig: Option<&Path>,
     context: Option<&str>,
+    user_agent: Option<&str>,
 ) -> Result<Client, ClientError> {
     install_crypto_provider();
     let options = KubeConfigOptions {
@@ -90,6 +94,13 @@ pub async fn connect(
     // controllers act on (an eviction denied by a disruption budget shrinks the batch), and
     // their own requeues already retry transient errors.
     config.default_retry = false;
+    if let Some(agent) = user_agent
+        && let Ok(value) = axum::http::HeaderValue::from_str(agent)
+    {
+        config
+            .headers
+            .push((axum::http::header::USER_AGENT, value));
+    }
     Client::try_from(config).map_err(ClientError::Build)
 }
 
@@ -150,14 +161,14 @@ mod tests {
         let b = write_kubeconfig(&dir, "b.yaml", "beta", "https://127.0.0.1:7443");
         let list = std::env::join_paths([&a, &b]).unwrap();
 
-        let first = connect(Some(Path::new(&list)), None).await.unwrap();
+        let first = connect(Some(Path::new(&list)), None, None).await.unwrap();
         assert_eq!(
             first.default_namespace(),
             "ns-alpha",
             "first file's current-context wins"
         );
 
-        let second = connect(Some(Path::new(&list)), Some("beta")).await.unwrap();
+        let second = connect(Some(Path::new(&list)), Some("beta"), None).await.unwrap();
         assert_eq!(second.default_namespace(), "ns-beta");
         std::fs::remove_dir_all(dir).unwrap();
     }
@@ -167,12 +178,12 @@ mod tests {
         let dir = temp_dir("missing");
         let missing = dir.join("nope.yaml");
         assert!(matches!(
-            connect(Some(&missing), None).await,
+            connect(Some(&missing), None, None).await,
             Err(ClientError::ReadKubeconfig { .. })
         ));
         let a = write_kubeconfig(&dir, "a.yaml", "alpha", "https://127.0.0.1:6443");
         assert!(matches!(
-            connect(Some(&a), Some("gamma")).await,
+            connect(Some(&a), Some("gamma"), None).await,
             Err(ClientError::UseKubeconfig { .. })
         ));
         std::fs::remove_dir_all(dir).unwrap();

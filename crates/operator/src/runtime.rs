@@ -109,9 +109,14 @@ impl Runtime {
     pub async fn start(controller: &str, args: &RuntimeArgs) -> Result<Self, RuntimeError> {
         telemetry::init(args.log_format, &args.log_level).map_err(RuntimeError::Telemetry)?;
         let identity = args.resolve_identity().map_err(RuntimeError::Identity)?;
-        let client = client::connect(args.kubeconfig.as_deref(), args.kube_context.as_deref())
-            .await
-            .map_err(RuntimeError::Client)?;
+        let agent = format!("{controller}/{} ({identity})", env!("CARGO_PKG_VERSION"));
+        let client = client::connect(
+            args.kubeconfig.as_deref(),
+            args.kube_context.as_deref(),
+            Some(&agent),
+        )
+        .await
+        .map_err(RuntimeError::Client)?;
         let shutdown = Shutdown::new();
         // The handler task lives for the whole process; its handle is not needed.
         let _signals = shutdown
