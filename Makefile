@@ -74,7 +74,7 @@ run: local-crds ## Local zonal cluster with the CRDs installed (README quick sta
 	@echo "Cluster ready. Use it with:  source e2e/.cluster/env && kubectl get nodes -L topology.kubernetes.io/zone"
 
 .PHONY: e2e
-e2e: cluster-up ## End-to-end tests against the local zonal cluster (E2E_FILTER=substring)
+e2e: local-crds ## End-to-end tests against the local zonal cluster (E2E_FILTER=substring)
 	$(CARGO) build --workspace --bins
 	$(CARGO) test -p e2e -- --ignored --test-threads=$(E2E_THREADS) $(E2E_FILTER) $(addprefix --skip ,$(E2E_SKIP))
 

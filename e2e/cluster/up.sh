@@ -241,6 +241,8 @@ export E2E_AUDIT_LOG="$LOGS/audit.log"
 export E2E_LOGS="$LOGS"
 export E2E_KWOK_READY_DELAY_MS="$READY_DELAY_MS"
 export AWS_ENDPOINT_URL="http://127.0.0.1:$LS_PORT"
+# Tests that stop and restart CloudWatch run their own LocalStack with this interpreter.
+export E2E_LOCALSTACK_PYTHON="$LOCALSTACK_VENV/bin/python"
 export AWS_ACCESS_KEY_ID=test
 export AWS_SECRET_ACCESS_KEY=test
 export AWS_REGION=us-east-1

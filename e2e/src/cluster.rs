@@ -86,20 +86,27 @@ impl Cluster {
 
     /// A CloudWatch client for LocalStack with the test credentials.
     pub async fn cloudwatch(&self) -> aws_sdk_cloudwatch::Client {
-        let credentials =
-            aws_sdk_cloudwatch::config::Credentials::new("test", "test", None, None, "e2e");
-        let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(aws_config::Region::new("us-east-1"))
-            .credentials_provider(credentials)
-            .endpoint_url(self.aws_endpoint())
-            .load()
-            .await;
-        aws_sdk_cloudwatch::Client::new(&config)
+        cloudwatch_at(&self.aws_endpoint()).await
     }
 
     /// The API server's audit log, if this is the local zonal cluster.
     pub fn audit_log(&self) -> Option<PathBuf> {
         self.var("E2E_AUDIT_LOG").map(PathBuf::from)
+    }
+}
+
+/// A CloudWatch client for the LocalStack at `endpoint`, with the test credentials.
+pub async fn cloudwatch_at(endpoint: &str) -> aws_sdk_cloudwatch::Client {
+    {
+        let credentials =
+            aws_sdk_cloudwatch::config::Credentials::new("test", "test", None, None, "e2e");
+        let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(credentials)
+            .endpoint_url(endpoint)
+            .load()
+            .await;
+        aws_sdk_cloudwatch::Client::new(&config)
     }
 }
 

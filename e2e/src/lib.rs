@@ -11,6 +11,7 @@
 pub mod audit;
 pub mod cluster;
 pub mod identity;
+pub mod localstack;
 pub mod namespace;
 pub mod pods;
 pub mod process;

@@ -1,0 +1,120 @@
+//! A LocalStack of a test's own (CloudWatch only), for tests that stop and restart CloudWatch
+//! without disturbing the cluster's shared instance. Uses the interpreter `cluster-up` installed
+//! (`E2E_LOCALSTACK_PYTHON`).
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::{Cluster, wait_for};
+
+pub struct LocalStack {
+    pub port: u16,
+    dir: PathBuf,
+    python: String,
+    child: Option<Child>,
+}
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free local port")
+}
+
+impl LocalStack {
+    /// Starts LocalStack on a free port and waits until CloudWatch answers.
+    pub async fn start(cluster: &Cluster) -> LocalStack {
+        let python = cluster
+            .var("E2E_LOCALSTACK_PYTHON")
+            .expect("E2E_LOCALSTACK_PYTHON: run `make cluster-up` (it installs LocalStack)");
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("e2e-localstack-{}-{port}", std::process::id()));
+        let mut localstack = LocalStack {
+            port,
+            dir,
+            python,
+            child: None,
+        };
+        localstack.restart().await;
+        localstack
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the process: CloudWatch on this port stops answering (state is lost, as on a real
+    /// LocalStack restart).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the process again on the same port and waits for CloudWatch.
+    pub async fn restart(&mut self) {
+        self.stop();
+        std::fs::create_dir_all(&self.dir).expect("LocalStack state dir");
+        let log = std::fs::File::create(self.dir.join("localstack.log")).expect("LocalStack log");
+        let child = Command::new(&self.python)
+            .args(["-m", "localstack.runtime.main"])
+            .env("GATEWAY_LISTEN", format!("127.0.0.1:{}", self.port))
+            .env("SERVICES", "cloudwatch")
+            .env("RUNTIME_COMPONENTS", "aws")
+            .env("LOCALSTACK_VOLUME_DIR", self.dir.join("volume"))
+            .env("DISABLE_EVENTS", "1")
+            .env("SKIP_SSL_CERT_DOWNLOAD", "1")
+            .stdout(Stdio::from(log.try_clone().expect("LocalStack log")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("starting LocalStack");
+        self.child = Some(child);
+        let url = format!("{}/_localstack/health", self.endpoint());
+        wait_for("LocalStack CloudWatch", Duration::from_secs(120), || {
+            let url = url.clone();
+            async move {
+                let health = health(&url).await;
+                if health.contains("\"cloudwatch\": \"available\"")
+                    || health.contains("\"cloudwatch\":\"available\"")
+                    || health.contains("\"cloudwatch\": \"running\"")
+                    || health.contains("\"cloudwatch\":\"running\"")
+                {
+                    Ok(())
+                } else {
+                    Err(health)
+                }
+            }
+        })
+        .await;
+    }
+}
+
+/// GET over plain HTTP/1.1 (no client dependency for one health check).
+async fn health(url: &str) -> String {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return String::new();
+    };
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let Ok(mut stream) = tokio::net::TcpStream::connect(host).await else {
+        return "not listening".to_string();
+    };
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request = format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return String::new();
+    }
+    let mut body = String::new();
+    let _ = stream.read_to_string(&mut body).await;
+    body
+}
+
+impl Drop for LocalStack {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
