@@ -773,30 +773,41 @@ async fn complete(
     if current != Some(update_revision.as_str()) && !zau.spec.dry_run {
         let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &namespace);
         // Fresh read (the cache holds a stripped copy); the resourceVersion it carries makes the
-        // replace fail with 409 rather than overwrite a newer status.
-        let mut fresh =
-            api.get_status(&name)
-                .await
-                .map_err(|source| ReconcileError::ReadStatefulSet {
-                    namespace: namespace.clone(),
-                    name: name.clone(),
-                    source,
-                })?;
-        let fresh_update = fresh
-            .status
-            .as_ref()
-            .and_then(|s| s.update_revision.clone());
-        if fresh_update.as_deref() == Some(update_revision.as_str())
-            && let Some(status) = fresh.status.as_mut()
-        {
+        // replace fail with 409 rather than overwrite a newer status. The StatefulSet controller
+        // writes this status often, so a conflict is re-read and retried a few times at once.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut fresh =
+                api.get_status(&name)
+                    .await
+                    .map_err(|source| ReconcileError::ReadStatefulSet {
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                        source,
+                    })?;
+            let fresh_update = fresh
+                .status
+                .as_ref()
+                .and_then(|s| s.update_revision.clone());
+            let Some(status) = fresh.status.as_mut() else {
+                break;
+            };
+            if fresh_update.as_deref() != Some(update_revision.as_str()) {
+                break;
+            }
             status.current_revision = Some(update_revision.clone());
-            api.replace_status(&name, &PostParams::default(), &fresh)
-                .await
-                .map_err(|source| ReconcileError::CompleteStatefulSet {
-                    namespace: namespace.clone(),
-                    name: name.clone(),
-                    source,
-                })?;
+            match api.replace_status(&name, &PostParams::default(), &fresh).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(response)) if response.code == 409 && attempt < 5 => {}
+                Err(source) => {
+                    return Err(ReconcileError::CompleteStatefulSet {
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                        source,
+                    });
+                }
+            }
         }
         next.current_revision.clone_from(&update_revision);
     }
