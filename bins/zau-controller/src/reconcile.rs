@@ -15,6 +15,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use zone_api::zau::condition;
 use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus};
 use zone_operator::{ControllerMetrics, EventPublisher, LeaderError, LeaderHandle};
+use zone_topology::Zone;
 use zone_topology::rollout::{self, Batch, Plan, RolloutInput};
 
 use crate::alarm::{AlarmChecker, AlarmState};
@@ -393,11 +394,13 @@ async fn decide(
         }
     }
 
+    let last_zone = previous.current_zone.as_deref().map(zone_from_status);
     let input = RolloutInput {
         replicas,
         update_revision: &update_revision,
         last_update_revision: Some(previous.update_revision.as_str()).filter(|r| !r.is_empty()),
         step: u32::try_from(previous.update_step).unwrap_or(0),
+        last_zone: last_zone.as_ref(),
         max_unavailable,
         exponential_factor: valid.exponential_factor,
         pods: &planned,
@@ -797,7 +800,10 @@ async fn complete(
                 break;
             }
             status.current_revision = Some(update_revision.clone());
-            match api.replace_status(&name, &PostParams::default(), &fresh).await {
+            match api
+                .replace_status(&name, &PostParams::default(), &fresh)
+                .await
+            {
                 Ok(_) => break,
                 Err(kube::Error::Api(response)) if response.code == 409 && attempt < 5 => {}
                 Err(source) => {
@@ -857,4 +863,13 @@ pub fn error_policy(
     };
     tracing::warn!(zau = %zau.name_any(), namespace = ?zau.namespace(), error = %error, causes = ?causes, "reconcile failed");
     Action::requeue(ERROR_RETRY)
+}
+
+/// A zone as the status records it (`Zone`'s display form).
+fn zone_from_status(name: &str) -> Zone {
+    if name == Zone::Unknown.to_string() {
+        Zone::Unknown
+    } else {
+        Zone::known(name)
+    }
 }

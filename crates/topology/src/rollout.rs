@@ -39,6 +39,10 @@ pub struct RolloutInput<'a> {
     pub last_update_revision: Option<&'a str>,
     /// `status.updateStep` of the ZoneAwareUpdate.
     pub step: u32,
+    /// `status.currentZone` of the ZoneAwareUpdate: a zone started (for instance because its
+    /// old pods were down) is finished before the next one, as long as the update revision is
+    /// the same.
+    pub last_zone: Option<&'a Zone>,
     /// Resolved `maxUnavailable` (see [`resolve_max_unavailable`]).
     pub max_unavailable: u32,
     /// Parsed `exponentialFactor` (see [`parse_exponential_factor`]).
@@ -170,21 +174,26 @@ pub fn batch_size(factor: f64, step: u32, max_unavailable: u32) -> u32 {
 
 /// Plans the next step of the rollout.
 pub fn plan(input: &RolloutInput<'_>) -> (Progress, Plan) {
-    let step = match input.last_update_revision {
-        Some(last) if last == input.update_revision => input.step,
-        // A new rollout, or a rollback: start slowly again.
-        _ => 0,
-    };
+    let same_revision = input.last_update_revision == Some(input.update_revision);
+    // A new rollout, or a rollback: start slowly again.
+    let step = if same_revision { input.step } else { 0 };
     let is_old = |pod: &RolloutPod| pod.revision != input.update_revision;
 
     let mut old_replicas: BTreeMap<Zone, u32> = BTreeMap::new();
     for pod in input.pods {
         *old_replicas.entry(pod.zone.clone()).or_default() += u32::from(is_old(pod));
     }
-    let first_old_zone = old_replicas
-        .iter()
-        .find(|(_, count)| **count > 0)
-        .map(|(zone, _)| zone.clone());
+    // The zone in progress is finished first; otherwise zones go in ascending order.
+    let started_zone = input
+        .last_zone
+        .filter(|zone| same_revision && old_replicas.get(*zone).is_some_and(|n| *n > 0))
+        .cloned();
+    let first_old_zone = started_zone.or_else(|| {
+        old_replicas
+            .iter()
+            .find(|(_, count)| **count > 0)
+            .map(|(zone, _)| zone.clone())
+    });
     let mut progress = Progress {
         old_replicas,
         current_zone: first_old_zone,

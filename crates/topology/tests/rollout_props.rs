@@ -80,6 +80,7 @@ proptest! {
         let replicas = u32::try_from(pods.len()).unwrap();
         let mut step = 0;
         let mut last_revision: Option<&str> = None;
+        let mut last_zone: Option<Zone> = None;
         let mut coin = s.coins.iter().cycle();
         let mut done = false;
         for _ in 0..MAX_ITERATIONS {
@@ -90,12 +91,14 @@ proptest! {
                 update_revision: NEW,
                 last_update_revision: last_revision,
                 step,
+                last_zone: last_zone.as_ref(),
                 max_unavailable: s.max_unavailable,
                 exponential_factor: s.factor,
                 pods: &present,
             });
             last_revision = Some(NEW);
             step = progress.step;
+            last_zone = progress.current_zone.clone();
             match next {
                 Plan::Complete => {
                     prop_assert!(pods.iter().all(|p| !p.gone && p.pod.ready && p.pod.revision == NEW));

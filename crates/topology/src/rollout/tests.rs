@@ -39,6 +39,7 @@ fn input(pods: &[RolloutPod], step: u32, max_unavailable: u32, factor: f64) -> R
         update_revision: NEW,
         last_update_revision: Some(NEW),
         step,
+        last_zone: None,
         max_unavailable,
         exponential_factor: factor,
         pods,
@@ -184,6 +185,36 @@ fn unavailable_old_pods_in_one_later_zone_make_that_zone_go_first() {
         batch.next_step, 0,
         "no available pod removed, the step does not advance"
     );
+}
+
+#[test]
+fn a_started_zone_is_finished_before_the_first_one() {
+    // web-0 of zone-3 was down and has been replaced: zone-3 carries on, zone-1 waits.
+    let mut pods = seed_pods();
+    pods[0].revision = NEW.into();
+    let zone_3 = Zone::known("zone-3");
+    let mut started = input(&pods, 0, 4, 2.0);
+    started.last_zone = Some(&zone_3);
+    let (progress, plan) = plan(&started);
+    assert_eq!(progress.current_zone, Some(zone_3.clone()));
+    assert!(
+        matches!(&plan, Plan::Remove(batch) if batch.zone == zone_3 && batch.pods == ["web-25"]),
+        "{plan:?}"
+    );
+
+    // A new update revision starts over from the first zone.
+    started.last_update_revision = Some(OLD);
+    let (progress, _) = super::plan(&started);
+    assert_eq!(progress.current_zone, Some(Zone::known("zone-1")));
+
+    // So does a started zone with nothing old left.
+    for pod in pods.iter_mut().filter(|pod| pod.zone == zone_3) {
+        pod.revision = NEW.into();
+    }
+    let mut done = input(&pods, 0, 4, 2.0);
+    done.last_zone = Some(&zone_3);
+    let (progress, _) = super::plan(&done);
+    assert_eq!(progress.current_zone, Some(Zone::known("zone-1")));
 }
 
 #[test]
