@@ -31,7 +31,8 @@ impl LocalStack {
             .var("E2E_LOCALSTACK_PYTHON")
             .expect("E2E_LOCALSTACK_PYTHON: run `make cluster-up` (it installs LocalStack)");
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!("e2e-localstack-{}-{port}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("e2e-localstack-{}-{port}", std::process::id()));
         let mut localstack = LocalStack {
             port,
             dir,

@@ -97,9 +97,7 @@ pub async fn connect(
     if let Some(agent) = user_agent
         && let Ok(value) = axum::http::HeaderValue::from_str(agent)
     {
-        config
-            .headers
-            .push((axum::http::header::USER_AGENT, value));
+        config.headers.push((axum::http::header::USER_AGENT, value));
     }
     Client::try_from(config).map_err(ClientError::Build)
 }
@@ -168,7 +166,9 @@ mod tests {
             "first file's current-context wins"
         );
 
-        let second = connect(Some(Path::new(&list)), Some("beta"), None).await.unwrap();
+        let second = connect(Some(Path::new(&list)), Some("beta"), None)
+            .await
+            .unwrap();
         assert_eq!(second.default_namespace(), "ns-beta");
         std::fs::remove_dir_all(dir).unwrap();
     }
