@@ -1,10 +1,37 @@
-//! The ZoneDisruptionBudget controller and eviction webhook. Not implemented yet: the planning and budget
-//! logic it will run is in `zone-topology`, the CRD types in `zone-api`, the runtime in
-//! `zone-operator`. Until then the binary refuses to start, so a deployment never mistakes it for
-//! a working controller.
+//! The ZoneDisruptionBudget controller and eviction webhook: keeps each budget's per-zone status
+//! (leader only) and judges every eviction of a selected pod against it (every replica).
+#![forbid(unsafe_code)]
+
+mod cli;
+mod controller;
+mod expected;
+mod metrics;
+mod pods;
+mod reconcile;
+mod status;
+mod view;
+
 use std::process::ExitCode;
 
-fn main() -> ExitCode {
-    eprintln!("zdb-controller: not implemented yet");
-    ExitCode::from(2)
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = cli::Args::parse();
+    // One process-wide rustls provider (the one kube is built with), before any TLS is set up.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let runtime = match zone_operator::Runtime::start("zdb-controller", &args.runtime).await {
+        Ok(runtime) => runtime,
+        Err(error) => return zone_operator::report_exit(&error),
+    };
+    let parts = runtime.clone_parts();
+    let zdb_metrics = match metrics::ZdbMetrics::register(&parts.registry) {
+        Ok(metrics) => metrics,
+        Err(error) => return zone_operator::report_exit(&error),
+    };
+    let controller = controller::run(parts, args, zdb_metrics);
+    match runtime.run(controller).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => zone_operator::report_exit(&error),
+    }
 }

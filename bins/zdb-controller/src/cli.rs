@@ -1,0 +1,149 @@
+//! Command-line flags of the ZoneDisruptionBudget controller and eviction webhook (the shared
+//! runtime flags are flattened in).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use zone_operator::RuntimeArgs;
+use zone_operator::duration::parse_duration;
+
+/// Keeps the status of ZoneDisruptionBudgets (zonecontrol.k8s.aws/v1) and serves the validating
+/// webhook that judges pod evictions against them: many evictions in one zone, none in any other
+/// zone meanwhile. The status controller runs on the leader only; the webhook serves on every
+/// replica.
+#[derive(Debug, Parser)]
+#[command(name = "zdb-controller", version)]
+pub struct Args {
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+
+    /// Address of the HTTPS server answering AdmissionReviews at /validate-eviction.
+    #[arg(
+        long,
+        env = "WEBHOOK_ADDRESS",
+        default_value = "0.0.0.0:9443",
+        value_name = "HOST:PORT"
+    )]
+    pub webhook_address: SocketAddr,
+
+    /// Serve a certificate kept in the Secret --tls-secret-name: the first replica creates a CA
+    /// and a serving certificate there, every replica serves from it, and the caBundle of
+    /// --webhook-config-name is patched from it. Without this flag the certificate is read from
+    /// --cert-dir (e.g. mounted from a cert-manager Secret) and reloaded when it changes.
+    #[arg(long, env = "SELF_SIGNED", default_value_t = false)]
+    pub self_signed: bool,
+
+    /// Secret holding the self-signed CA and serving certificate (--self-signed).
+    #[arg(
+        long,
+        env = "TLS_SECRET_NAME",
+        default_value = "zdb-webhook-tls",
+        value_name = "NAME"
+    )]
+    pub tls_secret_name: String,
+
+    /// Namespace of --tls-secret-name (default: the namespace of the kubeconfig context or of
+    /// the pod's service account).
+    #[arg(long, env = "TLS_SECRET_NAMESPACE", value_name = "NAMESPACE")]
+    pub tls_secret_namespace: Option<String>,
+
+    /// Service in front of the webhook: the self-signed certificate is valid for
+    /// <service>.<namespace>.svc (and .svc.cluster.local, 127.0.0.1, localhost).
+    #[arg(
+        long,
+        env = "SERVICE_NAME",
+        default_value = "zdb-webhook",
+        value_name = "NAME"
+    )]
+    pub service_name: String,
+
+    /// Namespace of --service-name (default: as --tls-secret-namespace).
+    #[arg(long, env = "SERVICE_NAMESPACE", value_name = "NAMESPACE")]
+    pub service_namespace: Option<String>,
+
+    /// ValidatingWebhookConfiguration whose caBundle is kept equal to the self-signed CA.
+    #[arg(
+        long,
+        env = "WEBHOOK_CONFIG_NAME",
+        default_value = "zone-aware-eviction-webhook",
+        value_name = "NAME"
+    )]
+    pub webhook_config_name: String,
+
+    /// Directory with tls.crt and tls.key (without --self-signed). Re-read every few seconds, so
+    /// a rotated Secret (a `..data` symlink swap) is served without a restart.
+    #[arg(
+        long,
+        env = "CERT_DIR",
+        default_value = "/tmp/k8s-webhook-server/serving-certs",
+        value_name = "DIR"
+    )]
+    pub cert_dir: PathBuf,
+
+    /// Node label that names a node's zone; a pod's zone is this label of its node.
+    #[arg(
+        long,
+        env = "ZONE_LABEL",
+        default_value = zone_topology::ZONE_LABEL,
+        value_name = "KEY"
+    )]
+    pub zone_label: String,
+
+    /// How long the webhook keeps re-reading the budget after write conflicts (another replica
+    /// or the controller wrote it first) before answering 429; well below the webhook's
+    /// timeoutSeconds.
+    #[arg(long, env = "DECISION_DEADLINE", default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
+    pub decision_deadline: Duration,
+
+    /// Only handle ZoneDisruptionBudgets (and watch pods) in this namespace. Default: every
+    /// namespace.
+    #[arg(long, env = "WATCH_NAMESPACE", value_name = "NAMESPACE")]
+    pub watch_namespace: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn deployment_flags_parse() {
+        let args = Args::try_parse_from([
+            "zdb-controller",
+            "--webhook-address",
+            "0.0.0.0:9443",
+            "--self-signed",
+            "--tls-secret-name",
+            "zdb-webhook-tls",
+            "--tls-secret-namespace",
+            "zone-aware-system",
+            "--service-name",
+            "zdb-webhook",
+            "--service-namespace",
+            "zone-aware-system",
+            "--webhook-config-name",
+            "zone-aware-eviction-webhook",
+            "--cert-dir",
+            "/certs",
+            "--decision-deadline",
+            "2s",
+        ])
+        .unwrap();
+        assert!(args.self_signed);
+        assert_eq!(args.webhook_address, "0.0.0.0:9443".parse().unwrap());
+        assert_eq!(
+            args.tls_secret_namespace.as_deref(),
+            Some("zone-aware-system")
+        );
+        assert_eq!(args.cert_dir, PathBuf::from("/certs"));
+        assert_eq!(args.decision_deadline, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn help_is_consistent() {
+        Args::command().debug_assert();
+    }
+}

@@ -1,0 +1,202 @@
+//! Budget and webhook metrics. Labels stay bounded: a decision's `reason` is one of a fixed set,
+//! budgets are labelled by namespace/name (one series per CR and zone), never by pod.
+
+use prometheus::{
+    Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry, core::Collector,
+};
+use zone_api::ZoneDisruptionBudgetStatus;
+
+const PREFIX: &str = "zone_aware_zdb";
+
+/// An admission round-trip is one or two GETs and maybe a status write: milliseconds normally;
+/// anything near the webhook's timeout (5 s) becomes a failed eviction.
+const LATENCY_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0];
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("cannot create or register metric {metric}")]
+    Register {
+        metric: &'static str,
+        #[source]
+        source: prometheus::Error,
+    },
+}
+
+/// Why the webhook answered as it did (the `reason` label).
+pub mod reason {
+    pub const NO_BUDGET: &str = "NoBudget";
+    pub const POD_NOT_FOUND: &str = "PodNotFound";
+    pub const POD_UNAVAILABLE: &str = "PodUnavailable";
+    pub const ALREADY_RECORDED: &str = "AlreadyRecorded";
+    pub const RECORDED: &str = "Recorded";
+    pub const DRY_RUN: &str = "DryRun";
+    pub const SHADOW: &str = "ShadowMode";
+    pub const INVALID_BUDGET: &str = "InvalidBudget";
+    pub const OVERLAPPING_BUDGETS: &str = "OverlappingBudgets";
+    pub const NOT_OBSERVED: &str = "StatusNotObserved";
+    pub const OTHER_ZONE_DISRUPTED: &str = "OtherZoneDisrupted";
+    pub const ZONE_BUDGET_EXHAUSTED: &str = "ZoneBudgetExhausted";
+    pub const CONFLICTS: &str = "TooManyConflicts";
+    pub const API_ERROR: &str = "ApiError";
+    pub const NOT_AN_EVICTION: &str = "NotAnEviction";
+}
+
+#[derive(Clone)]
+pub struct ZdbMetrics {
+    decisions: IntCounterVec,
+    latency: Histogram,
+    allowed: IntGaugeVec,
+    shadow_denials: IntCounterVec,
+}
+
+fn register<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    metric: &'static str,
+    collector: Result<C, prometheus::Error>,
+) -> Result<C, MetricsError> {
+    let error = |source| MetricsError::Register { metric, source };
+    let collector = collector.map_err(error)?;
+    registry
+        .register(Box::new(collector.clone()))
+        .map_err(error)?;
+    Ok(collector)
+}
+
+impl ZdbMetrics {
+    pub fn register(registry: &Registry) -> Result<Self, MetricsError> {
+        Ok(Self {
+            decisions: register(
+                registry,
+                "webhook_decisions_total",
+                IntCounterVec::new(
+                    Opts::new(
+                        "webhook_decisions_total",
+                        "Eviction admission decisions, by result (allowed, denied) and reason.",
+                    )
+                    .namespace(PREFIX),
+                    &["result", "reason"],
+                ),
+            )?,
+            latency: register(
+                registry,
+                "webhook_duration_seconds",
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "webhook_duration_seconds",
+                        "Time to answer one eviction AdmissionReview.",
+                    )
+                    .namespace(PREFIX)
+                    .buckets(LATENCY_BUCKETS.to_vec()),
+                ),
+            )?,
+            allowed: register(
+                registry,
+                "disruptions_allowed",
+                IntGaugeVec::new(
+                    Opts::new(
+                        "disruptions_allowed",
+                        "Evictions a ZoneDisruptionBudget allows now, per zone.",
+                    )
+                    .namespace(PREFIX),
+                    &["namespace", "name", "zone"],
+                ),
+            )?,
+            shadow_denials: register(
+                registry,
+                "shadow_denials_total",
+                IntCounterVec::new(
+                    Opts::new(
+                        "shadow_denials_total",
+                        "Evictions allowed only because the budget is in shadow mode (spec.dryRun).",
+                    )
+                    .namespace(PREFIX),
+                    &["namespace", "name"],
+                ),
+            )?,
+        })
+    }
+
+    pub fn decision(&self, allowed: bool, reason: &str) {
+        let result = if allowed { "allowed" } else { "denied" };
+        self.decisions.with_label_values(&[result, reason]).inc();
+    }
+
+    pub fn latency(&self) -> &Histogram {
+        &self.latency
+    }
+
+    pub fn shadow_denial(&self, namespace: &str, name: &str) {
+        self.shadow_denials
+            .with_label_values(&[namespace, name])
+            .inc();
+    }
+
+    /// Publishes one budget's disruptionsAllowed; zones no longer present lose their series.
+    pub fn observe(
+        &self,
+        namespace: &str,
+        name: &str,
+        previous: Option<&ZoneDisruptionBudgetStatus>,
+        status: &ZoneDisruptionBudgetStatus,
+    ) {
+        if let Some(previous) = previous {
+            for zone in previous.disruptions_allowed.keys() {
+                if !status.disruptions_allowed.contains_key(zone) {
+                    let _ = self.allowed.remove_label_values(&[namespace, name, zone]);
+                }
+            }
+        }
+        for (zone, allowed) in &status.disruptions_allowed {
+            self.allowed
+                .with_label_values(&[namespace, name, zone])
+                .set(i64::from(*allowed));
+        }
+    }
+
+    /// Drops the series of a deleted budget.
+    pub fn forget(&self, namespace: &str, name: &str, zones: &[String]) {
+        for zone in zones {
+            let _ = self.allowed.remove_label_values(&[namespace, name, zone]);
+        }
+        let _ = self.shadow_denials.remove_label_values(&[namespace, name]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn decisions_and_budgets_become_series() {
+        let registry = Registry::new();
+        let metrics = ZdbMetrics::register(&registry).unwrap();
+        metrics.decision(false, reason::ZONE_BUDGET_EXHAUSTED);
+        metrics.decision(true, reason::RECORDED);
+        metrics.latency().observe(0.01);
+        let status = ZoneDisruptionBudgetStatus {
+            disruptions_allowed: BTreeMap::from([("zone-a".into(), 2), ("zone-b".into(), 0)]),
+            ..Default::default()
+        };
+        metrics.observe("apps", "web", None, &status);
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        assert!(text.contains(
+            r#"zone_aware_zdb_webhook_decisions_total{reason="ZoneBudgetExhausted",result="denied"} 1"#
+        ));
+        assert!(text.contains(
+            r#"zone_aware_zdb_disruptions_allowed{name="web",namespace="apps",zone="zone-a"} 2"#
+        ));
+        let shrunk = ZoneDisruptionBudgetStatus {
+            disruptions_allowed: BTreeMap::from([("zone-a".into(), 1)]),
+            ..Default::default()
+        };
+        metrics.observe("apps", "web", Some(&status), &shrunk);
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        assert!(!text.contains(r#"zone="zone-b""#));
+    }
+}

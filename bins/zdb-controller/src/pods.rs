@@ -1,0 +1,160 @@
+//! What the controller and the webhook read of pods and nodes: the pod's zone, whether it is
+//! healthy, and the budget's view of it.
+
+use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, PodStatus};
+use kube::ResourceExt;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
+use zone_topology::Zone;
+use zone_topology::budget::{BudgetPod, PodCondition};
+
+/// Drops what the controller never reads of a cached pod (labels stay: selectors match them).
+pub fn strip_pod(pod: &mut Pod) {
+    let meta = &mut pod.metadata;
+    meta.annotations = None;
+    meta.managed_fields = None;
+    meta.finalizers = None;
+    pod.spec = pod.spec.take().map(|spec| PodSpec {
+        node_name: spec.node_name,
+        ..PodSpec::default()
+    });
+    pod.status = pod.status.take().map(|status| PodStatus {
+        phase: status.phase,
+        conditions: status.conditions.map(|conditions| {
+            conditions
+                .into_iter()
+                .filter(|c| c.type_ == "Ready")
+                .collect()
+        }),
+        ..PodStatus::default()
+    });
+}
+
+/// Keeps only the zone label of a node.
+pub fn strip_node(node: &mut PartialObjectMeta<Node>, zone_label: &str) {
+    let meta = &mut node.metadata;
+    meta.annotations = None;
+    meta.managed_fields = None;
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.retain(|key, _| key == zone_label);
+    }
+}
+
+/// The zone of the node the pod is bound to, from the node cache.
+pub fn zone_of(pod: &Pod, nodes: &Store<PartialObjectMeta<Node>>, zone_label: &str) -> Zone {
+    let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+        return Zone::Unknown;
+    };
+    nodes
+        .get(&ObjectRef::new(node_name))
+        .map_or(Zone::Unknown, |node| {
+            Zone::from_label(
+                node.metadata.labels.as_ref().unwrap_or(&Default::default()),
+                zone_label,
+            )
+        })
+}
+
+/// How much availability evicting the pod would remove.
+pub fn condition(pod: &Pod) -> PodCondition {
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending");
+    match phase {
+        "Succeeded" | "Failed" => return PodCondition::Terminal,
+        "Pending" => return PodCondition::Pending,
+        _ => {}
+    }
+    // A terminating pod is already on its way out: evicting it again removes nothing.
+    if pod.metadata.deletion_timestamp.is_some() || !is_ready(pod) {
+        return PodCondition::NotReady;
+    }
+    PodCondition::Healthy
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// Creation time in unix milliseconds (0 when unset).
+pub fn created_ms(pod: &Pod) -> i64 {
+    pod.metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(0, |t| t.0.as_millisecond())
+}
+
+/// The budget's view of a pod.
+pub fn budget_pod(pod: &Pod, zone: Zone) -> BudgetPod {
+    BudgetPod {
+        name: pod.name_any(),
+        zone,
+        healthy: condition(pod) == PodCondition::Healthy,
+        created_ms: created_ms(pod),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn pod(phase: &str, ready: &str, deleting: bool) -> Pod {
+        let mut value = json!({
+            "metadata": {"name": "web-0", "namespace": "apps"},
+            "spec": {"containers": [], "nodeName": "node-a"},
+            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": ready}]},
+        });
+        if deleting {
+            value["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn conditions_follow_phase_readiness_and_deletion() {
+        assert_eq!(
+            condition(&pod("Running", "True", false)),
+            PodCondition::Healthy
+        );
+        assert_eq!(
+            condition(&pod("Running", "False", false)),
+            PodCondition::NotReady
+        );
+        assert_eq!(
+            condition(&pod("Running", "True", true)),
+            PodCondition::NotReady
+        );
+        assert_eq!(
+            condition(&pod("Pending", "False", false)),
+            PodCondition::Pending
+        );
+        assert_eq!(
+            condition(&pod("Failed", "False", false)),
+            PodCondition::Terminal
+        );
+        assert_eq!(
+            condition(&pod("Succeeded", "True", false)),
+            PodCondition::Terminal
+        );
+    }
+
+    #[test]
+    fn stripping_keeps_what_the_budget_reads() {
+        let mut stripped = pod("Running", "True", false);
+        strip_pod(&mut stripped);
+        assert_eq!(condition(&stripped), PodCondition::Healthy);
+        assert_eq!(
+            stripped.spec.and_then(|s| s.node_name).as_deref(),
+            Some("node-a")
+        );
+    }
+}

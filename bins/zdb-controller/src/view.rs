@@ -1,0 +1,270 @@
+//! The ZoneDisruptionBudget status as the budget math sees it, and back.
+//!
+//! The status is the shared state of the controller and every webhook replica: per-zone counts
+//! (written by the controller from the pods it watches) and the disruptions the webhook recorded.
+//! Both writers keep one invariant: **every recorded pod is already subtracted from
+//! `currentHealthy`** of its zone. The controller computes the counts with the records; the
+//! webhook, when it records, moves the pod from healthy to unhealthy itself. So the webhook can
+//! rebuild the budget from the status alone ([`from_status`]) without double-counting a record
+//! the controller has already seen.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use zone_api::ZoneDisruptionBudgetStatus;
+use zone_topology::budget::{self, Budget, BudgetInput, BudgetPod, Disruption};
+use zone_topology::zone::UNKNOWN_ZONE;
+use zone_topology::{IntOrPercent, Zone};
+
+/// Now, to the second: the API server stores times to the second, and a status compared with
+/// what it read back must not differ in the sub-second part.
+pub fn now_time() -> Time {
+    Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+pub fn time_of_ms(at_ms: i64) -> Time {
+    Time(Timestamp::from_millisecond(at_ms).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+/// The key of a zone in the status maps.
+pub fn zone_key(zone: &Zone) -> String {
+    zone.to_string()
+}
+
+pub fn zone_from_key(key: &str) -> Zone {
+    if key == UNKNOWN_ZONE || key.is_empty() {
+        Zone::Unknown
+    } else {
+        Zone::known(key)
+    }
+}
+
+/// The recorded disruptions of a status.
+pub fn records(status: &ZoneDisruptionBudgetStatus) -> Vec<Disruption> {
+    status
+        .disrupted_pods
+        .iter()
+        .map(|(pod, at)| Disruption {
+            pod: pod.clone(),
+            zone: status
+                .disrupted_pod_zones
+                .get(pod)
+                .map_or(Zone::Unknown, |z| zone_from_key(z)),
+            at_ms: at.0.as_millisecond(),
+        })
+        .collect()
+}
+
+pub fn previous_expected(status: &ZoneDisruptionBudgetStatus) -> BTreeMap<Zone, u32> {
+    status
+        .expected_pods
+        .iter()
+        .map(|(zone, n)| (zone_from_key(zone), u32::try_from(*n).unwrap_or(0)))
+        .collect()
+}
+
+fn count(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// Writes the budget's numbers and the records into the status (conditions and
+/// observedGeneration are the caller's).
+pub fn apply(budget: &Budget, records: &[Disruption], status: &mut ZoneDisruptionBudgetStatus) {
+    let per_zone = |f: &dyn Fn(&budget::ZoneBudget) -> u32| -> BTreeMap<String, i32> {
+        budget
+            .zones
+            .iter()
+            .map(|(zone, b)| (zone_key(zone), count(f(b))))
+            .collect()
+    };
+    status.expected_pods = per_zone(&|b| b.expected);
+    status.current_healthy = per_zone(&|b| b.healthy);
+    status.current_unhealthy = per_zone(&|b| b.unhealthy);
+    status.desired_healthy = per_zone(&|b| b.desired_healthy);
+    status.disruptions_allowed = per_zone(&|b| b.disruptions_allowed);
+    status.disrupted_zones = budget.disrupted_zones().into_iter().map(zone_key).collect();
+    // Keep a record's stored time as it was (it may be finer than a second if another writer
+    // stored it so); only new records get a new time.
+    let previous = std::mem::take(&mut status.disrupted_pods);
+    status.disrupted_pods = records
+        .iter()
+        .map(|r| {
+            let at = previous
+                .get(&r.pod)
+                .filter(|t| t.0.as_millisecond() == r.at_ms)
+                .cloned()
+                .unwrap_or_else(|| time_of_ms(r.at_ms));
+            (r.pod.clone(), at)
+        })
+        .collect();
+    status.disrupted_pod_zones = records
+        .iter()
+        .map(|r| (r.pod.clone(), zone_key(&r.zone)))
+        .collect();
+}
+
+/// Rebuilds the budget from the status alone (see the module comment): per zone, `currentHealthy`
+/// healthy pods, the recorded pods by name, and the rest of `expectedPods` unhealthy.
+pub fn from_status(status: &ZoneDisruptionBudgetStatus, max_unavailable: IntOrPercent) -> Budget {
+    let records = records(status);
+    let previous = previous_expected(status);
+    let mut pods = Vec::new();
+    for (zone_name, healthy) in &status.current_healthy {
+        let zone = zone_from_key(zone_name);
+        for i in 0..u32::try_from(*healthy).unwrap_or(0) {
+            // Not a valid pod name (a pod name has no '#'), so it never collides with a record.
+            pods.push(BudgetPod {
+                name: format!("#healthy#{zone_name}#{i}"),
+                zone: zone.clone(),
+                healthy: true,
+                created_ms: 0,
+            });
+        }
+    }
+    for record in &records {
+        pods.push(BudgetPod {
+            name: record.pod.clone(),
+            zone: record.zone.clone(),
+            healthy: false,
+            created_ms: 0,
+        });
+    }
+    let expected_total = previous
+        .values()
+        .fold(0u32, |sum, n| sum.saturating_add(*n));
+    budget::compute(&BudgetInput {
+        expected_total,
+        pods: &pods,
+        previous_expected: &previous,
+        disruptions: &records,
+        max_unavailable,
+    })
+}
+
+/// Records an allowed eviction of a healthy pod: the record, and the pod moved from healthy to
+/// unhealthy in its zone, with the per-zone numbers recomputed.
+pub fn record(
+    status: &mut ZoneDisruptionBudgetStatus,
+    pod: &str,
+    zone: &Zone,
+    at: Time,
+    max_unavailable: IntOrPercent,
+) {
+    let key = zone_key(zone);
+    status.disrupted_pods.insert(pod.to_string(), at);
+    status
+        .disrupted_pod_zones
+        .insert(pod.to_string(), key.clone());
+    if let Some(healthy) = status.current_healthy.get_mut(&key) {
+        *healthy = (*healthy - 1).max(0);
+    }
+    let budget = from_status(status, max_unavailable);
+    let records = records(status);
+    apply(&budget, &records, status);
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use zone_topology::budget::{Decision, EvictedPod, PodCondition};
+
+    fn healthy_pods(per_zone: &[(&str, u32)]) -> Vec<BudgetPod> {
+        let mut pods = Vec::new();
+        for (zone, n) in per_zone {
+            for i in 0..*n {
+                pods.push(BudgetPod {
+                    name: format!("{zone}-{i}"),
+                    zone: Zone::known(*zone),
+                    healthy: true,
+                    created_ms: 0,
+                });
+            }
+        }
+        pods
+    }
+
+    fn controller_status(pods: &[BudgetPod], records: &[Disruption]) -> ZoneDisruptionBudgetStatus {
+        let budget = budget::compute(&BudgetInput {
+            expected_total: u32::try_from(pods.len()).unwrap(),
+            pods,
+            previous_expected: &BTreeMap::new(),
+            disruptions: records,
+            max_unavailable: IntOrPercent::Int(2),
+        });
+        let mut status = ZoneDisruptionBudgetStatus::default();
+        apply(&budget, records, &mut status);
+        status
+    }
+
+    fn evict(budget: &Budget, pod: &str, zone: &str) -> Decision {
+        budget.decide(&EvictedPod {
+            name: pod,
+            zone: Zone::known(zone),
+            condition: PodCondition::Healthy,
+        })
+    }
+
+    #[test]
+    fn webhook_budget_matches_the_controller_budget() {
+        let pods = healthy_pods(&[("zone-a", 3), ("zone-b", 3), ("zone-c", 3)]);
+        let status = controller_status(&pods, &[]);
+        assert_eq!(status.disruptions_allowed["zone-a"], 2);
+        let rebuilt = from_status(&status, IntOrPercent::Int(2));
+        assert_eq!(rebuilt.zones[&Zone::known("zone-a")].disruptions_allowed, 2);
+        assert_eq!(rebuilt.zones[&Zone::known("zone-a")].expected, 3);
+    }
+
+    #[test]
+    fn records_are_counted_once_whoever_computed_them() {
+        let pods = healthy_pods(&[("zone-a", 3), ("zone-b", 3), ("zone-c", 3)]);
+        let mut status = controller_status(&pods, &[]);
+        let max = IntOrPercent::Int(2);
+
+        // The webhook records two evictions in zone-a; the third is denied.
+        record(
+            &mut status,
+            "zone-a-0",
+            &Zone::known("zone-a"),
+            time_of_ms(1000),
+            max,
+        );
+        assert!(matches!(
+            evict(&from_status(&status, max), "zone-a-1", "zone-a"),
+            Decision::Allow { record: true, .. }
+        ));
+        record(
+            &mut status,
+            "zone-a-1",
+            &Zone::known("zone-a"),
+            time_of_ms(2000),
+            max,
+        );
+        let after_two = from_status(&status, max);
+        assert!(matches!(
+            evict(&after_two, "zone-a-2", "zone-a"),
+            Decision::Deny(_)
+        ));
+        assert!(matches!(
+            evict(&after_two, "zone-b-0", "zone-b"),
+            Decision::Deny(_)
+        ));
+        assert_eq!(status.current_healthy["zone-a"], 1);
+        assert_eq!(status.current_unhealthy["zone-a"], 2);
+        assert_eq!(status.disrupted_zones, vec!["zone-a".to_string()]);
+
+        // The controller then computes from the pods and the same records: same numbers.
+        let recomputed = controller_status(&pods, &records(&status));
+        assert_eq!(recomputed.current_healthy, status.current_healthy);
+        assert_eq!(recomputed.current_unhealthy, status.current_unhealthy);
+        assert_eq!(recomputed.disruptions_allowed, status.disruptions_allowed);
+        assert_eq!(recomputed.disrupted_pods, status.disrupted_pods);
+    }
+
+    #[test]
+    fn unknown_zone_round_trips() {
+        assert_eq!(zone_from_key(&zone_key(&Zone::Unknown)), Zone::Unknown);
+        assert_eq!(zone_from_key("zone-a"), Zone::known("zone-a"));
+    }
+}
