@@ -9,7 +9,9 @@ mod metrics;
 mod pods;
 mod reconcile;
 mod status;
+mod tls;
 mod view;
+mod webhook;
 
 use std::process::ExitCode;
 
@@ -29,8 +31,16 @@ async fn main() -> ExitCode {
         Ok(metrics) => metrics,
         Err(error) => return zone_operator::report_exit(&error),
     };
+    // The webhook serves on every replica, standby or leader: evictions must be judged while
+    // the status controller waits for the Lease.
+    let webhook = match webhook::start(&parts, &args, zdb_metrics.clone()).await {
+        Ok((task, _)) => task,
+        Err(error) => return zone_operator::report_exit(&error),
+    };
     let controller = controller::run(parts, args, zdb_metrics);
-    match runtime.run(controller).await {
+    let outcome = runtime.run(controller).await;
+    webhook.abort();
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => zone_operator::report_exit(&error),
     }

@@ -1,0 +1,361 @@
+//! Judging one eviction. Linearizable across replicas: the decision is made from the budget
+//! object and the pod, both read fresh, and an allowed eviction is recorded by a PUT of the
+//! budget's status carrying the resourceVersion that was read. Two replicas deciding at once
+//! cannot both succeed; the loser re-reads, sees the winner's record and decides again.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::ListParams;
+use kube::core::{PartialObjectMeta, Selector, SelectorExt};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, Resource, ResourceExt};
+use zone_api::ZoneDisruptionBudget;
+use zone_operator::EventPublisher;
+use zone_topology::budget::{Decision, Denial, EvictedPod, PodCondition, ZoneBudget};
+
+use crate::metrics::{ZdbMetrics, reason};
+use crate::webhook::admission::Eviction;
+use crate::{pods, status, view};
+
+/// Pause between attempts after a write conflict: long enough for the winner's write to be
+/// readable, short enough for many attempts inside the deadline.
+const CONFLICT_BACKOFF: Duration = Duration::from_millis(20);
+
+/// The answer to one eviction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub allowed: bool,
+    /// Metric label (bounded, see `metrics::reason`).
+    pub reason: &'static str,
+    /// The denial message, or a warning for an allowed eviction.
+    pub message: Option<String>,
+}
+
+fn allowed(reason: &'static str) -> Verdict {
+    Verdict {
+        allowed: true,
+        reason,
+        message: None,
+    }
+}
+
+fn denied(reason: &'static str, message: String) -> Verdict {
+    Verdict {
+        allowed: false,
+        reason,
+        message: Some(message),
+    }
+}
+
+/// What the judge reads and writes with.
+pub struct Judge {
+    pub client: Client,
+    /// Budgets, only to find the candidates for a pod (the chosen one is read fresh).
+    pub zdbs: Store<ZoneDisruptionBudget>,
+    pub zdbs_synced: Arc<AtomicBool>,
+    pub nodes: Store<PartialObjectMeta<Node>>,
+    pub zone_label: String,
+    pub deadline: Duration,
+    pub metrics: ZdbMetrics,
+    pub events: EventPublisher,
+}
+
+/// "web-1, web-2 evicted; 1 other unavailable or missing".
+fn blocking(budget: &ZoneBudget) -> String {
+    let mut parts = Vec::new();
+    if !budget.blocking_pods.is_empty() {
+        parts.push(format!("{} evicted", budget.blocking_pods.join(", ")));
+    }
+    let others = budget
+        .unhealthy
+        .saturating_sub(u32::try_from(budget.blocking_pods.len()).unwrap_or(u32::MAX));
+    if others > 0 {
+        parts.push(format!("{others} other pod(s) unavailable or missing"));
+    }
+    parts.join("; ")
+}
+
+/// The denial, naming the zone and what blocks it.
+pub fn denial_message(budget: &str, pod: &str, denial: &Denial) -> String {
+    let why = match denial {
+        Denial::OtherZoneDisrupted {
+            zone,
+            disrupted,
+            blocking: b,
+        } => format!(
+            "zone {disrupted} is disrupted ({}): evictions in zone {zone} must wait until it recovers",
+            blocking(b)
+        ),
+        Denial::ZoneBudgetExhausted {
+            zone,
+            max_unavailable,
+            blocking: b,
+        } => format!(
+            "zone {zone} already has {} of maxUnavailable {max_unavailable} pod(s) unavailable ({})",
+            b.unhealthy,
+            blocking(b)
+        ),
+    };
+    format!("cannot evict pod {pod}: ZoneDisruptionBudget {budget}: {why}")
+}
+
+fn denial_reason(denial: &Denial) -> &'static str {
+    match denial {
+        Denial::OtherZoneDisrupted { .. } => reason::OTHER_ZONE_DISRUPTED,
+        Denial::ZoneBudgetExhausted { .. } => reason::ZONE_BUDGET_EXHAUSTED,
+    }
+}
+
+impl Judge {
+    /// The budgets of the namespace: from the cache once synced, else listed.
+    async fn candidates(&self, namespace: &str) -> Result<Vec<ZoneDisruptionBudget>, kube::Error> {
+        if self.zdbs_synced.load(Ordering::Acquire) {
+            return Ok(self
+                .zdbs
+                .state()
+                .iter()
+                .filter(|z| z.metadata.namespace.as_deref() == Some(namespace))
+                .map(|z| (**z).clone())
+                .collect());
+        }
+        let api: Api<ZoneDisruptionBudget> = Api::namespaced(self.client.clone(), namespace);
+        Ok(api.list(&ListParams::default()).await?.items)
+    }
+
+    pub async fn judge(&self, eviction: &Eviction) -> Verdict {
+        let namespace = eviction.namespace.as_str();
+        let candidates = match self.candidates(namespace).await {
+            Ok(candidates) => candidates,
+            Err(error) => {
+                tracing::warn!(error = %error, namespace, "cannot list budgets");
+                return denied(
+                    reason::API_ERROR,
+                    format!(
+                        "cannot evict pod {}: the ZoneDisruptionBudgets of namespace {namespace} cannot be read; retry",
+                        eviction.pod
+                    ),
+                );
+            }
+        };
+        if candidates.is_empty() {
+            return allowed(reason::NO_BUDGET);
+        }
+        let pod_api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let pod = match pod_api.get_opt(&eviction.pod).await {
+            Ok(Some(pod)) => pod,
+            // The API server answers 404 itself.
+            Ok(None) => return allowed(reason::POD_NOT_FOUND),
+            Err(error) => {
+                tracing::warn!(error = %error, namespace, pod = %eviction.pod, "cannot read the pod");
+                return denied(
+                    reason::API_ERROR,
+                    format!(
+                        "cannot evict pod {}: the pod cannot be read; retry",
+                        eviction.pod
+                    ),
+                );
+            }
+        };
+        let selecting: Vec<&ZoneDisruptionBudget> = candidates
+            .iter()
+            .filter(|zdb| {
+                zdb.spec
+                    .validate()
+                    .ok()
+                    .and_then(|valid| Selector::try_from(valid.selector).ok())
+                    .is_some_and(|selector| selector.matches(pod.labels()))
+            })
+            .collect();
+        let zdb = match selecting.as_slice() {
+            [] => return allowed(reason::NO_BUDGET),
+            [zdb] => *zdb,
+            several => {
+                let names: Vec<String> = several.iter().map(|z| z.name_any()).collect();
+                return denied(
+                    reason::OVERLAPPING_BUDGETS,
+                    format!(
+                        "cannot evict pod {}: it is selected by several ZoneDisruptionBudgets ({}); a pod may have one",
+                        eviction.pod,
+                        names.join(", ")
+                    ),
+                );
+            }
+        };
+        self.decide(eviction, &pod, &zdb.name_any()).await
+    }
+
+    async fn decide(&self, eviction: &Eviction, pod: &Pod, name: &str) -> Verdict {
+        let namespace = eviction.namespace.as_str();
+        let api: Api<ZoneDisruptionBudget> = Api::namespaced(self.client.clone(), namespace);
+        let zone = pods::zone_of(pod, &self.nodes, &self.zone_label);
+        let condition = pods::condition(pod);
+        let started = Instant::now();
+        loop {
+            let zdb = match api.get_opt(name).await {
+                Ok(Some(zdb)) => zdb,
+                Ok(None) => return allowed(reason::NO_BUDGET),
+                Err(error) => {
+                    tracing::warn!(error = %error, namespace, budget = name, "cannot read the budget");
+                    return denied(
+                        reason::API_ERROR,
+                        format!(
+                            "cannot evict pod {}: ZoneDisruptionBudget {name} cannot be read; retry",
+                            eviction.pod
+                        ),
+                    );
+                }
+            };
+            let shadow = zdb.spec.dry_run;
+            let Ok(valid) = zdb.spec.validate() else {
+                // The controller reports it (condition, event); an unenforceable budget must not
+                // block every drain of the namespace.
+                return allowed(reason::INVALID_BUDGET);
+            };
+            let status = zdb.status.clone().unwrap_or_default();
+            let generation = zdb.metadata.generation.unwrap_or(0);
+            if status.observed_generation != generation {
+                let message = format!(
+                    "cannot evict pod {}: ZoneDisruptionBudget {name} generation {generation} is not computed yet (status is for {}); retry",
+                    eviction.pod, status.observed_generation
+                );
+                return self.refuse(&zdb, shadow, reason::NOT_OBSERVED, message);
+            }
+            let budget = view::from_status(&status, valid.max_unavailable);
+            let decision = budget.decide(&EvictedPod {
+                name: &eviction.pod,
+                zone: zone.clone(),
+                condition,
+            });
+            match decision {
+                Decision::Allow { record: false, .. } => {
+                    return allowed(if condition == PodCondition::Healthy {
+                        reason::ALREADY_RECORDED
+                    } else {
+                        reason::POD_UNAVAILABLE
+                    });
+                }
+                Decision::Allow { zone, record: true } => {
+                    if eviction.dry_run {
+                        return allowed(reason::DRY_RUN);
+                    }
+                    let mut next = status.clone();
+                    view::record(
+                        &mut next,
+                        &eviction.pod,
+                        &zone,
+                        view::now_time(),
+                        valid.max_unavailable,
+                    );
+                    match status::replace(&api, &zdb, next).await {
+                        Ok(_) => {
+                            tracing::info!(namespace, budget = name, pod = %eviction.pod, zone = %zone, "eviction allowed and recorded");
+                            return allowed(reason::RECORDED);
+                        }
+                        Err(error) if error.is_conflict() => {
+                            if started.elapsed() + CONFLICT_BACKOFF >= self.deadline {
+                                let message = format!(
+                                    "cannot evict pod {}: ZoneDisruptionBudget {name} is being updated by concurrent evictions; retry",
+                                    eviction.pod
+                                );
+                                return self.refuse(&zdb, shadow, reason::CONFLICTS, message);
+                            }
+                            tokio::time::sleep(CONFLICT_BACKOFF).await;
+                        }
+                        Err(error) => {
+                            tracing::warn!(error = %error, source = ?std::error::Error::source(&error), namespace, budget = name, "cannot record the eviction");
+                            let message = format!(
+                                "cannot evict pod {}: the disruption cannot be recorded in ZoneDisruptionBudget {name}; retry",
+                                eviction.pod
+                            );
+                            return self.refuse(&zdb, shadow, reason::API_ERROR, message);
+                        }
+                    }
+                }
+                Decision::Deny(denial) => {
+                    let message = denial_message(name, &eviction.pod, &denial);
+                    return self.refuse(&zdb, shadow, denial_reason(&denial), message);
+                }
+            }
+        }
+    }
+
+    /// A denial, or in shadow mode (spec.dryRun) an allowance that is counted, warned about and
+    /// published as an event.
+    fn refuse(
+        &self,
+        zdb: &ZoneDisruptionBudget,
+        shadow: bool,
+        why: &'static str,
+        message: String,
+    ) -> Verdict {
+        if !shadow {
+            return denied(why, message);
+        }
+        let namespace = zdb.namespace().unwrap_or_default();
+        let name = zdb.name_any();
+        self.metrics.shadow_denial(&namespace, &name);
+        tracing::info!(namespace = %namespace, budget = %name, reason = why, message = %message, "shadow mode: eviction allowed that would have been denied");
+        let events = self.events.clone();
+        let regarding = zdb.object_ref(&());
+        let note = format!("shadow mode (spec.dryRun): allowed, would have denied: {message}");
+        // Best effort and off the admission path: the answer must not wait for the event.
+        tokio::spawn(async move {
+            events
+                .warning(&regarding, "WouldDenyEviction", "Evict", &note)
+                .await;
+        });
+        Verdict {
+            allowed: true,
+            reason: reason::SHADOW,
+            message: Some(format!(
+                "ZoneDisruptionBudget {name} is in shadow mode (spec.dryRun): allowed, but it would have denied: {message}"
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zone_topology::Zone;
+
+    #[test]
+    fn denials_name_the_zone_and_the_blocking_pods() {
+        let blocking = ZoneBudget {
+            expected: 3,
+            healthy: 0,
+            unhealthy: 3,
+            blocking_pods: vec!["web-0".into(), "web-3".into()],
+            ..ZoneBudget::default()
+        };
+        let message = denial_message(
+            "web",
+            "web-4",
+            &Denial::OtherZoneDisrupted {
+                zone: Zone::known("zone-b"),
+                disrupted: Zone::known("zone-a"),
+                blocking: blocking.clone(),
+            },
+        );
+        assert_eq!(
+            message,
+            "cannot evict pod web-4: ZoneDisruptionBudget web: zone zone-a is disrupted (web-0, web-3 evicted; 1 other pod(s) unavailable or missing): evictions in zone zone-b must wait until it recovers"
+        );
+        let message = denial_message(
+            "web",
+            "web-6",
+            &Denial::ZoneBudgetExhausted {
+                zone: Zone::known("zone-a"),
+                max_unavailable: 2,
+                blocking,
+            },
+        );
+        assert!(
+            message.contains("zone zone-a already has 3 of maxUnavailable 2"),
+            "{message}"
+        );
+    }
+}
