@@ -15,6 +15,7 @@ pub mod localstack;
 pub mod namespace;
 pub mod pods;
 pub mod process;
+pub mod proxy;
 pub mod tls;
 pub mod wait;
 

@@ -15,7 +15,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use zone_api::zdb::condition;
 use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetStatus};
 use zone_operator::{ControllerMetrics, EventPublisher};
-use zone_topology::budget::{self, BudgetInput, DISRUPTION_TTL_MS, ZoneBudget};
+use zone_topology::budget::{self, BudgetInput, BudgetPod, DISRUPTION_TTL_MS, ZoneBudget};
 
 use crate::expected::{self, ApiLookup, LookupError};
 use crate::metrics::ZdbMetrics;
@@ -29,6 +29,9 @@ pub const ERROR_RETRY: Duration = Duration::from_secs(10);
 /// Status writes that lose to another writer are recomputed from a fresh read this many times
 /// before the reconcile fails (and is retried later).
 const WRITE_ATTEMPTS: usize = 5;
+
+/// The API server stores times to the second.
+const STORED_TIME_RESOLUTION_MS: i64 = 1000;
 
 pub struct Context {
     pub client: Client,
@@ -330,7 +333,16 @@ async fn compute(
         .map(|pod| pods::budget_pod(pod, pods::zone_of(pod, &ctx.nodes, &ctx.zone_label)))
         .collect();
     let now_ms = Timestamp::now().as_millisecond();
-    let records = budget::prune(&view::records(next), &budget_pods, now_ms);
+    // Times are stored to the second (truncated): a pod recreated within the second of its
+    // record has the record's creation second, and must still count as recreated.
+    let recreation_view: Vec<_> = budget_pods
+        .iter()
+        .map(|pod| BudgetPod {
+            created_ms: pod.created_ms.saturating_add(STORED_TIME_RESOLUTION_MS - 1),
+            ..pod.clone()
+        })
+        .collect();
+    let records = budget::prune(&view::records(next), &recreation_view, now_ms);
     let previous_expected = view::previous_expected(next);
     let budget = budget::compute(&BudgetInput {
         expected_total,

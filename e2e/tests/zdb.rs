@@ -1,0 +1,496 @@
+//! The ZoneDisruptionBudget controller and eviction webhook against the local zonal cluster: the
+//! real API server calls the webhook (a ValidatingWebhookConfiguration with a `url` on
+//! 127.0.0.1, selecting only the test's namespace) for evictions through the real Eviction API;
+//! the real StatefulSet controller recreates evicted pods and kwok makes them Ready.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use e2e::cluster::cleanup_blocking;
+use e2e::localstack::free_port;
+use e2e::process::ControllerProcess;
+use e2e::proxy::RoundRobinProxy;
+use e2e::{Cluster, TestNamespace, pods, wait_for};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetStatus};
+
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+const SET: &str = "web";
+const ZDB: &str = "web";
+const SECRET: &str = "zdb-webhook-tls";
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn statefulset(replicas: i32) -> StatefulSet {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": SET},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": SET,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": SET}},
+            "template": {
+                "metadata": {"labels": {"app": SET}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "topologySpreadConstraints": [{
+                        "maxSkew": 1,
+                        "topologyKey": ZONE_LABEL,
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {"matchLabels": {"app": SET}},
+                    }],
+                    "containers": [{"name": "app", "image": "registry.invalid/web:1"}],
+                },
+            },
+        },
+    }))
+    .unwrap()
+}
+
+/// The cluster-scoped webhook configuration of one test, deleted when the test ends.
+struct WebhookConfig {
+    name: String,
+    config: kube::Config,
+}
+
+impl Drop for WebhookConfig {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        cleanup_blocking(self.config.clone(), |client| async move {
+            let _ = Api::<ValidatingWebhookConfiguration>::all(client)
+                .delete(&name, &DeleteParams::default())
+                .await;
+        });
+    }
+}
+
+struct Fixture {
+    ns: TestNamespace,
+    pods: Api<Pod>,
+    zdbs: Api<ZoneDisruptionBudget>,
+    webhook: WebhookConfig,
+}
+
+impl Fixture {
+    /// A namespace with the StatefulSet `web` (`replicas` pods spread over the 3 zones, every
+    /// pod Ready) and a webhook configuration for this namespace only, pointing at `port`.
+    async fn new(prefix: &str, replicas: usize, port: u16) -> Fixture {
+        let cluster = Cluster::get();
+        let ns = TestNamespace::create(&cluster, prefix).await;
+        let webhook = create_webhook_config(&cluster, &ns, port).await;
+        let fixture = Fixture {
+            pods: ns.api(),
+            zdbs: ns.api(),
+            ns,
+            webhook,
+        };
+        let sets: Api<StatefulSet> = fixture.ns.api();
+        sets.create(
+            &PostParams::default(),
+            &statefulset(i32::try_from(replicas).unwrap()),
+        )
+        .await
+        .unwrap();
+        fixture.wait_ready(replicas).await;
+        fixture
+    }
+
+    /// One zdb-controller process serving the webhook on `webhook_port`.
+    fn controller(&self, webhook_port: u16, leader_elect: bool) -> ControllerProcess {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let webhook = format!("127.0.0.1:{webhook_port}");
+        let leader = format!("--leader-elect={leader_elect}");
+        let args = [
+            leader.as_str(),
+            "--watch-namespace",
+            &self.ns.name,
+            "--lease-namespace",
+            &self.ns.name,
+            "--listen-address",
+            &listen,
+            "--webhook-address",
+            &webhook,
+            "--self-signed",
+            "--tls-secret-name",
+            SECRET,
+            "--tls-secret-namespace",
+            &self.ns.name,
+            "--service-name",
+            "zdb-webhook",
+            "--service-namespace",
+            &self.ns.name,
+            "--webhook-config-name",
+            &self.webhook.name,
+            "--lease-duration",
+            "4s",
+            "--renew-interval",
+            "1s",
+        ];
+        ControllerProcess::start("zdb-controller", &args, &[])
+    }
+
+    async fn create_zdb(&self, max_unavailable: i32, dry_run: bool) {
+        let zdb: ZoneDisruptionBudget = serde_json::from_value(json!({
+            "apiVersion": "zonecontrol.k8s.aws/v1",
+            "kind": "ZoneDisruptionBudget",
+            "metadata": {"name": ZDB},
+            "spec": {
+                "selector": {"matchLabels": {"app": SET}},
+                "maxUnavailable": max_unavailable,
+                "dryRun": dry_run,
+            },
+        }))
+        .unwrap();
+        self.zdbs
+            .create(&PostParams::default(), &zdb)
+            .await
+            .unwrap();
+    }
+
+    async fn wait_ready(&self, replicas: usize) {
+        wait_for(&format!("{replicas} pods Ready"), TIMEOUT, || async {
+            let pods = self.list_pods().await;
+            let ready = pods
+                .iter()
+                .filter(|p| pods::is_ready(p) && !pods::is_terminating(p))
+                .count();
+            if ready == replicas && pods.len() == replicas {
+                Ok(())
+            } else {
+                Err(format!("{ready} Ready of {} pods", pods.len()))
+            }
+        })
+        .await;
+    }
+
+    async fn list_pods(&self) -> Vec<Pod> {
+        self.pods
+            .list(&ListParams::default().labels(&format!("app={SET}")))
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Zone -> pod names, sorted.
+    async fn pods_by_zone(&self) -> BTreeMap<String, Vec<String>> {
+        let nodes: Api<Node> = Api::all(self.ns.client.clone());
+        let node_zone: HashMap<String, String> = nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|n| Some((n.name_any(), n.labels().get(ZONE_LABEL)?.clone())))
+            .collect();
+        let mut zones: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for pod in self.list_pods().await {
+            let Some(zone) = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .and_then(|node| node_zone.get(node))
+            else {
+                continue;
+            };
+            zones.entry(zone.clone()).or_default().push(pod.name_any());
+        }
+        for names in zones.values_mut() {
+            names.sort();
+        }
+        zones
+    }
+
+    async fn status(&self) -> ZoneDisruptionBudgetStatus {
+        self.zdbs.get(ZDB).await.unwrap().status.unwrap_or_default()
+    }
+
+    /// Waits until the controller has computed the budget with every pod healthy.
+    async fn wait_budget(&self, expected: i32, allowed_per_zone: i32) {
+        wait_for(
+            "the budget computed, every zone healthy",
+            TIMEOUT,
+            || async {
+                let zdb = self.zdbs.get(ZDB).await.map_err(|e| e.to_string())?;
+                let status = zdb.status.clone().unwrap_or_default();
+                let total: i32 = status.expected_pods.values().sum();
+                let computed = Some(status.observed_generation) == zdb.metadata.generation;
+                if computed
+                    && total == expected
+                    && status.disrupted_zones.is_empty()
+                    && status.disruptions_allowed.len() == 3
+                    && status
+                        .disruptions_allowed
+                        .values()
+                        .all(|a| *a == allowed_per_zone)
+                {
+                    Ok(())
+                } else {
+                    Err(serde_json::to_string(&status).unwrap())
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Waits until the controller patched the caBundle (until then the API server cannot call
+    /// the webhook and, failing closed, refuses every eviction of the namespace).
+    async fn wait_ca_bundle(&self) {
+        let configs: Api<ValidatingWebhookConfiguration> = Api::all(self.ns.client.clone());
+        wait_for("the caBundle patched", Duration::from_secs(60), || async {
+            let config = configs
+                .get(&self.webhook.name)
+                .await
+                .map_err(|e| e.to_string())?;
+            let patched = config.webhooks.unwrap_or_default().iter().all(|w| {
+                w.client_config
+                    .ca_bundle
+                    .as_ref()
+                    .is_some_and(|b| !b.0.is_empty())
+            });
+            if patched {
+                Ok(())
+            } else {
+                Err("no caBundle yet".to_string())
+            }
+        })
+        .await;
+    }
+}
+
+async fn create_webhook_config(cluster: &Cluster, ns: &TestNamespace, port: u16) -> WebhookConfig {
+    let name = format!("zdb-{}", ns.name);
+    let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "eviction.zdb.zonecontrol.k8s.aws",
+            "rules": [{
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["pods/eviction"],
+                "scope": "Namespaced",
+            }],
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/validate-eviction")},
+            "failurePolicy": "Fail",
+            "sideEffects": "NoneOnDryRun",
+            "timeoutSeconds": 5,
+            "admissionReviewVersions": ["v1"],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
+        }],
+    }))
+    .unwrap();
+    Api::<ValidatingWebhookConfiguration>::all(ns.client.clone())
+        .create(&PostParams::default(), &config)
+        .await
+        .unwrap();
+    WebhookConfig {
+        name,
+        config: cluster.config().await,
+    }
+}
+
+/// Evicts `pod`: `Ok(())`, or the API status code and message of the refusal. A dry run is
+/// asked as `kubectl drain --dry-run=server` does, in the Eviction's `deleteOptions` (kube's
+/// `evict` sends its delete options under a key the API server ignores, so the body is built
+/// here).
+async fn evict(pods: &Api<Pod>, pod: &str, dry_run: bool) -> Result<(), (u16, String)> {
+    let mut eviction = json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod},
+    });
+    if dry_run {
+        eviction["deleteOptions"] = json!({"dryRun": ["All"]});
+    }
+    match pods
+        .create_subresource::<serde_json::Value, serde_json::Value>(
+            "eviction",
+            pod,
+            &PostParams::default(),
+            &eviction,
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) => Err((status.code, status.message.clone())),
+        Err(other) => Err((0, other.to_string())),
+    }
+}
+
+fn assert_denied(result: Result<(), (u16, String)>, what: &str, mentions: &[&str]) {
+    let Err((code, message)) = result else {
+        panic!("{what}: allowed, expected a 429");
+    };
+    assert_eq!(code, 429, "{what}: {message}");
+    for text in mentions {
+        assert!(
+            message.contains(text),
+            "{what}: {message:?} should name {text}"
+        );
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn two_evictions_in_one_zone_then_that_zone_and_every_other_is_refused() {
+    let port = free_port();
+    let fixture = Fixture::new("zdb-budget", 9, port).await;
+    let _controller = fixture.controller(port, false);
+    fixture.wait_ca_bundle().await;
+    fixture.create_zdb(2, false).await;
+    fixture.wait_budget(9, 2).await;
+
+    let zones = fixture.pods_by_zone().await;
+    assert_eq!(zones.len(), 3, "{zones:?}");
+    let zone_a = &zones["zone-a"];
+    let zone_b = &zones["zone-b"];
+    assert_eq!(zone_a.len(), 3, "{zones:?}");
+
+    // A dry run is judged like a real eviction and records nothing.
+    evict(&fixture.pods, &zone_a[0], true).await.unwrap();
+    assert!(fixture.status().await.disrupted_pods.is_empty());
+
+    evict(&fixture.pods, &zone_a[0], false).await.unwrap();
+    evict(&fixture.pods, &zone_a[1], false).await.unwrap();
+    let status = fixture.status().await;
+    let recorded: BTreeSet<&String> = status.disrupted_pods.keys().collect();
+    assert_eq!(recorded, [&zone_a[0], &zone_a[1]].into_iter().collect());
+    assert_eq!(status.disrupted_pod_zones[&zone_a[0]], "zone-a");
+
+    assert_denied(
+        evict(&fixture.pods, &zone_a[2], false).await,
+        "a third eviction in zone-a",
+        &["zone-a", "maxUnavailable 2"],
+    );
+    assert_denied(
+        evict(&fixture.pods, &zone_b[0], false).await,
+        "an eviction in zone-b while zone-a is disrupted",
+        &["zone zone-a is disrupted", "zone-b"],
+    );
+    // A dry run is refused the same way.
+    assert_denied(
+        evict(&fixture.pods, &zone_b[0], true).await,
+        "a dry-run eviction in zone-b",
+        &["zone-a"],
+    );
+
+    // Once the evicted pods are recreated and Ready, their records are dropped and another zone
+    // may be disrupted.
+    fixture.wait_ready(9).await;
+    wait_for(
+        "the records dropped, no zone disrupted",
+        TIMEOUT,
+        || async {
+            let status = fixture.status().await;
+            if status.disrupted_pods.is_empty() && status.disrupted_zones.is_empty() {
+                Ok(())
+            } else {
+                Err(serde_json::to_string(&status).unwrap())
+            }
+        },
+    )
+    .await;
+    evict(&fixture.pods, &zone_b[0], false).await.unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn shadow_mode_allows_what_it_would_deny() {
+    let port = free_port();
+    let fixture = Fixture::new("zdb-shadow", 6, port).await;
+    let _controller = fixture.controller(port, false);
+    fixture.wait_ca_bundle().await;
+    fixture.create_zdb(1, true).await;
+    fixture.wait_budget(6, 1).await;
+    let zones = fixture.pods_by_zone().await;
+    evict(&fixture.pods, &zones["zone-a"][0], false)
+        .await
+        .unwrap();
+    // Would be denied (zone-a is disrupted), allowed in shadow mode.
+    evict(&fixture.pods, &zones["zone-b"][0], false)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in_one_zone() {
+    let proxy_port = free_port();
+    // The proxy is started on a fixed port after the fixture: the configuration names its URL.
+    let fixture = Fixture::new("zdb-race", 9, proxy_port).await;
+    let (port_one, port_two) = (free_port(), free_port());
+    let _one = fixture.controller(port_one, true);
+    let _two = fixture.controller(port_two, true);
+    let backends: Vec<SocketAddr> = vec![
+        format!("127.0.0.1:{port_one}").parse().unwrap(),
+        format!("127.0.0.1:{port_two}").parse().unwrap(),
+    ];
+    let proxy = RoundRobinProxy::start_on(proxy_port, backends).await;
+    fixture.wait_ca_bundle().await;
+    fixture.create_zdb(2, false).await;
+    fixture.wait_budget(9, 2).await;
+
+    let names: Vec<String> = fixture
+        .list_pods()
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    let client: Client = fixture.ns.client.clone();
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &fixture.ns.name);
+        let pod = names[i % names.len()].clone();
+        tasks.push(tokio::spawn(async move {
+            (pod.clone(), evict(&pods, &pod, false).await)
+        }));
+    }
+    let mut evicted = BTreeSet::new();
+    let mut codes: BTreeMap<u16, usize> = BTreeMap::new();
+    for task in tasks {
+        let (pod, result) = task.await.unwrap();
+        match result {
+            Ok(()) => {
+                evicted.insert(pod);
+            }
+            Err((code, _)) => *codes.entry(code).or_default() += 1,
+        }
+    }
+    let zones = fixture.pods_by_zone().await;
+    let zone_of = |pod: &String| {
+        zones
+            .iter()
+            .find(|(_, names)| names.contains(pod))
+            .map(|(zone, _)| zone.clone())
+    };
+    // The evicted pods may already be recreated (same names, same zones with the spread).
+    let evicted_zones: BTreeSet<Option<String>> = evicted.iter().map(zone_of).collect();
+    assert!(
+        !evicted.is_empty() && evicted.len() <= 2,
+        "evicted {evicted:?}, refusals by code {codes:?}"
+    );
+    assert_eq!(
+        evicted_zones.len(),
+        1,
+        "evicted {evicted:?} in zones {evicted_zones:?}"
+    );
+    assert!(
+        codes.keys().all(|code| *code == 429 || *code == 404),
+        "refusals by code {codes:?}"
+    );
+    let connections = proxy.connections();
+    assert!(
+        connections.iter().all(|c| *c > 0),
+        "both replicas must have been called: {connections:?}"
+    );
+}
