@@ -32,6 +32,9 @@ use crate::metrics::{ZdbMetrics, reason};
 use crate::tls::{self, CertStore, SelfSigned, TlsError};
 use judge::Judge;
 
+/// After failing to obtain a certificate, try again after this long.
+const CERT_RETRY: Duration = Duration::from_secs(5);
+
 /// How often a mounted certificate directory is re-read.
 const CERT_DIR_POLL: Duration = Duration::from_secs(5);
 
@@ -60,7 +63,7 @@ pub async fn start(
     metrics: ZdbMetrics,
 ) -> Result<(JoinHandle<()>, SocketAddr), WebhookError> {
     let client = parts.client.clone();
-    let certs = certificates(&client, args).await?;
+    let source = CertSource::from_args(&client, args);
     let listener = TcpListener::bind(args.webhook_address)
         .await
         .map_err(|source| WebhookError::Bind {
@@ -92,6 +95,7 @@ pub async fn start(
             }
         });
     }
+    let client_for_certs = client.clone();
     let judge = Arc::new(Judge {
         client,
         zdbs,
@@ -104,13 +108,29 @@ pub async fn start(
     });
     let router = Router::new().route(PATH, post(validate)).with_state(judge);
 
-    let mut config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_cert_resolver(certs);
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(config));
-    tracing::info!(address = %address, path = PATH, "eviction webhook serving");
+    let cert_client = client_for_certs;
     let task = tokio::spawn(async move {
+        // Without a certificate nothing can be served, but the caches (and, on the leader, the
+        // status controller) need not wait: a mounted certificate may appear later, the API
+        // server may be briefly unreachable.
+        let serving = async move {
+            let certs = loop {
+                match certificates(&cert_client, &source).await {
+                    Ok(certs) => break certs,
+                    Err(error) => {
+                        tracing::error!(error = %error, source = ?std::error::Error::source(&error), retry = ?CERT_RETRY, "no serving certificate; the webhook is not serving yet");
+                        tokio::time::sleep(CERT_RETRY).await;
+                    }
+                }
+            };
+            let mut config = rustls::ServerConfig::builder()
+                .with_no_client_auth()
+                .with_cert_resolver(certs);
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            let acceptor = TlsAcceptor::from(Arc::new(config));
+            tracing::info!(address = %address, path = PATH, "eviction webhook serving");
+            serve(listener, acceptor, router).await;
+        };
         let caches = async move {
             let mut zdb_events = std::pin::pin!(zdb_events);
             let mut node_events = std::pin::pin!(node_events);
@@ -125,7 +145,7 @@ pub async fn start(
                 }
             }
         };
-        tokio::join!(caches, serve(listener, acceptor, router));
+        tokio::join!(caches, serving);
     });
     Ok((task, address))
 }
@@ -188,37 +208,56 @@ async fn validate(State(judge): State<Arc<Judge>>, body: Bytes) -> Json<serde_js
     Json(admission::review_json(response))
 }
 
-/// The certificate store, and the task keeping it (and the caBundle) current.
-async fn certificates(client: &Client, args: &Args) -> Result<Arc<CertStore>, WebhookError> {
-    if !args.self_signed {
-        let dir = args.cert_dir.clone();
-        let mut last = tls::read_dir(&dir).map_err(WebhookError::Tls)?;
-        let store = Arc::new(CertStore::new(
-            last.certified_key().map_err(WebhookError::Tls)?,
-        ));
-        let reloading = store.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(CERT_DIR_POLL).await;
-                tls::reload_dir(&dir, &reloading, &mut last);
-            }
-        });
-        return Ok(store);
-    }
-    let default_namespace = client.default_namespace().to_string();
-    let secret_namespace = args
-        .tls_secret_namespace
-        .clone()
-        .unwrap_or_else(|| default_namespace.clone());
-    let settings = SelfSigned {
-        secret_name: args.tls_secret_name.clone(),
-        service_namespace: args
-            .service_namespace
+/// Where the serving certificate comes from.
+enum CertSource {
+    Dir(std::path::PathBuf),
+    SelfSigned(SelfSigned),
+}
+
+impl CertSource {
+    fn from_args(client: &Client, args: &Args) -> CertSource {
+        if !args.self_signed {
+            return CertSource::Dir(args.cert_dir.clone());
+        }
+        let secret_namespace = args
+            .tls_secret_namespace
             .clone()
-            .unwrap_or_else(|| secret_namespace.clone()),
-        secret_namespace,
-        service_name: args.service_name.clone(),
-        webhook_config_name: args.webhook_config_name.clone(),
+            .unwrap_or_else(|| client.default_namespace().to_string());
+        CertSource::SelfSigned(SelfSigned {
+            secret_name: args.tls_secret_name.clone(),
+            service_namespace: args
+                .service_namespace
+                .clone()
+                .unwrap_or_else(|| secret_namespace.clone()),
+            secret_namespace,
+            service_name: args.service_name.clone(),
+            webhook_config_name: args.webhook_config_name.clone(),
+        })
+    }
+}
+
+/// The certificate store, and the task keeping it (and the caBundle) current.
+async fn certificates(
+    client: &Client,
+    source: &CertSource,
+) -> Result<Arc<CertStore>, WebhookError> {
+    let settings = match source {
+        CertSource::Dir(dir) => {
+            let dir = dir.clone();
+            let mut last = tls::read_dir(&dir).map_err(WebhookError::Tls)?;
+            let store = Arc::new(CertStore::new(
+                last.certified_key().map_err(WebhookError::Tls)?,
+            ));
+            let reloading = store.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(CERT_DIR_POLL).await;
+                    tls::reload_dir(&dir, &reloading, &mut last);
+                }
+            });
+            return Ok(store);
+        }
+        CertSource::SelfSigned(settings) => settings.clone(),
     };
     let generated = tls::ensure_secret(client, &settings)
         .await
