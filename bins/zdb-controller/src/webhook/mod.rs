@@ -96,6 +96,7 @@ pub async fn start(
         });
     }
     let client_for_certs = client.clone();
+    let nodes_ready = nodes.clone();
     let judge = Arc::new(Judge {
         client,
         zdbs,
@@ -123,6 +124,14 @@ pub async fn start(
                     }
                 }
             };
+            // A pod's zone comes from the node cache: judging before it is filled would place
+            // every pod in the unknown zone.
+            if nodes_ready.wait_until_ready().await.is_err() {
+                tracing::error!(
+                    "the node cache stopped before its first list; the webhook is not serving"
+                );
+                return;
+            }
             let mut config = rustls::ServerConfig::builder()
                 .with_no_client_auth()
                 .with_cert_resolver(certs);
