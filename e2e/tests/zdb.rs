@@ -561,3 +561,89 @@ async fn concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in
         "both replicas must have been called: {connections:?}"
     );
 }
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn an_unready_pod_disrupts_its_zone_and_may_itself_be_evicted() {
+    let port = free_port();
+    let fixture = Fixture::new("zdb-unready", 6, port).await;
+    let _controller = fixture.controller(port, false);
+    fixture.wait_ca_bundle().await;
+    fixture.create_zdb(1, false).await;
+    fixture.wait_budget(6, 1).await;
+    let zones = fixture.pods_by_zone().await;
+    let (zone_a, zone_b) = (&zones["zone-a"], &zones["zone-b"]);
+
+    pods::set_ready(&fixture.pods, &zone_a[0], false).await;
+    wait_for("zone-a disrupted by the unready pod", TIMEOUT, || async {
+        let status = fixture.status().await;
+        if status.disrupted_zones == ["zone-a"] && status.disruptions_allowed["zone-a"] == 0 {
+            Ok(())
+        } else {
+            Err(serde_json::to_string(&status).unwrap())
+        }
+    })
+    .await;
+    assert_denied(
+        evict(&fixture.pods, &zone_b[0], false).await,
+        "an eviction in zone-b while a zone-a pod is unready",
+        &["zone zone-a is disrupted", "zone-b"],
+    );
+    assert_denied(
+        evict(&fixture.pods, &zone_a[1], false).await,
+        "a second pod of zone-a with maxUnavailable 1",
+        &["zone-a", "maxUnavailable 1"],
+    );
+    // Evicting the pod that is already down removes no availability: allowed, not recorded.
+    evict(&fixture.pods, &zone_a[0], false).await.unwrap();
+    assert!(fixture.status().await.disrupted_pods.is_empty());
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn a_pod_selected_by_two_budgets_cannot_be_evicted() {
+    let port = free_port();
+    let fixture = Fixture::new("zdb-overlap", 3, port).await;
+    let _controller = fixture.controller(port, false);
+    fixture.wait_ca_bundle().await;
+    fixture.create_zdb(1, false).await;
+    let other: ZoneDisruptionBudget = serde_json::from_value(json!({
+        "apiVersion": "zonecontrol.k8s.aws/v1",
+        "kind": "ZoneDisruptionBudget",
+        "metadata": {"name": "web-too"},
+        "spec": {"selector": {"matchLabels": {"app": SET}}, "maxUnavailable": 1},
+    }))
+    .unwrap();
+    fixture
+        .zdbs
+        .create(&PostParams::default(), &other)
+        .await
+        .unwrap();
+    wait_for("both budgets marked Invalid", TIMEOUT, || async {
+        let mut states = Vec::new();
+        for name in [ZDB, "web-too"] {
+            let status = fixture
+                .zdbs
+                .get(name)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            states.push(status.conditions.iter().any(|c| {
+                c.type_ == "Invalid" && c.status == "True" && c.reason == "OverlappingBudgets"
+            }));
+        }
+        if states.iter().all(|s| *s) {
+            Ok(())
+        } else {
+            Err(format!("{states:?}"))
+        }
+    })
+    .await;
+    let pod = fixture.list_pods().await[0].name_any();
+    assert_denied(
+        evict(&fixture.pods, &pod, false).await,
+        "a pod of two budgets",
+        &["web", "web-too"],
+    );
+}
