@@ -36,16 +36,23 @@ impl RoundRobinProxy {
         let task = tokio::spawn(async move {
             let mut next = 0usize;
             while let Ok((inbound, _)) = listener.accept().await {
-                let index = next % backends.len();
+                let first = next % backends.len();
                 next += 1;
-                task_counts[index].fetch_add(1, Ordering::Relaxed);
-                let backend = backends[index];
+                let backends = backends.clone();
+                let counts = task_counts.clone();
                 tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(backend).await else {
-                        return;
-                    };
-                    let mut inbound = inbound;
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    // A backend that refuses connections (a stopped replica) is skipped, as a
+                    // Service drops an endpoint that is not ready.
+                    for offset in 0..backends.len() {
+                        let index = (first + offset) % backends.len();
+                        if let Ok(mut outbound) = TcpStream::connect(backends[index]).await {
+                            counts[index].fetch_add(1, Ordering::Relaxed);
+                            let mut inbound = inbound;
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                            return;
+                        }
+                    }
                 });
             }
         });

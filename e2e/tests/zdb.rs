@@ -109,7 +109,10 @@ impl Fixture {
         let listen = format!("127.0.0.1:{}", free_port());
         let webhook = format!("127.0.0.1:{webhook_port}");
         let leader = format!("--leader-elect={leader_elect}");
+        let identity = format!("zdb-{webhook_port}");
         let args = [
+            "--identity",
+            identity.as_str(),
             leader.as_str(),
             "--watch-namespace",
             &self.ns.name,
@@ -645,5 +648,63 @@ async fn a_pod_selected_by_two_budgets_cannot_be_evicted() {
         evict(&fixture.pods, &pod, false).await,
         "a pod of two budgets",
         &["web", "web-too"],
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn the_standby_keeps_the_status_when_the_leader_dies() {
+    let proxy_port = free_port();
+    let fixture = Fixture::new("zdb-handover", 6, proxy_port).await;
+    let (port_one, port_two) = (free_port(), free_port());
+    let mut replicas = BTreeMap::from([
+        (
+            format!("zdb-{port_one}"),
+            fixture.controller(port_one, true),
+        ),
+        (
+            format!("zdb-{port_two}"),
+            fixture.controller(port_two, true),
+        ),
+    ]);
+    let backends: Vec<SocketAddr> = [port_one, port_two]
+        .iter()
+        .map(|port| format!("127.0.0.1:{port}").parse().unwrap())
+        .collect();
+    let _proxy = RoundRobinProxy::start_on(proxy_port, backends).await;
+    fixture.wait_ca_bundle().await;
+    fixture.create_zdb(1, false).await;
+    fixture.wait_budget(6, 1).await;
+
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = fixture.ns.api();
+    let holder = leases
+        .get("zdb-controller")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap();
+    drop(replicas.remove(&holder).expect("the leader is one of ours"));
+
+    // The standby takes the lease and follows pod changes; its webhook kept serving meanwhile.
+    let zones = fixture.pods_by_zone().await;
+    pods::set_ready(&fixture.pods, &zones["zone-c"][0], false).await;
+    wait_for(
+        "zone-c disrupted, seen by the new leader",
+        TIMEOUT,
+        || async {
+            let status = fixture.status().await;
+            if status.disrupted_zones == ["zone-c"] {
+                Ok(())
+            } else {
+                Err(serde_json::to_string(&status).unwrap())
+            }
+        },
+    )
+    .await;
+    assert_denied(
+        evict(&fixture.pods, &zones["zone-a"][0], false).await,
+        "an eviction in zone-a while zone-c is disrupted",
+        &["zone zone-c is disrupted"],
     );
 }
