@@ -782,7 +782,7 @@ async fn complete(
         loop {
             attempt += 1;
             let mut fresh =
-                api.get_status(&name)
+                api.get(&name)
                     .await
                     .map_err(|source| ReconcileError::ReadStatefulSet {
                         namespace: namespace.clone(),
