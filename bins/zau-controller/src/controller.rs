@@ -61,16 +61,10 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
     if !synced {
         return Err(ControllerError::CacheStopped);
     }
-    {
-        let zaus = zaus.clone();
-        let readiness = parts.readiness.clone();
-        tokio::spawn(async move {
-            if zaus.wait_until_ready().await.is_ok() {
-                tracing::info!("caches synced");
-                readiness.set_ready();
-            }
-        });
-    }
+    // The pod, node and StatefulSet caches are what decisions read; the watch of the resources
+    // themselves is driven by the controller below and needs no gate.
+    tracing::info!("caches synced");
+    parts.readiness.set_ready();
 
     let settings = Settings {
         alarm_poll_interval: args.alarm_poll_interval,

@@ -144,16 +144,10 @@ pub async fn run(
         drive.abort();
         return Err(ControllerError::CacheStopped);
     }
-    {
-        let zdbs = zdbs.clone();
-        let readiness = parts.readiness.clone();
-        tokio::spawn(async move {
-            if zdbs.wait_until_ready().await.is_ok() {
-                tracing::info!("caches synced");
-                readiness.set_ready();
-            }
-        });
-    }
+    // The pod, node and StatefulSet caches are what decisions read; the watch of the resources
+    // themselves is driven by the controller below and needs no gate.
+    tracing::info!("caches synced");
+    parts.readiness.set_ready();
 
     tracing::info!(namespace = ?namespace, "zdb status controller running");
     let context = Arc::new(Context::new(
