@@ -48,12 +48,22 @@ impl ControllerProcess {
     ) -> ControllerProcess {
         let (args, env) = match &identity {
             Some(identity) => with_kubeconfig(args, env, &identity.kubeconfig),
-            None => (
-                args.iter().map(|a| (*a).to_string()).collect(),
-                env.iter()
+            None => {
+                let args: Vec<String> = args.iter().map(|a| (*a).to_string()).collect();
+                let mut env: Vec<(String, String)> = env
+                    .iter()
                     .map(|(k, v)| ((*k).to_string(), v.clone()))
-                    .collect(),
-            ),
+                    .collect();
+                // The local cluster's admin kubeconfig, unless the test chose one: the test
+                // process itself may have found the cluster through its env file only.
+                let chosen = args.iter().any(|a| a.starts_with("--kubeconfig"))
+                    || env.iter().any(|(k, _)| k == "KUBECONFIG");
+                if !chosen {
+                    let kubeconfig = crate::cluster::Cluster::get().kubeconfig;
+                    env.push(("KUBECONFIG".to_string(), kubeconfig.display().to_string()));
+                }
+                (args, env)
+            }
         };
         let path = target_dir().join(binary);
         let log = std::env::temp_dir().join(format!(
