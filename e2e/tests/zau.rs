@@ -251,6 +251,16 @@ impl Fixture {
         self.zaus.get(ZAU).await.unwrap().status.unwrap_or_default()
     }
 
+    /// The controller has observed the first generation of the ZAU and its StatefulSet.
+    async fn wait_observed(&self) -> ZoneAwareUpdateStatus {
+        self.wait_status(
+            "the controller to observe the ZAU",
+            Duration::from_secs(60),
+            |s| s.observed_generation == Some(1) && !s.update_revision.is_empty(),
+        )
+        .await
+    }
+
     async fn wait_status(
         &self,
         what: &str,
@@ -499,13 +509,7 @@ async fn rollout_follows_the_plan(prefix: &str, factor: &str, max_unavailable: V
         .create_zau(json!({"statefulset": SET, "maxUnavailable": max_unavailable, "exponentialFactor": factor}))
         .await;
     let _controller = fixture.controller(&[]);
-    fixture
-        .wait_status(
-            "the controller to observe the ZAU",
-            Duration::from_secs(60),
-            |s| s.observed_generation == Some(1) && !s.update_revision.is_empty(),
-        )
-        .await;
+    fixture.wait_observed().await;
     let monitor = Monitor::start(&fixture).await;
 
     let revision = fixture.set_image(2).await;
@@ -882,13 +886,7 @@ async fn zau_unready_old_pod_in_last_zone_goes_first() {
         .create_zau(json!({"statefulset": SET, "maxUnavailable": 1, "exponentialFactor": "1"}))
         .await;
     let _controller = fixture.controller(&[]);
-    fixture
-        .wait_status(
-            "the controller to observe the ZAU",
-            Duration::from_secs(60),
-            |s| s.observed_generation == Some(1),
-        )
-        .await;
+    fixture.wait_observed().await;
     pods::set_ready(&fixture.pods, &victim, false).await;
     let revision = fixture.set_image(2).await;
     fixture.wait_complete(&revision).await;
@@ -919,13 +917,7 @@ async fn zau_missing_pod_counts_as_unavailable() {
         .create_zau(json!({"statefulset": SET, "maxUnavailable": 1, "exponentialFactor": "1"}))
         .await;
     let _controller = fixture.controller(&[]);
-    fixture
-        .wait_status(
-            "the controller to observe the ZAU",
-            Duration::from_secs(60),
-            |s| s.observed_generation == Some(1),
-        )
-        .await;
+    fixture.wait_observed().await;
     // At most 5 pods: the pod deleted below cannot be recreated until the quota goes.
     let quotas: Api<ResourceQuota> = fixture.ns.api();
     let quota: ResourceQuota = serde_json::from_value(json!({

@@ -478,7 +478,7 @@ async fn invalid_budgets_are_reported_once_and_do_not_block_evictions() {
     })
     .await;
     // No hot loop: the status is not rewritten while nothing changes.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await; // an observation window, not synchronisation
     let later = fixture.zdbs.get(ZDB).await.unwrap();
     assert_eq!(later.resource_version(), invalid.resource_version());
     let events: Api<Event> = fixture.ns.api();
