@@ -16,8 +16,10 @@ pub mod namespace;
 pub mod pods;
 pub mod process;
 pub mod proxy;
+pub mod quota;
 pub mod tls;
 pub mod wait;
+pub mod webhook;
 
 pub use cluster::Cluster;
 pub use namespace::TestNamespace;

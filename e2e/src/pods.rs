@@ -1,5 +1,5 @@
-//! Pod helpers: readiness as the API reports it, and making a pod unready the way a failing
-//! readiness probe would (kwok only marks Pending pods Ready, so the patch sticks).
+//! Pod helpers: readiness as the API reports it, making a pod unready the way a failing readiness
+//! probe would (kwok only marks Pending pods Ready, so the patch sticks), and evictions.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -32,4 +32,32 @@ pub async fn set_ready(pods: &Api<Pod>, name: &str, ready: bool) {
     pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
         .await
         .unwrap_or_else(|e| panic!("patching the Ready condition of {name}: {e}"));
+}
+
+/// Evicts `name` through the Eviction API: `Ok(())`, or the API's status code and message of
+/// the refusal. A dry run is asked as `kubectl drain --dry-run=server` asks it, in the Eviction's
+/// `deleteOptions` (kube's `Api::evict` sends its delete options under a key the API server
+/// ignores, so the body is built here).
+pub async fn evict(pods: &Api<Pod>, name: &str, dry_run: bool) -> Result<(), (u16, String)> {
+    let mut eviction = json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name},
+    });
+    if dry_run {
+        eviction["deleteOptions"] = json!({"dryRun": ["All"]});
+    }
+    match pods
+        .create_subresource::<serde_json::Value, serde_json::Value>(
+            "eviction",
+            name,
+            &kube::api::PostParams::default(),
+            &eviction,
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) => Err((status.code, status.message.clone())),
+        Err(other) => Err((0, other.to_string())),
+    }
 }

@@ -11,6 +11,8 @@ use std::time::Duration;
 use aws_sdk_cloudwatch::types::{ComparisonOperator, StateValue, Statistic};
 use e2e::localstack::{LocalStack, free_port};
 use e2e::process::ControllerProcess;
+use e2e::quota::PodQuota;
+use e2e::webhook::EvictionWebhook;
 use e2e::{Cluster, TestNamespace, audit, pods, wait_for};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -21,7 +23,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus};
+use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus, ZoneDisruptionBudget};
 
 const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 const REVISION_LABEL: &str = "controller-revision-hash";
@@ -39,25 +41,31 @@ fn image(version: u32) -> String {
 }
 
 fn statefulset(replicas: i32, strategy: &str) -> StatefulSet {
+    named_statefulset(SET, replicas, strategy)
+}
+
+/// A StatefulSet whose pods are labelled `app: <name>` and, whatever the name, `tier: frontend`
+/// (what a ZoneDisruptionBudget guarding several workloads selects).
+fn named_statefulset(name: &str, replicas: i32, strategy: &str) -> StatefulSet {
     serde_json::from_value(json!({
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": {"name": SET},
+        "metadata": {"name": name},
         "spec": {
             "replicas": replicas,
-            "serviceName": SET,
+            "serviceName": name,
             "podManagementPolicy": "Parallel",
             "updateStrategy": {"type": strategy},
-            "selector": {"matchLabels": {"app": SET}},
+            "selector": {"matchLabels": {"app": name}},
             "template": {
-                "metadata": {"labels": {"app": SET}},
+                "metadata": {"labels": {"app": name, "tier": "frontend"}},
                 "spec": {
                     "terminationGracePeriodSeconds": 1,
                     "topologySpreadConstraints": [{
                         "maxSkew": 1,
                         "topologyKey": ZONE_LABEL,
                         "whenUnsatisfiable": "DoNotSchedule",
-                        "labelSelector": {"matchLabels": {"app": SET}},
+                        "labelSelector": {"matchLabels": {"app": name}},
                     }],
                     "containers": [{"name": "app", "image": image(1)}],
                 },
@@ -180,6 +188,20 @@ impl Fixture {
         self.update_revision().await
     }
 
+    /// Touches the StatefulSet so its controller syncs at once (e.g. retries a pod creation a
+    /// quota refused, instead of after its backoff).
+    async fn touch(&self) {
+        let stamp = Timestamp::now().to_string();
+        self.sets
+            .patch(
+                SET,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": stamp}}})),
+            )
+            .await
+            .unwrap();
+    }
+
     /// The updateRevision once the StatefulSet controller has observed the latest spec.
     async fn update_revision(&self) -> String {
         wait_for(
@@ -280,6 +302,11 @@ impl Fixture {
 
     /// Pod name -> zone of its node, for the current pods.
     async fn zones(&self) -> BTreeMap<String, String> {
+        self.zones_of(SET).await
+    }
+
+    /// Pod name -> zone of its node, for the current pods labelled `app: <app>`.
+    async fn zones_of(&self, app: &str) -> BTreeMap<String, String> {
         let nodes: Api<Node> = Api::all(self.ns.client.clone());
         let node_zone: HashMap<String, String> = nodes
             .list(&ListParams::default())
@@ -292,8 +319,11 @@ impl Fixture {
                 Some((n.name_any(), zone))
             })
             .collect();
-        self.list_pods()
+        self.pods
+            .list(&ListParams::default().labels(&format!("app={app}")))
             .await
+            .unwrap()
+            .items
             .into_iter()
             .filter_map(|p| {
                 let node = p.spec.as_ref()?.node_name.clone()?;
@@ -910,7 +940,6 @@ async fn zau_unready_old_pod_in_last_zone_goes_first() {
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn zau_missing_pod_counts_as_unavailable() {
-    use k8s_openapi::api::core::v1::ResourceQuota;
     let fixture = Fixture::new("zau-missing", 6).await;
     let zones = fixture.zones().await;
     fixture
@@ -919,30 +948,7 @@ async fn zau_missing_pod_counts_as_unavailable() {
     let _controller = fixture.controller(&[]);
     fixture.wait_observed().await;
     // At most 5 pods: the pod deleted below cannot be recreated until the quota goes.
-    let quotas: Api<ResourceQuota> = fixture.ns.api();
-    let quota: ResourceQuota = serde_json::from_value(json!({
-        "metadata": {"name": "five-pods"},
-        "spec": {"hard": {"pods": "5"}},
-    }))
-    .unwrap();
-    quotas.create(&PostParams::default(), &quota).await.unwrap();
-    wait_for(
-        "the quota to be counted",
-        Duration::from_secs(60),
-        || async {
-            let quota = quotas.get("five-pods").await.map_err(|e| e.to_string())?;
-            let used = quota
-                .status
-                .and_then(|s| s.used)
-                .and_then(|u| u.get("pods").cloned());
-            if used.is_some() {
-                Ok(())
-            } else {
-                Err("no status.used yet".to_string())
-            }
-        },
-    )
-    .await;
+    let quota = PodQuota::hold(&fixture.ns, 5).await;
     // A pod in the last zone; the rollout starts in the first.
     let last_zone = zones.values().max().unwrap().clone();
     let victim = zones
@@ -992,20 +998,8 @@ async fn zau_missing_pod_counts_as_unavailable() {
         "the quota did not hold"
     );
 
-    // Quota gone; a touch of the StatefulSet makes its controller retry at once.
-    quotas
-        .delete("five-pods", &DeleteParams::default())
-        .await
-        .unwrap();
-    fixture
-        .sets
-        .patch(
-            SET,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": "1"}}})),
-        )
-        .await
-        .unwrap();
+    quota.release().await;
+    fixture.touch().await;
     fixture.wait_complete(&revision).await;
     assert_eq!(
         fixture.removals().len(),
@@ -1217,4 +1211,184 @@ async fn zau_dry_run_reports_the_plan_and_removes_nothing() {
     tokio::time::sleep(POLL * 4).await; // an observation window, not synchronisation
     assert!(fixture.removals().is_empty());
     assert_eq!(fixture.status().await.total_old_replicas, 6);
+}
+
+/// Refused evictions (429) of this namespace's pods by the controller.
+fn refused(fixture: &Fixture) -> usize {
+    let path = fixture.cluster.audit_log().unwrap();
+    let events = audit::read(&path);
+    audit::removals(&events, &fixture.ns.name)
+        .filter(|e| e.user_agent.starts_with("zau-controller/"))
+        .filter(|e| e.response_status.as_ref().is_some_and(|s| s.code == 429))
+        .count()
+}
+
+/// With a ZoneDisruptionBudget (its controller and webhook running) guarding the frontend tier
+/// (the rolled StatefulSet `web` and a second one, `cache`), the rollout's evictions are judged
+/// like any other: a drain under way in zone-b (a `cache` pod evicted: the rollout's own rules
+/// only see `web`) holds the rollout in zone-a, and a rollout under way in zone-a holds a drain
+/// in zone-b. A ResourceQuota keeps each first evicted pod from being recreated, so each
+/// disruption lasts until the test ends it.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn zau_and_zdb_hold_each_other_across_zones() {
+    let fixture = Fixture::new("zau-zdb", 6).await;
+    let zones = fixture.zones().await;
+    let sets: Api<StatefulSet> = fixture.ns.api();
+    sets.create(
+        &PostParams::default(),
+        &named_statefulset("cache", 3, "RollingUpdate"),
+    )
+    .await
+    .unwrap();
+    wait_for("3 cache pods Ready", ROLLOUT_TIMEOUT, || async {
+        let pods = fixture
+            .pods
+            .list(&ListParams::default().labels("app=cache"))
+            .await
+            .map_err(|e| e.to_string())?
+            .items;
+        let ready = pods.iter().filter(|p| pods::is_ready(p)).count();
+        if ready == 3 {
+            Ok(())
+        } else {
+            Err(format!("{ready} Ready"))
+        }
+    })
+    .await;
+    let in_zone = |zones: &BTreeMap<String, String>, zone: &str| -> String {
+        zones
+            .iter()
+            .find(|(_, z)| *z == zone)
+            .map(|(p, _)| p.clone())
+            .unwrap()
+    };
+    let cache_b = in_zone(&fixture.zones_of("cache").await, "zone-b");
+    let web_b = in_zone(&zones, "zone-b");
+
+    let webhook = EvictionWebhook::create(&fixture.cluster, &fixture.ns, free_port()).await;
+    let _zdb = webhook.controller(&fixture.ns);
+    webhook.wait_ca_bundle(&fixture.ns).await;
+    let zdbs: Api<ZoneDisruptionBudget> = fixture.ns.api();
+    let zdb: ZoneDisruptionBudget = serde_json::from_value(json!({
+        "apiVersion": "zonecontrol.k8s.aws/v1",
+        "kind": "ZoneDisruptionBudget",
+        "metadata": {"name": "frontend"},
+        "spec": {"selector": {"matchLabels": {"tier": "frontend"}}, "maxUnavailable": 1},
+    }))
+    .unwrap();
+    zdbs.create(&PostParams::default(), &zdb).await.unwrap();
+    let disrupted = |want: &'static [&'static str]| {
+        let zdbs = zdbs.clone();
+        async move {
+            wait_for(
+                &format!("the ZDB to see {want:?} disrupted"),
+                Duration::from_secs(60),
+                || async {
+                    let zdb = zdbs.get("frontend").await.map_err(|e| e.to_string())?;
+                    let status = zdb.status.unwrap_or_default();
+                    let total: i32 = status.expected_pods.values().sum();
+                    if total == 9 && status.disrupted_zones == want {
+                        Ok(())
+                    } else {
+                        Err(serde_json::to_string(&status).unwrap())
+                    }
+                },
+            )
+            .await;
+        }
+    };
+    disrupted(&[]).await;
+    fixture
+        .create_zau(json!({"statefulset": SET, "maxUnavailable": 1, "exponentialFactor": "1"}))
+        .await;
+    let _zau = fixture.controller(&[]);
+    fixture.wait_observed().await;
+
+    // A drain in zone-b: the cache pod there evicted, its replacement held.
+    let quota = PodQuota::hold(&fixture.ns, 8).await;
+    pods::evict(&fixture.pods, &cache_b, false).await.unwrap();
+    disrupted(&["zone-b"]).await;
+    let revision = fixture.set_image(2).await;
+    // The rollout's eviction in zone-a is refused, retried, refused again.
+    wait_for(
+        "two refused evictions by the rollout",
+        Duration::from_secs(60),
+        || async {
+            let n = refused(&fixture);
+            if n >= 2 { Ok(()) } else { Err(format!("{n}")) }
+        },
+    )
+    .await;
+    let status = fixture.status().await;
+    let progressing = condition(&status, "Progressing").unwrap();
+    assert_eq!(progressing.1, "DisruptionBudgetExhausted", "{status:?}");
+    assert!(progressing.2.contains("zone-b"), "{progressing:?}");
+    assert!(
+        fixture.removals().is_empty(),
+        "the rollout removed a pod while zone-b was disrupted: {:?}",
+        fixture.removals()
+    );
+    let drain_over = Timestamp::now();
+    quota.release().await;
+    sets.patch(
+        "cache",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": "1"}}})),
+    )
+    .await
+    .unwrap();
+    fixture.wait_complete(&revision).await;
+    let removals = fixture.removals();
+    assert_eq!(removals.len(), 6, "{removals:?}");
+    assert!(
+        removals.iter().all(|r| r.at > drain_over),
+        "removed before the drain ended at {drain_over}: {removals:?}"
+    );
+    disrupted(&[]).await;
+
+    // The other way round: the rollout to image 3 has zone-a disrupted (its first evicted pod
+    // held), and a drain's eviction in zone-b is refused naming zone-a.
+    let quota = PodQuota::hold(&fixture.ns, 8).await;
+    let revision = fixture.set_image(3).await;
+    let first = wait_for(
+        "the rollout's first eviction",
+        Duration::from_secs(60),
+        || async {
+            let removals = fixture.removals();
+            removals
+                .get(6)
+                .map(|r| r.pod.clone())
+                .ok_or_else(|| format!("{} removals", removals.len()))
+        },
+    )
+    .await;
+    assert_eq!(zones[&first], "zone-a", "the rollout starts in zone-a");
+    disrupted(&["zone-a"]).await;
+    for drained in [&web_b, &cache_b] {
+        let Err((code, message)) = pods::evict(&fixture.pods, drained, false).await else {
+            panic!("a drain evicted {drained} in zone-b while the rollout had zone-a disrupted");
+        };
+        assert_eq!(code, 429, "{message}");
+        assert!(message.contains("zone-a"), "{message}");
+    }
+    quota.release().await;
+    fixture.touch().await;
+    fixture.wait_complete(&revision).await;
+    disrupted(&[]).await;
+    pods::evict(&fixture.pods, &cache_b, false).await.unwrap();
+
+    // Budgets are judged by the API server and the webhook only: the rollout controller never
+    // reads them (it runs the same without the ZoneDisruptionBudget CRD installed).
+    let path = fixture.cluster.audit_log().unwrap();
+    let reads: Vec<_> = audit::read(&path)
+        .into_iter()
+        .filter(|e| e.user_agent.starts_with("zau-controller/"))
+        .filter(|e| {
+            e.object_ref
+                .as_ref()
+                .is_some_and(|o| o.resource == "zonedisruptionbudgets")
+        })
+        .collect();
+    assert!(reads.is_empty(), "{reads:?}");
 }
