@@ -343,7 +343,7 @@ async fn compute(
         })
         .collect();
     let records = budget::prune(&view::records(next), &recreation_view, now_ms);
-    let previous_expected = view::previous_expected(next);
+    let previous_expected = view::remembered_expected(next);
     let budget = budget::compute(&BudgetInput {
         expected_total,
         pods: &budget_pods,

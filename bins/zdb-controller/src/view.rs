@@ -64,6 +64,17 @@ pub fn previous_expected(status: &ZoneDisruptionBudgetStatus) -> BTreeMap<Zone, 
         .collect()
 }
 
+/// The zones the controller's next computation starts from: those of `status.expectedPods`
+/// except "unknown". A zone stays even when all its pods vanish, but "unknown" is where a pod
+/// waits to be scheduled, not a place: it stays in the status only while a pod is there (or a
+/// missing pod cannot be placed), instead of lingering with zero pods once they are scheduled.
+pub fn remembered_expected(status: &ZoneDisruptionBudgetStatus) -> BTreeMap<Zone, u32> {
+    previous_expected(status)
+        .into_iter()
+        .filter(|(zone, _)| zone.is_known())
+        .collect()
+}
+
 fn count(n: u32) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
@@ -260,6 +271,39 @@ mod tests {
         assert_eq!(recomputed.current_unhealthy, status.current_unhealthy);
         assert_eq!(recomputed.disruptions_allowed, status.disruptions_allowed);
         assert_eq!(recomputed.disrupted_pods, status.disrupted_pods);
+    }
+
+    #[test]
+    fn the_unknown_zone_is_not_remembered_once_empty() {
+        let mut pods = healthy_pods(&[("zone-a", 2), ("zone-b", 3)]);
+        // A recreated pod, not scheduled yet.
+        pods.push(BudgetPod {
+            name: "web-0".into(),
+            zone: Zone::Unknown,
+            healthy: false,
+            created_ms: 0,
+        });
+        let status = controller_status(&pods, &[]);
+        assert_eq!(status.expected_pods["unknown"], 1);
+        let remembered = remembered_expected(&status);
+        assert_eq!(remembered.get(&Zone::Unknown), None);
+        assert_eq!(remembered[&Zone::known("zone-a")], 2);
+
+        // Scheduled in zone-a: "unknown" leaves the status, zone-a has its three pods.
+        pods.pop();
+        pods.extend(healthy_pods(&[("zone-a", 3)]).into_iter().skip(2));
+        let budget = budget::compute(&BudgetInput {
+            expected_total: 6,
+            pods: &pods,
+            previous_expected: &remembered,
+            disruptions: &[],
+            max_unavailable: IntOrPercent::Int(1),
+        });
+        let mut next = status.clone();
+        apply(&budget, &[], &mut next);
+        assert!(!next.expected_pods.contains_key("unknown"), "{next:?}");
+        assert_eq!(next.expected_pods["zone-a"], 3);
+        assert!(next.disrupted_zones.is_empty());
     }
 
     #[test]
