@@ -15,9 +15,9 @@ use e2e::proxy::RoundRobinProxy;
 use e2e::{Cluster, TestNamespace, pods, wait_for};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetStatus};
@@ -104,13 +104,46 @@ impl Fixture {
         fixture
     }
 
-    /// One zdb-controller process serving the webhook on `webhook_port`.
+    /// One zdb-controller process serving the webhook on `webhook_port` with the self-signed
+    /// certificate of the Secret `SECRET`.
     fn controller(&self, webhook_port: u16, leader_elect: bool) -> ControllerProcess {
-        let listen = format!("127.0.0.1:{}", free_port());
+        self.controller_with(webhook_port, leader_elect, &self.self_signed_args())
+            .0
+    }
+
+    /// The TLS flags of self-signed mode: the CA and certificate in the Secret `SECRET`, the
+    /// caBundle of this test's webhook configuration patched from it.
+    fn self_signed_args(&self) -> Vec<String> {
+        [
+            "--self-signed",
+            "--tls-secret-name",
+            SECRET,
+            "--tls-secret-namespace",
+            &self.ns.name,
+            "--service-name",
+            "zdb-webhook",
+            "--service-namespace",
+            &self.ns.name,
+        ]
+        .iter()
+        .map(|a| (*a).to_string())
+        .collect()
+    }
+
+    /// One zdb-controller process serving the webhook on `webhook_port` with the TLS flags
+    /// `tls`; also returns the port of its metrics endpoint.
+    fn controller_with(
+        &self,
+        webhook_port: u16,
+        leader_elect: bool,
+        tls: &[String],
+    ) -> (ControllerProcess, u16) {
+        let metrics_port = free_port();
+        let listen = format!("127.0.0.1:{metrics_port}");
         let webhook = format!("127.0.0.1:{webhook_port}");
         let leader = format!("--leader-elect={leader_elect}");
         let identity = format!("zdb-{webhook_port}");
-        let args = [
+        let mut args = vec![
             "--identity",
             identity.as_str(),
             leader.as_str(),
@@ -122,15 +155,6 @@ impl Fixture {
             &listen,
             "--webhook-address",
             &webhook,
-            "--self-signed",
-            "--tls-secret-name",
-            SECRET,
-            "--tls-secret-namespace",
-            &self.ns.name,
-            "--service-name",
-            "zdb-webhook",
-            "--service-namespace",
-            &self.ns.name,
             "--webhook-config-name",
             &self.webhook.name,
             "--lease-duration",
@@ -138,7 +162,11 @@ impl Fixture {
             "--renew-interval",
             "1s",
         ];
-        ControllerProcess::start("zdb-controller", &args, &[])
+        args.extend(tls.iter().map(String::as_str));
+        (
+            ControllerProcess::start("zdb-controller", &args, &[]),
+            metrics_port,
+        )
     }
 
     async fn create_zdb(&self, max_unavailable: i32, dry_run: bool) {
@@ -173,6 +201,16 @@ impl Fixture {
             }
         })
         .await;
+    }
+
+    /// Makes the StatefulSet controller look at the set again now (it backs off after a refused
+    /// pod creation).
+    async fn touch_statefulset(&self) {
+        let sets: Api<StatefulSet> = self.ns.api();
+        let touch = json!({"metadata": {"annotations": {"e2e/touch": k8s_openapi::jiff::Timestamp::now().to_string()}}});
+        sets.patch(SET, &PatchParams::default(), &Patch::Merge(touch))
+            .await
+            .unwrap();
     }
 
     async fn list_pods(&self) -> Vec<Pod> {
@@ -216,7 +254,8 @@ impl Fixture {
         self.zdbs.get(ZDB).await.unwrap().status.unwrap_or_default()
     }
 
-    /// Waits until the controller has computed the budget with every pod healthy.
+    /// Waits until the controller has computed the budget with every pod healthy and no
+    /// eviction recorded.
     async fn wait_budget(&self, expected: i32, allowed_per_zone: i32) {
         wait_for(
             "the budget computed, every zone healthy",
@@ -229,6 +268,7 @@ impl Fixture {
                 if computed
                     && total == expected
                     && status.disrupted_zones.is_empty()
+                    && status.disrupted_pods.is_empty()
                     && status.disruptions_allowed.len() == 3
                     && status
                         .disruptions_allowed
@@ -496,6 +536,15 @@ async fn invalid_budgets_are_reported_once_and_do_not_block_evictions() {
     evict(&fixture.pods, &pod, false).await.unwrap();
 }
 
+/// Rounds of [`concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in_one_zone`]
+/// (`E2E_ZDB_CONCURRENCY_RUNS`, default 3; the perf script asks for more).
+fn concurrency_rounds() -> usize {
+    std::env::var("E2E_ZDB_CONCURRENCY_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+}
+
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in_one_zone() {
@@ -503,8 +552,9 @@ async fn concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in
     // The proxy is started on a fixed port after the fixture: the configuration names its URL.
     let fixture = Fixture::new("zdb-race", 9, proxy_port).await;
     let (port_one, port_two) = (free_port(), free_port());
-    let _one = fixture.controller(port_one, true);
-    let _two = fixture.controller(port_two, true);
+    let tls = fixture.self_signed_args();
+    let (_one, metrics_one) = fixture.controller_with(port_one, true, &tls);
+    let (_two, metrics_two) = fixture.controller_with(port_two, true, &tls);
     let backends: Vec<SocketAddr> = vec![
         format!("127.0.0.1:{port_one}").parse().unwrap(),
         format!("127.0.0.1:{port_two}").parse().unwrap(),
@@ -512,62 +562,101 @@ async fn concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in
     let proxy = RoundRobinProxy::start_on(proxy_port, backends).await;
     fixture.wait_ca_bundle().await;
     fixture.create_zdb(2, false).await;
-    fixture.wait_budget(9, 2).await;
 
-    let names: Vec<String> = fixture
-        .list_pods()
-        .await
-        .iter()
-        .map(ResourceExt::name_any)
-        .collect();
-    let client: Client = fixture.ns.client.clone();
-    let mut tasks = Vec::new();
-    for i in 0..100 {
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &fixture.ns.name);
-        let pod = names[i % names.len()].clone();
-        tasks.push(tokio::spawn(async move {
-            (pod.clone(), evict(&pods, &pod, false).await)
-        }));
-    }
-    let mut evicted = BTreeSet::new();
-    let mut codes: BTreeMap<u16, usize> = BTreeMap::new();
-    for task in tasks {
-        let (pod, result) = task.await.unwrap();
-        match result {
-            Ok(()) => {
-                evicted.insert(pod);
-            }
-            Err((code, _)) => *codes.entry(code).or_default() += 1,
+    let rounds = concurrency_rounds();
+    for round in 1..=rounds {
+        // Every round starts from the same state: every pod Ready, nothing recorded.
+        fixture.wait_ready(9).await;
+        fixture.wait_budget(9, 2).await;
+        let before = [decisions(metrics_one).await, decisions(metrics_two).await];
+        // Zones as placed before the round (an evicted pod may be recreated and not scheduled
+        // yet when the round ends).
+        let zones = fixture.pods_by_zone().await;
+        let names: Vec<String> = zones.values().flatten().cloned().collect();
+        assert_eq!(names.len(), 9, "{zones:?}");
+        let started = std::time::Instant::now();
+        let client: Client = fixture.ns.client.clone();
+        let mut tasks = Vec::new();
+        for i in 0..100 {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &fixture.ns.name);
+            let pod = names[i % names.len()].clone();
+            tasks.push(tokio::spawn(async move {
+                (pod.clone(), evict(&pods, &pod, false).await)
+            }));
         }
-    }
-    let zones = fixture.pods_by_zone().await;
-    let zone_of = |pod: &String| {
-        zones
+        let mut evicted = BTreeSet::new();
+        let mut codes: BTreeMap<u16, usize> = BTreeMap::new();
+        for task in tasks {
+            let (pod, result) = task.await.unwrap();
+            match result {
+                Ok(()) => {
+                    evicted.insert(pod);
+                }
+                Err((code, _)) => *codes.entry(code).or_default() += 1,
+            }
+        }
+        let elapsed = started.elapsed();
+        let evicted_zones: BTreeSet<&String> = evicted
             .iter()
-            .find(|(_, names)| names.contains(pod))
-            .map(|(zone, _)| zone.clone())
-    };
-    // The evicted pods may already be recreated (same names, same zones with the spread).
-    let evicted_zones: BTreeSet<Option<String>> = evicted.iter().map(zone_of).collect();
-    assert!(
-        !evicted.is_empty() && evicted.len() <= 2,
-        "evicted {evicted:?}, refusals by code {codes:?}"
-    );
-    assert_eq!(
-        evicted_zones.len(),
-        1,
-        "evicted {evicted:?} in zones {evicted_zones:?}"
-    );
-    assert!(
-        codes.keys().all(|code| *code == 429 || *code == 404),
-        "refusals by code {codes:?}"
-    );
-    let connections = proxy.connections();
-    eprintln!("evicted {evicted:?}, refusals {codes:?}, connections {connections:?}");
-    assert!(
-        connections.iter().all(|c| *c > 0),
-        "both replicas must have been called: {connections:?}"
-    );
+            .map(|pod| {
+                zones
+                    .iter()
+                    .find(|(_, names)| names.contains(pod))
+                    .map(|(zone, _)| zone)
+                    .unwrap()
+            })
+            .collect();
+        let after = [decisions(metrics_one).await, decisions(metrics_two).await];
+        let decided = [after[0] - before[0], after[1] - before[1]];
+        eprintln!(
+            "round {round}/{rounds}: evicted {evicted:?} in {evicted_zones:?}, refusals by code {codes:?}, decisions per replica {decided:?}, {elapsed:?}"
+        );
+        assert!(
+            !evicted.is_empty() && evicted.len() <= 2,
+            "round {round}: evicted {evicted:?}, refusals by code {codes:?}"
+        );
+        assert_eq!(
+            evicted_zones.len(),
+            1,
+            "round {round}: evicted {evicted:?} in zones {evicted_zones:?}"
+        );
+        assert!(
+            codes.keys().all(|code| *code == 429 || *code == 404),
+            "round {round}: refusals by code {codes:?}"
+        );
+        assert!(
+            decided.iter().all(|d| *d > 0.0),
+            "round {round}: both replicas must have decided: {decided:?}"
+        );
+    }
+    eprintln!("proxy connections per replica: {:?}", proxy.connections());
+}
+
+/// The eviction decisions a zdb-controller has made so far (its
+/// `zone_aware_zdb_webhook_decisions_total`, every result and reason).
+async fn decisions(metrics_port: u16) -> f64 {
+    let text = wait_for("the metrics endpoint", Duration::from_secs(30), || async {
+        http_get(metrics_port, "/metrics")
+            .await
+            .ok_or_else(|| "no answer".to_string())
+    })
+    .await;
+    text.lines()
+        .filter(|line| line.starts_with("zone_aware_zdb_webhook_decisions_total"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn http_get(port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.ok()?;
+    body.contains(" 200 ").then_some(body)
 }
 
 #[tokio::test]
@@ -712,4 +801,106 @@ async fn the_standby_keeps_the_status_when_the_leader_dies() {
         "an eviction in zone-a while zone-c is disrupted",
         &["zone zone-c is disrupted"],
     );
+}
+
+/// A ResourceQuota of `pods` pods in the test's namespace, counted by the quota controller when
+/// this returns: with that many pods present, a deleted pod cannot be recreated until it goes.
+async fn hold_pod_count(ns: &TestNamespace, pods: usize) -> Api<ResourceQuota> {
+    let quotas: Api<ResourceQuota> = ns.api();
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "hold-pods"},
+        "spec": {"hard": {"pods": pods.to_string()}},
+    }))
+    .unwrap();
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    wait_for(
+        "the quota to be counted",
+        Duration::from_secs(60),
+        || async {
+            let quota = quotas.get("hold-pods").await.map_err(|e| e.to_string())?;
+            let used = quota
+                .status
+                .and_then(|s| s.used)
+                .and_then(|u| u.get("pods").cloned());
+            used.map(|_| ())
+                .ok_or_else(|| "no status.used yet".to_string())
+        },
+    )
+    .await;
+    quotas
+}
+
+/// A pod deleted by hand (not evicted: the webhook never hears of it) and not recreated yet
+/// counts as unhealthy in its zone: evictions in every other zone are refused until it is back.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn zdb_deleted_pod_blocks_other_zones() {
+    let port = free_port();
+    let fixture = Fixture::new("zdb-missing", 9, port).await;
+    let _controller = fixture.controller(port, false);
+    fixture.wait_ca_bundle().await;
+    fixture.create_zdb(1, false).await;
+    fixture.wait_budget(9, 1).await;
+    let zones = fixture.pods_by_zone().await;
+    let (zone_a, zone_b) = (&zones["zone-a"], &zones["zone-b"]);
+
+    // At most 8 pods: the pod deleted below cannot be recreated until the quota goes.
+    let quotas = hold_pod_count(&fixture.ns, 8).await;
+    let victim = &zone_a[0];
+    fixture
+        .pods
+        .delete(victim, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the deleted pod to be gone", TIMEOUT, || async {
+        match fixture.pods.get_opt(victim).await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{:?}", other.map(|p| p.map(|p| p.metadata)))),
+        }
+    })
+    .await;
+    wait_for("zone-a disrupted by the missing pod", TIMEOUT, || async {
+        let status = fixture.status().await;
+        let missing = status.conditions.iter().any(|c| {
+            c.type_ == "Disrupted" && c.status == "True" && c.message.contains("zone-a: 1 missing")
+        });
+        if missing
+            && status.disrupted_zones == ["zone-a"]
+            && status.current_unhealthy["zone-a"] == 1
+            && status.expected_pods["zone-a"] == 3
+        {
+            Ok(())
+        } else {
+            Err(serde_json::to_string(&status).unwrap())
+        }
+    })
+    .await;
+    assert_denied(
+        evict(&fixture.pods, &zone_b[0], false).await,
+        "an eviction in zone-b while a zone-a pod is missing",
+        &[
+            "zone zone-a is disrupted",
+            "1 other pod(s) unavailable or missing",
+            "zone zone-b must wait",
+        ],
+    );
+    assert_denied(
+        evict(&fixture.pods, &zone_a[1], false).await,
+        "a second zone-a pod while one is missing, maxUnavailable 1",
+        &["zone zone-a already has 1 of maxUnavailable 1"],
+    );
+    assert!(
+        fixture.pods.get_opt(victim).await.unwrap().is_none(),
+        "the quota did not hold: the pod was recreated, so the denials were not about a missing pod"
+    );
+
+    // Quota gone; a touch of the StatefulSet makes its controller retry at once.
+    quotas
+        .delete("hold-pods", &DeleteParams::default())
+        .await
+        .unwrap();
+    fixture.touch_statefulset().await;
+    fixture.wait_ready(9).await;
+    fixture.wait_budget(9, 1).await;
+    evict(&fixture.pods, &zone_b[0], false).await.unwrap();
 }
