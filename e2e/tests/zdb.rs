@@ -635,6 +635,12 @@ async fn concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in
 /// The eviction decisions a zdb-controller has made so far (its
 /// `zone_aware_zdb_webhook_decisions_total`, every result and reason).
 async fn decisions(metrics_port: u16) -> f64 {
+    decisions_for(metrics_port, "").await
+}
+
+/// As [`decisions`], of one reason only (every reason when empty).
+async fn decisions_for(metrics_port: u16, reason: &str) -> f64 {
+    let label = format!("reason=\"{reason}\"");
     let text = wait_for("the metrics endpoint", Duration::from_secs(30), || async {
         http_get(metrics_port, "/metrics")
             .await
@@ -643,6 +649,7 @@ async fn decisions(metrics_port: u16) -> f64 {
     .await;
     text.lines()
         .filter(|line| line.starts_with("zone_aware_zdb_webhook_decisions_total"))
+        .filter(|line| reason.is_empty() || line.contains(&label))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -903,4 +910,386 @@ async fn zdb_deleted_pod_blocks_other_zones() {
     fixture.wait_ready(9).await;
     fixture.wait_budget(9, 1).await;
     evict(&fixture.pods, &zone_b[0], false).await.unwrap();
+}
+
+/// Taint key of the nodes a test creates for itself; the value is the test's namespace.
+const TEST_NODE_TAINT: &str = "zonecontrol.k8s.aws/e2e-node";
+/// The StatefulSet whose pods run on a test's own node (labelled `app: web` too, so the budget
+/// selects them with the others).
+const PINNED: &str = "pinned";
+
+/// A kwok Node of one test, which it may cordon and drain (the six shared nodes are never
+/// drained: other tests run there). Tainted with the test's namespace so only that test's
+/// pinned pods run there; deleted when the test ends.
+struct TestNode {
+    name: String,
+    taint: String,
+    config: kube::Config,
+}
+
+impl TestNode {
+    async fn create(ns: &TestNamespace, zone: &str) -> TestNode {
+        let name = format!("{}-{zone}", ns.name);
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+                "labels": {
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    ZONE_LABEL: zone,
+                    "type": "kwok",
+                },
+            },
+            "spec": {"taints": [{"key": TEST_NODE_TAINT, "value": ns.name, "effect": "NoSchedule"}]},
+        }))
+        .unwrap();
+        let nodes: Api<Node> = Api::all(ns.client.clone());
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+        let guard = TestNode {
+            name: name.clone(),
+            taint: ns.name.clone(),
+            config: Cluster::get().config().await,
+        };
+        wait_for("the test's node Ready", Duration::from_secs(60), || async {
+            let node = nodes.get(&name).await.map_err(|e| e.to_string())?;
+            let ready = node
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if ready {
+                Ok(())
+            } else {
+                Err("not Ready yet".to_string())
+            }
+        })
+        .await;
+        guard
+    }
+
+    async fn unschedulable(&self, client: &Client) -> bool {
+        Api::<Node>::all(client.clone())
+            .get(&self.name)
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        cleanup_blocking(self.config.clone(), |client| async move {
+            let _ = Api::<Node>::all(client)
+                .delete(&name, &DeleteParams::default())
+                .await;
+        });
+    }
+}
+
+impl Fixture {
+    /// The StatefulSet `pinned`: `replicas` pods on `node` only, selected by the budget.
+    async fn create_pinned(&self, replicas: i32, node: &TestNode) {
+        let set: StatefulSet = serde_json::from_value(json!({
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": PINNED},
+            "spec": {
+                "replicas": replicas,
+                "serviceName": PINNED,
+                "podManagementPolicy": "Parallel",
+                "selector": {"matchLabels": {"app": SET, "set": PINNED}},
+                "template": {
+                    "metadata": {"labels": {"app": SET, "set": PINNED}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 1,
+                        "nodeSelector": {"kubernetes.io/hostname": node.name},
+                        "tolerations": [{
+                            "key": TEST_NODE_TAINT,
+                            "operator": "Equal",
+                            "value": node.taint,
+                            "effect": "NoSchedule",
+                        }],
+                        "containers": [{"name": "app", "image": "registry.invalid/web:1"}],
+                    },
+                },
+            },
+        }))
+        .unwrap();
+        let sets: Api<StatefulSet> = self.ns.api();
+        sets.create(&PostParams::default(), &set).await.unwrap();
+    }
+
+    /// name -> uid of the pods that are not terminating.
+    async fn live_uids(&self) -> BTreeMap<String, String> {
+        self.list_pods()
+            .await
+            .iter()
+            .filter(|p| !pods::is_terminating(p))
+            .map(|p| (p.name_any(), p.uid().unwrap()))
+            .collect()
+    }
+}
+
+/// A kubectl command of the test's admin, run in the background with its output (stdout and
+/// stderr, in order) in a file.
+struct Kubectl {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl Kubectl {
+    fn start(args: &[&str]) -> Kubectl {
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let log = std::env::temp_dir().join(format!(
+            "e2e-kubectl-{}-{}.log",
+            std::process::id(),
+            STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let out = std::fs::File::create(&log).unwrap();
+        let err = out.try_clone().unwrap();
+        let child = e2e::identity::kubectl(&Cluster::get())
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap();
+        Kubectl { child, log }
+    }
+
+    /// `kubectl drain` of `node`'s pods of the budget, as an operator would run it.
+    fn drain(node: &str, extra: &[&str]) -> Kubectl {
+        let mut args = vec![
+            "drain",
+            node,
+            "--pod-selector",
+            "app=web",
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+        ];
+        args.extend(extra);
+        Kubectl::start(&args)
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for the command to exit: whether it succeeded, and its output.
+    async fn finish(&mut self, timeout: Duration) -> (bool, String) {
+        let status = wait_for("kubectl to exit", timeout, || {
+            let exited = self.child.try_wait();
+            let output = self.output();
+            async move {
+                match exited {
+                    Ok(Some(status)) => Ok(status),
+                    _ => Err(output),
+                }
+            }
+        })
+        .await;
+        (status.success(), self.output())
+    }
+}
+
+impl Drop for Kubectl {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until the controller has seen `pod` unready: its zone is the one disrupted.
+async fn disrupt_zone_by_unready_pod(fixture: &Fixture, zone: &str, pod: &str) {
+    pods::set_ready(&fixture.pods, pod, false).await;
+    wait_for(&format!("{zone} disrupted by {pod}"), TIMEOUT, || async {
+        let status = fixture.status().await;
+        if status.disrupted_zones == [zone] {
+            Ok(())
+        } else {
+            Err(serde_json::to_string(&status).unwrap())
+        }
+    })
+    .await;
+}
+
+/// Six pods spread over the zones, and two `pinned` pods on the test's own node in zone-a; a
+/// budget of maxUnavailable 2 over all eight.
+async fn pinned_fixture(prefix: &str, port: u16) -> (Fixture, TestNode, (ControllerProcess, u16)) {
+    let fixture = Fixture::new(prefix, 6, port).await;
+    let node = TestNode::create(&fixture.ns, "zone-a").await;
+    fixture.create_pinned(2, &node).await;
+    fixture.wait_ready(8).await;
+    let controller = fixture.controller_with(port, false, &fixture.self_signed_args());
+    fixture.wait_ca_bundle().await;
+    fixture.create_zdb(2, false).await;
+    fixture.wait_budget(8, 2).await;
+    let zones = fixture.pods_by_zone().await;
+    assert_eq!(zones["zone-a"].len(), 4, "{zones:?}");
+    (fixture, node, controller)
+}
+
+/// A dry-run eviction, through the API (`deleteOptions.dryRun`) and through `kubectl drain
+/// --dry-run=server`, gets the decision the real eviction gets — allowed, then denied while
+/// another zone is disrupted — and records nothing; the real evictions then do as predicted.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn zdb_dry_run_matches_real() {
+    let port = free_port();
+    let (fixture, node, (_controller, metrics)) = pinned_fixture("zdb-dryrun", port).await;
+    let client = fixture.ns.client.clone();
+    let pinned = [format!("{PINNED}-0"), format!("{PINNED}-1")];
+    let uids = fixture.live_uids().await;
+
+    // Allowed: both dry runs succeed, nothing is recorded, nothing is evicted or cordoned.
+    let before = fixture.zdbs.get(ZDB).await.unwrap();
+    let dry_runs = decisions_for(metrics, "DryRun").await;
+    evict(&fixture.pods, &pinned[0], true).await.unwrap();
+    let (success, output) = Kubectl::drain(&node.name, &["--dry-run=server", "--timeout=60s"])
+        .finish(Duration::from_secs(90))
+        .await;
+    assert!(success, "the dry-run drain failed:\n{output}");
+    assert!(
+        output.contains(&format!("node/{} drained (server dry run)", node.name)),
+        "{output}"
+    );
+    // The webhook judged the three dry runs (one through the API, two by kubectl) as such.
+    assert_eq!(
+        decisions_for(metrics, "DryRun").await - dry_runs,
+        3.0,
+        "{output}"
+    );
+    let after = fixture.zdbs.get(ZDB).await.unwrap();
+    assert_eq!(
+        after.resource_version(),
+        before.resource_version(),
+        "a dry run wrote the budget: {:?}",
+        after.status
+    );
+    assert!(!node.unschedulable(&client).await, "a dry run cordoned");
+    assert_eq!(fixture.live_uids().await, uids, "a dry run evicted");
+
+    // Denied while zone-b is disrupted: the dry runs are refused as the real eviction is.
+    let zones = fixture.pods_by_zone().await;
+    let down = zones["zone-b"][0].clone();
+    disrupt_zone_by_unready_pod(&fixture, "zone-b", &down).await;
+    let before = fixture.zdbs.get(ZDB).await.unwrap();
+    let mentions = ["zone zone-b is disrupted", "zone zone-a must wait"];
+    assert_denied(
+        evict(&fixture.pods, &pinned[0], true).await,
+        "a dry-run eviction in zone-a",
+        &mentions,
+    );
+    assert_denied(
+        evict(&fixture.pods, &pinned[0], false).await,
+        "the real eviction in zone-a",
+        &mentions,
+    );
+    let (success, output) = Kubectl::drain(&node.name, &["--dry-run=server", "--timeout=8s"])
+        .finish(Duration::from_secs(60))
+        .await;
+    assert!(!success, "the dry-run drain succeeded:\n{output}");
+    assert!(
+        output.contains("will retry after 5s") && output.contains(mentions[0]),
+        "the dry-run drain should have been refused with a 429:\n{output}"
+    );
+    let after = fixture.zdbs.get(ZDB).await.unwrap();
+    assert_eq!(
+        after.resource_version(),
+        before.resource_version(),
+        "a refused eviction wrote the budget: {:?}",
+        after.status
+    );
+    assert!(!node.unschedulable(&client).await, "a dry run cordoned");
+    assert_eq!(fixture.live_uids().await, uids, "a pod was evicted");
+
+    // Once zone-b recovers the real eviction is allowed, as the first dry run said, and unlike
+    // it, recorded.
+    pods::set_ready(&fixture.pods, &down, true).await;
+    fixture.wait_budget(8, 2).await;
+    evict(&fixture.pods, &pinned[0], false).await.unwrap();
+    let status = fixture.status().await;
+    assert_eq!(
+        status.disrupted_pod_zones,
+        BTreeMap::from([(pinned[0].clone(), "zone-a".to_string())]),
+        "{status:?}"
+    );
+}
+
+/// A real `kubectl drain` of a node with protected pods in zone-a, while zone-b is disrupted:
+/// kubectl is refused with 429s, retries every 5 s, and completes once zone-b recovers.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn zdb_kubectl_drain_retries_until_budget_allows() {
+    let port = free_port();
+    let (fixture, node, _controller) = pinned_fixture("zdb-drain", port).await;
+    let client = fixture.ns.client.clone();
+    let pinned = [format!("{PINNED}-0"), format!("{PINNED}-1")];
+    let uids = fixture.live_uids().await;
+    let zones = fixture.pods_by_zone().await;
+    let down = zones["zone-b"][0].clone();
+    disrupt_zone_by_unready_pod(&fixture, "zone-b", &down).await;
+
+    let mut drain = Kubectl::drain(&node.name, &["--timeout=120s"]);
+    // Two refusals of one pod: kubectl keeps retrying rather than giving up.
+    let retry = format!("error when evicting pods/\"{}\"", pinned[0]);
+    wait_for(
+        "kubectl drain to be refused twice",
+        Duration::from_secs(60),
+        || {
+            let output = drain.output();
+            let refusals = output.matches(&retry).count();
+            async move { if refusals >= 2 { Ok(()) } else { Err(output) } }
+        },
+    )
+    .await;
+    let output = drain.output();
+    // kubectl retries only a 429 (TooManyRequests); any other refusal ends the drain.
+    assert!(
+        output.contains("will retry after 5s") && output.contains("zone zone-b is disrupted"),
+        "{output}"
+    );
+    assert!(
+        drain.child.try_wait().unwrap().is_none(),
+        "kubectl gave up:\n{output}"
+    );
+    assert!(node.unschedulable(&client).await, "drain cordons first");
+    for pod in &pinned {
+        assert_eq!(
+            fixture.live_uids().await.get(pod),
+            uids.get(pod),
+            "{pod} was evicted while zone-b was disrupted"
+        );
+    }
+
+    pods::set_ready(&fixture.pods, &down, true).await;
+    let (success, output) = drain.finish(Duration::from_secs(60)).await;
+    assert!(success, "the drain failed:\n{output}");
+    assert!(
+        output.contains(&format!("node/{} drained", node.name)),
+        "{output}"
+    );
+    let live = fixture.live_uids().await;
+    for pod in &pinned {
+        assert_ne!(live.get(pod), uids.get(pod), "{pod} was not evicted");
+    }
+    // Both recorded in zone-a (their replacements cannot be scheduled on the cordoned node, so
+    // the records stay).
+    let status = fixture.status().await;
+    assert_eq!(
+        status.disrupted_pod_zones,
+        pinned
+            .iter()
+            .map(|p| (p.clone(), "zone-a".to_string()))
+            .collect::<BTreeMap<_, _>>(),
+        "{status:?}"
+    );
 }
