@@ -563,6 +563,40 @@ async fn concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in
     fixture.wait_ca_bundle().await;
     fixture.create_zdb(2, false).await;
 
+    // One CA for both replicas: the one in the Secret, which is also the caBundle, and both
+    // serve the Secret's certificate, verified against it.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = fixture.ns.api();
+    let data = secrets.get(SECRET).await.unwrap().data.unwrap();
+    let ca = String::from_utf8(data["ca.crt"].0.clone()).unwrap();
+    let served = Leaf {
+        cert: String::from_utf8(data["tls.crt"].0.clone()).unwrap(),
+        key: String::new(),
+    };
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(fixture.ns.client.clone());
+    let bundles: Vec<Vec<u8>> = configs
+        .get(&fixture.webhook.name)
+        .await
+        .unwrap()
+        .webhooks
+        .unwrap()
+        .into_iter()
+        .map(|w| w.client_config.ca_bundle.unwrap().0)
+        .collect();
+    assert_eq!(
+        bundles,
+        [ca.as_bytes().to_vec()],
+        "the caBundle is the Secret's CA"
+    );
+    for port in [port_one, port_two] {
+        wait_served(
+            port,
+            &ca,
+            &served,
+            "each replica serving the Secret's certificate",
+        )
+        .await;
+    }
+
     let rounds = concurrency_rounds();
     for round in 1..=rounds {
         // Every round starts from the same state: every pod Ready, nothing recorded.
@@ -1292,4 +1326,272 @@ async fn zdb_kubectl_drain_retries_until_budget_allows() {
             .collect::<BTreeMap<_, _>>(),
         "{status:?}"
     );
+}
+
+/// A test CA and serving certificates it signs (for 127.0.0.1 and localhost), as cert-manager
+/// would issue them.
+struct TestCa {
+    pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+/// A serving certificate and its key, PEM.
+struct Leaf {
+    cert: String,
+    key: String,
+}
+
+impl Leaf {
+    fn der(&self) -> Vec<u8> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        CertificateDer::from_pem_slice(self.cert.as_bytes())
+            .unwrap()
+            .to_vec()
+    }
+}
+
+impl TestCa {
+    fn new(name: &str) -> TestCa {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let cert = params.self_signed(&key).unwrap();
+        TestCa {
+            pem: cert.pem(),
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    fn leaf(&self, serial: u64) -> Leaf {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params =
+            rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+                .unwrap();
+        params.serial_number = Some(rcgen::SerialNumber::from(serial));
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Leaf {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+}
+
+/// The certificate the TLS server on 127.0.0.1:`port` presents (DER), if the handshake
+/// succeeds with `ca_pem` as the only trusted root and 127.0.0.1 as the name: what the API
+/// server checks when it calls the webhook.
+async fn served_certificate(port: u16, ca_pem: &str) -> Result<Vec<u8>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
+    let tls = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    tls.get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(|cert| cert.to_vec())
+        .ok_or_else(|| "no certificate presented".to_string())
+}
+
+/// A directory laid out as the kubelet mounts a Secret: `..<timestamp>/` holds the files,
+/// `..data` links to it, `tls.crt` and `tls.key` link through `..data`. Rotation writes a new
+/// timestamped directory and renames a new link over `..data` (one atomic step), then removes
+/// the old directory.
+struct MountedSecret {
+    dir: std::path::PathBuf,
+    version: usize,
+}
+
+impl MountedSecret {
+    fn new(ns: &TestNamespace, leaf: &Leaf) -> MountedSecret {
+        let dir = std::env::temp_dir().join(format!("e2e-zdb-certs-{}", ns.name));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut mounted = MountedSecret { dir, version: 0 };
+        let first = mounted.write_version(leaf);
+        std::os::unix::fs::symlink(&first, mounted.dir.join("..data")).unwrap();
+        for file in ["tls.crt", "tls.key"] {
+            std::os::unix::fs::symlink(format!("..data/{file}"), mounted.dir.join(file)).unwrap();
+        }
+        mounted
+    }
+
+    fn write_version(&mut self, leaf: &Leaf) -> String {
+        self.version += 1;
+        let name = format!(
+            "..2026_11_23_10_00_0{}.00000000{}",
+            self.version, self.version
+        );
+        let version = self.dir.join(&name);
+        std::fs::create_dir(&version).unwrap();
+        std::fs::write(version.join("tls.crt"), &leaf.cert).unwrap();
+        std::fs::write(version.join("tls.key"), &leaf.key).unwrap();
+        name
+    }
+
+    fn rotate(&mut self, leaf: &Leaf) {
+        let old = std::fs::read_link(self.dir.join("..data")).unwrap();
+        let new = self.write_version(leaf);
+        std::os::unix::fs::symlink(&new, self.dir.join("..data_tmp")).unwrap();
+        std::fs::rename(self.dir.join("..data_tmp"), self.dir.join("..data")).unwrap();
+        std::fs::remove_dir_all(self.dir.join(old)).unwrap();
+    }
+}
+
+impl Drop for MountedSecret {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Fixture {
+    /// Sets the caBundle of the test's webhook configuration (cert-dir mode leaves it alone).
+    async fn set_ca_bundle(&self, pem: &str) {
+        let configs: Api<ValidatingWebhookConfiguration> = Api::all(self.ns.client.clone());
+        let patch = json!({"webhooks": [{
+            "name": "eviction.zdb.zonecontrol.k8s.aws",
+            "clientConfig": {"caBundle": k8s_openapi::ByteString(pem.as_bytes().to_vec())},
+        }]});
+        configs
+            .patch(
+                &self.webhook.name,
+                &PatchParams::default(),
+                &Patch::Strategic(patch),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// Waits until the webhook on `port` presents `leaf`, verified against `ca_pem`.
+async fn wait_served(port: u16, ca_pem: &str, leaf: &Leaf, what: &str) {
+    let expected = leaf.der();
+    wait_for(what, Duration::from_secs(60), || async {
+        match served_certificate(port, ca_pem).await {
+            Ok(der) if der == expected => Ok(()),
+            Ok(_) => Err("another certificate is served".to_string()),
+            Err(error) => Err(error),
+        }
+    })
+    .await;
+}
+
+/// A TCP proxy from 127.0.0.1:`port` to 127.0.0.1:`backend`; dropping it closes every
+/// connection it carries (a client must connect again).
+struct Passthrough {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Passthrough {
+    async fn start(port: u16, backend: u16) -> Passthrough {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .expect("bind the proxy port");
+        let task = tokio::spawn(async move {
+            // Aborting the accept loop drops the set, which aborts every connection's task.
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                connections.spawn(async move {
+                    if let Ok(mut outbound) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", backend)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                while connections.try_join_next().is_some() {}
+            }
+        });
+        Passthrough { task }
+    }
+
+    /// Closes the port and every connection.
+    async fn stop(mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for Passthrough {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `--cert-dir` as a mounted Secret: a rotation (a `..data` symlink swap, as the kubelet does
+/// it) is served from the next handshake on, by the same process, and the API server's calls
+/// still reach the webhook.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn zdb_cert_rotation_without_restart() {
+    // The API server calls the webhook through a proxy whose connections the test can cut.
+    let (proxy_port, webhook_port) = (free_port(), free_port());
+    let fixture = Fixture::new("zdb-certs", 6, proxy_port).await;
+    let proxy = Passthrough::start(proxy_port, webhook_port).await;
+    let ca = TestCa::new("zdb e2e cert-manager CA");
+    let first = ca.leaf(1001);
+    let mut mounted = MountedSecret::new(&fixture.ns, &first);
+    fixture.set_ca_bundle(&ca.pem).await;
+    let cert_dir = mounted.dir.display().to_string();
+    let (mut controller, _) =
+        fixture.controller_with(webhook_port, false, &["--cert-dir".to_string(), cert_dir]);
+    wait_served(
+        webhook_port,
+        &ca.pem,
+        &first,
+        "the first certificate served",
+    )
+    .await;
+    fixture.create_zdb(1, false).await;
+    fixture.wait_budget(6, 1).await;
+    let zones = fixture.pods_by_zone().await;
+    // zone-a stays disrupted for the whole test, so zone-b's evictions are the webhook's
+    // denials (a 429 only it gives).
+    disrupt_zone_by_unready_pod(&fixture, "zone-a", &zones["zone-a"][0]).await;
+    assert_denied(
+        evict(&fixture.pods, &zones["zone-b"][0], false).await,
+        "an eviction in zone-b, before the rotation",
+        &["zone zone-a is disrupted"],
+    );
+
+    let second = ca.leaf(1002);
+    assert_ne!(first.der(), second.der());
+    mounted.rotate(&second);
+    wait_served(
+        webhook_port,
+        &ca.pem,
+        &second,
+        "the rotated certificate served",
+    )
+    .await;
+    assert!(controller.is_running(), "the controller restarted or died");
+
+    // The API server may still hold connections made with the first certificate: cut them all,
+    // so its next call makes a new one and must accept the rotated certificate.
+    proxy.stop().await;
+    let _proxy = Passthrough::start(proxy_port, webhook_port).await;
+    assert_denied(
+        evict(&fixture.pods, &zones["zone-b"][1], false).await,
+        "an eviction in zone-b, after the rotation (the webhook's answer)",
+        &["zone zone-a is disrupted"],
+    );
+    assert!(controller.is_running(), "the controller restarted or died");
 }
