@@ -342,7 +342,11 @@ async fn compute(
             ..pod.clone()
         })
         .collect();
-    let records = budget::prune(&view::records(next), &recreation_view, now_ms);
+    let records = view::settle_records(
+        budget::prune(&view::records(next), &recreation_view, now_ms),
+        &budget_pods,
+        expected_total,
+    );
     let previous_expected = view::remembered_expected(next);
     let budget = budget::compute(&BudgetInput {
         expected_total,

@@ -75,6 +75,40 @@ pub fn remembered_expected(status: &ZoneDisruptionBudgetStatus) -> BTreeMap<Zone
         .collect()
 }
 
+/// The records the controller keeps, after [`budget::prune`]: a record of a present pod whose
+/// zone is unknown (the Go controller stored no zones) takes the pod's zone; a record of an
+/// absent pod stays only while it places a missing pod (fewer pods than expected, see
+/// `budget::compute`). Otherwise — a pod scaled away, replaced under another name, or a Go
+/// record of a pod long gone — the controller's numbers would not count it while the webhook,
+/// which rebuilds the budget from the status, would count it as an evicted pod in some zone
+/// and refuse evictions elsewhere until the record expired.
+pub fn settle_records(
+    records: Vec<Disruption>,
+    pods: &[BudgetPod],
+    expected_total: u32,
+) -> Vec<Disruption> {
+    let present = u32::try_from(pods.len()).unwrap_or(u32::MAX);
+    let mut missing = expected_total.saturating_sub(present);
+    records
+        .into_iter()
+        .filter_map(
+            |mut record| match pods.iter().find(|p| p.name == record.pod) {
+                Some(pod) => {
+                    if !record.zone.is_known() && pod.zone.is_known() {
+                        record.zone = pod.zone.clone();
+                    }
+                    Some(record)
+                }
+                None if missing > 0 => {
+                    missing -= 1;
+                    Some(record)
+                }
+                None => None,
+            },
+        )
+        .collect()
+}
+
 fn count(n: u32) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
@@ -304,6 +338,78 @@ mod tests {
         assert!(!next.expected_pods.contains_key("unknown"), "{next:?}");
         assert_eq!(next.expected_pods["zone-a"], 3);
         assert!(next.disrupted_zones.is_empty());
+    }
+
+    /// The controller's status from pods, expected pods and stored records, as a reconcile
+    /// computes it.
+    fn reconciled(
+        pods: &[BudgetPod],
+        expected_total: u32,
+        stored: Vec<Disruption>,
+    ) -> ZoneDisruptionBudgetStatus {
+        let records = settle_records(stored, pods, expected_total);
+        let budget = budget::compute(&BudgetInput {
+            expected_total,
+            pods,
+            previous_expected: &BTreeMap::new(),
+            disruptions: &records,
+            max_unavailable: IntOrPercent::Int(1),
+        });
+        let mut status = ZoneDisruptionBudgetStatus::default();
+        apply(&budget, &records, &mut status);
+        status
+    }
+
+    #[test]
+    fn a_record_of_a_pod_that_is_gone_and_not_missing_is_dropped() {
+        let pods = healthy_pods(&[("zone-a", 3), ("zone-b", 3)]);
+        // The Go controller's record (no zone) of a pod scaled away since.
+        let stale = Disruption {
+            pod: "web-100".into(),
+            zone: Zone::Unknown,
+            at_ms: 1000,
+        };
+        let status = reconciled(&pods, 6, vec![stale.clone()]);
+        assert!(status.disrupted_pods.is_empty(), "{status:?}");
+        // The webhook's view of that status lets zone-b go.
+        let max = IntOrPercent::Int(1);
+        assert!(matches!(
+            evict(&from_status(&status, max), "zone-b-0", "zone-b"),
+            Decision::Allow { record: true, .. }
+        ));
+        // While a pod is missing, the record places it.
+        let five = &pods[1..];
+        let status = reconciled(
+            five,
+            6,
+            vec![Disruption {
+                zone: Zone::known("zone-a"),
+                ..stale
+            }],
+        );
+        assert_eq!(status.disrupted_pods.len(), 1);
+        assert_eq!(status.disrupted_zones, ["zone-a"]);
+    }
+
+    #[test]
+    fn a_record_without_zone_takes_its_pods_zone() {
+        let pods = healthy_pods(&[("zone-a", 3), ("zone-b", 3)]);
+        let go_record = Disruption {
+            pod: "zone-a-0".into(),
+            zone: Zone::Unknown,
+            at_ms: 1000,
+        };
+        let status = reconciled(&pods, 6, vec![go_record]);
+        assert_eq!(status.disrupted_pod_zones["zone-a-0"], "zone-a");
+        assert_eq!(status.disrupted_zones, ["zone-a"]);
+        // The webhook sees the same: zone-a is the disrupted zone, not "unknown".
+        let rebuilt = from_status(&status, IntOrPercent::Int(1));
+        let zones: Vec<String> = rebuilt
+            .disrupted_zones()
+            .into_iter()
+            .map(zone_key)
+            .collect();
+        assert_eq!(zones, ["zone-a"]);
     }
 
     #[test]
