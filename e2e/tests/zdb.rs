@@ -1595,3 +1595,107 @@ async fn zdb_cert_rotation_without_restart() {
     );
     assert!(controller.is_running(), "the controller restarted or died");
 }
+
+/// A budget as the Go controller left it — its spec, and its status (no conditions, no record
+/// zones, stale records, counts of another time) for the current generation — is adopted: the
+/// status is recomputed from the cluster, the stale records (a pod recreated since, a pod that
+/// no longer exists) are dropped and block nothing, and evictions are judged from the cluster.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn zdb_go_shaped_objects_adopted() {
+    // A record older than every pod of the test: its pod has been recreated since.
+    let before_pods = k8s_openapi::jiff::Timestamp::from_second(
+        k8s_openapi::jiff::Timestamp::now().as_second() - 5,
+    )
+    .unwrap();
+    let port = free_port();
+    let fixture = Fixture::new("zdb-adopt", 9, port).await;
+    let zones = fixture.pods_by_zone().await;
+    let (zone_a, zone_b) = (&zones["zone-a"], &zones["zone-b"]);
+
+    let go_zdb: ZoneDisruptionBudget = serde_json::from_value(json!({
+        "apiVersion": "zonecontrol.k8s.aws/v1",
+        "kind": "ZoneDisruptionBudget",
+        "metadata": {"name": ZDB},
+        "spec": {"selector": {"matchLabels": {"app": SET}}, "maxUnavailable": 1, "dryRun": false},
+    }))
+    .unwrap();
+    let created = fixture
+        .zdbs
+        .create(&PostParams::default(), &go_zdb)
+        .await
+        .unwrap();
+    let now =
+        k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second())
+            .unwrap();
+    // The Go controller's status fields only, as it wrote them while zone-a was drained.
+    let go_status = json!({
+        "observedGeneration": created.metadata.generation.unwrap(),
+        "disruptedPods": {
+            zone_a[0].clone(): before_pods.to_string(),
+            "web-100": now.to_string(),
+        },
+        "disruptionsAllowed": {"zone-a": 0, "zone-b": 0, "zone-c": 0},
+        "currentHealthy": {"zone-a": 1, "zone-b": 3, "zone-c": 3},
+        "currentUnhealthy": {"zone-a": 2, "zone-b": 0, "zone-c": 0},
+        "desiredHealthy": {"zone-a": 2, "zone-b": 2, "zone-c": 2},
+        "expectedPods": {"zone-a": 3, "zone-b": 3, "zone-c": 3},
+    });
+    fixture
+        .zdbs
+        .patch_status(
+            ZDB,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": go_status})),
+        )
+        .await
+        .unwrap();
+    let stored = fixture.status().await;
+    assert_eq!(stored.disrupted_pods.len(), 2, "{stored:?}");
+    assert!(stored.conditions.is_empty(), "{stored:?}");
+
+    let _controller = fixture.controller(port, false);
+    fixture.wait_ca_bundle().await;
+    wait_for("the Go status adopted", Duration::from_secs(30), || async {
+        let status = fixture.status().await;
+        let ready = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let per_zone = |n: i32| {
+            BTreeMap::from([
+                ("zone-a".to_string(), n),
+                ("zone-b".to_string(), n),
+                ("zone-c".to_string(), n),
+            ])
+        };
+        if ready
+            && status.disrupted_pods.is_empty()
+            && status.disrupted_pod_zones.is_empty()
+            && status.disrupted_zones.is_empty()
+            && status.expected_pods == per_zone(3)
+            && status.current_healthy == per_zone(3)
+            && status.current_unhealthy == per_zone(0)
+            && status.disruptions_allowed == per_zone(1)
+        {
+            Ok(())
+        } else {
+            Err(serde_json::to_string(&status).unwrap())
+        }
+    })
+    .await;
+
+    // Judged from the cluster: zone-b may go first, then zone-a waits for it.
+    evict(&fixture.pods, &zone_b[0], false).await.unwrap();
+    assert_denied(
+        evict(&fixture.pods, &zone_a[1], false).await,
+        "an eviction in zone-a after one in zone-b",
+        &["zone zone-b is disrupted", &zone_b[0]],
+    );
+    let status = fixture.status().await;
+    assert_eq!(
+        status.disrupted_pod_zones,
+        BTreeMap::from([(zone_b[0].clone(), "zone-b".to_string())]),
+        "{status:?}"
+    );
+}
