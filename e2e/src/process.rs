@@ -96,6 +96,11 @@ impl ControllerProcess {
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+
+    /// The OS process id (e.g. to read its memory from `/proc/<pid>/status`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 /// `args`/`env` with the test's cluster credentials replaced by `kubeconfig`.

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# ZoneDisruptionBudget webhook measurements (run by `make perf`, which starts the local cluster
+# and builds the release binaries first):
+#
+# 1. Latency and memory: the zdb_perf driver (e2e/src/bin/zdb_perf.rs) creates a namespace with
+#    3,000 pods selected by ZoneDisruptionBudgets, starts the release zdb-controller and sends
+#    AdmissionReviews for pods/eviction straight to its webhook at 200 requests/s on loopback.
+#    Targets: p99 <= 10 ms for denials and for pods no budget selects; VmRSS <= 50 MiB. Allowed
+#    decisions (each one a status write) are reported with p50/p99, not gated.
+# 2. Concurrency: the e2e test sending 100 concurrent evictions through a round-robin proxy to
+#    two webhook replicas, repeated E2E_ZDB_CONCURRENCY_RUNS times (20 here).
+#
+# Settings: the ZDB_PERF_* variables of the driver (see its header), ZDB_PERF_CONCURRENCY_RUNS
+# (20; 0 skips part 2). Prints the figures; exits non-zero when a target is missed.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+
+env_file="$root/e2e/.cluster/env"
+if [ ! -f "$env_file" ]; then
+    echo "zdb perf: no local cluster ($env_file missing): run \`make cluster-up\` (or \`make perf\`)" >&2
+    exit 1
+fi
+# shellcheck disable=SC1090
+source "$env_file"
+
+target="${CARGO_TARGET_DIR:-$root/target}"
+release="$target/release"
+for binary in zdb_perf zdb-controller; do
+    if [ ! -x "$release/$binary" ]; then
+        echo "zdb perf: $release/$binary missing: run \`cargo build --release --workspace --bins\`" >&2
+        exit 1
+    fi
+done
+# The controller processes the driver and the e2e test start: the release builds.
+export E2E_BIN_DIR="$release"
+
+driver_pid=""
+# The driver deletes its namespaces and stops its controller when it ends or gets SIGINT/SIGTERM;
+# pass a signal sent to this script on to it and wait for that clean-up.
+stop_driver() {
+    if [ -n "$driver_pid" ] && kill -0 "$driver_pid" 2>/dev/null; then
+        kill -TERM "$driver_pid" 2>/dev/null || true
+        wait "$driver_pid" 2>/dev/null || true
+    fi
+}
+trap 'stop_driver; exit 130' INT TERM
+
+failed=()
+
+echo "-- zdb webhook latency and memory (load: $(cut -d' ' -f1-3 /proc/loadavg) at start, $(nproc) CPUs)"
+"$release/zdb_perf" &
+driver_pid=$!
+if wait "$driver_pid"; then :; else failed+=("latency/memory"); fi
+driver_pid=""
+
+runs="${ZDB_PERF_CONCURRENCY_RUNS:-20}"
+test_name=concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in_one_zone
+if [ "$runs" -gt 0 ]; then
+    echo
+    echo "-- zdb concurrency: $test_name, $runs runs"
+    started=$(date +%s)
+    if E2E_ZDB_CONCURRENCY_RUNS="$runs" cargo test --release -p e2e --test zdb -- \
+        --ignored --exact "$test_name" --nocapture; then
+        echo "zdb concurrency: $runs runs passed in $(( $(date +%s) - started )) s"
+    else
+        failed+=("concurrency")
+    fi
+fi
+
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "zdb perf: targets missed: ${failed[*]}" >&2
+    exit 1
+fi
+echo "zdb perf: all targets met"
