@@ -404,17 +404,23 @@ async fn two_evictions_in_one_zone_then_that_zone_and_every_other_is_refused() {
     evict(&fixture.pods, &zone_a[0], true).await.unwrap();
     assert!(fixture.status().await.disrupted_pods.is_empty());
 
+    // The evicted pods are not recreated until the quota goes: on a slow machine they could
+    // otherwise be back and Ready before the checks below, which then would test nothing.
+    let quotas = hold_pod_count(&fixture.ns, 7).await;
     evict(&fixture.pods, &zone_a[0], false).await.unwrap();
     evict(&fixture.pods, &zone_a[1], false).await.unwrap();
-    // Each evicted pod is recorded, or already recreated (the controller then drops its record)
-    // and not Ready yet: either way zone-a has two unavailable pods.
+    // Both recorded in zone-a, terminating or gone (a record places its missing pod).
     let status = fixture.status().await;
     assert_eq!(status.disrupted_zones, ["zone-a"], "{status:?}");
     assert_eq!(status.current_unhealthy["zone-a"], 2, "{status:?}");
-    for (pod, zone) in &status.disrupted_pod_zones {
-        assert!(zone_a[..2].contains(pod), "{status:?}");
-        assert_eq!(zone, "zone-a");
-    }
+    assert_eq!(
+        status.disrupted_pod_zones,
+        zone_a[..2]
+            .iter()
+            .map(|pod| (pod.clone(), "zone-a".to_string()))
+            .collect::<BTreeMap<_, _>>(),
+        "{status:?}"
+    );
 
     assert_denied(
         evict(&fixture.pods, &zone_a[2], false).await,
@@ -435,6 +441,11 @@ async fn two_evictions_in_one_zone_then_that_zone_and_every_other_is_refused() {
 
     // Once the evicted pods are recreated and Ready, their records are dropped and another zone
     // may be disrupted.
+    quotas
+        .delete("hold-pods", &DeleteParams::default())
+        .await
+        .unwrap();
+    fixture.touch_statefulset().await;
     fixture.wait_ready(9).await;
     wait_for(
         "the records dropped, no zone disrupted",
@@ -620,13 +631,25 @@ async fn concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in
         }
         let mut evicted = BTreeSet::new();
         let mut codes: BTreeMap<u16, usize> = BTreeMap::new();
+        let mut unexpected = Vec::new();
         for task in tasks {
             let (pod, result) = task.await.unwrap();
             match result {
                 Ok(()) => {
                     evicted.insert(pod);
                 }
-                Err((code, _)) => *codes.entry(code).or_default() += 1,
+                Err((code, message)) => {
+                    *codes.entry(code).or_default() += 1;
+                    // 429: the webhook's refusal; 404: the pod was evicted and not recreated
+                    // yet; 500 for a webhook call that timed out (failing closed: a refusal)
+                    // happens only on a starved machine.
+                    let timed_out = code == 500
+                        && message.contains("failed calling webhook")
+                        && message.contains("deadline exceeded");
+                    if code != 429 && code != 404 && !timed_out {
+                        unexpected.push((code, message));
+                    }
+                }
             }
         }
         let elapsed = started.elapsed();
@@ -655,8 +678,8 @@ async fn concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in
             "round {round}: evicted {evicted:?} in zones {evicted_zones:?}"
         );
         assert!(
-            codes.keys().all(|code| *code == 429 || *code == 404),
-            "round {round}: refusals by code {codes:?}"
+            unexpected.is_empty(),
+            "round {round}: refusals by code {codes:?}, unexpected: {unexpected:?}"
         );
         assert!(
             decided.iter().all(|d| *d > 0.0),
@@ -1249,6 +1272,8 @@ async fn zdb_dry_run_matches_real() {
     // it, recorded.
     pods::set_ready(&fixture.pods, &down, true).await;
     fixture.wait_budget(8, 2).await;
+    // Kept from coming back (and dropping its record) before the check.
+    let _quota = hold_pod_count(&fixture.ns, 7).await;
     evict(&fixture.pods, &pinned[0], false).await.unwrap();
     let status = fixture.status().await;
     assert_eq!(
@@ -1699,7 +1724,9 @@ async fn zdb_go_shaped_objects_adopted() {
     })
     .await;
 
-    // Judged from the cluster: zone-b may go first, then zone-a waits for it.
+    // Judged from the cluster: zone-b may go first, then zone-a waits for it (the evicted pod
+    // is kept from coming back meanwhile).
+    let _quota = hold_pod_count(&fixture.ns, 8).await;
     evict(&fixture.pods, &zone_b[0], false).await.unwrap();
     assert_denied(
         evict(&fixture.pods, &zone_a[1], false).await,
