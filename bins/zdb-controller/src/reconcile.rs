@@ -345,7 +345,6 @@ async fn compute(
     let records = view::settle_records(
         budget::prune(&view::records(next), &recreation_view, now_ms),
         &budget_pods,
-        expected_total,
     );
     let previous_expected = view::remembered_expected(next);
     let budget = budget::compute(&BudgetInput {

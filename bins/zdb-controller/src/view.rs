@@ -75,37 +75,28 @@ pub fn remembered_expected(status: &ZoneDisruptionBudgetStatus) -> BTreeMap<Zone
         .collect()
 }
 
-/// The records the controller keeps, after [`budget::prune`]: a record of a present pod whose
-/// zone is unknown (the Go controller stored no zones) takes the pod's zone; a record of an
-/// absent pod stays only while it places a missing pod (fewer pods than expected, see
-/// `budget::compute`). Otherwise — a pod scaled away, replaced under another name, or a Go
-/// record of a pod long gone — the controller's numbers would not count it while the webhook,
-/// which rebuilds the budget from the status, would count it as an evicted pod in some zone
-/// and refuse evictions elsewhere until the record expired.
-pub fn settle_records(
-    records: Vec<Disruption>,
-    pods: &[BudgetPod],
-    expected_total: u32,
-) -> Vec<Disruption> {
-    let present = u32::try_from(pods.len()).unwrap_or(u32::MAX);
-    let mut missing = expected_total.saturating_sub(present);
+/// The records the controller keeps, after [`budget::prune`]: a record without a zone (the Go
+/// controller stored none) takes its pod's zone while the pod is there, and is dropped once the
+/// pod is gone. A zoneless record cannot place a missing pod (the zones that lost pods do that
+/// better, see `budget::compute`), and the webhook, which rebuilds the budget from the status,
+/// would count it as an evicted pod in the unknown zone and refuse every eviction until it
+/// expired. A record with a zone stays while its pod is gone: when every pod of an owner is gone
+/// the owner is not seen, its pods are not counted as missing, and the record is what keeps the
+/// zone disrupted.
+pub fn settle_records(records: Vec<Disruption>, pods: &[BudgetPod]) -> Vec<Disruption> {
     records
         .into_iter()
-        .filter_map(
-            |mut record| match pods.iter().find(|p| p.name == record.pod) {
-                Some(pod) => {
-                    if !record.zone.is_known() && pod.zone.is_known() {
-                        record.zone = pod.zone.clone();
-                    }
-                    Some(record)
-                }
-                None if missing > 0 => {
-                    missing -= 1;
-                    Some(record)
-                }
-                None => None,
-            },
-        )
+        .filter_map(|mut record| {
+            let pod = pods.iter().find(|p| p.name == record.pod);
+            if record.zone.is_known() {
+                return Some(record);
+            }
+            let pod = pod?;
+            if pod.zone.is_known() {
+                record.zone = pod.zone.clone();
+            }
+            Some(record)
+        })
         .collect()
 }
 
@@ -347,7 +338,7 @@ mod tests {
         expected_total: u32,
         stored: Vec<Disruption>,
     ) -> ZoneDisruptionBudgetStatus {
-        let records = settle_records(stored, pods, expected_total);
+        let records = settle_records(stored, pods);
         let budget = budget::compute(&BudgetInput {
             expected_total,
             pods,
@@ -361,7 +352,7 @@ mod tests {
     }
 
     #[test]
-    fn a_record_of_a_pod_that_is_gone_and_not_missing_is_dropped() {
+    fn a_zoneless_record_of_a_pod_that_is_gone_is_dropped() {
         let pods = healthy_pods(&[("zone-a", 3), ("zone-b", 3)]);
         // The Go controller's record (no zone) of a pod scaled away since.
         let stale = Disruption {
@@ -377,18 +368,25 @@ mod tests {
             evict(&from_status(&status, max), "zone-b-0", "zone-b"),
             Decision::Allow { record: true, .. }
         ));
-        // While a pod is missing, the record places it.
-        let five = &pods[1..];
-        let status = reconciled(
-            five,
-            6,
-            vec![Disruption {
-                zone: Zone::known("zone-a"),
-                ..stale
-            }],
-        );
-        assert_eq!(status.disrupted_pods.len(), 1);
-        assert_eq!(status.disrupted_zones, ["zone-a"]);
+    }
+
+    #[test]
+    fn a_record_of_a_pod_that_is_gone_keeps_its_zone_disrupted() {
+        // The only pod of its owner was evicted: the owner is not seen, so nothing counts the
+        // pod as missing; its record does.
+        let pods = healthy_pods(&[("zone-b", 3)]);
+        let record = Disruption {
+            pod: "single-0".into(),
+            zone: Zone::known("zone-a"),
+            at_ms: 1000,
+        };
+        let status = reconciled(&pods, 3, vec![record]);
+        assert_eq!(status.disrupted_pods.len(), 1, "{status:?}");
+        let max = IntOrPercent::Int(1);
+        assert!(matches!(
+            evict(&from_status(&status, max), "zone-b-0", "zone-b"),
+            Decision::Deny(_)
+        ));
     }
 
     #[test]
