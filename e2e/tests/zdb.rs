@@ -559,6 +559,16 @@ fn concurrency_rounds() -> usize {
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in_one_zone() {
+    let rounds = concurrency_rounds();
+    for round in 1..=rounds {
+        concurrency_round(round, rounds).await;
+    }
+}
+
+/// One independent round: its own namespace, pods, budget, Secret and two replicas. (Reusing the
+/// pods of a previous round is not independent: kwok, deleting a terminating pod by name, also
+/// deletes its replacement when a pod was evicted many times, seconds after the round.)
+async fn concurrency_round(round: usize, rounds: usize) {
     let proxy_port = free_port();
     // The proxy is started on a fixed port after the fixture: the configuration names its URL.
     let fixture = Fixture::new("zdb-race", 9, proxy_port).await;
@@ -608,85 +618,83 @@ async fn concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in
         .await;
     }
 
-    let rounds = concurrency_rounds();
-    for round in 1..=rounds {
-        // Every round starts from the same state: every pod Ready, nothing recorded.
-        fixture.wait_ready(9).await;
-        fixture.wait_budget(9, 2).await;
-        let before = [decisions(metrics_one).await, decisions(metrics_two).await];
-        // Zones as placed before the round (an evicted pod may be recreated and not scheduled
-        // yet when the round ends).
-        let zones = fixture.pods_by_zone().await;
-        let names: Vec<String> = zones.values().flatten().cloned().collect();
-        assert_eq!(names.len(), 9, "{zones:?}");
-        let started = std::time::Instant::now();
-        let client: Client = fixture.ns.client.clone();
-        let mut tasks = Vec::new();
-        for i in 0..100 {
-            let pods: Api<Pod> = Api::namespaced(client.clone(), &fixture.ns.name);
-            let pod = names[i % names.len()].clone();
-            tasks.push(tokio::spawn(async move {
-                (pod.clone(), evict(&pods, &pod, false).await)
-            }));
-        }
-        let mut evicted = BTreeSet::new();
-        let mut codes: BTreeMap<u16, usize> = BTreeMap::new();
-        let mut unexpected = Vec::new();
-        for task in tasks {
-            let (pod, result) = task.await.unwrap();
-            match result {
-                Ok(()) => {
-                    evicted.insert(pod);
-                }
-                Err((code, message)) => {
-                    *codes.entry(code).or_default() += 1;
-                    // 429: the webhook's refusal; 404: the pod was evicted and not recreated
-                    // yet; 500 for a webhook call that timed out (failing closed: a refusal)
-                    // happens only on a starved machine.
-                    let timed_out = code == 500
-                        && message.contains("failed calling webhook")
-                        && message.contains("deadline exceeded");
-                    if code != 429 && code != 404 && !timed_out {
-                        unexpected.push((code, message));
-                    }
+    fixture.wait_budget(9, 2).await;
+    let before = [decisions(metrics_one).await, decisions(metrics_two).await];
+    // Zones as placed before the round (an evicted pod may be recreated and not scheduled yet
+    // when the round ends).
+    let zones = fixture.pods_by_zone().await;
+    let names: Vec<String> = zones.values().flatten().cloned().collect();
+    assert_eq!(names.len(), 9, "{zones:?}");
+    let started = std::time::Instant::now();
+    let client: Client = fixture.ns.client.clone();
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &fixture.ns.name);
+        let pod = names[i % names.len()].clone();
+        tasks.push(tokio::spawn(async move {
+            (pod.clone(), evict(&pods, &pod, false).await)
+        }));
+    }
+    let mut evicted = BTreeSet::new();
+    let mut codes: BTreeMap<u16, usize> = BTreeMap::new();
+    let mut unexpected = Vec::new();
+    for task in tasks {
+        let (pod, result) = task.await.unwrap();
+        match result {
+            Ok(()) => {
+                evicted.insert(pod);
+            }
+            Err((code, message)) => {
+                *codes.entry(code).or_default() += 1;
+                // 429: the webhook's refusal; 404: the pod was evicted and not recreated
+                // yet; 500 for a webhook call that timed out (failing closed: a refusal)
+                // happens only on a starved machine.
+                let timed_out = code == 500
+                    && message.contains("failed calling webhook")
+                    && message.contains("deadline exceeded");
+                if code != 429 && code != 404 && !timed_out {
+                    unexpected.push((code, message));
                 }
             }
         }
-        let elapsed = started.elapsed();
-        let evicted_zones: BTreeSet<&String> = evicted
-            .iter()
-            .map(|pod| {
-                zones
-                    .iter()
-                    .find(|(_, names)| names.contains(pod))
-                    .map(|(zone, _)| zone)
-                    .unwrap()
-            })
-            .collect();
-        let after = [decisions(metrics_one).await, decisions(metrics_two).await];
-        let decided = [after[0] - before[0], after[1] - before[1]];
-        eprintln!(
-            "round {round}/{rounds}: evicted {evicted:?} in {evicted_zones:?}, refusals by code {codes:?}, decisions per replica {decided:?}, {elapsed:?}"
-        );
-        assert!(
-            !evicted.is_empty() && evicted.len() <= 2,
-            "round {round}: evicted {evicted:?}, refusals by code {codes:?}"
-        );
-        assert_eq!(
-            evicted_zones.len(),
-            1,
-            "round {round}: evicted {evicted:?} in zones {evicted_zones:?}"
-        );
-        assert!(
-            unexpected.is_empty(),
-            "round {round}: refusals by code {codes:?}, unexpected: {unexpected:?}"
-        );
-        assert!(
-            decided.iter().all(|d| *d > 0.0),
-            "round {round}: both replicas must have decided: {decided:?}"
-        );
     }
-    eprintln!("proxy connections per replica: {:?}", proxy.connections());
+    let elapsed = started.elapsed();
+    let evicted_zones: BTreeSet<&String> = evicted
+        .iter()
+        .map(|pod| {
+            zones
+                .iter()
+                .find(|(_, names)| names.contains(pod))
+                .map(|(zone, _)| zone)
+                .unwrap()
+        })
+        .collect();
+    let after = [decisions(metrics_one).await, decisions(metrics_two).await];
+    let decided = [after[0] - before[0], after[1] - before[1]];
+    eprintln!(
+        "round {round}/{rounds}: evicted {evicted:?} in {evicted_zones:?}, refusals by code {codes:?}, decisions per replica {decided:?}, {elapsed:?}"
+    );
+    assert!(
+        !evicted.is_empty() && evicted.len() <= 2,
+        "round {round}: evicted {evicted:?}, refusals by code {codes:?}"
+    );
+    assert_eq!(
+        evicted_zones.len(),
+        1,
+        "round {round}: evicted {evicted:?} in zones {evicted_zones:?}"
+    );
+    assert!(
+        unexpected.is_empty(),
+        "round {round}: refusals by code {codes:?}, unexpected: {unexpected:?}"
+    );
+    assert!(
+        decided.iter().all(|d| *d > 0.0),
+        "round {round}: both replicas must have decided: {decided:?}"
+    );
+    eprintln!(
+        "round {round}: proxy connections per replica: {:?}",
+        proxy.connections()
+    );
 }
 
 /// The eviction decisions a zdb-controller has made so far (its
