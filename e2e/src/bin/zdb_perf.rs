@@ -719,9 +719,82 @@ struct Perf {
     per_set: usize,
 }
 
+/// A pod count of a node's allocatable (`110`, `1k`).
+fn pod_quantity(quantity: &str) -> Option<usize> {
+    match quantity.strip_suffix('k') {
+        Some(thousands) => thousands.parse::<usize>().ok().map(|n| n * 1000),
+        None => quantity.parse().ok(),
+    }
+}
+
 impl Perf {
+    /// Waits (up to 3 minutes: namespaces of earlier runs may still be terminating) until the
+    /// nodes have room for `needed` more pods; panics naming who holds the room otherwise.
+    async fn wait_for_room(&self, needed: usize) {
+        let nodes: Api<Node> = Api::all(self.ns.client.clone());
+        let pods: Api<Pod> = Api::all(self.ns.client.clone());
+        let started = Instant::now();
+        let mut reported = false;
+        loop {
+            let capacity: usize = nodes
+                .list(&ListParams::default())
+                .await
+                .expect("list nodes")
+                .items
+                .iter()
+                .filter(|n| {
+                    n.spec
+                        .as_ref()
+                        .is_none_or(|s| s.unschedulable != Some(true))
+                })
+                .filter_map(|n| n.status.as_ref()?.allocatable.as_ref()?.get("pods"))
+                .filter_map(|q| pod_quantity(&q.0))
+                .sum();
+            let used = pods
+                .list_metadata(
+                    &ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"),
+                )
+                .await
+                .expect("list pods")
+                .items;
+            let free = capacity.saturating_sub(used.len());
+            if free >= needed {
+                return;
+            }
+            let mut by_namespace: BTreeMap<String, usize> = BTreeMap::new();
+            for pod in &used {
+                *by_namespace
+                    .entry(pod.namespace().unwrap_or_default())
+                    .or_default() += 1;
+            }
+            let mut holders: Vec<(String, usize)> = by_namespace.into_iter().collect();
+            holders.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+            let holders: Vec<String> = holders
+                .iter()
+                .take(4)
+                .map(|(ns, n)| format!("{ns}: {n}"))
+                .collect();
+            let state = format!(
+                "the nodes have room for {free} more pods ({capacity} allocatable, {} in use; {}); this measurement needs {needed}",
+                used.len(),
+                holders.join(", ")
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(180),
+                "{state}: wait for other runs to end or delete their namespaces"
+            );
+            if !reported {
+                eprintln!("zdb-perf: waiting: {state}");
+                reported = true;
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    }
+
     /// Creates the StatefulSets and waits until every pod is Ready; returns how long it took.
     async fn create_pods(&self) -> Duration {
+        let total = self.per_set * self.settings.sets + 3;
+        self.wait_for_room(total).await;
         let sets: Api<StatefulSet> = self.ns.api();
         let started = Instant::now();
         for index in 0..self.settings.sets {
@@ -735,7 +808,6 @@ impl Perf {
         sets.create(&PostParams::default(), &statefulset(UNSELECTED_SET, 3))
             .await
             .expect("create the unselected StatefulSet");
-        let total = self.per_set * self.settings.sets + 3;
         let mut last_report = Instant::now();
         wait_for(
             &format!("{total} pods Ready"),
