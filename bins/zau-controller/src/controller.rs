@@ -42,11 +42,17 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
 
+    let initial_list = args
+        .runtime
+        .initial_list
+        .resolve(&parts.client, namespace)
+        .await;
     let (triggers, trigger_stream) = futures::channel::mpsc::unbounded();
     let (caches, drive_caches) = watches::start(
         &parts.client,
         namespace,
         &args.zone_label,
+        initial_list,
         zaus.clone(),
         triggers,
     );

@@ -17,6 +17,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use zone_api::ZoneAwareUpdate;
+use zone_operator::InitialList;
 
 use crate::pods::{self, REVISION_LABEL};
 
@@ -70,6 +71,7 @@ pub fn start(
     client: &Client,
     namespace: Option<&str>,
     zone_label: &str,
+    initial_list: InitialList,
     zaus: Store<ZoneAwareUpdate>,
     triggers: UnboundedSender<ObjectRef<ZoneAwareUpdate>>,
 ) -> (
@@ -81,10 +83,7 @@ pub fn start(
     let (nodes, node_writer) = reflector::store();
 
     let sts_zaus = zaus.clone();
-    let sts_events = watcher(
-        api::<StatefulSet>(client, namespace),
-        watcher::Config::default(),
-    )
+    let sts_events = watcher(api::<StatefulSet>(client, namespace), initial_list.config())
     .modify(pods::strip_statefulset)
     .default_backoff()
     .reflect(sts_writer)
@@ -96,7 +95,7 @@ pub fn start(
     });
 
     // Only StatefulSet pods carry the revision label; other pods never enter the cache.
-    let pod_config = watcher::Config::default().labels(REVISION_LABEL);
+    let pod_config = initial_list.config().labels(REVISION_LABEL);
     let pod_events = watcher(api::<Pod>(client, namespace), pod_config)
         .modify(pods::strip_pod)
         .default_backoff()
@@ -112,7 +111,7 @@ pub fn start(
     let zone_label = zone_label.to_string();
     let node_events = watcher(
         Api::<PartialObjectMeta<Node>>::all(client.clone()),
-        watcher::Config::default(),
+        initial_list.config(),
     )
     .modify(move |node| pods::strip_node(node, &zone_label))
     .default_backoff()

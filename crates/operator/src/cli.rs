@@ -8,6 +8,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::{ArgAction, Args, ValueEnum};
 
 use crate::duration::parse_duration;
+use crate::watch::InitialList;
 
 /// Why the identity default could not be computed.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +94,13 @@ pub struct RuntimeArgs {
     /// --lease-duration. A leader that cannot renew for (lease duration - renew interval) stops.
     #[arg(long, env = "RENEW_INTERVAL", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub renew_interval: Duration,
+
+    /// How the caches load their initial state: `stream` (a streaming list, far less memory with
+    /// thousands of pods; needs the API server's WatchList feature, on by default in Kubernetes
+    /// 1.32 and from 1.34), `paginated` (LIST then WATCH, any server) or `auto` (ask the server
+    /// once at start-up).
+    #[arg(long, env = "INITIAL_LIST", value_enum, default_value_t = InitialList::Auto)]
+    pub initial_list: InitialList,
 }
 
 impl RuntimeArgs {

@@ -29,6 +29,7 @@ pub mod runtime;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;
+pub mod watch;
 
 pub use cli::{LogFormat, RuntimeArgs};
 pub use events::EventPublisher;
@@ -38,3 +39,4 @@ pub use metrics::{ControllerMetrics, ReconcileMetrics, ReconcileTimer};
 pub use readiness::Readiness;
 pub use runtime::{Runtime, RuntimeError, RuntimeParts, report_exit};
 pub use shutdown::Shutdown;
+pub use watch::InitialList;
