@@ -16,6 +16,10 @@ pub struct AuditEvent {
     #[serde(default)]
     pub response_status: Option<ResponseStatus>,
     pub stage: String,
+    /// When the API server received the request (the client's moment of acting).
+    #[serde(default)]
+    pub request_received_timestamp: String,
+    /// When the API server answered it.
     pub stage_timestamp: String,
     #[serde(default)]
     pub user: User,

@@ -1,0 +1,642 @@
+//! Measurements of the ZoneAwareUpdate controller (`make perf`, `e2e/perf/zau.sh`) on the local
+//! zonal cluster, with the release `zau-controller`:
+//!
+//! 1. Latency. Rollouts of one StatefulSet (60 pods, 20 per zone), alternating `maxUnavailable:
+//!    1` / factor 1 and `maxUnavailable: 2` / factor 2, until at least 100 batch boundaries were
+//!    crossed. For every batch after the first of a rollout, from the API server's audit log: the
+//!    time from the last pod of the previous batch turning Ready (the API server receiving kwok's
+//!    `pods/status` write of the replacement pod) to the API server receiving the
+//!    batch's first eviction. Everything in between is the controller: watch delivery, planning,
+//!    the lease check, the eviction request. Targets: p50 <= 100 ms, p99 <= 500 ms.
+//! 2. Memory. 3,000 pods in 10 StatefulSets, each with a ZoneAwareUpdate; the controller is
+//!    started once they are Ready and a rollout is started on every set; its VmRSS is sampled
+//!    every second for 30 s, then VmHWM read. Target: <= 50 MiB.
+//!
+//! Settings (environment): `ZAU_PERF_REPLICAS` (60), `ZAU_PERF_MIN_BATCHES` (100),
+//! `ZAU_PERF_P50_MS` (100), `ZAU_PERF_P99_MS` (500), `ZAU_PERF_PODS` (3000), `ZAU_PERF_SETS` (10),
+//! `ZAU_PERF_RSS_SECONDS` (30), `ZAU_PERF_RSS_MIB` (50), `ZAU_PERF_ONLY` (`latency` or `memory`).
+//!
+//! Exit status: 0 when every target is met, 1 otherwise.
+#![forbid(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use e2e::localstack::free_port;
+use e2e::process::ControllerProcess;
+use e2e::{Cluster, TestNamespace, audit, pods, wait_for};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use zone_api::ZoneAwareUpdate;
+
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+const REVISION_LABEL: &str = "controller-revision-hash";
+/// The evictions of one batch are sent one after the other, each as soon as the previous one is
+/// answered; batches are seconds apart (termination grace, recreation, kwok's Ready delay). An
+/// eviction received less than this after the previous one was answered belongs to its batch.
+const BATCH_GAP_MS: f64 = 700.0;
+
+/// One eviction by the controller, from the audit log.
+struct Eviction {
+    received: Timestamp,
+    answered: Timestamp,
+    pod: String,
+}
+
+impl std::fmt::Debug for Eviction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at {}", self.pod, self.received)
+    }
+}
+
+fn setting<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(value) => value
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={value:?} is not a valid value")),
+        Err(_) => default,
+    }
+}
+
+fn statefulset(name: &str, replicas: usize, image: u32) -> StatefulSet {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "OnDelete"},
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "topologySpreadConstraints": [{
+                        "maxSkew": 1,
+                        "topologyKey": ZONE_LABEL,
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {"matchLabels": {"app": name}},
+                    }],
+                    "containers": [{"name": "app", "image": format!("registry.invalid/perf:{image}")}],
+                },
+            },
+        },
+    }))
+    .expect("statefulset")
+}
+
+/// The namespace the measurement works in, deleted (and waited for, so the next measurement
+/// starts on an idle cluster) at the end.
+struct Workspace {
+    ns: TestNamespace,
+    sets: Api<StatefulSet>,
+    pods: Api<Pod>,
+    zaus: Api<ZoneAwareUpdate>,
+}
+
+impl Workspace {
+    async fn new(cluster: &Cluster, prefix: &str) -> Workspace {
+        let ns = TestNamespace::create(cluster, prefix).await;
+        Workspace {
+            sets: ns.api(),
+            pods: ns.api(),
+            zaus: ns.api(),
+            ns,
+        }
+    }
+
+    fn controller(&self, cluster: &Cluster) -> ControllerProcess {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let args = [
+            "--leader-elect=false",
+            "--watch-namespace",
+            &self.ns.name,
+            "--lease-namespace",
+            &self.ns.name,
+            "--listen-address",
+            &listen,
+        ];
+        let env = [
+            ("AWS_ENDPOINT_URL", cluster.aws_endpoint()),
+            ("AWS_REGION", "us-east-1".to_string()),
+            ("AWS_ACCESS_KEY_ID", "test".to_string()),
+            ("AWS_SECRET_ACCESS_KEY", "test".to_string()),
+        ];
+        ControllerProcess::start("zau-controller", &args, &env)
+    }
+
+    async fn create_set(&self, name: &str, replicas: usize) {
+        self.sets
+            .create(&PostParams::default(), &statefulset(name, replicas, 1))
+            .await
+            .expect("create the StatefulSet");
+    }
+
+    async fn create_zau(&self, set: &str, max_unavailable: u32, factor: &str) {
+        let zau: ZoneAwareUpdate = serde_json::from_value(json!({
+            "apiVersion": "zonecontrol.k8s.aws/v1",
+            "kind": "ZoneAwareUpdate",
+            "metadata": {"name": set},
+            "spec": {"statefulset": set, "maxUnavailable": max_unavailable, "exponentialFactor": factor},
+        }))
+        .expect("zau");
+        self.zaus
+            .create(&PostParams::default(), &zau)
+            .await
+            .expect("create the ZoneAwareUpdate");
+    }
+
+    /// Sets the ZAU's batch parameters and waits for the controller to observe them.
+    async fn set_zau(&self, set: &str, max_unavailable: u32, factor: &str) {
+        let patch =
+            json!({"spec": {"maxUnavailable": max_unavailable, "exponentialFactor": factor}});
+        let zau = self
+            .zaus
+            .patch(set, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .expect("patch the ZoneAwareUpdate");
+        let generation = zau.metadata.generation;
+        wait_for(
+            "the controller to observe the ZAU",
+            Duration::from_secs(60),
+            || async {
+                let zau = self.zaus.get(set).await.map_err(|e| e.to_string())?;
+                let observed = zau.status.and_then(|s| s.observed_generation);
+                if observed == generation {
+                    Ok(())
+                } else {
+                    Err(format!("{observed:?} of {generation:?}"))
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Sets the image of `set` and returns its new updateRevision.
+    async fn set_image(&self, set: &str, image: u32) -> String {
+        let patch = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "app", "image": format!("registry.invalid/perf:{image}")}
+        ]}}}});
+        self.sets
+            .patch(set, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .expect("patch the image");
+        wait_for(
+            "the StatefulSet controller to observe the spec",
+            Duration::from_secs(60),
+            || async {
+                let s = self.sets.get(set).await.map_err(|e| e.to_string())?;
+                let status = s.status.clone().unwrap_or_default();
+                match status.update_revision {
+                    Some(revision) if status.observed_generation == s.metadata.generation => {
+                        Ok(revision)
+                    }
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await
+    }
+
+    /// Waits until `replicas` pods of `selector` are Ready, not terminating and (when given) at
+    /// `revision`.
+    async fn wait_pods(
+        &self,
+        selector: &str,
+        replicas: usize,
+        revision: Option<&str>,
+        timeout: Duration,
+    ) {
+        wait_for(
+            &format!("{replicas} pods of {selector} Ready"),
+            timeout,
+            || async {
+                let list = self
+                    .pods
+                    .list(&ListParams::default().labels(selector))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .items;
+                let good = list
+                    .iter()
+                    .filter(|p| {
+                        pods::is_ready(p)
+                            && !pods::is_terminating(p)
+                            && revision.is_none_or(|r| {
+                                p.labels().get(REVISION_LABEL).map(String::as_str) == Some(r)
+                            })
+                    })
+                    .count();
+                if good == replicas && list.len() == replicas {
+                    Ok(())
+                } else {
+                    Err(format!("{good} good of {} pods", list.len()))
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Deletes the namespace and waits until it is gone (its pods deleted).
+    async fn delete(self) {
+        let name = self.ns.name.clone();
+        let namespaces: Api<Namespace> = Api::all(self.ns.client.clone());
+        drop(self.sets);
+        drop(self.pods);
+        drop(self.zaus);
+        drop(self.ns); // deletes the namespace
+        wait_for(
+            &format!("namespace {name} deleted"),
+            Duration::from_secs(900),
+            || async {
+                match namespaces.get_opt(&name).await {
+                    Ok(None) => Ok(()),
+                    Ok(Some(_)) => Err("still there".to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            },
+        )
+        .await;
+    }
+}
+
+/// Milliseconds from `earlier` to `later`.
+fn ms_between(earlier: Timestamp, later: Timestamp) -> f64 {
+    later.duration_since(earlier).as_secs_f64() * 1000.0
+}
+
+/// The `q` quantile (nearest rank) of sorted values.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn parse_time(text: &str) -> Timestamp {
+    text.parse()
+        .unwrap_or_else(|e| panic!("audit timestamp {text:?}: {e}"))
+}
+
+/// One rollout's window and the evictions the controller made in it.
+struct Rollout {
+    label: String,
+    started: Timestamp,
+    ended: Timestamp,
+}
+
+/// Controller-added latencies (ms) of every batch after the first of each rollout, from the
+/// audit log, and the number of boundaries whose Ready write could not be found.
+fn latencies(
+    events: &[audit::AuditEvent],
+    namespace: &str,
+    rollouts: &[Rollout],
+) -> (Vec<f64>, usize) {
+    let ok = |e: &audit::AuditEvent| {
+        e.response_status
+            .as_ref()
+            .is_some_and(|s| (200..300).contains(&s.code))
+    };
+    let evictions: Vec<Eviction> = audit::removals(events, namespace)
+        .filter(|e| e.user_agent.starts_with("zau-controller/") && ok(e))
+        .filter_map(|e| {
+            Some(Eviction {
+                received: parse_time(&e.request_received_timestamp),
+                answered: parse_time(&e.stage_timestamp),
+                pod: e.object_ref.as_ref()?.name.clone(),
+            })
+        })
+        .collect();
+    // kwok's status writes (the pod turning Ready): pod -> received times, in order. The
+    // received time, not the answered one: the watch event of the write can reach the controller
+    // before the API server has finished answering kwok, and the controller's eviction can then
+    // be received before the write is answered. Counting from the receipt includes the write's
+    // own handling (a few ms) in the figure: it errs against the controller.
+    let mut ready_writes: HashMap<String, Vec<Timestamp>> = HashMap::new();
+    for event in events {
+        let Some(object) = &event.object_ref else {
+            continue;
+        };
+        if object.namespace == namespace
+            && object.resource == "pods"
+            && object.subresource == "status"
+            && event.user_agent.starts_with("kwok/")
+            && ok(event)
+        {
+            ready_writes
+                .entry(object.name.clone())
+                .or_default()
+                .push(parse_time(&event.request_received_timestamp));
+        }
+    }
+    let mut out = Vec::new();
+    let mut unmatched = 0;
+    for rollout in rollouts {
+        let mut batches: Vec<Vec<&Eviction>> = Vec::new();
+        for eviction in evictions
+            .iter()
+            .filter(|e| e.received >= rollout.started && e.received <= rollout.ended)
+        {
+            match batches.last_mut() {
+                Some(batch)
+                    if ms_between(batch.last().unwrap().answered, eviction.received)
+                        < BATCH_GAP_MS =>
+                {
+                    batch.push(eviction);
+                }
+                _ => batches.push(vec![eviction]),
+            }
+        }
+        let mut own = Vec::new();
+        for pair in batches.windows(2) {
+            // The previous batch's pods are Ready again when kwok's first status write after
+            // their eviction lands; the last of them is what the controller waited for.
+            let ready: Option<Vec<Timestamp>> = pair[0]
+                .iter()
+                .map(|eviction| {
+                    ready_writes
+                        .get(&eviction.pod)?
+                        .iter()
+                        .find(|t| **t > eviction.received)
+                        .copied()
+                })
+                .collect();
+            match ready.and_then(|r| r.into_iter().max()) {
+                Some(ready) => {
+                    let latency = ms_between(ready, pair[1][0].received);
+                    if latency < 0.0 {
+                        println!(
+                            "  batch {:?} removed {:.1} ms before the previous batch {:?} was Ready at {ready}",
+                            pair[1], -latency, pair[0]
+                        );
+                    }
+                    own.push(latency);
+                }
+                None => unmatched += 1,
+            }
+        }
+        println!(
+            "  {}: {} batches, {} boundaries measured",
+            rollout.label,
+            batches.len(),
+            own.len()
+        );
+        out.extend(own);
+    }
+    (out, unmatched)
+}
+
+/// Part 1. Returns whether the targets were met.
+async fn measure_latency(cluster: &Cluster) -> bool {
+    let replicas: usize = setting("ZAU_PERF_REPLICAS", 60);
+    let min_batches: usize = setting("ZAU_PERF_MIN_BATCHES", 100);
+    let p50_target: f64 = setting("ZAU_PERF_P50_MS", 100.0);
+    let p99_target: f64 = setting("ZAU_PERF_P99_MS", 500.0);
+    let audit_log = cluster
+        .audit_log()
+        .expect("the latency is read from the local cluster's audit log");
+
+    println!("latency: {replicas} pods, rollouts until {min_batches} batch boundaries");
+    let work = Workspace::new(cluster, "perf-zau-latency").await;
+    work.create_set("web", replicas).await;
+    work.wait_pods("app=web", replicas, None, Duration::from_secs(600))
+        .await;
+    work.create_zau("web", 1, "1").await;
+    let controller = work.controller(cluster);
+    let shapes = [(1u32, "1"), (2, "2")];
+    let mut rollouts = Vec::new();
+    let mut boundaries = 0usize;
+    let mut image = 1;
+    while boundaries < min_batches {
+        let (max, factor) = shapes[rollouts.len() % shapes.len()];
+        work.set_zau("web", max, factor).await;
+        image += 1;
+        let started = Timestamp::now();
+        let clock = Instant::now();
+        let revision = work.set_image("web", image).await;
+        work.wait_pods(
+            "app=web",
+            replicas,
+            Some(&revision),
+            Duration::from_secs(1800),
+        )
+        .await;
+        let ended = Timestamp::now();
+        let label = format!(
+            "rollout {} (maxUnavailable {max}, factor {factor})",
+            rollouts.len() + 1
+        );
+        println!(
+            "  {label}: converged in {:.0} s",
+            clock.elapsed().as_secs_f64()
+        );
+        rollouts.push(Rollout {
+            label,
+            started,
+            ended,
+        });
+        // Boundaries so far, estimated from the shape: the figures below count the real ones.
+        boundaries += if max == 1 { replicas - 1 } else { replicas / 2 };
+    }
+    drop(controller);
+    let events = audit::read(&audit_log);
+    let (mut values, unmatched) = latencies(&events, &work.ns.name, &rollouts);
+    work.delete().await;
+
+    values.sort_by(f64::total_cmp);
+    let (p50, p99) = (quantile(&values, 0.50), quantile(&values, 0.99));
+    let max = values.last().copied().unwrap_or(f64::NAN);
+    let negative = values.iter().filter(|v| **v < 0.0).count();
+    println!(
+        "latency: {} batch boundaries ({unmatched} without a Ready write in the audit log)",
+        values.len()
+    );
+    println!(
+        "  last Ready -> next eviction: p50 {p50:.1} ms, p90 {:.1} ms, p99 {p99:.1} ms, max {max:.1} ms (targets: p50 <= {p50_target} ms, p99 <= {p99_target} ms)",
+        quantile(&values, 0.90)
+    );
+    let mut met = true;
+    if values.len() < min_batches {
+        println!("  MISSED: fewer than {min_batches} boundaries measured");
+        met = false;
+    }
+    if negative > 0 {
+        println!("  MISSED: {negative} batches removed before the previous batch was Ready");
+        met = false;
+    }
+    if p50.is_nan() || p50 > p50_target || p99 > p99_target {
+        println!("  MISSED: latency target");
+        met = false;
+    }
+    met
+}
+
+/// VmRSS and VmHWM of `pid`, in KiB.
+fn memory(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// Part 2. Returns whether the target was met.
+async fn measure_memory(cluster: &Cluster) -> bool {
+    let total: usize = setting("ZAU_PERF_PODS", 3000);
+    let sets: usize = setting("ZAU_PERF_SETS", 10);
+    let seconds: u64 = setting("ZAU_PERF_RSS_SECONDS", 30);
+    let target_mib: f64 = setting("ZAU_PERF_RSS_MIB", 50.0);
+    let per_set = total / sets;
+
+    println!(
+        "memory: {} pods in {sets} StatefulSets with a ZoneAwareUpdate each",
+        per_set * sets
+    );
+    let work = Workspace::new(cluster, "perf-zau-memory").await;
+    let clock = Instant::now();
+    for i in 0..sets {
+        work.create_set(&format!("s{i}"), per_set).await;
+        work.create_zau(&format!("s{i}"), 1, "1").await;
+    }
+    for i in 0..sets {
+        work.wait_pods(
+            &format!("app=s{i}"),
+            per_set,
+            None,
+            Duration::from_secs(1800),
+        )
+        .await;
+    }
+    println!(
+        "  {} pods Ready in {:.0} s",
+        per_set * sets,
+        clock.elapsed().as_secs_f64()
+    );
+    let controller = work.controller(cluster);
+    let pid = controller.pid();
+    wait_for("every ZAU observed", Duration::from_secs(300), || async {
+        let zaus = work
+            .zaus
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items;
+        let observed = zaus
+            .iter()
+            .filter(|z| {
+                z.status.as_ref().is_some_and(|s| {
+                    s.observed_generation.is_some() && !s.update_revision.is_empty()
+                })
+            })
+            .count();
+        if observed == sets {
+            Ok(())
+        } else {
+            Err(format!("{observed} of {sets}"))
+        }
+    })
+    .await;
+    let idle = memory(pid);
+    for i in 0..sets {
+        work.set_image(&format!("s{i}"), 2).await;
+    }
+    let mut peak_rss = 0;
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < deadline {
+        if let Some((rss, _)) = memory(pid) {
+            peak_rss = peak_rss.max(rss);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let (rss, hwm) = memory(pid).expect("the controller is running");
+    let removed: i64 = work
+        .zaus
+        .list(&ListParams::default())
+        .await
+        .expect("list the ZAUs")
+        .items
+        .iter()
+        .filter_map(|z| z.status.as_ref().map(|s| i64::from(s.deleted_replicas)))
+        .sum();
+    drop(controller);
+    work.delete().await;
+
+    #[allow(clippy::cast_precision_loss)]
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    if let Some((idle_rss, _)) = idle {
+        println!(
+            "  VmRSS with the caches synced, before the rollouts: {:.1} MiB",
+            mib(idle_rss)
+        );
+    }
+    println!(
+        "  during {seconds} s of {sets} concurrent rollouts ({removed} pods removed): VmRSS peak {:.1} MiB, at the end {:.1} MiB, VmHWM {:.1} MiB (target <= {target_mib} MiB)",
+        mib(peak_rss),
+        mib(rss),
+        mib(hwm)
+    );
+    let met = mib(hwm) <= target_mib;
+    if !met {
+        println!("  MISSED: memory target");
+    }
+    met
+}
+
+async fn measure(cluster: &Cluster) -> BTreeMap<&'static str, bool> {
+    let only: String = setting("ZAU_PERF_ONLY", String::new());
+    let mut met = BTreeMap::new();
+    if only.is_empty() || only == "latency" {
+        met.insert("latency", measure_latency(cluster).await);
+    }
+    if only.is_empty() || only == "memory" {
+        met.insert("memory", measure_memory(cluster).await);
+    }
+    met
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cluster = Cluster::get();
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM");
+    // On SIGINT/SIGTERM the measurement is dropped: its namespace is deleted and its controller
+    // stopped by their guards.
+    let met = tokio::select! {
+        met = measure(&cluster) => met,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("zau perf: interrupted");
+            return ExitCode::FAILURE;
+        }
+        _ = terminate.recv() => {
+            eprintln!("zau perf: terminated");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("zau perf: {met:?}");
+    if met.values().all(|m| *m) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
