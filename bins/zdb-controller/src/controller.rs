@@ -15,7 +15,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use zone_api::ZoneDisruptionBudget;
-use zone_operator::RuntimeParts;
+use zone_operator::{InitialList, RuntimeParts};
 
 use crate::cli::Args;
 use crate::metrics::ZdbMetrics;
@@ -66,6 +66,7 @@ fn zdbs_in(
 pub fn node_cache(
     client: &Client,
     zone_label: &str,
+    initial_list: InitialList,
 ) -> (
     Store<PartialObjectMeta<Node>>,
     impl futures::Stream<Item = ()> + Send + 'static,
@@ -74,7 +75,7 @@ pub fn node_cache(
     let zone_label = zone_label.to_string();
     let stream = watcher(
         Api::<PartialObjectMeta<Node>>::all(client.clone()),
-        watcher::Config::default(),
+        initial_list.config(),
     )
     .modify(move |node| pods::strip_node(node, &zone_label))
     .default_backoff()
@@ -93,6 +94,7 @@ pub async fn run(
 ) -> Result<(), ControllerError> {
     let namespace = args.watch_namespace.as_deref();
     let client = parts.client.clone();
+    let initial_list = args.runtime.initial_list.resolve(&client, namespace).await;
 
     let (zdbs, zdb_writer) = reflector::store();
     let zdb_stream = watcher(
@@ -105,14 +107,14 @@ pub async fn run(
 
     let (pod_store, pod_writer) = reflector::store();
     let pod_zdbs = zdbs.clone();
-    let pod_events = watcher(api::<Pod>(&client, namespace), watcher::Config::default())
+    let pod_events = watcher(api::<Pod>(&client, namespace), initial_list.config())
         .modify(pods::strip_pod)
         .default_backoff()
         .reflect(pod_writer)
         .touched_objects()
         .filter_map(|result| ready(log_errors("pods", result)))
         .map(move |pod| zdbs_in(&pod_zdbs, &pod.namespace().unwrap_or_default()));
-    let (nodes, node_events) = node_cache(&client, &args.zone_label);
+    let (nodes, node_events) = node_cache(&client, &args.zone_label, initial_list);
 
     // Pod events are mapped to budgets; node events only keep the cache (pods follow any node
     // change that matters).

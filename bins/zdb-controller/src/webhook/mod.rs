@@ -84,7 +84,12 @@ pub async fn start(
         .default_backoff()
         .reflect(writer)
         .touched_objects();
-    let (nodes, node_events) = node_cache(&client, &args.zone_label);
+    let initial_list = args
+        .runtime
+        .initial_list
+        .resolve(&client, args.watch_namespace.as_deref())
+        .await;
+    let (nodes, node_events) = node_cache(&client, &args.zone_label, initial_list);
     let zdbs_synced = Arc::new(AtomicBool::new(false));
     {
         let zdbs = zdbs.clone();
