@@ -577,7 +577,7 @@ async fn measure_memory(cluster: &Cluster) -> bool {
         .expect("list the ZAUs")
         .items
         .iter()
-        .filter_map(|z| z.status.as_ref().map(|s| i64::from(s.deleted_replicas)))
+        .filter_map(|z| z.status.as_ref().map(|s| i64::from(s.update_step)))
         .sum();
     drop(controller);
     work.delete().await;
@@ -591,7 +591,7 @@ async fn measure_memory(cluster: &Cluster) -> bool {
         );
     }
     println!(
-        "  during {seconds} s of {sets} concurrent rollouts ({removed} pods removed): VmRSS peak {:.1} MiB, at the end {:.1} MiB, VmHWM {:.1} MiB (target <= {target_mib} MiB)",
+        "  during {seconds} s of {sets} concurrent rollouts ({removed} batches removed): VmRSS peak {:.1} MiB, at the end {:.1} MiB, VmHWM {:.1} MiB (target <= {target_mib} MiB)",
         mib(peak_rss),
         mib(rss),
         mib(hwm)
