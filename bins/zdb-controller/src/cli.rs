@@ -91,9 +91,10 @@ pub struct Args {
     )]
     pub zone_label: String,
 
-    /// How long the webhook keeps re-reading the budget after write conflicts (another replica
-    /// or the controller wrote it first) before answering 429; well below the webhook's
-    /// timeoutSeconds.
+    /// How long the webhook may take to decide an eviction, re-reading the budget after write
+    /// conflicts (another replica or the controller wrote it first) or waiting for a slow API
+    /// server, before answering 429 (the client retries); well below the webhook's
+    /// timeoutSeconds, past which the API server fails the eviction with a 500.
     #[arg(long, env = "DECISION_DEADLINE", default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
     pub decision_deadline: Duration,
 

@@ -37,6 +37,7 @@ pub mod reason {
     pub const OTHER_ZONE_DISRUPTED: &str = "OtherZoneDisrupted";
     pub const ZONE_BUDGET_EXHAUSTED: &str = "ZoneBudgetExhausted";
     pub const CONFLICTS: &str = "TooManyConflicts";
+    pub const DEADLINE: &str = "DeadlineExceeded";
     pub const API_ERROR: &str = "ApiError";
     pub const NOT_AN_EVICTION: &str = "NotAnEviction";
 }

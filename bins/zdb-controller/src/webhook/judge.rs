@@ -125,7 +125,28 @@ impl Judge {
         Ok(api.list(&ListParams::default()).await?.items)
     }
 
+    /// The verdict on one eviction, within the decision deadline: past it the eviction is
+    /// refused with a 429 (the client retries) rather than left to the API server's webhook
+    /// timeout, which fails closed with a 500 that ends `kubectl drain`. An abandoned decision
+    /// may have recorded the eviction; the record is harmless (the retried eviction finds it and
+    /// is allowed, or it expires).
     pub async fn judge(&self, eviction: &Eviction) -> Verdict {
+        match tokio::time::timeout(self.deadline, self.judge_unbounded(eviction)).await {
+            Ok(verdict) => verdict,
+            Err(_) => {
+                tracing::warn!(namespace = %eviction.namespace, pod = %eviction.pod, deadline = ?self.deadline, "no decision within the deadline; refused, the client retries");
+                denied(
+                    reason::DEADLINE,
+                    format!(
+                        "cannot evict pod {}: no decision within {:?} (the API server is slow to answer the webhook); retry",
+                        eviction.pod, self.deadline
+                    ),
+                )
+            }
+        }
+    }
+
+    async fn judge_unbounded(&self, eviction: &Eviction) -> Verdict {
         let namespace = eviction.namespace.as_str();
         let candidates = match self.candidates(namespace).await {
             Ok(candidates) => candidates,
@@ -319,8 +340,51 @@ impl Judge {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use kube::runtime::reflector;
     use zone_topology::Zone;
+
+    /// An API server that accepts connections and never answers: the verdict is a 429 within
+    /// the deadline, not the API server's webhook timeout (a 500 that ends a drain).
+    #[tokio::test]
+    async fn a_slow_api_server_gets_a_429_within_the_deadline() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let config = kube::Config::new(format!("http://{address}").parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        let (zdbs, _zdb_writer) = reflector::store::<ZoneDisruptionBudget>();
+        let (nodes, _node_writer) = reflector::store::<PartialObjectMeta<Node>>();
+        let judge = Judge {
+            client: client.clone(),
+            zdbs,
+            zdbs_synced: Arc::new(AtomicBool::new(false)),
+            nodes,
+            zone_label: zone_topology::ZONE_LABEL.to_string(),
+            deadline: Duration::from_millis(200),
+            metrics: ZdbMetrics::register(&prometheus::Registry::new()).unwrap(),
+            events: EventPublisher::new(client, "zdb-controller", "test"),
+        };
+        let started = Instant::now();
+        let verdict = judge
+            .judge(&Eviction {
+                namespace: "apps".into(),
+                pod: "web-0".into(),
+                dry_run: false,
+            })
+            .await;
+        assert!(!verdict.allowed);
+        assert_eq!(verdict.reason, reason::DEADLINE);
+        assert!(verdict.message.unwrap().contains("retry"));
+        assert!(started.elapsed() < Duration::from_secs(2));
+        silent.abort();
+    }
 
     #[test]
     fn denials_name_the_zone_and_the_blocking_pods() {
