@@ -319,6 +319,9 @@ struct Scrape {
     sum: f64,
     /// `result/reason` -> count.
     decisions: BTreeMap<String, f64>,
+    /// Reconciliations of the status controller, and the time they took.
+    reconciles: f64,
+    reconcile_seconds: f64,
 }
 
 fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
@@ -354,6 +357,8 @@ fn parse_metrics(text: &str) -> Scrape {
             }
             "zone_aware_zdb_webhook_duration_seconds_count" => scrape.count = value,
             "zone_aware_zdb_webhook_duration_seconds_sum" => scrape.sum = value,
+            "zone_aware_reconciliations_total" => scrape.reconciles += value,
+            "zone_aware_reconcile_duration_seconds_sum" => scrape.reconcile_seconds += value,
             "zone_aware_zdb_webhook_decisions_total" => {
                 let key = format!(
                     "{}/{}",
@@ -381,6 +386,9 @@ struct ServerSide {
     /// The upper bound of the bucket holding the 99th percentile.
     p99_bound_ms: f64,
     decisions: BTreeMap<String, f64>,
+    /// Reconciliations of the status controller meanwhile, and their total time in ms.
+    reconciles: f64,
+    reconcile_ms: f64,
 }
 
 fn server_side(before: &Scrape, after: &Scrape) -> ServerSide {
@@ -421,6 +429,8 @@ fn server_side(before: &Scrape, after: &Scrape) -> ServerSide {
         within_10ms: within(0.01),
         p99_bound_ms,
         decisions,
+        reconciles: after.reconciles - before.reconciles,
+        reconcile_ms: (after.reconcile_seconds - before.reconcile_seconds) * 1000.0,
     }
 }
 
@@ -1432,7 +1442,13 @@ fn report(r: &Report) {
                 .iter()
                 .map(|(k, n)| format!("{k}={n}"))
                 .collect();
-            println!("{:<20} decisions: {}", c.name, decisions.join(" "));
+            println!(
+                "{:<20} decisions: {}; status controller meanwhile: {} reconciliations, {} ms",
+                c.name,
+                decisions.join(" "),
+                s.reconciles,
+                fmt_ms(s.reconcile_ms)
+            );
         }
         if c.rounds > 1 {
             println!(
@@ -1528,6 +1544,8 @@ fn merge(a: ServerSide, b: ServerSide) -> ServerSide {
         // A bound over all rounds: the larger of the rounds' bounds.
         p99_bound_ms: a.p99_bound_ms.max(b.p99_bound_ms),
         decisions,
+        reconciles: a.reconciles + b.reconciles,
+        reconcile_ms: a.reconcile_ms + b.reconcile_ms,
     }
 }
 
