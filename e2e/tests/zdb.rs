@@ -138,7 +138,31 @@ impl Fixture {
         leader_elect: bool,
         tls: &[String],
     ) -> (ControllerProcess, u16) {
-        let metrics_port = free_port();
+        // A port free when picked may be taken (e.g. as the source port of some connection)
+        // before the controller binds it, and the controller then exits at once: pick another.
+        for _ in 0..3 {
+            let metrics_port = free_port();
+            let mut process = self.start_controller(webhook_port, leader_elect, tls, metrics_port);
+            if started_listening(&mut process) {
+                return (process, metrics_port);
+            }
+            let log = std::fs::read_to_string(&process.log).unwrap_or_default();
+            assert!(
+                log.contains(&format!("127.0.0.1:{metrics_port}"))
+                    && log.contains("Address already in use"),
+                "zdb-controller exited at start:\n{log}"
+            );
+        }
+        panic!("no free port for the metrics endpoint in three attempts");
+    }
+
+    fn start_controller(
+        &self,
+        webhook_port: u16,
+        leader_elect: bool,
+        tls: &[String],
+        metrics_port: u16,
+    ) -> ControllerProcess {
         let listen = format!("127.0.0.1:{metrics_port}");
         let webhook = format!("127.0.0.1:{webhook_port}");
         let leader = format!("--leader-elect={leader_elect}");
@@ -163,10 +187,7 @@ impl Fixture {
             "1s",
         ];
         args.extend(tls.iter().map(String::as_str));
-        (
-            ControllerProcess::start("zdb-controller", &args, &[]),
-            metrics_port,
-        )
+        ControllerProcess::start("zdb-controller", &args, &[])
     }
 
     async fn create_zdb(&self, max_unavailable: i32, dry_run: bool) {
@@ -307,6 +328,22 @@ impl Fixture {
         })
         .await;
     }
+}
+
+/// Whether the controller bound its metrics endpoint (its first step) rather than exited.
+fn started_listening(process: &mut ControllerProcess) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        let log = std::fs::read_to_string(&process.log).unwrap_or_default();
+        if log.contains("serving /healthz") {
+            return true;
+        }
+        if !process.is_running() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20)); // polling a child process's log
+    }
+    panic!("zdb-controller neither served nor exited within 30 s");
 }
 
 async fn create_webhook_config(cluster: &Cluster, ns: &TestNamespace, port: u16) -> WebhookConfig {
