@@ -437,9 +437,10 @@ fn server_side(before: &Scrape, after: &Scrape) -> ServerSide {
 /// CPU time and host load, to tell a slow webhook from a saturated machine.
 #[derive(Debug, Default, Clone, Copy)]
 struct Usage {
-    /// Clock ticks (user + system) of the controller and of the API server.
+    /// Clock ticks (user + system) of the controller, the API server and this driver.
     controller_ticks: f64,
     apiserver_ticks: f64,
+    driver_ticks: f64,
     /// Busy and total ticks of the whole machine (`/proc/stat`).
     host_busy: f64,
     host_total: f64,
@@ -493,6 +494,7 @@ impl Usage {
         Usage {
             controller_ticks: process_ticks(Some(controller)),
             apiserver_ticks: process_ticks(apiserver),
+            driver_ticks: process_ticks(Some(std::process::id())),
             host_busy,
             host_total,
         }
@@ -502,6 +504,7 @@ impl Usage {
         Usage {
             controller_ticks: self.controller_ticks - before.controller_ticks,
             apiserver_ticks: self.apiserver_ticks - before.apiserver_ticks,
+            driver_ticks: self.driver_ticks - before.driver_ticks,
             host_busy: self.host_busy - before.host_busy,
             host_total: self.host_total - before.host_total,
         }
@@ -511,6 +514,7 @@ impl Usage {
         Usage {
             controller_ticks: self.controller_ticks + other.controller_ticks,
             apiserver_ticks: self.apiserver_ticks + other.apiserver_ticks,
+            driver_ticks: self.driver_ticks + other.driver_ticks,
             host_busy: self.host_busy + other.host_busy,
             host_total: self.host_total + other.host_total,
         }
@@ -1403,7 +1407,7 @@ fn report(r: &Report) {
         "server side (the webhook's zone_aware_zdb_webhook_duration_seconds) and CPU per request:"
     );
     println!(
-        "{:<20} {:>8} {:>9} {:>7} {:>7} {:>9} {:>10} {:>10} {:>9}",
+        "{:<20} {:>8} {:>9} {:>7} {:>7} {:>9} {:>10} {:>10} {:>10} {:>9}",
         "class",
         "answers",
         "mean ms",
@@ -1412,6 +1416,7 @@ fn report(r: &Report) {
         "p99 <=ms",
         "ctrl cpu",
         "apisrv cpu",
+        "driver cpu",
         "host busy"
     );
     for c in r.results {
@@ -1422,7 +1427,7 @@ fn report(r: &Report) {
             "-".to_string()
         };
         println!(
-            "{:<20} {:>8} {:>9} {:>6.1}% {:>6.1}% {:>9} {:>7.2} ms {:>10} {:>8.0}%",
+            "{:<20} {:>8} {:>9} {:>6.1}% {:>6.1}% {:>9} {:>7.2} ms {:>10} {:>7.2} ms {:>8.0}%",
             c.name,
             s.count,
             fmt_ms(s.mean_ms),
@@ -1431,6 +1436,7 @@ fn report(r: &Report) {
             fmt_ms(s.p99_bound_ms),
             c.cpu_ms_per_request(c.usage.controller_ticks),
             apiserver,
+            c.cpu_ms_per_request(c.usage.driver_ticks),
             c.host_busy_percent(),
         );
     }
@@ -1469,7 +1475,7 @@ fn report(r: &Report) {
         r.selected, settings.allowed_rate, settings.rate
     );
     println!(
-        "429c = allowed evictions refused with 429 after write conflicts; wrong = other answers than expected or errors; late = sends >1 ms behind schedule (driver starved of CPU); ctrl/apisrv cpu = CPU time of the controller / the API server during the class per request (the API server's includes whatever else it served meanwhile); host busy = the whole machine during the class"
+        "429c = allowed evictions refused with 429 after write conflicts; wrong = other answers than expected or errors; late = sends >1 ms behind schedule (driver starved of CPU); ctrl/apisrv/driver cpu = CPU time of the controller / the API server / this driver during the class per request (the API server's includes whatever else it served meanwhile); host busy = the whole machine during the class"
     );
 }
 
