@@ -35,24 +35,31 @@ done
 # The controller processes the driver and the e2e test start: the release builds.
 export E2E_BIN_DIR="$release"
 
-driver_pid=""
-# The driver deletes its namespaces and stops its controller when it ends or gets SIGINT/SIGTERM;
-# pass a signal sent to this script on to it and wait for that clean-up.
-stop_driver() {
-    if [ -n "$driver_pid" ] && kill -0 "$driver_pid" 2>/dev/null; then
-        kill -TERM "$driver_pid" 2>/dev/null || true
-        wait "$driver_pid" 2>/dev/null || true
+child=""
+# The driver deletes its namespaces and stops its controller when it ends or gets SIGINT/SIGTERM
+# (the e2e test cleans up through its Drop guards when it ends): a signal sent to this script is
+# passed on to the step running, and its clean-up awaited.
+stop_child() {
+    if [ -n "$child" ] && kill -0 "$child" 2>/dev/null; then
+        kill -TERM "$child" 2>/dev/null || true
+        wait "$child" 2>/dev/null || true
     fi
 }
-trap 'stop_driver; exit 130' INT TERM
+trap 'stop_child; exit 130' INT TERM
+# Runs a step in the background (so that a trapped signal interrupts the wait), returns its status.
+run_step() {
+    "$@" &
+    child=$!
+    local status=0
+    wait "$child" || status=$?
+    child=""
+    return "$status"
+}
 
 failed=()
 
-echo "-- zdb webhook latency and memory (load: $(cut -d' ' -f1-3 /proc/loadavg) at start, $(nproc) CPUs)"
-"$release/zdb_perf" &
-driver_pid=$!
-if wait "$driver_pid"; then :; else failed+=("latency/memory"); fi
-driver_pid=""
+echo "-- zdb webhook latency and memory (load average $(cut -d' ' -f1-3 /proc/loadavg) at start, $(nproc) CPUs)"
+run_step "$release/zdb_perf" || failed+=("latency/memory")
 
 runs="${ZDB_PERF_CONCURRENCY_RUNS:-20}"
 test_name=concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in_one_zone
@@ -60,9 +67,9 @@ if [ "$runs" -gt 0 ]; then
     echo
     echo "-- zdb concurrency: $test_name, $runs runs"
     started=$(date +%s)
-    if E2E_ZDB_CONCURRENCY_RUNS="$runs" cargo test --release -p e2e --test zdb -- \
+    if E2E_ZDB_CONCURRENCY_RUNS="$runs" run_step cargo test --release -p e2e --test zdb -- \
         --ignored --exact "$test_name" --nocapture; then
-        echo "zdb concurrency: $runs runs passed in $(( $(date +%s) - started )) s"
+        echo "zdb concurrency: $runs runs passed in $(( $(date +%s) - started )) s (with the test's build)"
     else
         failed+=("concurrency")
     fi
