@@ -606,18 +606,18 @@ async fn concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in
 /// pods of a previous round is not independent: kwok, deleting a terminating pod by name, also
 /// deletes its replacement when a pod was evicted many times, seconds after the round.)
 async fn concurrency_round(round: usize, rounds: usize) {
-    let proxy_port = free_port();
-    // The proxy is started on a fixed port after the fixture: the configuration names its URL.
-    let fixture = Fixture::new("zdb-race", 9, proxy_port).await;
     let (port_one, port_two) = (free_port(), free_port());
-    let tls = fixture.self_signed_args();
-    let (_one, metrics_one) = fixture.controller_with(port_one, true, &tls);
-    let (_two, metrics_two) = fixture.controller_with(port_two, true, &tls);
     let backends: Vec<SocketAddr> = vec![
         format!("127.0.0.1:{port_one}").parse().unwrap(),
         format!("127.0.0.1:{port_two}").parse().unwrap(),
     ];
-    let proxy = RoundRobinProxy::start_on(proxy_port, backends).await;
+    // The proxy is bound first (a port picked now could be taken while the fixture is made):
+    // the configuration names its URL. It skips the replicas until they listen.
+    let proxy = RoundRobinProxy::start(backends).await;
+    let fixture = Fixture::new("zdb-race", 9, proxy.addr.port()).await;
+    let tls = fixture.self_signed_args();
+    let (_one, metrics_one) = fixture.controller_with(port_one, true, &tls);
+    let (_two, metrics_two) = fixture.controller_with(port_two, true, &tls);
     fixture.wait_ca_bundle().await;
     fixture.create_zdb(2, false).await;
 
@@ -857,9 +857,14 @@ async fn a_pod_selected_by_two_budgets_cannot_be_evicted() {
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn the_standby_keeps_the_status_when_the_leader_dies() {
-    let proxy_port = free_port();
-    let fixture = Fixture::new("zdb-handover", 6, proxy_port).await;
     let (port_one, port_two) = (free_port(), free_port());
+    let backends: Vec<SocketAddr> = [port_one, port_two]
+        .iter()
+        .map(|port| format!("127.0.0.1:{port}").parse().unwrap())
+        .collect();
+    // Bound before the fixture names its URL (see the concurrency rounds).
+    let proxy = RoundRobinProxy::start(backends).await;
+    let fixture = Fixture::new("zdb-handover", 6, proxy.addr.port()).await;
     let mut replicas = BTreeMap::from([
         (
             format!("zdb-{port_one}"),
@@ -870,11 +875,6 @@ async fn the_standby_keeps_the_status_when_the_leader_dies() {
             fixture.controller(port_two, true),
         ),
     ]);
-    let backends: Vec<SocketAddr> = [port_one, port_two]
-        .iter()
-        .map(|port| format!("127.0.0.1:{port}").parse().unwrap())
-        .collect();
-    let _proxy = RoundRobinProxy::start_on(proxy_port, backends).await;
     fixture.wait_ca_bundle().await;
     fixture.create_zdb(1, false).await;
     fixture.wait_budget(6, 1).await;
@@ -1565,9 +1565,10 @@ async fn wait_served(port: u16, ca_pem: &str, leaf: &Leaf, what: &str) {
     .await;
 }
 
-/// A TCP proxy from 127.0.0.1:`port` to 127.0.0.1:`backend`; dropping it closes every
+/// A TCP proxy from 127.0.0.1:`port` (0: any free port) to 127.0.0.1:`backend`; dropping it closes every
 /// connection it carries (a client must connect again).
 struct Passthrough {
+    port: u16,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -1576,6 +1577,7 @@ impl Passthrough {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
             .expect("bind the proxy port");
+        let port = listener.local_addr().unwrap().port();
         let task = tokio::spawn(async move {
             // Aborting the accept loop drops the set, which aborts every connection's task.
             let mut connections = tokio::task::JoinSet::new();
@@ -1590,7 +1592,7 @@ impl Passthrough {
                 while connections.try_join_next().is_some() {}
             }
         });
-        Passthrough { task }
+        Passthrough { port, task }
     }
 
     /// Closes the port and every connection.
@@ -1613,9 +1615,10 @@ impl Drop for Passthrough {
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn zdb_cert_rotation_without_restart() {
     // The API server calls the webhook through a proxy whose connections the test can cut.
-    let (proxy_port, webhook_port) = (free_port(), free_port());
+    let webhook_port = free_port();
+    let proxy = Passthrough::start(0, webhook_port).await;
+    let proxy_port = proxy.port;
     let fixture = Fixture::new("zdb-certs", 6, proxy_port).await;
-    let proxy = Passthrough::start(proxy_port, webhook_port).await;
     let ca = TestCa::new("zdb e2e cert-manager CA");
     let first = ca.leaf(1001);
     let mut mounted = MountedSecret::new(&fixture.ns, &first);
