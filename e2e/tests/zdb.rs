@@ -10,12 +10,15 @@ use std::time::Duration;
 
 use e2e::cluster::cleanup_blocking;
 use e2e::localstack::free_port;
+use e2e::pods::evict;
 use e2e::process::ControllerProcess;
 use e2e::proxy::RoundRobinProxy;
+use e2e::quota::PodQuota;
+use e2e::webhook::EvictionWebhook;
 use e2e::{Cluster, TestNamespace, pods, wait_for};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -56,28 +59,11 @@ fn statefulset(replicas: i32) -> StatefulSet {
     .unwrap()
 }
 
-/// The cluster-scoped webhook configuration of one test, deleted when the test ends.
-struct WebhookConfig {
-    name: String,
-    config: kube::Config,
-}
-
-impl Drop for WebhookConfig {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        cleanup_blocking(self.config.clone(), |client| async move {
-            let _ = Api::<ValidatingWebhookConfiguration>::all(client)
-                .delete(&name, &DeleteParams::default())
-                .await;
-        });
-    }
-}
-
 struct Fixture {
     ns: TestNamespace,
     pods: Api<Pod>,
     zdbs: Api<ZoneDisruptionBudget>,
-    webhook: WebhookConfig,
+    webhook: EvictionWebhook,
 }
 
 impl Fixture {
@@ -86,7 +72,7 @@ impl Fixture {
     async fn new(prefix: &str, replicas: usize, port: u16) -> Fixture {
         let cluster = Cluster::get();
         let ns = TestNamespace::create(&cluster, prefix).await;
-        let webhook = create_webhook_config(&cluster, &ns, port).await;
+        let webhook = EvictionWebhook::create(&cluster, &ns, port).await;
         let fixture = Fixture {
             pods: ns.api(),
             zdbs: ns.api(),
@@ -308,25 +294,7 @@ impl Fixture {
     /// Waits until the controller patched the caBundle (until then the API server cannot call
     /// the webhook and, failing closed, refuses every eviction of the namespace).
     async fn wait_ca_bundle(&self) {
-        let configs: Api<ValidatingWebhookConfiguration> = Api::all(self.ns.client.clone());
-        wait_for("the caBundle patched", Duration::from_secs(60), || async {
-            let config = configs
-                .get(&self.webhook.name)
-                .await
-                .map_err(|e| e.to_string())?;
-            let patched = config.webhooks.unwrap_or_default().iter().all(|w| {
-                w.client_config
-                    .ca_bundle
-                    .as_ref()
-                    .is_some_and(|b| !b.0.is_empty())
-            });
-            if patched {
-                Ok(())
-            } else {
-                Err("no caBundle yet".to_string())
-            }
-        })
-        .await;
+        self.webhook.wait_ca_bundle(&self.ns).await;
     }
 }
 
@@ -344,68 +312,6 @@ fn started_listening(process: &mut ControllerProcess) -> bool {
         std::thread::sleep(Duration::from_millis(20)); // polling a child process's log
     }
     panic!("zdb-controller neither served nor exited within 30 s");
-}
-
-async fn create_webhook_config(cluster: &Cluster, ns: &TestNamespace, port: u16) -> WebhookConfig {
-    let name = format!("zdb-{}", ns.name);
-    let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [{
-            "name": "eviction.zdb.zonecontrol.k8s.aws",
-            "rules": [{
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "operations": ["CREATE"],
-                "resources": ["pods/eviction"],
-                "scope": "Namespaced",
-            }],
-            "clientConfig": {"url": format!("https://127.0.0.1:{port}/validate-eviction")},
-            "failurePolicy": "Fail",
-            "sideEffects": "NoneOnDryRun",
-            "timeoutSeconds": 5,
-            "admissionReviewVersions": ["v1"],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
-        }],
-    }))
-    .unwrap();
-    Api::<ValidatingWebhookConfiguration>::all(ns.client.clone())
-        .create(&PostParams::default(), &config)
-        .await
-        .unwrap();
-    WebhookConfig {
-        name,
-        config: cluster.config().await,
-    }
-}
-
-/// Evicts `pod`: `Ok(())`, or the API status code and message of the refusal. A dry run is
-/// asked as `kubectl drain --dry-run=server` does, in the Eviction's `deleteOptions` (kube's
-/// `evict` sends its delete options under a key the API server ignores, so the body is built
-/// here).
-async fn evict(pods: &Api<Pod>, pod: &str, dry_run: bool) -> Result<(), (u16, String)> {
-    let mut eviction = json!({
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": pod},
-    });
-    if dry_run {
-        eviction["deleteOptions"] = json!({"dryRun": ["All"]});
-    }
-    match pods
-        .create_subresource::<serde_json::Value, serde_json::Value>(
-            "eviction",
-            pod,
-            &PostParams::default(),
-            &eviction,
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) => Err((status.code, status.message.clone())),
-        Err(other) => Err((0, other.to_string())),
-    }
 }
 
 fn assert_denied(result: Result<(), (u16, String)>, what: &str, mentions: &[&str]) {
@@ -443,7 +349,7 @@ async fn two_evictions_in_one_zone_then_that_zone_and_every_other_is_refused() {
 
     // The evicted pods are not recreated until the quota goes: on a slow machine they could
     // otherwise be back and Ready before the checks below, which then would test nothing.
-    let quotas = hold_pod_count(&fixture.ns, 7).await;
+    let quota = PodQuota::hold(&fixture.ns, 7).await;
     evict(&fixture.pods, &zone_a[0], false).await.unwrap();
     evict(&fixture.pods, &zone_a[1], false).await.unwrap();
     // Both recorded in zone-a, terminating or gone (a record places its missing pod).
@@ -478,10 +384,7 @@ async fn two_evictions_in_one_zone_then_that_zone_and_every_other_is_refused() {
 
     // Once the evicted pods are recreated and Ready, their records are dropped and another zone
     // may be disrupted.
-    quotas
-        .delete("hold-pods", &DeleteParams::default())
-        .await
-        .unwrap();
+    quota.release().await;
     fixture.touch_statefulset().await;
     fixture.wait_ready(9).await;
     wait_for(
@@ -912,33 +815,6 @@ async fn the_standby_keeps_the_status_when_the_leader_dies() {
     );
 }
 
-/// A ResourceQuota of `pods` pods in the test's namespace, counted by the quota controller when
-/// this returns: with that many pods present, a deleted pod cannot be recreated until it goes.
-async fn hold_pod_count(ns: &TestNamespace, pods: usize) -> Api<ResourceQuota> {
-    let quotas: Api<ResourceQuota> = ns.api();
-    let quota: ResourceQuota = serde_json::from_value(json!({
-        "metadata": {"name": "hold-pods"},
-        "spec": {"hard": {"pods": pods.to_string()}},
-    }))
-    .unwrap();
-    quotas.create(&PostParams::default(), &quota).await.unwrap();
-    wait_for(
-        "the quota to be counted",
-        Duration::from_secs(60),
-        || async {
-            let quota = quotas.get("hold-pods").await.map_err(|e| e.to_string())?;
-            let used = quota
-                .status
-                .and_then(|s| s.used)
-                .and_then(|u| u.get("pods").cloned());
-            used.map(|_| ())
-                .ok_or_else(|| "no status.used yet".to_string())
-        },
-    )
-    .await;
-    quotas
-}
-
 /// A pod deleted by hand (not evicted: the webhook never hears of it) and not recreated yet
 /// counts as unhealthy in its zone: evictions in every other zone are refused until it is back.
 #[tokio::test]
@@ -954,7 +830,7 @@ async fn zdb_deleted_pod_blocks_other_zones() {
     let (zone_a, zone_b) = (&zones["zone-a"], &zones["zone-b"]);
 
     // At most 8 pods: the pod deleted below cannot be recreated until the quota goes.
-    let quotas = hold_pod_count(&fixture.ns, 8).await;
+    let quota = PodQuota::hold(&fixture.ns, 8).await;
     let victim = &zone_a[0];
     fixture
         .pods
@@ -1004,10 +880,7 @@ async fn zdb_deleted_pod_blocks_other_zones() {
     );
 
     // Quota gone; a touch of the StatefulSet makes its controller retry at once.
-    quotas
-        .delete("hold-pods", &DeleteParams::default())
-        .await
-        .unwrap();
+    quota.release().await;
     fixture.touch_statefulset().await;
     fixture.wait_ready(9).await;
     fixture.wait_budget(9, 1).await;
@@ -1318,7 +1191,7 @@ async fn zdb_dry_run_matches_real() {
     pods::set_ready(&fixture.pods, &down, true).await;
     fixture.wait_budget(8, 2).await;
     // Kept from coming back (and dropping its record) before the check.
-    let _quota = hold_pod_count(&fixture.ns, 7).await;
+    let _quota = PodQuota::hold(&fixture.ns, 7).await;
     evict(&fixture.pods, &pinned[0], false).await.unwrap();
     let status = fixture.status().await;
     assert_eq!(
@@ -1774,7 +1647,7 @@ async fn zdb_go_shaped_objects_adopted() {
 
     // Judged from the cluster: zone-b may go first, then zone-a waits for it (the evicted pod
     // is kept from coming back meanwhile).
-    let _quota = hold_pod_count(&fixture.ns, 8).await;
+    let _quota = PodQuota::hold(&fixture.ns, 8).await;
     evict(&fixture.pods, &zone_b[0], false).await.unwrap();
     assert_denied(
         evict(&fixture.pods, &zone_a[1], false).await,
