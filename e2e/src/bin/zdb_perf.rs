@@ -21,7 +21,8 @@
 //! against the webhook, as it would for the API server). The webhook's own latency histogram and
 //! decision counters are read from its `/metrics` around each class, with the CPU time the
 //! controller and the API server spent. The controller's memory (VmRSS, VmHWM) is read from
-//! `/proc` before the load, after the gated load and after the full-rate allowed load.
+//! `/proc` before the load, after the measured load (the gated classes and the drain-rate
+//! allowed decisions) and after the full-rate allowed decisions, which overload the webhook.
 //!
 //! Settings (environment): `ZDB_PERF_PODS` (3000), `ZDB_PERF_SETS` (6: one for denials, the
 //! others for allowed decisions), `ZDB_PERF_RATE` (200 requests/s), `ZDB_PERF_SECONDS` (30 per
@@ -30,8 +31,9 @@
 //! 0 skips), `ZDB_PERF_P99_MS` (10), `ZDB_PERF_RSS_MIB` (50), `ZDB_PERF_POD_TIMEOUT` (900 s).
 //!
 //! Exit status: 0 when the targets are met (denied, unselected and no-budget-ns p99 within
-//! `ZDB_PERF_P99_MS`; VmRSS after the gated load within `ZDB_PERF_RSS_MIB`; every answer as
-//! expected and every allowed one recorded), 1 otherwise.
+//! `ZDB_PERF_P99_MS`; VmRSS after the measured load within `ZDB_PERF_RSS_MIB`; every answer as
+//! expected and every allowed one recorded), 1 otherwise (a panic, exit 101, when the set-up
+//! fails).
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
