@@ -142,3 +142,17 @@ impl Drop for ControllerProcess {
         }
     }
 }
+
+/// `GET http://127.0.0.1:<port><path>` of a controller's health and metrics server: the whole
+/// response when it answered 200, else `None` (not listening yet, or an error).
+pub async fn http_get(port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    response.contains(" 200 ").then_some(response)
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use aws_sdk_cloudwatch::types::{ComparisonOperator, StateValue, Statistic};
 use e2e::localstack::{LocalStack, free_port};
-use e2e::process::ControllerProcess;
+use e2e::process::{ControllerProcess, http_get};
 use e2e::quota::PodQuota;
 use e2e::webhook::EvictionWebhook;
 use e2e::{Cluster, TestNamespace, audit, pods, wait_for};
@@ -1119,18 +1119,6 @@ async fn reconciles(port: u16) -> i64 {
         .filter(|l| l.starts_with("zone_aware_reconciliations_total"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as i64
-}
-
-async fn http_get(port: u16, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut body = String::new();
-    stream.read_to_string(&mut body).await.ok()?;
-    body.contains(" 200 ").then_some(body)
 }
 
 /// Two replicas with leader election: only the leader removes pods. The leader is killed

@@ -11,7 +11,7 @@ use std::time::Duration;
 use e2e::cluster::cleanup_blocking;
 use e2e::localstack::free_port;
 use e2e::pods::evict;
-use e2e::process::ControllerProcess;
+use e2e::process::{ControllerProcess, http_get};
 use e2e::proxy::RoundRobinProxy;
 use e2e::quota::PodQuota;
 use e2e::webhook::EvictionWebhook;
@@ -657,18 +657,6 @@ async fn decisions_for(metrics_port: u16, reason: &str) -> f64 {
         .filter(|line| reason.is_empty() || line.contains(&label))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-async fn http_get(port: u16, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut body = String::new();
-    stream.read_to_string(&mut body).await.ok()?;
-    body.contains(" 200 ").then_some(body)
 }
 
 #[tokio::test]
