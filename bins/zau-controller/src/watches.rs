@@ -84,15 +84,15 @@ pub fn start(
 
     let sts_zaus = zaus.clone();
     let sts_events = watcher(api::<StatefulSet>(client, namespace), initial_list.config())
-    .modify(pods::strip_statefulset)
-    .default_backoff()
-    .reflect(sts_writer)
-    .touched_objects()
-    .filter_map(|result| ready(log_errors("statefulsets", result)))
-    .map(move |set| {
-        let namespace = set.namespace().unwrap_or_default();
-        zaus_for(&sts_zaus, &namespace, &set.name_any())
-    });
+        .modify(pods::strip_statefulset)
+        .default_backoff()
+        .reflect(sts_writer)
+        .touched_objects()
+        .filter_map(|result| ready(log_errors("statefulsets", result)))
+        .map(move |set| {
+            let namespace = set.namespace().unwrap_or_default();
+            zaus_for(&sts_zaus, &namespace, &set.name_any())
+        });
 
     // Only StatefulSet pods carry the revision label; other pods never enter the cache.
     let pod_config = initial_list.config().labels(REVISION_LABEL);
