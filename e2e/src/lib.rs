@@ -20,6 +20,7 @@ pub mod quota;
 pub mod tls;
 pub mod wait;
 pub mod webhook;
+pub mod workload;
 
 pub use cluster::Cluster;
 pub use namespace::TestNamespace;

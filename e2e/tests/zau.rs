@@ -13,6 +13,7 @@ use e2e::localstack::{LocalStack, free_port};
 use e2e::process::{ControllerProcess, http_get};
 use e2e::quota::PodQuota;
 use e2e::webhook::EvictionWebhook;
+use e2e::workload::{ZONE_LABEL, spread_statefulset, to_statefulset};
 use e2e::{Cluster, TestNamespace, audit, pods, wait_for};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -25,7 +26,6 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus, ZoneDisruptionBudget};
 
-const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 const REVISION_LABEL: &str = "controller-revision-hash";
 const SET: &str = "web";
 const ZAU: &str = "web";
@@ -47,32 +47,10 @@ fn statefulset(replicas: i32, strategy: &str) -> StatefulSet {
 /// A StatefulSet whose pods are labelled `app: <name>` and, whatever the name, `tier: frontend`
 /// (what a ZoneDisruptionBudget guarding several workloads selects).
 fn named_statefulset(name: &str, replicas: i32, strategy: &str) -> StatefulSet {
-    serde_json::from_value(json!({
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "serviceName": name,
-            "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": strategy},
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name, "tier": "frontend"}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "topologySpreadConstraints": [{
-                        "maxSkew": 1,
-                        "topologyKey": ZONE_LABEL,
-                        "whenUnsatisfiable": "DoNotSchedule",
-                        "labelSelector": {"matchLabels": {"app": name}},
-                    }],
-                    "containers": [{"name": "app", "image": image(1)}],
-                },
-            },
-        },
-    }))
-    .unwrap()
+    let mut manifest = spread_statefulset(name, usize::try_from(replicas).unwrap(), &image(1));
+    manifest["spec"]["updateStrategy"] = json!({"type": strategy});
+    manifest["spec"]["template"]["metadata"]["labels"]["tier"] = json!("frontend");
+    to_statefulset(manifest)
 }
 
 /// One successful removal by the controller, from the audit log.

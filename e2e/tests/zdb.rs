@@ -15,6 +15,7 @@ use e2e::process::{ControllerProcess, http_get};
 use e2e::proxy::RoundRobinProxy;
 use e2e::quota::PodQuota;
 use e2e::webhook::EvictionWebhook;
+use e2e::workload::{ZONE_LABEL, spread_statefulset, to_statefulset};
 use e2e::{Cluster, TestNamespace, pods, wait_for};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -25,38 +26,14 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetStatus};
 
-const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 const SET: &str = "web";
 const ZDB: &str = "web";
 const SECRET: &str = "zdb-webhook-tls";
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 fn statefulset(replicas: i32) -> StatefulSet {
-    serde_json::from_value(json!({
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": SET},
-        "spec": {
-            "replicas": replicas,
-            "serviceName": SET,
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {"app": SET}},
-            "template": {
-                "metadata": {"labels": {"app": SET}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "topologySpreadConstraints": [{
-                        "maxSkew": 1,
-                        "topologyKey": ZONE_LABEL,
-                        "whenUnsatisfiable": "DoNotSchedule",
-                        "labelSelector": {"matchLabels": {"app": SET}},
-                    }],
-                    "containers": [{"name": "app", "image": "registry.invalid/web:1"}],
-                },
-            },
-        },
-    }))
-    .unwrap()
+    let replicas = usize::try_from(replicas).unwrap();
+    to_statefulset(spread_statefulset(SET, replicas, "registry.invalid/web:1"))
 }
 
 struct Fixture {

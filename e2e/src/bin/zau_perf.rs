@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use e2e::localstack::free_port;
 use e2e::process::ControllerProcess;
+use e2e::workload::{spread_statefulset, to_statefulset};
 use e2e::{Cluster, TestNamespace, audit, pods, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -35,7 +36,6 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use zone_api::ZoneAwareUpdate;
 
-const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 const REVISION_LABEL: &str = "controller-revision-hash";
 /// The evictions of one batch are sent one after the other, each as soon as the previous one is
 /// answered; batches are seconds apart (termination grace, recreation, kwok's Ready delay). An
@@ -65,32 +65,10 @@ fn setting<T: std::str::FromStr>(name: &str, default: T) -> T {
 }
 
 fn statefulset(name: &str, replicas: usize, image: u32) -> StatefulSet {
-    serde_json::from_value(json!({
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "serviceName": name,
-            "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "OnDelete"},
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "topologySpreadConstraints": [{
-                        "maxSkew": 1,
-                        "topologyKey": ZONE_LABEL,
-                        "whenUnsatisfiable": "DoNotSchedule",
-                        "labelSelector": {"matchLabels": {"app": name}},
-                    }],
-                    "containers": [{"name": "app", "image": format!("registry.invalid/perf:{image}")}],
-                },
-            },
-        },
-    }))
-    .expect("statefulset")
+    let mut manifest =
+        spread_statefulset(name, replicas, &format!("registry.invalid/perf:{image}"));
+    manifest["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+    to_statefulset(manifest)
 }
 
 /// The namespace the measurement works in, deleted (and waited for, so the next measurement

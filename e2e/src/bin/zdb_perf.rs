@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use e2e::localstack::free_port;
 use e2e::process::ControllerProcess;
+use e2e::workload::{ZONE_LABEL, spread_statefulset, to_statefulset};
 use e2e::{Cluster, TestNamespace, pods, wait_for};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
@@ -63,7 +64,6 @@ use tokio::sync::Mutex;
 use tokio_rustls::TlsConnector;
 use zone_api::ZoneDisruptionBudget;
 
-const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 const SECRET: &str = "zdb-webhook-tls";
 const PATH: &str = "/validate-eviction";
 const UNSELECTED_SET: &str = "free";
@@ -127,31 +127,11 @@ fn set_name(index: usize) -> String {
 }
 
 fn statefulset(name: &str, replicas: usize) -> StatefulSet {
-    serde_json::from_value(json!({
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "serviceName": name,
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "topologySpreadConstraints": [{
-                        "maxSkew": 1,
-                        "topologyKey": ZONE_LABEL,
-                        "whenUnsatisfiable": "DoNotSchedule",
-                        "labelSelector": {"matchLabels": {"app": name}},
-                    }],
-                    "containers": [{"name": "app", "image": "registry.invalid/perf:1"}],
-                },
-            },
-        },
-    }))
-    .expect("StatefulSet manifest")
+    to_statefulset(spread_statefulset(
+        name,
+        replicas,
+        "registry.invalid/perf:1",
+    ))
 }
 
 fn budget(name: &str, max_unavailable: Value) -> ZoneDisruptionBudget {
