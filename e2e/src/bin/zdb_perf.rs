@@ -147,8 +147,9 @@ fn budget(name: &str, max_unavailable: Value) -> ZoneDisruptionBudget {
     .expect("ZoneDisruptionBudget manifest")
 }
 
-/// The AdmissionReview the API server sends for `POST pods/<pod>/eviction`.
-fn admission_review(uid: &str, namespace: &str, pod: &str) -> Vec<u8> {
+/// The AdmissionReview the API server sends for `POST pods/<pod>/eviction` (`dry_run`: as for
+/// `kubectl drain --dry-run=server`, decided and not recorded).
+fn admission_review(uid: &str, namespace: &str, pod: &str, dry_run: bool) -> Vec<u8> {
     serde_json::to_vec(&json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -170,7 +171,7 @@ fn admission_review(uid: &str, namespace: &str, pod: &str) -> Vec<u8> {
                 "metadata": {"name": pod, "namespace": namespace, "creationTimestamp": null},
             },
             "oldObject": null,
-            "dryRun": false,
+            "dryRun": dry_run,
             "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
         }
     }))
@@ -665,7 +666,7 @@ async fn drive(
         let scheduled = interval.tick().await.into_std();
         let pool = pool.clone();
         let uid = format!("00000000-0000-4000-8000-{tag}{i:010}");
-        let body = admission_review(&uid, namespace, pod);
+        let body = admission_review(&uid, namespace, pod, false);
         tasks.push(tokio::spawn(async move {
             // The timer wakes up to a millisecond after the scheduled time anyway: a send is
             // late when the driver fell behind by more than one interval.
@@ -999,6 +1000,31 @@ struct Target {
 }
 
 impl Target {
+    /// Waits until the webhook's budget cache (its own watch) holds the budget of each of
+    /// `sets`: a dry-run review of one of its pods is no longer decided "no budget".
+    async fn wait_budgets_cached(&self, namespace: &str, sets: &[String]) {
+        let no_budget = |scrape: &Scrape| scrape.decisions.get("allowed/NoBudget").copied();
+        for set in sets {
+            let pod = format!("{set}-0");
+            wait_for(
+                &format!("the webhook to cache budget {set}"),
+                Duration::from_secs(30),
+                || async {
+                    let before = no_budget(&self.scrape().await);
+                    let body = admission_review("cache-probe", namespace, &pod, true);
+                    self.pool.post(body).await?;
+                    let after = no_budget(&self.scrape().await);
+                    if after == before {
+                        Ok(())
+                    } else {
+                        Err(format!("{pod} decided NoBudget"))
+                    }
+                },
+            )
+            .await;
+        }
+    }
+
     async fn scrape(&self) -> Scrape {
         let (code, body) = http_get(self.listen, "/metrics")
             .await
@@ -1037,8 +1063,6 @@ impl Perf {
         self.create_budgets(names, &json!("100%")).await;
         self.wait_budgets(names, &[], Duration::from_secs(300))
             .await;
-        // The webhook's budget cache follows its own watch.
-        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 
     /// `count` allowed evictions at `rate`, in rounds of distinct pods (`per_round`), the
@@ -1060,6 +1084,7 @@ impl Perf {
         while sent < count {
             if *dirty {
                 self.reset_budgets(sets).await;
+                target.wait_budgets_cached(&self.ns.name, sets).await;
             }
             let take = per_round.len().min(count - sent);
             eprintln!(
@@ -1079,6 +1104,8 @@ impl Perf {
                 )
                 .await;
             sent += take;
+            // A quiet second between rounds, so one round's tail does not run into the next
+            // round's figures.
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         result
@@ -1190,7 +1217,12 @@ async fn run(settings: Settings) -> bool {
     wait_for("the webhook answering", Duration::from_secs(60), || async {
         target
             .pool
-            .post(admission_review("warm-up", &perf.other_ns.name, "warm-up"))
+            .post(admission_review(
+                "warm-up",
+                &perf.other_ns.name,
+                "warm-up",
+                false,
+            ))
             .await
             .map(|_| ())
     })
@@ -1247,6 +1279,7 @@ async fn run(settings: Settings) -> bool {
             .filter(|o| !matches!(o.verdict, Verdict::Expected))
             .count();
         assert_eq!(failed, 0, "warm-up requests failed");
+        // A quiet second before the measured classes and the memory reading.
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let memory_before = memory(pid);
@@ -1276,6 +1309,7 @@ async fn run(settings: Settings) -> bool {
             )
             .await;
         results.push(result);
+        // A quiet gap between classes: each class's CPU and latency figures are its own.
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 
