@@ -94,7 +94,8 @@ pub async fn run(
 ) -> Result<(), ControllerError> {
     let namespace = args.watch_namespace.as_deref();
     let client = parts.client.clone();
-    let initial_list = args.runtime.initial_list.resolve(&client, namespace).await;
+    // Resolved by main: streaming or paginated.
+    let initial_list = args.runtime.initial_list;
 
     let (zdbs, zdb_writer) = reflector::store();
     let zdb_stream = watcher(

@@ -19,7 +19,7 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = cli::Args::parse();
+    let mut args = cli::Args::parse();
     // One process-wide rustls provider (the one kube is built with), before any TLS is set up.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let runtime = match zone_operator::Runtime::start("zdb-controller", &args.runtime).await {
@@ -31,6 +31,12 @@ async fn main() -> ExitCode {
         Ok(metrics) => metrics,
         Err(error) => return zone_operator::report_exit(&error),
     };
+    // Asked once for the webhook's caches and the controller's.
+    args.runtime.initial_list = args
+        .runtime
+        .initial_list
+        .resolve(&parts.client, args.watch_namespace.as_deref())
+        .await;
     // The webhook serves on every replica, standby or leader: evictions must be judged while
     // the status controller waits for the Lease.
     let webhook = match webhook::start(&parts, &args, zdb_metrics.clone()).await {

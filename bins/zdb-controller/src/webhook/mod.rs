@@ -84,12 +84,7 @@ pub async fn start(
         .default_backoff()
         .reflect(writer)
         .touched_objects();
-    let initial_list = args
-        .runtime
-        .initial_list
-        .resolve(&client, args.watch_namespace.as_deref())
-        .await;
-    let (nodes, node_events) = node_cache(&client, &args.zone_label, initial_list);
+    let (nodes, node_events) = node_cache(&client, &args.zone_label, args.runtime.initial_list);
     let zdbs_synced = Arc::new(AtomicBool::new(false));
     {
         let zdbs = zdbs.clone();
