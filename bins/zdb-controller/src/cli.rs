@@ -98,6 +98,13 @@ pub struct Args {
     #[arg(long, env = "DECISION_DEADLINE", default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
     pub decision_deadline: Duration,
 
+    /// How long a budget read fresh may serve to refuse further evictions it covers, while
+    /// this replica's watch still holds that version (any change to the budget retires it at
+    /// once). Saves a read of the budget per refused eviction during a drain; allowed evictions
+    /// always read it fresh. 0 reads it fresh for every decision.
+    #[arg(long, env = "DENIAL_CACHE_TTL", default_value = "250ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub denial_cache_ttl: Duration,
+
     /// Only handle ZoneDisruptionBudgets (and watch pods) in this namespace. Default: every
     /// namespace.
     #[arg(long, env = "WATCH_NAMESPACE", value_name = "NAMESPACE")]

@@ -2,6 +2,9 @@
 //! object and the pod, both read fresh, and an allowed eviction is recorded by a PUT of the
 //! budget's status carrying the resourceVersion that was read. Two replicas deciding at once
 //! cannot both succeed; the loser re-reads, sees the winner's record and decides again.
+//!
+//! The two reads run at once when the budget can be guessed before the pod is read (see
+//! [`BudgetGuesses`]): a decision then waits for one round trip to the API server, not two.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,14 +13,17 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::ListParams;
 use kube::core::{PartialObjectMeta, Selector, SelectorExt};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
-use zone_api::ZoneDisruptionBudget;
+use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetStatus};
 use zone_operator::EventPublisher;
+use zone_topology::Zone;
 use zone_topology::budget::{Decision, Denial, EvictedPod, PodCondition, ZoneBudget};
 
 use crate::metrics::{ZdbMetrics, reason};
 use crate::webhook::admission::Eviction;
+use crate::webhook::guess::BudgetGuesses;
+use crate::webhook::recent::RecentBudgets;
 use crate::{pods, status, view};
 
 /// Pause between attempts after a write conflict: long enough for the winner's write to be
@@ -50,6 +56,16 @@ fn denied(reason: &'static str, message: String) -> Verdict {
     }
 }
 
+/// What one version of a budget says of an eviction.
+enum Step {
+    Answer(Verdict),
+    /// Allowed if this status (the eviction recorded in `zone`) can be written over that version.
+    Record {
+        next: ZoneDisruptionBudgetStatus,
+        zone: Zone,
+    },
+}
+
 /// What the judge reads and writes with.
 pub struct Judge {
     pub client: Client,
@@ -61,6 +77,10 @@ pub struct Judge {
     pub deadline: Duration,
     pub metrics: ZdbMetrics,
     pub events: EventPublisher,
+    pub guesses: BudgetGuesses,
+    /// Budgets read (or written) fresh a moment ago, for refusals within `denial_ttl`.
+    pub recent: RecentBudgets,
+    pub denial_ttl: Duration,
 }
 
 /// "web-1, web-2 evicted; 1 other unavailable or missing".
@@ -165,7 +185,24 @@ impl Judge {
             return allowed(reason::NO_BUDGET);
         }
         let pod_api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let pod = match pod_api.get_opt(&eviction.pod).await {
+        let zdb_api: Api<ZoneDisruptionBudget> = Api::namespaced(self.client.clone(), namespace);
+        let names: Vec<String> = candidates.iter().map(ResourceExt::name_any).collect();
+        let guess = self.guesses.guess(namespace, &eviction.pod, &names);
+        let recent = guess
+            .as_deref()
+            .and_then(|name| self.recent_copy(namespace, name));
+        // With a recent copy of the guessed budget, a refusal needs only the pod: the budget is
+        // read after it if the copy does not refuse.
+        let (pod, early) = match guess.filter(|_| recent.is_none()) {
+            Some(guess) => {
+                let (pod, zdb) =
+                    tokio::join!(pod_api.get_opt(&eviction.pod), zdb_api.get_opt(&guess));
+                // A failed early read is only a lost head start: the budget is read again.
+                (pod, zdb.ok().map(|zdb| (guess, zdb)))
+            }
+            None => (pod_api.get_opt(&eviction.pod).await, None),
+        };
+        let pod = match pod {
             Ok(Some(pod)) => pod,
             // The API server answers 404 itself.
             Ok(None) => return allowed(reason::POD_NOT_FOUND),
@@ -191,7 +228,10 @@ impl Judge {
             })
             .collect();
         let zdb = match selecting.as_slice() {
-            [] => return allowed(reason::NO_BUDGET),
+            [] => {
+                self.guesses.learn(namespace, &eviction.pod, None);
+                return allowed(reason::NO_BUDGET);
+            }
             [zdb] => *zdb,
             several => {
                 let names: Vec<String> = several.iter().map(|z| z.name_any()).collect();
@@ -205,17 +245,59 @@ impl Judge {
                 );
             }
         };
-        self.decide(eviction, &pod, &zdb.name_any()).await
+        let name = zdb.name_any();
+        self.guesses.learn(namespace, &eviction.pod, Some(&name));
+        // The early read counts only if it is of the budget that selects the fresh pod.
+        let early = early.and_then(|(guess, zdb)| {
+            if let Some(zdb) = &zdb {
+                self.recent.remember(zdb);
+            }
+            (guess == name).then_some(zdb)
+        });
+        let recent = recent.filter(|copy| copy.name_any() == name);
+        self.decide(eviction, &pod, &zdb_api, &name, recent, early)
+            .await
     }
 
-    async fn decide(&self, eviction: &Eviction, pod: &Pod, name: &str) -> Verdict {
+    /// The recent copy of a budget, if a refusal may be decided from it.
+    fn recent_copy(&self, namespace: &str, name: &str) -> Option<Arc<ZoneDisruptionBudget>> {
+        let watched = self.zdbs.get(&ObjectRef::new(name).within(namespace))?;
+        self.recent.usable(
+            namespace,
+            name,
+            self.denial_ttl,
+            watched.resource_version().as_deref(),
+        )
+    }
+
+    /// Decides with the budget `name`. A refusal may come from `recent`, a copy read fresh a
+    /// moment ago (see [`RecentBudgets`]); anything else is decided from a fresh read: `early`,
+    /// made alongside the pod's (`Some(None)`: it was not found), serves the first attempt.
+    async fn decide(
+        &self,
+        eviction: &Eviction,
+        pod: &Pod,
+        api: &Api<ZoneDisruptionBudget>,
+        name: &str,
+        recent: Option<Arc<ZoneDisruptionBudget>>,
+        mut early: Option<Option<ZoneDisruptionBudget>>,
+    ) -> Verdict {
         let namespace = eviction.namespace.as_str();
-        let api: Api<ZoneDisruptionBudget> = Api::namespaced(self.client.clone(), namespace);
         let zone = pods::zone_of(pod, &self.nodes, &self.zone_label);
         let condition = pods::condition(pod);
+        if let Some(zdb) = recent
+            && let Step::Answer(verdict) = self.assess(eviction, name, &zdb, &zone, condition)
+            && (!verdict.allowed || verdict.reason == reason::SHADOW)
+        {
+            return verdict;
+        }
         let started = Instant::now();
         loop {
-            let zdb = match api.get_opt(name).await {
+            let read = match early.take() {
+                Some(zdb) => Ok(zdb),
+                None => api.get_opt(name).await,
+            };
+            let zdb = match read {
                 Ok(Some(zdb)) => zdb,
                 Ok(None) => return allowed(reason::NO_BUDGET),
                 Err(error) => {
@@ -229,76 +311,93 @@ impl Judge {
                     );
                 }
             };
-            let shadow = zdb.spec.dry_run;
-            let Ok(valid) = zdb.spec.validate() else {
-                // The controller reports it (condition, event); an unenforceable budget must not
-                // block every drain of the namespace.
-                return allowed(reason::INVALID_BUDGET);
+            self.recent.remember(&zdb);
+            let (next, zone) = match self.assess(eviction, name, &zdb, &zone, condition) {
+                Step::Answer(verdict) => return verdict,
+                Step::Record { next, zone } => (next, zone),
             };
-            let status = zdb.status.clone().unwrap_or_default();
-            let generation = zdb.metadata.generation.unwrap_or(0);
-            if status.observed_generation != generation {
-                let message = format!(
-                    "cannot evict pod {}: ZoneDisruptionBudget {name} generation {generation} is not computed yet (status is for {}); retry",
-                    eviction.pod, status.observed_generation
-                );
-                return self.refuse(&zdb, shadow, reason::NOT_OBSERVED, message);
-            }
-            let budget = view::from_status(&status, valid.max_unavailable);
-            let decision = budget.decide(&EvictedPod {
-                name: &eviction.pod,
-                zone: zone.clone(),
-                condition,
-            });
-            match decision {
-                Decision::Allow { record: false, .. } => {
-                    return allowed(if condition == PodCondition::Healthy {
-                        reason::ALREADY_RECORDED
-                    } else {
-                        reason::POD_UNAVAILABLE
-                    });
+            let shadow = zdb.spec.dry_run;
+            match status::replace(api, &zdb, next).await {
+                Ok(written) => {
+                    self.recent.remember(&written);
+                    tracing::info!(namespace, budget = name, pod = %eviction.pod, zone = %zone, "eviction allowed and recorded");
+                    return allowed(reason::RECORDED);
                 }
-                Decision::Allow { zone, record: true } => {
-                    if eviction.dry_run {
-                        return allowed(reason::DRY_RUN);
+                Err(error) if error.is_conflict() => {
+                    if started.elapsed() + CONFLICT_BACKOFF >= self.deadline {
+                        let message = format!(
+                            "cannot evict pod {}: ZoneDisruptionBudget {name} is being updated by concurrent evictions; retry",
+                            eviction.pod
+                        );
+                        return self.refuse(&zdb, shadow, reason::CONFLICTS, message);
                     }
-                    let mut next = status.clone();
-                    view::record(
-                        &mut next,
-                        &eviction.pod,
-                        &zone,
-                        view::now_time(),
-                        valid.max_unavailable,
+                    tokio::time::sleep(CONFLICT_BACKOFF).await;
+                }
+                Err(error) => {
+                    tracing::warn!(error = %error, source = ?std::error::Error::source(&error), namespace, budget = name, "cannot record the eviction");
+                    let message = format!(
+                        "cannot evict pod {}: the disruption cannot be recorded in ZoneDisruptionBudget {name}; retry",
+                        eviction.pod
                     );
-                    match status::replace(&api, &zdb, next).await {
-                        Ok(_) => {
-                            tracing::info!(namespace, budget = name, pod = %eviction.pod, zone = %zone, "eviction allowed and recorded");
-                            return allowed(reason::RECORDED);
-                        }
-                        Err(error) if error.is_conflict() => {
-                            if started.elapsed() + CONFLICT_BACKOFF >= self.deadline {
-                                let message = format!(
-                                    "cannot evict pod {}: ZoneDisruptionBudget {name} is being updated by concurrent evictions; retry",
-                                    eviction.pod
-                                );
-                                return self.refuse(&zdb, shadow, reason::CONFLICTS, message);
-                            }
-                            tokio::time::sleep(CONFLICT_BACKOFF).await;
-                        }
-                        Err(error) => {
-                            tracing::warn!(error = %error, source = ?std::error::Error::source(&error), namespace, budget = name, "cannot record the eviction");
-                            let message = format!(
-                                "cannot evict pod {}: the disruption cannot be recorded in ZoneDisruptionBudget {name}; retry",
-                                eviction.pod
-                            );
-                            return self.refuse(&zdb, shadow, reason::API_ERROR, message);
-                        }
-                    }
+                    return self.refuse(&zdb, shadow, reason::API_ERROR, message);
                 }
-                Decision::Deny(denial) => {
-                    let message = denial_message(name, &eviction.pod, &denial);
-                    return self.refuse(&zdb, shadow, denial_reason(&denial), message);
-                }
+            }
+        }
+    }
+
+    /// What one version of the budget says of the eviction: an answer, or a record to write.
+    fn assess(
+        &self,
+        eviction: &Eviction,
+        name: &str,
+        zdb: &ZoneDisruptionBudget,
+        zone: &Zone,
+        condition: PodCondition,
+    ) -> Step {
+        let shadow = zdb.spec.dry_run;
+        let Ok(valid) = zdb.spec.validate() else {
+            // The controller reports it (condition, event); an unenforceable budget must not
+            // block every drain of the namespace.
+            return Step::Answer(allowed(reason::INVALID_BUDGET));
+        };
+        let status = zdb.status.clone().unwrap_or_default();
+        let generation = zdb.metadata.generation.unwrap_or(0);
+        if status.observed_generation != generation {
+            let message = format!(
+                "cannot evict pod {}: ZoneDisruptionBudget {name} generation {generation} is not computed yet (status is for {}); retry",
+                eviction.pod, status.observed_generation
+            );
+            return Step::Answer(self.refuse(zdb, shadow, reason::NOT_OBSERVED, message));
+        }
+        let budget = view::from_status(&status, valid.max_unavailable);
+        let decision = budget.decide(&EvictedPod {
+            name: &eviction.pod,
+            zone: zone.clone(),
+            condition,
+        });
+        match decision {
+            Decision::Allow { record: false, .. } => {
+                Step::Answer(allowed(if condition == PodCondition::Healthy {
+                    reason::ALREADY_RECORDED
+                } else {
+                    reason::POD_UNAVAILABLE
+                }))
+            }
+            Decision::Allow { .. } if eviction.dry_run => Step::Answer(allowed(reason::DRY_RUN)),
+            Decision::Allow { zone, record: true } => {
+                let mut next = status;
+                view::record(
+                    &mut next,
+                    &eviction.pod,
+                    &zone,
+                    view::now_time(),
+                    valid.max_unavailable,
+                );
+                Step::Record { next, zone }
+            }
+            Decision::Deny(denial) => {
+                let message = denial_message(name, &eviction.pod, &denial);
+                Step::Answer(self.refuse(zdb, shadow, denial_reason(&denial), message))
             }
         }
     }
@@ -370,6 +469,9 @@ mod tests {
             deadline: Duration::from_millis(200),
             metrics: ZdbMetrics::register(&prometheus::Registry::new()).unwrap(),
             events: EventPublisher::new(client, "zdb-controller", "test"),
+            guesses: BudgetGuesses::default(),
+            recent: RecentBudgets::default(),
+            denial_ttl: Duration::from_millis(250),
         };
         let started = Instant::now();
         let verdict = judge

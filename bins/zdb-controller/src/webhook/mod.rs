@@ -2,7 +2,9 @@
 //! AdmissionReviews for `pods/eviction` at `/validate-eviction`.
 
 pub mod admission;
+pub mod guess;
 pub mod judge;
+pub mod recent;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -106,6 +108,9 @@ pub async fn start(
         deadline: args.decision_deadline,
         metrics,
         events: parts.events.clone(),
+        guesses: guess::BudgetGuesses::default(),
+        recent: recent::RecentBudgets::default(),
+        denial_ttl: args.denial_cache_ttl,
     });
     let router = Router::new().route(PATH, post(validate)).with_state(judge);
 
