@@ -23,5 +23,5 @@ pub mod webhook;
 pub mod workload;
 
 pub use cluster::Cluster;
-pub use namespace::TestNamespace;
+pub use namespace::{TestNamespace, wait_until_no_namespace_terminates};
 pub use wait::wait_for;

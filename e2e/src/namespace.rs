@@ -76,6 +76,38 @@ impl TestNamespace {
     }
 }
 
+/// Waits (up to `timeout`) until no namespace is being deleted, and returns how long that took.
+/// Deleting a namespace of thousands of pods keeps the control plane busy for minutes: a
+/// measurement started meanwhile would measure that too. Panics naming them at the timeout.
+pub async fn wait_until_no_namespace_terminates(client: &Client, timeout: Duration) -> Duration {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let started = std::time::Instant::now();
+    wait_for("no namespace being deleted", timeout, || {
+        let namespaces = namespaces.clone();
+        async move {
+            let listed = namespaces
+                .list(&kube::api::ListParams::default())
+                .await
+                .map_err(|error| error.to_string())?;
+            let terminating: Vec<String> = listed
+                .items
+                .iter()
+                .filter(|ns| {
+                    ns.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating")
+                })
+                .filter_map(|ns| ns.metadata.name.clone())
+                .collect();
+            if terminating.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still being deleted: {}", terminating.join(", ")))
+            }
+        }
+    })
+    .await;
+    started.elapsed()
+}
+
 impl Drop for TestNamespace {
     fn drop(&mut self) {
         let name = self.name.clone();

@@ -28,7 +28,8 @@
 //! others for allowed decisions), `ZDB_PERF_RATE` (200 requests/s), `ZDB_PERF_SECONDS` (30 per
 //! gated class), `ZDB_PERF_WARMUP_SECONDS` (3, unmeasured), `ZDB_PERF_ALLOWED_RATE` (20),
 //! `ZDB_PERF_ALLOWED_COUNT` (600), `ZDB_PERF_OVERLOAD_SECONDS` (10 of allowed at the full rate;
-//! 0 skips), `ZDB_PERF_P99_MS` (10), `ZDB_PERF_RSS_MIB` (50), `ZDB_PERF_POD_TIMEOUT` (900 s).
+//! 0 skips), `ZDB_PERF_P99_MS` (10), `ZDB_PERF_RSS_MIB` (50), `ZDB_PERF_POD_TIMEOUT` (900 s),
+//! `ZDB_PERF_SAMPLES` (a file to append every request's class, send offset and latency to).
 //!
 //! Exit status: 0 when the targets are met (denied, unselected and no-budget-ns p99 within
 //! `ZDB_PERF_P99_MS`; VmRSS after the measured load within `ZDB_PERF_RSS_MIB`; every answer as
@@ -48,7 +49,7 @@ use axum::body::Body;
 use e2e::localstack::free_port;
 use e2e::process::ControllerProcess;
 use e2e::workload::{ZONE_LABEL, spread_statefulset, to_statefulset};
-use e2e::{Cluster, TestNamespace, pods, wait_for};
+use e2e::{Cluster, TestNamespace, pods, wait_for, wait_until_no_namespace_terminates};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -649,6 +650,9 @@ fn check(answer: &Value, uid: &str, expect: Expect) -> Verdict {
 
 /// Sends one request per target at `rate` per second, open loop: each request leaves at its
 /// scheduled time whether or not earlier ones were answered.
+///
+/// The pacing is a thread of its own sleeping to each send time: the runtime's timer has a
+/// millisecond tick and would add up to a millisecond of the driver's own to every latency.
 async fn drive(
     pool: &Arc<Pool>,
     namespace: &str,
@@ -658,37 +662,76 @@ async fn drive(
     tag: &str,
 ) -> (Vec<Outcome>, Duration) {
     let period = Duration::from_secs_f64(1.0 / f64::from(rate));
-    let mut interval = tokio::time::interval(period);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let requests: Vec<(String, Vec<u8>)> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, pod)| {
+            let uid = format!("00000000-0000-4000-8000-{tag}{i:010}");
+            let body = admission_review(&uid, namespace, pod, false);
+            (uid, body)
+        })
+        .collect();
+    let runtime = tokio::runtime::Handle::current();
+    let pool = pool.clone();
     let started = Instant::now();
-    let mut tasks = Vec::with_capacity(targets.len());
-    for (i, pod) in targets.iter().enumerate() {
-        let scheduled = interval.tick().await.into_std();
-        let pool = pool.clone();
-        let uid = format!("00000000-0000-4000-8000-{tag}{i:010}");
-        let body = admission_review(&uid, namespace, pod, false);
-        tasks.push(tokio::spawn(async move {
-            // The timer wakes up to a millisecond after the scheduled time anyway: a send is
-            // late when the driver fell behind by more than one interval.
-            let late = scheduled.elapsed() > period;
-            let result = pool.post(body).await;
-            let latency_ms = scheduled.elapsed().as_secs_f64() * 1000.0;
-            let verdict = match result {
-                Ok(answer) => check(&answer, &uid, expect),
-                Err(error) => Verdict::Wrong(error),
-            };
-            Outcome {
-                latency_ms,
-                late,
-                verdict,
+    let pacer = tokio::task::spawn_blocking(move || {
+        let mut tasks = Vec::with_capacity(requests.len());
+        for (i, (uid, body)) in requests.into_iter().enumerate() {
+            let scheduled = started + period * u32::try_from(i).unwrap_or(u32::MAX);
+            if let Some(wait) = scheduled.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
             }
-        }));
-    }
+            let pool = pool.clone();
+            tasks.push(runtime.spawn(async move {
+                // Late: the driver fell behind by more than one interval (starved of CPU).
+                let late = scheduled.elapsed() > period;
+                let result = pool.post(body).await;
+                let latency_ms = scheduled.elapsed().as_secs_f64() * 1000.0;
+                let verdict = match result {
+                    Ok(answer) => check(&answer, &uid, expect),
+                    Err(error) => Verdict::Wrong(error),
+                };
+                Outcome {
+                    latency_ms,
+                    late,
+                    verdict,
+                }
+            }));
+        }
+        tasks
+    });
+    let tasks = pacer.await.expect("pacing thread");
     let mut outcomes = Vec::with_capacity(tasks.len());
     for task in tasks {
         outcomes.push(task.await.expect("request task"));
     }
     (outcomes, started.elapsed())
+}
+
+/// Appends one line per request to `path`: class, scheduled send (ms from the class's start),
+/// latency (ms). For looking at when the slow answers came.
+fn write_samples(path: &std::path::Path, class: &str, rate: u32, outcomes: &[Outcome]) {
+    use std::io::Write;
+    let period_ms = 1000.0 / f64::from(rate);
+    let mut lines = String::new();
+    for (i, outcome) in outcomes.iter().enumerate() {
+        lines.push_str(&format!(
+            "{class}\t{:.1}\t{:.3}\n",
+            i as f64 * period_ms,
+            outcome.latency_ms
+        ));
+    }
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut file| file.write_all(lines.as_bytes()));
+    if let Err(error) = written {
+        eprintln!(
+            "zdb-perf: cannot write the samples to {}: {error}",
+            path.display()
+        );
+    }
 }
 
 /// `count` targets cycling through `pods`.
@@ -997,6 +1040,8 @@ struct Target {
     listen: SocketAddr,
     pid: u32,
     apiserver: Option<u32>,
+    /// `ZDB_PERF_SAMPLES`: where to append every request's latency.
+    samples: Option<std::path::PathBuf>,
 }
 
 impl Target {
@@ -1052,6 +1097,9 @@ impl Target {
             drive(&self.pool, namespace, targets, result.rate, expect, tag).await;
         let usage = self.usage().since(usage_before);
         let after = self.scrape().await;
+        if let Some(path) = &self.samples {
+            write_samples(path, &result.name, result.rate, &outcomes);
+        }
         result.add(outcomes, elapsed, server_side(&before, &after), usage);
     }
 }
@@ -1126,6 +1174,16 @@ fn per_second(seconds: u64, rate: u32) -> usize {
 
 async fn run(settings: Settings) -> bool {
     let cluster = Cluster::get();
+    // The namespace of an earlier run may still be emptied of its pods: minutes of work for the
+    // control plane, which would be measured with the webhook.
+    let waited =
+        wait_until_no_namespace_terminates(&cluster.client().await, settings.pod_timeout).await;
+    if waited > Duration::from_secs(1) {
+        eprintln!(
+            "zdb-perf: waited {:.0} s for the namespaces of an earlier run to be deleted",
+            waited.as_secs_f64()
+        );
+    }
     let ns = TestNamespace::create(&cluster, "zdb-perf").await;
     let other_ns = TestNamespace::create(&cluster, "zdb-perf-nobudget").await;
     let per_set = settings.pods / settings.sets;
@@ -1212,6 +1270,7 @@ async fn run(settings: Settings) -> bool {
         listen,
         pid,
         apiserver: apiserver_pid(),
+        samples: std::env::var_os("ZDB_PERF_SAMPLES").map(Into::into),
     };
     // The webhook serves once its certificate and node cache are there.
     wait_for("the webhook answering", Duration::from_secs(60), || async {
