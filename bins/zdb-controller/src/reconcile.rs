@@ -350,6 +350,7 @@ async fn compute(
     let budget = budget::compute(&BudgetInput {
         expected_total,
         pods: &budget_pods,
+        healthy_unnamed: &BTreeMap::new(),
         previous_expected: &previous_expected,
         disruptions: &records,
         max_unavailable: valid.max_unavailable,

@@ -145,33 +145,28 @@ pub fn apply(budget: &Budget, records: &[Disruption], status: &mut ZoneDisruptio
 pub fn from_status(status: &ZoneDisruptionBudgetStatus, max_unavailable: IntOrPercent) -> Budget {
     let records = records(status);
     let previous = previous_expected(status);
-    let mut pods = Vec::new();
-    for (zone_name, healthy) in &status.current_healthy {
-        let zone = zone_from_key(zone_name);
-        for i in 0..u32::try_from(*healthy).unwrap_or(0) {
-            // Not a valid pod name (a pod name has no '#'), so it never collides with a record.
-            pods.push(BudgetPod {
-                name: format!("#healthy#{zone_name}#{i}"),
-                zone: zone.clone(),
-                healthy: true,
-                created_ms: 0,
-            });
-        }
-    }
-    for record in &records {
-        pods.push(BudgetPod {
+    // Healthy pods are known by number only; recorded ones by name.
+    let healthy_unnamed: BTreeMap<Zone, u32> = status
+        .current_healthy
+        .iter()
+        .map(|(zone, healthy)| (zone_from_key(zone), u32::try_from(*healthy).unwrap_or(0)))
+        .collect();
+    let pods: Vec<BudgetPod> = records
+        .iter()
+        .map(|record| BudgetPod {
             name: record.pod.clone(),
             zone: record.zone.clone(),
             healthy: false,
             created_ms: 0,
-        });
-    }
+        })
+        .collect();
     let expected_total = previous
         .values()
         .fold(0u32, |sum, n| sum.saturating_add(*n));
     budget::compute(&BudgetInput {
         expected_total,
         pods: &pods,
+        healthy_unnamed: &healthy_unnamed,
         previous_expected: &previous,
         disruptions: &records,
         max_unavailable,
@@ -225,6 +220,7 @@ mod tests {
         let budget = budget::compute(&BudgetInput {
             expected_total: u32::try_from(pods.len()).unwrap(),
             pods,
+            healthy_unnamed: &BTreeMap::new(),
             previous_expected: &BTreeMap::new(),
             disruptions: records,
             max_unavailable: IntOrPercent::Int(2),
@@ -320,6 +316,7 @@ mod tests {
         let budget = budget::compute(&BudgetInput {
             expected_total: 6,
             pods: &pods,
+            healthy_unnamed: &BTreeMap::new(),
             previous_expected: &remembered,
             disruptions: &[],
             max_unavailable: IntOrPercent::Int(1),
@@ -342,6 +339,7 @@ mod tests {
         let budget = budget::compute(&BudgetInput {
             expected_total,
             pods,
+            healthy_unnamed: &BTreeMap::new(),
             previous_expected: &BTreeMap::new(),
             disruptions: &records,
             max_unavailable: IntOrPercent::Int(1),

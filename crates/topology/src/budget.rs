@@ -74,6 +74,9 @@ pub struct BudgetInput<'a> {
     /// See [`expected_total`].
     pub expected_total: u32,
     pub pods: &'a [BudgetPod],
+    /// Healthy pods known only by their number per zone (a budget rebuilt from its status):
+    /// counted like healthy pods of `pods` that no record names.
+    pub healthy_unnamed: &'a BTreeMap<Zone, u32>,
     /// `status.expectedPods` of the last computation: a zone whose nodes all vanished keeps its
     /// place, and a zone whose pod disappeared is where that missing pod belongs.
     pub previous_expected: &'a BTreeMap<Zone, u32>,
@@ -133,7 +136,13 @@ pub fn compute(input: &BudgetInput<'_>) -> Budget {
         }
     }
 
-    let present = u32::try_from(input.pods.len()).unwrap_or(u32::MAX);
+    let mut present = u32::try_from(input.pods.len()).unwrap_or(u32::MAX);
+    for (zone, healthy) in input.healthy_unnamed.iter().filter(|(_, n)| **n > 0) {
+        let budget = zones.entry(zone.clone()).or_default();
+        budget.expected += healthy;
+        budget.healthy += healthy;
+        present = present.saturating_add(*healthy);
+    }
     let mut missing = input.expected_total.saturating_sub(present);
     // Missing pods go where they were last seen: the zone of their eviction record first, then
     // zones that lost pods since the last computation, and only then "unknown".

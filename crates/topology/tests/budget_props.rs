@@ -31,6 +31,7 @@ proptest! {
             let budget = compute(&BudgetInput {
                 expected_total: u32::try_from(pods.len()).unwrap(),
                 pods: &pods,
+                healthy_unnamed: &BTreeMap::new(),
                 previous_expected: &previous,
                 disruptions: &records,
                 max_unavailable: IntOrPercent::Int(i64::from(max_unavailable)),

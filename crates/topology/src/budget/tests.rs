@@ -37,6 +37,7 @@ impl World {
         let budget = compute(&BudgetInput {
             expected_total: self.expected,
             pods: &self.pods,
+            healthy_unnamed: &BTreeMap::new(),
             previous_expected: &self.previous,
             disruptions: &self.records,
             max_unavailable: self.max_unavailable,
@@ -288,4 +289,63 @@ fn records_expire_and_clear_when_the_pod_is_recreated_and_scheduled() {
 fn expected_total_counts_owners_once_plus_bare_pods() {
     let owners = BTreeMap::from([("Deployment/web", 6u32), ("StatefulSet/db", 3u32)]);
     assert_eq!(expected_total(owners.values(), 2), 11);
+}
+
+#[test]
+fn healthy_pods_counted_by_number_are_healthy_named_pods() {
+    // Zone-a: 2 healthy + 1 recorded; zone-b: 3 healthy, 1 missing; zone-c: nothing healthy.
+    let record = Disruption {
+        pod: "web-0".into(),
+        zone: Zone::known("zone-a"),
+        at_ms: NOW,
+    };
+    let previous: BTreeMap<Zone, u32> = [("zone-a", 3), ("zone-b", 4), ("zone-c", 1)]
+        .into_iter()
+        .map(|(zone, n)| (Zone::known(zone), n))
+        .collect();
+    let recorded = BudgetPod {
+        name: "web-0".into(),
+        zone: Zone::known("zone-a"),
+        healthy: true,
+        created_ms: 0,
+    };
+    let healthy = [("zone-a", 2), ("zone-b", 3), ("zone-c", 0)];
+    let mut named = vec![recorded.clone()];
+    for (zone, n) in healthy {
+        for i in 0..n {
+            named.push(BudgetPod {
+                name: format!("{zone}-{i}"),
+                zone: Zone::known(zone),
+                healthy: true,
+                created_ms: 0,
+            });
+        }
+    }
+    let counts: BTreeMap<Zone, u32> = healthy
+        .into_iter()
+        .map(|(zone, n)| (Zone::known(zone), n))
+        .collect();
+    let records = [record];
+    let by_name = compute(&BudgetInput {
+        expected_total: 8,
+        pods: &named,
+        healthy_unnamed: &BTreeMap::new(),
+        previous_expected: &previous,
+        disruptions: &records,
+        max_unavailable: IntOrPercent::Int(1),
+    });
+    let by_number = compute(&BudgetInput {
+        expected_total: 8,
+        pods: std::slice::from_ref(&recorded),
+        healthy_unnamed: &counts,
+        previous_expected: &previous,
+        disruptions: &records,
+        max_unavailable: IntOrPercent::Int(1),
+    });
+    assert_eq!(by_name, by_number);
+    assert_eq!(by_number.zones[&Zone::known("zone-b")].missing, 1);
+    assert_eq!(
+        by_number.zones[&Zone::known("zone-a")].blocking_pods,
+        ["web-0"]
+    );
 }
