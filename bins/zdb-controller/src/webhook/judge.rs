@@ -248,12 +248,7 @@ impl Judge {
         let name = zdb.name_any();
         self.guesses.learn(namespace, &eviction.pod, Some(&name));
         // The early read counts only if it is of the budget that selects the fresh pod.
-        let early = early.and_then(|(guess, zdb)| {
-            if let Some(zdb) = &zdb {
-                self.recent.remember(zdb);
-            }
-            (guess == name).then_some(zdb)
-        });
+        let early = early.and_then(|(guess, zdb)| (guess == name).then_some(zdb));
         let recent = recent.filter(|copy| copy.name_any() == name);
         self.decide(eviction, &pod, &zdb_api, &name, recent, early)
             .await
@@ -486,6 +481,108 @@ mod tests {
         assert!(verdict.message.unwrap().contains("retry"));
         assert!(started.elapsed() < Duration::from_secs(2));
         silent.abort();
+    }
+
+    /// An API server answering one pod and one budget, counting the reads of each.
+    async fn counting_api_server(
+        pod: serde_json::Value,
+        zdb: serde_json::Value,
+    ) -> (Client, Arc<[std::sync::atomic::AtomicUsize; 2]>) {
+        use std::sync::atomic::AtomicUsize;
+        let reads: Arc<[AtomicUsize; 2]> = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+        let (pod_reads, zdb_reads) = (reads.clone(), reads.clone());
+        let router = axum::Router::new()
+            .route(
+                "/api/v1/namespaces/apps/pods/web-4",
+                axum::routing::get(move || async move {
+                    pod_reads[0].fetch_add(1, Ordering::SeqCst);
+                    axum::Json(pod)
+                }),
+            )
+            .route(
+                "/apis/zonecontrol.k8s.aws/v1/namespaces/apps/zonedisruptionbudgets/web",
+                axum::routing::get(move || async move {
+                    zdb_reads[1].fetch_add(1, Ordering::SeqCst);
+                    axum::Json(zdb)
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        let config = kube::Config::new(format!("http://{address}").parse().unwrap());
+        (Client::try_from(config).unwrap(), reads)
+    }
+
+    /// During a drain the budget is read once for many refusals, while the replica's watch
+    /// holds the version read; a version the watch has moved past is read again.
+    #[tokio::test]
+    async fn refusals_reuse_a_budget_read_while_the_watch_holds_its_version() {
+        use kube::api::ObjectMeta;
+        use kube::core::PartialObjectMetaExt;
+        use kube::runtime::watcher;
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-4", "namespace": "apps", "labels": {"app": "web"}},
+            "spec": {"nodeName": "node-b", "containers": []},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+        });
+        // Zone-a is disrupted by web-0's recorded eviction: pods of zone-b are refused.
+        let zdb = serde_json::json!({
+            "apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ZoneDisruptionBudget",
+            "metadata": {"name": "web", "namespace": "apps", "generation": 1, "resourceVersion": "7"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 1},
+            "status": {
+                "observedGeneration": 1,
+                "expectedPods": {"zone-a": 3, "zone-b": 3},
+                "currentHealthy": {"zone-a": 2, "zone-b": 3},
+                "disruptedPods": {"web-0": "2026-11-23T10:00:00Z"},
+                "disruptedPodZones": {"web-0": "zone-a"},
+            },
+        });
+        let budget: ZoneDisruptionBudget = serde_json::from_value(zdb.clone()).unwrap();
+        let (client, reads) = counting_api_server(pod, zdb).await;
+        let (zdbs, mut zdb_writer) = reflector::store::<ZoneDisruptionBudget>();
+        zdb_writer.apply_watcher_event(&watcher::Event::Apply(budget.clone()));
+        let (nodes, mut node_writer) = reflector::store::<PartialObjectMeta<Node>>();
+        let node = ObjectMeta {
+            name: Some("node-b".into()),
+            labels: Some([(zone_topology::ZONE_LABEL.to_string(), "zone-b".to_string())].into()),
+            ..ObjectMeta::default()
+        }
+        .into_response_partial::<Node>();
+        node_writer.apply_watcher_event(&watcher::Event::Apply(node));
+        let judge = Judge {
+            client: client.clone(),
+            zdbs,
+            zdbs_synced: Arc::new(AtomicBool::new(true)),
+            nodes,
+            zone_label: zone_topology::ZONE_LABEL.to_string(),
+            deadline: Duration::from_secs(5),
+            metrics: ZdbMetrics::register(&prometheus::Registry::new()).unwrap(),
+            events: EventPublisher::new(client, "zdb-controller", "test"),
+            guesses: BudgetGuesses::default(),
+            recent: RecentBudgets::default(),
+            denial_ttl: Duration::from_secs(60),
+        };
+        let eviction = Eviction {
+            namespace: "apps".into(),
+            pod: "web-4".into(),
+            dry_run: false,
+        };
+        let count = |i: usize| reads[i].load(Ordering::SeqCst);
+        for _ in 0..3 {
+            let verdict = judge.judge(&eviction).await;
+            assert!(!verdict.allowed, "{verdict:?}");
+            assert_eq!(verdict.reason, reason::OTHER_ZONE_DISRUPTED);
+        }
+        assert_eq!((count(0), count(1)), (3, 1), "pod reads, budget reads");
+
+        // The watch delivers a newer version: the copy read before no longer decides.
+        let mut newer = budget;
+        newer.metadata.resource_version = Some("8".into());
+        zdb_writer.apply_watcher_event(&watcher::Event::Apply(newer));
+        assert!(!judge.judge(&eviction).await.allowed);
+        assert_eq!((count(0), count(1)), (4, 2), "pod reads, budget reads");
     }
 
     #[test]

@@ -56,13 +56,22 @@ impl RecentBudgets {
         ttl: Duration,
         watched: Option<&str>,
     ) -> Option<Arc<ZoneDisruptionBudget>> {
-        if ttl.is_zero() {
-            return None;
-        }
+        self.usable_at(Instant::now(), namespace, name, ttl, watched)
+    }
+
+    fn usable_at(
+        &self,
+        now: Instant,
+        namespace: &str,
+        name: &str,
+        ttl: Duration,
+        watched: Option<&str>,
+    ) -> Option<Arc<ZoneDisruptionBudget>> {
         let copies = self.copies.lock().ok()?;
         let (read_at, zdb) = copies.get(&(namespace.to_string(), name.to_string()))?;
         let current = watched.is_some() && zdb.resource_version().as_deref() == watched;
-        (current && read_at.elapsed() < ttl).then(|| zdb.clone())
+        let young = now.saturating_duration_since(*read_at) < ttl;
+        (current && young).then(|| zdb.clone())
     }
 }
 
