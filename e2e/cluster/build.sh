@@ -8,7 +8,7 @@ source "$here/versions.sh"
 build_k8s() {
     local dir="$ZAC_CACHE/k8s-$K8S_VERSION"
     local missing=()
-    for bin in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    for bin in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
         [ -x "$dir/$bin" ] || missing+=("$bin")
     done
     [ ${#missing[@]} -eq 0 ] && return 0

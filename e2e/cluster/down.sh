@@ -3,6 +3,11 @@
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 
+# The real nodes first (their pods talk to the API server), and only if this checkout's cluster
+# owns them: another checkout's cluster is left alone.
+if [ -f "$HOST_OWNER_DIR/owner" ] && [ "$(cat "$HOST_OWNER_DIR/owner")" = "$STATE" ]; then
+    bash "$here/real-nodes.sh" down
+fi
 [ -d "$PIDS" ] || { echo "cluster-down: nothing running"; exit 0; }
 # Reverse start order: the controllers of `make run` and other API clients first, etcd last.
 for name in zau-controller zdb-controller localstack kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do

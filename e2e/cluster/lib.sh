@@ -1,7 +1,8 @@
 # Shared by up.sh and down.sh: paths of the running cluster's state.
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/versions.sh"
-STATE="$(cd "$here/.." && pwd)/.cluster"
+TOP="$(cd "$here/../.." && pwd)"
+STATE="$TOP/e2e/.cluster"
 PIDS="$STATE/pids"
 LOGS="$STATE/logs"
 PKI="$STATE/pki"
@@ -16,4 +17,71 @@ die() { echo "cluster-up: $*" >&2; exit 1; }
 alive() {
     local pid_file="$PIDS/$1.pid"
     [ -f "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2>/dev/null
+}
+
+# --- Real nodes (kubelet + containerd), one per zone. They share fixed host paths and names, so
+# one cluster per host runs them: HOST_OWNER records which one (see real-nodes.sh).
+REAL_ZONES=(zone-a zone-b zone-c)
+NODES="$STATE/nodes"
+IMAGES="$STATE/images"
+# Images of the real nodes, imported locally (imagePullPolicy: Never; nothing can be pulled).
+PAUSE_IMAGE=localhost/zone-aware-e2e/pause:e2e
+METRICS_TARGET_IMAGE=localhost/zone-aware-e2e/metrics-target:e2e
+PROJECT_IMAGE="${LOCAL_IMG:-localhost/zone-aware-controllers:dev}"
+# Only pods that tolerate this taint (and select type=real) run on the real nodes.
+REAL_NODE_TAINT=zonecontrol.k8s.aws/real-node
+HOST_OWNER_DIR=/run/zone-aware-controllers
+# The cgroup (in every hierarchy) holding each real node's runtime and pods, the nodes' bridges
+# and the NAT chain: names the teardown removes whatever state directory made them.
+NODE_CGROUP=zone-aware-e2e
+NAT_CHAIN=ZONE-AWARE-E2E
+bridge_of() { echo "zae-$1"; }          # zone-a -> zae-zone-a (at most 15 characters)
+node_of() { echo "$1-real"; }           # zone-a -> zone-a-real
+subnet_of() { # zone-a -> 10.245.1 (the /24 of the zone's pods)
+    local i=0 zone
+    for zone in "${REAL_ZONES[@]}"; do i=$((i + 1)); [ "$zone" = "$1" ] && { echo "10.245.$i"; return; }; done
+}
+# Every cgroup hierarchy mounted on this host (v1 controllers and the v2 tree).
+cgroup_mounts() { awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/mounts; }
+
+# --- Shared by up.sh and real-nodes.sh ---
+write_kubeconfig() { # file user-cert-name
+    cat >"$1" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+clusters:
+- name: zonal
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority: $PKI/ca.crt
+users:
+- name: $2
+  user:
+    client-certificate: $PKI/$2.crt
+    client-key: $PKI/$2.key
+contexts:
+- name: zonal
+  context: {cluster: zonal, user: $2}
+current-context: zonal
+KUBECONFIG
+}
+
+free_ports() {
+    python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+}
+
+wait_until() { # name timeout-seconds command...
+    local name="$1" timeout="$2"; shift 2
+    local deadline=$((SECONDS + timeout))
+    until "$@" >/dev/null 2>&1; do
+        alive "$name" || die "$name exited during start-up; see $LOGS/$name.log"
+        [ $SECONDS -lt $deadline ] || die "$name not healthy after ${timeout}s; see $LOGS/$name.log"
+        sleep 0.2
+    done
 }

@@ -4,11 +4,19 @@
 # for CloudWatch. Everything listens on 127.0.0.1 only. Writes e2e/.cluster/kubeconfig and
 # e2e/.cluster/env. A second run while the cluster is healthy reuses it.
 #
-# Env: KWOK_READY_DELAY_MS (default 1000) — how long a scheduled pod takes to become Ready.
+# With REAL_NODES=1 (the default) it also runs one real node per zone (kubelet + containerd, see
+# real-nodes.sh), which needs root.
+#
+# Env: KWOK_READY_DELAY_MS (default 1000) — how long a scheduled pod takes to become Ready;
+# REAL_NODES (default 1) — 0 runs the kwok nodes only.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 READY_DELAY_MS="${KWOK_READY_DELAY_MS:-1000}"
+REAL_NODES="${REAL_NODES:-1}"
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok localstack)
+if [ "$REAL_NODES" = 1 ]; then
+    for zone in "${REAL_ZONES[@]}"; do COMPONENTS+=("node-$zone"); done
+fi
 started=$SECONDS
 
 all_alive() {
@@ -36,7 +44,7 @@ check_prerequisites() {
     command -v curl >/dev/null || die "curl is missing: install the curl package"
     local need_build=0
     for bin in "$K8S_BIN/kube-apiserver" "$K8S_BIN/kube-controller-manager" \
-        "$K8S_BIN/kube-scheduler" "$K8S_BIN/kubectl" "$ETCD_BIN" "$KWOK_BIN"; do
+        "$K8S_BIN/kube-scheduler" "$K8S_BIN/kubectl" "$K8S_BIN/kubelet" "$ETCD_BIN" "$KWOK_BIN"; do
         [ -x "$bin" ] || need_build=1
     done
     if [ "$need_build" = 1 ]; then
@@ -78,7 +86,7 @@ sign() { # name subject [san]
 }
 
 generate_pki() {
-    [ -f "$PKI/done" ] && return 0
+    [ -f "$PKI/done-2" ] && return 0
     rm -rf "$PKI" && mkdir -p "$PKI"
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
         -keyout "$PKI/ca.key" -out "$PKI/ca.crt" -subj "/CN=zone-aware-e2e-ca" 2>/dev/null
@@ -87,41 +95,26 @@ generate_pki() {
     sign admin "/O=system:masters/CN=kubernetes-admin"
     sign controller-manager "/CN=system:kube-controller-manager"
     sign scheduler "/CN=system:kube-scheduler"
+    # The API server's client certificate for kubelets (logs, exec, port-forward).
+    sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+    local zone
+    for zone in "${REAL_ZONES[@]}"; do
+        sign "node-$zone" "/O=system:nodes/CN=system:node:$(node_of "$zone")"
+    done
+    # The aggregation layer: a CA of its own for the request-header proxy client.
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+        -keyout "$PKI/front-proxy-ca.key" -out "$PKI/front-proxy-ca.crt" -subj "/CN=zone-aware-e2e-front-proxy-ca" 2>/dev/null
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout "$PKI/front-proxy-client.key" -out "$PKI/front-proxy-client.csr" -subj "/CN=front-proxy-client" 2>/dev/null
+    printf 'extendedKeyUsage=clientAuth\n' >"$PKI/front-proxy-client.ext"
+    openssl x509 -req -in "$PKI/front-proxy-client.csr" -CA "$PKI/front-proxy-ca.crt" -CAkey "$PKI/front-proxy-ca.key" \
+        -CAcreateserial -days 3650 -extfile "$PKI/front-proxy-client.ext" -out "$PKI/front-proxy-client.crt" 2>/dev/null
     openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
     openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
-    touch "$PKI/done"
+    touch "$PKI/done-2"
 }
 
-write_kubeconfig() { # file user-cert-name
-    cat >"$1" <<KUBECONFIG
-apiVersion: v1
-kind: Config
-clusters:
-- name: zonal
-  cluster:
-    server: https://127.0.0.1:$API_PORT
-    certificate-authority: $PKI/ca.crt
-users:
-- name: $2
-  user:
-    client-certificate: $PKI/$2.crt
-    client-key: $PKI/$2.key
-contexts:
-- name: zonal
-  context: {cluster: zonal, user: $2}
-current-context: zonal
-KUBECONFIG
-}
 
-free_ports() {
-    python3 - "$1" <<'PY'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
-}
 
 start() { # name command...
     local name="$1"; shift
@@ -129,17 +122,12 @@ start() { # name command...
     echo $! >"$PIDS/$name.pid"
 }
 
-wait_until() { # name timeout-seconds command...
-    local name="$1" timeout="$2"; shift 2
-    local deadline=$((SECONDS + timeout))
-    until "$@" >/dev/null 2>&1; do
-        alive "$name" || die "$name exited during start-up; see $LOGS/$name.log"
-        [ $SECONDS -lt $deadline ] || die "$name not healthy after ${timeout}s; see $LOGS/$name.log"
-        sleep 0.2
-    done
-}
 
 check_prerequisites
+if [ "$REAL_NODES" = 1 ]; then
+    bash "$here/real-nodes.sh" prereqs
+    bash "$here/real-nodes.sh" claim
+fi
 bash "$here/build.sh"
 install_localstack
 mkdir -p "$PIDS" "$LOGS"
@@ -166,6 +154,14 @@ start kube-apiserver "$K8S_BIN/kube-apiserver" \
     --service-cluster-ip-range 10.96.0.0/16 \
     --audit-policy-file "$here/audit-policy.yaml" --audit-log-path "$LOGS/audit.log" \
     --audit-log-format json --audit-log-maxsize 200 --audit-log-mode blocking \
+    --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" \
+    --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types InternalIP \
+    --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key" \
+    --enable-aggregator-routing=true \
     --profiling=false
 wait_until kube-apiserver 90 curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
     "https://127.0.0.1:$API_PORT/readyz"
@@ -219,6 +215,10 @@ done | kubectl apply -f - >/dev/null || die "creating the kwok nodes failed; see
 kubectl wait --for=condition=Ready node --all --timeout=60s >/dev/null \
     || die "kwok nodes did not become Ready; see $LOGS/kwok.log"
 
+if [ "$REAL_NODES" = 1 ]; then
+    API_PORT="$API_PORT" bash "$here/real-nodes.sh" up "$API_PORT"
+fi
+
 RUNTIME_COMPONENTS=aws GATEWAY_LISTEN="127.0.0.1:$LS_PORT" SERVICES=cloudwatch \
     LOCALSTACK_VOLUME_DIR="$STATE/localstack" DISABLE_EVENTS=1 SKIP_SSL_CERT_DOWNLOAD=1 \
     start localstack "$LOCALSTACK_VENV/bin/python" -m localstack.runtime.main
@@ -246,5 +246,10 @@ export E2E_LOCALSTACK_PYTHON="$LOCALSTACK_VENV/bin/python"
 export AWS_ACCESS_KEY_ID=test
 export AWS_SECRET_ACCESS_KEY=test
 export AWS_REGION=us-east-1
+# Real nodes (kubelet + containerd), one per zone: label type=real, taint below; local images.
+export E2E_REAL_NODES="$REAL_NODES"
+export E2E_REAL_NODE_TAINT="$REAL_NODE_TAINT"
+export E2E_METRICS_TARGET_IMAGE="$METRICS_TARGET_IMAGE"
+export E2E_PROJECT_IMAGE="$PROJECT_IMAGE"
 ENV
 echo "cluster-up: ready in $((SECONDS - started))s — source e2e/.cluster/env (KUBECONFIG, AWS_ENDPOINT_URL)"
