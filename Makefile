@@ -54,7 +54,7 @@ test: lint crds-check unit ## Everything CI checks before the e2e tests
 bench: ## Criterion benchmarks (sharding: 1,000,000 targets)
 	$(CARGO) bench -p zone-topology --bench sharding
 
-##@ Local zonal cluster (real control plane, kwok nodes in three zones, LocalStack)
+##@ Local zonal cluster (real control plane, kwok and real nodes in three zones, LocalStack)
 
 .PHONY: cluster-up
 cluster-up: ## Build (cached) and start the local zonal cluster; reuses a running one
@@ -74,8 +74,12 @@ run: local-crds ## Local zonal cluster, CRDs, and the controllers on namespace d
 	bash e2e/cluster/run-controllers.sh
 	@echo "Cluster ready. Use it with:  source e2e/.cluster/env && kubectl get nodes -L topology.kubernetes.io/zone"
 
+.PHONY: image
+image: ## The project's image without Docker (static binaries, non-root), imported into the real nodes
+	LOCAL_IMG='$(LOCAL_IMG)' BINS='$(STATIC_BINS)' STATIC_TARGET='$(STATIC_TARGET)' bash e2e/cluster/images.sh project
+
 .PHONY: e2e
-e2e: local-crds ## End-to-end tests against the local zonal cluster (E2E_FILTER=substring)
+e2e: local-crds image ## End-to-end tests against the local zonal cluster (E2E_FILTER=substring)
 	$(CARGO) build --workspace --bins
 	$(CARGO) test -p e2e -- --ignored --test-threads=$(E2E_THREADS) $(E2E_FILTER) $(addprefix --skip ,$(E2E_SKIP))
 

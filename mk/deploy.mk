@@ -60,6 +60,18 @@ undeploy: ## Remove the controllers (webhook configuration first); never the CRD
 	if [ -n "$$webhooks" ]; then $(KUBECTL) delete --wait=true $$webhooks; fi; \
 	$(KUBECTL) delete --ignore-not-found --wait=true --timeout=180s -f "$$tmp"
 
+# The local zonal cluster has no registry: `make image` imports the image into its real nodes and
+# config/local runs the controllers there with imagePullPolicy Never.
+LOCAL_IMG ?= localhost/zone-aware-controllers:dev
+
+.PHONY: deploy-local
+deploy-local: image ## make deploy on the local zonal cluster: the controllers as real pods on its real nodes
+	$(MAKE) --no-print-directory deploy DEPLOY_BASE=config/local IMG=$(LOCAL_IMG)
+
+.PHONY: undeploy-local
+undeploy-local: ## make undeploy of what deploy-local installed
+	$(MAKE) --no-print-directory undeploy DEPLOY_BASE=config/local IMG=$(LOCAL_IMG)
+
 .PHONY: docker-build
 docker-build: ## Build the image IMG with every binary (needs a Docker engine)
 	$(DOCKER) build -t $(IMG) .
