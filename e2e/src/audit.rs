@@ -23,6 +23,9 @@ pub struct AuditEvent {
     pub stage_timestamp: String,
     #[serde(default)]
     pub user: User,
+    /// The client's address as the API server saw it: a pod's IP for a controller in a pod.
+    #[serde(default, rename = "sourceIPs")]
+    pub source_ips: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

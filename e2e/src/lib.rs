@@ -10,6 +10,7 @@
 
 pub mod audit;
 pub mod cluster;
+pub mod deploy;
 pub mod identity;
 pub mod localstack;
 pub mod namespace;
@@ -17,6 +18,7 @@ pub mod pods;
 pub mod process;
 pub mod proxy;
 pub mod quota;
+pub mod real;
 pub mod tls;
 pub mod wait;
 pub mod webhook;

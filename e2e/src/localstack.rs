@@ -67,6 +67,9 @@ impl LocalStack {
             .env("SERVICES", "cloudwatch")
             .env("RUNTIME_COMPONENTS", "aws")
             .env("LOCALSTACK_VOLUME_DIR", self.dir.join("volume"))
+            // Host mode, every directory under ours (else /etc/localstack, /var/lib/localstack).
+            .env("OVERRIDE_IN_DOCKER", "0")
+            .env("FILESYSTEM_ROOT", self.dir.join("filesystem"))
             .env("DISABLE_EVENTS", "1")
             .env("SKIP_SSL_CERT_DOWNLOAD", "1")
             .stdout(Stdio::from(log.try_clone().expect("LocalStack log")))

@@ -20,7 +20,11 @@ impl PodQuota {
     /// At most `pods` pods in `ns`; returns once the quota controller has counted the usage (the
     /// admission check only enforces a counted quota).
     pub async fn hold(ns: &TestNamespace, pods: usize) -> PodQuota {
-        let api: Api<ResourceQuota> = ns.api();
+        Self::hold_in(Api::namespaced(ns.client.clone(), &ns.name), pods).await
+    }
+
+    /// As [`PodQuota::hold`], in the namespace of `api`.
+    pub async fn hold_in(api: Api<ResourceQuota>, pods: usize) -> PodQuota {
         let name = format!("at-most-{pods}-pods");
         let quota: ResourceQuota = serde_json::from_value(json!({
             "metadata": {"name": name},

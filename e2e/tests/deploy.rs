@@ -6,13 +6,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
+use e2e::deploy::{Overlay, dynamic_api, identities, make, repo_root, status_of, watch_deletions};
 use e2e::identity::{self, ServiceAccountIdentity};
 use e2e::{Cluster, TestNamespace, pods, wait_for};
-use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{
@@ -20,160 +18,11 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{
-    ApiResource, DynamicObject, EvictParams, GroupVersionKind, ListParams, PostParams, WatchEvent,
-    WatchParams,
-};
+use kube::api::{DynamicObject, EvictParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
 const IMG: &str = "registry.invalid/zone-aware-controllers:e2e";
-
-fn repo_root() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .unwrap()
-}
-
-/// `make <target>` from the repository root with kubectl of the cluster on PATH.
-fn make(cluster: &Cluster, target: &str, vars: &[(&str, &str)]) -> String {
-    let mut command = Command::new("make");
-    command
-        .current_dir(repo_root())
-        .arg("--no-print-directory")
-        .arg(target)
-        .env("PATH", identity::path_with_cluster_tools(cluster))
-        .env("KUBECONFIG", &cluster.kubeconfig);
-    for (name, value) in vars {
-        command.arg(format!("{name}={value}"));
-    }
-    identity::run(command, None)
-}
-
-/// A test overlay of config/default: unique names, and the webhook limited to `victim`.
-fn test_overlay(suffix: &str, victim: &str) -> tempdir::Dir {
-    let dir = tempdir::Dir::new(&format!("e2e-deploy-overlay-{suffix}"));
-    let default = repo_root().join("config/default");
-    let up = "../".repeat(dir.path.components().count().saturating_sub(1));
-    let base = format!(
-        "{up}{}",
-        default.strip_prefix("/").unwrap().to_string_lossy()
-    );
-    std::fs::write(
-        dir.path.join("kustomization.yaml"),
-        format!(
-            r#"apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-nameSuffix: -{suffix}
-resources:
-- {base}
-labels:
-- pairs:
-    zonecontrol.k8s.aws/e2e: "true"
-patches:
-- target:
-    kind: ValidatingWebhookConfiguration
-  patch: |-
-    - op: replace
-      path: /webhooks/0/namespaceSelector
-      value:
-        matchLabels:
-          kubernetes.io/metadata.name: {victim}
-"#
-        ),
-    )
-    .unwrap();
-    dir
-}
-
-mod tempdir {
-    pub struct Dir {
-        pub path: std::path::PathBuf,
-    }
-    impl Dir {
-        pub fn new(name: &str) -> Dir {
-            let path = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
-            std::fs::create_dir_all(&path).unwrap();
-            Dir { path }
-        }
-    }
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.path);
-        }
-    }
-}
-
-/// The `(apiVersion, kind, namespace, name)` of every rendered object.
-fn identities(objects: &[Value]) -> Vec<(String, String, Option<String>, String)> {
-    objects
-        .iter()
-        .map(|o| {
-            (
-                o["apiVersion"].as_str().unwrap().to_string(),
-                o["kind"].as_str().unwrap().to_string(),
-                o["metadata"]["namespace"].as_str().map(str::to_string),
-                o["metadata"]["name"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
-async fn dynamic_api(
-    client: &Client,
-    api_version: &str,
-    kind: &str,
-    namespace: Option<&str>,
-) -> Api<DynamicObject> {
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let gvk = GroupVersionKind::gvk(group, version, kind);
-    let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
-    let resource: ApiResource = resource;
-    match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    }
-}
-
-/// Records the resourceVersion at which each named object is deleted. Within one etcd the
-/// resourceVersion is the store's global revision, so deletions of different kinds can be ordered
-/// by it (the audit policy of the local cluster does not log these kinds).
-/// The returned receiver fires once the watch has replayed the object (the watch is live).
-fn watch_deletions(
-    api: Api<DynamicObject>,
-    name: String,
-) -> (
-    tokio::sync::oneshot::Receiver<()>,
-    tokio::task::JoinHandle<Option<u64>>,
-) {
-    let (live, ready) = tokio::sync::oneshot::channel();
-    let handle = tokio::spawn(async move {
-        let mut live = Some(live);
-        let params = WatchParams::default()
-            .fields(&format!("metadata.name={name}"))
-            .timeout(290);
-        let Ok(stream) = api.watch(&params, "0").await else {
-            return None;
-        };
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(WatchEvent::Added(_)) => {
-                    if let Some(live) = live.take() {
-                        let _ = live.send(());
-                    }
-                }
-                Ok(WatchEvent::Deleted(object)) => {
-                    return object.metadata.resource_version?.parse().ok();
-                }
-                _ => {}
-            }
-        }
-        None
-    });
-    (ready, handle)
-}
 
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
@@ -186,7 +35,7 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
         .trim_start_matches("e2e-deploy-victim-")
         .to_string();
     let namespace = format!("e2e-deploy-{suffix}");
-    let overlay = test_overlay(&suffix, &victim.name);
+    let overlay = Overlay::new("config/default", &suffix, &victim.name, "");
     let base = overlay.path.display().to_string();
     let vars = [
         ("NAMESPACE", namespace.as_str()),
@@ -772,15 +621,6 @@ async fn deploy_rbac_zau_without_eviction_grant_cannot_evict() {
 }
 
 /// `status` of a zonecontrol object, or an error naming what is missing.
-async fn status_of(api: &Api<DynamicObject>, name: &str) -> Result<Value, String> {
-    let object = api.get(name).await.map_err(|e| e.to_string())?;
-    object
-        .data
-        .get("status")
-        .cloned()
-        .ok_or_else(|| "no status yet".to_string())
-}
-
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn deploy_samples_reach_their_status_zau_zdb() {

@@ -338,3 +338,148 @@ impl Drop for DeleteOnDrop {
         });
     }
 }
+
+/// The real nodes run pods: a Deployment of the metrics target spread over the three zones turns
+/// Ready (its readiness probe answered by the real kubelet), and each pod's `/metrics` answers a
+/// pod of another real node (`kubectl exec`, through the kubelet's authenticated API). `kubectl
+/// logs` reads the container's output.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
+async fn smoke_real_nodes_serve_metrics_across_zones() {
+    let cluster = Cluster::get();
+    let real = e2e::real::RealNodes::of(&cluster);
+    let ns = TestNamespace::create(&cluster, "smoke-real").await;
+    let nodes = e2e::real::nodes(&ns.client).await;
+    assert_eq!(
+        nodes
+            .values()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        3,
+        "one real node in each of three zones: {nodes:?}"
+    );
+    let deployment: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "metrics"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "metrics"}},
+            "template": real.metrics_target_template("metrics"),
+        },
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(ns.client.clone(), &ns.name)
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let pod_api: Api<Pod> = ns.api();
+    let ready = wait_for("3 Ready metrics pods", Duration::from_secs(120), || async {
+        let ready = ready_pods(&pod_api, "metrics").await;
+        if ready.len() == 3 {
+            Ok(ready)
+        } else {
+            Err(format!("{} Ready", ready.len()))
+        }
+    })
+    .await;
+    let placed: BTreeMap<String, (String, String)> = ready
+        .iter()
+        .map(|p| {
+            let node = p.spec.as_ref().unwrap().node_name.clone().unwrap();
+            let ip = p.status.as_ref().unwrap().pod_ip.clone().unwrap();
+            (p.metadata.name.clone().unwrap(), (node, ip))
+        })
+        .collect();
+    let zones: std::collections::BTreeSet<&String> =
+        placed.values().map(|(node, _)| &nodes[node]).collect();
+    assert_eq!(
+        zones.len(),
+        3,
+        "one pod per zone, on real nodes: {placed:?}"
+    );
+
+    let names: Vec<&String> = placed.keys().collect();
+    for (i, server) in names.iter().enumerate() {
+        let client = names[(i + 1) % names.len()];
+        assert_ne!(placed[*server].0, placed[client].0, "another node");
+        let url = format!("http://{}:8080/metrics", placed[*server].1);
+        let mut exec = e2e::identity::kubectl(&cluster);
+        exec.args([
+            "exec",
+            "-n",
+            &ns.name,
+            client,
+            "--",
+            "/metrics-target",
+            "fetch",
+            &url,
+        ]);
+        let body = e2e::identity::run(exec, None);
+        assert!(
+            body.contains(&format!(
+                "metrics_target_info{{pod=\"{server}\",node=\"{}\"",
+                placed[*server].0
+            )),
+            "{client} fetched {url}: {body}"
+        );
+        assert!(body.contains("metrics_target_requests_total{path=\"/metrics\"}"));
+    }
+    let mut logs = e2e::identity::kubectl(&cluster);
+    logs.args(["logs", "-n", &ns.name, names[0]]);
+    let output = e2e::identity::run(logs, None);
+    assert!(output.contains("serving on 0.0.0.0:8080"), "{output}");
+}
+
+/// The real nodes share fixed host paths, so one cluster per host runs them: `cluster-up` from
+/// another checkout stops at once with one line naming the running cluster, and leaves it be.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
+async fn smoke_real_nodes_a_second_checkout_cannot_start_its_own() {
+    let cluster = Cluster::get();
+    e2e::real::RealNodes::of(&cluster);
+    let root = e2e::deploy::repo_root();
+    let other = std::env::temp_dir().join(format!("e2e-other-checkout-{}", std::process::id()));
+    copy_dir(&root.join("e2e/cluster"), &other.join("e2e/cluster"));
+    let output = std::process::Command::new("bash")
+        .arg(other.join("e2e/cluster/up.sh"))
+        .env("REAL_NODES", "1")
+        .output()
+        .unwrap();
+    let started_nodes = other.join("e2e/.cluster/nodes").exists();
+    let _ = std::fs::remove_dir_all(&other);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "a second cluster-up went ahead: {stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    let running = root.join("e2e/.cluster");
+    assert!(
+        stderr.contains(&running.display().to_string()) && stderr.contains("make cluster-down"),
+        "names the running cluster and what to do: {stderr}"
+    );
+    assert!(!started_nodes, "the second checkout started no node");
+    // The running cluster's real nodes are still Ready.
+    let nodes = e2e::real::nodes(&cluster.client().await).await;
+    let api: Api<Node> = Api::all(cluster.client().await);
+    for name in nodes.keys() {
+        let node = api.get(name).await.unwrap();
+        let ready = node
+            .status
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        assert!(ready, "{name} still Ready");
+    }
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}

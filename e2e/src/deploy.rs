@@ -1,0 +1,167 @@
+//! `make deploy` from a test: the make targets with the cluster's kubectl, a test overlay that keeps
+//! a deployment to itself (unique names, the webhook and the controllers limited to the test's
+//! namespace), dynamic APIs for rendered objects, and deletion order from the store's revisions.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use futures::StreamExt;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, WatchEvent, WatchParams};
+use kube::{Api, Client};
+use serde_json::Value;
+
+use crate::Cluster;
+use crate::identity;
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// `make <target>` from the repository root with kubectl of the cluster on PATH.
+pub fn make(cluster: &Cluster, target: &str, vars: &[(&str, &str)]) -> String {
+    let mut command = Command::new("make");
+    command
+        .current_dir(repo_root())
+        .arg("--no-print-directory")
+        .arg(target)
+        .env("PATH", identity::path_with_cluster_tools(cluster))
+        .env("KUBECONFIG", &cluster.kubeconfig);
+    for (name, value) in vars {
+        command.arg(format!("{name}={value}"));
+    }
+    identity::run(command, None)
+}
+
+/// A kustomize overlay of `base` (a directory under config/) in a temporary directory, removed on
+/// drop: `-<suffix>` on every name, the webhook limited to namespace `victim`, plus `patches`
+/// (kustomize `patches:` entries, YAML).
+pub struct Overlay {
+    pub path: PathBuf,
+}
+
+impl Overlay {
+    pub fn new(base: &str, suffix: &str, victim: &str, patches: &str) -> Overlay {
+        let path = std::env::temp_dir().join(format!(
+            "e2e-deploy-overlay-{suffix}-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&path).unwrap();
+        let base = repo_root().join(base);
+        let up = "../".repeat(path.components().count().saturating_sub(1));
+        let base = format!("{up}{}", base.strip_prefix("/").unwrap().to_string_lossy());
+        std::fs::write(
+            path.join("kustomization.yaml"),
+            format!(
+                r#"apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+nameSuffix: "-{suffix}"
+resources:
+- {base}
+labels:
+- pairs:
+    zonecontrol.k8s.aws/e2e: "true"
+patches:
+- target:
+    kind: ValidatingWebhookConfiguration
+  patch: |-
+    - op: replace
+      path: /webhooks/0/namespaceSelector
+      value:
+        matchLabels:
+          kubernetes.io/metadata.name: {victim}
+{patches}"#
+            ),
+        )
+        .unwrap();
+        Overlay { path }
+    }
+}
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// The `(apiVersion, kind, namespace, name)` of every rendered object.
+pub fn identities(objects: &[Value]) -> Vec<(String, String, Option<String>, String)> {
+    objects
+        .iter()
+        .map(|o| {
+            (
+                o["apiVersion"].as_str().unwrap().to_string(),
+                o["kind"].as_str().unwrap().to_string(),
+                o["metadata"]["namespace"].as_str().map(str::to_string),
+                o["metadata"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+pub async fn dynamic_api(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let resource: ApiResource = resource;
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+/// The object's status, or why there is none yet.
+pub async fn status_of(api: &Api<DynamicObject>, name: &str) -> Result<Value, String> {
+    let object = api.get(name).await.map_err(|e| e.to_string())?;
+    object
+        .data
+        .get("status")
+        .cloned()
+        .ok_or_else(|| "no status yet".to_string())
+}
+
+/// Records the resourceVersion at which each named object is deleted. Within one etcd the
+/// resourceVersion is the store's global revision, so deletions of different kinds can be ordered
+/// by it (the audit policy of the local cluster does not log these kinds).
+/// The returned receiver fires once the watch has replayed the object (the watch is live).
+pub fn watch_deletions(
+    api: Api<DynamicObject>,
+    name: String,
+) -> (
+    tokio::sync::oneshot::Receiver<()>,
+    tokio::task::JoinHandle<Option<u64>>,
+) {
+    let (live, ready) = tokio::sync::oneshot::channel();
+    let handle = tokio::spawn(async move {
+        let mut live = Some(live);
+        let params = WatchParams::default()
+            .fields(&format!("metadata.name={name}"))
+            .timeout(290);
+        let Ok(stream) = api.watch(&params, "0").await else {
+            return None;
+        };
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(WatchEvent::Added(_)) => {
+                    if let Some(live) = live.take() {
+                        let _ = live.send(());
+                    }
+                }
+                Ok(WatchEvent::Deleted(object)) => {
+                    return object.metadata.resource_version?.parse().ok();
+                }
+                _ => {}
+            }
+        }
+        None
+    });
+    (ready, handle)
+}

@@ -1,0 +1,94 @@
+//! The local zonal cluster's real nodes (kubelet + containerd, one per zone, label `type=real`,
+//! tainted so only pods that ask land there) and the metrics-target workload that runs on them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::ListParams;
+use serde_json::{Value, json};
+
+use crate::Cluster;
+use crate::workload::ZONE_LABEL;
+
+/// What a test on the real nodes needs from the cluster's env file; panics naming the missing
+/// piece (a cluster started with REAL_NODES=0 has none).
+pub struct RealNodes {
+    /// The taint every real node carries.
+    pub taint: String,
+    /// The metrics-target image, imported into every real node.
+    pub metrics_target_image: String,
+    /// The project's image (`make image`).
+    pub project_image: String,
+}
+
+impl RealNodes {
+    pub fn of(cluster: &Cluster) -> RealNodes {
+        assert_eq!(
+            cluster.var("E2E_REAL_NODES").as_deref(),
+            Some("1"),
+            "needs the real nodes: make cluster-up with REAL_NODES=1 (the default)"
+        );
+        let var = |name: &str| {
+            cluster
+                .var(name)
+                .unwrap_or_else(|| panic!("{name} missing from the cluster's env file"))
+        };
+        RealNodes {
+            taint: var("E2E_REAL_NODE_TAINT"),
+            metrics_target_image: var("E2E_METRICS_TARGET_IMAGE"),
+            project_image: var("E2E_PROJECT_IMAGE"),
+        }
+    }
+
+    /// A pod template of the metrics target labelled `app: <app>`, on the real nodes, spread
+    /// evenly over the zones, Ready once it serves.
+    pub fn metrics_target_template(&self, app: &str) -> Value {
+        json!({
+            "metadata": {"labels": {"app": app}},
+            "spec": {
+                // The target ignores SIGTERM (PID 1 without a handler): 1 s, then SIGKILL.
+                "terminationGracePeriodSeconds": 1,
+                "nodeSelector": {"type": "real"},
+                "tolerations": [{"key": self.taint, "operator": "Exists", "effect": "NoSchedule"}],
+                "topologySpreadConstraints": [{
+                    "maxSkew": 1,
+                    "topologyKey": ZONE_LABEL,
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": app}},
+                }],
+                "containers": [{
+                    "name": "target",
+                    "image": self.metrics_target_image,
+                    "imagePullPolicy": "Never",
+                    "args": ["serve"],
+                    "env": [
+                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                    ],
+                    "ports": [{"name": "metrics", "containerPort": 8080}],
+                    "readinessProbe": {
+                        "httpGet": {"path": "/healthz", "port": "metrics"},
+                        "periodSeconds": 1,
+                    },
+                }],
+            },
+        })
+    }
+}
+
+/// The real nodes' names, with their zones.
+pub async fn nodes(client: &kube::Client) -> BTreeMap<String, String> {
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels("type=real"))
+        .await
+        .expect("listing the real nodes");
+    nodes
+        .items
+        .into_iter()
+        .filter_map(|n| {
+            let zone = n.metadata.labels?.get(ZONE_LABEL)?.clone();
+            Some((n.metadata.name?, zone))
+        })
+        .collect()
+}

@@ -1,0 +1,540 @@
+//! `make deploy` of config/local on the local zonal cluster: the project's image (`make image`)
+//! runs as real pods on the real nodes (kubelet + containerd), with the shipped securityContext,
+//! probes and RBAC; the eviction webhook is called by the API server through its Service; the
+//! deployed zau-controller rolls a StatefulSet of real pods zone by zone; a killed leader's standby
+//! takes the lease and does the work.
+//!
+//! Isolation from the tests running next to it: every name carries the test's suffix, the webhook
+//! selects only the test's namespace, and both controllers watch only that namespace.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use e2e::deploy::{Overlay, dynamic_api, identities, make, repo_root, status_of, watch_deletions};
+use e2e::quota::PodQuota;
+use e2e::real::RealNodes;
+use e2e::{Cluster, TestNamespace, audit, identity, pods, wait_for};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+const CONTROLLERS: [&str; 2] = ["zau-controller", "zdb-controller"];
+
+/// The Ready pods labelled `selector`, once there are `count` of them.
+async fn ready_pods(api: &Api<Pod>, selector: &str, count: usize, timeout: Duration) -> Vec<Pod> {
+    wait_for(
+        &format!("{count} Ready pods {selector}"),
+        timeout,
+        || async {
+            let list = api
+                .list(&ListParams::default().labels(selector))
+                .await
+                .map_err(|e| e.to_string())?;
+            let ready: Vec<Pod> = list
+                .items
+                .into_iter()
+                .filter(|p| pods::is_ready(p) && !pods::is_terminating(p))
+                .collect();
+            if ready.len() == count {
+                Ok(ready)
+            } else {
+                Err(format!("{} Ready", ready.len()))
+            }
+        },
+    )
+    .await
+}
+
+/// The holder of the Lease of `controller` in `namespace`: the one Lease whose holder is one of
+/// the controller's pods.
+async fn lease_holder(leases: &Api<Lease>, controller: &str) -> Result<String, String> {
+    let list = leases
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let holders: Vec<String> = list
+        .items
+        .iter()
+        .filter_map(|l| l.spec.as_ref()?.holder_identity.clone())
+        .filter(|holder| holder.starts_with(controller))
+        .collect();
+    match holders.as_slice() {
+        [holder] => Ok(holder.clone()),
+        other => Err(format!("holders of {controller}: {other:?}")),
+    }
+}
+
+fn node_of(pod: &Pod) -> String {
+    pod.spec.as_ref().unwrap().node_name.clone().unwrap()
+}
+
+/// A StatefulSet of the metrics target on the real nodes, two pods per zone, rolled by a ZAU.
+fn real_statefulset(name: &str, real: &RealNodes) -> StatefulSet {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 6,
+            "serviceName": name,
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "OnDelete"},
+            "selector": {"matchLabels": {"app": name}},
+            "template": real.metrics_target_template(name),
+        },
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
+async fn deploy_local_runs_the_controllers_as_real_pods() {
+    let cluster = Cluster::get();
+    let real_nodes = RealNodes::of(&cluster);
+    let image = real_nodes.project_image.clone();
+    let victim = TestNamespace::create(&cluster, "deploy-local").await;
+    let client = victim.client.clone();
+    let suffix = victim
+        .name
+        .trim_start_matches("e2e-deploy-local-")
+        .to_string();
+    let namespace = format!("e2e-deployed-{suffix}");
+    let watch_only_victim = (0..2)
+        .map(|i| {
+            format!(
+                r#"- target:
+    kind: Deployment
+    name: {}
+  patch: |-
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: --watch-namespace={}
+"#,
+                CONTROLLERS[i], victim.name
+            )
+        })
+        .collect::<String>();
+    let overlay = Overlay::new("config/local", &suffix, &victim.name, &watch_only_victim);
+    let base = overlay.path.display().to_string();
+    let vars = [
+        ("NAMESPACE", namespace.as_str()),
+        ("IMG", image.as_str()),
+        ("DEPLOY_BASE", base.as_str()),
+    ];
+    struct Undeploy<'a>(&'a Cluster, [(&'a str, &'a str); 3], bool);
+    impl Drop for Undeploy<'_> {
+        fn drop(&mut self) {
+            if !self.2 {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    make(self.0, "undeploy", &self.1)
+                }));
+            }
+        }
+    }
+    let mut guard = Undeploy(&cluster, vars, false);
+    let ids = identities(&identity::yaml_to_json(&make(&cluster, "manifests", &vars)));
+    make(&cluster, "deploy", &vars);
+
+    // Both Deployments: 2 Ready replicas each, on real nodes of two zones, as shipped.
+    let real = e2e::real::nodes(&client).await;
+    assert_eq!(real.len(), 3, "one real node per zone: {real:?}");
+    let deployed_pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
+    let mut controller_pods = BTreeMap::new();
+    for controller in CONTROLLERS {
+        let selector = format!("app.kubernetes.io/name={controller}");
+        let ready = ready_pods(&deployed_pods, &selector, 2, Duration::from_secs(120)).await;
+        let zones: BTreeSet<&String> = ready.iter().map(|p| &real[&node_of(p)]).collect();
+        assert_eq!(zones.len(), 2, "{controller} replicas in two zones");
+        let spec = ready[0].spec.as_ref().unwrap();
+        let container = &spec.containers[0];
+        assert_eq!(container.image.as_deref(), Some(image.as_str()));
+        assert_eq!(container.image_pull_policy.as_deref(), Some("Never"));
+        assert!(container.liveness_probe.is_some() && container.readiness_probe.is_some());
+        let security = container.security_context.as_ref().unwrap();
+        assert_eq!(security.read_only_root_filesystem, Some(true));
+        assert_eq!(security.allow_privilege_escalation, Some(false));
+        let pod_security = spec.security_context.as_ref().unwrap();
+        assert_eq!(pod_security.run_as_non_root, Some(true));
+        assert_eq!(pod_security.run_as_user, Some(65532));
+        let deployment = deployments
+            .get(&format!("{controller}-{suffix}"))
+            .await
+            .unwrap();
+        assert_eq!(deployment.status.unwrap().ready_replicas, Some(2));
+        controller_pods.insert(controller, ready);
+    }
+
+    // One replica of each holds its Lease.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+    for controller in CONTROLLERS {
+        let holder = wait_for(
+            &format!("{controller}'s lease held"),
+            Duration::from_secs(60),
+            || lease_holder(&leases, controller),
+        )
+        .await;
+        assert!(
+            controller_pods[controller]
+                .iter()
+                .any(|p| p.metadata.name.as_ref() == Some(&holder)),
+            "{holder} is a pod of {controller}"
+        );
+    }
+
+    // Self-signed mode: the caBundle of the webhook is the CA of the Secret the replicas share
+    // (the Secret is not a rendered object: its name carries no suffix).
+    let webhook_name = format!("zone-aware-eviction-webhook-{suffix}");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    wait_for(
+        "the caBundle patched from the Secret",
+        Duration::from_secs(60),
+        || async {
+            let secret = secrets
+                .get("zdb-webhook-tls")
+                .await
+                .map_err(|e| e.to_string())?;
+            let ca = secret
+                .data
+                .and_then(|d| d.get("ca.crt").cloned())
+                .ok_or("no ca.crt")?;
+            let configuration = webhooks
+                .get(&webhook_name)
+                .await
+                .map_err(|e| e.to_string())?;
+            let bundle = configuration.webhooks.unwrap()[0]
+                .client_config
+                .ca_bundle
+                .clone();
+            if bundle.as_ref() == Some(&ca) {
+                Ok(())
+            } else {
+                Err("caBundle differs".to_string())
+            }
+        },
+    )
+    .await;
+
+    // The samples reach their status under the deployed controllers (their pods are on kwok).
+    let mut command = identity::kubectl(&cluster);
+    command.args(["apply", "--server-side", "-n", &victim.name, "-k"]);
+    command.arg(repo_root().join("config/samples"));
+    identity::run(command, None);
+    let zdbs = dynamic_api(
+        &client,
+        "zonecontrol.k8s.aws/v1",
+        "ZoneDisruptionBudget",
+        Some(&victim.name),
+    )
+    .await;
+    let zaus = dynamic_api(
+        &client,
+        "zonecontrol.k8s.aws/v1",
+        "ZoneAwareUpdate",
+        Some(&victim.name),
+    )
+    .await;
+    let per_zone = json!({"zone-a": 2, "zone-b": 2, "zone-c": 2});
+    wait_for(
+        "the sample ZDB's per-zone status",
+        Duration::from_secs(90),
+        || async {
+            let status = status_of(&zdbs, "web").await?;
+            if status["currentHealthy"] == per_zone
+                && status["disruptionsAllowed"] == json!({"zone-a": 1, "zone-b": 1, "zone-c": 1})
+            {
+                Ok(())
+            } else {
+                Err(status.to_string())
+            }
+        },
+    )
+    .await;
+    wait_for(
+        "the sample ZAU's status",
+        Duration::from_secs(60),
+        || async {
+            let status = status_of(&zaus, "web").await?;
+            if status["updateRevision"].is_string()
+                && status["currentRevision"] == status["updateRevision"]
+            {
+                Ok(())
+            } else {
+                Err(status.to_string())
+            }
+        },
+    )
+    .await;
+
+    // Kill the zau-controller leader: its standby takes the Lease.
+    let leader = lease_holder(&leases, "zau-controller").await.unwrap();
+    let standby = controller_pods["zau-controller"]
+        .iter()
+        .find(|p| p.metadata.name.as_ref() != Some(&leader))
+        .unwrap()
+        .clone();
+    let standby_name = standby.metadata.name.clone().unwrap();
+    let standby_ip = standby.status.unwrap().pod_ip.unwrap();
+    // No replacement pod until the standby holds the lease: it must be the standby that takes it.
+    // One pod fewer than now: once the leader is gone the quota is full.
+    let deployed_count = deployed_pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    let no_replacement = PodQuota::hold_in(
+        Api::namespaced(client.clone(), &namespace),
+        deployed_count - 1,
+    )
+    .await;
+    deployed_pods
+        .delete(
+            &leader,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "the standby holding the zau lease",
+        Duration::from_secs(60),
+        || async {
+            match lease_holder(&leases, "zau-controller").await? {
+                holder if holder == standby_name => Ok(()),
+                holder => Err(format!("held by {holder}")),
+            }
+        },
+    )
+    .await;
+    no_replacement.release().await;
+
+    // A StatefulSet of real pods, its ZDB and ZAU; then a new revision rolled by the standby.
+    let sets: Api<StatefulSet> = victim.api();
+    sets.create(
+        &PostParams::default(),
+        &real_statefulset("real", &real_nodes),
+    )
+    .await
+    .unwrap();
+    for (kind, api, spec) in [
+        (
+            "ZoneDisruptionBudget",
+            &zdbs,
+            json!({"selector": {"matchLabels": {"app": "real"}}, "maxUnavailable": 1}),
+        ),
+        (
+            "ZoneAwareUpdate",
+            &zaus,
+            json!({"statefulset": "real", "maxUnavailable": 1, "exponentialFactor": "1.0", "ignoreAlarm": true}),
+        ),
+    ] {
+        let object = serde_json::from_value(json!({
+            "apiVersion": "zonecontrol.k8s.aws/v1",
+            "kind": kind,
+            "metadata": {"name": "real"},
+            "spec": spec,
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &object).await.unwrap();
+    }
+    let victim_pods: Api<Pod> = victim.api();
+    let before = ready_pods(&victim_pods, "app=real", 6, Duration::from_secs(120)).await;
+    let zone_of_pod: BTreeMap<String, String> = before
+        .iter()
+        .map(|p| (p.metadata.name.clone().unwrap(), real[&node_of(p)].clone()))
+        .collect();
+    let per_zone: BTreeMap<&String, usize> =
+        zone_of_pod.values().fold(BTreeMap::new(), |mut m, z| {
+            *m.entry(z).or_default() += 1;
+            m
+        });
+    assert_eq!(per_zone.values().collect::<Vec<_>>(), [&2, &2, &2]);
+    wait_for("the real ZDB's status", Duration::from_secs(60), || async {
+        let status = status_of(&zdbs, "real").await?;
+        if status["currentHealthy"] == json!({"zone-a": 2, "zone-b": 2, "zone-c": 2}) {
+            Ok(())
+        } else {
+            Err(status.to_string())
+        }
+    })
+    .await;
+    let patch = json!({"spec": {"template": {"metadata": {"annotations": {"e2e/revision": "2"}}}}});
+    let before_patch = sets.get_status("real").await.unwrap().status.unwrap();
+    sets.patch("real", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let update = wait_for(
+        "the StatefulSet's new revision",
+        Duration::from_secs(30),
+        || async {
+            let status = sets
+                .get_status("real")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            match status.update_revision {
+                Some(update) if Some(&update) != before_patch.update_revision.as_ref() => {
+                    Ok(update)
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    wait_for(
+        "the ZAU rolled every real pod",
+        Duration::from_secs(300),
+        || async {
+            let status = status_of(&zaus, "real").await?;
+            let update = update.as_str();
+            let list = victim_pods
+                .list(&ListParams::default().labels("app=real"))
+                .await
+                .map_err(|e| e.to_string())?;
+            let updated = list
+                .items
+                .iter()
+                .filter(|p| {
+                    pods::is_ready(p)
+                        && p.metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get("controller-revision-hash"))
+                            .is_some_and(|r| r == update)
+                })
+                .count();
+            if updated == 6
+                && status["updateRevision"] == update
+                && status["currentRevision"] == update
+            {
+                Ok(())
+            } else {
+                Err(format!("updated {updated}/6, status {status}"))
+            }
+        },
+    )
+    .await;
+    // The audit log: every real pod evicted once, zone by zone, by the deployed controller's
+    // ServiceAccount from the standby pod's address.
+    let events = audit::read(std::path::Path::new(&cluster.var("E2E_AUDIT_LOG").unwrap()));
+    let (evicted, deleted): (Vec<&audit::AuditEvent>, Vec<&audit::AuditEvent>) =
+        audit::removals(&events, &victim.name)
+            .filter(|e| {
+                let name = &e.object_ref.as_ref().unwrap().name;
+                zone_of_pod.contains_key(name)
+                    && e.response_status.as_ref().is_some_and(|s| s.code < 300)
+            })
+            .partition(|e| e.verb == "create");
+    // Deletions are the kubelets finishing the evicted pods' termination, nobody else's.
+    for event in &deleted {
+        assert!(
+            event.user.username.starts_with("system:node:"),
+            "a pod deleted by {}",
+            event.user.username
+        );
+    }
+    let order: Vec<String> = evicted
+        .iter()
+        .map(|e| zone_of_pod[&e.object_ref.as_ref().unwrap().name].clone())
+        .collect();
+    assert_eq!(evicted.len(), 6, "each real pod evicted once: {order:?}");
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(order, sorted, "zone by zone");
+    for event in &evicted {
+        assert_eq!(
+            event.user.username,
+            format!("system:serviceaccount:{namespace}:zau-controller-{suffix}")
+        );
+        assert_eq!(
+            event.source_ips.first(),
+            Some(&standby_ip),
+            "from the standby pod"
+        );
+    }
+
+    // The deployed webhook, called through its Service: a zone-a pod held missing refuses a
+    // zone-b eviction with 429.
+    let count = victim_pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    // One pod fewer than now: the evicted pod's replacement waits until the quota goes.
+    let quota = PodQuota::hold(&victim, count - 1).await;
+    let in_zone = |zone: &str| {
+        zone_of_pod
+            .iter()
+            .find(|(_, z)| *z == zone)
+            .map(|(name, _)| name.clone())
+            .unwrap()
+    };
+    pods::evict(&victim_pods, &in_zone("zone-a"), false)
+        .await
+        .expect("the first zone's eviction is allowed");
+    let (code, message) = pods::evict(&victim_pods, &in_zone("zone-b"), false)
+        .await
+        .expect_err("a second zone is refused while zone-a is disrupted");
+    assert_eq!(code, 429, "{message}");
+    assert!(
+        message.contains("admission webhook") && message.contains("zone-a"),
+        "{message}"
+    );
+    quota.release().await;
+
+    // Undeploy: the webhook configuration goes first, then everything else.
+    let mut deletions = Vec::new();
+    for (api_version, kind, ns, name) in &ids {
+        let api = dynamic_api(&client, api_version, kind, ns.as_deref()).await;
+        let (live, handle) = watch_deletions(api, name.clone());
+        tokio::time::timeout(Duration::from_secs(30), live)
+            .await
+            .unwrap_or_else(|_| panic!("watch on {kind}/{name} not live"))
+            .unwrap();
+        deletions.push((format!("{kind}/{name}"), handle));
+    }
+    make(&cluster, "undeploy", &vars);
+    guard.2 = true;
+    let webhook_key = format!("ValidatingWebhookConfiguration/{webhook_name}");
+    let mut revisions = BTreeMap::new();
+    for (what, handle) in deletions {
+        let revision = tokio::time::timeout(Duration::from_secs(180), handle)
+            .await
+            .unwrap_or_else(|_| panic!("{what} was not deleted"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("no deletion seen for {what}"));
+        revisions.insert(what, revision);
+    }
+    for (what, revision) in &revisions {
+        assert!(
+            what == &webhook_key || revisions[&webhook_key] < *revision,
+            "the webhook configuration is deleted before {what}"
+        );
+    }
+    wait_for(
+        "the controllers' pods gone from the real nodes",
+        Duration::from_secs(120),
+        || async {
+            let left = deployed_pods
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items.len())
+                .unwrap_or(0);
+            if left == 0 {
+                Ok(())
+            } else {
+                Err(format!("{left} pods left"))
+            }
+        },
+    )
+    .await;
+}
