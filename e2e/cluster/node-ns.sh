@@ -14,11 +14,12 @@ for hierarchy in $(awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/mo
     echo $$ >"$hierarchy/$cgroup/cgroup.procs"
 done
 
-for path in /var/lib /var/log /run; do
-    mount --bind "$dir/root$path" "$path"
+# /run first and no mtab/utab writes (-n): nothing lands in the host's /run.
+for path in /run /var/lib /var/log; do
+    mount -n --bind "$dir/root$path" "$path"
 done
 # As on a host booted by systemd: the kubelet expects shared mount propagation.
-mount --make-rshared /
+mount -n --make-rshared /
 
 containerd --config "$dir/containerd.toml" >"$dir/containerd.log" 2>&1 &
 containerd_pid=$!

@@ -26,8 +26,12 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-# The kubelet writes these when it starts; we restore them. net.ipv4.ip_forward is ours.
-SYSCTLS=(net.ipv4.ip_forward vm.overcommit_memory kernel.panic kernel.panic_on_oops
+# The kubelet writes the last five when it starts; net.ipv4.ip_forward is ours, and writing it
+# also sets the forwarding and accept_redirects of conf/all and conf/default. Restored in this
+# order, ip_forward first.
+SYSCTLS=(net.ipv4.ip_forward net.ipv4.conf.all.forwarding net.ipv4.conf.default.forwarding
+    net.ipv4.conf.all.accept_redirects net.ipv4.conf.default.accept_redirects
+    vm.overcommit_memory kernel.panic kernel.panic_on_oops
     kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 PACKAGES=(containerd runc containernetworking-plugins iptables)
 

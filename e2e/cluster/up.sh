@@ -219,7 +219,10 @@ if [ "$REAL_NODES" = 1 ]; then
     API_PORT="$API_PORT" bash "$here/real-nodes.sh" up "$API_PORT"
 fi
 
+# Host mode with every directory under the state dir: left to itself, LocalStack takes this host
+# for a container and writes /etc/localstack, /var/lib/localstack and /tmp/localstack.
 RUNTIME_COMPONENTS=aws GATEWAY_LISTEN="127.0.0.1:$LS_PORT" SERVICES=cloudwatch \
+    OVERRIDE_IN_DOCKER=0 FILESYSTEM_ROOT="$STATE/localstack-fs" \
     LOCALSTACK_VOLUME_DIR="$STATE/localstack" DISABLE_EVENTS=1 SKIP_SSL_CERT_DOWNLOAD=1 \
     start localstack "$LOCALSTACK_VENV/bin/python" -m localstack.runtime.main
 localstack_ready() {
