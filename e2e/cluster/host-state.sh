@@ -6,7 +6,8 @@
 #   host-state.sh check FILE      compare with it; print every difference and exit 1 if any
 #
 # Compared: the cluster's processes, mounts, cgroups (top level of every hierarchy), network
-# links, addresses and routes, iptables rules (v4 and v6), the sysctls the nodes touch, the paths
+# links, addresses and routes, iptables rules (v4 and v6), the nftables ruleset, the sysctls the
+# nodes touch, the paths
 # three levels deep and the files written under /etc, /var, /run, /opt, /usr/local and /srv, less
 # the checkout (the state dir) and what is expected to change (package caches, temporary files).
 set -euo pipefail
@@ -32,6 +33,10 @@ state() {
     echo "## iptables"
     if command -v iptables-save >/dev/null; then
         { iptables-save; ip6tables-save; } 2>/dev/null | grep -v '^#' | sed -E 's/\[[0-9]+:[0-9]+\]//' | sort || true
+    fi
+    echo "## nftables"
+    if command -v nft >/dev/null; then
+        nft list ruleset 2>/dev/null | grep -vE '^\s*(counter|#)' || true
     fi
     echo "## sysctls"
     sysctl -a 2>/dev/null | grep -E "$SYSCTLS" | sort || true

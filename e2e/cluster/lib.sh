@@ -32,9 +32,9 @@ PROJECT_IMAGE="${LOCAL_IMG:-localhost/zone-aware-controllers:dev}"
 REAL_NODE_TAINT=zonecontrol.k8s.aws/real-node
 HOST_OWNER_DIR=/run/zone-aware-controllers
 # The cgroup (in every hierarchy) holding each real node's runtime and pods, the nodes' bridges
-# and the NAT chain: names the teardown removes whatever state directory made them.
+# and the nftables table: names the teardown removes whatever state directory made them.
 NODE_CGROUP=zone-aware-e2e
-NAT_CHAIN=ZONE-AWARE-E2E
+NAT_TABLE=zone_aware_e2e
 bridge_of() { echo "zae-$1"; }          # zone-a -> zae-zone-a (at most 15 characters)
 node_of() { echo "$1-real"; }           # zone-a -> zone-a-real
 subnet_of() { # zone-a -> 10.245.1 (the /24 of the zone's pods)

@@ -16,13 +16,13 @@
 #   three of them never meet, and nothing they write lands on the host's own paths. The namespace
 #   (and every mount the kubelet makes in it) ends with its last process;
 # - a bridge zae-<zone> with the zone's pod subnet 10.245.<n>.0/24 (route_localnet on, so a NAT to
-#   127.0.0.1 works), net.ipv4.ip_forward=1 (pods reach pods of other zones), and a nat chain
-#   ZONE-AWARE-E2E sending the API server's service IP 10.96.0.1:443 to its 127.0.0.1 port (there
-#   is no kube-proxy; pods use the in-cluster config unchanged);
+#   127.0.0.1 works), net.ipv4.ip_forward=1 (pods reach pods of other zones), and an nftables
+#   table zone_aware_e2e sending the API server's service IP 10.96.0.1:443 to its 127.0.0.1 port
+#   (there is no kube-proxy; pods use the in-cluster config unchanged);
 # - the kubelet's kernel tunables (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops,
 #   kernel.keys.root_max*): their values before are kept and restored;
 # - /run/zone-aware-controllers/: which cluster owns the real nodes, and the saved sysctls.
-# The kubelet's own iptables chains are off (makeIPTablesUtilChains: false).
+# The kubelet's own iptables chains are off (makeIPTablesUtilChains: false): no iptables at all.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -33,16 +33,16 @@ SYSCTLS=(net.ipv4.ip_forward net.ipv4.conf.all.forwarding net.ipv4.conf.default.
     net.ipv4.conf.all.accept_redirects net.ipv4.conf.default.accept_redirects
     vm.overcommit_memory kernel.panic kernel.panic_on_oops
     kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
-PACKAGES=(containerd runc containernetworking-plugins iptables)
+PACKAGES=(containerd runc containernetworking-plugins nftables)
 
 prereqs() {
     mkdir -p "$ZAC_CACHE"
-    [ "$(id -u)" = 0 ] || die "real nodes need root (kubelet, containerd, mounts, iptables); run as root or set REAL_NODES=0"
+    [ "$(id -u)" = 0 ] || die "real nodes need root (kubelet, containerd, mounts, nftables); run as root or set REAL_NODES=0"
     local missing=()
     command -v containerd >/dev/null || missing+=(containerd)
     command -v runc >/dev/null || missing+=(runc)
     [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
-    command -v iptables >/dev/null || missing+=(iptables)
+    command -v nft >/dev/null || missing+=(nftables)
     if [ ${#missing[@]} -gt 0 ]; then
         echo "cluster-up: installing ${missing[*]} (Debian packages) for the real nodes"
         { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
@@ -109,11 +109,16 @@ network() { # api-port
         ip link set "$bridge" up
         sysctl -qw "net.ipv4.conf.$bridge.route_localnet=1"
     done
-    iptables -t nat -N "$NAT_CHAIN" 2>/dev/null || iptables -t nat -F "$NAT_CHAIN"
-    iptables -t nat -A "$NAT_CHAIN" -d 10.96.0.1/32 -p tcp --dport 443 \
-        -j DNAT --to-destination "127.0.0.1:$1"
-    iptables -t nat -C PREROUTING -i zae-+ -j "$NAT_CHAIN" 2>/dev/null \
-        || iptables -t nat -A PREROUTING -i zae-+ -j "$NAT_CHAIN"
+    # A table of our own (nft): deleting it at the end removes every rule and hook it added.
+    nft delete table ip "$NAT_TABLE" 2>/dev/null || true
+    nft -f - <<NFT
+table ip $NAT_TABLE {
+    chain prerouting {
+        type nat hook prerouting priority dstnat; policy accept;
+        iifname "zae-*" ip daddr 10.96.0.1 tcp dport 443 dnat to 127.0.0.1:$1
+    }
+}
+NFT
 }
 
 node_ip() { # the host's first global IPv4 address: the kubelet refuses a loopback one
@@ -269,8 +274,7 @@ down() {
     for zone in "${REAL_ZONES[@]}"; do
         ip link del "$(bridge_of "$zone")" 2>/dev/null || true
     done
-    while iptables -t nat -D PREROUTING -i zae-+ -j "$NAT_CHAIN" 2>/dev/null; do :; done
-    if iptables -t nat -F "$NAT_CHAIN" 2>/dev/null; then iptables -t nat -X "$NAT_CHAIN"; fi
+    nft delete table ip "$NAT_TABLE" 2>/dev/null || true
     if [ -f "$HOST_OWNER_DIR/sysctl.saved" ]; then
         while IFS='=' read -r name value; do
             sysctl -qw "$name=$value" || true
