@@ -4,7 +4,8 @@
 #
 #   images.sh test-images          the pause (pod sandbox) and metrics-target images
 #   images.sh project              the project's image (the Dockerfile's final stage: the static
-#                                  controller binaries, non-root), imported into the running nodes
+#                                  controller binaries, non-root) and the test images, imported
+#                                  into the running nodes
 #   images.sh import ZONE TAR...   import image tars into one node's containerd
 #
 # Env: BINS (the controller binaries, default "zau-controller zdb-controller"), CARGO,
@@ -46,16 +47,17 @@ project_image() {
         --file "$IMAGES/passwd:/etc/passwd" --file "$IMAGES/group:/etc/group" \
         --file /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt \
         --dir /tmp:1777 --dir /home/nonroot:755
+    test_images
     local zone imported=0
     for zone in "${REAL_ZONES[@]}"; do
         [ -S "$NODES/$zone/containerd.sock" ] || continue
-        import "$zone" "$IMAGES/project.tar"
+        import "$zone" "$IMAGES/project.tar" "$IMAGES/pause.tar" "$IMAGES/metrics-target.tar"
         imported=$((imported + 1))
     done
     if [ "$imported" = 0 ]; then
-        echo "image: $PROJECT_IMAGE written to $IMAGES/project.tar (no real node running to import it into)"
+        echo "image: $PROJECT_IMAGE and the test images written to $IMAGES (no real node running to import them into)"
     else
-        echo "image: $PROJECT_IMAGE imported into $imported real nodes"
+        echo "image: $PROJECT_IMAGE, $PAUSE_IMAGE and $METRICS_TARGET_IMAGE imported into $imported real nodes"
     fi
 }
 
