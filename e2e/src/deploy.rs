@@ -2,8 +2,10 @@
 //! a deployment to itself (unique names, the webhook and the controllers limited to the test's
 //! namespace), dynamic APIs for rendered objects, and deletion order from the store's revisions.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, WatchEvent, WatchParams};
@@ -87,7 +89,7 @@ impl Drop for Overlay {
 }
 
 /// The `(apiVersion, kind, namespace, name)` of every rendered object.
-pub fn identities(objects: &[Value]) -> Vec<(String, String, Option<String>, String)> {
+pub fn identities(objects: &[Value]) -> Vec<Identity> {
     objects
         .iter()
         .map(|o| {
@@ -164,4 +166,127 @@ pub fn watch_deletions(
         None
     });
     (ready, handle)
+}
+
+/// One `make deploy` of a test: the overlay of [`Overlay::new`] rendered into `namespace` with
+/// image `img`. Dropped before [`TestDeploy::undeploy_webhook_first`] ran (a failed test), it
+/// undeploys whatever was deployed.
+pub struct TestDeploy<'a> {
+    cluster: &'a Cluster,
+    overlay: Overlay,
+    namespace: String,
+    img: String,
+    undeployed: bool,
+}
+
+/// `(apiVersion, kind, namespace, name)` of a rendered object.
+pub type Identity = (String, String, Option<String>, String);
+
+impl<'a> TestDeploy<'a> {
+    pub fn new(cluster: &'a Cluster, overlay: Overlay, namespace: &str, img: &str) -> Self {
+        TestDeploy {
+            cluster,
+            overlay,
+            namespace: namespace.to_string(),
+            img: img.to_string(),
+            undeployed: false,
+        }
+    }
+
+    /// `make <target>` with NAMESPACE, IMG and DEPLOY_BASE of this deployment.
+    pub fn make(&self, target: &str) -> String {
+        let base = self.overlay.path.display().to_string();
+        let vars = [
+            ("NAMESPACE", self.namespace.as_str()),
+            ("IMG", self.img.as_str()),
+            ("DEPLOY_BASE", base.as_str()),
+        ];
+        make(self.cluster, target, &vars)
+    }
+
+    /// The objects `make deploy` applies, from `make manifests`.
+    pub fn manifests(&self) -> Vec<Value> {
+        identity::yaml_to_json(&self.make("manifests"))
+    }
+
+    /// `make undeploy`, watching every object in `ids` until it is deleted; asserts that the
+    /// ValidatingWebhookConfiguration `webhook` went first (by the store's revisions: within one
+    /// etcd the resourceVersion is its global revision).
+    pub async fn undeploy_webhook_first(
+        &mut self,
+        client: &Client,
+        ids: &[Identity],
+        webhook: &str,
+    ) {
+        let mut deletions = Vec::new();
+        for (api_version, kind, ns, name) in ids {
+            let api = dynamic_api(client, api_version, kind, ns.as_deref()).await;
+            let (live, handle) = watch_deletions(api, name.clone());
+            // A watch from "0" first replays the existing object: then it is live.
+            tokio::time::timeout(Duration::from_secs(30), live)
+                .await
+                .unwrap_or_else(|_| panic!("watch on {kind}/{name} not live"))
+                .unwrap();
+            deletions.push((format!("{kind}/{name}"), handle));
+        }
+        self.make("undeploy");
+        self.undeployed = true;
+        let mut revisions = BTreeMap::new();
+        for (what, handle) in deletions {
+            let revision = tokio::time::timeout(Duration::from_secs(180), handle)
+                .await
+                .unwrap_or_else(|_| panic!("{what} was not deleted"))
+                .unwrap()
+                .unwrap_or_else(|| panic!("no deletion seen for {what}"));
+            revisions.insert(what, revision);
+        }
+        let webhook_key = format!("ValidatingWebhookConfiguration/{webhook}");
+        let webhook_revision = revisions[&webhook_key];
+        for (what, revision) in &revisions {
+            assert!(
+                *what == webhook_key || webhook_revision < *revision,
+                "the webhook configuration ({webhook_revision}) is deleted before {what} ({revision})"
+            );
+        }
+    }
+}
+
+impl Drop for TestDeploy<'_> {
+    fn drop(&mut self) {
+        if !self.undeployed {
+            let _ =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.make("undeploy")));
+        }
+    }
+}
+
+/// `kubectl apply --server-side -k config/samples` into `namespace`.
+pub fn apply_samples(cluster: &Cluster, namespace: &str) {
+    let mut command = identity::kubectl(cluster);
+    command.args(["apply", "--server-side", "-n", namespace, "-k"]);
+    command.arg(repo_root().join("config/samples"));
+    identity::run(command, None);
+}
+
+/// Waits until the sample ZoneDisruptionBudget `web` expects and counts its six pods, two per zone,
+/// and allows one disruption in each zone.
+pub async fn wait_for_sample_budget(zdbs: &Api<DynamicObject>) {
+    let per_zone = serde_json::json!({"zone-a": 2, "zone-b": 2, "zone-c": 2});
+    let allowed = serde_json::json!({"zone-a": 1, "zone-b": 1, "zone-c": 1});
+    crate::wait_for(
+        "the sample ZDB's per-zone status",
+        Duration::from_secs(90),
+        || async {
+            let status = status_of(zdbs, "web").await?;
+            if status["expectedPods"] == per_zone
+                && status["currentHealthy"] == per_zone
+                && status["disruptionsAllowed"] == allowed
+            {
+                Ok(())
+            } else {
+                Err(status.to_string())
+            }
+        },
+    )
+    .await;
 }

@@ -61,3 +61,28 @@ pub async fn evict(pods: &Api<Pod>, name: &str, dry_run: bool) -> Result<(), (u1
         Err(other) => Err((0, other.to_string())),
     }
 }
+
+/// How many pods labelled `selector` are Ready at StatefulSet revision `revision` (their
+/// `controller-revision-hash`), or why the list failed.
+pub async fn ready_at_revision(
+    pods: &Api<Pod>,
+    selector: &str,
+    revision: &str,
+) -> Result<usize, String> {
+    let list = pods
+        .list(&kube::api::ListParams::default().labels(selector))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|p| {
+            is_ready(p)
+                && p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("controller-revision-hash"))
+                    .is_some_and(|r| r == revision)
+        })
+        .count())
+}

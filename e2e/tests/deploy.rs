@@ -8,7 +8,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use e2e::deploy::{Overlay, dynamic_api, identities, make, repo_root, status_of, watch_deletions};
+use e2e::deploy::{
+    Overlay, TestDeploy, apply_samples, dynamic_api, identities, make, status_of,
+    wait_for_sample_budget,
+};
 use e2e::identity::{self, ServiceAccountIdentity};
 use e2e::{Cluster, TestNamespace, pods, wait_for};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -36,27 +39,10 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
         .to_string();
     let namespace = format!("e2e-deploy-{suffix}");
     let overlay = Overlay::new("config/default", &suffix, &victim.name, "");
-    let base = overlay.path.display().to_string();
-    let vars = [
-        ("NAMESPACE", namespace.as_str()),
-        ("IMG", IMG),
-        ("DEPLOY_BASE", base.as_str()),
-    ];
-    // Undeploy whatever deploy left if the test fails half-way.
-    struct Undeploy<'a>(&'a Cluster, [(&'a str, &'a str); 3], bool);
-    impl Drop for Undeploy<'_> {
-        fn drop(&mut self) {
-            if !self.2 {
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    make(self.0, "undeploy", &self.1)
-                }));
-            }
-        }
-    }
-    let mut guard = Undeploy(&cluster, vars, false);
+    // Undeploys whatever deploy left if the test fails half-way.
+    let mut deployment = TestDeploy::new(&cluster, overlay, &namespace, IMG);
 
-    let rendered = make(&cluster, "manifests", &vars);
-    let objects = identity::yaml_to_json(&rendered);
+    let objects = deployment.manifests();
     let ids = identities(&objects);
     let kinds: Vec<&str> = ids.iter().map(|(_, k, _, _)| k.as_str()).collect();
     for kind in [
@@ -94,7 +80,7 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
 
     // Deploy: server-side apply by the real API server (schema validation, PodSecurity admission
     // of the `restricted` namespace label against the pods' securityContext).
-    let output = make(&cluster, "deploy", &vars);
+    let output = deployment.make("deploy");
     assert!(output.contains("serverside-applied"), "{output}");
     for (api_version, kind, ns, name) in &ids {
         let api = dynamic_api(&client, api_version, kind, ns.as_deref()).await;
@@ -252,40 +238,9 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
         .await
         .unwrap();
 
-    // Undeploy: record when each object is deleted, by the store's revision.
-    let mut deletions = Vec::new();
-    for (api_version, kind, ns, name) in &ids {
-        let api = dynamic_api(&client, api_version, kind, ns.as_deref()).await;
-        let (live, handle) = watch_deletions(api, name.clone());
-        // A watch from "0" first replays the existing object: then it is live.
-        tokio::time::timeout(Duration::from_secs(30), live)
-            .await
-            .unwrap_or_else(|_| panic!("watch on {kind}/{name} not live"))
-            .unwrap();
-        deletions.push((format!("{kind}/{name}"), handle));
-    }
-    make(&cluster, "undeploy", &vars);
-    guard.2 = true;
-
-    let mut revisions = BTreeMap::new();
-    for (what, handle) in deletions {
-        let revision = tokio::time::timeout(Duration::from_secs(180), handle)
-            .await
-            .unwrap_or_else(|_| panic!("{what} was not deleted"))
-            .unwrap()
-            .unwrap_or_else(|| panic!("no deletion seen for {what}"));
-        revisions.insert(what, revision);
-    }
-    let webhook_key = format!("ValidatingWebhookConfiguration/{webhook_name}");
-    let webhook_revision = revisions[&webhook_key];
-    for (what, revision) in &revisions {
-        if *what != webhook_key {
-            assert!(
-                webhook_revision < *revision,
-                "the webhook configuration ({webhook_revision}) is deleted before {what} ({revision})"
-            );
-        }
-    }
+    deployment
+        .undeploy_webhook_first(&client, &ids, &webhook_name)
+        .await;
     for (api_version, kind, ns, name) in &ids {
         let api = dynamic_api(&client, api_version, kind, ns.as_deref()).await;
         assert!(
@@ -627,10 +582,7 @@ async fn deploy_samples_reach_their_status_zau_zdb() {
     let cluster = Cluster::get();
     let ns = TestNamespace::create(&cluster, "deploy-samples").await;
     let client = ns.client.clone();
-    let mut command = identity::kubectl(&cluster);
-    command.args(["apply", "--server-side", "-n", &ns.name, "-k"]);
-    command.arg(repo_root().join("config/samples"));
-    identity::run(command, None);
+    apply_samples(&cluster, &ns.name);
 
     // The controllers, as their ServiceAccounts with the shipped RBAC.
     let aws = cluster.var("AWS_ENDPOINT_URL").unwrap_or_default();
@@ -692,23 +644,7 @@ async fn deploy_samples_reach_their_status_zau_zdb() {
         Some(&ns.name),
     )
     .await;
-    let per_zone = json!({"zone-a": 2, "zone-b": 2, "zone-c": 2});
-    wait_for(
-        "the sample ZDB's per-zone status",
-        Duration::from_secs(90),
-        || async {
-            let status = status_of(&zdbs, "web").await?;
-            if status["expectedPods"] == per_zone
-                && status["currentHealthy"] == per_zone
-                && status["disruptionsAllowed"] == json!({"zone-a": 1, "zone-b": 1, "zone-c": 1})
-            {
-                Ok(())
-            } else {
-                Err(status.to_string())
-            }
-        },
-    )
-    .await;
+    wait_for_sample_budget(&zdbs).await;
 
     // A new revision of the sample StatefulSet is rolled out zone by zone to completion.
     let sets = dynamic_api(&client, "apps/v1", "StatefulSet", Some(&ns.name)).await;
@@ -742,22 +678,7 @@ async fn deploy_samples_reach_their_status_zau_zdb() {
                 c.iter()
                     .any(|c| c["type"] == "Complete" && c["status"] == "True")
             });
-            let pods = pod_api
-                .list(&ListParams::default().labels("app=web"))
-                .await
-                .map_err(|e| e.to_string())?;
-            let updated = pods
-                .items
-                .iter()
-                .filter(|p| {
-                    pods::is_ready(p)
-                        && p.metadata
-                            .labels
-                            .as_ref()
-                            .and_then(|l| l.get("controller-revision-hash"))
-                            == Some(&update)
-                })
-                .count();
+            let updated = pods::ready_at_revision(&pod_api, "app=web", &update).await?;
             if complete && updated == 6 && status["currentRevision"] == status["updateRevision"] {
                 Ok(())
             } else {

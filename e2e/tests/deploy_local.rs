@@ -11,10 +11,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use e2e::deploy::{Overlay, dynamic_api, identities, make, repo_root, status_of, watch_deletions};
+use e2e::deploy::{
+    Overlay, TestDeploy, apply_samples, dynamic_api, identities, status_of, wait_for_sample_budget,
+};
 use e2e::quota::PodQuota;
 use e2e::real::RealNodes;
-use e2e::{Cluster, TestNamespace, audit, identity, pods, wait_for};
+use e2e::{Cluster, TestNamespace, audit, pods, wait_for};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -118,25 +120,9 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
         })
         .collect::<String>();
     let overlay = Overlay::new("config/local", &suffix, &victim.name, &watch_only_victim);
-    let base = overlay.path.display().to_string();
-    let vars = [
-        ("NAMESPACE", namespace.as_str()),
-        ("IMG", image.as_str()),
-        ("DEPLOY_BASE", base.as_str()),
-    ];
-    struct Undeploy<'a>(&'a Cluster, [(&'a str, &'a str); 3], bool);
-    impl Drop for Undeploy<'_> {
-        fn drop(&mut self) {
-            if !self.2 {
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    make(self.0, "undeploy", &self.1)
-                }));
-            }
-        }
-    }
-    let mut guard = Undeploy(&cluster, vars, false);
-    let ids = identities(&identity::yaml_to_json(&make(&cluster, "manifests", &vars)));
-    make(&cluster, "deploy", &vars);
+    let mut deployment = TestDeploy::new(&cluster, overlay, &namespace, &image);
+    let ids = identities(&deployment.manifests());
+    deployment.make("deploy");
 
     // Both Deployments: 2 Ready replicas each, on real nodes of two zones, as shipped.
     let real = e2e::real::nodes(&client).await;
@@ -220,10 +206,7 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
     .await;
 
     // The samples reach their status under the deployed controllers (their pods are on kwok).
-    let mut command = identity::kubectl(&cluster);
-    command.args(["apply", "--server-side", "-n", &victim.name, "-k"]);
-    command.arg(repo_root().join("config/samples"));
-    identity::run(command, None);
+    apply_samples(&cluster, &victim.name);
     let zdbs = dynamic_api(
         &client,
         "zonecontrol.k8s.aws/v1",
@@ -238,22 +221,7 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
         Some(&victim.name),
     )
     .await;
-    let per_zone = json!({"zone-a": 2, "zone-b": 2, "zone-c": 2});
-    wait_for(
-        "the sample ZDB's per-zone status",
-        Duration::from_secs(90),
-        || async {
-            let status = status_of(&zdbs, "web").await?;
-            if status["currentHealthy"] == per_zone
-                && status["disruptionsAllowed"] == json!({"zone-a": 1, "zone-b": 1, "zone-c": 1})
-            {
-                Ok(())
-            } else {
-                Err(status.to_string())
-            }
-        },
-    )
-    .await;
+    wait_for_sample_budget(&zdbs).await;
     wait_for(
         "the sample ZAU's status",
         Duration::from_secs(60),
@@ -395,22 +363,7 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
         || async {
             let status = status_of(&zaus, "real").await?;
             let update = update.as_str();
-            let list = victim_pods
-                .list(&ListParams::default().labels("app=real"))
-                .await
-                .map_err(|e| e.to_string())?;
-            let updated = list
-                .items
-                .iter()
-                .filter(|p| {
-                    pods::is_ready(p)
-                        && p.metadata
-                            .labels
-                            .as_ref()
-                            .and_then(|l| l.get("controller-revision-hash"))
-                            .is_some_and(|r| r == update)
-                })
-                .count();
+            let updated = pods::ready_at_revision(&victim_pods, "app=real", update).await?;
             if updated == 6
                 && status["updateRevision"] == update
                 && status["currentRevision"] == update
@@ -492,34 +445,9 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
     quota.release().await;
 
     // Undeploy: the webhook configuration goes first, then everything else.
-    let mut deletions = Vec::new();
-    for (api_version, kind, ns, name) in &ids {
-        let api = dynamic_api(&client, api_version, kind, ns.as_deref()).await;
-        let (live, handle) = watch_deletions(api, name.clone());
-        tokio::time::timeout(Duration::from_secs(30), live)
-            .await
-            .unwrap_or_else(|_| panic!("watch on {kind}/{name} not live"))
-            .unwrap();
-        deletions.push((format!("{kind}/{name}"), handle));
-    }
-    make(&cluster, "undeploy", &vars);
-    guard.2 = true;
-    let webhook_key = format!("ValidatingWebhookConfiguration/{webhook_name}");
-    let mut revisions = BTreeMap::new();
-    for (what, handle) in deletions {
-        let revision = tokio::time::timeout(Duration::from_secs(180), handle)
-            .await
-            .unwrap_or_else(|_| panic!("{what} was not deleted"))
-            .unwrap()
-            .unwrap_or_else(|| panic!("no deletion seen for {what}"));
-        revisions.insert(what, revision);
-    }
-    for (what, revision) in &revisions {
-        assert!(
-            what == &webhook_key || revisions[&webhook_key] < *revision,
-            "the webhook configuration is deleted before {what}"
-        );
-    }
+    deployment
+        .undeploy_webhook_first(&client, &ids, &webhook_name)
+        .await;
     wait_for(
         "the controllers' pods gone from the real nodes",
         Duration::from_secs(120),
