@@ -7,7 +7,9 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 CARGO ?= cargo
-# E2E_FILTER=<substring> runs only the e2e tests whose name contains it (e.g. zau, zdb, smoke).
+# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (deploy, deploy_local, smoke, zau, zdb).
+E2E_SUITE ?=
+# E2E_FILTER=<substring> runs only the e2e tests whose name contains it.
 E2E_FILTER ?=
 # E2E_THREADS bounds parallel e2e tests: they share one small control plane on 2 cores.
 E2E_THREADS ?= 2
@@ -79,9 +81,9 @@ image: ## The project's image without Docker (static binaries, non-root), import
 	LOCAL_IMG='$(LOCAL_IMG)' BINS='$(STATIC_BINS)' STATIC_TARGET='$(STATIC_TARGET)' bash e2e/cluster/images.sh project
 
 .PHONY: e2e
-e2e: local-crds image ## End-to-end tests against the local zonal cluster (E2E_FILTER=substring)
+e2e: local-crds image ## End-to-end tests against the local zonal cluster (E2E_SUITE=file, E2E_FILTER=substring)
 	$(CARGO) build --workspace --bins
-	$(CARGO) test -p e2e -- --ignored --test-threads=$(E2E_THREADS) $(E2E_FILTER) $(addprefix --skip ,$(E2E_SKIP))
+	$(CARGO) test -p e2e $(if $(E2E_SUITE),--test $(E2E_SUITE)) -- --ignored --test-threads=$(E2E_THREADS) $(E2E_FILTER) $(addprefix --skip ,$(E2E_SKIP))
 
 .PHONY: perf
 perf: cluster-up ## Long measurements from e2e/perf/ (not in CI; PERF=substring selects)
