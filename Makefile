@@ -82,8 +82,10 @@ image: ## The project's image without Docker (static binaries, non-root), import
 
 .PHONY: e2e
 e2e: local-crds image ## End-to-end tests against the local zonal cluster (E2E_SUITE=file, E2E_FILTER=substring)
-	$(CARGO) build --workspace --bins
-	$(CARGO) test -p e2e $(if $(E2E_SUITE),--test $(E2E_SUITE)) -- --ignored --test-threads=$(E2E_THREADS) $(E2E_FILTER) $(addprefix --skip ,$(E2E_SKIP))
+	# The same cargo selection as `make test` (the workspace with its test targets): one set of
+	# features, so the dependencies are compiled once, not once per selection.
+	$(CARGO) build --workspace --all-targets
+	$(CARGO) test --workspace $(if $(E2E_SUITE),--test $(E2E_SUITE),--tests) -- --ignored --test-threads=$(E2E_THREADS) $(E2E_FILTER) $(addprefix --skip ,$(E2E_SKIP))
 
 .PHONY: perf
 perf: cluster-up ## Long measurements from e2e/perf/ (not in CI; PERF=substring selects)
