@@ -2,7 +2,7 @@
 //! `E2E_KUBECONFIG` / `KUBECONFIG` (e.g. kind for `make e2e-kind`).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -13,8 +13,17 @@ pub struct Cluster {
     pub env: BTreeMap<String, String>,
 }
 
+/// The e2e crate's directory in the checkout under test: cargo names it to the test process at
+/// run time. The path compiled in is only the fallback: a target dir shared by two checkouts can
+/// hand one a test binary built in the other.
+pub fn e2e_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
 fn env_file() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(".cluster/env")
+    e2e_dir().join(".cluster/env")
 }
 
 /// Parses the `export NAME="value"` lines of the env file.

@@ -3,7 +3,7 @@
 //! namespace), dynamic APIs for rendered objects, and deletion order from the store's revisions.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -16,10 +16,7 @@ use crate::Cluster;
 use crate::identity;
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .unwrap()
+    crate::cluster::e2e_dir().join("..").canonicalize().unwrap()
 }
 
 /// `make <target>` from the repository root with kubectl of the cluster on PATH.

@@ -142,7 +142,7 @@ pub fn run(mut command: Command, stdin: Option<&[u8]>) -> String {
 }
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    crate::cluster::e2e_dir().join("..")
 }
 
 /// Renders `config/rbac/<service_account>.yaml` into `namespace` with `suffix` on every name, as

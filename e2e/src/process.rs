@@ -28,7 +28,7 @@ pub fn target_dir() -> PathBuf {
     if let Ok(dir) = std::env::var("CARGO_TARGET_DIR") {
         return PathBuf::from(dir).join("debug");
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug")
+    crate::cluster::e2e_dir().join("../target/debug")
 }
 
 impl ControllerProcess {

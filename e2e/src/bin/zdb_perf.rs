@@ -509,8 +509,7 @@ impl Usage {
 
 /// The API server of the local cluster, whose CPU time is reported next to the controller's.
 fn apiserver_pid() -> Option<u32> {
-    let file =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".cluster/pids/kube-apiserver.pid");
+    let file = e2e::cluster::e2e_dir().join(".cluster/pids/kube-apiserver.pid");
     std::fs::read_to_string(file).ok()?.trim().parse().ok()
 }
 
