@@ -29,6 +29,8 @@ pub mod runtime;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod watch;
 
 pub use cli::{LogFormat, RuntimeArgs};
