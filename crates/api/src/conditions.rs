@@ -34,6 +34,61 @@ pub fn new(
     }
 }
 
+/// Now, to the second: the API server stores times to the second, and a status compared with
+/// what it read back must not differ in the sub-second part.
+pub fn now() -> Time {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
+}
+
+/// A status with conditions: the helpers every controller uses on it, in one place.
+///
+/// Implementors give access to the list and to the generation the status describes; the
+/// conditions then carry that generation, and [`Conditions::already_reported`] tells a repeated
+/// complaint (whose event was published already) from a new one.
+pub trait Conditions {
+    fn conditions(&self) -> &[Condition];
+    fn conditions_mut(&mut self) -> &mut Vec<Condition>;
+    /// The generation the status describes (`status.observedGeneration`).
+    fn generation(&self) -> Option<i64>;
+
+    /// Sets a condition (observed at [`Conditions::generation`]), keeping its transition time
+    /// when its status did not flip.
+    fn set_condition(
+        &mut self,
+        type_: &str,
+        value: bool,
+        reason: &str,
+        message: impl Into<String>,
+    ) {
+        let condition = new(type_, value, reason, message, self.generation(), now());
+        set(self.conditions_mut(), condition);
+    }
+
+    /// The condition of `type_`, if set.
+    fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions().iter().find(|c| c.type_ == type_)
+    }
+
+    /// The reason of condition `type_` when it is True.
+    fn true_reason(&self, type_: &str) -> Option<&str> {
+        self.condition(type_)
+            .filter(|c| c.status == "True")
+            .map(|c| c.reason.as_str())
+    }
+
+    /// Whether `type_` is True with this reason and message for this generation: the same
+    /// complaint was already made (and its event published).
+    fn already_reported(&self, type_: &str, reason: &str, message: &str) -> bool {
+        self.condition(type_).is_some_and(|c| {
+            c.status == "True"
+                && c.reason == reason
+                && c.message == message
+                && c.observed_generation == self.generation()
+        })
+    }
+}
+
 /// Whether `type_` is present with status True.
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     conditions
@@ -44,6 +99,41 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Default)]
+    struct Status {
+        generation: Option<i64>,
+        conditions: Vec<Condition>,
+    }
+
+    impl Conditions for Status {
+        fn conditions(&self) -> &[Condition] {
+            &self.conditions
+        }
+        fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+            &mut self.conditions
+        }
+        fn generation(&self) -> Option<i64> {
+            self.generation
+        }
+    }
+
+    #[test]
+    fn complaints_are_recognised_per_generation() {
+        let mut status = Status {
+            generation: Some(2),
+            ..Status::default()
+        };
+        assert!(!status.already_reported("Invalid", "InvalidSpec", "bad"));
+        status.set_condition("Invalid", true, "InvalidSpec", "bad");
+        assert!(status.already_reported("Invalid", "InvalidSpec", "bad"));
+        assert!(!status.already_reported("Invalid", "InvalidSpec", "worse"));
+        assert_eq!(status.true_reason("Invalid"), Some("InvalidSpec"));
+        status.generation = Some(3);
+        assert!(!status.already_reported("Invalid", "InvalidSpec", "bad"));
+        status.set_condition("Invalid", false, "Valid", "");
+        assert_eq!(status.true_reason("Invalid"), None);
+    }
     use k8s_openapi::jiff::Timestamp;
 
     fn at(seconds: i64) -> Time {

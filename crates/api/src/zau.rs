@@ -146,3 +146,17 @@ pub struct ZoneAwareUpdateStatus {
     )]
     pub conditions: Vec<Condition>,
 }
+
+impl crate::conditions::Conditions for ZoneAwareUpdateStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+        &mut self.conditions
+    }
+
+    fn generation(&self) -> Option<i64> {
+        self.observed_generation
+    }
+}

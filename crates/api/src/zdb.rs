@@ -131,3 +131,17 @@ pub struct ZoneDisruptionBudgetStatus {
     )]
     pub conditions: Vec<Condition>,
 }
+
+impl crate::conditions::Conditions for ZoneDisruptionBudgetStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+        &mut self.conditions
+    }
+
+    fn generation(&self) -> Option<i64> {
+        Some(self.observed_generation)
+    }
+}
