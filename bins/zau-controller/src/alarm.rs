@@ -33,6 +33,18 @@ pub enum AlarmError {
     Describe(String),
 }
 
+/// Where a reconcile asks for an alarm's state: CloudWatch ([`AlarmChecker`]) in the binary, a
+/// scripted answer in tests.
+pub trait AlarmSource: Send + Sync {
+    fn alarm_state<'a>(&'a self, name: &'a str) -> futures::future::BoxFuture<'a, AlarmState>;
+}
+
+impl AlarmSource for AlarmChecker {
+    fn alarm_state<'a>(&'a self, name: &'a str) -> futures::future::BoxFuture<'a, AlarmState> {
+        Box::pin(self.state(name))
+    }
+}
+
 /// Reads alarm states; the AWS client is built on first use, so a controller whose rollouts use
 /// no alarm never resolves AWS region or credentials.
 pub struct AlarmChecker {

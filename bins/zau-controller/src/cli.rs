@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use zone_operator::RuntimeArgs;
 use zone_operator::duration::parse_duration;
+use zone_operator::{RuntimeArgs, ScopeArgs};
 
 /// How an old-revision pod is removed so the StatefulSet controller recreates it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -25,6 +25,9 @@ pub struct Args {
     #[command(flatten)]
     pub runtime: RuntimeArgs,
 
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+
     /// While a rollout has old-revision pods left, how often its pauseRolloutAlarm is read
     /// (CloudWatch DescribeAlarms) and the rollout re-examined. Nothing else is polled: pods,
     /// StatefulSets and ZoneAwareUpdates are watched.
@@ -37,34 +40,11 @@ pub struct Args {
     #[arg(long, env = "POD_REMOVAL", value_enum, default_value_t = PodRemoval::Evict)]
     pub pod_removal: PodRemoval,
 
-    /// Node label that names a node's zone; a pod's zone is this label of its node.
-    #[arg(
-        long,
-        env = "ZONE_LABEL",
-        default_value = zone_topology::ZONE_LABEL,
-        value_name = "KEY"
-    )]
-    pub zone_label: String,
-
     /// CloudWatch endpoint URL, e.g. http://127.0.0.1:4566 for LocalStack. When unset the AWS SDK
     /// uses AWS_ENDPOINT_URL or the regional endpoint. Region and credentials always come from
     /// the standard AWS chain (AWS_REGION, IRSA / Pod Identity, profiles, instance metadata).
     #[arg(long, env = "CLOUDWATCH_ENDPOINT", value_name = "URL")]
     pub cloudwatch_endpoint: Option<String>,
-
-    /// Field manager name for the ZoneAwareUpdate status written by server-side apply.
-    #[arg(
-        long,
-        env = "FIELD_MANAGER",
-        default_value = "zau-controller",
-        value_name = "NAME"
-    )]
-    pub field_manager: String,
-
-    /// Only handle ZoneAwareUpdates (and watch StatefulSets and pods) in this namespace. Default:
-    /// every namespace.
-    #[arg(long, env = "WATCH_NAMESPACE", value_name = "NAMESPACE")]
-    pub watch_namespace: Option<String>,
 }
 
 #[cfg(test)]
@@ -89,8 +69,8 @@ mod tests {
         .unwrap();
         assert_eq!(args.alarm_poll_interval, Duration::from_secs(15));
         assert_eq!(args.pod_removal, PodRemoval::Evict);
-        assert_eq!(args.zone_label, "topology.kubernetes.io/zone");
-        assert_eq!(args.field_manager, "zau-controller");
+        assert_eq!(args.scope.zone_label, "topology.kubernetes.io/zone");
+        assert_eq!(args.scope.field_manager("zau-controller"), "zau-controller");
     }
 
     #[test]
@@ -111,12 +91,12 @@ mod tests {
         .unwrap();
         assert_eq!(args.alarm_poll_interval, Duration::from_millis(500));
         assert_eq!(args.pod_removal, PodRemoval::Delete);
-        assert_eq!(args.zone_label, "example.com/rack");
+        assert_eq!(args.scope.zone_label, "example.com/rack");
         assert_eq!(
             args.cloudwatch_endpoint.as_deref(),
             Some("http://127.0.0.1:4566")
         );
-        assert_eq!(args.watch_namespace.as_deref(), Some("apps"));
+        assert_eq!(args.scope.namespace(), Some("apps"));
     }
 
     #[test]

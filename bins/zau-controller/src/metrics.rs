@@ -3,18 +3,9 @@
 
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 use zone_api::ZoneAwareUpdateStatus;
+use zone_operator::metrics::{MetricsError, create};
 
 const PREFIX: &str = "zone_aware_zau";
-
-#[derive(Debug, thiserror::Error)]
-pub enum MetricsError {
-    #[error("cannot create or register metric {metric}")]
-    Register {
-        metric: &'static str,
-        #[source]
-        source: prometheus::Error,
-    },
-}
 
 #[derive(Clone)]
 pub struct ZauMetrics {
@@ -31,39 +22,28 @@ fn gauge(
     help: &str,
     labels: &[&str],
 ) -> Result<IntGaugeVec, MetricsError> {
-    let register = |source| MetricsError::Register {
-        metric: name,
-        source,
-    };
-    let gauge =
-        IntGaugeVec::new(Opts::new(name, help).namespace(PREFIX), labels).map_err(register)?;
-    registry
-        .register(Box::new(gauge.clone()))
-        .map_err(register)?;
-    Ok(gauge)
+    create(
+        registry,
+        name,
+        IntGaugeVec::new(Opts::new(name, help).namespace(PREFIX), labels),
+    )
 }
 
 impl ZauMetrics {
     pub fn register(registry: &Registry) -> Result<Self, MetricsError> {
         let object = ["namespace", "name"];
-        let removed_total = IntCounterVec::new(
-            Opts::new(
-                "removed_pods_total",
-                "Old-revision pods removed (evicted or deleted) by rollouts.",
-            )
-            .namespace(PREFIX),
-            &object,
-        )
-        .map_err(|source| MetricsError::Register {
-            metric: "removed_pods_total",
-            source,
-        })?;
-        registry
-            .register(Box::new(removed_total.clone()))
-            .map_err(|source| MetricsError::Register {
-                metric: "removed_pods_total",
-                source,
-            })?;
+        let removed_total = create(
+            registry,
+            "removed_pods_total",
+            IntCounterVec::new(
+                Opts::new(
+                    "removed_pods_total",
+                    "Old-revision pods removed (evicted or deleted) by rollouts.",
+                )
+                .namespace(PREFIX),
+                &object,
+            ),
+        )?;
         Ok(Self {
             step: gauge(
                 registry,

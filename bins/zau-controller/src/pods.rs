@@ -8,11 +8,9 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
-use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{ObjectRef, Store};
 use zone_topology::Zone;
 use zone_topology::rollout::RolloutPod;
 
@@ -65,16 +63,6 @@ pub fn strip_statefulset(set: &mut StatefulSet) {
             service_name: spec.service_name.take(),
             ..StatefulSetSpec::default()
         };
-    }
-}
-
-/// Keeps only the zone label of a node.
-pub fn strip_node(node: &mut PartialObjectMeta<Node>, zone_label: &str) {
-    let meta = &mut node.metadata;
-    meta.annotations = None;
-    meta.managed_fields = None;
-    if let Some(labels) = meta.labels.as_mut() {
-        labels.retain(|key, _| key == zone_label);
     }
 }
 
@@ -132,21 +120,6 @@ pub fn availability(pod: &Pod, min_ready_seconds: u32, now: Timestamp) -> Availa
         let rest = needed - ready_for;
         Availability::ReadySoon(Duration::try_from(rest).unwrap_or(Duration::from_secs(1)))
     }
-}
-
-/// The zone of the node the pod is bound to, from the node cache.
-pub fn zone_of(pod: &Pod, nodes: &Store<PartialObjectMeta<Node>>, zone_label: &str) -> Zone {
-    let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
-        return Zone::Unknown;
-    };
-    nodes
-        .get(&ObjectRef::new(node_name))
-        .map_or(Zone::Unknown, |node| {
-            Zone::from_label(
-                &node.metadata.labels.clone().unwrap_or_default(),
-                zone_label,
-            )
-        })
 }
 
 /// A pod of the StatefulSet as the planner sees it, plus when it turns available (for a requeue).

@@ -1,29 +1,39 @@
-//! One reconcile of a ZoneAwareUpdate: validate → read the StatefulSet and its pods (from the
-//! caches) → plan (`zone_topology::rollout`) → alarm → remove a batch → status, events, metrics.
+//! One reconcile of a ZoneAwareUpdate, as a pipeline:
+//!
+//! 1. **observe**: validate the spec, read the StatefulSet and its pods from the caches
+//!    ([`Step::observe`], with the pure check [`target`]);
+//! 2. **plan** (pure): `zone_topology::rollout` and the status it implies ([`record_progress`]),
+//!    the pause the alarm's state implies ([`alarm_decision`]), what a removed batch changes
+//!    ([`record_batch`]);
+//! 3. **act**: ask the alarm, remove one batch through the Eviction API, or record completion on
+//!    the StatefulSet ([`Step::act`]);
+//! 4. **status**: written when it changed, then the events and metrics ([`reconcile`]).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
+use zone_api::conditions::Conditions;
 use zone_api::zau::condition;
-use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus};
-use zone_operator::{ControllerMetrics, EventPublisher, LeaderError, LeaderHandle};
+use zone_api::{ValidZau, ZoneAwareUpdate, ZoneAwareUpdateStatus};
+use zone_operator::metrics::ObjectSeries;
+use zone_operator::status::{self, StatusError};
+use zone_operator::{ControllerMetrics, EventPublisher, LeaderError, LeaderHandle, PendingEvents};
 use zone_topology::Zone;
-use zone_topology::rollout::{self, Batch, Plan, RolloutInput};
+use zone_topology::rollout::{self, Batch, Plan, Progress, RolloutInput, RolloutPod};
 
-use crate::alarm::{AlarmChecker, AlarmState};
+use crate::alarm::{AlarmSource, AlarmState};
 use crate::cli::PodRemoval;
 use crate::metrics::ZauMetrics;
 use crate::pods;
 use crate::removal::{self, Removal, RemovalError};
-use crate::status::{self, ALARM_REASONS, StatusError, reason};
+use crate::status::{ALARM_REASONS, reason};
 use crate::watches::Caches;
 
 /// After a removal, the cache must show the pod terminating (or replaced) before the next plan;
@@ -38,12 +48,15 @@ const BUDGET_RETRY: Duration = Duration::from_secs(5);
 /// After a failed reconcile (API error), retry after this long.
 pub const ERROR_RETRY: Duration = Duration::from_secs(5);
 
+/// The StatefulSet controller writes a StatefulSet's status often: completing one is re-read
+/// and retried this many times on conflict.
+const COMPLETE_ATTEMPTS: usize = 5;
+
 /// Settings from the command line.
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub alarm_poll_interval: Duration,
     pub pod_removal: PodRemoval,
-    pub zone_label: String,
     pub field_manager: String,
 }
 
@@ -52,18 +65,21 @@ pub struct Context {
     pub client: Client,
     pub zaus: Store<ZoneAwareUpdate>,
     pub caches: Caches,
-    pub alarms: AlarmChecker,
+    pub alarms: Arc<dyn AlarmSource>,
     pub events: EventPublisher,
     pub leader: LeaderHandle,
     pub metrics: ControllerMetrics,
     pub zau_metrics: ZauMetrics,
     pub settings: Settings,
-    memory: Mutex<HashMap<String, Memory>>,
+    /// Per ZoneAwareUpdate UID, what the controller remembers between reconciles.
+    pub memory: Mutex<HashMap<String, Memory>>,
+    /// The objects (and zones) with metric series, to drop those of deleted ones.
+    pub series: ObjectSeries,
 }
 
 /// What the controller remembers of a ZoneAwareUpdate between reconciles (keyed by UID).
 #[derive(Default, Clone)]
-struct Memory {
+pub struct Memory {
     /// The status last written, with the object's resourceVersion after the write: the cache may
     /// not have seen the write yet, and a stale `updateStep` would size the next batch wrongly.
     written: Option<(u64, ZoneAwareUpdateStatus)>,
@@ -74,8 +90,6 @@ struct Memory {
     last_batch_zone: Option<String>,
     /// Last dry-run batch reported (one event per distinct plan).
     last_dry_run: Option<Vec<String>>,
-    namespace: String,
-    name: String,
 }
 
 #[derive(Clone)]
@@ -91,19 +105,12 @@ pub enum ReconcileError {
     Incomplete(String),
     #[error(transparent)]
     Status(#[from] StatusError),
-    #[error("cannot read StatefulSet {namespace}/{name}")]
-    ReadStatefulSet {
-        namespace: String,
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
     #[error("cannot set status.currentRevision of StatefulSet {namespace}/{name}")]
     CompleteStatefulSet {
         namespace: String,
         name: String,
         #[source]
-        source: kube::Error,
+        source: StatusError,
     },
     #[error(transparent)]
     Remove(#[from] RemovalError),
@@ -117,7 +124,10 @@ impl ReconcileError {
         match self {
             ReconcileError::Incomplete(_) => "Incomplete",
             ReconcileError::Status(_) => "WriteStatus",
-            ReconcileError::ReadStatefulSet { .. } => "ReadStatefulSet",
+            ReconcileError::CompleteStatefulSet {
+                source: StatusError::Reread { .. },
+                ..
+            } => "ReadStatefulSet",
             ReconcileError::CompleteStatefulSet { .. } => "CompleteStatefulSet",
             ReconcileError::Remove(_) => "RemovePod",
             ReconcileError::Leader(_) => "Leader",
@@ -125,92 +135,36 @@ impl ReconcileError {
     }
 }
 
-/// An event to publish once the status is written.
-struct Note {
-    warning: bool,
-    reason: &'static str,
-    action: &'static str,
-    message: String,
-}
-
-fn note(reason: &'static str, action: &'static str, message: impl Into<String>) -> Note {
-    Note {
-        warning: false,
-        reason,
-        action,
-        message: message.into(),
-    }
-}
-
-fn warning(reason: &'static str, action: &'static str, message: impl Into<String>) -> Note {
-    Note {
-        warning: true,
-        reason,
-        action,
-        message: message.into(),
-    }
-}
-
 impl Context {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        client: Client,
-        zaus: Store<ZoneAwareUpdate>,
-        caches: Caches,
-        alarms: AlarmChecker,
-        events: EventPublisher,
-        leader: LeaderHandle,
-        metrics: ControllerMetrics,
-        zau_metrics: ZauMetrics,
-        settings: Settings,
-    ) -> Self {
-        Self {
-            client,
-            zaus,
-            caches,
-            alarms,
-            events,
-            leader,
-            metrics,
-            zau_metrics,
-            settings,
-            memory: Mutex::new(HashMap::new()),
-        }
-    }
-
     fn remember<T>(&self, uid: &str, f: impl FnOnce(&mut Memory) -> T) -> T {
-        let mut memory = self
-            .memory
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut memory = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
         f(memory.entry(uid.to_string()).or_default())
     }
 
     /// Forgets ZoneAwareUpdates that no longer exist (and their metric series).
     fn forget_deleted(&self) {
-        let live: std::collections::HashSet<String> = self
-            .zaus
-            .state()
-            .iter()
-            .filter_map(|zau| zau.uid())
-            .collect();
-        let mut memory = self
-            .memory
+        let state = self.zaus.state();
+        let uids: BTreeSet<String> = state.iter().filter_map(|zau| zau.uid()).collect();
+        self.memory
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        memory.retain(|uid, remembered| {
-            let keep = live.contains(uid);
-            if !keep {
-                let zones: Vec<String> = remembered
-                    .written
-                    .as_ref()
-                    .map(|(_, s)| s.old_replicas.keys().cloned().collect())
-                    .unwrap_or_default();
-                self.zau_metrics
-                    .forget(&remembered.namespace, &remembered.name, &zones);
-            }
-            keep
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|uid, _| uids.contains(uid));
+        let live = state
+            .iter()
+            .map(|zau| (zau.namespace().unwrap_or_default(), zau.name_any()))
+            .collect();
+        self.series.forget_deleted(&live, |namespace, name, zones| {
+            self.zau_metrics.forget(namespace, name, zones);
         });
+    }
+
+    /// The status a reconcile starts from: our last write unless the cache has a newer one.
+    fn starting_status(&self, zau: &ZoneAwareUpdate, uid: &str) -> ZoneAwareUpdateStatus {
+        let cached = zau.status.clone().unwrap_or_default();
+        self.remember(uid, |m| match &m.written {
+            Some((rv, written)) if *rv >= resource_version(zau) => written.clone(),
+            _ => cached,
+        })
     }
 }
 
@@ -218,6 +172,13 @@ fn resource_version(zau: &ZoneAwareUpdate) -> u64 {
     zau.resource_version()
         .and_then(|rv| rv.parse().ok())
         .unwrap_or(0)
+}
+
+/// The status being built by one reconcile and the events it will publish once written.
+#[derive(Debug, Default)]
+pub struct Draft {
+    pub status: ZoneAwareUpdateStatus,
+    pub events: PendingEvents,
 }
 
 /// Entry point for the kube Controller.
@@ -232,29 +193,30 @@ pub async fn reconcile(
     let name = zau.name_any();
     ctx.forget_deleted();
 
-    // The status this reconcile starts from: our last write unless the cache has a newer one.
-    let cached = zau.status.clone().unwrap_or_default();
-    let previous = ctx.remember(&uid, |m| {
-        m.namespace.clone_from(&namespace);
-        m.name.clone_from(&name);
-        match &m.written {
-            Some((rv, written)) if *rv >= resource_version(&zau) => written.clone(),
-            _ => cached,
-        }
-    });
-    let mut next = previous.clone();
-    next.observed_generation = zau.metadata.generation;
-    let mut notes = Vec::new();
-
+    let previous = ctx.starting_status(&zau, &uid);
+    let mut draft = Draft {
+        status: ZoneAwareUpdateStatus {
+            observed_generation: zau.metadata.generation,
+            ..previous.clone()
+        },
+        events: PendingEvents::default(),
+    };
+    let step = Step {
+        zau: &zau,
+        ctx: &ctx,
+        uid: &uid,
+        namespace: &namespace,
+        previous: &previous,
+    };
     // Even when deciding failed half-way (an API error after part of a batch was removed), what
     // was done is recorded: the status carries the step.
-    let outcome = decide(&zau, &ctx, &uid, &previous, &mut next, &mut notes).await;
+    let outcome = step.run(&mut draft).await;
 
-    let api: Api<ZoneAwareUpdate> = Api::namespaced(ctx.client.clone(), &namespace);
-    if next != previous {
-        match status::write(&api, &zau, &ctx.settings.field_manager, &next).await {
+    if draft.status != previous {
+        let api: Api<ZoneAwareUpdate> = Api::namespaced(ctx.client.clone(), &namespace);
+        match status::apply_status(&api, &zau, &ctx.settings.field_manager, &draft.status).await {
             Ok(stored) => ctx.remember(&uid, |m| {
-                m.written = Some((resource_version(&stored), next.clone()));
+                m.written = Some((resource_version(&stored), draft.status.clone()));
             }),
             Err(error) => {
                 // The decision error (if any) is the more useful one to report.
@@ -263,75 +225,71 @@ pub async fn reconcile(
             }
         }
     }
-    ctx.zau_metrics.observe(&namespace, &name, &next);
-    let regarding = zau.object_ref(&());
-    for note in notes {
-        if note.warning {
-            ctx.events
-                .warning(&regarding, note.reason, note.action, &note.message)
-                .await;
-        } else {
-            ctx.events
-                .normal(&regarding, note.reason, note.action, &note.message)
-                .await;
-        }
-    }
+    ctx.zau_metrics.observe(&namespace, &name, &draft.status);
+    ctx.series.note(
+        &namespace,
+        &name,
+        draft.status.old_replicas.keys().map(String::as_str),
+    );
+    draft
+        .events
+        .publish(&ctx.events, &zau.object_ref(&()))
+        .await;
     outcome
 }
 
-/// Marks the rollout as not actionable: Invalid condition, one Warning event per generation and
-/// message, then wait for a change of the spec (or of the StatefulSet, which is watched).
-fn invalid(
-    next: &mut ZoneAwareUpdateStatus,
-    notes: &mut Vec<Note>,
-    why: &'static str,
-    message: String,
-) -> Action {
-    if !status::already_reported(next, condition::INVALID, why, &message) {
-        notes.push(warning(why, "Validate", message.clone()));
-    }
-    status::set(next, condition::INVALID, true, why, message.clone());
-    status::set(
-        next,
-        condition::PROGRESSING,
-        false,
-        why,
-        "nothing is removed until this is fixed",
-    );
-    Action::await_change()
+/// What one reconcile works on.
+struct Step<'a> {
+    zau: &'a ZoneAwareUpdate,
+    ctx: &'a Context,
+    uid: &'a str,
+    namespace: &'a str,
+    previous: &'a ZoneAwareUpdateStatus,
 }
 
-async fn decide(
-    zau: &ZoneAwareUpdate,
-    ctx: &Context,
-    uid: &str,
-    previous: &ZoneAwareUpdateStatus,
-    next: &mut ZoneAwareUpdateStatus,
-    notes: &mut Vec<Note>,
-) -> Result<Action, ReconcileError> {
-    let namespace = zau.namespace().unwrap_or_default();
-    let valid = match zau.spec.validate() {
-        Ok(valid) => valid,
-        Err(error) => {
-            return Ok(invalid(
-                next,
-                notes,
-                reason::INVALID_SPEC,
-                error.to_string(),
-            ));
+/// Why a rollout cannot be acted on: the reason and message of the Invalid condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Invalid {
+    /// Records the Invalid condition (one Warning event per generation and message) and waits
+    /// for a change of the spec (or of the StatefulSet, which is watched).
+    fn record(self, draft: &mut Draft) -> Action {
+        let status = &mut draft.status;
+        if !status.already_reported(condition::INVALID, self.reason, &self.message) {
+            draft
+                .events
+                .warning(self.reason, "Validate", self.message.clone());
         }
-    };
-    let Some(set) = ctx
-        .caches
-        .statefulsets
-        .get(&ObjectRef::new(&valid.statefulset).within(&namespace))
-    else {
-        let message = format!(
-            "StatefulSet {namespace}/{} does not exist",
-            valid.statefulset
+        status.set_condition(condition::INVALID, true, self.reason, self.message);
+        status.set_condition(
+            condition::PROGRESSING,
+            false,
+            self.reason,
+            "nothing is removed until this is fixed",
         );
-        return Ok(invalid(next, notes, reason::STATEFULSET_NOT_FOUND, message));
-    };
+        Action::await_change()
+    }
+}
+
+/// The StatefulSet as the planner needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub replicas: u32,
+    pub max_unavailable: u32,
+    pub min_ready_seconds: u32,
+    /// `None` while the StatefulSet controller has not observed the latest spec (its
+    /// updateRevision is stale).
+    pub update_revision: Option<String>,
+    pub current_revision: String,
+}
+
+/// Checks the StatefulSet a valid spec names (pure): it must use `OnDelete`, and the spec's
+/// maxUnavailable must resolve against its replicas.
+pub fn target(valid: &ValidZau, set: &StatefulSet) -> Result<Target, Invalid> {
     let spec = set.spec.clone().unwrap_or_default();
     let strategy = spec
         .update_strategy
@@ -339,120 +297,162 @@ async fn decide(
         .and_then(|s| s.type_.clone())
         .unwrap_or_else(|| "RollingUpdate".to_string());
     if strategy != "OnDelete" {
-        let message = format!(
-            "StatefulSet {} has updateStrategy {strategy}: set it to OnDelete, or the StatefulSet controller and this rollout would both replace pods",
-            valid.statefulset
-        );
-        return Ok(invalid(next, notes, reason::NOT_ON_DELETE, message));
+        return Err(Invalid {
+            reason: reason::NOT_ON_DELETE,
+            message: format!(
+                "StatefulSet {} has updateStrategy {strategy}: set it to OnDelete, or the StatefulSet controller and this rollout would both replace pods",
+                valid.statefulset
+            ),
+        });
     }
     let replicas = u32::try_from(spec.replicas.unwrap_or(1)).unwrap_or(0);
-    let max_unavailable = match rollout::resolve_max_unavailable(valid.max_unavailable, replicas) {
-        Ok(max) => max,
-        Err(error) => {
-            return Ok(invalid(
-                next,
-                notes,
-                reason::INVALID_SPEC,
-                format!("spec.maxUnavailable: {error}"),
-            ));
-        }
-    };
-    status::set(next, condition::INVALID, false, reason::VALID, "");
-
-    let sts_status = set.status.clone().unwrap_or_default();
-    let update_revision = sts_status.update_revision.clone().unwrap_or_default();
-    if sts_status.observed_generation < set.metadata.generation || update_revision.is_empty() {
-        // The StatefulSet controller has not processed the latest template yet: its
-        // updateRevision is stale. Its status update will trigger the next reconcile.
-        status::set(
-            next,
-            condition::PROGRESSING,
-            true,
-            reason::WAITING_FOR_STATEFULSET,
-            "waiting for the StatefulSet controller to observe the latest spec",
-        );
-        return Ok(Action::await_change());
-    }
-
-    // Pods of the StatefulSet, as the planner sees them.
-    let now = Timestamp::now();
-    let min_ready = u32::try_from(spec.min_ready_seconds.unwrap_or(0)).unwrap_or(0);
-    let set_name = set.name_any();
-    let cached_pods: Vec<Arc<Pod>> = ctx.caches.pods.state_filter(|pod| {
-        pod.metadata.namespace.as_deref() == Some(namespace.as_str())
-            && pods::owner_statefulset(pod) == Some(set_name.as_str())
-    });
-    let mut planned = Vec::with_capacity(cached_pods.len());
-    let mut soonest_available: Option<Duration> = None;
-    for pod in &cached_pods {
-        let zone = pods::zone_of(pod, &ctx.caches.nodes, &ctx.settings.zone_label);
-        if let Some(p) = pods::rollout_pod(pod, zone, min_ready, now) {
-            if let Some(rest) = p.available_in {
-                soonest_available = Some(soonest_available.map_or(rest, |s| s.min(rest)));
-            }
-            planned.push(p.pod);
-        }
-    }
-
-    let last_zone = previous.current_zone.as_deref().map(zone_from_status);
-    let input = RolloutInput {
+    let max_unavailable = rollout::resolve_max_unavailable(valid.max_unavailable, replicas)
+        .map_err(|error| Invalid {
+            reason: reason::INVALID_SPEC,
+            message: format!("spec.maxUnavailable: {error}"),
+        })?;
+    let status = set.status.clone().unwrap_or_default();
+    let update_revision = status.update_revision.clone().unwrap_or_default();
+    let observed = status.observed_generation >= set.metadata.generation;
+    Ok(Target {
         replicas,
-        update_revision: &update_revision,
-        last_update_revision: Some(previous.update_revision.as_str()).filter(|r| !r.is_empty()),
-        step: u32::try_from(previous.update_step).unwrap_or(0),
-        last_zone: last_zone.as_ref(),
         max_unavailable,
-        exponential_factor: valid.exponential_factor,
-        pods: &planned,
-    };
-    let (progress, plan) = rollout::plan(&input);
+        min_ready_seconds: u32::try_from(spec.min_ready_seconds.unwrap_or(0)).unwrap_or(0),
+        update_revision: Some(update_revision).filter(|r| observed && !r.is_empty()),
+        current_revision: status.current_revision.unwrap_or_default(),
+    })
+}
 
-    // The parts of the status every outcome shares.
-    let new_revision = previous.update_revision != update_revision;
-    if new_revision {
-        next.deleted_replicas = 0;
-        if !previous.update_revision.is_empty() && progress.total_old() > 0 {
-            notes.push(note(
-                "NewRevision",
-                "Plan",
-                format!(
-                    "rolling out revision {update_revision} (was {}): batches start again at one pod",
-                    previous.update_revision
-                ),
-            ));
+/// What observing found: the StatefulSet and its pods as the planner sees them.
+struct Observed {
+    valid: ValidZau,
+    set: Arc<StatefulSet>,
+    target: Target,
+    /// The StatefulSet's pods in the cache.
+    cached: Vec<Arc<Pod>>,
+    planned: Vec<RolloutPod>,
+    /// When the first Ready-but-not-yet-available pod turns available.
+    soonest_available: Option<Duration>,
+}
+
+impl Step<'_> {
+    async fn run(&self, draft: &mut Draft) -> Result<Action, ReconcileError> {
+        let observed = match self.observe() {
+            Ok(observed) => observed,
+            Err(invalid) => return Ok(invalid.record(draft)),
+        };
+        draft
+            .status
+            .set_condition(condition::INVALID, false, reason::VALID, "");
+        let Some(update_revision) = observed.target.update_revision.clone() else {
+            // Its status update will trigger the next reconcile.
+            draft.status.set_condition(
+                condition::PROGRESSING,
+                true,
+                reason::WAITING_FOR_STATEFULSET,
+                "waiting for the StatefulSet controller to observe the latest spec",
+            );
+            return Ok(Action::await_change());
+        };
+        let last_zone = self.previous.current_zone.as_deref().map(zone_from_status);
+        let input = RolloutInput {
+            replicas: observed.target.replicas,
+            update_revision: &update_revision,
+            last_update_revision: Some(self.previous.update_revision.as_str())
+                .filter(|r| !r.is_empty()),
+            step: u32::try_from(self.previous.update_step).unwrap_or(0),
+            last_zone: last_zone.as_ref(),
+            max_unavailable: observed.target.max_unavailable,
+            exponential_factor: observed.valid.exponential_factor,
+            pods: &observed.planned,
+        };
+        let (progress, plan) = rollout::plan(&input);
+        record_progress(
+            self.previous,
+            &update_revision,
+            &observed.target.current_revision,
+            &progress,
+            draft,
+        );
+        if let Some(action) = self.pending_removals(&observed.cached, &mut draft.status) {
+            return Ok(action);
         }
+        self.act(&observed, plan, progress.total_old() > 0, draft)
+            .await
     }
-    next.update_revision.clone_from(&update_revision);
-    next.current_revision = sts_status.current_revision.clone().unwrap_or_default();
-    next.old_replicas = progress
-        .old_replicas
-        .iter()
-        .map(|(zone, old)| (zone.to_string(), i32::try_from(*old).unwrap_or(i32::MAX)))
-        .collect();
-    next.total_old_replicas = i32::try_from(progress.total_old()).unwrap_or(i32::MAX);
-    next.current_zone = progress.current_zone.as_ref().map(ToString::to_string);
-    next.update_step = i32::try_from(progress.step).unwrap_or(i32::MAX);
 
-    // Pods removed earlier must show up as terminating (or replaced) before planning again.
-    let pending = ctx.remember(uid, |m| {
-        m.expected.retain(|expected| {
-            let current = cached_pods
-                .iter()
-                .find(|pod| pod.metadata.name.as_deref() == Some(expected.name.as_str()));
-            let unchanged = current.is_some_and(|pod| {
-                pod.metadata.uid.as_deref() == Some(expected.uid.as_str())
-                    && pod.metadata.deletion_timestamp.is_none()
-            });
-            unchanged && expected.at.elapsed() < EXPECTATION_TIMEOUT
+    /// Reads the caches: the spec must be valid and name an OnDelete StatefulSet.
+    fn observe(&self) -> Result<Observed, Invalid> {
+        let valid = self.zau.spec.validate().map_err(|error| Invalid {
+            reason: reason::INVALID_SPEC,
+            message: error.to_string(),
+        })?;
+        let set = self
+            .ctx
+            .caches
+            .statefulsets
+            .get(&ObjectRef::new(&valid.statefulset).within(self.namespace))
+            .ok_or_else(|| Invalid {
+                reason: reason::STATEFULSET_NOT_FOUND,
+                message: format!(
+                    "StatefulSet {}/{} does not exist",
+                    self.namespace, valid.statefulset
+                ),
+            })?;
+        let target = target(&valid, &set)?;
+        let set_name = set.name_any();
+        let cached = self.ctx.caches.pods.state_filter(|pod| {
+            pod.metadata.namespace.as_deref() == Some(self.namespace)
+                && pods::owner_statefulset(pod) == Some(set_name.as_str())
         });
-        m.expected
-            .iter()
-            .map(|e| e.name.clone())
-            .collect::<Vec<_>>()
-    });
-    if !pending.is_empty() {
-        status::set(
-            next,
+        let now = Timestamp::now();
+        let mut planned = Vec::with_capacity(cached.len());
+        let mut soonest_available: Option<Duration> = None;
+        for pod in &cached {
+            let zone = self.ctx.caches.zones.zone_of(pod);
+            if let Some(p) = pods::rollout_pod(pod, zone, target.min_ready_seconds, now) {
+                if let Some(rest) = p.available_in {
+                    soonest_available = Some(soonest_available.map_or(rest, |s| s.min(rest)));
+                }
+                planned.push(p.pod);
+            }
+        }
+        Ok(Observed {
+            valid,
+            set,
+            target,
+            cached,
+            planned,
+            soonest_available,
+        })
+    }
+
+    /// Pods removed earlier must show up as terminating (or replaced) before planning again.
+    fn pending_removals(
+        &self,
+        cached: &[Arc<Pod>],
+        status: &mut ZoneAwareUpdateStatus,
+    ) -> Option<Action> {
+        let pending = self.ctx.remember(self.uid, |m| {
+            m.expected.retain(|expected| {
+                let current = cached
+                    .iter()
+                    .find(|pod| pod.metadata.name.as_deref() == Some(expected.name.as_str()));
+                let unchanged = current.is_some_and(|pod| {
+                    pod.metadata.uid.as_deref() == Some(expected.uid.as_str())
+                        && pod.metadata.deletion_timestamp.is_none()
+                });
+                unchanged && expected.at.elapsed() < EXPECTATION_TIMEOUT
+            });
+            m.expected
+                .iter()
+                .map(|e| e.name.clone())
+                .collect::<Vec<_>>()
+        });
+        if pending.is_empty() {
+            return None;
+        }
+        status.set_condition(
             condition::PROGRESSING,
             true,
             reason::WAITING,
@@ -461,96 +461,310 @@ async fn decide(
                 pending.join(", ")
             ),
         );
-        return Ok(Action::requeue(EXPECTATION_TIMEOUT));
+        Some(Action::requeue(EXPECTATION_TIMEOUT))
     }
 
-    let in_progress = progress.total_old() > 0;
-    let poll = Action::requeue(ctx.settings.alarm_poll_interval);
-    match plan {
-        Plan::Complete => Ok(complete(zau, ctx, &set, previous, next, notes).await?),
-        Plan::Wait(why) => {
-            status::set(
-                next,
-                condition::PROGRESSING,
-                true,
-                reason::WAITING,
-                why.to_string(),
-            );
-            status::set(
-                next,
-                condition::COMPLETE,
-                false,
-                reason::IN_PROGRESS,
-                "old-revision or unready pods remain",
-            );
-            if !zau.spec.dry_run && status::paused_reason(next) == Some(reason::DRY_RUN) {
-                status::set(next, condition::PAUSED, false, reason::NOT_PAUSED, "");
+    async fn act(
+        &self,
+        observed: &Observed,
+        plan: Plan,
+        in_progress: bool,
+        draft: &mut Draft,
+    ) -> Result<Action, ReconcileError> {
+        let poll = Action::requeue(self.ctx.settings.alarm_poll_interval);
+        let status = &mut draft.status;
+        match plan {
+            Plan::Complete => self.complete(&observed.set, draft).await,
+            Plan::Wait(why) => {
+                status.set_condition(
+                    condition::PROGRESSING,
+                    true,
+                    reason::WAITING,
+                    why.to_string(),
+                );
+                status.set_condition(
+                    condition::COMPLETE,
+                    false,
+                    reason::IN_PROGRESS,
+                    "old-revision or unready pods remain",
+                );
+                self.leave_dry_run(status);
+                Ok(match observed.soonest_available {
+                    Some(rest) => Action::requeue(rest),
+                    None if in_progress => poll,
+                    None => Action::await_change(),
+                })
             }
-            Ok(match soonest_available {
-                Some(rest) => Action::requeue(rest),
-                None if in_progress => poll,
-                None => Action::await_change(),
-            })
+            Plan::Remove(batch) => {
+                status.set_condition(
+                    condition::COMPLETE,
+                    false,
+                    reason::IN_PROGRESS,
+                    "old-revision pods remain",
+                );
+                let alarm = self.alarm_state().await;
+                if let Some(action) =
+                    alarm_decision(&self.zau.spec, self.previous, &alarm, draft, poll.clone())
+                {
+                    tracing::info!(zau = %self.zau.name_any(), reason = ?draft.status.true_reason(condition::PAUSED), "rollout paused");
+                    return Ok(action);
+                }
+                if self.zau.spec.dry_run {
+                    self.dry_run(&batch, draft);
+                    return Ok(if self.zau.spec.pause_rollout_alarm.is_empty() {
+                        Action::await_change()
+                    } else {
+                        poll
+                    });
+                }
+                self.leave_dry_run(&mut draft.status);
+                self.remove_batch(&batch, &observed.planned, draft).await
+            }
         }
-        Plan::Remove(batch) => {
-            status::set(
-                next,
-                condition::COMPLETE,
-                false,
-                reason::IN_PROGRESS,
-                "old-revision pods remain",
-            );
-            if let Some(action) = alarm_gate(zau, ctx, previous, next, notes).await {
-                return Ok(action);
+    }
+
+    /// A rollout that is not (or no longer) a dry run drops the dry run's pause.
+    fn leave_dry_run(&self, status: &mut ZoneAwareUpdateStatus) {
+        if !self.zau.spec.dry_run && status.true_reason(condition::PAUSED) == Some(reason::DRY_RUN)
+        {
+            status.set_condition(condition::PAUSED, false, reason::NOT_PAUSED, "");
+        }
+    }
+
+    /// The pause alarm's state; not asked when there is none or it is ignored.
+    async fn alarm_state(&self) -> AlarmState {
+        let alarm = self.zau.spec.pause_rollout_alarm.trim();
+        if alarm.is_empty() || self.zau.spec.ignore_alarm {
+            AlarmState::Clear
+        } else {
+            self.ctx.alarms.alarm_state(alarm).await
+        }
+    }
+
+    fn dry_run(&self, batch: &Batch, draft: &mut Draft) {
+        let message = format!("dry run: would remove {}", batch_text(batch));
+        let first = self.ctx.remember(self.uid, |m| {
+            let first = m.last_dry_run.as_ref() != Some(&batch.pods);
+            m.last_dry_run = Some(batch.pods.clone());
+            first
+        });
+        if first {
+            draft.events.normal("DryRunBatch", "Plan", message.clone());
+        }
+        let status = &mut draft.status;
+        status.set_condition(condition::PAUSED, true, reason::DRY_RUN, message.clone());
+        status.set_condition(condition::PROGRESSING, true, reason::DRY_RUN, message);
+    }
+
+    async fn remove_batch(
+        &self,
+        batch: &Batch,
+        planned: &[RolloutPod],
+        draft: &mut Draft,
+    ) -> Result<Action, ReconcileError> {
+        // A Lease is not a fence: read it fresh right before acting.
+        if !self
+            .ctx
+            .leader
+            .confirm()
+            .await
+            .map_err(ReconcileError::Leader)?
+        {
+            tracing::warn!(zau = %self.zau.name_any(), "not the leader any more; batch not removed");
+            return Ok(Action::requeue(self.ctx.settings.alarm_poll_interval));
+        }
+        let (removed, outcome) = self.remove_pods(batch).await;
+        if !removed.is_empty() {
+            let zone = batch.zone.to_string();
+            let zone_changed = self.ctx.remember(self.uid, |m| {
+                let changed = m.last_batch_zone.as_deref() != Some(zone.as_str());
+                m.last_batch_zone = Some(zone.clone());
+                changed
+            });
+            self.ctx
+                .zau_metrics
+                .removed(self.namespace, &self.zau.name_any(), removed.len());
+            record_batch(batch, planned, &removed, zone_changed, draft);
+        }
+        match outcome? {
+            None => Ok(Action::requeue(self.ctx.settings.alarm_poll_interval)),
+            Some(message) => {
+                tracing::info!(zau = %self.zau.name_any(), zone = %batch.zone, "eviction refused: {message}");
+                record_refusal(batch, removed.len(), &message, draft);
+                // Retry soon: budgets are not watched.
+                Ok(Action::requeue(BUDGET_RETRY))
             }
-            if zau.spec.dry_run {
-                dry_run(ctx, uid, &batch, next, notes);
-                return Ok(if zau.spec.pause_rollout_alarm.is_empty() {
-                    Action::await_change()
-                } else {
-                    poll
-                });
+        }
+    }
+
+    /// Removes the batch's pods in order until one is refused or fails: the names removed, and
+    /// the refusal's message (`Ok(None)` when none was refused).
+    async fn remove_pods(
+        &self,
+        batch: &Batch,
+    ) -> (Vec<String>, Result<Option<String>, ReconcileError>) {
+        let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), self.namespace);
+        let mut removed = Vec::new();
+        for name in &batch.pods {
+            let Some(pod) = self
+                .ctx
+                .caches
+                .pods
+                .get(&ObjectRef::new(name).within(self.namespace))
+            else {
+                continue;
+            };
+            let pod_uid = pod.uid().unwrap_or_default();
+            match removal::remove(&api, self.ctx.settings.pod_removal, name, &pod_uid).await {
+                Ok(Removal::Removed) => {
+                    tracing::info!(zau = %self.zau.name_any(), pod = %name, zone = %batch.zone, "pod removed");
+                    self.ctx.remember(self.uid, |m| {
+                        m.expected.push(Expected {
+                            name: name.clone(),
+                            uid: pod_uid.clone(),
+                            at: Instant::now(),
+                        });
+                    });
+                    removed.push(name.clone());
+                }
+                Ok(Removal::AlreadyGone) => {}
+                Ok(Removal::Refused { message }) => return (removed, Ok(Some(message))),
+                // What was removed before the failure is still recorded.
+                Err(error) => return (removed, Err(error.into())),
             }
-            if status::paused_reason(next) == Some(reason::DRY_RUN) {
-                status::set(next, condition::PAUSED, false, reason::NOT_PAUSED, "");
+        }
+        (removed, Ok(None))
+    }
+
+    /// Every pod runs the update revision and is Ready: record it on the StatefulSet (OnDelete
+    /// never moves `status.currentRevision`) and in the status.
+    async fn complete(
+        &self,
+        set: &StatefulSet,
+        draft: &mut Draft,
+    ) -> Result<Action, ReconcileError> {
+        let update_revision = draft.status.update_revision.clone();
+        let current = set
+            .status
+            .as_ref()
+            .and_then(|s| s.current_revision.as_deref());
+        if current != Some(update_revision.as_str()) && !self.zau.spec.dry_run {
+            self.complete_statefulset(&set.name_any(), &update_revision)
+                .await?;
+            draft.status.current_revision.clone_from(&update_revision);
+        }
+        record_complete(self.previous, draft);
+        Ok(Action::await_change())
+    }
+
+    /// Sets the StatefulSet's `status.currentRevision` to `update_revision`, from a fresh read
+    /// (the cache holds a stripped copy) whose resourceVersion makes the write fail with 409
+    /// rather than overwrite a newer status.
+    async fn complete_statefulset(
+        &self,
+        name: &str,
+        update_revision: &str,
+    ) -> Result<(), ReconcileError> {
+        let api: Api<StatefulSet> = Api::namespaced(self.ctx.client.clone(), self.namespace);
+        let error = |source| ReconcileError::CompleteStatefulSet {
+            namespace: self.namespace.to_owned(),
+            name: name.to_owned(),
+            source,
+        };
+        let fresh = api.get(name).await.map_err(|source| {
+            error(StatusError::Reread {
+                kind: "StatefulSet".into(),
+                namespace: self.namespace.to_owned(),
+                name: name.to_owned(),
+                source,
+            })
+        })?;
+        let update = |mut fresh: StatefulSet| async move {
+            let Some(status) = fresh.status.as_mut() else {
+                return Ok::<_, std::convert::Infallible>(status::Update::Keep(()));
+            };
+            // A newer revision appeared meanwhile: the next reconcile rolls it out.
+            if status.update_revision.as_deref() != Some(update_revision) {
+                return Ok(status::Update::Keep(()));
             }
-            remove_batch(zau, ctx, uid, &batch, &planned, next, notes).await
+            status.current_revision = Some(update_revision.to_owned());
+            Ok(status::Update::Write(fresh, ()))
+        };
+        match status::replace_status(&api, fresh, COMPLETE_ATTEMPTS, update).await {
+            Ok(_) => Ok(()),
+            Err(status::ReplaceError::Status(source)) => Err(error(source)),
+            Err(status::ReplaceError::Update(never)) => match never {},
         }
     }
 }
 
-/// Checks the pause alarm before a batch. `Some(action)` when the rollout must wait.
-async fn alarm_gate(
-    zau: &ZoneAwareUpdate,
-    ctx: &Context,
+/// The parts of the status every outcome shares (pure): revisions, old replicas per zone, the
+/// current zone and step as the planner sees them; a NewRevision event when a rollout restarts.
+pub fn record_progress(
     previous: &ZoneAwareUpdateStatus,
-    next: &mut ZoneAwareUpdateStatus,
-    notes: &mut Vec<Note>,
+    update_revision: &str,
+    current_revision: &str,
+    progress: &Progress,
+    draft: &mut Draft,
+) {
+    let next = &mut draft.status;
+    if previous.update_revision != update_revision {
+        next.deleted_replicas = 0;
+        if !previous.update_revision.is_empty() && progress.total_old() > 0 {
+            draft.events.normal(
+                "NewRevision",
+                "Plan",
+                format!(
+                    "rolling out revision {update_revision} (was {}): batches start again at one pod",
+                    previous.update_revision
+                ),
+            );
+        }
+    }
+    next.update_revision = update_revision.to_owned();
+    next.current_revision = current_revision.to_owned();
+    next.old_replicas = progress
+        .old_replicas
+        .iter()
+        .map(|(zone, old)| (zone.to_string(), i32::try_from(*old).unwrap_or(i32::MAX)))
+        .collect();
+    next.total_old_replicas = i32::try_from(progress.total_old()).unwrap_or(i32::MAX);
+    next.current_zone = progress.current_zone.as_ref().map(ToString::to_string);
+    next.update_step = i32::try_from(progress.step).unwrap_or(i32::MAX);
+}
+
+/// What the alarm's state means for a batch that is due (pure): `None` to go on, or the action
+/// while paused. Sets the Paused condition and `pausedRollout`; a Warning event when a pause
+/// starts or changes reason, a Normal one when it ends.
+pub fn alarm_decision(
+    spec: &zone_api::ZoneAwareUpdateSpec,
+    previous: &ZoneAwareUpdateStatus,
+    state: &AlarmState,
+    draft: &mut Draft,
+    poll: Action,
 ) -> Option<Action> {
-    let alarm = zau.spec.pause_rollout_alarm.trim();
-    let was_paused = status::paused_reason(previous).is_some_and(|r| ALARM_REASONS.contains(&r));
-    let state = if alarm.is_empty() || zau.spec.ignore_alarm {
-        AlarmState::Clear
-    } else {
-        ctx.alarms.state(alarm).await
-    };
+    let alarm = spec.pause_rollout_alarm.trim();
+    let was_paused = previous
+        .true_reason(condition::PAUSED)
+        .is_some_and(|r| ALARM_REASONS.contains(&r));
+    let next = &mut draft.status;
     let (why, message) = match state {
         AlarmState::Clear => {
             next.paused_rollout = false;
-            if was_paused || status::paused_reason(next).is_none() {
-                let message = if zau.spec.ignore_alarm && !alarm.is_empty() {
+            if was_paused || next.true_reason(condition::PAUSED).is_none() {
+                let message = if spec.ignore_alarm && !alarm.is_empty() {
                     format!("ignoreAlarm is set: alarm {alarm} is not consulted")
                 } else {
                     String::new()
                 };
-                status::set(next, condition::PAUSED, false, reason::NOT_PAUSED, message);
+                next.set_condition(condition::PAUSED, false, reason::NOT_PAUSED, message);
             }
             if was_paused {
-                notes.push(note(
+                draft.events.normal(
                     "RolloutResumed",
                     "Resume",
                     format!("alarm {alarm} no longer blocks the rollout"),
-                ));
+                );
             }
             return None;
         }
@@ -569,20 +783,20 @@ async fn alarm_gate(
             format!("alarm {alarm} cannot be read, pausing to be safe: {error}"),
         ),
     };
-    tracing::info!(zau = %zau.name_any(), reason = why, "rollout paused");
-    if status::paused_reason(previous) != Some(why) {
-        notes.push(warning("RolloutPaused", "Pause", message.clone()));
+    if previous.true_reason(condition::PAUSED) != Some(why) {
+        draft
+            .events
+            .warning("RolloutPaused", "Pause", message.clone());
     }
     next.paused_rollout = true;
-    status::set(next, condition::PAUSED, true, why, message);
-    status::set(
-        next,
+    next.set_condition(condition::PAUSED, true, why, message);
+    next.set_condition(
         condition::PROGRESSING,
         true,
         reason::PAUSED,
         "a batch is due but the rollout is paused",
     );
-    Some(Action::requeue(ctx.settings.alarm_poll_interval))
+    Some(poll)
 }
 
 fn batch_text(batch: &Batch) -> String {
@@ -595,121 +809,15 @@ fn batch_text(batch: &Batch) -> String {
     )
 }
 
-fn dry_run(
-    ctx: &Context,
-    uid: &str,
+/// What removing `removed` (a non-empty prefix of the batch) changes (pure): the step advances
+/// only when a Ready pod was removed (replacing unready pods is repair, not progress).
+pub fn record_batch(
     batch: &Batch,
-    next: &mut ZoneAwareUpdateStatus,
-    notes: &mut Vec<Note>,
-) {
-    let message = format!("dry run: would remove {}", batch_text(batch));
-    let first = ctx.remember(uid, |m| {
-        let first = m.last_dry_run.as_ref() != Some(&batch.pods);
-        m.last_dry_run = Some(batch.pods.clone());
-        first
-    });
-    if first {
-        notes.push(note("DryRunBatch", "Plan", message.clone()));
-    }
-    status::set(
-        next,
-        condition::PAUSED,
-        true,
-        reason::DRY_RUN,
-        message.clone(),
-    );
-    status::set(next, condition::PROGRESSING, true, reason::DRY_RUN, message);
-}
-
-async fn remove_batch(
-    zau: &ZoneAwareUpdate,
-    ctx: &Context,
-    uid: &str,
-    batch: &Batch,
-    planned: &[zone_topology::rollout::RolloutPod],
-    next: &mut ZoneAwareUpdateStatus,
-    notes: &mut Vec<Note>,
-) -> Result<Action, ReconcileError> {
-    let namespace = zau.namespace().unwrap_or_default();
-    let poll = Action::requeue(ctx.settings.alarm_poll_interval);
-    // A Lease is not a fence: read it fresh right before acting.
-    if !ctx.leader.confirm().await.map_err(ReconcileError::Leader)? {
-        tracing::warn!(zau = %zau.name_any(), "not the leader any more; batch not removed");
-        return Ok(poll);
-    }
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-    let mut removed = Vec::new();
-    let mut refused = None;
-    for name in &batch.pods {
-        let Some(pod) = ctx
-            .caches
-            .pods
-            .get(&ObjectRef::new(name).within(&namespace))
-        else {
-            continue;
-        };
-        let pod_uid = pod.uid().unwrap_or_default();
-        match removal::remove(&api, ctx.settings.pod_removal, name, &pod_uid).await {
-            Ok(Removal::Removed) => {
-                tracing::info!(zau = %zau.name_any(), pod = %name, zone = %batch.zone, "pod removed");
-                ctx.remember(uid, |m| {
-                    m.expected.push(Expected {
-                        name: name.clone(),
-                        uid: pod_uid.clone(),
-                        at: Instant::now(),
-                    });
-                });
-                removed.push(name.clone());
-            }
-            Ok(Removal::AlreadyGone) => {}
-            Ok(Removal::Refused { message }) => {
-                refused = Some(message);
-                break;
-            }
-            Err(error) => {
-                // Count what was removed before the failure, then report it.
-                record_batch(zau, ctx, uid, batch, planned, &removed, next, notes);
-                return Err(error.into());
-            }
-        }
-    }
-    record_batch(zau, ctx, uid, batch, planned, &removed, next, notes);
-    if let Some(message) = refused {
-        let text = format!(
-            "eviction refused by a disruption budget after {} of {} pods in {}: {message}",
-            removed.len(),
-            batch.pods.len(),
-            batch.zone
-        );
-        tracing::info!(zau = %zau.name_any(), zone = %batch.zone, "eviction refused: {message}");
-        notes.push(note(reason::BUDGET_EXHAUSTED, "Evict", text.clone()));
-        status::set(
-            next,
-            condition::PROGRESSING,
-            true,
-            reason::BUDGET_EXHAUSTED,
-            text,
-        );
-        // Retry soon: budgets are not watched.
-        return Ok(Action::requeue(BUDGET_RETRY));
-    }
-    Ok(poll)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn record_batch(
-    zau: &ZoneAwareUpdate,
-    ctx: &Context,
-    uid: &str,
-    batch: &Batch,
-    planned: &[zone_topology::rollout::RolloutPod],
+    planned: &[RolloutPod],
     removed: &[String],
-    next: &mut ZoneAwareUpdateStatus,
-    notes: &mut Vec<Note>,
+    zone_changed: bool,
+    draft: &mut Draft,
 ) {
-    if removed.is_empty() {
-        return;
-    }
     let removed_healthy = planned
         .iter()
         .any(|pod| pod.ready && removed.contains(&pod.name));
@@ -718,131 +826,58 @@ fn record_batch(
     } else {
         batch.step
     };
+    let next = &mut draft.status;
     next.update_step = i32::try_from(step).unwrap_or(i32::MAX);
     next.deleted_replicas = i32::try_from(removed.len()).unwrap_or(i32::MAX);
-    ctx.zau_metrics.removed(
-        &zau.namespace().unwrap_or_default(),
-        &zau.name_any(),
-        removed.len(),
-    );
-    let zone = batch.zone.to_string();
-    let zone_changed = ctx.remember(uid, |m| {
-        let changed = m.last_batch_zone.as_deref() != Some(zone.as_str());
-        m.last_batch_zone = Some(zone.clone());
-        changed
-    });
     if zone_changed {
-        notes.push(note(
+        draft.events.normal(
             "ZoneStarted",
             "Rollout",
-            format!("rolling out zone {zone}"),
-        ));
+            format!("rolling out zone {}", batch.zone),
+        );
     }
     let shown = Batch {
         pods: removed.to_vec(),
         ..batch.clone()
     };
-    notes.push(note(
-        "BatchRemoved",
-        "Remove",
-        format!("removed {}", batch_text(&shown)),
-    ));
-    status::set(
-        next,
-        condition::PROGRESSING,
-        true,
-        reason::BATCH_REMOVED,
-        format!("removed {}", batch_text(&shown)),
-    );
+    let text = format!("removed {}", batch_text(&shown));
+    draft.events.normal("BatchRemoved", "Remove", text.clone());
+    next.set_condition(condition::PROGRESSING, true, reason::BATCH_REMOVED, text);
 }
 
-/// Every pod runs the update revision and is Ready: record it on the StatefulSet (OnDelete never
-/// moves `status.currentRevision`) and in the status.
-async fn complete(
-    zau: &ZoneAwareUpdate,
-    ctx: &Context,
-    set: &StatefulSet,
-    previous: &ZoneAwareUpdateStatus,
-    next: &mut ZoneAwareUpdateStatus,
-    notes: &mut Vec<Note>,
-) -> Result<Action, ReconcileError> {
-    let namespace = zau.namespace().unwrap_or_default();
-    let name = set.name_any();
-    let update_revision = next.update_revision.clone();
-    let current = set
+/// A disruption budget refused an eviction after `removed` pods of the batch (pure).
+pub fn record_refusal(batch: &Batch, removed: usize, message: &str, draft: &mut Draft) {
+    let text = format!(
+        "eviction refused by a disruption budget after {removed} of {} pods in {}: {message}",
+        batch.pods.len(),
+        batch.zone
+    );
+    draft
+        .events
+        .normal(reason::BUDGET_EXHAUSTED, "Evict", text.clone());
+    draft
         .status
-        .as_ref()
-        .and_then(|s| s.current_revision.as_deref());
-    if current != Some(update_revision.as_str()) && !zau.spec.dry_run {
-        let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &namespace);
-        // Fresh read (the cache holds a stripped copy); the resourceVersion it carries makes the
-        // replace fail with 409 rather than overwrite a newer status. The StatefulSet controller
-        // writes this status often, so a conflict is re-read and retried a few times at once.
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let mut fresh =
-                api.get(&name)
-                    .await
-                    .map_err(|source| ReconcileError::ReadStatefulSet {
-                        namespace: namespace.clone(),
-                        name: name.clone(),
-                        source,
-                    })?;
-            let fresh_update = fresh
-                .status
-                .as_ref()
-                .and_then(|s| s.update_revision.clone());
-            let Some(status) = fresh.status.as_mut() else {
-                break;
-            };
-            if fresh_update.as_deref() != Some(update_revision.as_str()) {
-                break;
-            }
-            status.current_revision = Some(update_revision.clone());
-            match api
-                .replace_status(&name, &PostParams::default(), &fresh)
-                .await
-            {
-                Ok(_) => break,
-                Err(kube::Error::Api(response)) if response.code == 409 && attempt < 5 => {}
-                Err(source) => {
-                    return Err(ReconcileError::CompleteStatefulSet {
-                        namespace: namespace.clone(),
-                        name: name.clone(),
-                        source,
-                    });
-                }
-            }
-        }
-        next.current_revision.clone_from(&update_revision);
-    }
-    let was_complete = status::find(previous, condition::COMPLETE)
+        .set_condition(condition::PROGRESSING, true, reason::BUDGET_EXHAUSTED, text);
+}
+
+/// Every pod runs the update revision and is Ready (pure): the Complete condition, and its event
+/// the first time for this revision.
+pub fn record_complete(previous: &ZoneAwareUpdateStatus, draft: &mut Draft) {
+    let update_revision = draft.status.update_revision.clone();
+    let was_complete = previous
+        .condition(condition::COMPLETE)
         .is_some_and(|c| c.status == "True" && previous.update_revision == update_revision);
+    let message = format!("every pod runs revision {update_revision} and is ready");
     if !was_complete {
-        notes.push(note(
-            "RolloutComplete",
-            "Complete",
-            format!("every pod runs revision {update_revision} and is ready"),
-        ));
+        draft
+            .events
+            .normal("RolloutComplete", "Complete", message.clone());
     }
+    let next = &mut draft.status;
     next.paused_rollout = false;
-    status::set(
-        next,
-        condition::COMPLETE,
-        true,
-        reason::ROLLOUT_COMPLETE,
-        format!("every pod runs revision {update_revision} and is ready"),
-    );
-    status::set(
-        next,
-        condition::PROGRESSING,
-        false,
-        reason::ROLLOUT_COMPLETE,
-        "",
-    );
-    status::set(next, condition::PAUSED, false, reason::NOT_PAUSED, "");
-    Ok(Action::await_change())
+    next.set_condition(condition::COMPLETE, true, reason::ROLLOUT_COMPLETE, message);
+    next.set_condition(condition::PROGRESSING, false, reason::ROLLOUT_COMPLETE, "");
+    next.set_condition(condition::PAUSED, false, reason::NOT_PAUSED, "");
 }
 
 /// What the Controller does after a failed reconcile.
@@ -851,18 +886,13 @@ pub fn error_policy(
     error: &ReconcileError,
     ctx: Arc<Context>,
 ) -> Action {
-    ctx.metrics.reconcile_failure(error.kind());
-    let causes = {
-        let mut chain = Vec::new();
-        let mut source = std::error::Error::source(error);
-        while let Some(cause) = source {
-            chain.push(cause.to_string());
-            source = cause.source();
-        }
-        chain
-    };
-    tracing::warn!(zau = %zau.name_any(), namespace = ?zau.namespace(), error = %error, causes = ?causes, "reconcile failed");
-    Action::requeue(ERROR_RETRY)
+    zone_operator::controller::requeue_failed(
+        zau.as_ref(),
+        error,
+        error.kind(),
+        &ctx.metrics,
+        ERROR_RETRY,
+    )
 }
 
 /// A zone as the status records it (`Zone`'s display form).

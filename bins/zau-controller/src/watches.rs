@@ -8,16 +8,16 @@
 
 use std::future::ready;
 
+use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
-use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::core::PartialObjectMeta;
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use zone_api::ZoneAwareUpdate;
-use zone_operator::InitialList;
+use zone_operator::controller::{forward_triggers, log_watch_error};
+use zone_operator::{InitialList, NodeZones, ScopeArgs};
 
 use crate::pods::{self, REVISION_LABEL};
 
@@ -26,7 +26,7 @@ use crate::pods::{self, REVISION_LABEL};
 pub struct Caches {
     pub statefulsets: Store<StatefulSet>,
     pub pods: Store<Pod>,
-    pub nodes: Store<PartialObjectMeta<Node>>,
+    pub zones: NodeZones,
 }
 
 impl Caches {
@@ -34,7 +34,7 @@ impl Caches {
     pub async fn synced(&self) -> Result<(), reflector::store::WriterDropped> {
         self.statefulsets.wait_until_ready().await?;
         self.pods.wait_until_ready().await?;
-        self.nodes.wait_until_ready().await
+        self.zones.wait_until_ready().await
     }
 }
 
@@ -54,23 +54,11 @@ pub fn zaus_for(
         .collect()
 }
 
-fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-    K::DynamicType: Default,
-{
-    match namespace {
-        Some(namespace) => Api::namespaced(client.clone(), namespace),
-        None => Api::all(client.clone()),
-    }
-}
-
 /// Starts the caches: returns their stores and one future driving all of them, which sends the
 /// ZoneAwareUpdates to reconcile into `triggers`. The future ends only if `triggers` closes.
 pub fn start(
     client: &Client,
-    namespace: Option<&str>,
-    zone_label: &str,
+    scope: &ScopeArgs,
     initial_list: InitialList,
     zaus: Store<ZoneAwareUpdate>,
     triggers: UnboundedSender<ObjectRef<ZoneAwareUpdate>>,
@@ -80,15 +68,14 @@ pub fn start(
 ) {
     let (statefulsets, sts_writer) = reflector::store();
     let (pod_store, pod_writer) = reflector::store();
-    let (nodes, node_writer) = reflector::store();
 
     let sts_zaus = zaus.clone();
-    let sts_events = watcher(api::<StatefulSet>(client, namespace), initial_list.config())
+    let sts_events = watcher(scope.api::<StatefulSet>(client), initial_list.config())
         .modify(pods::strip_statefulset)
         .default_backoff()
         .reflect(sts_writer)
         .touched_objects()
-        .filter_map(|result| ready(log_errors("statefulsets", result)))
+        .filter_map(|result| ready(log_watch_error("statefulsets", result)))
         .map(move |set| {
             let namespace = set.namespace().unwrap_or_default();
             zaus_for(&sts_zaus, &namespace, &set.name_any())
@@ -96,63 +83,29 @@ pub fn start(
 
     // Only StatefulSet pods carry the revision label; other pods never enter the cache.
     let pod_config = initial_list.config().labels(REVISION_LABEL);
-    let pod_events = watcher(api::<Pod>(client, namespace), pod_config)
+    let pod_events = watcher(scope.api::<Pod>(client), pod_config)
         .modify(pods::strip_pod)
         .default_backoff()
         .reflect(pod_writer)
         .touched_objects()
-        .filter_map(|result| ready(log_errors("pods", result)))
+        .filter_map(|result| ready(log_watch_error("pods", result)))
         .map(move |pod| match pods::owner_statefulset(&pod) {
             Some(owner) => zaus_for(&zaus, &pod.namespace().unwrap_or_default(), owner),
             None => Vec::new(),
         });
 
     // Node zones change rarely; pods follow any change that matters, so nodes trigger nothing.
-    let zone_label = zone_label.to_string();
-    let node_events = watcher(
-        Api::<PartialObjectMeta<Node>>::all(client.clone()),
-        initial_list.config(),
-    )
-    .modify(move |node| pods::strip_node(node, &zone_label))
-    .default_backoff()
-    .reflect(node_writer)
-    .touched_objects()
-    .filter_map(|result| ready(log_errors("nodes", result)))
-    .map(|_| Vec::new());
+    let (zones, node_events) = NodeZones::watch(client, &scope.zone_label, initial_list);
+    let node_events = node_events.map(|()| Vec::new());
 
     let all = futures::stream::select(futures::stream::select(sts_events, pod_events), node_events);
-    let drive = forward(all, triggers);
+    let drive = forward_triggers(all, triggers);
     (
         Caches {
             statefulsets,
             pods: pod_store,
-            nodes,
+            zones,
         },
         drive,
     )
-}
-
-async fn forward(
-    stream: impl Stream<Item = Vec<ObjectRef<ZoneAwareUpdate>>> + Send + 'static,
-    triggers: UnboundedSender<ObjectRef<ZoneAwareUpdate>>,
-) {
-    let mut stream = std::pin::pin!(stream);
-    while let Some(refs) = stream.next().await {
-        for zau in refs {
-            if triggers.unbounded_send(zau).is_err() {
-                return;
-            }
-        }
-    }
-}
-
-fn log_errors<K>(cache: &'static str, result: Result<K, watcher::Error>) -> Option<K> {
-    match result {
-        Ok(object) => Some(object),
-        Err(error) => {
-            // The backoff retries the watch; the error is worth a line, not a crash.
-            tracing::warn!(cache, error = %error, "watch error");
-            None
-        }
-    }
 }

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use zone_operator::RuntimeArgs;
 use zone_operator::duration::parse_duration;
+use zone_operator::{RuntimeArgs, ScopeArgs};
 
 /// Keeps the status of ZoneDisruptionBudgets (zonecontrol.k8s.aws/v1) and serves the validating
 /// webhook that judges pod evictions against them: many evictions in one zone, none in any other
@@ -18,6 +18,9 @@ use zone_operator::duration::parse_duration;
 pub struct Args {
     #[command(flatten)]
     pub runtime: RuntimeArgs,
+
+    #[command(flatten)]
+    pub scope: ScopeArgs,
 
     /// Address of the HTTPS server answering AdmissionReviews at /validate-eviction.
     #[arg(
@@ -82,15 +85,6 @@ pub struct Args {
     )]
     pub cert_dir: PathBuf,
 
-    /// Node label that names a node's zone; a pod's zone is this label of its node.
-    #[arg(
-        long,
-        env = "ZONE_LABEL",
-        default_value = zone_topology::ZONE_LABEL,
-        value_name = "KEY"
-    )]
-    pub zone_label: String,
-
     /// How long the webhook may take to decide an eviction, re-reading the budget after write
     /// conflicts (another replica or the controller wrote it first) or waiting for a slow API
     /// server, before answering 429 (the client retries); well below the webhook's
@@ -104,11 +98,6 @@ pub struct Args {
     /// always read it fresh. 0 reads it fresh for every decision.
     #[arg(long, env = "DENIAL_CACHE_TTL", default_value = "250ms", value_parser = parse_duration, value_name = "DURATION")]
     pub denial_cache_ttl: Duration,
-
-    /// Only handle ZoneDisruptionBudgets (and watch pods) in this namespace. Default: every
-    /// namespace.
-    #[arg(long, env = "WATCH_NAMESPACE", value_name = "NAMESPACE")]
-    pub watch_namespace: Option<String>,
 }
 
 #[cfg(test)]

@@ -9,7 +9,6 @@ mod metrics;
 mod pods;
 mod reconcile;
 mod status;
-mod tls;
 mod view;
 mod webhook;
 
@@ -19,10 +18,8 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let mut args = cli::Args::parse();
-    // One process-wide rustls provider (the one kube is built with), before any TLS is set up.
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let runtime = match zone_operator::Runtime::start("zdb-controller", &args.runtime).await {
+    let args = cli::Args::parse();
+    let mut runtime = match zone_operator::Runtime::start("zdb-controller", &args.runtime).await {
         Ok(runtime) => runtime,
         Err(error) => return zone_operator::report_exit(&error),
     };
@@ -31,22 +28,15 @@ async fn main() -> ExitCode {
         Ok(metrics) => metrics,
         Err(error) => return zone_operator::report_exit(&error),
     };
-    // Asked once for the webhook's caches and the controller's.
-    args.runtime.initial_list = args
-        .runtime
-        .initial_list
-        .resolve(&parts.client, args.watch_namespace.as_deref())
-        .await;
     // The webhook serves on every replica, standby or leader: evictions must be judged while
     // the status controller waits for the Lease.
-    let webhook = match webhook::start(&parts, &args, zdb_metrics.clone()).await {
-        Ok((task, _)) => task,
+    let initial_list = parts.initial_list(args.scope.namespace()).await;
+    match webhook::start(&parts, &args, initial_list, zdb_metrics.clone()).await {
+        Ok((webhook, _)) => runtime.spawn_every_replica(webhook),
         Err(error) => return zone_operator::report_exit(&error),
-    };
+    }
     let controller = controller::run(parts, args, zdb_metrics);
-    let outcome = runtime.run(controller).await;
-    webhook.abort();
-    match outcome {
+    match runtime.run(controller).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => zone_operator::report_exit(&error),
     }

@@ -1,26 +1,15 @@
 //! Budget and webhook metrics. Labels stay bounded: a decision's `reason` is one of a fixed set,
 //! budgets are labelled by namespace/name (one series per CR and zone), never by pod.
 
-use prometheus::{
-    Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry, core::Collector,
-};
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
 use zone_api::ZoneDisruptionBudgetStatus;
+use zone_operator::metrics::{MetricsError, create};
 
 const PREFIX: &str = "zone_aware_zdb";
 
 /// An admission round-trip is one or two GETs and maybe a status write: milliseconds normally;
 /// anything near the webhook's timeout (5 s) becomes a failed eviction.
 const LATENCY_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0];
-
-#[derive(Debug, thiserror::Error)]
-pub enum MetricsError {
-    #[error("cannot create or register metric {metric}")]
-    Register {
-        metric: &'static str,
-        #[source]
-        source: prometheus::Error,
-    },
-}
 
 /// Why the webhook answered as it did (the `reason` label).
 pub mod reason {
@@ -50,23 +39,10 @@ pub struct ZdbMetrics {
     shadow_denials: IntCounterVec,
 }
 
-fn register<C: Collector + Clone + 'static>(
-    registry: &Registry,
-    metric: &'static str,
-    collector: Result<C, prometheus::Error>,
-) -> Result<C, MetricsError> {
-    let error = |source| MetricsError::Register { metric, source };
-    let collector = collector.map_err(error)?;
-    registry
-        .register(Box::new(collector.clone()))
-        .map_err(error)?;
-    Ok(collector)
-}
-
 impl ZdbMetrics {
     pub fn register(registry: &Registry) -> Result<Self, MetricsError> {
         Ok(Self {
-            decisions: register(
+            decisions: create(
                 registry,
                 "webhook_decisions_total",
                 IntCounterVec::new(
@@ -78,7 +54,7 @@ impl ZdbMetrics {
                     &["result", "reason"],
                 ),
             )?,
-            latency: register(
+            latency: create(
                 registry,
                 "webhook_duration_seconds",
                 Histogram::with_opts(
@@ -90,7 +66,7 @@ impl ZdbMetrics {
                     .buckets(LATENCY_BUCKETS.to_vec()),
                 ),
             )?,
-            allowed: register(
+            allowed: create(
                 registry,
                 "disruptions_allowed",
                 IntGaugeVec::new(
@@ -102,7 +78,7 @@ impl ZdbMetrics {
                     &["namespace", "name", "zone"],
                 ),
             )?,
-            shadow_denials: register(
+            shadow_denials: create(
                 registry,
                 "shadow_denials_total",
                 IntCounterVec::new(

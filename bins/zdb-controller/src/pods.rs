@@ -1,10 +1,8 @@
-//! What the controller and the webhook read of pods and nodes: the pod's zone, whether it is
-//! healthy, and the budget's view of it.
+//! What the controller and the webhook read of pods: whether a pod is healthy, and the budget's
+//! view of it (its zone comes from `zone_operator::NodeZones`).
 
-use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 use kube::ResourceExt;
-use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{ObjectRef, Store};
 use zone_topology::Zone;
 use zone_topology::budget::{BudgetPod, PodCondition};
 
@@ -28,31 +26,6 @@ pub fn strip_pod(pod: &mut Pod) {
         }),
         ..PodStatus::default()
     });
-}
-
-/// Keeps only the zone label of a node.
-pub fn strip_node(node: &mut PartialObjectMeta<Node>, zone_label: &str) {
-    let meta = &mut node.metadata;
-    meta.annotations = None;
-    meta.managed_fields = None;
-    if let Some(labels) = meta.labels.as_mut() {
-        labels.retain(|key, _| key == zone_label);
-    }
-}
-
-/// The zone of the node the pod is bound to, from the node cache.
-pub fn zone_of(pod: &Pod, nodes: &Store<PartialObjectMeta<Node>>, zone_label: &str) -> Zone {
-    let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
-        return Zone::Unknown;
-    };
-    nodes
-        .get(&ObjectRef::new(node_name))
-        .map_or(Zone::Unknown, |node| {
-            Zone::from_label(
-                node.metadata.labels.as_ref().unwrap_or(&Default::default()),
-                zone_label,
-            )
-        })
 }
 
 /// How much availability evicting the pod would remove.

@@ -1,26 +1,36 @@
-//! One reconcile of a ZoneDisruptionBudget: validate → select its pods (from the cache) → expected
-//! pods (owners, read from the API) → prune records → budget (`zone_topology::budget`) → status,
-//! written only when it changed, re-read and recomputed when the webhook wrote first.
+//! One reconcile of a ZoneDisruptionBudget, as a pipeline:
+//!
+//! 1. **observe**: validate the spec, select its pods from the cache, refuse overlapping budgets
+//!    ([`Context::observe`]);
+//! 2. **expected pods**: the owners' replica counts, read from the API ([`expected`]);
+//! 3. **compute** (pure): prune the disruption records, the per-zone budget
+//!    (`zone_topology::budget`), conditions and events ([`compute`]);
+//! 4. **status**: written with the resourceVersion read; when the webhook wrote first (409) the
+//!    budget is re-read and everything recomputed, so no record it made is lost.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::core::{PartialObjectMeta, Selector, SelectorExt};
+use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
+use zone_api::conditions::Conditions;
 use zone_api::zdb::condition;
 use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetStatus};
-use zone_operator::{ControllerMetrics, EventPublisher};
+use zone_operator::metrics::ObjectSeries;
+use zone_operator::status::{self, ReplaceError, StatusError, Update};
+use zone_operator::{ControllerMetrics, EventPublisher, NodeZones, PendingEvents};
+use zone_topology::IntOrPercent;
 use zone_topology::budget::{self, BudgetInput, BudgetPod, DISRUPTION_TTL_MS, ZoneBudget};
 
 use crate::expected::{self, ApiLookup, LookupError};
 use crate::metrics::ZdbMetrics;
 use crate::pods;
-use crate::status::{self, StatusError, reason};
+use crate::status::reason;
 use crate::view;
 
 /// After a failed reconcile (API error), retry after this long.
@@ -37,57 +47,24 @@ pub struct Context {
     pub client: Client,
     pub zdbs: Store<ZoneDisruptionBudget>,
     pub pods: Store<Pod>,
-    pub nodes: Store<PartialObjectMeta<Node>>,
+    pub zones: NodeZones,
     pub events: EventPublisher,
     pub metrics: ControllerMetrics,
     pub zdb_metrics: ZdbMetrics,
-    pub zone_label: String,
-    /// namespace/name → zones of the budgets seen, to drop the metric series of deleted ones.
-    seen: Mutex<BTreeMap<(String, String), Vec<String>>>,
+    /// The budgets (and zones) with metric series, to drop those of deleted ones.
+    pub series: ObjectSeries,
 }
 
 impl Context {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        client: Client,
-        zdbs: Store<ZoneDisruptionBudget>,
-        pods: Store<Pod>,
-        nodes: Store<PartialObjectMeta<Node>>,
-        events: EventPublisher,
-        metrics: ControllerMetrics,
-        zdb_metrics: ZdbMetrics,
-        zone_label: String,
-    ) -> Self {
-        Self {
-            client,
-            zdbs,
-            pods,
-            nodes,
-            events,
-            metrics,
-            zdb_metrics,
-            zone_label,
-            seen: Mutex::new(BTreeMap::new()),
-        }
-    }
-
     fn forget_deleted(&self) {
-        let live: HashSet<(String, String)> = self
+        let live = self
             .zdbs
             .state()
             .iter()
             .map(|z| (z.namespace().unwrap_or_default(), z.name_any()))
             .collect();
-        let mut seen = self
-            .seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        seen.retain(|(namespace, name), zones| {
-            let keep = live.contains(&(namespace.clone(), name.clone()));
-            if !keep {
-                self.zdb_metrics.forget(namespace, name, zones);
-            }
-            keep
+        self.series.forget_deleted(&live, |namespace, name, zones| {
+            self.zdb_metrics.forget(namespace, name, zones);
         });
     }
 }
@@ -100,13 +77,6 @@ pub enum ReconcileError {
     Status(#[from] StatusError),
     #[error(transparent)]
     Owners(#[from] LookupError),
-    #[error("cannot re-read ZoneDisruptionBudget {namespace}/{name} after a write conflict")]
-    Reread {
-        namespace: String,
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
 }
 
 impl ReconcileError {
@@ -114,18 +84,20 @@ impl ReconcileError {
     pub fn kind(&self) -> &'static str {
         match self {
             ReconcileError::Incomplete(_) => "Incomplete",
+            ReconcileError::Status(StatusError::Reread { .. }) => "Reread",
             ReconcileError::Status(_) => "WriteStatus",
             ReconcileError::Owners(_) => "ReadOwners",
-            ReconcileError::Reread { .. } => "Reread",
         }
     }
 }
 
-/// An event to publish once the status is written.
-struct Note {
-    warning: bool,
-    reason: &'static str,
-    message: String,
+/// The status one computation wants, and what goes with it.
+pub struct Computed {
+    /// The status it started from (the object's, as read).
+    pub previous: ZoneDisruptionBudgetStatus,
+    pub status: ZoneDisruptionBudgetStatus,
+    pub events: PendingEvents,
+    pub action: Action,
 }
 
 /// The selector of a valid budget, for matching pods.
@@ -147,69 +119,47 @@ pub async fn reconcile(
     ctx.forget_deleted();
     let api: Api<ZoneDisruptionBudget> = Api::namespaced(ctx.client.clone(), &namespace);
 
-    let mut object = (*zdb).clone();
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let previous = object.status.clone().unwrap_or_default();
-        let mut next = previous.clone();
-        let mut notes = Vec::new();
-        let action = compute(&object, &ctx, &mut next, &mut notes).await?;
-        if next == previous {
-            ctx.zdb_metrics.observe(&namespace, &name, None, &next);
-            remember(&ctx, &namespace, &name, &next);
-            return Ok(action);
-        }
-        match status::replace(&api, &object, next.clone()).await {
-            Ok(_) => {
-                ctx.zdb_metrics
-                    .observe(&namespace, &name, Some(&previous), &next);
-                remember(&ctx, &namespace, &name, &next);
-                let regarding = object.object_ref(&());
-                for note in notes {
-                    if note.warning {
-                        ctx.events
-                            .warning(&regarding, note.reason, "Reconcile", &note.message)
-                            .await;
-                    } else {
-                        ctx.events
-                            .normal(&regarding, note.reason, "Reconcile", &note.message)
-                            .await;
-                    }
-                }
-                return Ok(action);
+    let update = |mut object: ZoneDisruptionBudget| {
+        let ctx = ctx.clone();
+        async move {
+            let computed = ctx.compute_for(&object).await?;
+            if computed.status == computed.previous {
+                return Ok::<_, ReconcileError>(Update::Keep(computed));
             }
-            Err(error) if error.is_conflict() && attempt < WRITE_ATTEMPTS => {
-                // The webhook recorded a disruption (or the spec changed) since our read: start
-                // again from the stored object so no record is lost.
-                tracing::debug!(namespace = %namespace, name = %name, attempt, "status write conflict; re-reading");
-                object = api
-                    .get(&name)
-                    .await
-                    .map_err(|source| ReconcileError::Reread {
-                        namespace: namespace.clone(),
-                        name: name.clone(),
-                        source,
-                    })?;
-            }
-            Err(error) => return Err(error.into()),
+            object.status = Some(computed.status.clone());
+            Ok(Update::Write(object, computed))
         }
+    };
+    let replaced = status::replace_status(&api, (*zdb).clone(), WRITE_ATTEMPTS, update)
+        .await
+        .map_err(|error| match error {
+            ReplaceError::Update(error) => error,
+            ReplaceError::Status(error) => error.into(),
+        })?;
+    let computed = replaced.value;
+    let written = replaced.stored.is_some();
+    ctx.zdb_metrics.observe(
+        &namespace,
+        &name,
+        written.then_some(&computed.previous),
+        &computed.status,
+    );
+    ctx.series.note(
+        &namespace,
+        &name,
+        computed
+            .status
+            .disruptions_allowed
+            .keys()
+            .map(String::as_str),
+    );
+    if let Some(stored) = replaced.stored {
+        computed
+            .events
+            .publish(&ctx.events, &stored.object_ref(&()))
+            .await;
     }
-}
-
-fn remember(ctx: &Context, namespace: &str, name: &str, status: &ZoneDisruptionBudgetStatus) {
-    let mut seen = ctx
-        .seen
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let zones = seen
-        .entry((namespace.to_string(), name.to_string()))
-        .or_default();
-    for zone in status.disruptions_allowed.keys() {
-        if !zones.contains(zone) {
-            zones.push(zone.clone());
-        }
-    }
+    Ok(computed.action)
 }
 
 pub fn error_policy(
@@ -217,38 +167,122 @@ pub fn error_policy(
     error: &ReconcileError,
     ctx: Arc<Context>,
 ) -> Action {
-    ctx.metrics.reconcile_failure(error.kind());
-    tracing::warn!(
-        namespace = %zdb.namespace().unwrap_or_default(),
-        name = %zdb.name_any(),
-        error = %error,
-        source = ?std::error::Error::source(error),
-        "reconcile failed"
-    );
-    Action::requeue(ERROR_RETRY)
+    zone_operator::controller::requeue_failed(
+        zdb.as_ref(),
+        error,
+        error.kind(),
+        &ctx.metrics,
+        ERROR_RETRY,
+    )
+}
+
+/// Why a budget cannot be enforced: the reason and message of the Invalid condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// What observing found: a valid budget's pods.
+struct Observed {
+    selected: Vec<Arc<Pod>>,
+    max_unavailable: IntOrPercent,
+}
+
+impl Context {
+    /// Observe → expected pods → compute, from `zdb` as read.
+    async fn compute_for(&self, zdb: &ZoneDisruptionBudget) -> Result<Computed, ReconcileError> {
+        let namespace = zdb.namespace().unwrap_or_default();
+        let previous = zdb.status.clone().unwrap_or_default();
+        let mut draft = Draft {
+            status: ZoneDisruptionBudgetStatus {
+                observed_generation: zdb.metadata.generation.unwrap_or(0),
+                ..previous.clone()
+            },
+            events: PendingEvents::default(),
+        };
+        let action = match self.observe(zdb, &namespace) {
+            Err(invalid) => invalid_budget(invalid, &mut draft),
+            Ok(observed) => {
+                let refs: Vec<&Pod> = observed.selected.iter().map(AsRef::as_ref).collect();
+                let lookup = ApiLookup {
+                    client: self.client.clone(),
+                };
+                let expected_total = expected::expected_pods(&lookup, &namespace, &refs).await?;
+                let pods: Vec<BudgetPod> = observed
+                    .selected
+                    .iter()
+                    .map(|pod| pods::budget_pod(pod, self.zones.zone_of(pod)))
+                    .collect();
+                compute(
+                    &BudgetView {
+                        pods: &pods,
+                        expected_total,
+                        max_unavailable: observed.max_unavailable,
+                        now_ms: Timestamp::now().as_millisecond(),
+                    },
+                    &mut draft,
+                )
+            }
+        };
+        Ok(Computed {
+            previous,
+            status: draft.status,
+            events: draft.events,
+            action,
+        })
+    }
+
+    /// The budget's pods from the cache; the spec must be valid and no other budget of the
+    /// namespace may select one of them.
+    fn observe(&self, zdb: &ZoneDisruptionBudget, namespace: &str) -> Result<Observed, Invalid> {
+        let valid = zdb.spec.validate().map_err(|error| Invalid {
+            reason: reason::INVALID_SPEC,
+            message: error.to_string(),
+        })?;
+        let selector = Selector::try_from(valid.selector.clone()).map_err(|error| Invalid {
+            reason: reason::INVALID_SPEC,
+            message: format!("spec.selector: {error}"),
+        })?;
+        let selected = self.pods.state_filter(|pod| {
+            pod.metadata.namespace.as_deref() == Some(namespace) && selector.matches(pod.labels())
+        });
+        if let Some((other, pod)) = overlapping(zdb, &self.zdbs, &selected) {
+            return Err(Invalid {
+                reason: reason::OVERLAPPING,
+                message: format!(
+                    "pod {pod} is also selected by ZoneDisruptionBudget {other}: a pod may have one budget; the webhook refuses evictions of such pods"
+                ),
+            });
+        }
+        Ok(Observed {
+            selected,
+            max_unavailable: valid.max_unavailable,
+        })
+    }
+}
+
+/// The status being built and the events it will publish once written.
+#[derive(Debug, Default)]
+pub struct Draft {
+    pub status: ZoneDisruptionBudgetStatus,
+    pub events: PendingEvents,
 }
 
 /// Marks the budget as not enforceable: Invalid condition, one Warning event per generation and
 /// message; nothing else changes until the spec does (no requeue).
-fn invalid(
-    next: &mut ZoneDisruptionBudgetStatus,
-    notes: &mut Vec<Note>,
-    why: &'static str,
-    message: String,
-) -> Action {
-    if !status::already_reported(next, condition::INVALID, why, &message) {
-        notes.push(Note {
-            warning: true,
-            reason: why,
-            message: message.clone(),
-        });
+fn invalid_budget(invalid: Invalid, draft: &mut Draft) -> Action {
+    let status = &mut draft.status;
+    if !status.already_reported(condition::INVALID, invalid.reason, &invalid.message) {
+        draft
+            .events
+            .warning(invalid.reason, "Reconcile", invalid.message.clone());
     }
-    status::set(next, condition::INVALID, true, why, message.clone());
-    status::set(
-        next,
+    status.set_condition(condition::INVALID, true, invalid.reason, invalid.message);
+    status.set_condition(
         condition::READY,
         false,
-        why,
+        invalid.reason,
         "the webhook does not enforce this budget until the spec is fixed",
     );
     Action::await_change()
@@ -285,57 +319,27 @@ fn blocking(budget: &ZoneBudget) -> String {
     parts.join("; ")
 }
 
-async fn compute(
-    zdb: &ZoneDisruptionBudget,
-    ctx: &Context,
-    next: &mut ZoneDisruptionBudgetStatus,
-    notes: &mut Vec<Note>,
-) -> Result<Action, ReconcileError> {
-    let namespace = zdb.namespace().unwrap_or_default();
-    next.observed_generation = zdb.metadata.generation.unwrap_or(0);
-    let valid = match zdb.spec.validate() {
-        Ok(valid) => valid,
-        Err(error) => {
-            return Ok(invalid(
-                next,
-                notes,
-                reason::INVALID_SPEC,
-                error.to_string(),
-            ));
-        }
-    };
-    let selector = match Selector::try_from(valid.selector.clone()) {
-        Ok(selector) => selector,
-        Err(error) => {
-            let message = format!("spec.selector: {error}");
-            return Ok(invalid(next, notes, reason::INVALID_SPEC, message));
-        }
-    };
-    let selected: Vec<Arc<Pod>> = ctx.pods.state_filter(|pod| {
-        pod.metadata.namespace.as_deref() == Some(namespace.as_str())
-            && selector.matches(pod.labels())
-    });
-    if let Some((other, pod)) = overlapping(zdb, &ctx.zdbs, &selected) {
-        let message = format!(
-            "pod {pod} is also selected by ZoneDisruptionBudget {other}: a pod may have one budget; the webhook refuses evictions of such pods"
-        );
-        return Ok(invalid(next, notes, reason::OVERLAPPING, message));
-    }
-    status::set(next, condition::INVALID, false, reason::VALID, "");
+/// The inputs of [`compute`]: plain values.
+#[derive(Debug, Clone)]
+pub struct BudgetView<'a> {
+    /// The selected pods with their zones.
+    pub pods: &'a [BudgetPod],
+    /// Pods the owners want (their replica counts).
+    pub expected_total: u32,
+    pub max_unavailable: IntOrPercent,
+    pub now_ms: i64,
+}
 
-    let refs: Vec<&Pod> = selected.iter().map(AsRef::as_ref).collect();
-    let lookup = ApiLookup {
-        client: ctx.client.clone(),
-    };
-    let expected_total = expected::expected_pods(&lookup, &namespace, &refs).await?;
-    let budget_pods: Vec<_> = selected
-        .iter()
-        .map(|pod| pods::budget_pod(pod, pods::zone_of(pod, &ctx.nodes, &ctx.zone_label)))
-        .collect();
-    let now_ms = Timestamp::now().as_millisecond();
+/// The budget of a valid spec (pure): records pruned (expired, or their pod recreated),
+/// disruptions allowed per zone, the Disrupted and Ready conditions, an event when the disrupted
+/// zones change, and when to come back (the first record's expiry).
+pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
+    let next = &mut draft.status;
+    next.set_condition(condition::INVALID, false, reason::VALID, "");
     // Times are stored to the second (truncated): a pod recreated within the second of its
     // record has the record's creation second, and must still count as recreated.
-    let recreation_view: Vec<_> = budget_pods
+    let recreation_view: Vec<_> = view
+        .pods
         .iter()
         .map(|pod| BudgetPod {
             created_ms: pod.created_ms.saturating_add(STORED_TIME_RESOLUTION_MS - 1),
@@ -343,17 +347,17 @@ async fn compute(
         })
         .collect();
     let records = view::settle_records(
-        budget::prune(&view::records(next), &recreation_view, now_ms),
-        &budget_pods,
+        budget::prune(&view::records(next), &recreation_view, view.now_ms),
+        view.pods,
     );
     let previous_expected = view::remembered_expected(next);
     let budget = budget::compute(&BudgetInput {
-        expected_total,
-        pods: &budget_pods,
+        expected_total: view.expected_total,
+        pods: view.pods,
         healthy_unnamed: &BTreeMap::new(),
         previous_expected: &previous_expected,
         disruptions: &records,
-        max_unavailable: valid.max_unavailable,
+        max_unavailable: view.max_unavailable,
     });
     let disrupted_before = next.disrupted_zones.clone();
     view::apply(&budget, &records, next);
@@ -365,24 +369,22 @@ async fn compute(
         .map(|(zone, b)| format!("{zone}: {}", blocking(b)))
         .collect();
     if description.is_empty() {
-        status::set(next, condition::DISRUPTED, false, reason::NOT_DISRUPTED, "");
+        next.set_condition(condition::DISRUPTED, false, reason::NOT_DISRUPTED, "");
     } else {
-        status::set(
-            next,
+        next.set_condition(
             condition::DISRUPTED,
             true,
             reason::ZONE_DISRUPTED,
             description.join("; "),
         );
     }
-    status::set(
-        next,
+    next.set_condition(
         condition::READY,
         true,
         reason::COMPUTED,
         format!(
-            "{expected_total} expected pod(s), maxUnavailable {} per zone",
-            budget.max_unavailable
+            "{} expected pod(s), maxUnavailable {} per zone",
+            view.expected_total, budget.max_unavailable
         ),
     );
     if next.disrupted_zones != disrupted_before {
@@ -394,11 +396,9 @@ async fn compute(
                 description.join("; ")
             )
         };
-        notes.push(Note {
-            warning: false,
-            reason: "DisruptedZonesChanged",
-            message,
-        });
+        draft
+            .events
+            .normal("DisruptedZonesChanged", "Reconcile", message);
     }
 
     // Records expire: come back when the first one does, nothing else needs a timer.
@@ -407,13 +407,13 @@ async fn compute(
         .map(|r| {
             r.at_ms
                 .saturating_add(DISRUPTION_TTL_MS)
-                .saturating_sub(now_ms)
+                .saturating_sub(view.now_ms)
         })
         .min();
-    Ok(match next_expiry {
+    match next_expiry {
         Some(ms) => Action::requeue(Duration::from_millis(
             u64::try_from(ms.max(0)).unwrap_or(0) + 1000,
         )),
         None => Action::await_change(),
-    })
+    }
 }

@@ -17,12 +17,6 @@ use zone_topology::budget::{self, Budget, BudgetInput, BudgetPod, Disruption};
 use zone_topology::zone::UNKNOWN_ZONE;
 use zone_topology::{IntOrPercent, Zone};
 
-/// Now, to the second: the API server stores times to the second, and a status compared with
-/// what it read back must not differ in the sub-second part.
-pub fn now_time() -> Time {
-    Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH))
-}
-
 pub fn time_of_ms(at_ms: i64) -> Time {
     Time(Timestamp::from_millisecond(at_ms).unwrap_or(Timestamp::UNIX_EPOCH))
 }

@@ -26,9 +26,11 @@ pub enum LogFormat {
     Plain,
 }
 
-/// Flags shared by every controller binary.
+/// Flags every binary shares: connection, health/metrics server, logging, identity, caches.
+/// Stateless servers flatten this alone ([`crate::Runtime::start_unelected`]): their `--help`
+/// shows no lease flags.
 #[derive(Clone, Debug, Args)]
-pub struct RuntimeArgs {
+pub struct BaseArgs {
     /// Kubeconfig file to connect with (several may be joined with ':' as in KUBECONFIG).
     /// When unset: ~/.kube/config if it exists, else the in-cluster service account.
     #[arg(long, env = "KUBECONFIG", value_name = "PATH")]
@@ -57,6 +59,22 @@ pub struct RuntimeArgs {
     #[arg(long, env = "RUST_LOG", default_value = "info", value_name = "FILTER")]
     pub log_level: String,
 
+    /// Unique name of this replica in the Lease and in events (default: host name plus a random
+    /// suffix). In a pod, set POD_NAME from the downward API.
+    #[arg(long, env = "POD_NAME", value_name = "NAME")]
+    pub identity: Option<String>,
+
+    /// How the caches load their initial state: `stream` (a streaming list, far less memory with
+    /// thousands of pods; needs the API server's WatchList feature, on by default in Kubernetes
+    /// 1.32 and from 1.34), `paginated` (LIST then WATCH, any server) or `auto` (ask the server
+    /// once at start-up).
+    #[arg(long, env = "INITIAL_LIST", value_enum, default_value_t = InitialList::Auto)]
+    pub initial_list: InitialList,
+}
+
+/// Lease-based leader election, for controllers that must act from one replica at a time.
+#[derive(Clone, Debug, Args)]
+pub struct LeaderArgs {
     /// Take a Lease before acting, so only one replica reconciles at a time. Keep it on when
     /// running more than one replica; `--leader-elect=false` is for local runs.
     #[arg(
@@ -80,11 +98,6 @@ pub struct RuntimeArgs {
     #[arg(long, env = "POD_NAMESPACE", value_name = "NAMESPACE")]
     pub lease_namespace: Option<String>,
 
-    /// Unique name of this replica in the Lease and in events (default: host name plus a random
-    /// suffix). In a pod, set POD_NAME from the downward API.
-    #[arg(long, env = "POD_NAME", value_name = "NAME")]
-    pub identity: Option<String>,
-
     /// How long a leader's Lease stays valid without renewal; a standby takes over after this
     /// (whole seconds, e.g. "15s").
     #[arg(long, env = "LEASE_DURATION", default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
@@ -94,16 +107,19 @@ pub struct RuntimeArgs {
     /// --lease-duration. A leader that cannot renew for (lease duration - renew interval) stops.
     #[arg(long, env = "RENEW_INTERVAL", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub renew_interval: Duration,
-
-    /// How the caches load their initial state: `stream` (a streaming list, far less memory with
-    /// thousands of pods; needs the API server's WatchList feature, on by default in Kubernetes
-    /// 1.32 and from 1.34), `paginated` (LIST then WATCH, any server) or `auto` (ask the server
-    /// once at start-up).
-    #[arg(long, env = "INITIAL_LIST", value_enum, default_value_t = InitialList::Auto)]
-    pub initial_list: InitialList,
 }
 
-impl RuntimeArgs {
+/// Flags of a leader-elected controller binary: `#[command(flatten)]` this into its args.
+#[derive(Clone, Debug, Args)]
+pub struct RuntimeArgs {
+    #[command(flatten)]
+    pub base: BaseArgs,
+
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+}
+
+impl BaseArgs {
     /// The identity of this replica: `--identity`, else `<hostname>-<random>`.
     ///
     /// The random suffix matters when two processes run on one host (local runs, or a restarted
@@ -159,19 +175,19 @@ mod tests {
                 .unwrap()
                 .runtime;
         if std::env::var_os("LISTEN_ADDRESS").is_none() {
-            assert_eq!(args.listen_address, "0.0.0.0:8080".parse().unwrap());
+            assert_eq!(args.base.listen_address, "0.0.0.0:8080".parse().unwrap());
         }
         if std::env::var_os("LEADER_ELECT").is_none() {
-            assert!(args.leader_elect);
+            assert!(args.leader.leader_elect);
         }
         if std::env::var_os("LEASE_DURATION").is_none() {
-            assert_eq!(args.lease_duration, Duration::from_secs(15));
+            assert_eq!(args.leader.lease_duration, Duration::from_secs(15));
         }
         if std::env::var_os("RENEW_INTERVAL").is_none() {
-            assert_eq!(args.renew_interval, Duration::from_secs(5));
+            assert_eq!(args.leader.renew_interval, Duration::from_secs(5));
         }
-        assert_eq!(args.log_level, "info");
-        assert_eq!(args.log_format, LogFormat::Plain);
+        assert_eq!(args.base.log_level, "info");
+        assert_eq!(args.base.log_format, LogFormat::Plain);
     }
 
     #[test]
@@ -202,17 +218,17 @@ mod tests {
         ])
         .unwrap()
         .runtime;
-        assert_eq!(args.kubeconfig, Some(PathBuf::from("/tmp/kc")));
-        assert_eq!(args.kube_context.as_deref(), Some("kind-zones"));
-        assert_eq!(args.listen_address, "127.0.0.1:9090".parse().unwrap());
-        assert_eq!(args.log_format, LogFormat::Json);
-        assert_eq!(args.log_level, "debug,kube=warn");
-        assert!(!args.leader_elect);
-        assert_eq!(args.lease_name.as_deref(), Some("zau"));
-        assert_eq!(args.lease_namespace.as_deref(), Some("zone-system"));
-        assert_eq!(args.identity.as_deref(), Some("zau-0"));
-        assert_eq!(args.lease_duration, Duration::from_secs(30));
-        assert_eq!(args.renew_interval, Duration::from_secs(60));
+        assert_eq!(args.base.kubeconfig, Some(PathBuf::from("/tmp/kc")));
+        assert_eq!(args.base.kube_context.as_deref(), Some("kind-zones"));
+        assert_eq!(args.base.listen_address, "127.0.0.1:9090".parse().unwrap());
+        assert_eq!(args.base.log_format, LogFormat::Json);
+        assert_eq!(args.base.log_level, "debug,kube=warn");
+        assert!(!args.leader.leader_elect);
+        assert_eq!(args.leader.lease_name.as_deref(), Some("zau"));
+        assert_eq!(args.leader.lease_namespace.as_deref(), Some("zone-system"));
+        assert_eq!(args.base.identity.as_deref(), Some("zau-0"));
+        assert_eq!(args.leader.lease_duration, Duration::from_secs(30));
+        assert_eq!(args.leader.renew_interval, Duration::from_secs(60));
     }
 
     #[test]
@@ -220,7 +236,7 @@ mod tests {
         let args = TestArgs::try_parse_from(["bin", "--leader-elect"])
             .unwrap()
             .runtime;
-        assert!(args.leader_elect);
+        assert!(args.leader.leader_elect);
     }
 
     #[test]
@@ -236,10 +252,10 @@ mod tests {
         let mut args = TestArgs::try_parse_from(["bin", "--identity", "zau-1"])
             .unwrap()
             .runtime;
-        assert_eq!(args.resolve_identity().unwrap(), "zau-1");
-        args.identity = None;
-        let first = args.resolve_identity().unwrap();
-        let second = args.resolve_identity().unwrap();
+        assert_eq!(args.base.resolve_identity().unwrap(), "zau-1");
+        args.base.identity = None;
+        let first = args.base.resolve_identity().unwrap();
+        let second = args.base.resolve_identity().unwrap();
         let host = hostname::get().unwrap().to_string_lossy().into_owned();
         assert!(first.starts_with(&format!("{host}-")), "{first}");
         assert_ne!(

@@ -111,7 +111,65 @@ impl EventPublisher {
             .publish(regarding, type_, reason, action, Some(note))
             .await
         {
-            tracing::warn!(error = %error, source = ?std::error::Error::source(&error), "event not published");
+            tracing::warn!(error = %crate::controller::ErrorChain(&error), "event not published");
+        }
+    }
+}
+
+/// Events decided during a reconcile, published once its status is written (an event that
+/// describes a status the API server refused would mislead).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PendingEvents {
+    events: Vec<PendingEvent>,
+}
+
+/// One event of [`PendingEvents`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingEvent {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub action: &'static str,
+    pub note: String,
+}
+
+impl PendingEvents {
+    pub fn normal(&mut self, reason: &'static str, action: &'static str, note: impl Into<String>) {
+        self.push(false, reason, action, note.into());
+    }
+
+    pub fn warning(&mut self, reason: &'static str, action: &'static str, note: impl Into<String>) {
+        self.push(true, reason, action, note.into());
+    }
+
+    fn push(&mut self, warning: bool, reason: &'static str, action: &'static str, note: String) {
+        self.events.push(PendingEvent {
+            warning,
+            reason,
+            action,
+            note,
+        });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// The events so far, in order.
+    pub fn events(&self) -> &[PendingEvent] {
+        &self.events
+    }
+
+    /// Publishes every event about `regarding`, best effort, in order.
+    pub async fn publish(self, publisher: &EventPublisher, regarding: &ObjectReference) {
+        for event in self.events {
+            let type_ = if event.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            };
+            publisher
+                .best_effort(regarding, type_, event.reason, event.action, &event.note)
+                .await;
         }
     }
 }

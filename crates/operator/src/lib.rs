@@ -1,7 +1,20 @@
-//! The runtime every controller binary of zone-aware-controllers shares: command-line flags, the
-//! Kubernetes client, logging, the `/healthz` + `/readyz` + `/metrics` server, reconcile metrics,
-//! Events, Lease-based leader election and graceful shutdown. A binary's `main` parses its args
-//! (with [`RuntimeArgs`] flattened in), calls [`Runtime::start`], builds its controllers from
+//! The runtime every binary of zone-aware-controllers shares, so a binary is its `main`, its
+//! reconcile and its pure logic:
+//!
+//! - start-up: command-line flags ([`RuntimeArgs`] for a leader-elected controller, [`BaseArgs`]
+//!   alone for a stateless server, [`ScopeArgs`] for what it watches), the Kubernetes client,
+//!   logging, the `/healthz` + `/readyz` + `/metrics` server, Lease-based leader election,
+//!   graceful shutdown, tasks on every replica next to the leader-elected ones ([`runtime`]);
+//! - caches: how they load ([`watch`]), node zones ([`zones`]), and the controller tail: watch
+//!   errors, "caches synced → ready", the `Controller` loop, the failure policy, an error's whole
+//!   cause chain ([`controller`]);
+//! - writes: status by server-side apply or by a PUT retried on conflict ([`status`]), owned
+//!   children applied and pruned ([`children`]), Events published once the status is written
+//!   ([`events`]), metrics ([`metrics`]);
+//! - HTTPS servers with certificate reload ([`https`], [`tls`]);
+//! - a scripted fake API server for tests (`testing`, behind the feature of that name).
+//!
+//! A binary's `main` parses its args, calls [`Runtime::start`], builds its controllers from
 //! [`RuntimeParts`] and hands them to [`Runtime::run`].
 //!
 //! Why these crates:
@@ -18,27 +31,37 @@
 //!   which provider to use.
 #![forbid(unsafe_code)]
 
+pub mod children;
 pub mod cli;
 pub mod client;
+pub mod controller;
 pub mod duration;
 pub mod events;
+pub mod https;
 pub mod leader;
 pub mod metrics;
 pub mod readiness;
 pub mod runtime;
+pub mod scope;
 pub mod server;
 pub mod shutdown;
+pub mod status;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod tls;
 pub mod watch;
+pub mod zones;
 
-pub use cli::{LogFormat, RuntimeArgs};
-pub use events::EventPublisher;
+pub use cli::{BaseArgs, LeaderArgs, LogFormat, RuntimeArgs};
+pub use controller::ErrorChain;
+pub use events::{EventPublisher, PendingEvents};
 pub use kube::runtime::events::EventType;
 pub use leader::{LeaderElector, LeaderError, LeaderHandle, LeaderStatus, LeaseConfig};
 pub use metrics::{ControllerMetrics, ReconcileMetrics, ReconcileTimer};
 pub use readiness::Readiness;
 pub use runtime::{Runtime, RuntimeError, RuntimeParts, report_exit};
+pub use scope::ScopeArgs;
 pub use shutdown::Shutdown;
 pub use watch::InitialList;
+pub use zones::NodeZones;

@@ -3,6 +3,9 @@
 //! Labels stay bounded: `controller` is one of a handful of names and `reason` must be an error
 //! *kind* (a variant name), never an object or pod name.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, PoisonError};
+
 use prometheus::{
     Histogram, HistogramOpts, HistogramTimer, IntCounter, IntCounterVec, Opts, Registry,
     core::Collector,
@@ -24,6 +27,12 @@ pub enum MetricsError {
     Failures(#[source] prometheus::Error),
     #[error("cannot create the reconcile duration histogram")]
     Duration(#[source] prometheus::Error),
+    #[error("cannot create metric {metric}")]
+    Create {
+        metric: &'static str,
+        #[source]
+        source: prometheus::Error,
+    },
     #[error("cannot register {metric} (registered twice in one registry?)")]
     Register {
         metric: &'static str,
@@ -96,6 +105,54 @@ fn register<C: Collector + Clone + 'static>(
     registry
         .register(Box::new(collector.clone()))
         .map_err(|source| MetricsError::Register { metric, source })
+}
+
+/// Creates a binary's own metric and registers it: `collector` is the result of its
+/// constructor (e.g. `IntGaugeVec::new(opts, labels)`), `metric` its name for the error.
+pub fn create<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    metric: &'static str,
+    collector: Result<C, prometheus::Error>,
+) -> Result<C, MetricsError> {
+    let collector = collector.map_err(|source| MetricsError::Create { metric, source })?;
+    register(registry, metric, &collector)?;
+    Ok(collector)
+}
+
+/// The series a binary publishes per object (namespace/name) and per zone, remembered so the
+/// series of a deleted object can be dropped: a deleted object's gauges would otherwise report
+/// its last values forever.
+#[derive(Debug, Default)]
+pub struct ObjectSeries {
+    seen: Mutex<BTreeMap<(String, String), BTreeSet<String>>>,
+}
+
+impl ObjectSeries {
+    /// Records that `namespace/name` has series, for these zones (among others seen before).
+    pub fn note<'a>(&self, namespace: &str, name: &str, zones: impl IntoIterator<Item = &'a str>) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.entry((namespace.to_owned(), name.to_owned()))
+            .or_default()
+            .extend(zones.into_iter().map(str::to_owned));
+    }
+
+    /// Calls `forget(namespace, name, zones)` for every object noted and not `live`, and
+    /// forgets it.
+    pub fn forget_deleted(
+        &self,
+        live: &BTreeSet<(String, String)>,
+        mut forget: impl FnMut(&str, &str, &[String]),
+    ) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.retain(|(namespace, name), zones| {
+            let keep = live.contains(&(namespace.clone(), name.clone()));
+            if !keep {
+                let zones: Vec<String> = zones.iter().cloned().collect();
+                forget(namespace, name, &zones);
+            }
+            keep
+        });
+    }
 }
 
 /// Per-controller handle, cheap to clone into the reconcile context.
@@ -204,6 +261,21 @@ mod tests {
         assert_eq!(value("zau", "AlarmUnavailable"), Some(2.0));
         assert_eq!(value("zdb", "Conflict"), Some(1.0));
         assert_eq!(value("zau", "Conflict"), None);
+    }
+
+    #[test]
+    fn series_of_deleted_objects_are_forgotten_once() {
+        let series = ObjectSeries::default();
+        series.note("apps", "web", ["zone-a"]);
+        series.note("apps", "web", ["zone-b"]);
+        series.note("apps", "db", []);
+        let live = BTreeSet::from([("apps".to_string(), "db".to_string())]);
+        let mut forgotten = Vec::new();
+        series.forget_deleted(&live, |namespace, name, zones| {
+            forgotten.push(format!("{namespace}/{name} {}", zones.join(",")));
+        });
+        assert_eq!(forgotten, ["apps/web zone-a,zone-b"]);
+        series.forget_deleted(&live, |_, name, _| panic!("{name} forgotten twice"));
     }
 
     #[test]

@@ -18,15 +18,16 @@
 //! # }
 //! ```
 
-use std::{future::Future, net::SocketAddr, process::ExitCode, time::Duration};
+use std::{future::Future, net::SocketAddr, process::ExitCode, sync::Arc, time::Duration};
 
 use kube::Client;
 use prometheus::Registry;
+use tokio::sync::OnceCell;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    cli::{CliError, RuntimeArgs},
+    cli::{BaseArgs, CliError, LeaderArgs, RuntimeArgs},
     client::{self, ClientError},
     events::EventPublisher,
     leader::{LeaderElector, LeaderError, LeaderHandle, LeaseConfig},
@@ -35,6 +36,7 @@ use crate::{
     server::{BoundServer, ServerError},
     shutdown::{Shutdown, ShutdownError},
     telemetry::{self, TelemetryError},
+    watch::InitialList,
 };
 
 /// After SIGTERM, how long the controllers get to finish their current reconcile before the
@@ -87,12 +89,25 @@ pub struct RuntimeParts {
     pub controller: String,
     /// This replica's identity (Lease holder, event reporting instance).
     pub identity: String,
+    /// `--initial-list` as given, and as resolved against the API server (once per process).
+    initial_list: InitialList,
+    resolved_initial_list: Arc<OnceCell<InitialList>>,
 }
 
 impl RuntimeParts {
     /// Metrics handle for the runtime's own controller name.
     pub fn controller_metrics(&self) -> ControllerMetrics {
         self.metrics.controller(&self.controller)
+    }
+
+    /// How the caches load their initial state: `--initial-list`, with `auto` resolved by asking
+    /// the API server once (pods of `namespace`, or of all namespaces); every later call, from
+    /// any clone, gets the same answer.
+    pub async fn initial_list(&self, namespace: Option<&str>) -> InitialList {
+        *self
+            .resolved_initial_list
+            .get_or_init(|| self.initial_list.resolve(&self.client, namespace))
+            .await
     }
 }
 
@@ -102,27 +117,22 @@ pub struct Runtime {
     address: SocketAddr,
     server: JoinHandle<Result<(), ServerError>>,
     elector: Option<(CancellationToken, JoinHandle<Result<(), LeaderError>>)>,
+    every_replica: Vec<JoinHandle<()>>,
 }
 
 impl Runtime {
-    /// Logging, client, signal handlers, then [`Runtime::with_client`].
+    /// A leader-elected controller: logging, client, signal handlers, then
+    /// [`Runtime::with_client`].
     pub async fn start(controller: &str, args: &RuntimeArgs) -> Result<Self, RuntimeError> {
-        telemetry::init(args.log_format, &args.log_level).map_err(RuntimeError::Telemetry)?;
-        let identity = args.resolve_identity().map_err(RuntimeError::Identity)?;
-        let agent = format!("{controller}/{} ({identity})", env!("CARGO_PKG_VERSION"));
-        let client = client::connect(
-            args.kubeconfig.as_deref(),
-            args.kube_context.as_deref(),
-            Some(&agent),
-        )
-        .await
-        .map_err(RuntimeError::Client)?;
-        let shutdown = Shutdown::new();
-        // The handler task lives for the whole process; its handle is not needed.
-        let _signals = shutdown
-            .listen_for_signals()
-            .map_err(RuntimeError::Signals)?;
+        let (identity, client, shutdown) = connect(controller, &args.base).await?;
         Self::with_client(controller, args, identity, client, shutdown).await
+    }
+
+    /// A stateless server: the same runtime without leader election, so every replica runs the
+    /// work given to [`Runtime::run`] at once (its flags are [`BaseArgs`] alone).
+    pub async fn start_unelected(controller: &str, args: &BaseArgs) -> Result<Self, RuntimeError> {
+        let (identity, client, shutdown) = connect(controller, args).await?;
+        Self::assemble(controller, args, None, identity, client, shutdown).await
     }
 
     /// Everything after the client exists: metrics, server, leader election. Separate from
@@ -130,6 +140,18 @@ impl Runtime {
     pub async fn with_client(
         controller: &str,
         args: &RuntimeArgs,
+        identity: String,
+        client: Client,
+        shutdown: Shutdown,
+    ) -> Result<Self, RuntimeError> {
+        let leader = args.leader.leader_elect.then_some(&args.leader);
+        Self::assemble(controller, &args.base, leader, identity, client, shutdown).await
+    }
+
+    async fn assemble(
+        controller: &str,
+        args: &BaseArgs,
+        leader_args: Option<&LeaderArgs>,
         identity: String,
         client: Client,
         shutdown: Shutdown,
@@ -142,7 +164,7 @@ impl Runtime {
             .map_err(RuntimeError::Bind)?;
         let address = bound.local_addr();
 
-        let (leader, elector) = if args.leader_elect {
+        let (leader, elector) = if let Some(args) = leader_args {
             let config = LeaseConfig {
                 name: args
                     .lease_name
@@ -163,7 +185,7 @@ impl Runtime {
             let task = tokio::spawn(elector.run(stop.clone()));
             (handle, Some((stop, task)))
         } else {
-            tracing::warn!("leader election disabled: run a single replica");
+            tracing::info!("no leader election: every replica acts");
             (LeaderHandle::unelected(), None)
         };
 
@@ -181,10 +203,13 @@ impl Runtime {
                 events,
                 controller: controller.to_owned(),
                 identity,
+                initial_list: args.initial_list,
+                resolved_initial_list: Arc::new(OnceCell::new()),
             },
             address,
             server,
             elector,
+            every_replica: Vec::new(),
         })
     }
 
@@ -196,6 +221,16 @@ impl Runtime {
 
     pub fn clone_parts(&self) -> RuntimeParts {
         self.parts.clone()
+    }
+
+    /// Starts `task` now, on every replica, leader or standby (a webhook or an API server next to
+    /// leader-elected controllers). It stops when the runtime stops: it should watch
+    /// [`Shutdown`] to finish in-flight work; it is aborted once the server has stopped.
+    pub fn spawn_every_replica<F>(&mut self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.every_replica.push(tokio::spawn(task));
     }
 
     /// Where `/healthz`, `/readyz` and `/metrics` are served.
@@ -254,8 +289,34 @@ impl Runtime {
             Ok(Err(error)) => result = result.and(Err(RuntimeError::Server(error))),
             Err(error) => result = result.and(Err(RuntimeError::ServerTask(error))),
         }
+        for task in self.every_replica {
+            task.abort();
+        }
         result
     }
+}
+
+/// Logging, identity, client and signal handlers: what every profile starts with.
+async fn connect(
+    controller: &str,
+    args: &BaseArgs,
+) -> Result<(String, Client, Shutdown), RuntimeError> {
+    telemetry::init(args.log_format, &args.log_level).map_err(RuntimeError::Telemetry)?;
+    let identity = args.resolve_identity().map_err(RuntimeError::Identity)?;
+    let agent = format!("{controller}/{} ({identity})", env!("CARGO_PKG_VERSION"));
+    let client = client::connect(
+        args.kubeconfig.as_deref(),
+        args.kube_context.as_deref(),
+        Some(&agent),
+    )
+    .await
+    .map_err(RuntimeError::Client)?;
+    let shutdown = Shutdown::new();
+    // The handler task lives for the whole process; its handle is not needed.
+    let _signals = shutdown
+        .listen_for_signals()
+        .map_err(RuntimeError::Signals)?;
+    Ok((identity, client, shutdown))
 }
 
 async fn drive<F, E>(controllers: F, parts: &RuntimeParts) -> Result<(), RuntimeError>
@@ -289,12 +350,7 @@ where
 
 /// Logs `error` with its whole source chain and returns a failing exit code; for `main`.
 pub fn report_exit(error: &(dyn std::error::Error + 'static)) -> ExitCode {
-    let mut chain = Vec::new();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        chain.push(cause.to_string());
-        source = cause.source();
-    }
+    let chain = crate::controller::causes(error);
     tracing::error!(error = %error, causes = ?chain, "exiting");
     // Logging may not be set up yet (e.g. a bad --log-level): say it on stderr as well.
     eprintln!("error: {error}");

@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
-use kube::core::{PartialObjectMeta, Selector, SelectorExt};
+use kube::core::{Selector, SelectorExt};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetStatus};
-use zone_operator::EventPublisher;
+use zone_operator::status;
+use zone_operator::{ErrorChain, EventPublisher, NodeZones};
 use zone_topology::Zone;
 use zone_topology::budget::{Decision, Denial, EvictedPod, PodCondition, ZoneBudget};
 
@@ -24,7 +25,7 @@ use crate::metrics::{ZdbMetrics, reason};
 use crate::webhook::admission::Eviction;
 use crate::webhook::guess::BudgetGuesses;
 use crate::webhook::recent::RecentBudgets;
-use crate::{pods, status, view};
+use crate::{pods, view};
 
 /// Pause between attempts after a write conflict: long enough for the winner's write to be
 /// readable, short enough for many attempts inside the deadline.
@@ -72,8 +73,7 @@ pub struct Judge {
     /// Budgets, only to find the candidates for a pod (the chosen one is read fresh).
     pub zdbs: Store<ZoneDisruptionBudget>,
     pub zdbs_synced: Arc<AtomicBool>,
-    pub nodes: Store<PartialObjectMeta<Node>>,
-    pub zone_label: String,
+    pub zones: NodeZones,
     pub deadline: Duration,
     pub metrics: ZdbMetrics,
     pub events: EventPublisher,
@@ -278,7 +278,7 @@ impl Judge {
         mut early: Option<Option<ZoneDisruptionBudget>>,
     ) -> Verdict {
         let namespace = eviction.namespace.as_str();
-        let zone = pods::zone_of(pod, &self.nodes, &self.zone_label);
+        let zone = self.zones.zone_of(pod);
         let condition = pods::condition(pod);
         if let Some(zdb) = recent
             && let Step::Answer(verdict) = self.assess(eviction, name, &zdb, &zone, condition)
@@ -312,7 +312,9 @@ impl Judge {
                 Step::Record { next, zone } => (next, zone),
             };
             let shadow = zdb.spec.dry_run;
-            match status::replace(api, &zdb, next).await {
+            let mut wanted = zdb.clone();
+            wanted.status = Some(next);
+            match status::put_status(api, &wanted).await {
                 Ok(written) => {
                     self.recent.remember(&written);
                     tracing::info!(namespace, budget = name, pod = %eviction.pod, zone = %zone, "eviction allowed and recorded");
@@ -329,7 +331,7 @@ impl Judge {
                     tokio::time::sleep(CONFLICT_BACKOFF).await;
                 }
                 Err(error) => {
-                    tracing::warn!(error = %error, source = ?std::error::Error::source(&error), namespace, budget = name, "cannot record the eviction");
+                    tracing::warn!(error = %ErrorChain(&error), namespace, budget = name, "cannot record the eviction");
                     let message = format!(
                         "cannot evict pod {}: the disruption cannot be recorded in ZoneDisruptionBudget {name}; retry",
                         eviction.pod
@@ -385,7 +387,7 @@ impl Judge {
                     &mut next,
                     &eviction.pod,
                     &zone,
-                    view::now_time(),
+                    zone_api::conditions::now(),
                     valid.max_unavailable,
                 );
                 Step::Record { next, zone }
@@ -436,6 +438,8 @@ impl Judge {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::core::PartialObjectMeta;
     use kube::runtime::reflector;
     use zone_topology::Zone;
 
@@ -459,8 +463,7 @@ mod tests {
             client: client.clone(),
             zdbs,
             zdbs_synced: Arc::new(AtomicBool::new(false)),
-            nodes,
-            zone_label: zone_topology::ZONE_LABEL.to_string(),
+            zones: NodeZones::from_store(nodes, zone_topology::ZONE_LABEL),
             deadline: Duration::from_millis(200),
             metrics: ZdbMetrics::register(&prometheus::Registry::new()).unwrap(),
             events: EventPublisher::new(client, "zdb-controller", "test"),
@@ -555,8 +558,7 @@ mod tests {
             client: client.clone(),
             zdbs,
             zdbs_synced: Arc::new(AtomicBool::new(true)),
-            nodes,
-            zone_label: zone_topology::ZONE_LABEL.to_string(),
+            zones: NodeZones::from_store(nodes, zone_topology::ZONE_LABEL),
             deadline: Duration::from_secs(5),
             metrics: ZdbMetrics::register(&prometheus::Registry::new()).unwrap(),
             events: EventPublisher::new(client, "zdb-controller", "test"),

@@ -1,9 +1,9 @@
-//! The webhook's serving certificate.
+//! Serving certificates of the HTTPS servers (admission webhooks, the rules API).
 //!
-//! - `--self-signed`: a CA and a serving certificate live in one Secret. The first replica
-//!   creates it; a replica that loses the creation race reads the winner's. Every replica serves
-//!   from the Secret and keeps the webhook configuration's `caBundle` equal to its CA — one CA
-//!   for all replicas, or the last writer of the caBundle would break the others.
+//! - self-signed: a CA and a serving certificate live in one Secret. The first replica creates
+//!   it; a replica that loses the creation race reads the winner's. Every replica serves from the
+//!   Secret and, for a webhook, keeps the webhook configuration's `caBundle` equal to its CA —
+//!   one CA for all replicas, or the last writer of the caBundle would break the others.
 //! - `--cert-dir`: `tls.crt` / `tls.key` as mounted from a Secret (cert-manager). The kubelet
 //!   rotates a mounted Secret by swapping a `..data` symlink, so the files are re-read by path
 //!   (following the symlinks) and compared by content, never watched by inode.
@@ -26,6 +26,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use serde_json::json;
+
+use crate::controller::ErrorChain;
 
 /// Keys of the self-signed Secret (`kubernetes.io/tls` plus the CA).
 pub const CA_KEY: &str = "ca.crt";
@@ -140,7 +142,7 @@ pub fn reload_dir(dir: &Path, store: &CertStore, last: &mut PemPair) -> bool {
     let pair = match read_dir(dir) {
         Ok(pair) => pair,
         Err(error) => {
-            tracing::warn!(error = %error, source = ?std::error::Error::source(&error), "cannot re-read the serving certificate; keeping the current one");
+            tracing::warn!(error = %ErrorChain(&error), "cannot re-read the serving certificate; keeping the current one");
             return false;
         }
     };
@@ -155,7 +157,7 @@ pub fn reload_dir(dir: &Path, store: &CertStore, last: &mut PemPair) -> bool {
             true
         }
         Err(error) => {
-            tracing::warn!(error = %error, source = ?std::error::Error::source(&error), "new serving certificate unusable; keeping the current one");
+            tracing::warn!(error = %ErrorChain(&error), "new serving certificate unusable; keeping the current one");
             false
         }
     }
@@ -177,13 +179,14 @@ pub fn serving_names(service: &str, namespace: &str) -> Vec<String> {
     ]
 }
 
-pub fn generate(service: &str, namespace: &str) -> Result<Generated, TlsError> {
+/// A CA named `ca_name` and a serving certificate for `service.namespace.svc` signed by it.
+pub fn generate(ca_name: &str, service: &str, namespace: &str) -> Result<Generated, TlsError> {
     let ca_key = KeyPair::generate().map_err(TlsError::Generate)?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(TlsError::Generate)?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params
         .distinguished_name
-        .push(DnType::CommonName, "zdb-controller webhook CA");
+        .push(DnType::CommonName, ca_name);
     let ca_cert = ca_params.self_signed(&ca_key).map_err(TlsError::Generate)?;
     let issuer = Issuer::new(ca_params, ca_key);
     let key = KeyPair::generate().map_err(TlsError::Generate)?;
@@ -231,11 +234,16 @@ fn secret_data(generated: &Generated) -> BTreeMap<String, ByteString> {
 /// Where the self-signed certificate lives and what it is for.
 #[derive(Clone, Debug)]
 pub struct SelfSigned {
+    /// The binary that serves it: the Secret's `app.kubernetes.io/name`.
+    pub app: String,
+    /// The CA's common name.
+    pub ca_name: String,
     pub secret_name: String,
     pub secret_namespace: String,
     pub service_name: String,
     pub service_namespace: String,
-    pub webhook_config_name: String,
+    /// The ValidatingWebhookConfiguration whose caBundle must trust the CA (webhooks only).
+    pub webhook_config_name: Option<String>,
 }
 
 /// The CA and serving certificate of the Secret, creating (or completing) it if needed.
@@ -251,7 +259,11 @@ pub async fn ensure_secret(client: &Client, settings: &SelfSigned) -> Result<Gen
         if let Some(generated) = existing.as_ref().and_then(from_secret) {
             return Ok(generated);
         }
-        let generated = generate(&settings.service_name, &settings.service_namespace)?;
+        let generated = generate(
+            &settings.ca_name,
+            &settings.service_name,
+            &settings.service_namespace,
+        )?;
         let result = match existing {
             // Present but incomplete (created by hand?): fill it, conditional on what we read.
             Some(mut secret) => {
@@ -267,7 +279,7 @@ pub async fn ensure_secret(client: &Client, settings: &SelfSigned) -> Result<Gen
                         namespace: Some(settings.secret_namespace.clone()),
                         labels: Some(BTreeMap::from([(
                             "app.kubernetes.io/name".to_string(),
-                            "zdb-controller".to_string(),
+                            settings.app.clone(),
                         )])),
                         ..ObjectMeta::default()
                     },
@@ -332,7 +344,7 @@ mod tests {
 
     #[test]
     fn generated_certificates_load() {
-        let generated = generate("zdb-webhook", "zone-aware-system").unwrap();
+        let generated = generate("test CA", "zdb-webhook", "zone-aware-system").unwrap();
         let key = generated.pair.certified_key().unwrap();
         assert_eq!(key.cert.len(), 1);
         assert!(String::from_utf8_lossy(&generated.ca).contains("BEGIN CERTIFICATE"));
@@ -340,8 +352,8 @@ mod tests {
 
     #[test]
     fn a_mismatched_key_is_refused() {
-        let one = generate("a", "ns").unwrap();
-        let two = generate("b", "ns").unwrap();
+        let one = generate("test CA", "a", "ns").unwrap();
+        let two = generate("test CA", "b", "ns").unwrap();
         let mixed = PemPair {
             cert: one.pair.cert,
             key: two.pair.key,
@@ -353,7 +365,7 @@ mod tests {
     /// creates a new timestamped directory and swaps the `..data` symlink.
     #[test]
     fn reload_follows_a_data_symlink_swap() {
-        let dir = std::env::temp_dir().join(format!("zdb-tls-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("operator-tls-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let write_version = |name: &str, generated: &Generated| {
@@ -362,7 +374,7 @@ mod tests {
             std::fs::write(version.join(CERT_KEY), &generated.pair.cert).unwrap();
             std::fs::write(version.join(KEY_KEY), &generated.pair.key).unwrap();
         };
-        let first = generate("a", "ns").unwrap();
+        let first = generate("test CA", "a", "ns").unwrap();
         write_version("..v1", &first);
         std::os::unix::fs::symlink("..v1", dir.join("..data")).unwrap();
         std::os::unix::fs::symlink("..data/tls.crt", dir.join(CERT_KEY)).unwrap();
@@ -373,7 +385,7 @@ mod tests {
         let served = store.current().cert[0].clone();
         assert!(!reload_dir(&dir, &store, &mut last), "unchanged content");
 
-        let second = generate("b", "ns").unwrap();
+        let second = generate("test CA", "b", "ns").unwrap();
         write_version("..v2", &second);
         std::os::unix::fs::symlink("..v2", dir.join("..data_tmp")).unwrap();
         std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();

@@ -1,0 +1,177 @@
+//! HTTPS serving of an axum router with rustls, with the certificate reloaded without a restart:
+//! re-read from a mounted directory (cert-manager, a kubelet-rotated Secret), or kept in a
+//! self-signed Secret shared by every replica (see [`crate::tls`]).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use kube::Client;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::controller::ErrorChain;
+use crate::tls::{self, CertStore, SelfSigned, TlsError};
+
+/// After failing to obtain a certificate, try again after this long.
+const CERT_RETRY: Duration = Duration::from_secs(5);
+
+/// How often a mounted certificate directory is re-read.
+const CERT_DIR_POLL: Duration = Duration::from_secs(5);
+
+/// How often, in self-signed mode, the Secret is re-read (someone may have deleted or replaced
+/// it) and the caBundle checked (the configuration may have been re-applied without it).
+const SELF_SIGNED_POLL: Duration = Duration::from_secs(10);
+
+/// Why the server cannot listen.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {address}")]
+pub struct BindError {
+    pub address: SocketAddr,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Where the serving certificate comes from.
+#[derive(Clone, Debug)]
+pub enum CertSource {
+    /// `tls.crt` and `tls.key` of a directory, re-read every few seconds.
+    Dir(PathBuf),
+    /// A CA and a certificate in a Secret, created by the first replica.
+    SelfSigned(SelfSigned),
+}
+
+/// Binds `address` now, so a bad address fails start-up rather than a background task.
+pub async fn bind(address: SocketAddr) -> Result<(TcpListener, SocketAddr), BindError> {
+    let error = |source| BindError { address, source };
+    let listener = TcpListener::bind(address).await.map_err(error)?;
+    let local = listener.local_addr().map_err(error)?;
+    Ok((listener, local))
+}
+
+/// The certificate store of `source`, retried until it can be had (a mounted certificate may
+/// appear later, the API server may be briefly unreachable), with the task that keeps it (and a
+/// webhook's caBundle) current.
+pub async fn certificates_retrying(client: &Client, source: &CertSource) -> Arc<CertStore> {
+    loop {
+        match certificates(client, source).await {
+            Ok(certs) => return certs,
+            Err(error) => {
+                tracing::error!(error = %ErrorChain(&error), retry = ?CERT_RETRY, "no serving certificate; not serving yet");
+                tokio::time::sleep(CERT_RETRY).await;
+            }
+        }
+    }
+}
+
+/// Serves `router` over HTTPS (HTTP/1.1) on `listener` with the certificate `certs` holds at
+/// each handshake. Runs until aborted.
+pub async fn serve(listener: TcpListener, certs: Arc<CertStore>, router: Router) {
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_cert_resolver(certs);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                tracing::warn!(error = %error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let tls = match acceptor.accept(stream).await {
+                Ok(tls) => tls,
+                Err(error) => {
+                    tracing::debug!(error = %error, "TLS handshake failed");
+                    return;
+                }
+            };
+            if let Err(error) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tls), service)
+                .await
+            {
+                tracing::debug!(error = %error, "connection ended with an error");
+            }
+        });
+    }
+}
+
+/// The certificate store, and the task keeping it (and the caBundle) current.
+pub async fn certificates(
+    client: &Client,
+    source: &CertSource,
+) -> Result<Arc<CertStore>, TlsError> {
+    match source {
+        CertSource::Dir(dir) => {
+            let dir = dir.clone();
+            let mut last = tls::read_dir(&dir)?;
+            let store = Arc::new(CertStore::new(last.certified_key()?));
+            let reloading = store.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(CERT_DIR_POLL).await;
+                    tls::reload_dir(&dir, &reloading, &mut last);
+                }
+            });
+            Ok(store)
+        }
+        CertSource::SelfSigned(settings) => {
+            let generated = tls::ensure_secret(client, settings).await?;
+            let store = Arc::new(CertStore::new(generated.pair.certified_key()?));
+            tokio::spawn(keep_self_signed(
+                client.clone(),
+                settings.clone(),
+                generated,
+                store.clone(),
+            ));
+            Ok(store)
+        }
+    }
+}
+
+async fn keep_self_signed(
+    client: Client,
+    settings: SelfSigned,
+    mut current: tls::Generated,
+    store: Arc<CertStore>,
+) {
+    loop {
+        if let Some(config) = &settings.webhook_config_name {
+            match tls::sync_ca_bundle(&client, config, &current.ca).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(config = %config, "ValidatingWebhookConfiguration not found; its caBundle will be set once it exists")
+                }
+                Err(error) => {
+                    tracing::warn!(error = %ErrorChain(&error), "cannot update the caBundle")
+                }
+            }
+        }
+        tokio::time::sleep(SELF_SIGNED_POLL).await;
+        match tls::ensure_secret(&client, &settings).await {
+            Ok(latest) if latest.pair != current.pair => match latest.pair.certified_key() {
+                Ok(key) => {
+                    store.swap(key);
+                    tracing::info!(secret = %settings.secret_name, "serving the certificate of the changed Secret");
+                    current = latest;
+                }
+                Err(error) => {
+                    tracing::warn!(error = %error, "the Secret's certificate is unusable; keeping the current one")
+                }
+            },
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(error = %ErrorChain(&error), "cannot re-read the Secret of the serving certificate")
+            }
+        }
+    }
+}

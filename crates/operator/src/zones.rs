@@ -1,0 +1,142 @@
+//! The zone of every node, for placing pods: a metadata-only watch of nodes that keeps the zone
+//! label alone (a node object is kilobytes; its zone, a few bytes).
+
+use std::future::ready;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use zone_topology::Zone;
+
+use crate::controller::log_watch_error;
+use crate::watch::InitialList;
+
+/// Read side of the node cache: which zone a pod runs in. Cheap to clone.
+#[derive(Clone)]
+pub struct NodeZones {
+    nodes: Store<PartialObjectMeta<Node>>,
+    zone_label: String,
+}
+
+impl NodeZones {
+    /// Starts the cache: returns its read side and the stream that keeps it (drive it for as
+    /// long as the cache is read; it yields once per node change).
+    pub fn watch(
+        client: &Client,
+        zone_label: &str,
+        initial_list: InitialList,
+    ) -> (Self, impl Stream<Item = ()> + Send + use<>) {
+        let (nodes, writer) = reflector::store();
+        let label = zone_label.to_owned();
+        let stream = watcher(
+            Api::<PartialObjectMeta<Node>>::all(client.clone()),
+            initial_list.config(),
+        )
+        .modify(move |node| strip_node(node, &label))
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects()
+        .filter_map(|result| ready(log_watch_error("nodes", result)))
+        .map(|_| ());
+        let zones = Self {
+            nodes,
+            zone_label: zone_label.to_owned(),
+        };
+        (zones, stream)
+    }
+
+    /// A cache over an existing store (tests, or a binary that fills the store itself).
+    pub fn from_store(nodes: Store<PartialObjectMeta<Node>>, zone_label: &str) -> Self {
+        Self {
+            nodes,
+            zone_label: zone_label.to_owned(),
+        }
+    }
+
+    /// Resolves once the first list is complete.
+    pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
+        self.nodes.wait_until_ready().await
+    }
+
+    /// The zone of the node `pod` is bound to: unknown when unscheduled, when the node is not
+    /// (yet) in the cache, or when it has no zone label.
+    pub fn zone_of(&self, pod: &Pod) -> Zone {
+        let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+            return Zone::Unknown;
+        };
+        self.zone_of_node(node_name)
+    }
+
+    /// The zone of node `name`.
+    pub fn zone_of_node(&self, name: &str) -> Zone {
+        self.nodes
+            .get(&ObjectRef::new(name))
+            .map_or(Zone::Unknown, |node| {
+                Zone::from_label(
+                    node.metadata.labels.as_ref().unwrap_or(&Default::default()),
+                    &self.zone_label,
+                )
+            })
+    }
+
+    /// The zone label this cache reads.
+    pub fn zone_label(&self) -> &str {
+        &self.zone_label
+    }
+}
+
+/// Keeps only the zone label of a node.
+pub fn strip_node(node: &mut PartialObjectMeta<Node>, zone_label: &str) {
+    let meta = &mut node.metadata;
+    meta.annotations = None;
+    meta.managed_fields = None;
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.retain(|key, _| key == zone_label);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use kube::runtime::watcher::Event;
+    use serde_json::json;
+
+    fn node(name: &str, labels: serde_json::Value) -> PartialObjectMeta<Node> {
+        serde_json::from_value(json!({
+            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+            "metadata": {"name": name, "labels": labels, "annotations": {"big": "x"}}
+        }))
+        .unwrap()
+    }
+
+    fn pod_on(node: Option<&str>) -> Pod {
+        serde_json::from_value(
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [], "nodeName": node}}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn pods_get_the_zone_of_their_node() {
+        let label = "topology.kubernetes.io/zone";
+        let (store, mut writer) = reflector::store();
+        let mut a = node("node-a", json!({label: "zone-a", "other": "x"}));
+        strip_node(&mut a, label);
+        assert_eq!(a.metadata.labels.as_ref().unwrap().len(), 1);
+        assert!(a.metadata.annotations.is_none());
+        writer.apply_watcher_event(&Event::Apply(a));
+        writer.apply_watcher_event(&Event::Apply(node("node-x", json!({}))));
+        let zones = NodeZones::from_store(store, label);
+        assert_eq!(
+            zones.zone_of(&pod_on(Some("node-a"))),
+            Zone::known("zone-a")
+        );
+        assert_eq!(zones.zone_of(&pod_on(Some("node-x"))), Zone::Unknown);
+        assert_eq!(zones.zone_of(&pod_on(Some("gone"))), Zone::Unknown);
+        assert_eq!(zones.zone_of(&pod_on(None)), Zone::Unknown);
+    }
+}
