@@ -903,3 +903,339 @@ fn zone_from_status(name: &str) -> Zone {
         Zone::known(name)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use serde_json::json;
+    use zone_api::ZoneAwareUpdateSpec;
+    use zone_topology::IntOrPercent;
+
+    fn spec(alarm: &str, ignore_alarm: bool) -> ZoneAwareUpdateSpec {
+        serde_json::from_value(json!({
+            "statefulset": "web", "pauseRolloutAlarm": alarm, "ignoreAlarm": ignore_alarm
+        }))
+        .unwrap()
+    }
+
+    fn paused(reason: &str) -> ZoneAwareUpdateStatus {
+        let mut status = ZoneAwareUpdateStatus::default();
+        status.set_condition(condition::PAUSED, true, reason, "x");
+        status
+    }
+
+    fn valid(max_unavailable: IntOrPercent) -> ValidZau {
+        ValidZau {
+            statefulset: "web".into(),
+            exponential_factor: 2.0,
+            max_unavailable,
+        }
+    }
+
+    fn set(value: serde_json::Value) -> StatefulSet {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn target_checks_the_statefulset() {
+        let on_delete = json!({"type": "OnDelete"});
+        let cases: Vec<(&str, serde_json::Value, IntOrPercent, Result<Target, &str>)> = vec![
+            (
+                "observed OnDelete set",
+                json!({"metadata": {"generation": 2},
+                    "spec": {"replicas": 6, "minReadySeconds": 3, "updateStrategy": on_delete, "selector": {}, "template": {}},
+                    "status": {"replicas": 6, "observedGeneration": 2, "updateRevision": "web-2", "currentRevision": "web-1"}}),
+                IntOrPercent::Percent(50),
+                Ok(Target {
+                    replicas: 6,
+                    max_unavailable: 3,
+                    min_ready_seconds: 3,
+                    update_revision: Some("web-2".into()),
+                    current_revision: "web-1".into(),
+                }),
+            ),
+            (
+                "spec not observed yet: no update revision",
+                json!({"metadata": {"generation": 3},
+                    "spec": {"replicas": 2, "updateStrategy": on_delete, "selector": {}, "template": {}},
+                    "status": {"replicas": 2, "observedGeneration": 2, "updateRevision": "web-2"}}),
+                IntOrPercent::Int(1),
+                Ok(Target {
+                    replicas: 2,
+                    max_unavailable: 1,
+                    min_ready_seconds: 0,
+                    update_revision: None,
+                    current_revision: String::new(),
+                }),
+            ),
+            (
+                "RollingUpdate (the default) is refused",
+                json!({"spec": {"replicas": 2, "selector": {}, "template": {}}}),
+                IntOrPercent::Int(1),
+                Err(reason::NOT_ON_DELETE),
+            ),
+            (
+                "maxUnavailable 0 is refused",
+                json!({"spec": {"replicas": 2, "updateStrategy": on_delete, "selector": {}, "template": {}}}),
+                IntOrPercent::Int(0),
+                Err(reason::INVALID_SPEC),
+            ),
+        ];
+        for (name, value, max_unavailable, expected) in cases {
+            let got = target(&valid(max_unavailable), &set(value)).map_err(|i| i.reason);
+            assert_eq!(got, expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_alarm_decides_whether_a_due_batch_waits() {
+        let firing = AlarmState::Firing {
+            reason: "errors > 5".into(),
+        };
+        let unavailable = AlarmState::Unavailable {
+            error: "timeout".into(),
+        };
+        // (case, spec, previous, state, paused reason after, pausedRollout, events)
+        let cases = [
+            (
+                "clear",
+                spec("a", false),
+                ZoneAwareUpdateStatus::default(),
+                AlarmState::Clear,
+                None,
+                false,
+                vec![],
+            ),
+            (
+                "firing",
+                spec("a", false),
+                ZoneAwareUpdateStatus::default(),
+                firing.clone(),
+                Some(reason::ALARM_FIRING),
+                true,
+                vec!["RolloutPaused"],
+            ),
+            (
+                "still firing: no second event",
+                spec("a", false),
+                paused(reason::ALARM_FIRING),
+                firing,
+                Some(reason::ALARM_FIRING),
+                true,
+                vec![],
+            ),
+            (
+                "firing becomes unreadable",
+                spec("a", false),
+                paused(reason::ALARM_FIRING),
+                unavailable,
+                Some(reason::ALARM_UNAVAILABLE),
+                true,
+                vec!["RolloutPaused"],
+            ),
+            (
+                "missing",
+                spec("a", false),
+                ZoneAwareUpdateStatus::default(),
+                AlarmState::NotFound,
+                Some(reason::ALARM_NOT_FOUND),
+                true,
+                vec!["RolloutPaused"],
+            ),
+            (
+                "cleared after a pause",
+                spec("a", false),
+                paused(reason::ALARM_FIRING),
+                AlarmState::Clear,
+                None,
+                false,
+                vec!["RolloutResumed"],
+            ),
+        ];
+        for (name, spec, previous, state, paused_by, paused_rollout, events) in cases {
+            let mut draft = Draft {
+                status: previous.clone(),
+                ..Draft::default()
+            };
+            let poll = Action::requeue(Duration::from_secs(15));
+            let action = alarm_decision(&spec, &previous, &state, &mut draft, poll.clone());
+            assert_eq!(action.is_some(), paused_by.is_some(), "{name}: waits");
+            assert_eq!(
+                draft.status.true_reason(condition::PAUSED),
+                paused_by,
+                "{name}"
+            );
+            assert_eq!(draft.status.paused_rollout, paused_rollout, "{name}");
+            let reasons: Vec<_> = draft.events.events().iter().map(|e| e.reason).collect();
+            assert_eq!(reasons, events, "{name}: events");
+        }
+    }
+
+    #[test]
+    fn an_ignored_alarm_says_so() {
+        let mut draft = Draft::default();
+        let spec = spec("a", true);
+        let action = alarm_decision(
+            &spec,
+            &ZoneAwareUpdateStatus::default(),
+            &AlarmState::Clear,
+            &mut draft,
+            Action::await_change(),
+        );
+        assert!(action.is_none());
+        let paused = draft.status.condition(condition::PAUSED).unwrap();
+        assert_eq!(
+            paused.message,
+            "ignoreAlarm is set: alarm a is not consulted"
+        );
+    }
+
+    fn pod(name: &str, ready: bool) -> RolloutPod {
+        RolloutPod {
+            name: name.into(),
+            ordinal: 0,
+            zone: Zone::known("zone-a"),
+            revision: "web-1".into(),
+            ready,
+            terminating: false,
+        }
+    }
+
+    #[test]
+    fn a_removed_batch_advances_the_step_only_for_ready_pods() {
+        let batch = Batch {
+            zone: Zone::known("zone-a"),
+            pods: vec!["web-3".into(), "web-2".into()],
+            step: 1,
+            next_step: 2,
+        };
+        let planned = [pod("web-3", false), pod("web-2", true)];
+        // (case, removed, zone changed, step after, events)
+        type Case<'a> = (&'a str, &'a [&'a str], bool, i32, &'a [&'a str]);
+        let cases: [Case; 3] = [
+            (
+                "a ready pod removed",
+                &["web-3", "web-2"],
+                true,
+                2,
+                &["ZoneStarted", "BatchRemoved"],
+            ),
+            (
+                "only the unready pod",
+                &["web-3"],
+                false,
+                1,
+                &["BatchRemoved"],
+            ),
+            (
+                "a ready pod, same zone",
+                &["web-2"],
+                false,
+                2,
+                &["BatchRemoved"],
+            ),
+        ];
+        for (name, removed, zone_changed, step, events) in cases {
+            let removed: Vec<String> = removed.iter().map(ToString::to_string).collect();
+            let mut draft = Draft::default();
+            record_batch(&batch, &planned, &removed, zone_changed, &mut draft);
+            assert_eq!(draft.status.update_step, step, "{name}");
+            assert_eq!(
+                draft.status.deleted_replicas,
+                removed.len() as i32,
+                "{name}"
+            );
+            let reasons: Vec<_> = draft.events.events().iter().map(|e| e.reason).collect();
+            assert_eq!(reasons, events, "{name}");
+            let progressing = draft.status.condition(condition::PROGRESSING).unwrap();
+            assert_eq!(progressing.reason, reason::BATCH_REMOVED, "{name}");
+            assert!(progressing.message.contains(&removed.join(", ")), "{name}");
+        }
+        let mut draft = Draft::default();
+        record_refusal(&batch, 1, "budget", &mut draft);
+        assert_eq!(
+            draft.status.true_reason(condition::PROGRESSING),
+            Some(reason::BUDGET_EXHAUSTED)
+        );
+    }
+
+    #[test]
+    fn progress_restarts_with_a_new_revision() {
+        let progress = Progress {
+            old_replicas: [(Zone::known("zone-a"), 2), (Zone::known("zone-b"), 0)].into(),
+            current_zone: Some(Zone::known("zone-a")),
+            step: 0,
+        };
+        // (case, previous revision, new revision, deleted replicas after, events)
+        let cases = [
+            ("same revision", "web-2", "web-2", 3, vec![]),
+            ("first rollout", "", "web-2", 0, vec![]),
+            (
+                "new revision mid-rollout",
+                "web-2",
+                "web-3",
+                0,
+                vec!["NewRevision"],
+            ),
+        ];
+        for (name, before, after, deleted, events) in cases {
+            let previous = ZoneAwareUpdateStatus {
+                update_revision: before.into(),
+                deleted_replicas: 3,
+                update_step: 4,
+                ..ZoneAwareUpdateStatus::default()
+            };
+            let mut draft = Draft {
+                status: previous.clone(),
+                ..Draft::default()
+            };
+            record_progress(&previous, after, "web-1", &progress, &mut draft);
+            let status = &draft.status;
+            assert_eq!(status.deleted_replicas, deleted, "{name}");
+            assert_eq!(status.update_revision, after, "{name}");
+            assert_eq!(status.update_step, 0, "{name}: the planner's step");
+            assert_eq!(status.total_old_replicas, 2, "{name}");
+            assert_eq!(status.current_zone.as_deref(), Some("zone-a"), "{name}");
+            let reasons: Vec<_> = draft.events.events().iter().map(|e| e.reason).collect();
+            assert_eq!(reasons, events, "{name}");
+        }
+    }
+
+    #[test]
+    fn completion_is_announced_once_per_revision() {
+        for (name, previous_complete, previous_revision, events) in [
+            ("first time", false, "web-2", vec!["RolloutComplete"]),
+            ("already complete", true, "web-2", vec![]),
+            (
+                "complete for an older revision",
+                true,
+                "web-1",
+                vec!["RolloutComplete"],
+            ),
+        ] {
+            let mut previous = ZoneAwareUpdateStatus {
+                update_revision: previous_revision.into(),
+                ..ZoneAwareUpdateStatus::default()
+            };
+            previous.set_condition(condition::COMPLETE, previous_complete, "x", "");
+            let mut draft = Draft {
+                status: ZoneAwareUpdateStatus {
+                    update_revision: "web-2".into(),
+                    paused_rollout: true,
+                    ..previous.clone()
+                },
+                ..Draft::default()
+            };
+            record_complete(&previous, &mut draft);
+            assert!(!draft.status.paused_rollout, "{name}");
+            assert_eq!(
+                draft.status.true_reason(condition::COMPLETE),
+                Some(reason::ROLLOUT_COMPLETE),
+                "{name}"
+            );
+            let reasons: Vec<_> = draft.events.events().iter().map(|e| e.reason).collect();
+            assert_eq!(reasons, events, "{name}");
+        }
+    }
+}

@@ -417,3 +417,176 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
         None => Action::await_change(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use zone_topology::Zone;
+
+    const NOW_MS: i64 = 1_800_000_000_000;
+
+    fn pod(name: &str, zone: &str, healthy: bool) -> BudgetPod {
+        BudgetPod {
+            name: name.into(),
+            zone: Zone::known(zone),
+            healthy,
+            created_ms: NOW_MS - 3_600_000,
+        }
+    }
+
+    fn recorded(pod: &str, zone: &str, ago_ms: i64) -> ZoneDisruptionBudgetStatus {
+        ZoneDisruptionBudgetStatus {
+            disrupted_pods: [(pod.to_string(), view::time_of_ms(NOW_MS - ago_ms))].into(),
+            disrupted_pod_zones: [(pod.to_string(), zone.to_string())].into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_budget_follows_pods_and_records() {
+        let all_healthy = [pod("web-0", "a", true), pod("web-1", "b", true)];
+        let b_unhealthy = [pod("web-0", "a", true), pod("web-1", "b", false)];
+        let b_missing = [pod("web-0", "a", true)];
+        // (case, pods, status before, allowed in a, allowed in b, disrupted zones, events, requeues)
+        type Case<'a> = (
+            &'a str,
+            &'a [BudgetPod],
+            ZoneDisruptionBudgetStatus,
+            i32,
+            i32,
+            &'a [&'a str],
+            &'a [&'a str],
+            bool,
+        );
+        let cases: [Case; 5] = [
+            (
+                "healthy",
+                &all_healthy,
+                Default::default(),
+                1,
+                1,
+                &[],
+                &[],
+                false,
+            ),
+            (
+                "an unhealthy pod holds its zone",
+                &b_unhealthy,
+                Default::default(),
+                0,
+                0,
+                &["b"],
+                &["DisruptedZonesChanged"],
+                false,
+            ),
+            (
+                "a recent eviction record counts",
+                &b_missing,
+                recorded("web-1", "b", 1_000),
+                0,
+                0,
+                &["b"],
+                &["DisruptedZonesChanged"],
+                true,
+            ),
+            (
+                "an expired record is dropped",
+                &all_healthy,
+                recorded("web-1", "b", DISRUPTION_TTL_MS + 1),
+                1,
+                1,
+                &[],
+                &[],
+                false,
+            ),
+            (
+                "a recreated pod ends its record",
+                &all_healthy,
+                recorded("web-1", "b", 3_600_001),
+                1,
+                1,
+                &[],
+                &[],
+                false,
+            ),
+        ];
+        for (name, pods, before, allowed_a, allowed_b, disrupted, events, requeues) in cases {
+            let mut draft = Draft {
+                status: before,
+                ..Draft::default()
+            };
+            let action = compute(
+                &BudgetView {
+                    pods,
+                    expected_total: 2,
+                    max_unavailable: IntOrPercent::Int(1),
+                    now_ms: NOW_MS,
+                },
+                &mut draft,
+            );
+            let status = &draft.status;
+            assert_eq!(
+                status.disruptions_allowed.get("a"),
+                Some(&allowed_a),
+                "{name}: a"
+            );
+            assert_eq!(
+                status.disruptions_allowed.get("b"),
+                Some(&allowed_b),
+                "{name}: b"
+            );
+            assert_eq!(status.disrupted_zones, disrupted, "{name}");
+            assert_eq!(
+                status.disrupted_pods.is_empty(),
+                !requeues,
+                "{name}: records"
+            );
+            assert_eq!(
+                status.true_reason(condition::DISRUPTED),
+                (!disrupted.is_empty()).then_some(reason::ZONE_DISRUPTED),
+                "{name}"
+            );
+            assert_eq!(
+                status.true_reason(condition::READY),
+                Some(reason::COMPUTED),
+                "{name}"
+            );
+            let reasons: Vec<_> = draft.events.events().iter().map(|e| e.reason).collect();
+            assert_eq!(reasons, events, "{name}: events");
+            assert_eq!(
+                action == Action::await_change(),
+                !requeues,
+                "{name}: {action:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_invalid_budget_is_reported_once_per_generation() {
+        let invalid = Invalid {
+            reason: reason::INVALID_SPEC,
+            message: "spec.selector: bad".into(),
+        };
+        let mut draft = Draft::default();
+        assert_eq!(
+            invalid_budget(invalid.clone(), &mut draft),
+            Action::await_change()
+        );
+        assert_eq!(draft.events.events().len(), 1);
+        assert_eq!(
+            draft.status.true_reason(condition::INVALID),
+            Some(reason::INVALID_SPEC)
+        );
+        assert_eq!(draft.status.true_reason(condition::READY), None);
+        let mut again = Draft {
+            status: draft.status.clone(),
+            ..Draft::default()
+        };
+        invalid_budget(invalid, &mut again);
+        assert!(
+            again.events.is_empty(),
+            "the same complaint is not repeated"
+        );
+    }
+}

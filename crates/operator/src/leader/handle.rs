@@ -50,6 +50,33 @@ impl LeaderHandle {
         }
     }
 
+    /// A handle leading through the Lease `namespace/name` as `identity`, for tests: no elector
+    /// runs; [`LeaderHandle::confirm`] reads the Lease through `client` (a fake API server) and
+    /// answers from what it finds there.
+    #[cfg(feature = "testing")]
+    pub fn leading_for_tests(
+        client: kube::Client,
+        namespace: &str,
+        name: &str,
+        identity: &str,
+    ) -> Self {
+        let lease_duration = Duration::from_secs(15);
+        let (state, _) = watch::channel(LeaderStatus::Leading {
+            valid_until: Some(Instant::now() + lease_duration),
+        });
+        Self::elected(
+            Arc::new(state),
+            LeaseAccess {
+                api: Api::namespaced(client, namespace),
+                name: name.to_owned(),
+                namespace: namespace.to_owned(),
+                identity: identity.to_owned(),
+                lease_duration,
+                renew_interval: Duration::from_secs(5),
+            },
+        )
+    }
+
     pub(super) fn elected(state: Arc<watch::Sender<LeaderStatus>>, lease: LeaseAccess) -> Self {
         Self {
             state,
