@@ -53,6 +53,31 @@ pub struct User {
     pub username: String,
 }
 
+impl AuditEvent {
+    /// The response's status code (0 when the log has none).
+    pub fn code(&self) -> u16 {
+        self.response_status.as_ref().map_or(0, |s| s.code)
+    }
+
+    /// Whether the request succeeded (2xx).
+    pub fn succeeded(&self) -> bool {
+        (200..300).contains(&self.code())
+    }
+
+    /// Whether `program` sent the request (its user agent is `<program>/...`, as Kubernetes
+    /// clients name themselves).
+    pub fn sent_by(&self, program: &str) -> bool {
+        self.user_agent
+            .strip_prefix(program)
+            .is_some_and(|rest| rest.starts_with('/'))
+    }
+
+    /// The name of the object of the request.
+    pub fn object_name(&self) -> &str {
+        self.object_ref.as_ref().map_or("", |o| o.name.as_str())
+    }
+}
+
 /// Completed requests of the log, in order; unparseable lines are skipped.
 pub fn read(path: &Path) -> Vec<AuditEvent> {
     let text = std::fs::read_to_string(path).unwrap_or_default();

@@ -2,10 +2,13 @@
 //! `E2E_KUBECONFIG` / `KUBECONFIG` (e.g. kind for `make e2e-kind`).
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 
+use kube::api::DeleteParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::{Api, Client, Config};
 
 pub struct Cluster {
     pub kubeconfig: PathBuf,
@@ -141,6 +144,47 @@ where
         });
     });
     let _ = handle.join();
+}
+
+/// The deletion a [`DeleteOnDrop`] runs, on a client of its own.
+type Deletion = Box<dyn FnOnce(Client) -> Pin<Box<dyn Future<Output = ()>>> + Send>;
+
+/// Deletes one cluster-scoped object when dropped: a test's clean-up, run whether the test passed
+/// or panicked.
+pub struct DeleteOnDrop {
+    config: Config,
+    deletion: Option<Deletion>,
+}
+
+impl DeleteOnDrop {
+    /// Deletes the `K` named `name` with `params` (e.g. background propagation) when dropped.
+    pub fn new<K>(config: Config, name: &str, params: DeleteParams) -> DeleteOnDrop
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + 'static,
+    {
+        let name = name.to_string();
+        let deletion: Deletion = Box::new(move |client| {
+            Box::pin(async move {
+                let _ = Api::<K>::all(client).delete(&name, &params).await;
+            })
+        });
+        DeleteOnDrop {
+            config,
+            deletion: Some(deletion),
+        }
+    }
+}
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        if let Some(deletion) = self.deletion.take() {
+            cleanup_blocking(self.config.clone(), deletion);
+        }
+    }
 }
 
 #[cfg(test)]

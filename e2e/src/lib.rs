@@ -1,6 +1,6 @@
 //! Helpers for the end-to-end tests: the cluster under test, temporary namespaces, polling with a
-//! timeout, pod readiness, the API server's audit log, controller processes and a TLS server for
-//! webhooks.
+//! timeout, pods, nodes and zones, the API server's audit log, controller processes, TLS (a test
+//! CA, a server for webhooks) and a proxy in front of webhook replicas.
 //!
 //! Tests are `#[ignore = "needs the local zonal cluster (make e2e)"]`, so `cargo test --workspace`
 //! stays cluster-free; `make e2e` starts the cluster and runs them with `--ignored`.
@@ -14,6 +14,7 @@ pub mod deploy;
 pub mod identity;
 pub mod localstack;
 pub mod namespace;
+pub mod nodes;
 pub mod pods;
 pub mod process;
 pub mod proxy;

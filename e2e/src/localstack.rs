@@ -1,11 +1,14 @@
-//! A LocalStack of a test's own (CloudWatch only), for tests that stop and restart CloudWatch
-//! without disturbing the cluster's shared instance. Uses the interpreter `cluster-up` installed
-//! (`E2E_LOCALSTACK_PYTHON`).
+//! CloudWatch on LocalStack: the environment that points a controller at it, the alarms the tests
+//! set, and a LocalStack of a test's own (CloudWatch only), for tests that stop and restart
+//! CloudWatch without disturbing the cluster's shared instance. That one uses the interpreter
+//! `cluster-up` installed (`E2E_LOCALSTACK_PYTHON`).
 
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+use aws_sdk_cloudwatch::types::{ComparisonOperator, StateValue, Statistic};
 
 use crate::{Cluster, wait_for};
 
@@ -22,6 +25,46 @@ pub fn free_port() -> u16 {
         .and_then(|listener| listener.local_addr())
         .map(|address| address.port())
         .expect("a free local port")
+}
+
+/// The environment of a controller that reads CloudWatch at `endpoint` with the test
+/// credentials.
+pub fn aws_env(endpoint: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ENDPOINT_URL", endpoint.to_string()),
+        ("AWS_REGION", "us-east-1".to_string()),
+        ("AWS_ACCESS_KEY_ID", "test".to_string()),
+        ("AWS_SECRET_ACCESS_KEY", "test".to_string()),
+    ]
+}
+
+/// Creates (or replaces) the metric alarm `name`: errors >= 1 over a minute.
+pub async fn put_alarm(cloudwatch: &aws_sdk_cloudwatch::Client, name: &str) {
+    cloudwatch
+        .put_metric_alarm()
+        .alarm_name(name)
+        .namespace("e2e")
+        .metric_name("errors")
+        .statistic(Statistic::Sum)
+        .period(60)
+        .evaluation_periods(1)
+        .threshold(1.0)
+        .comparison_operator(ComparisonOperator::GreaterThanOrEqualToThreshold)
+        .send()
+        .await
+        .expect("PutMetricAlarm");
+}
+
+/// Sets the state of the alarm `name`.
+pub async fn set_alarm(cloudwatch: &aws_sdk_cloudwatch::Client, name: &str, state: StateValue) {
+    cloudwatch
+        .set_alarm_state()
+        .alarm_name(name)
+        .state_value(state)
+        .state_reason("set by the e2e test")
+        .send()
+        .await
+        .expect("SetAlarmState");
 }
 
 impl LocalStack {

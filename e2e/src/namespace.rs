@@ -5,10 +5,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
-use kube::{Api, Client, Config};
+use kube::{Api, Client};
 
-use crate::cluster::{Cluster, cleanup_blocking};
-
+use crate::cluster::{Cluster, DeleteOnDrop};
 use crate::wait_for;
 
 /// Label on every namespace the e2e tests create (and the webhook tests select on).
@@ -17,7 +16,7 @@ pub const E2E_LABEL: &str = "zonecontrol.k8s.aws/e2e";
 pub struct TestNamespace {
     pub name: String,
     pub client: Client,
-    config: Config,
+    _delete: DeleteOnDrop,
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -61,10 +60,18 @@ impl TestNamespace {
         )
         .await;
         TestNamespace {
+            _delete: DeleteOnDrop::new::<Namespace>(config, &name, DeleteParams::background()),
             name,
             client: client.clone(),
-            config,
         }
+    }
+
+    /// The unique part of the name (`e2e-<prefix>-<suffix>`): a suffix for the names of objects
+    /// of this test outside its namespace.
+    pub fn suffix(&self) -> &str {
+        self.name
+            .rsplit_once('-')
+            .map_or(&self.name, |(_, suffix)| suffix)
     }
 
     pub fn api<K>(&self) -> Api<K>
@@ -106,15 +113,4 @@ pub async fn wait_until_no_namespace_terminates(client: &Client, timeout: Durati
     })
     .await;
     started.elapsed()
-}
-
-impl Drop for TestNamespace {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        cleanup_blocking(self.config.clone(), |client| async move {
-            let _ = Api::<Namespace>::all(client)
-                .delete(&name, &DeleteParams::background())
-                .await;
-        });
-    }
 }

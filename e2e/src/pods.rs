@@ -1,10 +1,18 @@
-//! Pod helpers: readiness as the API reports it, making a pod unready the way a failing readiness
-//! probe would (kwok only marks Pending pods Ready, so the patch sticks), and evictions.
+//! Pod helpers: readiness as the API reports it, waiting for pods to be available, making a pod
+//! unready the way a failing readiness probe would (kwok only marks Pending pods Ready, so the
+//! patch sticks), evictions and deletions.
+
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
 use serde_json::json;
+
+use crate::wait_for;
+
+/// The label of a StatefulSet's pods naming their revision.
+pub const REVISION_LABEL: &str = "controller-revision-hash";
 
 pub fn is_ready(pod: &Pod) -> bool {
     pod.status
@@ -19,6 +27,105 @@ pub fn is_ready(pod: &Pod) -> bool {
 
 pub fn is_terminating(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
+}
+
+/// Ready and not terminating.
+pub fn is_available(pod: &Pod) -> bool {
+    is_ready(pod) && !is_terminating(pod)
+}
+
+/// Whether the pod is at StatefulSet revision `revision`.
+pub fn at_revision(pod: &Pod, revision: &str) -> bool {
+    pod.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision)
+}
+
+/// The name of the node the pod is scheduled on.
+pub fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.node_name.as_deref()
+}
+
+/// The pods labelled `selector`.
+pub async fn list(pods: &Api<Pod>, selector: &str) -> Vec<Pod> {
+    pods.list(&ListParams::default().labels(selector))
+        .await
+        .unwrap_or_else(|e| panic!("listing the pods {selector}: {e}"))
+        .items
+}
+
+/// Waits until exactly `count` pods labelled `selector` exist and every one is available and,
+/// when given, at `revision` (a StatefulSet converged).
+pub async fn wait_all_available(
+    pods: &Api<Pod>,
+    selector: &str,
+    count: usize,
+    revision: Option<&str>,
+    timeout: Duration,
+) {
+    let what = match revision {
+        Some(revision) => format!("{count} pods of {selector} Ready at revision {revision}"),
+        None => format!("{count} pods of {selector} Ready"),
+    };
+    wait_for(&what, timeout, || async {
+        let list = pods
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map_err(|e| e.to_string())?
+            .items;
+        let good = list
+            .iter()
+            .filter(|p| is_available(p) && revision.is_none_or(|r| at_revision(p, r)))
+            .count();
+        if good == count && list.len() == count {
+            Ok(())
+        } else {
+            Err(format!("{good} good of {} pods", list.len()))
+        }
+    })
+    .await;
+}
+
+/// The available pods labelled `selector`, once there are `count` of them.
+pub async fn wait_available(
+    pods: &Api<Pod>,
+    selector: &str,
+    count: usize,
+    timeout: Duration,
+) -> Vec<Pod> {
+    wait_for(
+        &format!("{count} Ready pods {selector}"),
+        timeout,
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels(selector))
+                .await
+                .map_err(|e| e.to_string())?;
+            let ready: Vec<Pod> = list.items.into_iter().filter(is_available).collect();
+            if ready.len() == count {
+                Ok(ready)
+            } else {
+                Err(format!("{} Ready", ready.len()))
+            }
+        },
+    )
+    .await
+}
+
+/// Deletes the pod `name` and waits until it is gone (a pod its StatefulSet has not recreated
+/// yet).
+pub async fn delete_and_wait_gone(pods: &Api<Pod>, name: &str, timeout: Duration) {
+    pods.delete(name, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("deleting {name}: {e}"));
+    wait_for("the deleted pod to be gone", timeout, || async {
+        match pods.get_opt(name).await {
+            Ok(None) => Ok(()),
+            other => Err(format!(
+                "{:?}",
+                other.map(|p| p.map(|p| p.metadata.deletion_timestamp))
+            )),
+        }
+    })
+    .await;
 }
 
 /// Sets the pod's Ready (and ContainersReady) condition through the status subresource.
@@ -70,19 +177,12 @@ pub async fn ready_at_revision(
     revision: &str,
 ) -> Result<usize, String> {
     let list = pods
-        .list(&kube::api::ListParams::default().labels(selector))
+        .list(&ListParams::default().labels(selector))
         .await
         .map_err(|e| e.to_string())?;
     Ok(list
         .items
         .iter()
-        .filter(|p| {
-            is_ready(p)
-                && p.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("controller-revision-hash"))
-                    .is_some_and(|r| r == revision)
-        })
+        .filter(|p| is_ready(p) && at_revision(p, revision))
         .count())
 }

@@ -1,11 +1,16 @@
-//! A controller binary run as a child process against the cluster, its output in a log file that
-//! is printed when the test fails.
+//! Child processes of a test, each with its output in a log file: a controller binary run against
+//! the cluster (its log printed when the test fails), a kubectl command run in the background;
+//! and the controllers' health and metrics endpoint.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
+use crate::Cluster;
 use crate::identity::ServiceAccountIdentity;
+use crate::wait_for;
 
 pub struct ControllerProcess {
     pub name: String,
@@ -18,6 +23,31 @@ pub struct ControllerProcess {
 
 /// Distinguishes the log files of several processes of one binary in one test run.
 static STARTED: AtomicUsize = AtomicUsize::new(0);
+
+/// A new log file for a process of `program`, and a second handle on it: its stdout and stderr,
+/// in order.
+fn log_file(program: &str) -> (PathBuf, Stdio, Stdio) {
+    let log = std::env::temp_dir().join(format!(
+        "e2e-{program}-{}-{}.log",
+        std::process::id(),
+        STARTED.fetch_add(1, Ordering::Relaxed)
+    ));
+    let out = std::fs::File::create(&log).expect("a log file");
+    let err = out.try_clone().expect("a log file");
+    (log, Stdio::from(out), Stdio::from(err))
+}
+
+/// The flags that keep a controller to one namespace: it watches `namespace` only, keeps its
+/// Lease there, and elects a leader or not.
+pub fn namespace_args(namespace: &str, leader_elect: bool) -> Vec<String> {
+    vec![
+        format!("--leader-elect={leader_elect}"),
+        "--watch-namespace".to_string(),
+        namespace.to_string(),
+        "--lease-namespace".to_string(),
+        namespace.to_string(),
+    ]
+}
 
 /// The directory the controller binaries are taken from: `E2E_BIN_DIR` when set (the perf
 /// scripts point it at release builds), else cargo's debug output (respects `CARGO_TARGET_DIR`).
@@ -66,18 +96,12 @@ impl ControllerProcess {
             }
         };
         let path = target_dir().join(binary);
-        let log = std::env::temp_dir().join(format!(
-            "e2e-{binary}-{}-{}.log",
-            std::process::id(),
-            STARTED.fetch_add(1, Ordering::Relaxed)
-        ));
-        let out = std::fs::File::create(&log).expect("controller log file");
-        let err = out.try_clone().expect("controller log file");
+        let (log, out, err) = log_file(binary);
         let child = Command::new(&path)
             .args(&args)
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
+            .stdout(out)
+            .stderr(err)
             .spawn()
             .unwrap_or_else(|e| {
                 panic!(
@@ -95,6 +119,24 @@ impl ControllerProcess {
 
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Whether the controller came up serving its health endpoint (it logs `serving /healthz`
+    /// once it bound its listen address, its first step) rather than exited; panics if it did
+    /// neither within 30 s.
+    pub fn started_serving(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if log.contains("serving /healthz") {
+                return true;
+            }
+            if !self.is_running() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20)); // polling a child process's log
+        }
+        panic!("{} neither served nor exited within 30 s", self.name);
     }
 
     /// The OS process id (e.g. to read its memory from `/proc/<pid>/status`).
@@ -143,16 +185,122 @@ impl Drop for ControllerProcess {
     }
 }
 
-/// `GET http://127.0.0.1:<port><path>` of a controller's health and metrics server: the whole
-/// response when it answered 200, else `None` (not listening yet, or an error).
-pub async fn http_get(port: u16, path: &str) -> Option<String> {
+/// `GET http://<address><path>` over plain HTTP/1.0 (a controller's `/readyz` or `/metrics`): the
+/// status code and the body.
+pub async fn http_get_from(address: SocketAddr, path: &str) -> Result<(u16, String), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+    let mut stream = tokio::net::TcpStream::connect(address)
         .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    response.contains(" 200 ").then_some(response)
+        .map_err(|e| e.to_string())?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    stream
+        .read_to_end(&mut raw)
+        .await
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no HTTP status line in {head:?}"))?;
+    Ok((code, body.to_string()))
+}
+
+/// `GET http://127.0.0.1:<port><path>` of a controller's health and metrics server: the body when
+/// it answered 200, else `None` (not listening yet, or an error).
+pub async fn http_get(port: u16, path: &str) -> Option<String> {
+    match http_get_from(SocketAddr::from(([127, 0, 0, 1], port)), path).await {
+        Ok((200, body)) => Some(body),
+        _ => None,
+    }
+}
+
+/// The sum of the samples of `metric` (every label set, or those whose labels contain `label`,
+/// e.g. `reason="DryRun"`) that the controller whose metrics listen on `port` exposes now; waits
+/// up to 30 s for the endpoint to answer.
+pub async fn metric_sum(port: u16, metric: &str, label: Option<&str>) -> f64 {
+    let text = wait_for("the metrics endpoint", Duration::from_secs(30), || async {
+        http_get(port, "/metrics")
+            .await
+            .ok_or_else(|| "no answer".to_string())
+    })
+    .await;
+    text.lines()
+        .filter(|line| line.starts_with(metric))
+        .filter(|line| label.is_none_or(|label| line.contains(label)))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A kubectl command of the test's admin, run in the background with its output (stdout and
+/// stderr, in order) in a file; killed on drop.
+pub struct Kubectl {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Kubectl {
+    pub fn start(args: &[&str]) -> Kubectl {
+        let (log, out, err) = log_file("kubectl");
+        let child = crate::identity::kubectl(&Cluster::get())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("starting kubectl");
+        Kubectl { child, log }
+    }
+
+    /// `kubectl drain` of the pods labelled `selector` on `node`, as an operator would run it.
+    pub fn drain(node: &str, selector: &str, extra: &[&str]) -> Kubectl {
+        let mut args = vec![
+            "drain",
+            node,
+            "--pod-selector",
+            selector,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+        ];
+        args.extend(extra);
+        Kubectl::start(&args)
+    }
+
+    /// Its output so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Waits for the command to exit: whether it succeeded, and its output.
+    pub async fn finish(&mut self, timeout: Duration) -> (bool, String) {
+        let status = wait_for("kubectl to exit", timeout, || {
+            let exited = self.child.try_wait();
+            let output = self.output();
+            async move {
+                match exited {
+                    Ok(Some(status)) => Ok(status),
+                    _ => Err(output),
+                }
+            }
+        })
+        .await;
+        (status.success(), self.output())
+    }
+}
+
+impl Drop for Kubectl {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

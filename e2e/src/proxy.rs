@@ -1,7 +1,8 @@
 //! A round-robin TCP proxy: one address in front of several webhook replicas, as a Service is in
 //! a real cluster. The API server calls a webhook at one URL; to exercise two replicas deciding
 //! concurrently, each new connection goes to the next backend. TLS passes through untouched (the
-//! replicas serve the same certificate).
+//! replicas serve the same certificate). With one backend it is a plain passthrough whose
+//! connections a test can cut: stopping or dropping the proxy closes every connection it carries.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,13 +35,15 @@ impl RoundRobinProxy {
             Arc::new(backends.iter().map(|_| AtomicUsize::new(0)).collect());
         let task_counts = counts.clone();
         let task = tokio::spawn(async move {
+            // Aborting the accept loop drops the set, which aborts every connection's task.
+            let mut connections = tokio::task::JoinSet::new();
             let mut next = 0usize;
             while let Ok((inbound, _)) = listener.accept().await {
                 let first = next % backends.len();
                 next += 1;
                 let backends = backends.clone();
                 let counts = task_counts.clone();
-                tokio::spawn(async move {
+                connections.spawn(async move {
                     // A backend that refuses connections (a stopped replica) is skipped, as a
                     // Service drops an endpoint that is not ready.
                     for offset in 0..backends.len() {
@@ -54,9 +57,16 @@ impl RoundRobinProxy {
                         }
                     }
                 });
+                while connections.try_join_next().is_some() {}
             }
         });
         RoundRobinProxy { addr, counts, task }
+    }
+
+    /// Closes the port and every connection (a client must connect again, to another proxy).
+    pub async fn stop(mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
     }
 
     /// Connections forwarded to each backend so far.

@@ -3,9 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Node;
-use kube::Api;
-use kube::api::ListParams;
 use serde_json::{Value, json};
 
 use crate::Cluster;
@@ -79,16 +76,5 @@ impl RealNodes {
 
 /// The real nodes' names, with their zones.
 pub async fn nodes(client: &kube::Client) -> BTreeMap<String, String> {
-    let nodes = Api::<Node>::all(client.clone())
-        .list(&ListParams::default().labels("type=real"))
-        .await
-        .expect("listing the real nodes");
-    nodes
-        .items
-        .into_iter()
-        .filter_map(|n| {
-            let zone = n.metadata.labels?.get(ZONE_LABEL)?.clone();
-            Some((n.metadata.name?, zone))
-        })
-        .collect()
+    crate::nodes::zones(client, "type=real").await
 }

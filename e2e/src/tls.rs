@@ -1,19 +1,83 @@
-//! An HTTPS server for webhook tests: a throw-away CA, a serving certificate signed by it, and an
-//! axum router behind rustls. It serves on 127.0.0.1, where the local zonal cluster's API server
-//! runs; against a cluster whose API server runs elsewhere (kind), `E2E_WEBHOOK_HOST` names the
-//! address at which the API server reaches this machine.
+//! TLS for webhook tests: a throw-away CA and the serving certificates it signs, an HTTPS server
+//! (an axum router behind rustls), what a TLS server presents, and certificates mounted as the
+//! kubelet mounts a Secret. Servers listen on 127.0.0.1, where the local zonal cluster's API
+//! server runs; against a cluster whose API server runs elsewhere (kind), `E2E_WEBHOOK_HOST`
+//! names the address at which the API server reaches this machine.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SerialNumber};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
+
+use crate::{TestNamespace, wait_for};
+
+/// A test CA and serving certificates it signs, as cert-manager would issue them.
+pub struct TestCa {
+    /// The CA certificate, PEM: a webhook's `caBundle`.
+    pub pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+/// A serving certificate and its key, PEM.
+pub struct Leaf {
+    pub cert: String,
+    pub key: String,
+}
+
+impl Leaf {
+    /// The certificate, DER (what a TLS server presents).
+    pub fn der(&self) -> Vec<u8> {
+        CertificateDer::from_pem_slice(self.cert.as_bytes())
+            .expect("a PEM certificate")
+            .to_vec()
+    }
+}
+
+impl TestCa {
+    pub fn new(name: &str) -> TestCa {
+        let key = KeyPair::generate().expect("CA key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let cert = params.self_signed(&key).expect("CA certificate");
+        TestCa {
+            pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// A serving certificate for 127.0.0.1 and localhost with serial number `serial`.
+    pub fn leaf(&self, serial: u64) -> Leaf {
+        self.issue(
+            vec!["127.0.0.1".to_string(), "localhost".to_string()],
+            Some(serial),
+        )
+    }
+
+    /// A serving certificate for `names` (a random serial number unless given).
+    pub fn issue(&self, names: Vec<String>, serial: Option<u64>) -> Leaf {
+        let key = KeyPair::generate().expect("serving key");
+        let mut params = CertificateParams::new(names).expect("serving params");
+        params.serial_number = serial.map(SerialNumber::from);
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .expect("serving certificate");
+        Leaf {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+}
 
 pub struct TlsServer {
     pub addr: SocketAddr,
@@ -30,30 +94,18 @@ pub fn webhook_host() -> String {
 
 impl TlsServer {
     pub async fn start(router: axum::Router) -> TlsServer {
-        let ca_key = KeyPair::generate().expect("CA key");
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "zone-aware e2e webhook CA");
-        let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
-        let issuer = Issuer::new(ca_params, ca_key);
-        let key = KeyPair::generate().expect("serving key");
+        let ca = TestCa::new("zone-aware e2e webhook CA");
         let host = webhook_host();
         let mut names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
         if !names.contains(&host) {
             names.push(host.clone());
         }
-        let params = CertificateParams::new(names).expect("serving params");
-        let cert = params
-            .signed_by(&key, &issuer)
-            .expect("serving certificate");
-
+        let leaf = ca.issue(names, None);
         let config = rustls::ServerConfig::builder()
             .with_no_client_auth()
             .with_single_cert(
-                vec![CertificateDer::from(cert.der().to_vec())],
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+                vec![CertificateDer::from(leaf.der())],
+                PrivateKeyDer::from_pem_slice(leaf.key.as_bytes()).expect("serving key PEM"),
             )
             .expect("rustls server config");
         let acceptor = TlsAcceptor::from(Arc::new(config));
@@ -83,7 +135,7 @@ impl TlsServer {
         TlsServer {
             host,
             addr,
-            ca_pem: ca_cert.pem(),
+            ca_pem: ca.pem,
             task,
         }
     }
@@ -96,5 +148,108 @@ impl TlsServer {
 impl Drop for TlsServer {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// The roots of a client that trusts only the CA certificates of `ca_pem`.
+pub fn client_config(ca_pem: &[u8]) -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem) {
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+/// The certificate the TLS server on 127.0.0.1:`port` presents (DER), if the handshake
+/// succeeds with `ca_pem` as the only trusted root and 127.0.0.1 as the name: what the API
+/// server checks when it calls the webhook.
+pub async fn served_certificate(port: u16, ca_pem: &str) -> Result<Vec<u8>, String> {
+    let config = client_config(ca_pem.as_bytes())?;
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
+    let tls = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    tls.get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(|cert| cert.to_vec())
+        .ok_or_else(|| "no certificate presented".to_string())
+}
+
+/// Waits until the TLS server on 127.0.0.1:`port` presents `leaf`, verified against `ca_pem`.
+pub async fn wait_served(port: u16, ca_pem: &str, leaf: &Leaf, what: &str) {
+    let expected = leaf.der();
+    wait_for(what, Duration::from_secs(60), || async {
+        match served_certificate(port, ca_pem).await {
+            Ok(der) if der == expected => Ok(()),
+            Ok(_) => Err("another certificate is served".to_string()),
+            Err(error) => Err(error),
+        }
+    })
+    .await;
+}
+
+/// A directory laid out as the kubelet mounts a Secret: `..<timestamp>/` holds the files,
+/// `..data` links to it, `tls.crt` and `tls.key` link through `..data`. Rotation writes a new
+/// timestamped directory and renames a new link over `..data` (one atomic step), then removes
+/// the old directory. Removed on drop.
+pub struct MountedSecret {
+    pub dir: PathBuf,
+    version: usize,
+}
+
+impl MountedSecret {
+    /// The mount of `leaf` for the test of `ns`.
+    pub fn new(ns: &TestNamespace, leaf: &Leaf) -> MountedSecret {
+        let dir = std::env::temp_dir().join(format!("e2e-zdb-certs-{}", ns.name));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("the mount directory");
+        let mut mounted = MountedSecret { dir, version: 0 };
+        let first = mounted.write_version(leaf);
+        std::os::unix::fs::symlink(&first, mounted.dir.join("..data")).expect("..data");
+        for file in ["tls.crt", "tls.key"] {
+            std::os::unix::fs::symlink(format!("..data/{file}"), mounted.dir.join(file))
+                .expect("a file link");
+        }
+        mounted
+    }
+
+    fn write_version(&mut self, leaf: &Leaf) -> String {
+        self.version += 1;
+        let name = format!(
+            "..2026_11_23_10_00_0{}.00000000{}",
+            self.version, self.version
+        );
+        let version = self.dir.join(&name);
+        std::fs::create_dir(&version).expect("a version directory");
+        std::fs::write(version.join("tls.crt"), &leaf.cert).expect("tls.crt");
+        std::fs::write(version.join("tls.key"), &leaf.key).expect("tls.key");
+        name
+    }
+
+    /// Replaces the mounted certificate with `leaf`, as the kubelet does.
+    pub fn rotate(&mut self, leaf: &Leaf) {
+        let old = std::fs::read_link(self.dir.join("..data")).expect("..data");
+        let new = self.write_version(leaf);
+        std::os::unix::fs::symlink(&new, self.dir.join("..data_tmp")).expect("..data_tmp");
+        std::fs::rename(self.dir.join("..data_tmp"), self.dir.join("..data"))
+            .expect("the ..data swap");
+        std::fs::remove_dir_all(self.dir.join(old)).expect("the old version");
+    }
+}
+
+impl Drop for MountedSecret {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

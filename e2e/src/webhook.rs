@@ -10,9 +10,10 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 
-use crate::cluster::{Cluster, cleanup_blocking};
+use crate::cluster::{Cluster, DeleteOnDrop};
 use crate::localstack::free_port;
-use crate::process::ControllerProcess;
+use crate::process::{ControllerProcess, namespace_args};
+use crate::tls::TlsServer;
 use crate::{TestNamespace, wait_for};
 
 /// The Secret the self-signed webhook keeps its CA and certificate in.
@@ -23,14 +24,84 @@ pub struct EvictionWebhook {
     pub name: String,
     /// Where the API server calls the webhook: `127.0.0.1:<port>`.
     pub port: u16,
-    config: kube::Config,
+    _delete: DeleteOnDrop,
+}
+
+/// The flags of a zdb-controller for one test namespace: `identity`, leader election on or off,
+/// watching and keeping its Lease in `namespace`, metrics on `listen`, the webhook served on
+/// `webhook` and registered as the configuration `config_name`. TLS flags come on top (e.g.
+/// [`self_signed_args`]).
+pub fn zdb_args(
+    identity: &str,
+    leader_elect: bool,
+    namespace: &str,
+    listen: &str,
+    webhook: &str,
+    config_name: &str,
+) -> Vec<String> {
+    let mut args = vec!["--identity".to_string(), identity.to_string()];
+    args.extend(namespace_args(namespace, leader_elect));
+    for (flag, value) in [
+        ("--listen-address", listen),
+        ("--webhook-address", webhook),
+        ("--webhook-config-name", config_name),
+    ] {
+        args.extend([flag.to_string(), value.to_string()]);
+    }
+    args
+}
+
+/// The TLS flags of self-signed mode: the CA and certificate in the Secret [`TLS_SECRET`] of
+/// `namespace`, the caBundle of the webhook configuration patched from it.
+pub fn self_signed_args(namespace: &str) -> Vec<String> {
+    [
+        "--self-signed",
+        "--tls-secret-name",
+        TLS_SECRET,
+        "--tls-secret-namespace",
+        namespace,
+        "--service-name",
+        "zdb-webhook",
+        "--service-namespace",
+        namespace,
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect()
 }
 
 impl EvictionWebhook {
     /// Registers a webhook for evictions in `ns`, called at `https://127.0.0.1:<port>`, failing
     /// closed. Until a controller patches its caBundle the API server cannot call it.
     pub async fn create(cluster: &Cluster, ns: &TestNamespace, port: u16) -> EvictionWebhook {
+        let url = format!("https://127.0.0.1:{port}/validate-eviction");
+        Self::register(cluster, ns, port, &url, None).await
+    }
+
+    /// Registers a webhook for evictions in `ns` calling `path` of the test's own `server`,
+    /// trusting its CA, failing closed.
+    pub async fn for_server(
+        cluster: &Cluster,
+        ns: &TestNamespace,
+        server: &TlsServer,
+        path: &str,
+    ) -> EvictionWebhook {
+        let port = server.addr.port();
+        Self::register(cluster, ns, port, &server.url(path), Some(&server.ca_pem)).await
+    }
+
+    async fn register(
+        cluster: &Cluster,
+        ns: &TestNamespace,
+        port: u16,
+        url: &str,
+        ca_pem: Option<&str>,
+    ) -> EvictionWebhook {
         let name = format!("zdb-{}", ns.name);
+        let mut client_config = json!({"url": url});
+        if let Some(pem) = ca_pem {
+            client_config["caBundle"] = json!(k8s_openapi::ByteString(pem.as_bytes().to_vec()));
+        }
         let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
@@ -44,7 +115,7 @@ impl EvictionWebhook {
                     "resources": ["pods/eviction"],
                     "scope": "Namespaced",
                 }],
-                "clientConfig": {"url": format!("https://127.0.0.1:{port}/validate-eviction")},
+                "clientConfig": client_config,
                 "failurePolicy": "Fail",
                 "sideEffects": "NoneOnDryRun",
                 "timeoutSeconds": 5,
@@ -58,9 +129,13 @@ impl EvictionWebhook {
             .await
             .expect("create the webhook configuration");
         EvictionWebhook {
+            _delete: DeleteOnDrop::new::<ValidatingWebhookConfiguration>(
+                cluster.config().await,
+                &name,
+                DeleteParams::default(),
+            ),
             name,
             port,
-            config: cluster.config().await,
         }
     }
 
@@ -70,62 +145,55 @@ impl EvictionWebhook {
         let listen = format!("127.0.0.1:{}", free_port());
         let webhook = format!("127.0.0.1:{}", self.port);
         let identity = format!("zdb-{}", self.port);
-        let args = [
-            "--identity",
-            identity.as_str(),
-            "--leader-elect=false",
-            "--watch-namespace",
-            &ns.name,
-            "--lease-namespace",
-            &ns.name,
-            "--listen-address",
-            &listen,
-            "--webhook-address",
-            &webhook,
-            "--self-signed",
-            "--tls-secret-name",
-            TLS_SECRET,
-            "--tls-secret-namespace",
-            &ns.name,
-            "--service-name",
-            "zdb-webhook",
-            "--service-namespace",
-            &ns.name,
-            "--webhook-config-name",
-            &self.name,
-        ];
+        let mut args = zdb_args(&identity, false, &ns.name, &listen, &webhook, &self.name);
+        args.extend(self_signed_args(&ns.name));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         ControllerProcess::start("zdb-controller", &args, &[])
+    }
+
+    /// Sets the caBundle of this webhook configuration (a controller in cert-dir mode leaves it
+    /// alone).
+    pub async fn set_ca_bundle(&self, ns: &TestNamespace, pem: &str) {
+        let configs: Api<ValidatingWebhookConfiguration> = Api::all(ns.client.clone());
+        let patch = json!({"webhooks": [{
+            "name": "eviction.zdb.zonecontrol.k8s.aws",
+            "clientConfig": {"caBundle": k8s_openapi::ByteString(pem.as_bytes().to_vec())},
+        }]});
+        configs
+            .patch(
+                &self.name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Strategic(patch),
+            )
+            .await
+            .expect("patch the caBundle");
+    }
+
+    /// The caBundle of each webhook of the configuration (empty where none is set).
+    pub async fn ca_bundles(&self, ns: &TestNamespace) -> Result<Vec<Vec<u8>>, String> {
+        let config = Api::<ValidatingWebhookConfiguration>::all(ns.client.clone())
+            .get(&self.name)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(config
+            .webhooks
+            .unwrap_or_default()
+            .into_iter()
+            .map(|w| w.client_config.ca_bundle.map(|b| b.0).unwrap_or_default())
+            .collect())
     }
 
     /// Waits until a controller patched the caBundle (until then the API server, failing closed,
     /// refuses every eviction of the namespace).
     pub async fn wait_ca_bundle(&self, ns: &TestNamespace) {
-        let configs: Api<ValidatingWebhookConfiguration> = Api::all(ns.client.clone());
         wait_for("the caBundle patched", Duration::from_secs(60), || async {
-            let config = configs.get(&self.name).await.map_err(|e| e.to_string())?;
-            let patched = config.webhooks.unwrap_or_default().iter().all(|w| {
-                w.client_config
-                    .ca_bundle
-                    .as_ref()
-                    .is_some_and(|b| !b.0.is_empty())
-            });
-            if patched {
+            let bundles = self.ca_bundles(ns).await?;
+            if bundles.iter().all(|b| !b.is_empty()) {
                 Ok(())
             } else {
                 Err("no caBundle yet".to_string())
             }
         })
         .await;
-    }
-}
-
-impl Drop for EvictionWebhook {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        cleanup_blocking(self.config.clone(), |client| async move {
-            let _ = Api::<ValidatingWebhookConfiguration>::all(client)
-                .delete(&name, &DeleteParams::default())
-                .await;
-        });
     }
 }

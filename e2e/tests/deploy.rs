@@ -5,7 +5,6 @@
 //! of this test, and adds a unique name suffix to every cluster-scoped object.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use e2e::deploy::{
@@ -19,7 +18,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DynamicObject, EvictParams, ListParams, PostParams};
 use kube::{Api, Client};
@@ -33,10 +32,7 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
     let cluster = Cluster::get();
     let victim = TestNamespace::create(&cluster, "deploy-victim").await;
     let client = victim.client.clone();
-    let suffix = victim
-        .name
-        .trim_start_matches("e2e-deploy-victim-")
-        .to_string();
+    let suffix = victim.suffix().to_string();
     let namespace = format!("e2e-deploy-{suffix}");
     let overlay = Overlay::new("config/default", &suffix, &victim.name, "");
     // Undeploys whatever deploy left if the test fails half-way.
@@ -91,17 +87,7 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
     }
 
     // The controllers' pods are scheduled onto the kwok nodes, one zone each at most twice.
-    let nodes: BTreeMap<String, String> = Api::<Node>::all(client.clone())
-        .list(&ListParams::default().labels("type=kwok"))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|n| {
-            let zone = n.metadata.labels.unwrap()["topology.kubernetes.io/zone"].clone();
-            (n.metadata.name.unwrap(), zone)
-        })
-        .collect();
+    let nodes = e2e::nodes::zones(&client, "type=kwok").await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
     let pod_api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     for binary in ["zau-controller", "zdb-controller"] {

@@ -27,31 +27,6 @@ use serde_json::json;
 
 const CONTROLLERS: [&str; 2] = ["zau-controller", "zdb-controller"];
 
-/// The Ready pods labelled `selector`, once there are `count` of them.
-async fn ready_pods(api: &Api<Pod>, selector: &str, count: usize, timeout: Duration) -> Vec<Pod> {
-    wait_for(
-        &format!("{count} Ready pods {selector}"),
-        timeout,
-        || async {
-            let list = api
-                .list(&ListParams::default().labels(selector))
-                .await
-                .map_err(|e| e.to_string())?;
-            let ready: Vec<Pod> = list
-                .items
-                .into_iter()
-                .filter(|p| pods::is_ready(p) && !pods::is_terminating(p))
-                .collect();
-            if ready.len() == count {
-                Ok(ready)
-            } else {
-                Err(format!("{} Ready", ready.len()))
-            }
-        },
-    )
-    .await
-}
-
 /// The holder of the Lease of `controller` in `namespace`: the one Lease whose holder is one of
 /// the controller's pods.
 async fn lease_holder(leases: &Api<Lease>, controller: &str) -> Result<String, String> {
@@ -71,8 +46,8 @@ async fn lease_holder(leases: &Api<Lease>, controller: &str) -> Result<String, S
     }
 }
 
-fn node_of(pod: &Pod) -> String {
-    pod.spec.as_ref().unwrap().node_name.clone().unwrap()
+fn node_of(pod: &Pod) -> &str {
+    pods::node_of(pod).unwrap()
 }
 
 /// A StatefulSet of the metrics target on the real nodes, two pods per zone, rolled by a ZAU.
@@ -99,10 +74,7 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
     let image = real_nodes.project_image.clone();
     let victim = TestNamespace::create(&cluster, "deploy-local").await;
     let client = victim.client.clone();
-    let suffix = victim
-        .name
-        .trim_start_matches("e2e-deploy-local-")
-        .to_string();
+    let suffix = victim.suffix().to_string();
     let namespace = format!("e2e-deployed-{suffix}");
     let watch_only_victim = (0..2)
         .map(|i| {
@@ -132,8 +104,9 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
     let mut controller_pods = BTreeMap::new();
     for controller in CONTROLLERS {
         let selector = format!("app.kubernetes.io/name={controller}");
-        let ready = ready_pods(&deployed_pods, &selector, 2, Duration::from_secs(120)).await;
-        let zones: BTreeSet<&String> = ready.iter().map(|p| &real[&node_of(p)]).collect();
+        let ready =
+            pods::wait_available(&deployed_pods, &selector, 2, Duration::from_secs(120)).await;
+        let zones: BTreeSet<&String> = ready.iter().map(|p| &real[node_of(p)]).collect();
         assert_eq!(zones.len(), 2, "{controller} replicas in two zones");
         let spec = ready[0].spec.as_ref().unwrap();
         let container = &spec.containers[0];
@@ -313,10 +286,10 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
         api.create(&PostParams::default(), &object).await.unwrap();
     }
     let victim_pods: Api<Pod> = victim.api();
-    let before = ready_pods(&victim_pods, "app=real", 6, Duration::from_secs(120)).await;
+    let before = pods::wait_available(&victim_pods, "app=real", 6, Duration::from_secs(120)).await;
     let zone_of_pod: BTreeMap<String, String> = before
         .iter()
-        .map(|p| (p.metadata.name.clone().unwrap(), real[&node_of(p)].clone()))
+        .map(|p| (p.metadata.name.clone().unwrap(), real[node_of(p)].clone()))
         .collect();
     let per_zone: BTreeMap<&String, usize> =
         zone_of_pod.values().fold(BTreeMap::new(), |mut m, z| {
@@ -382,8 +355,7 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
         audit::removals(&events, &victim.name)
             .filter(|e| {
                 let name = &e.object_ref.as_ref().unwrap().name;
-                zone_of_pod.contains_key(name)
-                    && e.response_status.as_ref().is_some_and(|s| s.code < 300)
+                zone_of_pod.contains_key(name) && e.succeeded()
             })
             .partition(|e| e.verb == "create");
     // Deletions are the kubelets finishing the evicted pods' termination, nobody else's.

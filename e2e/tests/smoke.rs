@@ -7,71 +7,29 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_sdk_cloudwatch::types::{ComparisonOperator, StateValue, Statistic};
+use aws_sdk_cloudwatch::types::StateValue;
 use axum::routing::post;
 use axum::{Json, Router};
+use e2e::localstack::{put_alarm, set_alarm};
 use e2e::tls::TlsServer;
+use e2e::webhook::EvictionWebhook;
+use e2e::workload::{spread_statefulset, to_statefulset};
 use e2e::{Cluster, TestNamespace, pods, wait_for};
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::api::{DeleteParams, EvictParams, ListParams, PostParams};
+use kube::api::{DeleteParams, EvictParams, PostParams};
 use serde_json::{Value, json};
 
-const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
-
-fn statefulset(name: &str, replicas: i32) -> StatefulSet {
-    serde_json::from_value(json!({
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "serviceName": name,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 3,
-                    "topologySpreadConstraints": [{
-                        "maxSkew": 1,
-                        "topologyKey": ZONE_LABEL,
-                        "whenUnsatisfiable": "DoNotSchedule",
-                        "labelSelector": {"matchLabels": {"app": name}},
-                    }],
-                    "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
-                },
-            },
-        },
-    }))
-    .unwrap()
-}
-
-async fn ready_pods(pods: &Api<Pod>, app: &str) -> Vec<Pod> {
-    let list = pods
-        .list(&ListParams::default().labels(&format!("app={app}")))
-        .await
-        .unwrap();
-    list.items
-        .into_iter()
-        .filter(|p| pods::is_ready(p) && !pods::is_terminating(p))
-        .collect()
-}
-
-async fn node_zones(client: &kube::Client) -> BTreeMap<String, String> {
-    let nodes = Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    nodes
-        .items
-        .into_iter()
-        .filter_map(|node| {
-            let zone = node.metadata.labels.as_ref()?.get(ZONE_LABEL)?.clone();
-            Some((node.metadata.name?, zone))
-        })
-        .collect()
+/// `replicas` pods spread over the zones, created one by one (OrderedReady), 3 s of grace.
+fn statefulset(name: &str, replicas: usize) -> StatefulSet {
+    let mut manifest = spread_statefulset(name, replicas, "registry.invalid/app:1");
+    manifest["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("podManagementPolicy");
+    manifest["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(3);
+    to_statefulset(manifest)
 }
 
 #[tokio::test]
@@ -86,16 +44,8 @@ async fn statefulset_spreads_over_zones_and_pods_are_recreated() {
         .await
         .unwrap();
 
-    let ready = wait_for("6 Ready pods", Duration::from_secs(60), || async {
-        let ready = ready_pods(&pod_api, "web").await;
-        if ready.len() == 6 {
-            Ok(ready)
-        } else {
-            Err(format!("{} ready", ready.len()))
-        }
-    })
-    .await;
-    let zones = node_zones(&client).await;
+    let ready = pods::wait_available(&pod_api, "app=web", 6, Duration::from_secs(60)).await;
+    let zones = e2e::nodes::zones(&client, "").await;
     let mut per_zone: BTreeMap<String, u32> = BTreeMap::new();
     for pod in &ready {
         let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
@@ -103,14 +53,8 @@ async fn statefulset_spreads_over_zones_and_pods_are_recreated() {
             (owner.kind.as_str(), owner.name.as_str()),
             ("StatefulSet", "web")
         );
-        let node = pod
-            .spec
-            .as_ref()
-            .unwrap()
-            .node_name
-            .clone()
-            .expect("scheduled");
-        *per_zone.entry(zones[&node].clone()).or_default() += 1;
+        let node = pods::node_of(pod).expect("scheduled");
+        *per_zone.entry(zones[node].clone()).or_default() += 1;
     }
     let expected: BTreeMap<String, u32> = ["zone-a", "zone-b", "zone-c"]
         .iter()
@@ -159,27 +103,8 @@ async fn localstack_metric_alarm_can_be_set_to_alarm_and_read_back() {
     let cluster = Cluster::get();
     let cloudwatch = cluster.cloudwatch().await;
     let name = format!("e2e-smoke-{}", std::process::id());
-    cloudwatch
-        .put_metric_alarm()
-        .alarm_name(&name)
-        .namespace("E2E")
-        .metric_name("Errors")
-        .statistic(Statistic::Sum)
-        .period(60)
-        .evaluation_periods(1)
-        .threshold(1.0)
-        .comparison_operator(ComparisonOperator::GreaterThanOrEqualToThreshold)
-        .send()
-        .await
-        .expect("PutMetricAlarm");
-    cloudwatch
-        .set_alarm_state()
-        .alarm_name(&name)
-        .state_value(StateValue::Alarm)
-        .state_reason("e2e")
-        .send()
-        .await
-        .expect("SetAlarmState");
+    put_alarm(&cloudwatch, &name).await;
+    set_alarm(&cloudwatch, &name, StateValue::Alarm).await;
     let described = cloudwatch
         .describe_alarms()
         .alarm_names(&name)
@@ -208,7 +133,6 @@ struct Received {
 async fn eviction_webhook_receives_admission_reviews_of_real_evictions() {
     let cluster = Cluster::get();
     let ns = TestNamespace::create(&cluster, "webhook").await;
-    let client = ns.client.clone();
 
     // A webhook that records every review and denies with 429 once told to.
     let received: Arc<Mutex<Vec<Received>>> = Arc::default();
@@ -237,48 +161,14 @@ async fn eviction_webhook_receives_admission_reviews_of_real_evictions() {
         )
     };
     let server = TlsServer::start(router).await;
-
-    let config_name = ns.name.clone();
-    let webhook: ValidatingWebhookConfiguration = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": config_name},
-        "webhooks": [{
-            "name": "eviction.e2e.zonecontrol.k8s.aws",
-            "clientConfig": {"url": server.url("/validate"), "caBundle": k8s_openapi::ByteString(server.ca_pem.clone().into_bytes())},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods/eviction"]}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 5,
-        }],
-    }))
-    .unwrap();
-    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    configs
-        .create(&PostParams::default(), &webhook)
-        .await
-        .unwrap();
-    let _cleanup = DeleteOnDrop {
-        config: cluster.config().await,
-        name: config_name.clone(),
-    };
+    let _webhook = EvictionWebhook::for_server(&cluster, &ns, &server, "/validate").await;
 
     let sets: Api<StatefulSet> = ns.api();
     let pod_api: Api<Pod> = ns.api();
     sets.create(&PostParams::default(), &statefulset("evictee", 2))
         .await
         .unwrap();
-    wait_for("2 Ready pods", Duration::from_secs(60), || async {
-        let n = ready_pods(&pod_api, "evictee").await.len();
-        if n == 2 {
-            Ok(())
-        } else {
-            Err(format!("{n} ready"))
-        }
-    })
-    .await;
+    pods::wait_available(&pod_api, "app=evictee", 2, Duration::from_secs(60)).await;
 
     // The configuration takes effect asynchronously in the API server: poll until a real
     // eviction reaches the server.
@@ -324,21 +214,6 @@ async fn eviction_webhook_receives_admission_reviews_of_real_evictions() {
     );
 }
 
-struct DeleteOnDrop {
-    config: kube::Config,
-    name: String,
-}
-
-impl Drop for DeleteOnDrop {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        e2e::cluster::cleanup_blocking(self.config.clone(), |client| async move {
-            let api: Api<ValidatingWebhookConfiguration> = Api::all(client);
-            let _ = api.delete(&name, &DeleteParams::default()).await;
-        });
-    }
-}
-
 /// The real nodes run pods: a Deployment of the metrics target spread over the three zones turns
 /// Ready (its readiness probe answered by the real kubelet), and each pod's `/metrics` answers a
 /// pod of another real node (`kubectl exec`, through the kubelet's authenticated API). `kubectl
@@ -372,15 +247,7 @@ async fn smoke_real_nodes_serve_metrics_across_zones() {
         .await
         .unwrap();
     let pod_api: Api<Pod> = ns.api();
-    let ready = wait_for("3 Ready metrics pods", Duration::from_secs(120), || async {
-        let ready = ready_pods(&pod_api, "metrics").await;
-        if ready.len() == 3 {
-            Ok(ready)
-        } else {
-            Err(format!("{} Ready", ready.len()))
-        }
-    })
-    .await;
+    let ready = pods::wait_available(&pod_api, "app=metrics", 3, Duration::from_secs(120)).await;
     let placed: BTreeMap<String, (String, String)> = ready
         .iter()
         .map(|p| {
@@ -463,11 +330,7 @@ async fn smoke_real_nodes_a_second_checkout_cannot_start_its_own() {
     let api: Api<Node> = Api::all(cluster.client().await);
     for name in nodes.keys() {
         let node = api.get(name).await.unwrap();
-        let ready = node
-            .status
-            .and_then(|s| s.conditions)
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        assert!(ready, "{name} still Ready");
+        assert!(e2e::nodes::is_ready(&node), "{name} still Ready");
     }
 }
 

@@ -4,29 +4,31 @@
 //! audit log (requests whose user agent is `zau-controller/...`), not from the controller.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_sdk_cloudwatch::types::{ComparisonOperator, StateValue, Statistic};
-use e2e::localstack::{LocalStack, free_port};
-use e2e::process::{ControllerProcess, http_get};
+use aws_sdk_cloudwatch::types::StateValue;
+use e2e::localstack::{LocalStack, aws_env, free_port, put_alarm, set_alarm};
+use e2e::pods::at_revision;
+use e2e::process::{ControllerProcess, metric_sum, namespace_args};
 use e2e::quota::PodQuota;
 use e2e::webhook::EvictionWebhook;
-use e2e::workload::{ZONE_LABEL, spread_statefulset, to_statefulset};
+use e2e::workload::{
+    self, spread_statefulset, to_statefulset, zone_aware_update, zone_disruption_budget,
+};
 use e2e::{Cluster, TestNamespace, audit, pods, wait_for};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus, ZoneDisruptionBudget};
 
-const REVISION_LABEL: &str = "controller-revision-hash";
 const SET: &str = "web";
 const ZAU: &str = "web";
 /// The alarm poll interval the tests run the controller with.
@@ -97,33 +99,35 @@ impl Fixture {
         fixture
     }
 
+    /// [`Fixture::new`] and the ZoneAwareUpdate `web` with `spec`; also returns the zone of
+    /// each pod.
+    async fn with_zau(
+        prefix: &str,
+        replicas: usize,
+        spec: Value,
+    ) -> (Fixture, BTreeMap<String, String>) {
+        let fixture = Fixture::new(prefix, replicas).await;
+        let zones = fixture.zones().await;
+        fixture.create_zau(spec).await;
+        (fixture, zones)
+    }
+
     async fn create_zau(&self, spec: Value) {
-        let zau: ZoneAwareUpdate = serde_json::from_value(json!({
-            "apiVersion": "zonecontrol.k8s.aws/v1",
-            "kind": "ZoneAwareUpdate",
-            "metadata": {"name": ZAU},
-            "spec": spec,
-        }))
-        .unwrap();
+        self.create_named_zau(ZAU, spec).await;
+    }
+
+    async fn create_named_zau(&self, name: &str, spec: Value) {
         self.zaus
-            .create(&PostParams::default(), &zau)
+            .create(&PostParams::default(), &zone_aware_update(name, spec))
             .await
             .unwrap();
     }
 
-    fn controller_args(&self, extra: &[&str]) -> Vec<String> {
-        let mut args: Vec<String> = [
-            "--leader-elect=false",
-            "--watch-namespace",
-            &self.ns.name,
-            "--lease-namespace",
-            &self.ns.name,
-            "--alarm-poll-interval",
-            "1s",
-        ]
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+    /// The controller's flags: leader election as `leader_elect`, this namespace only, alarms
+    /// polled every second, then `extra`.
+    fn controller_args(&self, leader_elect: bool, extra: &[&str]) -> Vec<String> {
+        let mut args = namespace_args(&self.ns.name, leader_elect);
+        args.extend(["--alarm-poll-interval".to_string(), "1s".to_string()]);
         if !extra.contains(&"--listen-address") {
             args.extend([
                 "--listen-address".to_string(),
@@ -134,106 +138,59 @@ impl Fixture {
         args
     }
 
-    fn env(&self, cloudwatch: &str) -> Vec<(&'static str, String)> {
-        vec![
-            ("AWS_ENDPOINT_URL", cloudwatch.to_string()),
-            ("AWS_REGION", "us-east-1".to_string()),
-            ("AWS_ACCESS_KEY_ID", "test".to_string()),
-            ("AWS_SECRET_ACCESS_KEY", "test".to_string()),
-        ]
-    }
-
     /// The controller on this namespace, as its ServiceAccount with `E2E_AS_SERVICE_ACCOUNT=1`.
     fn controller(&self, extra: &[&str]) -> ControllerProcess {
-        self.controller_with(extra, &self.cluster.aws_endpoint())
+        self.controller_with(false, extra, &self.cluster.aws_endpoint())
     }
 
-    fn controller_with(&self, extra: &[&str], cloudwatch: &str) -> ControllerProcess {
-        let args = self.controller_args(extra);
+    fn controller_with(
+        &self,
+        leader_elect: bool,
+        extra: &[&str],
+        cloudwatch: &str,
+    ) -> ControllerProcess {
+        let args = self.controller_args(leader_elect, extra);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        ControllerProcess::start("zau-controller", &args, &self.env(cloudwatch))
+        ControllerProcess::start("zau-controller", &args, &aws_env(cloudwatch))
     }
 
     /// Changes the pod template's image and returns the StatefulSet's new updateRevision.
     async fn set_image(&self, version: u32) -> String {
-        let patch = json!({"spec": {"template": {"spec": {"containers": [
-            {"name": "app", "image": image(version)}
-        ]}}}});
-        self.sets
-            .patch(SET, &PatchParams::default(), &Patch::Strategic(patch))
-            .await
-            .unwrap();
-        self.update_revision().await
+        workload::set_image(&self.sets, SET, &image(version), Duration::from_secs(30)).await
     }
 
     /// Touches the StatefulSet so its controller syncs at once (e.g. retries a pod creation a
     /// quota refused, instead of after its backoff).
     async fn touch(&self) {
-        let stamp = Timestamp::now().to_string();
-        self.sets
-            .patch(
-                SET,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": stamp}}})),
-            )
-            .await
-            .unwrap();
+        workload::touch(&self.sets, SET).await;
     }
 
     /// The updateRevision once the StatefulSet controller has observed the latest spec.
     async fn update_revision(&self) -> String {
-        wait_for(
-            "the StatefulSet controller to observe the spec",
-            Duration::from_secs(30),
-            || async {
-                let set = self.sets.get(SET).await.map_err(|e| e.to_string())?;
-                let status = set.status.clone().unwrap_or_default();
-                match status.update_revision {
-                    Some(revision) if status.observed_generation == set.metadata.generation => {
-                        Ok(revision)
-                    }
-                    other => Err(format!("{other:?} at {:?}", status.observed_generation)),
-                }
-            },
-        )
-        .await
+        workload::update_revision(&self.sets, SET, Duration::from_secs(30)).await
     }
 
     async fn list_pods(&self) -> Vec<Pod> {
-        self.pods
-            .list(&ListParams::default().labels(&format!("app={SET}")))
-            .await
-            .unwrap()
-            .items
+        pods::list(&self.pods, &format!("app={SET}")).await
+    }
+
+    /// Waits until every replica exists, is Ready, not terminating and, when given, at
+    /// `revision`.
+    async fn wait_converged_at(&self, revision: Option<&str>) {
+        let selector = format!("app={SET}");
+        pods::wait_all_available(
+            &self.pods,
+            &selector,
+            self.replicas,
+            revision,
+            ROLLOUT_TIMEOUT,
+        )
+        .await;
     }
 
     /// Waits until every replica exists, is Ready, not terminating, at `revision`.
     async fn wait_converged(&self, revision: &str) {
-        wait_for(
-            &format!("every pod Ready at revision {revision}"),
-            ROLLOUT_TIMEOUT,
-            || async {
-                let pods = self.list_pods().await;
-                let good = pods
-                    .iter()
-                    .filter(|p| {
-                        pods::is_ready(p)
-                            && !pods::is_terminating(p)
-                            && p.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision)
-                    })
-                    .count();
-                if good == self.replicas && pods.len() == self.replicas {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "{good}/{} good of {} pods",
-                        self.replicas,
-                        pods.len()
-                    ))
-                }
-            },
-        )
-        .await;
+        self.wait_converged_at(Some(revision)).await;
     }
 
     /// Waits until the rollout to `revision` is complete in the ZAU's status too.
@@ -285,48 +242,25 @@ impl Fixture {
 
     /// Pod name -> zone of its node, for the current pods labelled `app: <app>`.
     async fn zones_of(&self, app: &str) -> BTreeMap<String, String> {
-        let nodes: Api<Node> = Api::all(self.ns.client.clone());
-        let node_zone: HashMap<String, String> = nodes
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter_map(|n| {
-                let zone = n.labels().get(ZONE_LABEL)?.clone();
-                Some((n.name_any(), zone))
-            })
-            .collect();
-        self.pods
-            .list(&ListParams::default().labels(&format!("app={app}")))
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter_map(|p| {
-                let node = p.spec.as_ref()?.node_name.clone()?;
-                Some((p.name_any(), node_zone.get(&node)?.clone()))
-            })
-            .collect()
+        e2e::nodes::pod_zones(&self.pods, &format!("app={app}")).await
     }
 
-    /// Successful evictions/deletions of this namespace's pods by the controller, in order.
-    fn removals(&self) -> Vec<Removal> {
+    /// The API server's audit log so far.
+    fn audit(&self) -> Vec<audit::AuditEvent> {
         let path = self
             .cluster
             .audit_log()
             .expect("these tests read the API server's audit log (local zonal cluster)");
-        let events = audit::read(&path);
-        audit::removals(&events, &self.ns.name)
-            .filter(|e| e.user_agent.starts_with("zau-controller/"))
-            .filter(|e| {
-                e.response_status
-                    .as_ref()
-                    .is_some_and(|s| (200..300).contains(&s.code))
-            })
+        audit::read(&path)
+    }
+
+    /// Successful evictions/deletions of this namespace's pods by the controller, in order.
+    fn removals(&self) -> Vec<Removal> {
+        audit::removals(&self.audit(), &self.ns.name)
+            .filter(|e| e.sent_by("zau-controller") && e.succeeded())
             .map(|e| Removal {
                 at: e.stage_timestamp.parse().unwrap(),
-                pod: e.object_ref.as_ref().unwrap().name.clone(),
+                pod: e.object_name().to_string(),
                 agent: e.user_agent.clone(),
             })
             .collect()
@@ -450,8 +384,7 @@ impl Monitor {
             while let Some(event) = stream.next().await {
                 match event {
                     Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
-                        let available = pods::is_ready(&pod) && !pods::is_terminating(&pod);
-                        current.insert(pod.name_any(), available);
+                        current.insert(pod.name_any(), pods::is_available(&pod));
                     }
                     Ok(watcher::Event::Delete(pod)) => {
                         current.remove(&pod.name_any());
@@ -601,7 +534,7 @@ async fn zau_new_revision_mid_rollout_and_rollback_converge() {
             .list_pods()
             .await
             .iter()
-            .filter(|p| p.labels().get(REVISION_LABEL) == Some(&second))
+            .filter(|p| at_revision(p, &second))
             .count();
         if at_second >= 6 {
             Ok(())
@@ -636,7 +569,7 @@ async fn zau_new_revision_mid_rollout_and_rollback_converge() {
         .list_pods()
         .await
         .iter()
-        .filter(|p| p.labels().get(REVISION_LABEL) != Some(&third))
+        .filter(|p| !at_revision(p, &third))
         .map(ResourceExt::name_any)
         .collect();
     assert!(
@@ -652,33 +585,6 @@ async fn zau_new_revision_mid_rollout_and_rollback_converge() {
         "rollback reuses the first ControllerRevision"
     );
     fixture.wait_complete(&first).await;
-}
-
-async fn put_alarm(cloudwatch: &aws_sdk_cloudwatch::Client, name: &str) {
-    cloudwatch
-        .put_metric_alarm()
-        .alarm_name(name)
-        .namespace("e2e")
-        .metric_name("errors")
-        .statistic(Statistic::Sum)
-        .period(60)
-        .evaluation_periods(1)
-        .threshold(1.0)
-        .comparison_operator(ComparisonOperator::GreaterThanOrEqualToThreshold)
-        .send()
-        .await
-        .unwrap();
-}
-
-async fn set_alarm(cloudwatch: &aws_sdk_cloudwatch::Client, name: &str, state: StateValue) {
-    cloudwatch
-        .set_alarm_state()
-        .alarm_name(name)
-        .state_value(state)
-        .state_reason("set by the e2e test")
-        .send()
-        .await
-        .unwrap();
 }
 
 fn alarm_name(fixture: &Fixture) -> String {
@@ -738,19 +644,7 @@ impl Fixture {
     /// Waits until no pod is missing, terminating or unready (the rollout is paused between
     /// batches).
     async fn wait_converged_or_paused(&self) {
-        wait_for("no pod in flight", ROLLOUT_TIMEOUT, || async {
-            let pods = self.list_pods().await;
-            let up = pods
-                .iter()
-                .filter(|p| pods::is_ready(p) && !pods::is_terminating(p))
-                .count();
-            if up == self.replicas && pods.len() == self.replicas {
-                Ok(())
-            } else {
-                Err(format!("{up}/{}", self.replicas))
-            }
-        })
-        .await;
+        self.wait_converged_at(None).await;
     }
 }
 
@@ -813,7 +707,7 @@ async fn zau_cloudwatch_down_pauses_with_alarm_unavailable() {
     fixture
         .create_zau(json!({"statefulset": SET, "maxUnavailable": 1, "pauseRolloutAlarm": alarm}))
         .await;
-    let _controller = fixture.controller_with(&[], &localstack.endpoint());
+    let _controller = fixture.controller_with(false, &[], &localstack.endpoint());
     let revision = fixture.set_image(2).await;
     wait_for("the first batch", ROLLOUT_TIMEOUT, || async {
         let n = fixture.removals().len();
@@ -847,18 +741,19 @@ async fn zau_cloudwatch_down_pauses_with_alarm_unavailable() {
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn zau_unready_updated_pod_blocks_progress() {
-    let fixture = Fixture::new("zau-block", 6).await;
-    let zones = fixture.zones().await;
-    fixture
-        .create_zau(json!({"statefulset": SET, "maxUnavailable": 1, "exponentialFactor": "1"}))
-        .await;
+    let (fixture, zones) = Fixture::with_zau(
+        "zau-block",
+        6,
+        json!({"statefulset": SET, "maxUnavailable": 1, "exponentialFactor": "1"}),
+    )
+    .await;
     let _controller = fixture.controller(&[]);
     let revision = fixture.set_image(2).await;
     // The first pod removed is the highest ordinal of the first zone; wait for its replacement.
     let first = expected_batches(&zones, 1.0, 1)[0][0].clone();
     wait_for("the first replacement Ready", ROLLOUT_TIMEOUT, || async {
         let pod = fixture.pods.get(&first).await.map_err(|e| e.to_string())?;
-        if pod.labels().get(REVISION_LABEL) == Some(&revision) && pods::is_ready(&pod) {
+        if at_revision(&pod, &revision) && pods::is_ready(&pod) {
             Ok(())
         } else {
             Err("not yet".to_string())
@@ -928,11 +823,12 @@ async fn zau_unready_old_pod_in_last_zone_goes_first() {
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn zau_missing_pod_counts_as_unavailable() {
-    let fixture = Fixture::new("zau-missing", 6).await;
-    let zones = fixture.zones().await;
-    fixture
-        .create_zau(json!({"statefulset": SET, "maxUnavailable": 1, "exponentialFactor": "1"}))
-        .await;
+    let (fixture, zones) = Fixture::with_zau(
+        "zau-missing",
+        6,
+        json!({"statefulset": SET, "maxUnavailable": 1, "exponentialFactor": "1"}),
+    )
+    .await;
     let _controller = fixture.controller(&[]);
     fixture.wait_observed().await;
     // At most 5 pods: the pod deleted below cannot be recreated until the quota goes.
@@ -945,25 +841,7 @@ async fn zau_missing_pod_counts_as_unavailable() {
         .unwrap()
         .0
         .clone();
-    fixture
-        .pods
-        .delete(&victim, &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for(
-        "the deleted pod to be gone",
-        Duration::from_secs(30),
-        || async {
-            match fixture.pods.get_opt(&victim).await {
-                Ok(None) => Ok(()),
-                other => Err(format!(
-                    "{:?}",
-                    other.map(|p| p.map(|p| p.metadata.deletion_timestamp))
-                )),
-            }
-        },
-    )
-    .await;
+    pods::delete_and_wait_gone(&fixture.pods, &victim, Duration::from_secs(30)).await;
 
     let revision = fixture.set_image(2).await;
     let status = fixture
@@ -1033,16 +911,7 @@ async fn zau_invalid_specs_are_reported_without_action() {
         ),
     ];
     for (name, spec, _) in &cases {
-        let zau: ZoneAwareUpdate = serde_json::from_value(json!({
-            "apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ZoneAwareUpdate",
-            "metadata": {"name": name}, "spec": spec,
-        }))
-        .unwrap();
-        fixture
-            .zaus
-            .create(&PostParams::default(), &zau)
-            .await
-            .unwrap();
+        fixture.create_named_zau(name, spec.clone()).await;
     }
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
@@ -1090,16 +959,7 @@ async fn zau_invalid_specs_are_reported_without_action() {
 
 /// `zone_aware_reconciliations_total` of the controller whose metrics listen on `port`.
 async fn reconciles(port: u16) -> i64 {
-    let text = wait_for("the metrics endpoint", Duration::from_secs(30), || async {
-        http_get(port, "/metrics")
-            .await
-            .ok_or_else(|| "no answer".to_string())
-    })
-    .await;
-    text.lines()
-        .filter(|l| l.starts_with("zone_aware_reconciliations_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as i64
+    metric_sum(port, "zone_aware_reconciliations_total", None).await as i64
 }
 
 /// Two replicas with leader election: only the leader removes pods. The leader is killed
@@ -1108,28 +968,22 @@ async fn reconciles(port: u16) -> i64 {
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn zau_leader_killed_mid_rollout_hands_over_cleanly() {
-    let fixture = Fixture::new("zau-leader", 12).await;
-    let zones = fixture.zones().await;
-    fixture
-        .create_zau(json!({"statefulset": SET, "maxUnavailable": 4, "exponentialFactor": "2"}))
-        .await;
+    let (fixture, zones) = Fixture::with_zau(
+        "zau-leader",
+        12,
+        json!({"statefulset": SET, "maxUnavailable": 4, "exponentialFactor": "2"}),
+    )
+    .await;
     let replica = |identity: &str| {
-        let mut args = fixture.controller_args(&[
+        let extra = [
             "--identity",
             identity,
             "--lease-duration",
             "4s",
             "--renew-interval",
             "1s",
-        ]);
-        args.retain(|a| a != "--leader-elect=false");
-        args.push("--leader-elect=true".to_string());
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        ControllerProcess::start(
-            "zau-controller",
-            &args,
-            &fixture.env(&fixture.cluster.aws_endpoint()),
-        )
+        ];
+        fixture.controller_with(true, &extra, &fixture.cluster.aws_endpoint())
     };
     let mut a = Some(replica("zau-a"));
     let mut b = Some(replica("zau-b"));
@@ -1171,11 +1025,12 @@ async fn zau_leader_killed_mid_rollout_hands_over_cleanly() {
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn zau_dry_run_reports_the_plan_and_removes_nothing() {
-    let fixture = Fixture::new("zau-dry", 6).await;
-    let zones = fixture.zones().await;
-    fixture
-        .create_zau(json!({"statefulset": SET, "maxUnavailable": 2, "exponentialFactor": "2", "dryRun": true}))
-        .await;
+    let (fixture, zones) = Fixture::with_zau(
+        "zau-dry",
+        6,
+        json!({"statefulset": SET, "maxUnavailable": 2, "exponentialFactor": "2", "dryRun": true}),
+    )
+    .await;
     let _controller = fixture.controller(&[]);
     fixture.set_image(2).await;
     let event = fixture.wait_event("DryRunBatch").await;
@@ -1191,11 +1046,8 @@ async fn zau_dry_run_reports_the_plan_and_removes_nothing() {
 
 /// Refused evictions (429) of this namespace's pods by the controller.
 fn refused(fixture: &Fixture) -> usize {
-    let path = fixture.cluster.audit_log().unwrap();
-    let events = audit::read(&path);
-    audit::removals(&events, &fixture.ns.name)
-        .filter(|e| e.user_agent.starts_with("zau-controller/"))
-        .filter(|e| e.response_status.as_ref().is_some_and(|s| s.code == 429))
+    audit::removals(&fixture.audit(), &fixture.ns.name)
+        .filter(|e| e.sent_by("zau-controller") && e.code() == 429)
         .count()
 }
 
@@ -1217,21 +1069,7 @@ async fn zau_and_zdb_hold_each_other_across_zones() {
     )
     .await
     .unwrap();
-    wait_for("3 cache pods Ready", ROLLOUT_TIMEOUT, || async {
-        let pods = fixture
-            .pods
-            .list(&ListParams::default().labels("app=cache"))
-            .await
-            .map_err(|e| e.to_string())?
-            .items;
-        let ready = pods.iter().filter(|p| pods::is_ready(p)).count();
-        if ready == 3 {
-            Ok(())
-        } else {
-            Err(format!("{ready} Ready"))
-        }
-    })
-    .await;
+    pods::wait_available(&fixture.pods, "app=cache", 3, ROLLOUT_TIMEOUT).await;
     let in_zone = |zones: &BTreeMap<String, String>, zone: &str| -> String {
         zones
             .iter()
@@ -1246,13 +1084,10 @@ async fn zau_and_zdb_hold_each_other_across_zones() {
     let _zdb = webhook.controller(&fixture.ns);
     webhook.wait_ca_bundle(&fixture.ns).await;
     let zdbs: Api<ZoneDisruptionBudget> = fixture.ns.api();
-    let zdb: ZoneDisruptionBudget = serde_json::from_value(json!({
-        "apiVersion": "zonecontrol.k8s.aws/v1",
-        "kind": "ZoneDisruptionBudget",
-        "metadata": {"name": "frontend"},
-        "spec": {"selector": {"matchLabels": {"tier": "frontend"}}, "maxUnavailable": 1},
-    }))
-    .unwrap();
+    let zdb = zone_disruption_budget(
+        "frontend",
+        json!({"selector": {"matchLabels": {"tier": "frontend"}}, "maxUnavailable": 1}),
+    );
     zdbs.create(&PostParams::default(), &zdb).await.unwrap();
     let disrupted = |want: &'static [&'static str]| {
         let zdbs = zdbs.clone();
@@ -1307,13 +1142,7 @@ async fn zau_and_zdb_hold_each_other_across_zones() {
     );
     let drain_over = Timestamp::now();
     quota.release().await;
-    sets.patch(
-        "cache",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": "1"}}})),
-    )
-    .await
-    .unwrap();
+    workload::touch(&sets, "cache").await;
     fixture.wait_complete(&revision).await;
     let removals = fixture.removals();
     assert_eq!(removals.len(), 6, "{removals:?}");
@@ -1356,10 +1185,10 @@ async fn zau_and_zdb_hold_each_other_across_zones() {
 
     // Budgets are judged by the API server and the webhook only: the rollout controller never
     // reads them (it runs the same without the ZoneDisruptionBudget CRD installed).
-    let path = fixture.cluster.audit_log().unwrap();
-    let reads: Vec<_> = audit::read(&path)
+    let reads: Vec<_> = fixture
+        .audit()
         .into_iter()
-        .filter(|e| e.user_agent.starts_with("zau-controller/"))
+        .filter(|e| e.sent_by("zau-controller"))
         .filter(|e| {
             e.object_ref
                 .as_ref()

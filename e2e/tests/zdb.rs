@@ -4,31 +4,30 @@
 //! the real StatefulSet controller recreates evicted pods and kwok makes them Ready.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use e2e::cluster::cleanup_blocking;
 use e2e::localstack::free_port;
+use e2e::nodes::{TEST_NODE_TAINT, TestNode};
 use e2e::pods::evict;
-use e2e::process::{ControllerProcess, http_get};
+use e2e::process::{ControllerProcess, Kubectl, metric_sum};
 use e2e::proxy::RoundRobinProxy;
 use e2e::quota::PodQuota;
-use e2e::webhook::EvictionWebhook;
-use e2e::workload::{ZONE_LABEL, spread_statefulset, to_statefulset};
+use e2e::tls::{Leaf, MountedSecret, TestCa, wait_served};
+use e2e::webhook::{EvictionWebhook, TLS_SECRET, self_signed_args, zdb_args};
+use e2e::workload::{self, spread_statefulset, to_statefulset, zone_disruption_budget};
 use e2e::{Cluster, TestNamespace, pods, wait_for};
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use serde_json::json;
+use serde_json::{Value, json};
 use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetStatus};
 
 const SET: &str = "web";
 const ZDB: &str = "web";
-const SECRET: &str = "zdb-webhook-tls";
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 fn statefulset(replicas: i32) -> StatefulSet {
@@ -77,23 +76,10 @@ impl Fixture {
             .0
     }
 
-    /// The TLS flags of self-signed mode: the CA and certificate in the Secret `SECRET`, the
-    /// caBundle of this test's webhook configuration patched from it.
+    /// The TLS flags of self-signed mode: the CA and certificate in the Secret `TLS_SECRET`,
+    /// the caBundle of this test's webhook configuration patched from it.
     fn self_signed_args(&self) -> Vec<String> {
-        [
-            "--self-signed",
-            "--tls-secret-name",
-            SECRET,
-            "--tls-secret-namespace",
-            &self.ns.name,
-            "--service-name",
-            "zdb-webhook",
-            "--service-namespace",
-            &self.ns.name,
-        ]
-        .iter()
-        .map(|a| (*a).to_string())
-        .collect()
+        self_signed_args(&self.ns.name)
     }
 
     /// One zdb-controller process serving the webhook on `webhook_port` with the TLS flags
@@ -109,7 +95,7 @@ impl Fixture {
         for _ in 0..3 {
             let metrics_port = free_port();
             let mut process = self.start_controller(webhook_port, leader_elect, tls, metrics_port);
-            if started_listening(&mut process) {
+            if process.started_serving() {
                 return (process, metrics_port);
             }
             let log = std::fs::read_to_string(&process.log).unwrap_or_default();
@@ -129,110 +115,87 @@ impl Fixture {
         tls: &[String],
         metrics_port: u16,
     ) -> ControllerProcess {
-        let listen = format!("127.0.0.1:{metrics_port}");
-        let webhook = format!("127.0.0.1:{webhook_port}");
-        let leader = format!("--leader-elect={leader_elect}");
-        let identity = format!("zdb-{webhook_port}");
-        let mut args = vec![
-            "--identity",
-            identity.as_str(),
-            leader.as_str(),
-            "--watch-namespace",
+        let mut args = zdb_args(
+            &format!("zdb-{webhook_port}"),
+            leader_elect,
             &self.ns.name,
-            "--lease-namespace",
-            &self.ns.name,
-            "--listen-address",
-            &listen,
-            "--webhook-address",
-            &webhook,
-            "--webhook-config-name",
+            &format!("127.0.0.1:{metrics_port}"),
+            &format!("127.0.0.1:{webhook_port}"),
             &self.webhook.name,
-            "--lease-duration",
-            self.lease_duration,
-            "--renew-interval",
-            "1s",
-        ];
-        args.extend(tls.iter().map(String::as_str));
+        );
+        for (flag, value) in [
+            ("--lease-duration", self.lease_duration),
+            ("--renew-interval", "1s"),
+        ] {
+            args.extend([flag.to_string(), value.to_string()]);
+        }
+        args.extend(tls.iter().cloned());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         ControllerProcess::start("zdb-controller", &args, &[])
     }
 
+    /// [`Fixture::new`] with its webhook on a free port, one controller serving it without
+    /// leader election, and the budget `web` (`max_unavailable`, `dry_run`) computed with every
+    /// pod healthy: the start of most tests. Also returns the controller and the pods by zone.
+    async fn with_budget(
+        prefix: &str,
+        replicas: usize,
+        max_unavailable: i32,
+        dry_run: bool,
+    ) -> (Fixture, ControllerProcess, BTreeMap<String, Vec<String>>) {
+        let port = free_port();
+        let fixture = Fixture::new(prefix, replicas, port).await;
+        let controller = fixture.controller(port, false);
+        fixture.wait_ca_bundle().await;
+        fixture.create_zdb(max_unavailable, dry_run).await;
+        fixture
+            .wait_budget(i32::try_from(replicas).unwrap(), max_unavailable)
+            .await;
+        let zones = fixture.pods_by_zone().await;
+        (fixture, controller, zones)
+    }
+
     async fn create_zdb(&self, max_unavailable: i32, dry_run: bool) {
-        let zdb: ZoneDisruptionBudget = serde_json::from_value(json!({
-            "apiVersion": "zonecontrol.k8s.aws/v1",
-            "kind": "ZoneDisruptionBudget",
-            "metadata": {"name": ZDB},
-            "spec": {
+        self.create_budget(
+            ZDB,
+            json!({
                 "selector": {"matchLabels": {"app": SET}},
                 "maxUnavailable": max_unavailable,
                 "dryRun": dry_run,
-            },
-        }))
-        .unwrap();
+            }),
+        )
+        .await;
+    }
+
+    /// The ZoneDisruptionBudget `name` with `spec`, created.
+    async fn create_budget(&self, name: &str, spec: Value) -> ZoneDisruptionBudget {
         self.zdbs
-            .create(&PostParams::default(), &zdb)
+            .create(&PostParams::default(), &zone_disruption_budget(name, spec))
             .await
-            .unwrap();
+            .unwrap()
     }
 
     async fn wait_ready(&self, replicas: usize) {
-        wait_for(&format!("{replicas} pods Ready"), TIMEOUT, || async {
-            let pods = self.list_pods().await;
-            let ready = pods
-                .iter()
-                .filter(|p| pods::is_ready(p) && !pods::is_terminating(p))
-                .count();
-            if ready == replicas && pods.len() == replicas {
-                Ok(())
-            } else {
-                Err(format!("{ready} Ready of {} pods", pods.len()))
-            }
-        })
-        .await;
+        let selector = format!("app={SET}");
+        pods::wait_all_available(&self.pods, &selector, replicas, None, TIMEOUT).await;
     }
 
     /// Makes the StatefulSet controller look at the set again now (it backs off after a refused
     /// pod creation).
     async fn touch_statefulset(&self) {
-        let sets: Api<StatefulSet> = self.ns.api();
-        let touch = json!({"metadata": {"annotations": {"e2e/touch": k8s_openapi::jiff::Timestamp::now().to_string()}}});
-        sets.patch(SET, &PatchParams::default(), &Patch::Merge(touch))
-            .await
-            .unwrap();
+        workload::touch(&self.ns.api(), SET).await;
     }
 
     async fn list_pods(&self) -> Vec<Pod> {
-        self.pods
-            .list(&ListParams::default().labels(&format!("app={SET}")))
-            .await
-            .unwrap()
-            .items
+        pods::list(&self.pods, &format!("app={SET}")).await
     }
 
     /// Zone -> pod names, sorted.
     async fn pods_by_zone(&self) -> BTreeMap<String, Vec<String>> {
-        let nodes: Api<Node> = Api::all(self.ns.client.clone());
-        let node_zone: HashMap<String, String> = nodes
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter_map(|n| Some((n.name_any(), n.labels().get(ZONE_LABEL)?.clone())))
-            .collect();
         let mut zones: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for pod in self.list_pods().await {
-            let Some(zone) = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .and_then(|node| node_zone.get(node))
-            else {
-                continue;
-            };
-            zones.entry(zone.clone()).or_default().push(pod.name_any());
-        }
-        for names in zones.values_mut() {
-            names.sort();
+        // Pod names in order: each zone's list comes out sorted.
+        for (pod, zone) in e2e::nodes::pod_zones(&self.pods, &format!("app={SET}")).await {
+            zones.entry(zone).or_default().push(pod);
         }
         zones
     }
@@ -241,18 +204,47 @@ impl Fixture {
         self.zdbs.get(ZDB).await.unwrap().status.unwrap_or_default()
     }
 
+    /// Waits until the budget `name` passes `check` (given the budget and its status), and
+    /// returns it.
+    async fn wait_zdb(
+        &self,
+        what: &str,
+        name: &str,
+        timeout: Duration,
+        check: impl Fn(&ZoneDisruptionBudget, &ZoneDisruptionBudgetStatus) -> bool,
+    ) -> ZoneDisruptionBudget {
+        wait_for(what, timeout, || async {
+            let zdb = self.zdbs.get(name).await.map_err(|e| e.to_string())?;
+            let status = zdb.status.clone().unwrap_or_default();
+            if check(&zdb, &status) {
+                Ok(zdb)
+            } else {
+                Err(serde_json::to_string(&status).unwrap())
+            }
+        })
+        .await
+    }
+
+    /// Waits until the status of the budget `web` passes `check`.
+    async fn wait_status(
+        &self,
+        what: &str,
+        check: impl Fn(&ZoneDisruptionBudgetStatus) -> bool,
+    ) -> ZoneDisruptionBudgetStatus {
+        let zdb = self.wait_zdb(what, ZDB, TIMEOUT, |_, s| check(s)).await;
+        zdb.status.unwrap_or_default()
+    }
+
     /// Waits until the controller has computed the budget with every pod healthy and no
     /// eviction recorded.
     async fn wait_budget(&self, expected: i32, allowed_per_zone: i32) {
-        wait_for(
+        self.wait_zdb(
             "the budget computed, every zone healthy",
+            ZDB,
             TIMEOUT,
-            || async {
-                let zdb = self.zdbs.get(ZDB).await.map_err(|e| e.to_string())?;
-                let status = zdb.status.clone().unwrap_or_default();
+            |zdb, status| {
                 let total: i32 = status.expected_pods.values().sum();
-                let computed = Some(status.observed_generation) == zdb.metadata.generation;
-                if computed
+                Some(status.observed_generation) == zdb.metadata.generation
                     && total == expected
                     && status.disrupted_zones.is_empty()
                     && status.disrupted_pods.is_empty()
@@ -261,11 +253,6 @@ impl Fixture {
                         .disruptions_allowed
                         .values()
                         .all(|a| *a == allowed_per_zone)
-                {
-                    Ok(())
-                } else {
-                    Err(serde_json::to_string(&status).unwrap())
-                }
             },
         )
         .await;
@@ -276,22 +263,6 @@ impl Fixture {
     async fn wait_ca_bundle(&self) {
         self.webhook.wait_ca_bundle(&self.ns).await;
     }
-}
-
-/// Whether the controller bound its metrics endpoint (its first step) rather than exited.
-fn started_listening(process: &mut ControllerProcess) -> bool {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while std::time::Instant::now() < deadline {
-        let log = std::fs::read_to_string(&process.log).unwrap_or_default();
-        if log.contains("serving /healthz") {
-            return true;
-        }
-        if !process.is_running() {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20)); // polling a child process's log
-    }
-    panic!("zdb-controller neither served nor exited within 30 s");
 }
 
 fn assert_denied(result: Result<(), (u16, String)>, what: &str, mentions: &[&str]) {
@@ -310,14 +281,8 @@ fn assert_denied(result: Result<(), (u16, String)>, what: &str, mentions: &[&str
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn two_evictions_in_one_zone_then_that_zone_and_every_other_is_refused() {
-    let port = free_port();
-    let fixture = Fixture::new("zdb-budget", 9, port).await;
-    let _controller = fixture.controller(port, false);
-    fixture.wait_ca_bundle().await;
-    fixture.create_zdb(2, false).await;
-    fixture.wait_budget(9, 2).await;
+    let (fixture, _controller, zones) = Fixture::with_budget("zdb-budget", 9, 2, false).await;
 
-    let zones = fixture.pods_by_zone().await;
     assert_eq!(zones.len(), 3, "{zones:?}");
     let zone_a = &zones["zone-a"];
     let zone_b = &zones["zone-b"];
@@ -367,32 +332,18 @@ async fn two_evictions_in_one_zone_then_that_zone_and_every_other_is_refused() {
     quota.release().await;
     fixture.touch_statefulset().await;
     fixture.wait_ready(9).await;
-    wait_for(
-        "the records dropped, no zone disrupted",
-        TIMEOUT,
-        || async {
-            let status = fixture.status().await;
-            if status.disrupted_pods.is_empty() && status.disrupted_zones.is_empty() {
-                Ok(())
-            } else {
-                Err(serde_json::to_string(&status).unwrap())
-            }
-        },
-    )
-    .await;
+    fixture
+        .wait_status("the records dropped, no zone disrupted", |status| {
+            status.disrupted_pods.is_empty() && status.disrupted_zones.is_empty()
+        })
+        .await;
     evict(&fixture.pods, &zone_b[0], false).await.unwrap();
 }
 
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn shadow_mode_allows_what_it_would_deny() {
-    let port = free_port();
-    let fixture = Fixture::new("zdb-shadow", 6, port).await;
-    let _controller = fixture.controller(port, false);
-    fixture.wait_ca_bundle().await;
-    fixture.create_zdb(1, true).await;
-    fixture.wait_budget(6, 1).await;
-    let zones = fixture.pods_by_zone().await;
+    let (fixture, _controller, zones) = Fixture::with_budget("zdb-shadow", 6, 1, true).await;
     evict(&fixture.pods, &zones["zone-a"][0], false)
         .await
         .unwrap();
@@ -427,27 +378,19 @@ async fn invalid_budgets_are_reported_once_and_do_not_block_evictions() {
     let fixture = Fixture::new("zdb-invalid", 3, port).await;
     let _controller = fixture.controller(port, false);
     fixture.wait_ca_bundle().await;
-    let zdb: ZoneDisruptionBudget = serde_json::from_value(json!({
-        "apiVersion": "zonecontrol.k8s.aws/v1",
-        "kind": "ZoneDisruptionBudget",
-        "metadata": {"name": ZDB},
-        "spec": {"selector": {"matchLabels": {"app": SET}}, "maxUnavailable": "0%"},
-    }))
-    .unwrap();
     fixture
-        .zdbs
-        .create(&PostParams::default(), &zdb)
-        .await
-        .unwrap();
-    let invalid = wait_for("the Invalid condition", TIMEOUT, || async {
-        let zdb = fixture.zdbs.get(ZDB).await.map_err(|e| e.to_string())?;
-        let status = zdb.status.clone().unwrap_or_default();
-        match status.conditions.iter().find(|c| c.type_ == "Invalid") {
-            Some(c) if c.status == "True" && c.message.contains("maxUnavailable") => Ok(zdb),
-            _ => Err(serde_json::to_string(&status).unwrap()),
-        }
-    })
-    .await;
+        .create_budget(
+            ZDB,
+            json!({"selector": {"matchLabels": {"app": SET}}, "maxUnavailable": "0%"}),
+        )
+        .await;
+    let invalid = fixture
+        .wait_zdb("the Invalid condition", ZDB, TIMEOUT, |_, status| {
+            status.conditions.iter().any(|c| {
+                c.type_ == "Invalid" && c.status == "True" && c.message.contains("maxUnavailable")
+            })
+        })
+        .await;
     // No hot loop: the status is not rewritten while nothing changes.
     tokio::time::sleep(Duration::from_secs(3)).await; // an observation window, not synchronisation
     let later = fixture.zdbs.get(ZDB).await.unwrap();
@@ -511,22 +454,13 @@ async fn concurrency_round(round: usize, rounds: usize) {
     // One CA for both replicas: the one in the Secret, which is also the caBundle, and both
     // serve the Secret's certificate, verified against it.
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = fixture.ns.api();
-    let data = secrets.get(SECRET).await.unwrap().data.unwrap();
+    let data = secrets.get(TLS_SECRET).await.unwrap().data.unwrap();
     let ca = String::from_utf8(data["ca.crt"].0.clone()).unwrap();
     let served = Leaf {
         cert: String::from_utf8(data["tls.crt"].0.clone()).unwrap(),
         key: String::new(),
     };
-    let configs: Api<ValidatingWebhookConfiguration> = Api::all(fixture.ns.client.clone());
-    let bundles: Vec<Vec<u8>> = configs
-        .get(&fixture.webhook.name)
-        .await
-        .unwrap()
-        .webhooks
-        .unwrap()
-        .into_iter()
-        .map(|w| w.client_config.ca_bundle.unwrap().0)
-        .collect();
+    let bundles = fixture.webhook.ca_bundles(&fixture.ns).await.unwrap();
     assert_eq!(
         bundles,
         [ca.as_bytes().to_vec()],
@@ -624,47 +558,29 @@ async fn concurrency_round(round: usize, rounds: usize) {
 /// The eviction decisions a zdb-controller has made so far (its
 /// `zone_aware_zdb_webhook_decisions_total`, every result and reason).
 async fn decisions(metrics_port: u16) -> f64 {
-    decisions_for(metrics_port, "").await
+    metric_sum(metrics_port, DECISIONS, None).await
 }
 
-/// As [`decisions`], of one reason only (every reason when empty).
+/// As [`decisions`], of one reason only.
 async fn decisions_for(metrics_port: u16, reason: &str) -> f64 {
     let label = format!("reason=\"{reason}\"");
-    let text = wait_for("the metrics endpoint", Duration::from_secs(30), || async {
-        http_get(metrics_port, "/metrics")
-            .await
-            .ok_or_else(|| "no answer".to_string())
-    })
-    .await;
-    text.lines()
-        .filter(|line| line.starts_with("zone_aware_zdb_webhook_decisions_total"))
-        .filter(|line| reason.is_empty() || line.contains(&label))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    metric_sum(metrics_port, DECISIONS, Some(&label)).await
 }
+
+const DECISIONS: &str = "zone_aware_zdb_webhook_decisions_total";
 
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn an_unready_pod_disrupts_its_zone_and_may_itself_be_evicted() {
-    let port = free_port();
-    let fixture = Fixture::new("zdb-unready", 6, port).await;
-    let _controller = fixture.controller(port, false);
-    fixture.wait_ca_bundle().await;
-    fixture.create_zdb(1, false).await;
-    fixture.wait_budget(6, 1).await;
-    let zones = fixture.pods_by_zone().await;
+    let (fixture, _controller, zones) = Fixture::with_budget("zdb-unready", 6, 1, false).await;
     let (zone_a, zone_b) = (&zones["zone-a"], &zones["zone-b"]);
 
     pods::set_ready(&fixture.pods, &zone_a[0], false).await;
-    wait_for("zone-a disrupted by the unready pod", TIMEOUT, || async {
-        let status = fixture.status().await;
-        if status.disrupted_zones == ["zone-a"] && status.disruptions_allowed["zone-a"] == 0 {
-            Ok(())
-        } else {
-            Err(serde_json::to_string(&status).unwrap())
-        }
-    })
-    .await;
+    fixture
+        .wait_status("zone-a disrupted by the unready pod", |status| {
+            status.disrupted_zones == ["zone-a"] && status.disruptions_allowed["zone-a"] == 0
+        })
+        .await;
     assert_denied(
         evict(&fixture.pods, &zone_b[0], false).await,
         "an eviction in zone-b while a zone-a pod is unready",
@@ -688,18 +604,12 @@ async fn a_pod_selected_by_two_budgets_cannot_be_evicted() {
     let _controller = fixture.controller(port, false);
     fixture.wait_ca_bundle().await;
     fixture.create_zdb(1, false).await;
-    let other: ZoneDisruptionBudget = serde_json::from_value(json!({
-        "apiVersion": "zonecontrol.k8s.aws/v1",
-        "kind": "ZoneDisruptionBudget",
-        "metadata": {"name": "web-too"},
-        "spec": {"selector": {"matchLabels": {"app": SET}}, "maxUnavailable": 1},
-    }))
-    .unwrap();
     fixture
-        .zdbs
-        .create(&PostParams::default(), &other)
-        .await
-        .unwrap();
+        .create_budget(
+            "web-too",
+            json!({"selector": {"matchLabels": {"app": SET}}, "maxUnavailable": 1}),
+        )
+        .await;
     wait_for("both budgets marked Invalid", TIMEOUT, || async {
         let mut states = Vec::new();
         for name in [ZDB, "web-too"] {
@@ -767,19 +677,11 @@ async fn the_standby_keeps_the_status_when_the_leader_dies() {
     // The standby takes the lease and follows pod changes; its webhook kept serving meanwhile.
     let zones = fixture.pods_by_zone().await;
     pods::set_ready(&fixture.pods, &zones["zone-c"][0], false).await;
-    wait_for(
-        "zone-c disrupted, seen by the new leader",
-        TIMEOUT,
-        || async {
-            let status = fixture.status().await;
-            if status.disrupted_zones == ["zone-c"] {
-                Ok(())
-            } else {
-                Err(serde_json::to_string(&status).unwrap())
-            }
-        },
-    )
-    .await;
+    fixture
+        .wait_status("zone-c disrupted, seen by the new leader", |status| {
+            status.disrupted_zones == ["zone-c"]
+        })
+        .await;
     assert_denied(
         evict(&fixture.pods, &zones["zone-a"][0], false).await,
         "an eviction in zone-a while zone-c is disrupted",
@@ -792,46 +694,26 @@ async fn the_standby_keeps_the_status_when_the_leader_dies() {
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn zdb_deleted_pod_blocks_other_zones() {
-    let port = free_port();
-    let fixture = Fixture::new("zdb-missing", 9, port).await;
-    let _controller = fixture.controller(port, false);
-    fixture.wait_ca_bundle().await;
-    fixture.create_zdb(1, false).await;
-    fixture.wait_budget(9, 1).await;
-    let zones = fixture.pods_by_zone().await;
+    let (fixture, _controller, zones) = Fixture::with_budget("zdb-missing", 9, 1, false).await;
     let (zone_a, zone_b) = (&zones["zone-a"], &zones["zone-b"]);
 
     // At most 8 pods: the pod deleted below cannot be recreated until the quota goes.
     let quota = PodQuota::hold(&fixture.ns, 8).await;
     let victim = &zone_a[0];
+    pods::delete_and_wait_gone(&fixture.pods, victim, TIMEOUT).await;
     fixture
-        .pods
-        .delete(victim, &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for("the deleted pod to be gone", TIMEOUT, || async {
-        match fixture.pods.get_opt(victim).await {
-            Ok(None) => Ok(()),
-            other => Err(format!("{:?}", other.map(|p| p.map(|p| p.metadata)))),
-        }
-    })
-    .await;
-    wait_for("zone-a disrupted by the missing pod", TIMEOUT, || async {
-        let status = fixture.status().await;
-        let missing = status.conditions.iter().any(|c| {
-            c.type_ == "Disrupted" && c.status == "True" && c.message.contains("zone-a: 1 missing")
-        });
-        if missing
-            && status.disrupted_zones == ["zone-a"]
-            && status.current_unhealthy["zone-a"] == 1
-            && status.expected_pods["zone-a"] == 3
-        {
-            Ok(())
-        } else {
-            Err(serde_json::to_string(&status).unwrap())
-        }
-    })
-    .await;
+        .wait_status("zone-a disrupted by the missing pod", |status| {
+            let missing = status.conditions.iter().any(|c| {
+                c.type_ == "Disrupted"
+                    && c.status == "True"
+                    && c.message.contains("zone-a: 1 missing")
+            });
+            missing
+                && status.disrupted_zones == ["zone-a"]
+                && status.current_unhealthy["zone-a"] == 1
+                && status.expected_pods["zone-a"] == 3
+        })
+        .await;
     assert_denied(
         evict(&fixture.pods, &zone_b[0], false).await,
         "an eviction in zone-b while a zone-a pod is missing",
@@ -859,87 +741,9 @@ async fn zdb_deleted_pod_blocks_other_zones() {
     evict(&fixture.pods, &zone_b[0], false).await.unwrap();
 }
 
-/// Taint key of the nodes a test creates for itself; the value is the test's namespace.
-const TEST_NODE_TAINT: &str = "zonecontrol.k8s.aws/e2e-node";
 /// The StatefulSet whose pods run on a test's own node (labelled `app: web` too, so the budget
 /// selects them with the others).
 const PINNED: &str = "pinned";
-
-/// A kwok Node of one test, which it may cordon and drain (the six shared nodes are never
-/// drained: other tests run there). Tainted with the test's namespace so only that test's
-/// pinned pods run there; deleted when the test ends.
-struct TestNode {
-    name: String,
-    taint: String,
-    config: kube::Config,
-}
-
-impl TestNode {
-    async fn create(ns: &TestNamespace, zone: &str) -> TestNode {
-        let name = format!("{}-{zone}", ns.name);
-        let node: Node = serde_json::from_value(json!({
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "annotations": {"kwok.x-k8s.io/node": "fake"},
-                "labels": {
-                    "kubernetes.io/hostname": name,
-                    "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": "amd64",
-                    ZONE_LABEL: zone,
-                    "type": "kwok",
-                },
-            },
-            "spec": {"taints": [{"key": TEST_NODE_TAINT, "value": ns.name, "effect": "NoSchedule"}]},
-        }))
-        .unwrap();
-        let nodes: Api<Node> = Api::all(ns.client.clone());
-        nodes.create(&PostParams::default(), &node).await.unwrap();
-        let guard = TestNode {
-            name: name.clone(),
-            taint: ns.name.clone(),
-            config: Cluster::get().config().await,
-        };
-        wait_for("the test's node Ready", Duration::from_secs(60), || async {
-            let node = nodes.get(&name).await.map_err(|e| e.to_string())?;
-            let ready = node
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            if ready {
-                Ok(())
-            } else {
-                Err("not Ready yet".to_string())
-            }
-        })
-        .await;
-        guard
-    }
-
-    async fn unschedulable(&self, client: &Client) -> bool {
-        Api::<Node>::all(client.clone())
-            .get(&self.name)
-            .await
-            .unwrap()
-            .spec
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false)
-    }
-}
-
-impl Drop for TestNode {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        cleanup_blocking(self.config.clone(), |client| async move {
-            let _ = Api::<Node>::all(client)
-                .delete(&name, &DeleteParams::default())
-                .await;
-        });
-    }
-}
 
 impl Fixture {
     /// The StatefulSet `pinned`: `replicas` pods on `node` only, selected by the budget.
@@ -985,87 +789,14 @@ impl Fixture {
     }
 }
 
-/// A kubectl command of the test's admin, run in the background with its output (stdout and
-/// stderr, in order) in a file.
-struct Kubectl {
-    child: std::process::Child,
-    log: std::path::PathBuf,
-}
-
-impl Kubectl {
-    fn start(args: &[&str]) -> Kubectl {
-        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let log = std::env::temp_dir().join(format!(
-            "e2e-kubectl-{}-{}.log",
-            std::process::id(),
-            STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
-        let out = std::fs::File::create(&log).unwrap();
-        let err = out.try_clone().unwrap();
-        let child = e2e::identity::kubectl(&Cluster::get())
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap();
-        Kubectl { child, log }
-    }
-
-    /// `kubectl drain` of `node`'s pods of the budget, as an operator would run it.
-    fn drain(node: &str, extra: &[&str]) -> Kubectl {
-        let mut args = vec![
-            "drain",
-            node,
-            "--pod-selector",
-            "app=web",
-            "--ignore-daemonsets",
-            "--delete-emptydir-data",
-        ];
-        args.extend(extra);
-        Kubectl::start(&args)
-    }
-
-    fn output(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits for the command to exit: whether it succeeded, and its output.
-    async fn finish(&mut self, timeout: Duration) -> (bool, String) {
-        let status = wait_for("kubectl to exit", timeout, || {
-            let exited = self.child.try_wait();
-            let output = self.output();
-            async move {
-                match exited {
-                    Ok(Some(status)) => Ok(status),
-                    _ => Err(output),
-                }
-            }
-        })
-        .await;
-        (status.success(), self.output())
-    }
-}
-
-impl Drop for Kubectl {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Waits until the controller has seen `pod` unready: its zone is the one disrupted.
 async fn disrupt_zone_by_unready_pod(fixture: &Fixture, zone: &str, pod: &str) {
     pods::set_ready(&fixture.pods, pod, false).await;
-    wait_for(&format!("{zone} disrupted by {pod}"), TIMEOUT, || async {
-        let status = fixture.status().await;
-        if status.disrupted_zones == [zone] {
-            Ok(())
-        } else {
-            Err(serde_json::to_string(&status).unwrap())
-        }
-    })
-    .await;
+    fixture
+        .wait_status(&format!("{zone} disrupted by {pod}"), |status| {
+            status.disrupted_zones == [zone]
+        })
+        .await;
 }
 
 /// Six pods spread over the zones, and two `pinned` pods on the test's own node in zone-a; a
@@ -1100,9 +831,13 @@ async fn zdb_dry_run_matches_real() {
     let before = fixture.zdbs.get(ZDB).await.unwrap();
     let dry_runs = decisions_for(metrics, "DryRun").await;
     evict(&fixture.pods, &pinned[0], true).await.unwrap();
-    let (success, output) = Kubectl::drain(&node.name, &["--dry-run=server", "--timeout=60s"])
-        .finish(Duration::from_secs(90))
-        .await;
+    let (success, output) = Kubectl::drain(
+        &node.name,
+        "app=web",
+        &["--dry-run=server", "--timeout=60s"],
+    )
+    .finish(Duration::from_secs(90))
+    .await;
     assert!(success, "the dry-run drain failed:\n{output}");
     assert!(
         output.contains(&format!("node/{} drained (server dry run)", node.name)),
@@ -1140,9 +875,10 @@ async fn zdb_dry_run_matches_real() {
         "the real eviction in zone-a",
         &mentions,
     );
-    let (success, output) = Kubectl::drain(&node.name, &["--dry-run=server", "--timeout=8s"])
-        .finish(Duration::from_secs(60))
-        .await;
+    let (success, output) =
+        Kubectl::drain(&node.name, "app=web", &["--dry-run=server", "--timeout=8s"])
+            .finish(Duration::from_secs(60))
+            .await;
     assert!(!success, "the dry-run drain succeeded:\n{output}");
     assert!(
         output.contains("will retry after 5s") && output.contains(mentions[0]),
@@ -1187,7 +923,7 @@ async fn zdb_kubectl_drain_retries_until_budget_allows() {
     let down = zones["zone-b"][0].clone();
     disrupt_zone_by_unready_pod(&fixture, "zone-b", &down).await;
 
-    let mut drain = Kubectl::drain(&node.name, &["--timeout=120s"]);
+    let mut drain = Kubectl::drain(&node.name, "app=web", &["--timeout=120s"]);
     // Two refusals of one pod: kubectl keeps retrying rather than giving up.
     let retry = format!("error when evicting pods/\"{}\"", pinned[0]);
     wait_for(
@@ -1206,10 +942,7 @@ async fn zdb_kubectl_drain_retries_until_budget_allows() {
         output.contains("will retry after 5s") && output.contains("zone zone-b is disrupted"),
         "{output}"
     );
-    assert!(
-        drain.child.try_wait().unwrap().is_none(),
-        "kubectl gave up:\n{output}"
-    );
+    assert!(drain.is_running(), "kubectl gave up:\n{output}");
     assert!(node.unschedulable(&client).await, "drain cordons first");
     for pod in &pinned {
         assert_eq!(
@@ -1243,216 +976,6 @@ async fn zdb_kubectl_drain_retries_until_budget_allows() {
     );
 }
 
-/// A test CA and serving certificates it signs (for 127.0.0.1 and localhost), as cert-manager
-/// would issue them.
-struct TestCa {
-    pem: String,
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-}
-
-/// A serving certificate and its key, PEM.
-struct Leaf {
-    cert: String,
-    key: String,
-}
-
-impl Leaf {
-    fn der(&self) -> Vec<u8> {
-        use rustls::pki_types::CertificateDer;
-        use rustls::pki_types::pem::PemObject;
-        CertificateDer::from_pem_slice(self.cert.as_bytes())
-            .unwrap()
-            .to_vec()
-    }
-}
-
-impl TestCa {
-    fn new(name: &str) -> TestCa {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        let cert = params.self_signed(&key).unwrap();
-        TestCa {
-            pem: cert.pem(),
-            issuer: rcgen::Issuer::new(params, key),
-        }
-    }
-
-    fn leaf(&self, serial: u64) -> Leaf {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params =
-            rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-                .unwrap();
-        params.serial_number = Some(rcgen::SerialNumber::from(serial));
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Leaf {
-            cert: cert.pem(),
-            key: key.serialize_pem(),
-        }
-    }
-}
-
-/// The certificate the TLS server on 127.0.0.1:`port` presents (DER), if the handshake
-/// succeeds with `ca_pem` as the only trusted root and 127.0.0.1 as the name: what the API
-/// server checks when it calls the webhook.
-async fn served_certificate(port: u16, ca_pem: &str) -> Result<Vec<u8>, String> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, ServerName};
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots
-            .add(cert.map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
-    }
-    let config = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .map_err(|e| e.to_string())?;
-    let name = ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
-    let tls = connector
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("handshake: {e}"))?;
-    tls.get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|chain| chain.first())
-        .map(|cert| cert.to_vec())
-        .ok_or_else(|| "no certificate presented".to_string())
-}
-
-/// A directory laid out as the kubelet mounts a Secret: `..<timestamp>/` holds the files,
-/// `..data` links to it, `tls.crt` and `tls.key` link through `..data`. Rotation writes a new
-/// timestamped directory and renames a new link over `..data` (one atomic step), then removes
-/// the old directory.
-struct MountedSecret {
-    dir: std::path::PathBuf,
-    version: usize,
-}
-
-impl MountedSecret {
-    fn new(ns: &TestNamespace, leaf: &Leaf) -> MountedSecret {
-        let dir = std::env::temp_dir().join(format!("e2e-zdb-certs-{}", ns.name));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut mounted = MountedSecret { dir, version: 0 };
-        let first = mounted.write_version(leaf);
-        std::os::unix::fs::symlink(&first, mounted.dir.join("..data")).unwrap();
-        for file in ["tls.crt", "tls.key"] {
-            std::os::unix::fs::symlink(format!("..data/{file}"), mounted.dir.join(file)).unwrap();
-        }
-        mounted
-    }
-
-    fn write_version(&mut self, leaf: &Leaf) -> String {
-        self.version += 1;
-        let name = format!(
-            "..2026_11_23_10_00_0{}.00000000{}",
-            self.version, self.version
-        );
-        let version = self.dir.join(&name);
-        std::fs::create_dir(&version).unwrap();
-        std::fs::write(version.join("tls.crt"), &leaf.cert).unwrap();
-        std::fs::write(version.join("tls.key"), &leaf.key).unwrap();
-        name
-    }
-
-    fn rotate(&mut self, leaf: &Leaf) {
-        let old = std::fs::read_link(self.dir.join("..data")).unwrap();
-        let new = self.write_version(leaf);
-        std::os::unix::fs::symlink(&new, self.dir.join("..data_tmp")).unwrap();
-        std::fs::rename(self.dir.join("..data_tmp"), self.dir.join("..data")).unwrap();
-        std::fs::remove_dir_all(self.dir.join(old)).unwrap();
-    }
-}
-
-impl Drop for MountedSecret {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-impl Fixture {
-    /// Sets the caBundle of the test's webhook configuration (cert-dir mode leaves it alone).
-    async fn set_ca_bundle(&self, pem: &str) {
-        let configs: Api<ValidatingWebhookConfiguration> = Api::all(self.ns.client.clone());
-        let patch = json!({"webhooks": [{
-            "name": "eviction.zdb.zonecontrol.k8s.aws",
-            "clientConfig": {"caBundle": k8s_openapi::ByteString(pem.as_bytes().to_vec())},
-        }]});
-        configs
-            .patch(
-                &self.webhook.name,
-                &PatchParams::default(),
-                &Patch::Strategic(patch),
-            )
-            .await
-            .unwrap();
-    }
-}
-
-/// Waits until the webhook on `port` presents `leaf`, verified against `ca_pem`.
-async fn wait_served(port: u16, ca_pem: &str, leaf: &Leaf, what: &str) {
-    let expected = leaf.der();
-    wait_for(what, Duration::from_secs(60), || async {
-        match served_certificate(port, ca_pem).await {
-            Ok(der) if der == expected => Ok(()),
-            Ok(_) => Err("another certificate is served".to_string()),
-            Err(error) => Err(error),
-        }
-    })
-    .await;
-}
-
-/// A TCP proxy from 127.0.0.1:`port` (0: any free port) to 127.0.0.1:`backend`; dropping it closes every
-/// connection it carries (a client must connect again).
-struct Passthrough {
-    port: u16,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Passthrough {
-    async fn start(port: u16, backend: u16) -> Passthrough {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-            .await
-            .expect("bind the proxy port");
-        let port = listener.local_addr().unwrap().port();
-        let task = tokio::spawn(async move {
-            // Aborting the accept loop drops the set, which aborts every connection's task.
-            let mut connections = tokio::task::JoinSet::new();
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                connections.spawn(async move {
-                    if let Ok(mut outbound) =
-                        tokio::net::TcpStream::connect(("127.0.0.1", backend)).await
-                    {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-                while connections.try_join_next().is_some() {}
-            }
-        });
-        Passthrough { port, task }
-    }
-
-    /// Closes the port and every connection.
-    async fn stop(mut self) {
-        self.task.abort();
-        let _ = (&mut self.task).await;
-    }
-}
-
-impl Drop for Passthrough {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 /// `--cert-dir` as a mounted Secret: a rotation (a `..data` symlink swap, as the kubelet does
 /// it) is served from the next handshake on, by the same process, and the API server's calls
 /// still reach the webhook.
@@ -1461,13 +984,14 @@ impl Drop for Passthrough {
 async fn zdb_cert_rotation_without_restart() {
     // The API server calls the webhook through a proxy whose connections the test can cut.
     let webhook_port = free_port();
-    let proxy = Passthrough::start(0, webhook_port).await;
-    let proxy_port = proxy.port;
+    let backend: SocketAddr = ([127, 0, 0, 1], webhook_port).into();
+    let proxy = RoundRobinProxy::start(vec![backend]).await;
+    let proxy_port = proxy.addr.port();
     let fixture = Fixture::new("zdb-certs", 6, proxy_port).await;
     let ca = TestCa::new("zdb e2e cert-manager CA");
     let first = ca.leaf(1001);
     let mut mounted = MountedSecret::new(&fixture.ns, &first);
-    fixture.set_ca_bundle(&ca.pem).await;
+    fixture.webhook.set_ca_bundle(&fixture.ns, &ca.pem).await;
     let cert_dir = mounted.dir.display().to_string();
     let (mut controller, _) =
         fixture.controller_with(webhook_port, false, &["--cert-dir".to_string(), cert_dir]);
@@ -1505,7 +1029,7 @@ async fn zdb_cert_rotation_without_restart() {
     // The API server may still hold connections made with the first certificate: cut them all,
     // so its next call makes a new one and must accept the rotated certificate.
     proxy.stop().await;
-    let _proxy = Passthrough::start(proxy_port, webhook_port).await;
+    let _proxy = RoundRobinProxy::start_on(proxy_port, vec![backend]).await;
     // A call on a pooled connection the cut closed fails (500, broken pipe or reset) and is not
     // resent; every later call needs a new connection, whose handshake meets the rotated
     // certificate. A refused certificate ends the test at once.
@@ -1545,18 +1069,12 @@ async fn zdb_go_shaped_objects_adopted() {
     let zones = fixture.pods_by_zone().await;
     let (zone_a, zone_b) = (&zones["zone-a"], &zones["zone-b"]);
 
-    let go_zdb: ZoneDisruptionBudget = serde_json::from_value(json!({
-        "apiVersion": "zonecontrol.k8s.aws/v1",
-        "kind": "ZoneDisruptionBudget",
-        "metadata": {"name": ZDB},
-        "spec": {"selector": {"matchLabels": {"app": SET}}, "maxUnavailable": 1, "dryRun": false},
-    }))
-    .unwrap();
     let created = fixture
-        .zdbs
-        .create(&PostParams::default(), &go_zdb)
-        .await
-        .unwrap();
+        .create_budget(
+            ZDB,
+            json!({"selector": {"matchLabels": {"app": SET}}, "maxUnavailable": 1, "dryRun": false}),
+        )
+        .await;
     let now =
         k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second())
             .unwrap();
@@ -1588,8 +1106,7 @@ async fn zdb_go_shaped_objects_adopted() {
 
     let _controller = fixture.controller(port, false);
     fixture.wait_ca_bundle().await;
-    wait_for("the Go status adopted", Duration::from_secs(30), || async {
-        let status = fixture.status().await;
+    let adopted = |status: &ZoneDisruptionBudgetStatus| {
         let ready = status
             .conditions
             .iter()
@@ -1601,7 +1118,7 @@ async fn zdb_go_shaped_objects_adopted() {
                 ("zone-c".to_string(), n),
             ])
         };
-        if ready
+        ready
             && status.disrupted_pods.is_empty()
             && status.disrupted_pod_zones.is_empty()
             && status.disrupted_zones.is_empty()
@@ -1609,13 +1126,11 @@ async fn zdb_go_shaped_objects_adopted() {
             && status.current_healthy == per_zone(3)
             && status.current_unhealthy == per_zone(0)
             && status.disruptions_allowed == per_zone(1)
-        {
-            Ok(())
-        } else {
-            Err(serde_json::to_string(&status).unwrap())
-        }
-    })
-    .await;
+    };
+    let timeout = Duration::from_secs(30);
+    fixture
+        .wait_zdb("the Go status adopted", ZDB, timeout, |_, s| adopted(s))
+        .await;
 
     // Judged from the cluster: zone-b may go first, then zone-a waits for it (the evicted pod
     // is kept from coming back meanwhile).
