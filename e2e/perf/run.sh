@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the long measurements (latency percentiles, memory, stress repetitions) that stay out of
-# CI. Each e2e/perf/<name>.sh is one measurement; `make perf PERF=zau` runs only the matching ones.
+# CI. Each e2e/perf/<name>.sh (but lib.sh, which they share) is one measurement; `make perf
+# PERF=zau` runs only the matching ones.
 # Every script prints its figures on stdout and exits non-zero when a target is missed.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -8,7 +9,7 @@ filter="${1:-}"
 failed=()
 for script in "$here"/*.sh; do
     name="$(basename "$script" .sh)"
-    [ "$name" = run ] && continue
+    case "$name" in run | lib) continue ;; esac
     [ -n "$filter" ] && [[ "$name" != *"$filter"* ]] && continue
     echo "== perf: $name"
     bash "$script" || failed+=("$name")

@@ -11,30 +11,8 @@
 # Settings: the ZAU_PERF_* variables of the driver (see its header). Prints the figures; exits
 # non-zero when a target is missed.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-cd "$root"
-
-env_file="$root/e2e/.cluster/env"
-if [ ! -f "$env_file" ]; then
-    echo "zau perf: no local cluster ($env_file missing): run \`make cluster-up\` (or \`make perf\`)" >&2
-    exit 1
-fi
-# shellcheck disable=SC1090
-source "$env_file"
-
-release="${CARGO_TARGET_DIR:-$root/target}/release"
-for binary in zau_perf zau-controller; do
-    if [ ! -x "$release/$binary" ]; then
-        echo "zau perf: $release/$binary missing: run \`cargo build --release --workspace --bins\`" >&2
-        exit 1
-    fi
-done
-# The controller the driver starts: the release build.
-export E2E_BIN_DIR="$release"
+source "$(dirname "$0")/lib.sh"
+perf_setup zau zau_perf zau-controller
 
 echo "-- zau rollout latency and memory (load: $(cut -d' ' -f1-3 /proc/loadavg) at start, $(nproc) CPUs)"
-# The driver deletes its namespace and stops its controller on SIGINT/SIGTERM; pass them on.
-"$release/zau_perf" &
-driver=$!
-trap 'kill -TERM "$driver" 2>/dev/null; wait "$driver"; exit 130' INT TERM
-wait "$driver"
+run_step "$release/zau_perf"

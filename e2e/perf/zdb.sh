@@ -13,48 +13,8 @@
 # Settings: the ZDB_PERF_* variables of the driver (see its header), ZDB_PERF_CONCURRENCY_RUNS
 # (20; 0 skips part 2). Prints the figures; exits non-zero when a target is missed.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-cd "$root"
-
-env_file="$root/e2e/.cluster/env"
-if [ ! -f "$env_file" ]; then
-    echo "zdb perf: no local cluster ($env_file missing): run \`make cluster-up\` (or \`make perf\`)" >&2
-    exit 1
-fi
-# shellcheck disable=SC1090
-source "$env_file"
-
-target="${CARGO_TARGET_DIR:-$root/target}"
-release="$target/release"
-for binary in zdb_perf zdb-controller; do
-    if [ ! -x "$release/$binary" ]; then
-        echo "zdb perf: $release/$binary missing: run \`cargo build --release --workspace --bins\`" >&2
-        exit 1
-    fi
-done
-# The controller processes the driver and the e2e test start: the release builds.
-export E2E_BIN_DIR="$release"
-
-child=""
-# The driver deletes its namespaces and stops its controller when it ends or gets SIGINT/SIGTERM
-# (the e2e test cleans up through its Drop guards when it ends): a signal sent to this script is
-# passed on to the step running, and its clean-up awaited.
-stop_child() {
-    if [ -n "$child" ] && kill -0 "$child" 2>/dev/null; then
-        kill -TERM "$child" 2>/dev/null || true
-        wait "$child" 2>/dev/null || true
-    fi
-}
-trap 'stop_child; exit 130' INT TERM
-# Runs a step in the background (so that a trapped signal interrupts the wait), returns its status.
-run_step() {
-    "$@" &
-    child=$!
-    local status=0
-    wait "$child" || status=$?
-    child=""
-    return "$status"
-}
+source "$(dirname "$0")/lib.sh"
+perf_setup zdb zdb_perf zdb-controller
 
 failed=()
 
@@ -67,7 +27,7 @@ if [ "$runs" -gt 0 ]; then
     echo
     echo "-- zdb concurrency: $test_name, $runs runs"
     started=$(date +%s)
-    if E2E_ZDB_CONCURRENCY_RUNS="$runs" run_step cargo test --release -p e2e --test zdb -- \
+    if E2E_ZDB_CONCURRENCY_RUNS="$runs" run_step cargo test --release --workspace --test zdb -- \
         --ignored --exact "$test_name" --nocapture; then
         echo "zdb concurrency: $runs runs passed in $(( $(date +%s) - started )) s (with the test's build)"
     else

@@ -1,6 +1,7 @@
-//! Helpers for the end-to-end tests: the cluster under test, temporary namespaces, polling with a
-//! timeout, pods, nodes and zones, the API server's audit log, controller processes, TLS (a test
-//! CA, a server for webhooks) and a proxy in front of webhook replicas.
+//! Helpers for the end-to-end tests and the perf drivers: the cluster under test, temporary
+//! namespaces, polling with a timeout, pods, nodes and zones, the API server's audit log,
+//! controller processes, TLS (a test CA, a server for webhooks), a proxy in front of webhook
+//! replicas, and the perf drivers' shared measurements.
 //!
 //! Tests are `#[ignore = "needs the local zonal cluster (make e2e)"]`, so `cargo test --workspace`
 //! stays cluster-free; `make e2e` starts the cluster and runs them with `--ignored`.
@@ -15,6 +16,7 @@ pub mod identity;
 pub mod localstack;
 pub mod namespace;
 pub mod nodes;
+pub mod perf;
 pub mod pods;
 pub mod process;
 pub mod proxy;

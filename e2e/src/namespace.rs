@@ -74,6 +74,22 @@ impl TestNamespace {
             .map_or(&self.name, |(_, suffix)| suffix)
     }
 
+    /// Deletes the namespace and waits (up to `timeout`) until it is gone, its pods with it: the
+    /// next measurement starts on an idle cluster.
+    pub async fn delete_and_wait(self, timeout: Duration) {
+        let name = self.name.clone();
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        drop(self); // deletes the namespace
+        wait_for(&format!("namespace {name} deleted"), timeout, || async {
+            match namespaces.get_opt(&name).await {
+                Ok(None) => Ok(()),
+                Ok(Some(_)) => Err("still there".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await;
+    }
+
     pub fn api<K>(&self) -> Api<K>
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,

@@ -24,19 +24,19 @@ use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use e2e::localstack::free_port;
-use e2e::process::ControllerProcess;
-use e2e::workload::{spread_statefulset, to_statefulset};
+use e2e::localstack::{aws_env, free_port};
+use e2e::perf::{memory_kib, mib, quantile, setting, until_signalled};
+use e2e::process::{ControllerProcess, namespace_args};
+use e2e::workload::{self, spread_statefulset, to_statefulset, zone_aware_update};
 use e2e::{Cluster, TestNamespace, audit, pods, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
+use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, ResourceExt};
 use serde_json::json;
 use zone_api::ZoneAwareUpdate;
 
-const REVISION_LABEL: &str = "controller-revision-hash";
 /// The evictions of one batch are sent one after the other, each as soon as the previous one is
 /// answered; batches are seconds apart (termination grace, recreation, kwok's Ready delay). An
 /// eviction received less than this after the previous one was answered belongs to its batch.
@@ -52,15 +52,6 @@ struct Eviction {
 impl std::fmt::Debug for Eviction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} at {}", self.pod, self.received)
-    }
-}
-
-fn setting<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(value) => value
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={value:?} is not a valid value")),
-        Err(_) => default,
     }
 }
 
@@ -92,23 +83,13 @@ impl Workspace {
     }
 
     fn controller(&self, cluster: &Cluster) -> ControllerProcess {
-        let listen = format!("127.0.0.1:{}", free_port());
-        let args = [
-            "--leader-elect=false",
-            "--watch-namespace",
-            &self.ns.name,
-            "--lease-namespace",
-            &self.ns.name,
-            "--listen-address",
-            &listen,
-        ];
-        let env = [
-            ("AWS_ENDPOINT_URL", cluster.aws_endpoint()),
-            ("AWS_REGION", "us-east-1".to_string()),
-            ("AWS_ACCESS_KEY_ID", "test".to_string()),
-            ("AWS_SECRET_ACCESS_KEY", "test".to_string()),
-        ];
-        ControllerProcess::start("zau-controller", &args, &env)
+        let mut args = namespace_args(&self.ns.name, false);
+        args.extend([
+            "--listen-address".to_string(),
+            format!("127.0.0.1:{}", free_port()),
+        ]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ControllerProcess::start("zau-controller", &args, &aws_env(&cluster.aws_endpoint()))
     }
 
     async fn create_set(&self, name: &str, replicas: usize) {
@@ -119,13 +100,10 @@ impl Workspace {
     }
 
     async fn create_zau(&self, set: &str, max_unavailable: u32, factor: &str) {
-        let zau: ZoneAwareUpdate = serde_json::from_value(json!({
-            "apiVersion": "zonecontrol.k8s.aws/v1",
-            "kind": "ZoneAwareUpdate",
-            "metadata": {"name": set},
-            "spec": {"statefulset": set, "maxUnavailable": max_unavailable, "exponentialFactor": factor},
-        }))
-        .expect("zau");
+        let zau = zone_aware_update(
+            set,
+            json!({"statefulset": set, "maxUnavailable": max_unavailable, "exponentialFactor": factor}),
+        );
         self.zaus
             .create(&PostParams::default(), &zau)
             .await
@@ -160,28 +138,8 @@ impl Workspace {
 
     /// Sets the image of `set` and returns its new updateRevision.
     async fn set_image(&self, set: &str, image: u32) -> String {
-        let patch = json!({"spec": {"template": {"spec": {"containers": [
-            {"name": "app", "image": format!("registry.invalid/perf:{image}")}
-        ]}}}});
-        self.sets
-            .patch(set, &PatchParams::default(), &Patch::Strategic(patch))
-            .await
-            .expect("patch the image");
-        wait_for(
-            "the StatefulSet controller to observe the spec",
-            Duration::from_secs(60),
-            || async {
-                let s = self.sets.get(set).await.map_err(|e| e.to_string())?;
-                let status = s.status.clone().unwrap_or_default();
-                match status.update_revision {
-                    Some(revision) if status.observed_generation == s.metadata.generation => {
-                        Ok(revision)
-                    }
-                    other => Err(format!("{other:?}")),
-                }
-            },
-        )
-        .await
+        let image = format!("registry.invalid/perf:{image}");
+        workload::set_image(&self.sets, set, &image, Duration::from_secs(60)).await
     }
 
     /// Waits until `replicas` pods of `selector` are Ready, not terminating and (when given) at
@@ -193,76 +151,21 @@ impl Workspace {
         revision: Option<&str>,
         timeout: Duration,
     ) {
-        wait_for(
-            &format!("{replicas} pods of {selector} Ready"),
-            timeout,
-            || async {
-                let list = self
-                    .pods
-                    .list(&ListParams::default().labels(selector))
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .items;
-                let good = list
-                    .iter()
-                    .filter(|p| {
-                        pods::is_ready(p)
-                            && !pods::is_terminating(p)
-                            && revision.is_none_or(|r| {
-                                p.labels().get(REVISION_LABEL).map(String::as_str) == Some(r)
-                            })
-                    })
-                    .count();
-                if good == replicas && list.len() == replicas {
-                    Ok(())
-                } else {
-                    Err(format!("{good} good of {} pods", list.len()))
-                }
-            },
-        )
-        .await;
+        pods::wait_all_available(&self.pods, selector, replicas, revision, timeout).await;
     }
 
     /// Deletes the namespace and waits until it is gone (its pods deleted).
     async fn delete(self) {
-        let name = self.ns.name.clone();
-        let namespaces: Api<Namespace> = Api::all(self.ns.client.clone());
         drop(self.sets);
         drop(self.pods);
         drop(self.zaus);
-        drop(self.ns); // deletes the namespace
-        wait_for(
-            &format!("namespace {name} deleted"),
-            Duration::from_secs(900),
-            || async {
-                match namespaces.get_opt(&name).await {
-                    Ok(None) => Ok(()),
-                    Ok(Some(_)) => Err("still there".to_string()),
-                    Err(e) => Err(e.to_string()),
-                }
-            },
-        )
-        .await;
+        self.ns.delete_and_wait(Duration::from_secs(900)).await;
     }
 }
 
 /// Milliseconds from `earlier` to `later`.
 fn ms_between(earlier: Timestamp, later: Timestamp) -> f64 {
     later.duration_since(earlier).as_secs_f64() * 1000.0
-}
-
-/// The `q` quantile (nearest rank) of sorted values.
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn parse_time(text: &str) -> Timestamp {
@@ -284,13 +187,8 @@ fn latencies(
     namespace: &str,
     rollouts: &[Rollout],
 ) -> (Vec<f64>, usize) {
-    let ok = |e: &audit::AuditEvent| {
-        e.response_status
-            .as_ref()
-            .is_some_and(|s| (200..300).contains(&s.code))
-    };
     let evictions: Vec<Eviction> = audit::removals(events, namespace)
-        .filter(|e| e.user_agent.starts_with("zau-controller/") && ok(e))
+        .filter(|e| e.sent_by("zau-controller") && e.succeeded())
         .filter_map(|e| {
             Some(Eviction {
                 received: parse_time(&e.request_received_timestamp),
@@ -312,8 +210,8 @@ fn latencies(
         if object.namespace == namespace
             && object.resource == "pods"
             && object.subresource == "status"
-            && event.user_agent.starts_with("kwok/")
-            && ok(event)
+            && event.sent_by("kwok")
+            && event.succeeded()
         {
             ready_writes
                 .entry(object.name.clone())
@@ -463,22 +361,6 @@ async fn measure_latency(cluster: &Cluster) -> bool {
     met
 }
 
-/// VmRSS and VmHWM of `pid`, in KiB.
-fn memory(pid: u32) -> Option<(u64, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| -> Option<u64> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))?
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .ok()
-    };
-    Some((field("VmRSS:")?, field("VmHWM:")?))
-}
-
 /// Part 2. Returns whether the target was met.
 async fn measure_memory(cluster: &Cluster) -> bool {
     let total: usize = setting("ZAU_PERF_PODS", 3000);
@@ -535,19 +417,19 @@ async fn measure_memory(cluster: &Cluster) -> bool {
         }
     })
     .await;
-    let idle = memory(pid);
+    let idle = memory_kib(pid);
     for i in 0..sets {
         work.set_image(&format!("s{i}"), 2).await;
     }
     let mut peak_rss = 0;
     let deadline = Instant::now() + Duration::from_secs(seconds);
     while Instant::now() < deadline {
-        if let Some((rss, _)) = memory(pid) {
+        if let Some((rss, _)) = memory_kib(pid) {
             peak_rss = peak_rss.max(rss);
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let (rss, hwm) = memory(pid).expect("the controller is running");
+    let (rss, hwm) = memory_kib(pid).expect("the controller is running");
     let removed: i64 = work
         .zaus
         .list(&ListParams::default())
@@ -560,8 +442,6 @@ async fn measure_memory(cluster: &Cluster) -> bool {
     drop(controller);
     work.delete().await;
 
-    #[allow(clippy::cast_precision_loss)]
-    let mib = |kib: u64| kib as f64 / 1024.0;
     if let Some((idle_rss, _)) = idle {
         println!(
             "  VmRSS with the caches synced, before the rollouts: {:.1} MiB",
@@ -596,18 +476,12 @@ async fn measure(cluster: &Cluster) -> BTreeMap<&'static str, bool> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cluster = Cluster::get();
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM");
     // On SIGINT/SIGTERM the measurement is dropped: its namespace is deleted and its controller
     // stopped by their guards.
-    let met = tokio::select! {
-        met = measure(&cluster) => met,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("zau perf: interrupted");
-            return ExitCode::FAILURE;
-        }
-        _ = terminate.recv() => {
-            eprintln!("zau perf: terminated");
+    let met = match until_signalled(measure(&cluster)).await {
+        Ok(met) => met,
+        Err(signal) => {
+            eprintln!("zau perf: {signal}");
             return ExitCode::FAILURE;
         }
     };

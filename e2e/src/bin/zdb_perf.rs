@@ -38,7 +38,7 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -47,8 +47,10 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use e2e::localstack::free_port;
-use e2e::process::ControllerProcess;
-use e2e::workload::{ZONE_LABEL, spread_statefulset, to_statefulset};
+use e2e::perf::{memory_kib, mib, quantile, setting, until_signalled};
+use e2e::process::{ControllerProcess, http_get_from};
+use e2e::webhook::{TLS_SECRET, self_signed_args, zdb_args};
+use e2e::workload::{spread_statefulset, to_statefulset, zone_disruption_budget};
 use e2e::{Cluster, TestNamespace, pods, wait_for, wait_until_no_namespace_terminates};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
@@ -56,30 +58,18 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 use tokio_rustls::TlsConnector;
 use zone_api::ZoneDisruptionBudget;
 
-const SECRET: &str = "zdb-webhook-tls";
 const PATH: &str = "/validate-eviction";
 const UNSELECTED_SET: &str = "free";
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 /// Decision reasons of an eviction refused because the webhook is overloaded, not by a budget.
 const OVERLOAD_REFUSALS: [&str; 2] = ["/TooManyConflicts", "/DeadlineExceeded"];
-
-fn setting<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(value) => value
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={value:?} is not a valid value")),
-        Err(_) => default,
-    }
-}
 
 struct Settings {
     pods: usize,
@@ -136,16 +126,13 @@ fn statefulset(name: &str, replicas: usize) -> StatefulSet {
 }
 
 fn budget(name: &str, max_unavailable: Value) -> ZoneDisruptionBudget {
-    serde_json::from_value(json!({
-        "apiVersion": "zonecontrol.k8s.aws/v1",
-        "kind": "ZoneDisruptionBudget",
-        "metadata": {"name": name},
-        "spec": {
+    zone_disruption_budget(
+        name,
+        json!({
             "selector": {"matchLabels": {"app": name}},
             "maxUnavailable": max_unavailable,
-        },
-    }))
-    .expect("ZoneDisruptionBudget manifest")
+        }),
+    )
 }
 
 /// The AdmissionReview the API server sends for `POST pods/<pod>/eviction` (`dry_run`: as for
@@ -190,15 +177,7 @@ struct Pool {
 
 impl Pool {
     fn new(address: SocketAddr, ca_pem: &[u8]) -> Pool {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(ca_pem) {
-            roots
-                .add(cert.expect("the webhook CA is PEM"))
-                .expect("the webhook CA is a certificate");
-        }
-        let mut config = rustls::ClientConfig::builder()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let mut config = e2e::tls::client_config(ca_pem).expect("the webhook CA");
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Pool {
             address,
@@ -269,31 +248,6 @@ impl Pool {
         }
         serde_json::from_slice(&bytes).map_err(|e| format!("response JSON: {e}"))
     }
-}
-
-/// A plain HTTP GET on 127.0.0.1 (the controller's `/readyz` and `/metrics`).
-async fn http_get(address: SocketAddr, path: &str) -> Result<(u16, String), String> {
-    let mut stream = TcpStream::connect(address)
-        .await
-        .map_err(|e| e.to_string())?;
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut raw = Vec::new();
-    stream
-        .read_to_end(&mut raw)
-        .await
-        .map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("no HTTP status line in {head:?}"))?;
-    Ok((code, body.to_string()))
 }
 
 /// The webhook's histogram and decision counters at one moment.
@@ -560,12 +514,7 @@ impl ClassResult {
     }
 
     fn percentile(&self, p: f64) -> f64 {
-        if self.latencies.is_empty() {
-            return f64::NAN;
-        }
-        // Nearest rank.
-        let rank = ((p / 100.0) * self.latencies.len() as f64).ceil() as usize;
-        self.latencies[rank.clamp(1, self.latencies.len()) - 1]
+        quantile(&self.latencies, p / 100.0)
     }
 
     fn achieved_rate(&self) -> f64 {
@@ -738,18 +687,9 @@ fn cycle(pods: &[String], count: usize) -> Vec<String> {
     pods.iter().cycle().take(count).cloned().collect()
 }
 
-/// VmRSS and VmHWM of a process, in MiB.
+/// VmRSS and VmHWM of a process, in MiB (NaN once it is gone).
 fn memory(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|kb| kb.parse::<f64>().ok())
-            .map_or(f64::NAN, |kb| kb / 1024.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
+    memory_kib(pid).map_or((f64::NAN, f64::NAN), |(rss, hwm)| (mib(rss), mib(hwm)))
 }
 
 struct Perf {
@@ -898,15 +838,7 @@ impl Perf {
 
     /// Set -> zone -> Ready pod names, sorted.
     async fn pods_by_zone(&self) -> BTreeMap<String, BTreeMap<String, Vec<String>>> {
-        let nodes: Api<Node> = Api::all(self.ns.client.clone());
-        let node_zone: HashMap<String, String> = nodes
-            .list(&ListParams::default())
-            .await
-            .expect("list nodes")
-            .items
-            .into_iter()
-            .filter_map(|n| Some((n.name_any(), n.labels().get(ZONE_LABEL)?.clone())))
-            .collect();
+        let node_zone = e2e::nodes::zones(&self.ns.client, "").await;
         let mut by_set: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
         let list = self
             .pods
@@ -917,12 +849,7 @@ impl Perf {
             let Some(set) = pod.labels().get("app").cloned() else {
                 continue;
             };
-            let Some(zone) = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .and_then(|node| node_zone.get(node))
-            else {
+            let Some(zone) = pods::node_of(&pod).and_then(|node| node_zone.get(node)) else {
                 continue;
             };
             if pods::is_ready(&pod) {
@@ -1002,34 +929,19 @@ impl Perf {
     }
 
     fn controller(&self, listen: SocketAddr, webhook: SocketAddr) -> ControllerProcess {
-        let (listen, webhook) = (listen.to_string(), webhook.to_string());
+        // No configuration of that name exists: the requests go straight to the webhook, the
+        // API server never calls it.
         let config_name = format!("zdb-perf-{}", self.ns.name);
-        let args = [
-            "--identity",
+        let mut args = zdb_args(
             "zdb-perf",
-            "--leader-elect=false",
-            "--watch-namespace",
+            false,
             &self.ns.name,
-            "--lease-namespace",
-            &self.ns.name,
-            "--listen-address",
-            &listen,
-            "--webhook-address",
-            &webhook,
-            "--self-signed",
-            "--tls-secret-name",
-            SECRET,
-            "--tls-secret-namespace",
-            &self.ns.name,
-            "--service-name",
-            "zdb-webhook",
-            "--service-namespace",
-            &self.ns.name,
-            // No configuration of that name exists: the requests go straight to the webhook,
-            // the API server never calls it.
-            "--webhook-config-name",
+            &listen.to_string(),
+            &webhook.to_string(),
             &config_name,
-        ];
+        );
+        args.extend(self_signed_args(&self.ns.name));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         ControllerProcess::start("zdb-controller", &args, &[])
     }
 }
@@ -1070,7 +982,7 @@ impl Target {
     }
 
     async fn scrape(&self) -> Scrape {
-        let (code, body) = http_get(self.listen, "/metrics")
+        let (code, body) = http_get_from(self.listen, "/metrics")
             .await
             .expect("GET /metrics of zdb-controller");
         assert_eq!(code, 200, "GET /metrics: {body}");
@@ -1118,7 +1030,6 @@ impl Perf {
     async fn allowed_class(
         &self,
         target: &Target,
-        name: String,
         rate: u32,
         count: usize,
         per_round: &[String],
@@ -1126,7 +1037,7 @@ impl Perf {
         dirty: &mut bool,
         tag: char,
     ) -> ClassResult {
-        let mut result = ClassResult::new(name, rate, false);
+        let mut result = ClassResult::new(format!("allowed @{rate}/s"), rate, false);
         let mut sent = 0;
         while sent < count {
             if *dirty {
@@ -1232,7 +1143,7 @@ async fn run(settings: Settings) -> bool {
         controller.log.display()
     );
     wait_for("zdb-controller ready", Duration::from_secs(120), || async {
-        match http_get(listen, "/readyz").await {
+        match http_get_from(listen, "/readyz").await {
             Ok((200, _)) => Ok(()),
             other => Err(format!("{other:?}")),
         }
@@ -1254,7 +1165,7 @@ async fn run(settings: Settings) -> bool {
     let secrets: Api<Secret> = perf.ns.api();
     let ca = wait_for("the webhook Secret", Duration::from_secs(60), || async {
         let secret = secrets
-            .get_opt(SECRET)
+            .get_opt(TLS_SECRET)
             .await
             .map_err(|e| e.to_string())?
             .ok_or("no Secret yet")?;
@@ -1371,40 +1282,36 @@ async fn run(settings: Settings) -> bool {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 
+    // Allowed decisions at a drain-like rate, then at the full rate (which overloads the
+    // webhook); the controller's memory after each.
     let mut dirty = false;
-    if settings.allowed_count > 0 {
-        let result = perf
-            .allowed_class(
-                &target,
-                format!("allowed @{}/s", settings.allowed_rate),
-                settings.allowed_rate,
-                settings.allowed_count,
-                &per_round,
-                &allowed_sets,
-                &mut dirty,
-                'a',
-            )
-            .await;
-        results.push(result);
+    let mut memory_after_allowed = Vec::new();
+    let allowed = [
+        (settings.allowed_rate, settings.allowed_count, 'a'),
+        (
+            settings.rate,
+            per_second(settings.overload_seconds, settings.rate),
+            'o',
+        ),
+    ];
+    for (rate, count, tag) in allowed {
+        if count > 0 {
+            let result = perf
+                .allowed_class(
+                    &target,
+                    rate,
+                    count,
+                    &per_round,
+                    &allowed_sets,
+                    &mut dirty,
+                    tag,
+                )
+                .await;
+            results.push(result);
+        }
+        memory_after_allowed.push(memory(pid));
     }
-    let memory_after = memory(pid);
-
-    if settings.overload_seconds > 0 {
-        let result = perf
-            .allowed_class(
-                &target,
-                format!("allowed @{}/s", settings.rate),
-                settings.rate,
-                per_second(settings.overload_seconds, settings.rate),
-                &per_round,
-                &allowed_sets,
-                &mut dirty,
-                'o',
-            )
-            .await;
-        results.push(result);
-    }
-    let memory_overload = memory(pid);
+    let (memory_after, memory_overload) = (memory_after_allowed[0], memory_after_allowed[1]);
     let running = controller.is_running();
     let opened = target.pool.opened.load(Ordering::Relaxed);
 
@@ -1656,20 +1563,12 @@ fn main() -> ExitCode {
     // The namespaces and the controller are dropped (deleted, killed) when `run` returns or
     // panics, or when SIGINT/SIGTERM drops it half-way.
     let ok = runtime.block_on(async {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .expect("SIGTERM handler");
-        tokio::select! {
-            ok = run(settings) => ok,
-            _ = tokio::signal::ctrl_c() => {
-                eprintln!("zdb-perf: interrupted; cleaning up");
+        until_signalled(run(settings))
+            .await
+            .unwrap_or_else(|signal| {
+                eprintln!("zdb-perf: {signal}; cleaning up");
                 false
-            }
-            _ = terminate.recv() => {
-                eprintln!("zdb-perf: terminated; cleaning up");
-                false
-            }
-        }
+            })
     });
     if ok {
         ExitCode::SUCCESS
