@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
-# One image with every controller binary; each Deployment picks its entrypoint with `command:`.
-# Binaries are linked statically (glibc target with +crt-static: no musl toolchain needed) so the
-# runtime image is distroless/static: no shell, no libc, non-root (uid 65532).
+# One image with every controller binary (the names listed in bins.txt); each Deployment picks its
+# entrypoint with `command:`. Binaries are linked statically (glibc target with +crt-static: no
+# musl toolchain needed) so the runtime image is distroless/static: no shell, no libc, non-root
+# (uid 65532).
 #
 #   make docker-build IMG=registry.example.com/zone-aware-controllers:v0.1.0
 
@@ -12,11 +13,12 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --release --locked --target "$TARGET" -p zau-controller -p zdb-controller \
+    cargo build --release --locked --target "$TARGET" $(sed 's/^/-p /' bins.txt) \
     && mkdir /out \
-    && cp "target/$TARGET/release/zau-controller" "target/$TARGET/release/zdb-controller" /out/
+    && for bin in $(cat bins.txt); do cp "target/$TARGET/release/$bin" /out/ || exit 1; done
 
 FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/zau-controller /out/zdb-controller /
+COPY --from=build /out/ /
 USER 65532:65532
+# Without a `command:`, the image runs the first binary of bins.txt (as `make image` does).
 ENTRYPOINT ["/zau-controller"]

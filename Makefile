@@ -7,6 +7,9 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 CARGO ?= cargo
+# The controller binaries (bins/<name>/), one a line in bins.txt: what `make run` builds and
+# starts, `make image` and the Dockerfile pack, `make build-static` checks.
+BINS := $(shell cat bins.txt)
 # E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (deploy, deploy_local, smoke, zau, zdb).
 E2E_SUITE ?=
 # E2E_FILTER=<substring> runs only the e2e tests whose name contains it.
@@ -49,8 +52,14 @@ crds-check: ## Fail when config/crd/ drifted from the Rust types
 unit: ## Unit and property tests of the whole workspace
 	$(CARGO) test --workspace
 
+.PHONY: bins-check
+bins-check: ## Fail when bins.txt and the directories of bins/ disagree
+	@listed="$$(sort bins.txt | tr '\n' ' ')"; \
+	present="$$(for dir in bins/*/; do basename "$$dir"; done | sort | tr '\n' ' ')"; \
+	[ "$$listed" = "$$present" ] || { echo "bins-check: bins.txt lists: $$listed; bins/ holds: $$present" >&2; exit 1; }
+
 .PHONY: test
-test: lint crds-check unit ## Everything CI checks before the e2e tests
+test: lint crds-check bins-check unit ## Everything CI checks before the e2e tests
 
 .PHONY: bench
 bench: ## Criterion benchmarks (sharding: 1,000,000 targets)
@@ -72,13 +81,13 @@ local-crds: cluster-up ## Apply the CRDs to the local zonal cluster
 
 .PHONY: run
 run: local-crds ## Local zonal cluster, CRDs, and the controllers on namespace default (README quick start)
-	$(CARGO) build --bins -p zau-controller -p zdb-controller
+	$(CARGO) build --bins $(addprefix -p ,$(BINS))
 	bash e2e/cluster/run-controllers.sh
 	@echo "Cluster ready. Use it with:  source e2e/.cluster/env && kubectl get nodes -L topology.kubernetes.io/zone"
 
 .PHONY: image
 image: ## The project's image without Docker (static binaries, non-root), imported into the real nodes
-	LOCAL_IMG='$(LOCAL_IMG)' BINS='$(STATIC_BINS)' STATIC_TARGET='$(STATIC_TARGET)' bash e2e/cluster/images.sh project
+	LOCAL_IMG='$(LOCAL_IMG)' BINS='$(BINS)' STATIC_TARGET='$(STATIC_TARGET)' bash e2e/cluster/images.sh project
 
 .PHONY: e2e
 e2e: local-crds image ## End-to-end tests against the local zonal cluster (E2E_SUITE=file, E2E_FILTER=substring)

@@ -19,7 +19,6 @@ DOCKER ?= docker
 # Field manager of everything deploy applies (server-side apply).
 DEPLOY_FIELD_MANAGER := zone-aware-deploy
 STATIC_TARGET ?= x86_64-unknown-linux-gnu
-STATIC_BINS := zau-controller zdb-controller
 
 DEPLOY_COMPONENTS := $(if $(filter 1 true yes,$(CERT_MANAGER)),config/certmanager) \
 	$(if $(filter delete,$(ZAU_POD_REMOVAL)),config/rbac/pod-delete)
@@ -83,9 +82,9 @@ docker-push: ## Push the image IMG
 .PHONY: build-static
 build-static: ## Release binaries statically linked (what the Dockerfile builds), checked with file/ldd
 	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release --locked \
-		--target $(STATIC_TARGET) $(addprefix -p ,$(STATIC_BINS))
+		--target $(STATIC_TARGET) $(addprefix -p ,$(BINS))
 	@dir="$${CARGO_TARGET_DIR:-target}/$(STATIC_TARGET)/release"; \
-	for bin in $(STATIC_BINS); do \
+	for bin in $(BINS); do \
 		file "$$dir/$$bin"; \
 		ldd "$$dir/$$bin" 2>&1 | grep -Eq 'not a dynamic executable|statically linked' || { echo "build-static: $$bin is dynamically linked" >&2; exit 1; }; \
 		file "$$dir/$$bin" | grep -Eq 'statically linked|static-pie linked' || { echo "build-static: $$bin is not static" >&2; exit 1; }; \

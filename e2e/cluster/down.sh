@@ -10,7 +10,7 @@ if [ -f "$HOST_OWNER_DIR/owner" ] && [ "$(cat "$HOST_OWNER_DIR/owner")" = "$STAT
 fi
 [ -d "$PIDS" ] || { echo "cluster-down: nothing running"; exit 0; }
 # Reverse start order: the controllers of `make run` and other API clients first, etcd last.
-for name in zau-controller zdb-controller localstack kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+for name in "${CONTROLLERS[@]}" localstack kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
     pid_file="$PIDS/$name.pid"
     [ -f "$pid_file" ] || continue
     pid="$(cat "$pid_file")"

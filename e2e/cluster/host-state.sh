@@ -13,7 +13,9 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-PROCESSES='^(kubelet|containerd|containerd-shim.*|runc|pause|metrics-target|zau-controller|zdb-controller|etcd|kube-apiserver|kube-controller|kube-scheduler|kwok)$'
+# `ps -o comm` shows at most 15 characters of a name.
+controllers="$(for name in "${CONTROLLERS[@]}"; do printf '|%s' "${name:0:15}"; done)"
+PROCESSES="^(kubelet|containerd|containerd-shim.*|runc|pause|metrics-target${controllers}|etcd|kube-apiserver|kube-controller|kube-scheduler|kwok)\$"
 SYSCTLS='^(net\.ipv4\.ip_forward|net\.ipv4\.conf\.(all|default)\.|net\.ipv6\.conf\.(all|default)\.forwarding|vm\.overcommit_memory|kernel\.panic|kernel\.keys\.|net\.bridge\.|net\.netfilter\.nf_conntrack_max)'
 
 state() {

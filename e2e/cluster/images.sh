@@ -8,7 +8,7 @@
 #                                  into the running nodes
 #   images.sh import ZONE TAR...   import image tars into one node's containerd
 #
-# Env: BINS (the controller binaries, default "zau-controller zdb-controller"), CARGO,
+# Env: BINS (the controller binaries, default: those of bins.txt), CARGO,
 # CARGO_TARGET_DIR, STATIC_TARGET.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -35,7 +35,7 @@ test_images() {
 }
 
 project_image() {
-    local bins=(${BINS:-zau-controller zdb-controller}) files=() bin
+    local bins=(${BINS:-${CONTROLLERS[*]}}) files=() bin
     static_build "${bins[@]}"
     for bin in "${bins[@]}"; do files+=(--file "$release/$bin:/$bin:755"); done
     mkdir -p "$IMAGES"

@@ -10,6 +10,9 @@ K8S_BIN="$ZAC_CACHE/k8s-$K8S_VERSION"
 ETCD_BIN="$ZAC_CACHE/etcd-$ETCD_VERSION/etcd"
 KWOK_BIN="$ZAC_CACHE/kwok-$KWOK_VERSION/kwok"
 LOCALSTACK_VENV="$ZAC_CACHE/localstack-$LOCALSTACK_VERSION"
+# The controller binaries (bins/<name>/), one a line of bins.txt: the list the Makefile and the
+# Dockerfile read too.
+mapfile -t CONTROLLERS <"$TOP/bins.txt"
 
 die() { echo "cluster-up: $*" >&2; exit 1; }
 

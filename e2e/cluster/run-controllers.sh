@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# `make run`: starts zau-controller and zdb-controller as local processes against the local zonal
-# cluster, managing the `default` namespace only (so they never meet the e2e tests' namespaces),
-# with the eviction webhook on 127.0.0.1:9443 (self-signed, its configuration scoped to
-# `default`). `make cluster-down` stops them. Reuses running ones.
+# `make run`: starts every controller of bins.txt (zau-controller, zdb-controller, ...) as a local
+# process against the local zonal cluster, managing the `default` namespace only (so they never
+# meet the e2e tests' namespaces), each with its /healthz, /readyz and /metrics on 127.0.0.1:8081,
+# :8082, ... in the order of bins.txt; zdb-controller's eviction webhook on 127.0.0.1:9443
+# (self-signed, its configuration scoped to `default`). `make cluster-down` stops them. Reuses
+# running ones.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$STATE/env"
@@ -38,21 +40,36 @@ webhooks:
 YAML
 
 common=(--leader-elect=false --watch-namespace "$ns" --lease-namespace "$ns")
-if ! alive zau-controller; then
-    start zau-controller "$target/zau-controller" "${common[@]}" --listen-address 127.0.0.1:8081
-fi
-if ! alive zdb-controller; then
-    start zdb-controller "$target/zdb-controller" "${common[@]}" --listen-address 127.0.0.1:8082 \
-        --webhook-address "127.0.0.1:$webhook_port" --self-signed \
-        --tls-secret-name zdb-webhook-tls --tls-secret-namespace "$ns" \
-        --service-name zdb-webhook --service-namespace "$ns" --webhook-config-name "$webhook_config"
-fi
-for name in zau-controller:8081 zdb-controller:8082; do
+# The flags of a binary beyond the common ones and its listen address (a binary not named here
+# gets only those).
+flags_of() { # name
+    case "$1" in
+    zdb-controller)
+        flags=(--webhook-address "127.0.0.1:$webhook_port" --self-signed
+            --tls-secret-name zdb-webhook-tls --tls-secret-namespace "$ns"
+            --service-name zdb-webhook --service-namespace "$ns" --webhook-config-name "$webhook_config") ;;
+    *) flags=() ;;
+    esac
+}
+
+port=8081
+ports=()
+for name in "${CONTROLLERS[@]}"; do
+    [ -x "$target/$name" ] || die "$target/$name is missing (make run builds it)"
+    ports+=("$port")
+    if ! alive "$name"; then
+        flags_of "$name"
+        start "$name" "$target/$name" "${common[@]}" --listen-address "127.0.0.1:$port" "${flags[@]}"
+    fi
+    port=$((port + 1))
+done
+for i in "${!CONTROLLERS[@]}"; do
+    name="${CONTROLLERS[$i]}"
     deadline=$((SECONDS + 60))
-    until curl -fsS "http://127.0.0.1:${name#*:}/readyz" >/dev/null 2>&1; do
-        alive "${name%%:*}" || { tail -5 "$LOGS/${name%%:*}.log" >&2; die "${name%%:*} exited (log: $LOGS/${name%%:*}.log)"; }
-        [ $SECONDS -lt $deadline ] || die "${name%%:*} not ready after 60 s (log: $LOGS/${name%%:*}.log)"
+    until curl -fsS "http://127.0.0.1:${ports[$i]}/readyz" >/dev/null 2>&1; do
+        alive "$name" || { tail -5 "$LOGS/$name.log" >&2; die "$name exited (log: $LOGS/$name.log)"; }
+        [ $SECONDS -lt $deadline ] || die "$name not ready after 60 s (log: $LOGS/$name.log)"
         sleep 0.5
     done
 done
-echo "run: zau-controller and zdb-controller manage namespace '$ns' (logs in $LOGS)"
+echo "run: ${CONTROLLERS[*]} manage namespace '$ns' (logs in $LOGS)"
