@@ -26,13 +26,11 @@ const FIELD_MANAGER: &str = "e2e-identity";
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
-/// The ServiceAccount (and RBAC file `config/rbac/<name>.yaml`) of a binary.
-pub fn service_account_for(binary: &str) -> Option<&'static str> {
-    match binary {
-        "zau-controller" => Some("zau-controller"),
-        "zdb-controller" => Some("zdb-controller"),
-        _ => None,
-    }
+/// The ServiceAccount of a binary: named as the binary, with its RBAC in
+/// `config/rbac/<binary>.yaml`; none when the file does not exist.
+pub fn service_account_for(binary: &str) -> Option<&str> {
+    let rbac = repo_root().join(format!("config/rbac/{binary}.yaml"));
+    rbac.is_file().then_some(binary)
 }
 
 /// Whether [`AS_SERVICE_ACCOUNT_ENV`] asks for ServiceAccount identities.
@@ -44,21 +42,18 @@ pub fn as_service_account() -> bool {
 }
 
 /// A `resourceNames` entry of the shipped RBAC and the flag that renames the object at run time.
-struct NamedResource {
+struct NamedResource<'a> {
     resource: &'static str,
-    shipped: &'static str,
+    shipped: &'a str,
     flag: &'static str,
 }
 
-fn named_resources(binary: &str) -> Vec<NamedResource> {
-    let lease = match binary {
-        "zau-controller" => "zau-controller",
-        _ => "zdb-controller",
-    };
+fn named_resources(binary: &str) -> Vec<NamedResource<'_>> {
     vec![
+        // Each binary's Lease is named as the binary.
         NamedResource {
             resource: "leases",
-            shipped: lease,
+            shipped: binary,
             flag: "--lease-name",
         },
         NamedResource {
