@@ -12,7 +12,8 @@ CARGO ?= cargo
 BINS := $(shell cat bins.txt)
 # E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (deploy, deploy_local, smoke, zau, zdb).
 E2E_SUITE ?=
-# E2E_FILTER=<substring> runs only the e2e tests whose name contains it.
+# E2E_FILTER=<substring> runs only the e2e tests whose function name contains it (in every suite,
+# or in E2E_SUITE's).
 E2E_FILTER ?=
 # E2E_THREADS bounds parallel e2e tests: they share one small control plane on 2 cores.
 E2E_THREADS ?= 2
