@@ -329,7 +329,7 @@ fn batches(removals: &[Removal]) -> Vec<Vec<String>> {
     out
 }
 
-/// The batches DESIGN.md's rules give for an all-healthy rollout: zones ascending, ordinals
+/// The batches docs/zau.md's rules give for an all-healthy rollout: zones ascending, ordinals
 /// descending, batch `s` of `min(floor(factor^s), max)` (factor 0: `max`) capped by what is left
 /// in the zone, the step counting across zones. Written independently of the planner.
 fn expected_batches(zones: &BTreeMap<String, String>, factor: f64, max: usize) -> Vec<Vec<String>> {
