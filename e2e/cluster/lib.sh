@@ -11,8 +11,11 @@ ETCD_BIN="$ZAC_CACHE/etcd-$ETCD_VERSION/etcd"
 KWOK_BIN="$ZAC_CACHE/kwok-$KWOK_VERSION/kwok"
 LOCALSTACK_VENV="$ZAC_CACHE/localstack-$LOCALSTACK_VERSION"
 # The controller binaries (bins/<name>/), one a line of bins.txt: the list the Makefile and the
-# Dockerfile read too.
-mapfile -t CONTROLLERS <"$TOP/bins.txt"
+# Dockerfile read too. None in a copy of e2e/cluster alone (the second-checkout e2e test).
+CONTROLLERS=()
+if [ -f "$TOP/bins.txt" ]; then
+    mapfile -t CONTROLLERS <"$TOP/bins.txt"
+fi
 
 die() { echo "cluster-up: $*" >&2; exit 1; }
 
