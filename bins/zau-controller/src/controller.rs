@@ -11,7 +11,7 @@ use zone_operator::metrics::MetricsError;
 use crate::alarm::AlarmChecker;
 use crate::cli::Args;
 use crate::metrics::ZauMetrics;
-use crate::reconcile::{self, Context, Settings};
+use crate::reconcile::{Context, Settings, error_policy, reconcile};
 use crate::watches;
 
 #[derive(Debug, thiserror::Error)]
@@ -76,8 +76,8 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
     controller::run(
         controller,
         &parts.shutdown,
-        reconcile::reconcile,
-        reconcile::error_policy,
+        reconcile,
+        error_policy,
         context,
     )
     .await;

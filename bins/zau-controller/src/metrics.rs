@@ -117,24 +117,24 @@ impl ZauMetrics {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use std::collections::BTreeMap;
 
     #[test]
     fn status_becomes_series() {
-        let registry = Registry::new();
-        let metrics = ZauMetrics::register(&registry).unwrap();
+        let (registry, metrics) = {
+            let registry = Registry::new();
+            let metrics = ZauMetrics::register(&registry).unwrap();
+            (registry, metrics)
+        };
         let status = ZoneAwareUpdateStatus {
             update_step: 3,
             deleted_replicas: 4,
             paused_rollout: true,
-            old_replicas: BTreeMap::from([("zone-a".to_string(), 2), ("zone-b".to_string(), 4)]),
+            old_replicas: [("zone-a".to_string(), 2), ("zone-b".to_string(), 4)].into(),
             ..ZoneAwareUpdateStatus::default()
         };
         metrics.observe("apps", "web", &status);
         metrics.removed("apps", "web", 4);
-        let text = prometheus::TextEncoder::new()
-            .encode_to_string(&registry.gather())
-            .unwrap();
+        let text = zone_operator::metrics::exposition(&registry);
         assert!(text.contains(r#"zone_aware_zau_update_step{name="web",namespace="apps"} 3"#));
         assert!(text.contains(r#"zone_aware_zau_paused{name="web",namespace="apps"} 1"#));
         assert!(text.contains(
@@ -144,9 +144,7 @@ mod tests {
             text.contains(r#"zone_aware_zau_removed_pods_total{name="web",namespace="apps"} 4"#)
         );
         metrics.forget("apps", "web", &["zone-a".to_string(), "zone-b".to_string()]);
-        let text = prometheus::TextEncoder::new()
-            .encode_to_string(&registry.gather())
-            .unwrap();
+        let text = zone_operator::metrics::exposition(&registry);
         assert!(!text.contains(r#"namespace="apps""#));
     }
 }

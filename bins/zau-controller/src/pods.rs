@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use zone_topology::Zone;
@@ -20,12 +20,11 @@ pub const REVISION_LABEL: &str = "controller-revision-hash";
 /// The pod's ordinal as a label (Kubernetes >= 1.28); the name suffix is the fallback.
 pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 
-/// Drops everything of a pod the controller does not read.
+/// Drops everything of a pod the controller does not read: beyond the shared stripping, the
+/// labels but the revision and index, the owners but the controlling StatefulSet.
 pub fn strip_pod(pod: &mut Pod) {
+    zone_operator::zones::strip_pod(pod);
     let meta = &mut pod.metadata;
-    meta.annotations = None;
-    meta.managed_fields = None;
-    meta.finalizers = None;
     meta.generate_name = None;
     if let Some(labels) = meta.labels.as_mut() {
         labels.retain(|key, _| key == REVISION_LABEL || key == POD_INDEX_LABEL);
@@ -33,19 +32,6 @@ pub fn strip_pod(pod: &mut Pod) {
     if let Some(owners) = meta.owner_references.as_mut() {
         owners.retain(|owner| owner.controller == Some(true) && owner.kind == "StatefulSet");
     }
-    pod.spec = pod.spec.take().map(|spec| PodSpec {
-        node_name: spec.node_name,
-        ..PodSpec::default()
-    });
-    pod.status = pod.status.take().map(|status| PodStatus {
-        conditions: status.conditions.map(|conditions| {
-            conditions
-                .into_iter()
-                .filter(|c| c.type_ == "Ready")
-                .collect()
-        }),
-        ..PodStatus::default()
-    });
 }
 
 /// Drops the pod template and claim templates (the bulk of a StatefulSet) and other unread parts.

@@ -258,19 +258,16 @@ impl Invalid {
     /// Records the Invalid condition (one Warning event per generation and message) and waits
     /// for a change of the spec (or of the StatefulSet, which is watched).
     fn record(self, draft: &mut Draft) -> Action {
+        let consequence = "nothing is removed until this is fixed";
         let status = &mut draft.status;
-        if !status.already_reported(condition::INVALID, self.reason, &self.message) {
-            draft
-                .events
-                .warning(self.reason, "Validate", self.message.clone());
-        }
-        status.set_condition(condition::INVALID, true, self.reason, self.message);
-        status.set_condition(
-            condition::PROGRESSING,
-            false,
+        if status.record_invalid(
             self.reason,
-            "nothing is removed until this is fixed",
-        );
+            &self.message,
+            condition::PROGRESSING,
+            consequence,
+        ) {
+            draft.events.warning(self.reason, "Validate", self.message);
+        }
         Action::await_change()
     }
 }

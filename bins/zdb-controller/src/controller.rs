@@ -14,13 +14,13 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use zone_api::ZoneDisruptionBudget;
+use zone_operator::RuntimeParts;
 use zone_operator::controller::{self, CachesStopped, forward_triggers, log_watch_error};
-use zone_operator::{NodeZones, RuntimeParts};
+use zone_operator::zones::{self, NodeZones};
 
 use crate::cli::Args;
 use crate::metrics::ZdbMetrics;
-use crate::pods;
-use crate::reconcile::{self, Context};
+use crate::reconcile::{Context, error_policy, reconcile};
 
 /// The budgets of `namespace`.
 fn zdbs_in(
@@ -53,7 +53,7 @@ pub async fn run(
     let (pod_store, pod_writer) = reflector::store();
     let pod_zdbs = zdbs.clone();
     let pod_events = watcher(scope.api::<Pod>(&client), initial_list.config())
-        .modify(pods::strip_pod)
+        .modify(zones::strip_pod)
         .default_backoff()
         .reflect(pod_writer)
         .touched_objects()
@@ -99,8 +99,8 @@ pub async fn run(
     controller::run(
         controller,
         &parts.shutdown,
-        reconcile::reconcile,
-        reconcile::error_policy,
+        reconcile,
+        error_policy,
         context,
     )
     .await;

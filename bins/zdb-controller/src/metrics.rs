@@ -157,9 +157,7 @@ mod tests {
             ..Default::default()
         };
         metrics.observe("apps", "web", None, &status);
-        let text = prometheus::TextEncoder::new()
-            .encode_to_string(&registry.gather())
-            .unwrap();
+        let text = zone_operator::metrics::exposition(&registry);
         assert!(text.contains(
             r#"zone_aware_zdb_webhook_decisions_total{reason="ZoneBudgetExhausted",result="denied"} 1"#
         ));
@@ -171,9 +169,7 @@ mod tests {
             ..Default::default()
         };
         metrics.observe("apps", "web", Some(&status), &shrunk);
-        let text = prometheus::TextEncoder::new()
-            .encode_to_string(&registry.gather())
-            .unwrap();
+        let text = zone_operator::metrics::exposition(&registry);
         assert!(!text.contains(r#"zone="zone-b""#));
     }
 }

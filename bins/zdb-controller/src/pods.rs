@@ -1,32 +1,10 @@
 //! What the controller and the webhook read of pods: whether a pod is healthy, and the budget's
 //! view of it (its zone comes from `zone_operator::NodeZones`).
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use zone_topology::Zone;
 use zone_topology::budget::{BudgetPod, PodCondition};
-
-/// Drops what the controller never reads of a cached pod (labels stay: selectors match them).
-pub fn strip_pod(pod: &mut Pod) {
-    let meta = &mut pod.metadata;
-    meta.annotations = None;
-    meta.managed_fields = None;
-    meta.finalizers = None;
-    pod.spec = pod.spec.take().map(|spec| PodSpec {
-        node_name: spec.node_name,
-        ..PodSpec::default()
-    });
-    pod.status = pod.status.take().map(|status| PodStatus {
-        phase: status.phase,
-        conditions: status.conditions.map(|conditions| {
-            conditions
-                .into_iter()
-                .filter(|c| c.type_ == "Ready")
-                .collect()
-        }),
-        ..PodStatus::default()
-    });
-}
 
 /// How much availability evicting the pod would remove.
 pub fn condition(pod: &Pod) -> PodCondition {
@@ -123,7 +101,7 @@ mod tests {
     #[test]
     fn stripping_keeps_what_the_budget_reads() {
         let mut stripped = pod("Running", "True", false);
-        strip_pod(&mut stripped);
+        zone_operator::zones::strip_pod(&mut stripped);
         assert_eq!(condition(&stripped), PodCondition::Healthy);
         assert_eq!(
             stripped.spec.and_then(|s| s.node_name).as_deref(),

@@ -121,8 +121,9 @@ pub async fn reconcile(
 
     let update = |mut object: ZoneDisruptionBudget| {
         let ctx = ctx.clone();
+        let stale = zdb.clone();
         async move {
-            let computed = ctx.compute_for(&object).await?;
+            let computed = ctx.compute_for(&stale).await?;
             if computed.status == computed.previous {
                 return Ok::<_, ReconcileError>(Update::Keep(computed));
             }
@@ -272,19 +273,14 @@ pub struct Draft {
 /// Marks the budget as not enforceable: Invalid condition, one Warning event per generation and
 /// message; nothing else changes until the spec does (no requeue).
 fn invalid_budget(invalid: Invalid, draft: &mut Draft) -> Action {
-    let status = &mut draft.status;
-    if !status.already_reported(condition::INVALID, invalid.reason, &invalid.message) {
-        draft
-            .events
-            .warning(invalid.reason, "Reconcile", invalid.message.clone());
+    let consequence = "the webhook does not enforce this budget until the spec is fixed";
+    let (reason, message) = (invalid.reason, invalid.message);
+    if draft
+        .status
+        .record_invalid(reason, &message, condition::READY, consequence)
+    {
+        draft.events.warning(reason, "Reconcile", message);
     }
-    status.set_condition(condition::INVALID, true, invalid.reason, invalid.message);
-    status.set_condition(
-        condition::READY,
-        false,
-        invalid.reason,
-        "the webhook does not enforce this budget until the spec is fixed",
-    );
     Action::await_change()
 }
 

@@ -34,6 +34,9 @@ pub fn new(
     }
 }
 
+/// The condition type every resource sets when its spec cannot be acted on.
+pub const INVALID: &str = "Invalid";
+
 /// Now, to the second: the API server stores times to the second, and a status compared with
 /// what it read back must not differ in the sub-second part.
 pub fn now() -> Time {
@@ -75,6 +78,22 @@ pub trait Conditions {
         self.condition(type_)
             .filter(|c| c.status == "True")
             .map(|c| c.reason.as_str())
+    }
+
+    /// Records that the spec cannot be acted on: `Invalid` True with `reason` and `message`,
+    /// `blocked` False with the same reason and `consequence`. Returns whether the complaint is
+    /// new for this generation (and deserves its Warning event).
+    fn record_invalid(
+        &mut self,
+        reason: &str,
+        message: &str,
+        blocked: &str,
+        consequence: &str,
+    ) -> bool {
+        let new = !self.already_reported(INVALID, reason, message);
+        self.set_condition(INVALID, true, reason, message);
+        self.set_condition(blocked, false, reason, consequence);
+        new
     }
 
     /// Whether `type_` is True with this reason and message for this generation: the same

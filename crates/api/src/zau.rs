@@ -19,7 +19,7 @@ pub mod condition {
     /// Every pod runs the update revision and is Ready.
     pub const COMPLETE: &str = "Complete";
     /// The spec cannot be acted on; nothing is deleted until it changes.
-    pub const INVALID: &str = "Invalid";
+    pub const INVALID: &str = crate::conditions::INVALID;
 }
 
 /// Rolls the pods of `statefulset` (update strategy `OnDelete`) zone by zone, deleting

@@ -18,7 +18,7 @@ pub mod condition {
     /// Some zone is disrupted: evictions elsewhere are denied.
     pub const DISRUPTED: &str = "Disrupted";
     /// The spec cannot be acted on (bad selector, bad maxUnavailable, overlapping budgets).
-    pub const INVALID: &str = "Invalid";
+    pub const INVALID: &str = crate::conditions::INVALID;
 }
 
 /// Allows evictions of the selected pods only in one zone at a time, at most `maxUnavailable`

@@ -119,6 +119,14 @@ pub fn create<C: Collector + Clone + 'static>(
     Ok(collector)
 }
 
+/// Every metric of `registry` in the text exposition format, as `/metrics` serves it (tests read
+/// series from it); empty when a metric cannot be encoded.
+pub fn exposition(registry: &Registry) -> String {
+    prometheus::TextEncoder::new()
+        .encode_to_string(&registry.gather())
+        .unwrap_or_default()
+}
+
 /// The series a binary publishes per object (namespace/name) and per zone, remembered so the
 /// series of a deleted object can be dropped: a deleted object's gauges would otherwise report
 /// its last values forever.
