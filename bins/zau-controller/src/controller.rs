@@ -11,7 +11,7 @@ use zone_operator::metrics::MetricsError;
 use crate::alarm::AlarmChecker;
 use crate::cli::Args;
 use crate::metrics::ZauMetrics;
-use crate::reconcile::{Context, Settings, error_policy, reconcile};
+use crate::reconcile::{self, Context, Settings};
 use crate::watches;
 
 #[derive(Debug, thiserror::Error)]
@@ -73,14 +73,7 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
     });
 
     let controller = Controller::for_stream(zau_stream, zaus).reconcile_on(trigger_stream);
-    controller::run(
-        controller,
-        &parts.shutdown,
-        reconcile,
-        error_policy,
-        context,
-    )
-    .await;
+    controller::run(controller, &parts.shutdown, reconcile::reconcile, context).await;
     drive_caches.abort();
     Ok(())
 }

@@ -9,7 +9,6 @@ mod metrics;
 mod pods;
 mod reconcile;
 mod removal;
-mod status;
 mod watches;
 
 use std::process::ExitCode;

@@ -20,8 +20,9 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use zone_api::conditions::Conditions;
-use zone_api::zau::condition;
+use zone_api::zau::{ALARM_REASONS, condition, reason};
 use zone_api::{ValidZau, ZoneAwareUpdate, ZoneAwareUpdateStatus};
+use zone_operator::controller::{Failure, ReconcileContext};
 use zone_operator::metrics::ObjectSeries;
 use zone_operator::status::{self, StatusError};
 use zone_operator::{ControllerMetrics, EventPublisher, LeaderError, LeaderHandle, PendingEvents};
@@ -33,7 +34,6 @@ use crate::cli::PodRemoval;
 use crate::metrics::ZauMetrics;
 use crate::pods;
 use crate::removal::{self, Removal, RemovalError};
-use crate::status::{ALARM_REASONS, reason};
 use crate::watches::Caches;
 
 /// After a removal, the cache must show the pod terminating (or replaced) before the next plan;
@@ -118,9 +118,8 @@ pub enum ReconcileError {
     Leader(#[source] LeaderError),
 }
 
-impl ReconcileError {
-    /// Bounded label for the failures metric.
-    pub fn kind(&self) -> &'static str {
+impl Failure for ReconcileError {
+    fn kind(&self) -> &'static str {
         match self {
             ReconcileError::Incomplete(_) => "Incomplete",
             ReconcileError::Status(_) => "WriteStatus",
@@ -132,6 +131,12 @@ impl ReconcileError {
             ReconcileError::Remove(_) => "RemovePod",
             ReconcileError::Leader(_) => "Leader",
         }
+    }
+}
+
+impl ReconcileContext for Context {
+    fn failure_policy(&self) -> (&ControllerMetrics, Duration) {
+        (&self.metrics, ERROR_RETRY)
     }
 }
 
@@ -875,21 +880,6 @@ pub fn record_complete(previous: &ZoneAwareUpdateStatus, draft: &mut Draft) {
     next.set_condition(condition::COMPLETE, true, reason::ROLLOUT_COMPLETE, message);
     next.set_condition(condition::PROGRESSING, false, reason::ROLLOUT_COMPLETE, "");
     next.set_condition(condition::PAUSED, false, reason::NOT_PAUSED, "");
-}
-
-/// What the Controller does after a failed reconcile.
-pub fn error_policy(
-    zau: Arc<ZoneAwareUpdate>,
-    error: &ReconcileError,
-    ctx: Arc<Context>,
-) -> Action {
-    zone_operator::controller::requeue_failed(
-        zau.as_ref(),
-        error,
-        error.kind(),
-        &ctx.metrics,
-        ERROR_RETRY,
-    )
 }
 
 /// A zone as the status records it (`Zone`'s display form).

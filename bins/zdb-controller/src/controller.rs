@@ -20,7 +20,7 @@ use zone_operator::zones::{self, NodeZones};
 
 use crate::cli::Args;
 use crate::metrics::ZdbMetrics;
-use crate::reconcile::{Context, error_policy, reconcile};
+use crate::reconcile::{self, Context};
 
 /// The budgets of `namespace`.
 fn zdbs_in(
@@ -96,14 +96,7 @@ pub async fn run(
         series: Default::default(),
     });
     let controller = Controller::for_stream(zdb_stream, zdbs).reconcile_on(trigger_stream);
-    controller::run(
-        controller,
-        &parts.shutdown,
-        reconcile,
-        error_policy,
-        context,
-    )
-    .await;
+    controller::run(controller, &parts.shutdown, reconcile::reconcile, context).await;
     drive.abort();
     Ok(())
 }

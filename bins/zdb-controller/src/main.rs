@@ -8,7 +8,6 @@ mod expected;
 mod metrics;
 mod pods;
 mod reconcile;
-mod status;
 mod view;
 mod webhook;
 

@@ -19,8 +19,9 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use zone_api::conditions::Conditions;
-use zone_api::zdb::condition;
+use zone_api::zdb::{condition, reason};
 use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetStatus};
+use zone_operator::controller::{Failure, ReconcileContext};
 use zone_operator::metrics::ObjectSeries;
 use zone_operator::status::{self, ReplaceError, StatusError, Update};
 use zone_operator::{ControllerMetrics, EventPublisher, NodeZones, PendingEvents};
@@ -30,7 +31,6 @@ use zone_topology::budget::{self, BudgetInput, BudgetPod, DISRUPTION_TTL_MS, Zon
 use crate::expected::{self, ApiLookup, LookupError};
 use crate::metrics::ZdbMetrics;
 use crate::pods;
-use crate::status::reason;
 use crate::view;
 
 /// After a failed reconcile (API error), retry after this long.
@@ -53,6 +53,12 @@ pub struct Context {
     pub zdb_metrics: ZdbMetrics,
     /// The budgets (and zones) with metric series, to drop those of deleted ones.
     pub series: ObjectSeries,
+}
+
+impl ReconcileContext for Context {
+    fn failure_policy(&self) -> (&ControllerMetrics, Duration) {
+        (&self.metrics, ERROR_RETRY)
+    }
 }
 
 impl Context {
@@ -79,9 +85,8 @@ pub enum ReconcileError {
     Owners(#[from] LookupError),
 }
 
-impl ReconcileError {
-    /// Bounded label for the failures metric.
-    pub fn kind(&self) -> &'static str {
+impl Failure for ReconcileError {
+    fn kind(&self) -> &'static str {
         match self {
             ReconcileError::Incomplete(_) => "Incomplete",
             ReconcileError::Status(StatusError::Reread { .. }) => "Reread",
@@ -121,9 +126,8 @@ pub async fn reconcile(
 
     let update = |mut object: ZoneDisruptionBudget| {
         let ctx = ctx.clone();
-        let stale = zdb.clone();
         async move {
-            let computed = ctx.compute_for(&stale).await?;
+            let computed = ctx.compute_for(&object).await?;
             if computed.status == computed.previous {
                 return Ok::<_, ReconcileError>(Update::Keep(computed));
             }
@@ -161,20 +165,6 @@ pub async fn reconcile(
             .await;
     }
     Ok(computed.action)
-}
-
-pub fn error_policy(
-    zdb: Arc<ZoneDisruptionBudget>,
-    error: &ReconcileError,
-    ctx: Arc<Context>,
-) -> Action {
-    zone_operator::controller::requeue_failed(
-        zdb.as_ref(),
-        error,
-        error.kind(),
-        &ctx.metrics,
-        ERROR_RETRY,
-    )
 }
 
 /// Why a budget cannot be enforced: the reason and message of the Invalid condition.

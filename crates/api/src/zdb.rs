@@ -21,6 +21,16 @@ pub mod condition {
     pub const INVALID: &str = crate::conditions::INVALID;
 }
 
+/// Condition reasons (CamelCase, stable: alerts and scripts match on them).
+pub mod reason {
+    pub const VALID: &str = "Valid";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const OVERLAPPING: &str = "OverlappingBudgets";
+    pub const COMPUTED: &str = "BudgetComputed";
+    pub const ZONE_DISRUPTED: &str = "ZoneDisrupted";
+    pub const NOT_DISRUPTED: &str = "NoZoneDisrupted";
+}
+
 /// Allows evictions of the selected pods only in one zone at a time, at most `maxUnavailable`
 /// unavailable pods in that zone.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]

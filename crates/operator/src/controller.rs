@@ -101,20 +101,37 @@ pub async fn wait_for_caches<E>(
     }
 }
 
-/// Runs `controller` until shutdown: each reconcile result is logged at debug level (failures
-/// are reported by the error policy, see [`requeue_failed`]).
+/// A reconcile's error, counted in the failures metric under [`Failure::kind`].
+pub trait Failure: Error + Send + Sync + 'static {
+    /// A bounded label: the error's variant, never an object's name.
+    fn kind(&self) -> &'static str;
+}
+
+/// What the failure policy needs of a reconcile's context.
+pub trait ReconcileContext: Send + Sync + 'static {
+    /// Where failures are counted, and how long after one the reconcile is tried again.
+    fn failure_policy(&self) -> (&ControllerMetrics, Duration);
+}
+
+/// Runs `controller` until shutdown. A failed reconcile is counted, logged with its whole cause
+/// chain and retried after the delay of [`ReconcileContext::failure_policy`] ([`requeue_failed`]); each result
+/// is logged at debug level.
 pub async fn run<K, Ctx, ReconcileFut, E>(
     controller: Controller<K>,
     shutdown: &Shutdown,
     reconcile: impl FnMut(Arc<K>, Arc<Ctx>) -> ReconcileFut,
-    error_policy: impl Fn(Arc<K>, &E, Arc<Ctx>) -> Action,
     context: Arc<Ctx>,
 ) where
     K: Resource + Clone + fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: fmt::Debug + Unpin + Eq + std::hash::Hash + Clone,
+    K::DynamicType: fmt::Debug + Unpin + Eq + std::hash::Hash + Clone + Default,
+    Ctx: ReconcileContext,
     ReconcileFut: Future<Output = Result<Action, E>> + Send + 'static,
-    E: Error + Send + Sync + 'static,
+    E: Failure,
 {
+    let error_policy = |object: Arc<K>, error: &E, context: Arc<Ctx>| {
+        let (metrics, retry) = context.failure_policy();
+        requeue_failed(object.as_ref(), error, error.kind(), metrics, retry)
+    };
     controller
         .graceful_shutdown_on(shutdown.cancelled())
         .run(reconcile, error_policy, context)
