@@ -9,6 +9,8 @@ mod metrics;
 mod pods;
 mod reconcile;
 mod removal;
+#[cfg(test)]
+mod scenarios;
 mod watches;
 
 use std::process::ExitCode;

@@ -8,6 +8,8 @@ mod expected;
 mod metrics;
 mod pods;
 mod reconcile;
+#[cfg(test)]
+mod scenarios;
 mod view;
 mod webhook;
 

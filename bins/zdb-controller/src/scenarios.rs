@@ -1,0 +1,250 @@
+//! Reconcile scenarios against the scripted fake API server (`zone_operator::testing`): the real
+//! [`reconcile`] reads caches filled the way the reflectors fill them, and every request it makes
+//! (the owners' replica counts, the budget's status PUT, its re-read) goes through a real
+//! `kube::Client` to a script, so each test pins down what goes over the wire.
+//!
+//! Each test says which behaviour it guards and how it fails without it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use zone_api::ZoneDisruptionBudget;
+use zone_operator::testing::{FakeApi, Method, RecordedRequest, status_json};
+use zone_operator::{ControllerMetrics, EventPublisher, NodeZones};
+
+use crate::metrics::ZdbMetrics;
+use crate::reconcile::{Context, reconcile};
+
+const NAMESPACE: &str = "apps";
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+const BUDGET: &str = "/apis/zonecontrol.k8s.aws/v1/namespaces/apps/zonedisruptionbudgets/web-zdb";
+const BUDGET_STATUS: &str =
+    "/apis/zonecontrol.k8s.aws/v1/namespaces/apps/zonedisruptionbudgets/web-zdb/status";
+const STATEFULSET: &str = "/apis/apps/v1/namespaces/apps/statefulsets/web";
+
+/// `at` as the API server stores a time (to the second, RFC 3339).
+fn stored_time(at: Timestamp) -> Value {
+    serde_json::to_value(Time(Timestamp::from_second(at.as_second()).unwrap())).unwrap()
+}
+
+/// Budget `web-zdb` (pods `app=web`, maxUnavailable 1 per zone) at `resource_version`.
+fn budget_json(resource_version: &str, status: Value) -> Value {
+    json!({
+        "apiVersion": "zonecontrol.k8s.aws/v1",
+        "kind": "ZoneDisruptionBudget",
+        "metadata": {
+            "name": "web-zdb", "namespace": NAMESPACE, "uid": "zdb-uid",
+            "generation": 1, "resourceVersion": resource_version,
+        },
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 1},
+        "status": status,
+    })
+}
+
+/// Pod `web-<ordinal>` of StatefulSet `web`, Ready on `node` since `created`, as the cache holds
+/// it (stripped to its labels, owners, times, node name, phase and Ready condition).
+fn pod(ordinal: u32, node: &str, created: &Value) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": format!("web-{ordinal}"), "namespace": NAMESPACE,
+            "uid": format!("pod-uid-{ordinal}"),
+            "creationTimestamp": created,
+            "labels": {"app": "web"},
+            "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web",
+                "uid": "sts-uid", "controller": true,
+            }],
+        },
+        "spec": {"nodeName": node, "containers": []},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": created}],
+        },
+    }))
+    .unwrap()
+}
+
+fn node(name: &str, zone: &str) -> PartialObjectMeta<Node> {
+    serde_json::from_value(json!({
+        "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+        "metadata": {"name": name, "labels": {ZONE_LABEL: zone}},
+    }))
+    .unwrap()
+}
+
+/// A store holding `objects`, filled the way a reflector fills it.
+fn store_of<K>(objects: impl IntoIterator<Item = K>) -> Store<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (store, mut writer) = reflector::store();
+    for object in objects {
+        writer.apply_watcher_event(&watcher::Event::Apply(object));
+    }
+    store
+}
+
+fn requests_to(fake: &FakeApi, method: &Method, path: &str) -> Vec<RecordedRequest> {
+    fake.requests()
+        .into_iter()
+        .filter(|r| r.method == *method && r.path == path)
+        .collect()
+}
+
+/// The webhook records an eviction in the budget's status between the controller's read and its
+/// write: the controller's PUT (carrying the resourceVersion it read) is answered 409, and the
+/// controller must re-read the budget and compute again from the fresh copy. The write that
+/// lands carries the webhook's record (and counts it: zone-b is disrupted), not the first
+/// computation, which knew nothing of it.
+///
+/// Without the retry (one write attempt) the reconcile fails on the 409 and the test fails on
+/// `unwrap`. If the retry re-read the budget but wrote the copy it started with, it fails on the
+/// second PUT's resourceVersion; if it recomputed the status from the budget as first read
+/// (under the fresh resourceVersion), it fails on the record missing from the second PUT.
+#[tokio::test]
+async fn a_status_conflict_rereads_and_keeps_the_webhooks_record() {
+    let now = Timestamp::now();
+    let an_hour_ago = stored_time(now - k8s_openapi::jiff::SignedDuration::from_secs(3600));
+    let recorded_at = stored_time(now - k8s_openapi::jiff::SignedDuration::from_secs(10));
+    let cached_budget = budget_json("5", json!({}));
+    // What the webhook wrote meanwhile: web-1 (zone-b) evicted, and moved from healthy to
+    // unhealthy in its zone.
+    let reread_budget = budget_json(
+        "6",
+        json!({
+            "observedGeneration": 1,
+            "disruptedPods": {"web-1": recorded_at},
+            "disruptedPodZones": {"web-1": "zone-b"},
+            "expectedPods": {"zone-a": 1, "zone-b": 1, "zone-c": 1},
+            "currentHealthy": {"zone-a": 1, "zone-b": 0, "zone-c": 1},
+            "currentUnhealthy": {"zone-a": 0, "zone-b": 1, "zone-c": 0},
+            "desiredHealthy": {"zone-a": 0, "zone-b": 0, "zone-c": 0},
+            "disruptionsAllowed": {"zone-a": 0, "zone-b": 0, "zone-c": 0},
+            "disruptedZones": ["zone-b"],
+        }),
+    );
+
+    let (fake, client) = FakeApi::new();
+    // The owner's replica count, read by every computation.
+    fake.on(Method::GET, STATEFULSET).always(
+        200,
+        json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "web", "namespace": NAMESPACE, "uid": "sts-uid"},
+            "spec": {
+                "replicas": 3, "serviceName": "web",
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}}},
+            },
+        }),
+    );
+    fake.on(Method::PUT, BUDGET_STATUS).once(
+        409,
+        status_json(
+            409,
+            "Conflict",
+            "Operation cannot be fulfilled on zonedisruptionbudgets.zonecontrol.k8s.aws \"web-zdb\": the object has been modified; please apply your changes to the latest version and try again",
+        ),
+    );
+    fake.on(Method::PUT, BUDGET_STATUS).once_with(|request| {
+        let mut object = request.json().unwrap();
+        object["metadata"]["resourceVersion"] = json!("7");
+        (200, object)
+    });
+    fake.on(Method::GET, BUDGET).once(200, reread_budget);
+    fake.on_prefix(
+        Method::POST,
+        "/apis/events.k8s.io/v1/namespaces/apps/events",
+    )
+    .always_with(|request| (201, request.json().unwrap()));
+
+    let zdb: ZoneDisruptionBudget = serde_json::from_value(cached_budget).unwrap();
+    let registry = prometheus::Registry::new();
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        zdbs: store_of([zdb.clone()]),
+        pods: store_of([
+            pod(0, "node-a", &an_hour_ago),
+            pod(1, "node-b", &an_hour_ago),
+            pod(2, "node-c", &an_hour_ago),
+        ]),
+        zones: NodeZones::from_store(
+            store_of([
+                node("node-a", "zone-a"),
+                node("node-b", "zone-b"),
+                node("node-c", "zone-c"),
+            ]),
+            ZONE_LABEL,
+        ),
+        events: EventPublisher::new(client, "zdb-controller", "test"),
+        metrics: ControllerMetrics::new(&registry, "zdb-controller").unwrap(),
+        zdb_metrics: ZdbMetrics::register(&registry).unwrap(),
+        series: Default::default(),
+    });
+
+    let action = reconcile(Arc::new(zdb), ctx).await.unwrap();
+
+    // PUT (409), then the re-read, then the second PUT.
+    let budget_requests: Vec<(Method, String)> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with(BUDGET))
+        .map(|r| (r.method, r.path))
+        .collect();
+    assert_eq!(
+        budget_requests,
+        [
+            (Method::PUT, BUDGET_STATUS.to_owned()),
+            (Method::GET, BUDGET.to_owned()),
+            (Method::PUT, BUDGET_STATUS.to_owned()),
+        ]
+    );
+    // Everything is recomputed: the owner is read again for the second computation.
+    assert_eq!(requests_to(&fake, &Method::GET, STATEFULSET).len(), 2);
+
+    let puts = requests_to(&fake, &Method::PUT, BUDGET_STATUS);
+    let first = puts[0].json().unwrap();
+    assert_eq!(first["metadata"]["resourceVersion"], "5");
+    assert_eq!(first["status"].get("disruptedPods"), None);
+    assert_eq!(first["status"]["currentHealthy"]["zone-b"], 1);
+
+    let second = puts[1].json().unwrap();
+    assert_eq!(
+        second["metadata"]["resourceVersion"], "6",
+        "the retry is conditional on the re-read budget"
+    );
+    let status = &second["status"];
+    assert_eq!(status["disruptedPods"], json!({"web-1": recorded_at}));
+    assert_eq!(status["disruptedPodZones"], json!({"web-1": "zone-b"}));
+    // The record counts: web-1 is Ready in the cache but its eviction is under way.
+    assert_eq!(status["currentHealthy"]["zone-b"], 0);
+    assert_eq!(status["currentUnhealthy"]["zone-b"], 1);
+    assert_eq!(status["disruptedZones"], json!(["zone-b"]));
+    assert_eq!(status["disruptionsAllowed"]["zone-a"], 0);
+    let disrupted = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Disrupted")
+        .unwrap();
+    assert_eq!(disrupted["status"], "True");
+    assert!(
+        disrupted["message"].as_str().unwrap().contains("web-1"),
+        "{disrupted}"
+    );
+    // The record expires: the budget is looked at again then.
+    assert_ne!(action, Action::await_change());
+    assert!(fake.unmatched().is_empty(), "{:?}", fake.unmatched());
+}
