@@ -7,7 +7,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, EvictParams, Preconditions};
+use kube::api::{DeleteParams, PostParams, Preconditions};
 
 use crate::cli::PodRemoval;
 
@@ -54,12 +54,11 @@ pub async fn remove(
     };
     let result = match mode {
         PodRemoval::Evict => pods
-            .evict(
+            .create_subresource::<serde_json::Value, serde_json::Value>(
+                "eviction",
                 pod,
-                &EvictParams {
-                    delete_options: Some(delete),
-                    ..EvictParams::default()
-                },
+                &PostParams::default(),
+                &eviction(pod, uid),
             )
             .await
             .map(|_| ()),
@@ -78,6 +77,18 @@ pub async fn remove(
             },
         }),
     }
+}
+
+/// The Eviction of `pod`, conditional on its UID. Built here rather than by `Api::evict`, whose
+/// body carries the delete options under a key the API server ignores (`delete_options`): the
+/// precondition would be dropped and a pod recreated under the same name could be evicted.
+fn eviction(pod: &str, uid: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod},
+        "deleteOptions": {"preconditions": {"uid": uid}},
+    })
 }
 
 /// 404 (gone) and 409 (UID precondition: a new pod of that name) mean the pod we meant is
@@ -99,6 +110,14 @@ fn classify(error: kube::Error) -> Result<Removal, kube::Error> {
 mod tests {
     use super::*;
     use kube::core::Status;
+
+    #[test]
+    fn the_eviction_carries_the_uid_precondition() {
+        let body = eviction("web-3", "u-3");
+        assert_eq!(body["deleteOptions"]["preconditions"]["uid"], "u-3");
+        assert_eq!(body["metadata"]["name"], "web-3");
+        assert_eq!(body["kind"], "Eviction");
+    }
 
     fn api_error(code: u16, message: &str) -> kube::Error {
         let mut status = Status::failure(message, "Reason");

@@ -310,8 +310,19 @@ async fn a_refused_eviction_ends_the_batch() {
 
     let action = reconcile(Arc::new(zau), ctx).await.unwrap();
 
-    // The batch is web-3, web-2 (step 1, factor 2): only the first was asked for.
+    // The batch is web-3, web-2 (step 1, factor 2): only the first was asked for, conditional on
+    // the UID the cache saw (a pod recreated under that name is never evicted by mistake).
     assert_eq!(evictions(&fake), ["web-3"]);
+    let eviction = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/eviction"))
+        .and_then(|r| r.json())
+        .unwrap();
+    assert_eq!(
+        eviction["deleteOptions"]["preconditions"]["uid"],
+        "pod-uid-3"
+    );
     let status = written_status(&fake);
     let progressing = condition(&status, "Progressing");
     assert_eq!(progressing["reason"], "DisruptionBudgetExhausted");
