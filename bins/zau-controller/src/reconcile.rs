@@ -692,7 +692,15 @@ impl Step<'_> {
             status.current_revision = Some(update_revision.to_owned());
             Ok(status::Update::Write(fresh, ()))
         };
-        match status::replace_status(&api, fresh, COMPLETE_ATTEMPTS, update).await {
+        match status::replace_status(
+            &api,
+            fresh,
+            &self.ctx.settings.field_manager,
+            COMPLETE_ATTEMPTS,
+            update,
+        )
+        .await
+        {
             Ok(_) => Ok(()),
             Err(status::ReplaceError::Status(source)) => Err(error(source)),
             Err(status::ReplaceError::Update(never)) => match never {},

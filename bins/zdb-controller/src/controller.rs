@@ -93,6 +93,7 @@ pub async fn run(
         events: parts.events.clone(),
         metrics: parts.controller_metrics(),
         zdb_metrics,
+        field_manager: scope.field_manager(&parts.controller),
         series: Default::default(),
     });
     let controller = Controller::for_stream(zdb_stream, zdbs).reconcile_on(trigger_stream);

@@ -51,6 +51,8 @@ pub struct Context {
     pub events: EventPublisher,
     pub metrics: ControllerMetrics,
     pub zdb_metrics: ZdbMetrics,
+    /// The field manager of the status writes (`--field-manager`).
+    pub field_manager: String,
     /// The budgets (and zones) with metric series, to drop those of deleted ones.
     pub series: ObjectSeries,
 }
@@ -135,7 +137,8 @@ pub async fn reconcile(
             Ok(Update::Write(object, computed))
         }
     };
-    let replaced = status::replace_status(&api, (*zdb).clone(), WRITE_ATTEMPTS, update)
+    let first = (*zdb).clone();
+    let replaced = status::replace_status(&api, first, &ctx.field_manager, WRITE_ATTEMPTS, update)
         .await
         .map_err(|error| match error {
             ReplaceError::Update(error) => error,

@@ -191,6 +191,7 @@ async fn a_status_conflict_rereads_and_keeps_the_webhooks_record() {
         events: EventPublisher::new(client, "zdb-controller", "test"),
         metrics: ControllerMetrics::new(&registry, "zdb-controller").unwrap(),
         zdb_metrics: ZdbMetrics::register(&registry).unwrap(),
+        field_manager: "zdb-controller".to_string(),
         series: Default::default(),
     });
 
@@ -215,6 +216,11 @@ async fn a_status_conflict_rereads_and_keeps_the_webhooks_record() {
     assert_eq!(requests_to(&fake, &Method::GET, STATEFULSET).len(), 2);
 
     let puts = requests_to(&fake, &Method::PUT, BUDGET_STATUS);
+    assert!(
+        puts.iter()
+            .all(|put| put.query.contains("fieldManager=zdb-controller")),
+        "status writes are made as --field-manager"
+    );
     let first = puts[0].json().unwrap();
     assert_eq!(first["metadata"]["resourceVersion"], "5");
     assert_eq!(first["status"].get("disruptedPods"), None);

@@ -92,15 +92,20 @@ where
         .map_err(|source| StatusError::write(object, source))
 }
 
-/// PUTs `object` (its status included) to the status subresource, conditional on the
-/// resourceVersion it carries: 409 ([`StatusError::is_conflict`]) when someone wrote since.
-pub async fn put_status<K>(api: &Api<K>, object: &K) -> Result<K, StatusError>
+/// PUTs `object` (its status included) to the status subresource as `field_manager`,
+/// conditional on the resourceVersion it carries: 409 ([`StatusError::is_conflict`]) when
+/// someone wrote since.
+pub async fn put_status<K>(api: &Api<K>, object: &K, field_manager: &str) -> Result<K, StatusError>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
 {
     let mut body = object.clone();
     body.meta_mut().managed_fields = None;
-    api.replace_status(&object.name_any(), &PostParams::default(), &body)
+    let params = PostParams {
+        field_manager: Some(field_manager.to_owned()),
+        ..PostParams::default()
+    };
+    api.replace_status(&object.name_any(), &params, &body)
         .await
         .map_err(|source| StatusError::write(object, source))
 }
@@ -137,6 +142,7 @@ pub enum ReplaceError<E> {
 pub async fn replace_status<K, T, E, F, Fut>(
     api: &Api<K>,
     object: K,
+    field_manager: &str,
     attempts: usize,
     mut update: F,
 ) -> Result<Replaced<K, T>, ReplaceError<E>>
@@ -162,7 +168,7 @@ where
             }
             Update::Write(wanted, value) => (wanted, value),
         };
-        match put_status(api, &wanted).await {
+        match put_status(api, &wanted, field_manager).await {
             Ok(stored) => {
                 return Ok(Replaced {
                     stored: Some(stored),

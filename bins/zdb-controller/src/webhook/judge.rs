@@ -74,6 +74,8 @@ pub struct Judge {
     pub zdbs: Store<ZoneDisruptionBudget>,
     pub zdbs_synced: Arc<AtomicBool>,
     pub zones: NodeZones,
+    /// The field manager of the status writes (`--field-manager`).
+    pub field_manager: String,
     pub deadline: Duration,
     pub metrics: ZdbMetrics,
     pub events: EventPublisher,
@@ -314,7 +316,7 @@ impl Judge {
             let shadow = zdb.spec.dry_run;
             let mut wanted = zdb.clone();
             wanted.status = Some(next);
-            match status::put_status(api, &wanted).await {
+            match status::put_status(api, &wanted, &self.field_manager).await {
                 Ok(written) => {
                     self.recent.remember(&written);
                     tracing::info!(namespace, budget = name, pod = %eviction.pod, zone = %zone, "eviction allowed and recorded");
@@ -464,6 +466,7 @@ mod tests {
             zdbs,
             zdbs_synced: Arc::new(AtomicBool::new(false)),
             zones: NodeZones::from_store(nodes, zone_topology::ZONE_LABEL),
+            field_manager: "zdb-controller".to_string(),
             deadline: Duration::from_millis(200),
             metrics: ZdbMetrics::register(&prometheus::Registry::new()).unwrap(),
             events: EventPublisher::new(client, "zdb-controller", "test"),
@@ -559,6 +562,7 @@ mod tests {
             zdbs,
             zdbs_synced: Arc::new(AtomicBool::new(true)),
             zones: NodeZones::from_store(nodes, zone_topology::ZONE_LABEL),
+            field_manager: "zdb-controller".to_string(),
             deadline: Duration::from_secs(5),
             metrics: ZdbMetrics::register(&prometheus::Registry::new()).unwrap(),
             events: EventPublisher::new(client, "zdb-controller", "test"),

@@ -68,6 +68,7 @@ pub async fn start(
         zdbs,
         zdbs_synced,
         zones,
+        field_manager: args.scope.field_manager(&parts.controller),
         deadline: args.decision_deadline,
         metrics,
         events: parts.events.clone(),
