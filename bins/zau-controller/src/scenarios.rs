@@ -12,16 +12,13 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher;
 use serde_json::{Value, json};
 use zone_api::ZoneAwareUpdate;
-use zone_operator::testing::{FakeApi, Method, RecordedRequest, status_json};
+use zone_operator::testing::{FakeApi, Method, status_json, store_of, zoned_node};
 use zone_operator::{ControllerMetrics, EventPublisher, LeaderHandle, NodeZones};
 
 use crate::alarm::{AlarmSource, AlarmState};
@@ -156,19 +153,6 @@ fn pod(ordinal: u32, revision: &str) -> Pod {
     .unwrap()
 }
 
-/// A store holding `objects`, filled the way a reflector fills it.
-fn store_of<K>(objects: impl IntoIterator<Item = K>) -> Store<K>
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let (store, mut writer) = reflector::store();
-    for object in objects {
-        writer.apply_watcher_event(&watcher::Event::Apply(object));
-    }
-    store
-}
-
 fn caches(pod_revision: &str) -> Caches {
     let mut set: StatefulSet = serde_json::from_value(statefulset_json("10")).unwrap();
     pods::strip_statefulset(&mut set);
@@ -177,15 +161,10 @@ fn caches(pod_revision: &str) -> Caches {
         pods::strip_pod(&mut pod);
         pod
     });
-    let node: PartialObjectMeta<Node> = serde_json::from_value(json!({
-        "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-        "metadata": {"name": "node-a", "labels": {ZONE_LABEL: "zone-a"}},
-    }))
-    .unwrap();
     Caches {
         statefulsets: store_of([set]),
         pods: store_of(pods),
-        zones: NodeZones::from_store(store_of([node]), ZONE_LABEL),
+        zones: NodeZones::from_store(store_of([zoned_node("node-a", "zone-a")]), ZONE_LABEL),
     }
 }
 
@@ -241,16 +220,9 @@ fn evicted() -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
 }
 
-fn requests_to(fake: &FakeApi, method: &Method, path: &str) -> Vec<RecordedRequest> {
-    fake.requests()
-        .into_iter()
-        .filter(|r| r.method == *method && r.path == path)
-        .collect()
-}
-
 /// The status of the last server-side apply of the ZoneAwareUpdate status.
 fn written_status(fake: &FakeApi) -> Value {
-    let applies = requests_to(fake, &Method::PATCH, ZAU_STATUS);
+    let applies = fake.requests_to(&Method::PATCH, ZAU_STATUS);
     let last = applies.last().expect("the status was written");
     assert_eq!(
         last.content_type.as_deref(),
@@ -430,8 +402,8 @@ async fn a_conflicting_statefulset_status_write_is_reread_and_retried() {
     let action = reconcile(Arc::new(zau), ctx).await.unwrap();
 
     assert_eq!(action, Action::await_change());
-    assert_eq!(requests_to(&fake, &Method::GET, STATEFULSET).len(), 2);
-    let puts = requests_to(&fake, &Method::PUT, STATEFULSET_STATUS);
+    assert_eq!(fake.requests_to(&Method::GET, STATEFULSET).len(), 2);
+    let puts = fake.requests_to(&Method::PUT, STATEFULSET_STATUS);
     assert_eq!(puts.len(), 2);
     let first = puts[0].json().unwrap();
     assert_eq!(first["metadata"]["resourceVersion"], "10");
@@ -443,14 +415,8 @@ async fn a_conflicting_statefulset_status_write_is_reread_and_retried() {
     assert_eq!(second["status"]["currentRevision"], NEW);
     assert_eq!(second["status"]["updateRevision"], NEW);
     // The StatefulSet is read again between the two writes.
-    let order: Vec<(Method, String)> = fake
-        .requests()
-        .into_iter()
-        .filter(|r| r.path.starts_with(STATEFULSET))
-        .map(|r| (r.method, r.path))
-        .collect();
     assert_eq!(
-        order,
+        fake.calls_under(STATEFULSET),
         [
             (Method::GET, STATEFULSET.to_owned()),
             (Method::PUT, STATEFULSET_STATUS.to_owned()),

@@ -390,13 +390,18 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
             .normal("DisruptedZonesChanged", "Reconcile", message);
     }
 
-    // Records expire: come back when the first one does, nothing else needs a timer.
+    first_expiry(&records, view.now_ms)
+}
+
+/// Records expire: come back when the first one does (a second after, so it has), nothing else
+/// needs a timer.
+fn first_expiry(records: &[budget::Disruption], now_ms: i64) -> Action {
     let next_expiry = records
         .iter()
         .map(|r| {
             r.at_ms
                 .saturating_add(DISRUPTION_TTL_MS)
-                .saturating_sub(view.now_ms)
+                .saturating_sub(now_ms)
         })
         .min();
     match next_expiry {

@@ -8,16 +8,13 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher;
 use serde_json::{Value, json};
 use zone_api::ZoneDisruptionBudget;
-use zone_operator::testing::{FakeApi, Method, RecordedRequest, status_json};
+use zone_operator::testing::{FakeApi, Method, status_json, store_of, zoned_node};
 use zone_operator::{ControllerMetrics, EventPublisher, NodeZones};
 
 use crate::metrics::ZdbMetrics;
@@ -73,34 +70,6 @@ fn pod(ordinal: u32, node: &str, created: &Value) -> Pod {
         },
     }))
     .unwrap()
-}
-
-fn node(name: &str, zone: &str) -> PartialObjectMeta<Node> {
-    serde_json::from_value(json!({
-        "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-        "metadata": {"name": name, "labels": {ZONE_LABEL: zone}},
-    }))
-    .unwrap()
-}
-
-/// A store holding `objects`, filled the way a reflector fills it.
-fn store_of<K>(objects: impl IntoIterator<Item = K>) -> Store<K>
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let (store, mut writer) = reflector::store();
-    for object in objects {
-        writer.apply_watcher_event(&watcher::Event::Apply(object));
-    }
-    store
-}
-
-fn requests_to(fake: &FakeApi, method: &Method, path: &str) -> Vec<RecordedRequest> {
-    fake.requests()
-        .into_iter()
-        .filter(|r| r.method == *method && r.path == path)
-        .collect()
 }
 
 /// The webhook records an eviction in the budget's status between the controller's read and its
@@ -182,9 +151,9 @@ async fn a_status_conflict_rereads_and_keeps_the_webhooks_record() {
         ]),
         zones: NodeZones::from_store(
             store_of([
-                node("node-a", "zone-a"),
-                node("node-b", "zone-b"),
-                node("node-c", "zone-c"),
+                zoned_node("node-a", "zone-a"),
+                zoned_node("node-b", "zone-b"),
+                zoned_node("node-c", "zone-c"),
             ]),
             ZONE_LABEL,
         ),
@@ -198,14 +167,8 @@ async fn a_status_conflict_rereads_and_keeps_the_webhooks_record() {
     let action = reconcile(Arc::new(zdb), ctx).await.unwrap();
 
     // PUT (409), then the re-read, then the second PUT.
-    let budget_requests: Vec<(Method, String)> = fake
-        .requests()
-        .into_iter()
-        .filter(|r| r.path.starts_with(BUDGET))
-        .map(|r| (r.method, r.path))
-        .collect();
     assert_eq!(
-        budget_requests,
+        fake.calls_under(BUDGET),
         [
             (Method::PUT, BUDGET_STATUS.to_owned()),
             (Method::GET, BUDGET.to_owned()),
@@ -213,9 +176,9 @@ async fn a_status_conflict_rereads_and_keeps_the_webhooks_record() {
         ]
     );
     // Everything is recomputed: the owner is read again for the second computation.
-    assert_eq!(requests_to(&fake, &Method::GET, STATEFULSET).len(), 2);
+    assert_eq!(fake.requests_to(&Method::GET, STATEFULSET).len(), 2);
 
-    let puts = requests_to(&fake, &Method::PUT, BUDGET_STATUS);
+    let puts = fake.requests_to(&Method::PUT, BUDGET_STATUS);
     assert!(
         puts.iter()
             .all(|put| put.query.contains("fieldManager=zdb-controller")),

@@ -66,6 +66,34 @@ use serde_json::{Value, json};
 /// The HTTP method type rules match on, re-exported so tests need no `http` dependency.
 pub use axum::http::Method;
 
+/// A cache (reflector store) holding `objects`, filled the way a reflector fills it: the caches
+/// a reconcile reads, for a scenario.
+pub fn store_of<K>(objects: impl IntoIterator<Item = K>) -> kube::runtime::reflector::Store<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (store, mut writer) = kube::runtime::reflector::store();
+    for object in objects {
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(object));
+    }
+    store
+}
+
+/// A node as the node cache holds it (metadata only), in `zone` by the default zone label.
+pub fn zoned_node(
+    name: &str,
+    zone: &str,
+) -> kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node> {
+    use kube::core::PartialObjectMetaExt;
+    kube::api::ObjectMeta {
+        name: Some(name.to_owned()),
+        labels: Some([(zone_topology::ZONE_LABEL.to_owned(), zone.to_owned())].into()),
+        ..Default::default()
+    }
+    .into_response_partial()
+}
+
 /// An answer computed from the request it answers: a status code and a JSON body.
 type Responder = Arc<dyn Fn(&RecordedRequest) -> (u16, Value) + Send + Sync>;
 
@@ -257,6 +285,27 @@ impl FakeApi {
             .iter()
             .filter(|r| r.method == *method && r.path.contains(path_contains))
             .count()
+    }
+
+    /// The `method` requests to exactly `path`, in arrival order.
+    pub fn requests_to(&self, method: &Method, path: &str) -> Vec<RecordedRequest> {
+        self.lock()
+            .requests
+            .iter()
+            .filter(|r| r.method == *method && r.path == path)
+            .cloned()
+            .collect()
+    }
+
+    /// Method and path of every request whose path starts with `prefix`, in arrival order: the
+    /// sequence of calls about one object.
+    pub fn calls_under(&self, prefix: &str) -> Vec<(Method, String)> {
+        self.lock()
+            .requests
+            .iter()
+            .filter(|r| r.path.starts_with(prefix))
+            .map(|r| (r.method.clone(), r.path.clone()))
+            .collect()
     }
 
     /// The requests no rule matched (each was answered 404), in arrival order.

@@ -219,6 +219,27 @@ impl Judge {
                 );
             }
         };
+        let zdb = match self.selecting(eviction, &candidates, &pod) {
+            Ok(zdb) => zdb,
+            Err(verdict) => return verdict,
+        };
+        let name = zdb.name_any();
+        self.guesses.learn(namespace, &eviction.pod, Some(&name));
+        // The early read counts only if it is of the budget that selects the fresh pod.
+        let early = early.and_then(|(guess, zdb)| (guess == name).then_some(zdb));
+        let recent = recent.filter(|copy| copy.name_any() == name);
+        self.decide(eviction, &pod, &zdb_api, &name, recent, early)
+            .await
+    }
+
+    /// The one valid budget of `candidates` that selects `pod`; none allows the eviction, several
+    /// refuse it (a pod may have one budget).
+    fn selecting<'a>(
+        &self,
+        eviction: &Eviction,
+        candidates: &'a [ZoneDisruptionBudget],
+        pod: &Pod,
+    ) -> Result<&'a ZoneDisruptionBudget, Verdict> {
         let selecting: Vec<&ZoneDisruptionBudget> = candidates
             .iter()
             .filter(|zdb| {
@@ -229,31 +250,24 @@ impl Judge {
                     .is_some_and(|selector| selector.matches(pod.labels()))
             })
             .collect();
-        let zdb = match selecting.as_slice() {
+        match selecting.as_slice() {
             [] => {
-                self.guesses.learn(namespace, &eviction.pod, None);
-                return allowed(reason::NO_BUDGET);
+                self.guesses.learn(&eviction.namespace, &eviction.pod, None);
+                Err(allowed(reason::NO_BUDGET))
             }
-            [zdb] => *zdb,
+            [zdb] => Ok(*zdb),
             several => {
                 let names: Vec<String> = several.iter().map(|z| z.name_any()).collect();
-                return denied(
+                Err(denied(
                     reason::OVERLAPPING_BUDGETS,
                     format!(
                         "cannot evict pod {}: it is selected by several ZoneDisruptionBudgets ({}); a pod may have one",
                         eviction.pod,
                         names.join(", ")
                     ),
-                );
+                ))
             }
-        };
-        let name = zdb.name_any();
-        self.guesses.learn(namespace, &eviction.pod, Some(&name));
-        // The early read counts only if it is of the budget that selects the fresh pod.
-        let early = early.and_then(|(guess, zdb)| (guess == name).then_some(zdb));
-        let recent = recent.filter(|copy| copy.name_any() == name);
-        self.decide(eviction, &pod, &zdb_api, &name, recent, early)
-            .await
+        }
     }
 
     /// The recent copy of a budget, if a refusal may be decided from it.
