@@ -232,6 +232,25 @@ mod tests {
     }
 
     #[test]
+    fn a_stateless_server_shows_no_lease_flags() {
+        use clap::CommandFactory;
+
+        #[derive(Debug, Parser)]
+        struct ServerArgs {
+            #[command(flatten)]
+            base: BaseArgs,
+        }
+        let server = ServerArgs::command().render_long_help().to_string();
+        assert!(server.contains("--listen-address"), "{server}");
+        assert!(server.contains("--initial-list"), "{server}");
+        assert!(!server.contains("--lease"), "{server}");
+        assert!(!server.contains("--leader-elect"), "{server}");
+        let controller = TestArgs::command().render_long_help().to_string();
+        assert!(controller.contains("--lease-duration"), "{controller}");
+        assert!(controller.contains("--leader-elect"), "{controller}");
+    }
+
+    #[test]
     fn bare_leader_elect_flag_means_true() {
         let args = TestArgs::try_parse_from(["bin", "--leader-elect"])
             .unwrap()

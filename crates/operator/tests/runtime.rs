@@ -197,3 +197,51 @@ async fn without_election_controllers_start_at_once_and_errors_surface() {
     assert_eq!(api.writes(), 0, "no Lease traffic without election");
     assert!(api.lease().is_none());
 }
+
+/// A task spawned on every replica runs while this replica is a standby (the zdb webhook must
+/// judge evictions before the status controller gets the lease), and stops with the runtime.
+#[tokio::test]
+async fn every_replica_tasks_run_on_a_standby_and_stop_with_the_runtime() {
+    let api = FakeLeaseApi::new();
+    api.put(held_by("a"));
+    let mut runtime = runtime(&api, &["--leader-elect=true"]).await;
+    let parts = runtime.clone_parts();
+    let (running_tx, running_rx) = oneshot::channel::<()>();
+    // Dropped (closing `stopped_rx`) when the task is stopped.
+    let (stopped_tx, stopped_rx) = oneshot::channel::<()>();
+    runtime.spawn_every_replica(async move {
+        let _held_until_stopped = stopped_tx;
+        running_tx.send(()).unwrap();
+        std::future::pending::<()>().await;
+    });
+    let (started_tx, mut started_rx) = oneshot::channel::<()>();
+    let controllers = async move {
+        started_tx.send(()).unwrap();
+        Ok::<(), std::io::Error>(())
+    };
+    let run = tokio::spawn(runtime.run(controllers));
+
+    tokio::time::timeout(PATIENCE, running_rx)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!parts.leader.is_leader(), "still a standby");
+    assert!(
+        started_rx.try_recv().is_err(),
+        "the leader-only work has not started"
+    );
+
+    parts.shutdown.trigger();
+    tokio::time::timeout(PATIENCE, run)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        tokio::time::timeout(PATIENCE, stopped_rx)
+            .await
+            .unwrap()
+            .is_err(),
+        "the task was stopped"
+    );
+}
