@@ -39,19 +39,21 @@ pub enum StatusError {
 
 impl StatusError {
     fn write<K: Resource<DynamicType = ()>>(object: &K, source: kube::Error) -> Self {
+        let (kind, namespace, name) = identify(object);
         StatusError::Write {
-            kind: K::kind(&()).into_owned(),
-            namespace: object.namespace().unwrap_or_default(),
-            name: object.name_any(),
+            kind,
+            namespace,
+            name,
             source,
         }
     }
 
     fn reread<K: Resource<DynamicType = ()>>(object: &K, source: kube::Error) -> Self {
+        let (kind, namespace, name) = identify(object);
         StatusError::Reread {
-            kind: K::kind(&()).into_owned(),
-            namespace: object.namespace().unwrap_or_default(),
-            name: object.name_any(),
+            kind,
+            namespace,
+            name,
             source,
         }
     }
@@ -62,6 +64,15 @@ impl StatusError {
     pub fn is_conflict(&self) -> bool {
         matches!(self, StatusError::Write { source, .. } if is_conflict(source))
     }
+}
+
+/// Kind, namespace and name of `object`, for an error message.
+fn identify<K: Resource<DynamicType = ()>>(object: &K) -> (String, String, String) {
+    (
+        K::kind(&()).into_owned(),
+        object.namespace().unwrap_or_default(),
+        object.name_any(),
+    )
 }
 
 /// Whether `error` is the API server's 409 Conflict.

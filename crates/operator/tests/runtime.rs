@@ -232,11 +232,8 @@ async fn every_replica_tasks_run_on_a_standby_and_stop_with_the_runtime() {
     );
 
     parts.shutdown.trigger();
-    tokio::time::timeout(PATIENCE, run)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let stopped = tokio::time::timeout(PATIENCE, run).await.unwrap().unwrap();
+    assert!(stopped.is_ok(), "{stopped:?}");
     assert!(
         tokio::time::timeout(PATIENCE, stopped_rx)
             .await
