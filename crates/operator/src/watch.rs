@@ -40,10 +40,7 @@ impl InitialList {
     pub async fn resolve(self, client: &Client, namespace: Option<&str>) -> InitialList {
         match self {
             InitialList::Auto => {
-                let api: Api<Pod> = match namespace {
-                    Some(namespace) => Api::namespaced(client.clone(), namespace),
-                    None => Api::all(client.clone()),
-                };
+                let api: Api<Pod> = crate::scope::namespaced_or_all(client, namespace);
                 if supports_streaming_lists(&api).await {
                     tracing::info!("initial lists: streaming (the API server supports WatchList)");
                     InitialList::Stream
