@@ -29,10 +29,16 @@ pub mod reason {
     pub const DEADLINE: &str = "DeadlineExceeded";
     pub const API_ERROR: &str = "ApiError";
     pub const NOT_AN_EVICTION: &str = "NotAnEviction";
+    /// Refused at once under overload: too many decisions in flight, a full queue for the
+    /// budget, or a queue that would not be through before the deadline.
+    pub const SHED: &str = "Shed";
 }
 
 #[derive(Clone)]
 pub struct ZdbMetrics {
+    shed: IntCounterVec,
+    conflict_retries: prometheus::IntCounter,
+    queue_depth: IntGaugeVec,
     decisions: IntCounterVec,
     latency: Histogram,
     allowed: IntGaugeVec,
@@ -42,6 +48,41 @@ pub struct ZdbMetrics {
 impl ZdbMetrics {
     pub fn register(registry: &Registry) -> Result<Self, MetricsError> {
         Ok(Self {
+            shed: create(
+                registry,
+                "webhook_shed_total",
+                IntCounterVec::new(
+                    Opts::new(
+                        "webhook_shed_total",
+                        "Evictions refused at once under overload, by why: InFlight (too many decisions in this replica), QueueFull or NoTimeLeft (the budget's queue of writers).",
+                    )
+                    .namespace(PREFIX),
+                    &["why"],
+                ),
+            )?,
+            conflict_retries: create(
+                registry,
+                "webhook_conflict_retries_total",
+                prometheus::IntCounter::with_opts(
+                    Opts::new(
+                        "webhook_conflict_retries_total",
+                        "Status writes of an allowed eviction that lost to another writer (another replica) and were decided again.",
+                    )
+                    .namespace(PREFIX),
+                ),
+            )?,
+            queue_depth: create(
+                registry,
+                "webhook_queue_depth",
+                IntGaugeVec::new(
+                    Opts::new(
+                        "webhook_queue_depth",
+                        "Decisions of a budget waiting for or holding its writer's turn in this replica.",
+                    )
+                    .namespace(PREFIX),
+                    &["namespace", "name"],
+                ),
+            )?,
             decisions: create(
                 registry,
                 "webhook_decisions_total",
@@ -96,6 +137,25 @@ impl ZdbMetrics {
     pub fn decision(&self, allowed: bool, reason: &str) {
         let result = if allowed { "allowed" } else { "denied" };
         self.decisions.with_label_values(&[result, reason]).inc();
+    }
+
+    pub fn shed(&self, why: &'static str) {
+        self.shed.with_label_values(&[why]).inc();
+    }
+
+    pub fn conflict_retry(&self) {
+        self.conflict_retries.inc();
+    }
+
+    /// The depth of a budget's queue; an empty queue loses its series.
+    pub fn queue_depth(&self, namespace: &str, name: &str, depth: usize) {
+        if depth == 0 {
+            let _ = self.queue_depth.remove_label_values(&[namespace, name]);
+        } else {
+            self.queue_depth
+                .with_label_values(&[namespace, name])
+                .set(i64::try_from(depth).unwrap_or(i64::MAX));
+        }
     }
 
     pub fn latency(&self) -> &Histogram {

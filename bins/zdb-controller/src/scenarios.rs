@@ -217,3 +217,132 @@ async fn a_status_conflict_rereads_and_keeps_the_webhooks_record() {
     assert_ne!(action, Action::await_change());
     assert!(fake.unmatched().is_empty(), "{:?}", fake.unmatched());
 }
+
+/// A burst of evictions of one budget in one replica: the decisions that would record one take
+/// the budget's writer's turn one after another, and each starts from what the previous one
+/// wrote. With maxUnavailable 1, the first is recorded and the others are refused from its
+/// write, without a single status write losing with 409.
+///
+/// Without the per-budget queue every decision reads the same version, decides to record, and
+/// PUTs it: one wins and the others get 409 and start again (the conflict storm of a drain), and
+/// the test fails on the count of status writes.
+#[tokio::test]
+async fn a_burst_on_one_budget_takes_turns_without_conflicts() {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use crate::reconcile::{BudgetView, Draft, compute};
+    use crate::webhook::admission::Eviction;
+    use crate::webhook::judge::{Judge, MAX_IN_FLIGHT};
+    use zone_topology::IntOrPercent;
+    use zone_topology::budget::BudgetPod;
+
+    const PODS: u32 = 5;
+    let an_hour_ago = stored_time(Timestamp::now() - std::time::Duration::from_secs(3600));
+    let pods: Vec<BudgetPod> = (0..PODS)
+        .map(|ordinal| {
+            crate::pods::budget_pod(
+                &pod(ordinal, "node-a", &an_hour_ago),
+                zone_topology::Zone::known("zone-a"),
+            )
+        })
+        .collect();
+    let mut draft = Draft::default();
+    compute(
+        &BudgetView {
+            pods: &pods,
+            expected_total: PODS,
+            max_unavailable: IntOrPercent::Int(1),
+            now_ms: Timestamp::now().as_millisecond(),
+        },
+        &mut draft,
+    );
+    draft.status.observed_generation = 1;
+    let stored = Arc::new(Mutex::new(budget_json(
+        "1",
+        serde_json::to_value(&draft.status).unwrap(),
+    )));
+
+    let (fake, client) = FakeApi::new();
+    for ordinal in 0..PODS {
+        let body = serde_json::to_value(pod(ordinal, "node-a", &an_hour_ago)).unwrap();
+        fake.on(
+            Method::GET,
+            &format!("/api/v1/namespaces/apps/pods/web-{ordinal}"),
+        )
+        .always(200, body);
+    }
+    let read = stored.clone();
+    fake.on(Method::GET, BUDGET)
+        .always_with(move |_| (200, read.lock().unwrap().clone()));
+    // The API server's optimistic concurrency: a PUT of another version than the stored one
+    // loses with 409; a winning one bumps the version.
+    let written = stored.clone();
+    fake.on(Method::PUT, BUDGET_STATUS)
+        .always_with(move |request| {
+            let mut current = written.lock().unwrap();
+            let mut body = request.json().unwrap();
+            let version = current["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            if body["metadata"]["resourceVersion"] != version.as_str() {
+                return (
+                    409,
+                    status_json(409, "Conflict", "the object has been modified"),
+                );
+            }
+            let next: u64 = version.parse::<u64>().unwrap() + 1;
+            body["metadata"]["resourceVersion"] = json!(next.to_string());
+            *current = body.clone();
+            (200, body)
+        });
+
+    let budget: ZoneDisruptionBudget =
+        serde_json::from_value(stored.lock().unwrap().clone()).unwrap();
+    let judge = Arc::new(Judge {
+        client: client.clone(),
+        zdbs: store_of([budget]),
+        zdbs_synced: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        zones: NodeZones::from_store(store_of([zoned_node("node-a", "zone-a")]), ZONE_LABEL),
+        field_manager: "zdb-controller".into(),
+        deadline: Duration::from_secs(3),
+        metrics: ZdbMetrics::register(&prometheus::Registry::new()).unwrap(),
+        events: EventPublisher::new(client, "zdb-controller", "test"),
+        guesses: Default::default(),
+        recent: Default::default(),
+        denial_ttl: Duration::from_millis(250),
+        queues: Arc::default(),
+        in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+    });
+
+    let decisions: Vec<_> = (0..PODS)
+        .map(|ordinal| {
+            let judge = judge.clone();
+            tokio::spawn(async move {
+                let eviction = Eviction {
+                    namespace: NAMESPACE.into(),
+                    pod: format!("web-{ordinal}"),
+                    dry_run: false,
+                };
+                judge.judge(&eviction).await
+            })
+        })
+        .collect();
+    let mut verdicts = Vec::new();
+    for decision in decisions {
+        verdicts.push(decision.await.unwrap());
+    }
+
+    let allowed: Vec<_> = verdicts.iter().filter(|v| v.allowed).collect();
+    assert_eq!(allowed.len(), 1, "{verdicts:?}");
+    assert!(
+        verdicts
+            .iter()
+            .filter(|v| !v.allowed)
+            .all(|v| v.reason == "ZoneBudgetExhausted"),
+        "{verdicts:?}"
+    );
+    let puts = fake.requests_to(&Method::PUT, BUDGET_STATUS);
+    assert_eq!(puts.len(), 1, "one status write, none lost to a conflict");
+}

@@ -24,12 +24,24 @@ use zone_topology::budget::{Decision, Denial, EvictedPod, PodCondition, ZoneBudg
 use crate::metrics::{ZdbMetrics, reason};
 use crate::webhook::admission::Eviction;
 use crate::webhook::guess::BudgetGuesses;
+use crate::webhook::queue::{BudgetQueues, Shed};
 use crate::webhook::recent::RecentBudgets;
 use crate::{pods, view};
 
-/// Pause between attempts after a write conflict: long enough for the winner's write to be
-/// readable, short enough for many attempts inside the deadline.
+/// Pause between attempts after a write conflict (with another replica): long enough for the
+/// winner's write to be readable, short enough for many attempts inside the deadline; the actual
+/// pause is drawn between half and one and a half times this, so two replicas that collided do
+/// not collide again in step.
 const CONFLICT_BACKOFF: Duration = Duration::from_millis(20);
+
+/// Decisions one replica works on at once, at most; past it an eviction is refused at once (a
+/// 429 the client retries). Bounds the memory a burst can take: each decision holds a pod and
+/// copies of its budget.
+pub const MAX_IN_FLIGHT: usize = 256;
+
+/// Kept back from the deadline when waiting for a budget's writer's turn: the write itself and
+/// the answer still have to fit.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(150);
 
 /// The answer to one eviction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +95,19 @@ pub struct Judge {
     /// Budgets read (or written) fresh a moment ago, for refusals within `denial_ttl`.
     pub recent: RecentBudgets,
     pub denial_ttl: Duration,
+    /// One writer at a time per budget in this replica.
+    pub queues: Arc<BudgetQueues>,
+    /// Permits for the decisions in flight ([`MAX_IN_FLIGHT`]).
+    pub in_flight: Arc<tokio::sync::Semaphore>,
+}
+
+/// `base` scaled by a factor drawn from [0.5, 1.5).
+fn jittered(base: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(Instant::now().elapsed().as_nanos());
+    let unit = f64::from(u32::try_from(hasher.finish() >> 32).unwrap_or(0)) / 4_294_967_296.0;
+    base.mul_f64(0.5 + unit)
 }
 
 /// "web-1, web-2 evicted; 1 other unavailable or missing".
@@ -153,6 +178,16 @@ impl Judge {
     /// may have recorded the eviction; the record is harmless (the retried eviction finds it and
     /// is allowed, or it expires).
     pub async fn judge(&self, eviction: &Eviction) -> Verdict {
+        let Ok(_permit) = self.in_flight.try_acquire() else {
+            self.metrics.shed("InFlight");
+            return denied(
+                reason::SHED,
+                format!(
+                    "cannot evict pod {}: the eviction webhook is deciding {MAX_IN_FLIGHT} evictions already; retry",
+                    eviction.pod
+                ),
+            );
+        };
         match tokio::time::timeout(self.deadline, self.judge_unbounded(eviction)).await {
             Ok(verdict) => verdict,
             Err(_) => {
@@ -303,6 +338,8 @@ impl Judge {
             return verdict;
         }
         let started = Instant::now();
+        // Taken once a fresh read says the eviction is to be recorded; kept across conflicts.
+        let mut turn = None;
         loop {
             let read = match early.take() {
                 Some(zdb) => Ok(zdb),
@@ -328,23 +365,65 @@ impl Judge {
                 Step::Record { next, zone } => (next, zone),
             };
             let shadow = zdb.spec.dry_run;
+            if turn.is_none() {
+                let time_left = self
+                    .deadline
+                    .saturating_sub(started.elapsed() + DEADLINE_MARGIN);
+                match self.queues.turn(namespace, name, time_left).await {
+                    Ok(held) => {
+                        self.metrics.queue_depth(namespace, name, held.depth());
+                        // Decide again from what the previous writer stored, if it is not what
+                        // was read before waiting.
+                        let written = held.written();
+                        turn = Some(held);
+                        if let Some(written) = written
+                            && written.resource_version() != zdb.resource_version()
+                        {
+                            early = Some(Some((*written).clone()));
+                            continue;
+                        }
+                    }
+                    Err(shed) => {
+                        self.metrics.shed(match shed {
+                            Shed::QueueFull => "QueueFull",
+                            Shed::NoTimeLeft => "NoTimeLeft",
+                        });
+                        let message = format!(
+                            "cannot evict pod {}: too many evictions of ZoneDisruptionBudget {name} are being decided; retry",
+                            eviction.pod
+                        );
+                        return self.refuse(&zdb, shadow, reason::SHED, message);
+                    }
+                }
+            }
             let mut wanted = zdb.clone();
             wanted.status = Some(next);
-            match status::put_status(api, &wanted, &self.field_manager).await {
+            let writing = Instant::now();
+            let result = status::put_status(api, &wanted, &self.field_manager).await;
+            self.queues.observe_write(writing.elapsed());
+            match result {
                 Ok(written) => {
                     self.recent.remember(&written);
+                    if let Some(turn) = &turn {
+                        turn.wrote(&written);
+                    }
+                    drop(turn);
+                    self.metrics
+                        .queue_depth(namespace, name, self.queues.depth(namespace, name));
                     tracing::info!(namespace, budget = name, pod = %eviction.pod, zone = %zone, "eviction allowed and recorded");
                     return allowed(reason::RECORDED);
                 }
                 Err(error) if error.is_conflict() => {
-                    if started.elapsed() + CONFLICT_BACKOFF >= self.deadline {
+                    self.metrics.conflict_retry();
+                    let backoff = jittered(CONFLICT_BACKOFF);
+                    if started.elapsed() + backoff >= self.deadline {
                         let message = format!(
                             "cannot evict pod {}: ZoneDisruptionBudget {name} is being updated by concurrent evictions; retry",
                             eviction.pod
                         );
                         return self.refuse(&zdb, shadow, reason::CONFLICTS, message);
                     }
-                    tokio::time::sleep(CONFLICT_BACKOFF).await;
+                    tokio::time::sleep(backoff).await;
                 }
                 Err(error) => {
                     tracing::warn!(error = %ErrorChain(&error), namespace, budget = name, "cannot record the eviction");
@@ -487,6 +566,8 @@ mod tests {
             guesses: BudgetGuesses::default(),
             recent: RecentBudgets::default(),
             denial_ttl: Duration::from_millis(250),
+            queues: Arc::default(),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
         };
         let started = Instant::now();
         let verdict = judge
@@ -583,6 +664,8 @@ mod tests {
             guesses: BudgetGuesses::default(),
             recent: RecentBudgets::default(),
             denial_ttl: Duration::from_secs(60),
+            queues: Arc::default(),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
         };
         let eviction = Eviction {
             namespace: "apps".into(),

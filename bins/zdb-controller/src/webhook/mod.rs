@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod guess;
 pub mod judge;
+pub mod queue;
 pub mod recent;
 
 use std::future::Future;
@@ -75,6 +76,8 @@ pub async fn start(
         guesses: guess::BudgetGuesses::default(),
         recent: recent::RecentBudgets::default(),
         denial_ttl: args.denial_cache_ttl,
+        queues: Arc::default(),
+        in_flight: Arc::new(tokio::sync::Semaphore::new(judge::MAX_IN_FLIGHT)),
     });
     let router = Router::new().route(PATH, post(validate)).with_state(judge);
 

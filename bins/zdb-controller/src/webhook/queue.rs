@@ -1,0 +1,326 @@
+//! One writer at a time per budget, within this replica.
+//!
+//! An allowed eviction is recorded by a PUT of the budget's status carrying the resourceVersion
+//! that was read. When many evictions of one budget arrive at once (a parallel drain, a cluster
+//! autoscaler emptying nodes), letting each read, decide and PUT on its own makes all but one
+//! lose with 409 and start again, over and over: a conflict storm inside one process, with
+//! every request holding its copies of the budget until the decision deadline.
+//!
+//! Here the decisions that would write a budget take turns ([`BudgetQueues::turn`]): the holder
+//! of a turn decides on the latest version this replica knows (the one the previous writer
+//! stored) and writes; the next one starts from its result. Across replicas nothing changes: the
+//! PUT with the resourceVersion still lets only one of two replicas win.
+//!
+//! The queue is bounded, per budget and by time: a request that cannot get its turn while the
+//! decision can still be made within the deadline is shed at once with a 429 (cheap, and the
+//! client retries), never left to wait out the deadline. Memory is bounded with it: an entry
+//! exists only while a decision of its budget is in flight.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{Mutex as TurnLock, OwnedMutexGuard};
+use zone_api::ZoneDisruptionBudget;
+
+/// Requests of one budget waiting for (or holding) the writer's turn, at most.
+pub const MAX_QUEUED_PER_BUDGET: usize = 64;
+
+/// A write's duration assumed before any was measured.
+const INITIAL_WRITE_ESTIMATE: Duration = Duration::from_millis(20);
+
+/// (namespace, name) → the turn of that budget.
+type Entries = HashMap<(String, String), Arc<Entry>>;
+
+#[derive(Debug, Default)]
+struct Entry {
+    turn: Arc<TurnLock<()>>,
+    /// Waiting for the turn or holding it (changed under the table's lock).
+    queued: std::sync::atomic::AtomicUsize,
+    /// The budget as the last holder of the turn wrote it: where the next one starts.
+    written: Mutex<Option<Arc<ZoneDisruptionBudget>>>,
+}
+
+/// Why a request did not get its turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shed {
+    /// [`MAX_QUEUED_PER_BUDGET`] requests of this budget are already queued.
+    QueueFull,
+    /// The queue ahead would not be through before the deadline.
+    NoTimeLeft,
+}
+
+/// The per-budget turns of this replica.
+#[derive(Debug)]
+pub struct BudgetQueues {
+    entries: Mutex<Entries>,
+    /// Moving average of a write's duration (µs), to tell whether the queue ahead fits.
+    write_estimate_us: AtomicU64,
+}
+
+impl Default for BudgetQueues {
+    fn default() -> Self {
+        Self {
+            entries: Mutex::default(),
+            write_estimate_us: AtomicU64::new(micros(INITIAL_WRITE_ESTIMATE)),
+        }
+    }
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The writer's turn for one budget; the next request gets it when this drops.
+#[derive(Debug)]
+pub struct Turn {
+    _held: OwnedMutexGuard<()>,
+    queue: Queued,
+}
+
+impl Turn {
+    /// Requests of this budget queued behind and including this one.
+    pub fn depth(&self) -> usize {
+        self.queue.entry.queued.load(Ordering::Acquire)
+    }
+
+    /// The budget as an earlier holder of this queue's turn wrote it, if one did: newer than
+    /// what was read before waiting.
+    pub fn written(&self) -> Option<Arc<ZoneDisruptionBudget>> {
+        self.queue
+            .entry
+            .written
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records what this holder wrote, for the next one.
+    pub fn wrote(&self, zdb: &ZoneDisruptionBudget) {
+        *self
+            .queue
+            .entry
+            .written
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(zdb.clone()));
+    }
+}
+
+/// A place in a budget's queue; leaving it (drop) removes the budget's entry when it empties.
+#[derive(Debug)]
+struct Queued {
+    queues: Arc<BudgetQueues>,
+    key: (String, String),
+    entry: Arc<Entry>,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        let mut entries = self
+            .queues
+            .entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if self.entry.queued.fetch_sub(1, Ordering::AcqRel) == 1 {
+            entries.remove(&self.key);
+        }
+    }
+}
+
+impl BudgetQueues {
+    /// Waits for the writer's turn of budget `namespace/name`, or says why not: the queue is
+    /// full, or what waits ahead (at the measured write time) would not be through within
+    /// `time_left`. A request shed waits for nothing.
+    pub async fn turn(
+        self: &Arc<Self>,
+        namespace: &str,
+        name: &str,
+        time_left: Duration,
+    ) -> Result<Turn, Shed> {
+        let key = (namespace.to_owned(), name.to_owned());
+        let (entry, ahead) = {
+            let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+            let entry = entries.entry(key.clone()).or_default().clone();
+            let ahead = entry.queued.load(Ordering::Acquire);
+            if ahead >= MAX_QUEUED_PER_BUDGET {
+                return Err(Shed::QueueFull);
+            }
+            // Our own write counts too: the decision must fit after the queue.
+            let needed = self.write_estimate() * u32::try_from(ahead + 1).unwrap_or(u32::MAX);
+            if needed > time_left {
+                return Err(Shed::NoTimeLeft);
+            }
+            entry.queued.fetch_add(1, Ordering::AcqRel);
+            (entry, ahead)
+        };
+        let queue = Queued {
+            queues: self.clone(),
+            key,
+            entry,
+        };
+        let wait = queue.entry.turn.clone().lock_owned();
+        match tokio::time::timeout(time_left, wait).await {
+            Ok(held) => Ok(Turn { _held: held, queue }),
+            Err(_) => {
+                tracing::debug!(ahead, "the writer's turn did not come in time");
+                Err(Shed::NoTimeLeft)
+            }
+        }
+    }
+
+    /// Records how long a write under a turn took (a moving average of the last few).
+    pub fn observe_write(&self, took: Duration) {
+        let sample = micros(took);
+        let _ =
+            self.write_estimate_us
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |estimate| {
+                    Some((estimate * 7 + sample) / 8)
+                });
+    }
+
+    fn write_estimate(&self) -> Duration {
+        Duration::from_micros(self.write_estimate_us.load(Ordering::Acquire))
+    }
+
+    /// Requests of budget `namespace/name` queued now.
+    pub fn depth(&self, namespace: &str, name: &str) -> usize {
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .map_or(0, |entry| entry.queued.load(Ordering::Acquire))
+    }
+
+    /// Budgets with a queue now, and its depth.
+    #[cfg(test)]
+    fn depths(&self) -> Vec<((String, String), usize)> {
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(key, entry)| (key.clone(), entry.queued.load(Ordering::Acquire)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    const PLENTY: Duration = Duration::from_secs(3);
+
+    /// Requests of one budget never hold the turn together; another budget's do not wait for it.
+    #[tokio::test]
+    async fn writers_of_one_budget_take_turns() {
+        let queues = Arc::new(BudgetQueues::default());
+        let inside = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..20 {
+            let (queues, inside, most) = (queues.clone(), inside.clone(), most.clone());
+            tasks.push(tokio::spawn(async move {
+                let _turn = queues.turn("apps", "web", PLENTY).await.unwrap();
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+            }));
+        }
+        let held = queues.turn("apps", "db", PLENTY).await.unwrap();
+        assert_eq!(held.depth(), 1, "another budget has its own queue");
+        assert!(held.written().is_none());
+        let mut budget = ZoneDisruptionBudget::new("web", Default::default());
+        budget.metadata.resource_version = Some("7".into());
+        held.wrote(&budget);
+        drop(held);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 1, "one writer at a time");
+        assert!(queues.depths().is_empty(), "empty queues leave no entry");
+    }
+
+    /// The next holder starts from what the previous one wrote, not from its own older read.
+    #[tokio::test]
+    async fn the_next_writer_starts_from_the_last_write() {
+        let queues = Arc::new(BudgetQueues::default());
+        let first = queues.turn("apps", "web", PLENTY).await.unwrap();
+        let next = {
+            let queues = queues.clone();
+            tokio::spawn(async move {
+                let turn = queues.turn("apps", "web", PLENTY).await.unwrap();
+                turn.written()
+                    .and_then(|zdb| zdb.metadata.resource_version.clone())
+            })
+        };
+        while queues.depth("apps", "web") < 2 {
+            tokio::task::yield_now().await;
+        }
+        let mut budget = ZoneDisruptionBudget::new("web", Default::default());
+        budget.metadata.resource_version = Some("8".into());
+        first.wrote(&budget);
+        drop(first);
+        assert_eq!(next.await.unwrap().as_deref(), Some("8"));
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_sheds_at_once() {
+        let queues = Arc::new(BudgetQueues::default());
+        let held = queues.turn("apps", "web", PLENTY).await.unwrap();
+        let mut waiting = Vec::new();
+        for _ in 1..MAX_QUEUED_PER_BUDGET {
+            let queues = queues.clone();
+            waiting.push(tokio::spawn(async move {
+                queues
+                    .turn("apps", "web", Duration::from_secs(60))
+                    .await
+                    .map(drop)
+            }));
+        }
+        while queues.depths() != [(("apps".into(), "web".into()), MAX_QUEUED_PER_BUDGET)] {
+            tokio::task::yield_now().await;
+        }
+        let started = tokio::time::Instant::now();
+        let shed = queues.turn("apps", "web", Duration::from_secs(60)).await;
+        assert_eq!(shed.unwrap_err(), Shed::QueueFull);
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "shed without waiting"
+        );
+        drop(held);
+        for task in waiting {
+            task.await.unwrap().unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_queue_that_cannot_be_through_in_time_sheds_at_once() {
+        let queues = Arc::new(BudgetQueues::default());
+        queues.observe_write(Duration::from_millis(20));
+        let _held = queues.turn("apps", "web", PLENTY).await.unwrap();
+        // One ahead (20 ms) plus our own write (20 ms) does not fit in 30 ms.
+        let shed = queues.turn("apps", "web", Duration::from_millis(30)).await;
+        assert_eq!(shed.unwrap_err(), Shed::NoTimeLeft);
+        // It fits in a second, but the holder keeps the turn: the wait ends at the time left.
+        let started = tokio::time::Instant::now();
+        let late = queues.turn("apps", "web", Duration::from_millis(200)).await;
+        assert_eq!(late.unwrap_err(), Shed::NoTimeLeft);
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_write_estimate_follows_the_measured_writes() {
+        let queues = BudgetQueues::default();
+        for _ in 0..50 {
+            queues.observe_write(Duration::from_millis(4));
+        }
+        let estimate = queues.write_estimate();
+        assert!(
+            estimate < Duration::from_millis(5) && estimate >= Duration::from_millis(4),
+            "{estimate:?}"
+        );
+    }
+}
