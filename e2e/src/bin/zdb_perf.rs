@@ -69,7 +69,7 @@ const PATH: &str = "/validate-eviction";
 const UNSELECTED_SET: &str = "free";
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 /// Decision reasons of an eviction refused because the webhook is overloaded, not by a budget.
-const OVERLOAD_REFUSALS: [&str; 2] = ["/TooManyConflicts", "/DeadlineExceeded"];
+const OVERLOAD_REFUSALS: [&str; 3] = ["/TooManyConflicts", "/DeadlineExceeded", "/Shed"];
 
 struct Settings {
     pods: usize,
@@ -1459,7 +1459,7 @@ fn report(r: &Report) {
         r.selected, settings.allowed_rate, settings.rate
     );
     println!(
-        "429 = allowed evictions refused with 429 under load (write conflicts, or the webhook's decision deadline: see the decisions); wrong = other answers than expected or errors; late = sends more than one interval behind schedule (driver starved of CPU); ctrl/apisrv/driver cpu = CPU time of the controller / the API server / this driver during the class per request (the API server's includes whatever else it served meanwhile); host busy = the whole machine during the class"
+        "429 = allowed evictions refused with 429 under load (write conflicts, load shed at once, or the webhook's decision deadline: see the decisions); wrong = other answers than expected or errors; late = sends more than one interval behind schedule (driver starved of CPU); ctrl/apisrv/driver cpu = CPU time of the controller / the API server / this driver during the class per request (the API server's includes whatever else it served meanwhile); host busy = the whole machine during the class"
     );
 }
 
