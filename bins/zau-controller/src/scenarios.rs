@@ -189,6 +189,18 @@ fn fake_api(zau: &ZoneAwareUpdate) -> (FakeApi, kube::Client) {
     (fake, client)
 }
 
+/// One reconcile of `zau` over these caches, with this alarm and leadership; it must succeed.
+async fn reconcile_once(
+    client: kube::Client,
+    zau: ZoneAwareUpdate,
+    caches: Caches,
+    alarms: Arc<dyn AlarmSource>,
+    leader: LeaderHandle,
+) -> Action {
+    let ctx = context(client, &zau, caches, alarms, leader);
+    reconcile(Arc::new(zau), ctx).await.unwrap()
+}
+
 fn context(
     client: kube::Client,
     zau: &ZoneAwareUpdate,
@@ -272,15 +284,14 @@ async fn a_refused_eviction_ends_the_batch() {
     fake.on_prefix(Method::POST, "/api/v1/namespaces/apps/pods/")
         .always(201, evicted());
     let alarms = ScriptedAlarm::new(AlarmState::Clear);
-    let ctx = context(
+    let action = reconcile_once(
         client,
-        &zau,
+        zau,
         caches(OLD),
         alarms.clone(),
         LeaderHandle::unelected(),
-    );
-
-    let action = reconcile(Arc::new(zau), ctx).await.unwrap();
+    )
+    .await;
 
     // The batch is web-3, web-2 (step 1, factor 2): only the first was asked for, conditional on
     // the UID the cache saw (a pod recreated under that name is never evicted by mistake).
@@ -327,15 +338,14 @@ async fn a_firing_alarm_pauses_without_evicting() {
     let alarms = ScriptedAlarm::new(AlarmState::Firing {
         reason: "5xx errors above threshold".to_owned(),
     });
-    let ctx = context(
+    let action = reconcile_once(
         client,
-        &zau,
+        zau,
         caches(OLD),
         alarms.clone(),
         LeaderHandle::unelected(),
-    );
-
-    let action = reconcile(Arc::new(zau), ctx).await.unwrap();
+    )
+    .await;
 
     assert_eq!(alarms.asked(), ["my-alarm"]);
     assert!(
@@ -391,15 +401,14 @@ async fn a_conflicting_statefulset_status_write_is_reread_and_retried() {
         });
     let alarms = ScriptedAlarm::new(AlarmState::Clear);
     // Every pod runs web-2 and is Ready: the rollout is complete.
-    let ctx = context(
+    let action = reconcile_once(
         client,
-        &zau,
+        zau,
         caches(NEW),
         alarms.clone(),
         LeaderHandle::unelected(),
-    );
-
-    let action = reconcile(Arc::new(zau), ctx).await.unwrap();
+    )
+    .await;
 
     assert_eq!(action, Action::await_change());
     assert_eq!(fake.requests_to(&Method::GET, STATEFULSET).len(), 2);
@@ -463,14 +472,14 @@ async fn batch_with_lease_held_by(holder: &str) -> (FakeApi, Action) {
         .always(201, evicted());
     let leader =
         LeaderHandle::leading_for_tests(client.clone(), "zone-system", "zau-controller", "me");
-    let ctx = context(
+    let action = reconcile_once(
         client,
-        &zau,
+        zau,
         caches(OLD),
         ScriptedAlarm::new(AlarmState::Clear),
         leader,
-    );
-    let action = reconcile(Arc::new(zau), ctx).await.unwrap();
+    )
+    .await;
     assert!(fake.unmatched().is_empty(), "{:?}", fake.unmatched());
     (fake, action)
 }
