@@ -145,7 +145,7 @@ pub async fn run<K, Ctx, ReconcileFut, E>(
 
 /// The failure policy of a reconcile: count it under `kind` (a bounded label), log the whole
 /// cause chain, and retry after `retry`.
-pub fn requeue_failed<K>(
+fn requeue_failed<K>(
     object: &K,
     error: &(dyn Error + 'static),
     kind: &'static str,

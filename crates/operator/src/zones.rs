@@ -67,24 +67,14 @@ impl NodeZones {
         let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
             return Zone::Unknown;
         };
-        self.zone_of_node(node_name)
-    }
-
-    /// The zone of node `name`.
-    pub fn zone_of_node(&self, name: &str) -> Zone {
         self.nodes
-            .get(&ObjectRef::new(name))
+            .get(&ObjectRef::new(node_name))
             .map_or(Zone::Unknown, |node| {
                 Zone::from_label(
                     node.metadata.labels.as_ref().unwrap_or(&Default::default()),
                     &self.zone_label,
                 )
             })
-    }
-
-    /// The zone label this cache reads.
-    pub fn zone_label(&self) -> &str {
-        &self.zone_label
     }
 }
 

@@ -371,7 +371,6 @@ impl Judge {
                     .saturating_sub(started.elapsed() + DEADLINE_MARGIN);
                 match self.queues.turn(namespace, name, time_left).await {
                     Ok(held) => {
-                        self.metrics.queue_depth(namespace, name, held.depth());
                         // Decide again from what the previous writer stored, if it is not what
                         // was read before waiting.
                         let written = held.written();
@@ -407,9 +406,6 @@ impl Judge {
                     if let Some(turn) = &turn {
                         turn.wrote(&written);
                     }
-                    drop(turn);
-                    self.metrics
-                        .queue_depth(namespace, name, self.queues.depth(namespace, name));
                     tracing::info!(namespace, budget = name, pod = %eviction.pod, zone = %zone, "eviction allowed and recorded");
                     return allowed(reason::RECORDED);
                 }

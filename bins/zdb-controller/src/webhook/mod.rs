@@ -64,6 +64,7 @@ pub async fn start(
         });
     }
     let zones_ready = zones.clone();
+    let queues = Arc::new(queue::BudgetQueues::with_metrics(metrics.clone()));
     let judge = Arc::new(Judge {
         client: client.clone(),
         zdbs,
@@ -76,7 +77,7 @@ pub async fn start(
         guesses: guess::BudgetGuesses::default(),
         recent: recent::RecentBudgets::default(),
         denial_ttl: args.denial_cache_ttl,
-        queues: Arc::default(),
+        queues,
         in_flight: Arc::new(tokio::sync::Semaphore::new(judge::MAX_IN_FLIGHT)),
     });
     let router = Router::new().route(PATH, post(validate)).with_state(judge);

@@ -24,6 +24,8 @@ use std::time::Duration;
 use tokio::sync::{Mutex as TurnLock, OwnedMutexGuard};
 use zone_api::ZoneDisruptionBudget;
 
+use crate::metrics::ZdbMetrics;
+
 /// Requests of one budget waiting for (or holding) the writer's turn, at most.
 pub const MAX_QUEUED_PER_BUDGET: usize = 64;
 
@@ -52,11 +54,12 @@ pub enum Shed {
 }
 
 /// The per-budget turns of this replica.
-#[derive(Debug)]
 pub struct BudgetQueues {
     entries: Mutex<Entries>,
     /// Moving average of a write's duration (µs), to tell whether the queue ahead fits.
     write_estimate_us: AtomicU64,
+    /// Where each change of a queue's depth is published.
+    metrics: Option<ZdbMetrics>,
 }
 
 impl Default for BudgetQueues {
@@ -64,7 +67,17 @@ impl Default for BudgetQueues {
         Self {
             entries: Mutex::default(),
             write_estimate_us: AtomicU64::new(micros(INITIAL_WRITE_ESTIMATE)),
+            metrics: None,
         }
+    }
+}
+
+impl std::fmt::Debug for BudgetQueues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BudgetQueues")
+            .field("entries", &self.entries)
+            .field("write_estimate_us", &self.write_estimate_us)
+            .finish_non_exhaustive()
     }
 }
 
@@ -81,7 +94,8 @@ pub struct Turn {
 
 impl Turn {
     /// Requests of this budget queued behind and including this one.
-    pub fn depth(&self) -> usize {
+    #[cfg(test)]
+    fn depth(&self) -> usize {
         self.queue.entry.queued.load(Ordering::Acquire)
     }
 
@@ -122,13 +136,31 @@ impl Drop for Queued {
             .entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if self.entry.queued.fetch_sub(1, Ordering::AcqRel) == 1 {
+        let left = self.entry.queued.fetch_sub(1, Ordering::AcqRel) - 1;
+        if left == 0 {
             entries.remove(&self.key);
         }
+        self.queues.publish_depth(&self.key, left);
     }
 }
 
 impl BudgetQueues {
+    /// Queues whose depth is published as `webhook_queue_depth` (the series of an emptied
+    /// queue is removed).
+    pub fn with_metrics(metrics: ZdbMetrics) -> Self {
+        Self {
+            metrics: Some(metrics),
+            ..Self::default()
+        }
+    }
+
+    /// Called under the table's lock, so the published depths follow the changes in order.
+    fn publish_depth(&self, (namespace, name): &(String, String), depth: usize) {
+        if let Some(metrics) = &self.metrics {
+            metrics.queue_depth(namespace, name, depth);
+        }
+    }
+
     /// Waits for the writer's turn of budget `namespace/name`, or says why not: the queue is
     /// full, or what waits ahead (at the measured write time) would not be through within
     /// `time_left`. A request shed waits for nothing.
@@ -152,6 +184,7 @@ impl BudgetQueues {
                 return Err(Shed::NoTimeLeft);
             }
             entry.queued.fetch_add(1, Ordering::AcqRel);
+            self.publish_depth(&key, ahead + 1);
             (entry, ahead)
         };
         let queue = Queued {
@@ -184,7 +217,8 @@ impl BudgetQueues {
     }
 
     /// Requests of budget `namespace/name` queued now.
-    pub fn depth(&self, namespace: &str, name: &str) -> usize {
+    #[cfg(test)]
+    fn depth(&self, namespace: &str, name: &str) -> usize {
         self.entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -225,7 +259,10 @@ mod tests {
                 let _turn = queues.turn("apps", "web", PLENTY).await.unwrap();
                 let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(2)).await;
+                // Give the other writers every chance to come in meanwhile.
+                for _ in 0..5 {
+                    tokio::task::yield_now().await;
+                }
                 inside.fetch_sub(1, Ordering::SeqCst);
             }));
         }
@@ -309,6 +346,29 @@ mod tests {
         let late = queues.turn("apps", "web", Duration::from_millis(200)).await;
         assert_eq!(late.unwrap_err(), Shed::NoTimeLeft);
         assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    /// The depth gauge follows the queue, and an emptied queue loses its series.
+    #[tokio::test]
+    async fn queue_depths_are_published() {
+        let registry = prometheus::Registry::new();
+        let metrics = ZdbMetrics::register(&registry).unwrap();
+        let queues = Arc::new(BudgetQueues::with_metrics(metrics));
+        let series = r#"zone_aware_zdb_webhook_queue_depth{name="web",namespace="apps"}"#;
+        let first = queues.turn("apps", "web", PLENTY).await.unwrap();
+        let second = {
+            let queues = queues.clone();
+            tokio::spawn(async move { queues.turn("apps", "web", PLENTY).await.map(drop) })
+        };
+        while queues.depth("apps", "web") < 2 {
+            tokio::task::yield_now().await;
+        }
+        let text = zone_operator::metrics::exposition(&registry);
+        assert!(text.contains(&format!("{series} 2")), "{text}");
+        drop(first);
+        second.await.unwrap().unwrap();
+        let text = zone_operator::metrics::exposition(&registry);
+        assert!(!text.contains(series), "{text}");
     }
 
     #[test]
