@@ -2,29 +2,30 @@
 //! target run through every shard's generated relabel rules (what each Prometheus shard does).
 //!
 //! Prints targets/s for the full 1,000,000 and the max/mean load ratio per zone (target ≤ 1.05),
-//! then lets criterion measure smaller batches for stable figures.
+//! the share of buckets and of targets that move at each step 1 → 64 shards next to plain
+//! `hashmod(N)` sharding, then lets criterion measure smaller batches for stable figures.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use zone_topology::hashmod::hashmod;
 use zone_topology::relabel::{CompiledRules, Labels};
-use zone_topology::sharding::{ShardLayout, TOPOLOGY_SOURCES, ZonelessTargets, topology_rules};
+use zone_topology::sharding::{BUCKETS, ShardLayout, TOPOLOGY_SOURCES, ZonelessTargets, owners};
 
 const SHARDS: u32 = 12;
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 const TARGETS: u32 = 1_000_000;
 
 fn layout() -> ShardLayout {
-    ShardLayout::new(SHARDS, ZONES.iter().map(|z| z.to_string()).collect()).unwrap()
+    let zones = ZONES.iter().map(|z| z.to_string()).collect();
+    ShardLayout::topology(SHARDS, zones, ZonelessTargets::Spread).unwrap()
 }
 
 fn rules(layout: &ShardLayout) -> Vec<CompiledRules> {
     (0..SHARDS)
-        .map(|shard| {
-            CompiledRules::new(&topology_rules(layout, shard, ZonelessTargets::FirstZone)).unwrap()
-        })
+        .map(|shard| CompiledRules::new(&layout.rules(shard)).unwrap())
         .collect()
 }
 
@@ -68,7 +69,7 @@ fn report_full_run() {
     );
     for zone in ZONES {
         let loads: Vec<u64> = (0..SHARDS)
-            .filter(|s| layout.zone(*s) == zone)
+            .filter(|s| layout.zone(*s) == Some(zone))
             .map(|s| load[s as usize])
             .collect();
         let max = *loads.iter().max().unwrap() as f64;
@@ -85,8 +86,42 @@ fn report_full_run() {
     }
 }
 
+/// Movement per step n → n+1 (Classic, 1 → 64 shards): the share of buckets that change owner
+/// (exactly 1/(n+1)) and of 100,000 addresses, next to plain `hashmod(N)` (about n/(n+1)).
+fn report_movement() {
+    let hashes: Vec<u64> = (0..100_000u32)
+        .map(|n| hashmod(&target(n)["__address__"], u64::from(BUCKETS)))
+        .collect();
+    let addresses: Vec<String> = (0..100_000u32)
+        .map(|n| target(n)["__address__"].clone())
+        .collect();
+    println!("movement: step, buckets moved, targets moved, targets moved by hashmod(N)");
+    let mut previous = owners(1);
+    for n in 1..64u32 {
+        let next = owners(n + 1);
+        let buckets = previous.iter().zip(&next).filter(|(a, b)| a != b).count();
+        let targets = hashes
+            .iter()
+            .filter(|h| previous[**h as usize] != next[**h as usize])
+            .count();
+        let modulo = addresses
+            .iter()
+            .filter(|a| hashmod(a, u64::from(n)) != hashmod(a, u64::from(n + 1)))
+            .count();
+        println!(
+            "movement: {n:>2} -> {:>2}: {:>6.2} % buckets, {:>6.2} % targets, {:>6.2} % with hashmod(N)",
+            n + 1,
+            100.0 * buckets as f64 / f64::from(BUCKETS),
+            100.0 * targets as f64 / hashes.len() as f64,
+            100.0 * modulo as f64 / addresses.len() as f64
+        );
+        previous = next;
+    }
+}
+
 fn bench(c: &mut Criterion) {
     report_full_run();
+    report_movement();
     let layout = layout();
     let rules = rules(&layout);
     let batch: Vec<Labels> = (0..10_000).map(target).collect();

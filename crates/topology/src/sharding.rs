@@ -1,15 +1,23 @@
 //! Zone-aware sharding of Prometheus scrape targets.
 //!
-//! The upstream proposals' pseudo-code is wrong in three places (zone index, in-zone index and
-//! modulus); these are the formulas the upstream operator shipped, which also match the
-//! proposals' own prose ("A,B,C,A,B,C"):
+//! The upstream operator ships `zone(i) = zones[i % Z]`, `in_zone(i) = i / Z` and a modulus of
+//! `max(1, N / Z)`: whole shards idle when `N % Z != 0`, every zoneless target dropped, and
+//! `N/(N+1)` of all targets remapped on every resize. Here, with `Z` zones and `N` shards:
 //!
 //! ```text
-//! shards_per_zone = max(1, shards / len(zones))
-//! zone(i)         = zones[i % len(zones)]
-//! in_zone(i)      = i / len(zones)
-//! modulus         = shards_per_zone
+//! zone(i)    = zones[i % Z]                  (A,B,C,A,B,C — the interleaving is kept)
+//! in_zone(i) = i / Z
+//! n(z)       = N / Z + (1 if z < N % Z)       shards of zone index z: every shard has work
 //! ```
+//!
+//! A target hashes into one of [`BUCKETS`] buckets; shard `i` keeps the buckets that
+//! [`owners`]`(n(zone(i)))` gives to `in_zone(i)`, so a resize only moves buckets onto (or off)
+//! the shard that was added (or removed). Targets with no usable zone — none, one not listed, or
+//! one whose zone has no shard because `N < Z` — are spread over all `N` shards with
+//! `owners(N)` (or dropped, if the user asks).
+
+mod bucket_regex;
+mod owners;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -17,14 +25,17 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::relabel::RelabelConfig;
-use crate::zone::ZONE_LABEL;
 
-/// Label a user may set (e.g. in a scrape class) to pick the hash input instead of `__address__`.
+pub use bucket_regex::bucket_regex;
+pub use owners::{BUCKETS, buckets_of, owners};
+
+/// Label a user may set (e.g. to shard by pod name) to pick the hash input instead of
+/// `__address__`. After the sharding rules it holds the target's bucket.
 pub const TMP_HASH: &str = "__tmp_hash";
 /// Label a user may set to override the detected topology of a target.
 pub const TMP_TOPOLOGY: &str = "__tmp_topology";
-/// Internal marker: non-empty when `__tmp_topology` names one of the listed zones.
-pub const TMP_TOPOLOGY_LISTED: &str = "__tmp_topology_listed";
+/// Internal marker: `true` when `__tmp_topology` names a zone that has a shard.
+pub const TMP_TOPOLOGY_SERVED: &str = "__tmp_topology_served";
 
 /// Where a target's zone comes from, in order of precedence after a user-set `__tmp_topology`.
 /// The node label needs `attach_metadata: {node: true}` (see [`attach_node_metadata`]).
@@ -36,94 +47,93 @@ pub const TOPOLOGY_SOURCES: [&str; 3] = [
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub enum ShardingMode {
-    /// Hash `__address__` over all shards, ignoring zones.
-    #[default]
+    /// Hash targets over all shards, ignoring zones.
     #[serde(alias = "Address")]
     Classic,
-    /// Pin shards to zones; each shard scrapes only targets of its own zone.
+    /// Pin shards to zones; each shard scrapes the targets of its own zone.
+    #[default]
     Topology,
 }
 
-/// What happens to targets whose zone is unknown or not in the list.
+/// What happens to targets with no usable zone (Topology mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub enum ZonelessTargets {
-    /// Nobody scrapes them (the upstream behaviour: they silently vanish).
-    Drop,
-    /// The shards of the first listed zone take them, hashed by the same in-zone modulus.
+    /// Spread over all shards: scraped exactly once, across zones.
     #[default]
-    FirstZone,
+    Spread,
+    /// Nobody scrapes them: zone-local scraping only (the upstream behaviour).
+    Drop,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShardingError {
-    #[error("shards must be at least 1")]
-    NoShards,
+    #[error("shards must be between 1 and {BUCKETS}, not {0}")]
+    ShardCount(u32),
     #[error("topology sharding needs at least one zone in topology.values")]
     NoZones,
     #[error("zone names must not be empty")]
     EmptyZone,
     #[error("zone {0:?} is listed twice in topology.values")]
     DuplicateZone(String),
-    #[error(
-        "{shards} shard(s) cannot cover {zones} zones: zone(s) {} would never be scraped; use at least {zones} shards",
-        unscraped.join(", ")
-    )]
-    TooFewShards {
-        shards: u32,
-        zones: u32,
-        unscraped: Vec<String>,
-    },
 }
 
-/// A valid but wasteful layout: `shards % zones != 0` leaves some shards scraping nothing.
+/// Zones with different shard counts (`N % Z != 0`): valid, every shard has work, but the shards
+/// of the zones with one more shard each take a smaller share.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnevenShards {
-    pub shards: u32,
-    pub zones: u32,
-    /// Shards whose in-zone index is at or above the modulus: they keep no target.
-    pub idle: Vec<u32>,
-    /// The nearest valid shard counts (multiples of the zone count) below and above.
+pub struct UnevenZones {
+    /// Shards per zone, in the listed order.
+    pub per_zone: Vec<(String, u32)>,
+    /// The nearest even shard counts (multiples of the zone count) below (0 if none) and above.
     pub nearest_below: u32,
     pub nearest_above: u32,
 }
 
-impl fmt::Display for UnevenShards {
+impl fmt::Display for UnevenZones {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let idle: Vec<String> = self.idle.iter().map(u32::to_string).collect();
-        write!(
-            f,
-            "{} shards is not a multiple of {} zones: shard(s) {} scrape nothing; use {} or {} shards",
-            self.shards,
-            self.zones,
-            idle.join(", "),
-            self.nearest_below,
-            self.nearest_above
-        )
+        let counts: Vec<String> = self
+            .per_zone
+            .iter()
+            .map(|(zone, n)| format!("{zone}: {n}"))
+            .collect();
+        write!(f, "shards per zone differ ({})", counts.join(", "))?;
+        match self.nearest_below {
+            0 => write!(f, "; {} shards would be even", self.nearest_above),
+            below => write!(
+                f,
+                "; {below} or {} shards would be even",
+                self.nearest_above
+            ),
+        }
     }
 }
 
-/// The smallest valid shard count for a requested one: the next multiple of the zone count, and
-/// at least the zone count. Used when an autoscaler (not a person) asked for too few shards.
-pub fn round_up_to_zone_multiple(shards: u32, zones: u32) -> u32 {
-    if zones == 0 {
-        return shards.max(1);
-    }
-    shards.max(zones).div_ceil(zones).saturating_mul(zones)
-}
-
-/// Shards mapped onto zones.
+/// Shards mapped onto zones (Topology) or onto one pseudo-zone (Classic).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardLayout {
     shards: u32,
+    /// Empty in Classic mode.
     zones: Vec<String>,
+    zoneless: ZonelessTargets,
 }
 
 impl ShardLayout {
-    /// Validates and builds a layout. An uneven count is allowed; see [`ShardLayout::uneven`].
-    pub fn new(shards: u32, zones: Vec<String>) -> Result<ShardLayout, ShardingError> {
-        if shards == 0 {
-            return Err(ShardingError::NoShards);
-        }
+    /// Classic mode: `owners(N)` over all shards.
+    pub fn classic(shards: u32) -> Result<ShardLayout, ShardingError> {
+        check_shards(shards)?;
+        Ok(ShardLayout {
+            shards,
+            zones: Vec::new(),
+            zoneless: ZonelessTargets::Spread,
+        })
+    }
+
+    /// Topology mode. Any `shards >= 1` is valid, also fewer than the zones.
+    pub fn topology(
+        shards: u32,
+        zones: Vec<String>,
+        zoneless: ZonelessTargets,
+    ) -> Result<ShardLayout, ShardingError> {
+        check_shards(shards)?;
         if zones.is_empty() {
             return Err(ShardingError::NoZones);
         }
@@ -136,101 +146,187 @@ impl ShardLayout {
                 return Err(ShardingError::DuplicateZone(zone.clone()));
             }
         }
-        let zone_count = zone_count(&zones);
-        if shards < zone_count {
-            return Err(ShardingError::TooFewShards {
-                shards,
-                zones: zone_count,
-                unscraped: zones[shards as usize..].to_vec(),
-            });
-        }
-        Ok(ShardLayout { shards, zones })
+        Ok(ShardLayout {
+            shards,
+            zones,
+            zoneless,
+        })
     }
 
     pub fn shards(&self) -> u32 {
         self.shards
     }
 
+    /// The listed zones; empty in Classic mode.
     pub fn zones(&self) -> &[String] {
         &self.zones
     }
 
-    fn zone_count(&self) -> u32 {
-        zone_count(&self.zones)
+    pub fn is_topology(&self) -> bool {
+        !self.zones.is_empty()
     }
 
-    pub fn shards_per_zone(&self) -> u32 {
-        (self.shards / self.zone_count()).max(1)
+    /// The zone shard `shard` is pinned to; `None` in Classic mode.
+    pub fn zone(&self, shard: u32) -> Option<&str> {
+        let z = self.zone_index(shard)?;
+        self.zones.get(z).map(String::as_str)
     }
 
-    /// The hashmod modulus inside a zone.
-    pub fn modulus(&self) -> u32 {
-        self.shards_per_zone()
-    }
-
-    pub fn zone(&self, shard: u32) -> &str {
-        let index = (shard % self.zone_count()) as usize;
-        self.zones.get(index).map_or("", String::as_str)
-    }
-
+    /// The shard's index among the shards of its zone (Classic: the shard itself).
     pub fn in_zone(&self, shard: u32) -> u32 {
-        shard / self.zone_count()
+        match self.zone_count() {
+            0 => shard,
+            zones => shard / zones,
+        }
     }
 
-    /// A shard whose in-zone index no hash bucket reaches: it keeps no target.
-    pub fn is_idle(&self, shard: u32) -> bool {
-        self.in_zone(shard) >= self.modulus()
+    /// Shards of the zone at `zone_index` in the list: `N / Z`, plus one for the first `N % Z`.
+    pub fn shards_in_zone(&self, zone_index: usize) -> u32 {
+        let zones = self.zone_count().max(1);
+        let extra = u32::from((zone_index as u32) < self.shards % zones);
+        self.shards / zones + extra
     }
 
-    pub fn idle_shards(&self) -> Vec<u32> {
-        (0..self.shards)
-            .filter(|shard| self.is_idle(*shard))
+    /// Shard counts per listed zone, in the listed order.
+    pub fn per_zone(&self) -> Vec<(String, u32)> {
+        self.zones
+            .iter()
+            .enumerate()
+            .map(|(z, zone)| (zone.clone(), self.shards_in_zone(z)))
             .collect()
     }
 
-    /// The warning for `shards % zones != 0`, if it applies.
-    pub fn uneven(&self) -> Option<UnevenShards> {
+    /// Listed zones with no shard (`N < Z`): their targets are scraped cross-zone (Spread).
+    pub fn zones_without_shard(&self) -> Vec<String> {
+        self.per_zone()
+            .into_iter()
+            .filter(|(_, n)| *n == 0)
+            .map(|(zone, _)| zone)
+            .collect()
+    }
+
+    /// The `UnevenZones` warning when zones have different shard counts (and all have one).
+    pub fn uneven(&self) -> Option<UnevenZones> {
         let zones = self.zone_count();
-        if self.shards.is_multiple_of(zones) {
+        if zones == 0 || self.shards < zones || self.shards.is_multiple_of(zones) {
             return None;
         }
         let below = self.shards / zones * zones;
-        Some(UnevenShards {
-            shards: self.shards,
-            zones,
-            idle: self.idle_shards(),
+        Some(UnevenZones {
+            per_zone: self.per_zone(),
             nearest_below: below,
             nearest_above: below.saturating_add(zones),
         })
     }
-}
 
-fn zone_count(zones: &[String]) -> u32 {
-    u32::try_from(zones.len()).unwrap_or(u32::MAX)
-}
-
-/// Rules of a Classic-mode shard: hash `__address__` (or a user `__tmp_hash`) over all shards.
-pub fn classic_rules(shards: u32, shard: u32) -> Vec<RelabelConfig> {
-    hash_and_keep(shards, shard)
-}
-
-/// Rules of a Topology-mode shard: determine the target's zone, keep only this shard's zone,
-/// then hash within the zone.
-pub fn topology_rules(
-    layout: &ShardLayout,
-    shard: u32,
-    zoneless: ZonelessTargets,
-) -> Vec<RelabelConfig> {
-    let mut rules = topology_detection_rules();
-    if zoneless == ZonelessTargets::FirstZone {
-        rules.extend(zoneless_to_first_zone(layout.zones()));
+    /// The buckets shard `shard` keeps among the targets of its own zone (Topology) or among all
+    /// targets (Classic).
+    pub fn zone_buckets(&self, shard: u32) -> Vec<u32> {
+        match self.zone_index(shard) {
+            Some(z) => buckets_of(self.shards_in_zone(z), self.in_zone(shard)),
+            None => buckets_of(self.shards, shard),
+        }
     }
-    rules.push(RelabelConfig::keep(
-        &[TMP_TOPOLOGY],
-        &quote_meta(layout.zone(shard)),
-    ));
-    rules.extend(hash_and_keep(layout.modulus(), layout.in_zone(shard)));
-    rules
+
+    /// The buckets shard `shard` keeps among the targets with no usable zone (Spread).
+    pub fn zoneless_buckets(&self, shard: u32) -> Vec<u32> {
+        buckets_of(self.shards, shard)
+    }
+
+    /// The relabel rules appended to every scrape config of shard `shard`, after the user's own.
+    pub fn rules(&self, shard: u32) -> Vec<RelabelConfig> {
+        let mut rules = Vec::new();
+        if self.is_topology() {
+            rules.extend(topology_detection_rules());
+        }
+        rules.extend(bucket_rules());
+        let Some(zone) = self.zone(shard) else {
+            rules.push(RelabelConfig::keep(
+                &[TMP_HASH],
+                &bucket_regex(&self.zone_buckets(shard)),
+            ));
+            return rules;
+        };
+        let served: Vec<String> = self
+            .per_zone()
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(zone, _)| quote_meta(&zone))
+            .collect();
+        rules.push(RelabelConfig::replace(
+            &[TMP_TOPOLOGY],
+            &served.join("|"),
+            TMP_TOPOLOGY_SERVED,
+            "true",
+        ));
+        // One keep rule over `served;zone;bucket`: a target of this zone in one of this shard's
+        // buckets, or (Spread) a target with no served zone in one of its zoneless buckets.
+        let mut regex = format!(
+            "true;{};{}",
+            quote_meta(zone),
+            bucket_regex(&self.zone_buckets(shard))
+        );
+        if self.zoneless == ZonelessTargets::Spread {
+            regex.push_str(&format!(
+                "|;.*;{}",
+                bucket_regex(&self.zoneless_buckets(shard))
+            ));
+        }
+        rules.push(RelabelConfig::keep(
+            &[TMP_TOPOLOGY_SERVED, TMP_TOPOLOGY, TMP_HASH],
+            &regex,
+        ));
+        rules
+    }
+
+    /// External labels of a shard: `shard`, and in Topology mode the zone under
+    /// `zone_label_name` (`None` disables it).
+    pub fn external_labels(
+        &self,
+        shard: u32,
+        zone_label_name: Option<&str>,
+    ) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::from([("shard".to_string(), shard.to_string())]);
+        if let (Some(zone), Some(name)) = (self.zone(shard), zone_label_name)
+            && !name.is_empty()
+        {
+            labels.insert(name.to_string(), zone.to_string());
+        }
+        labels
+    }
+
+    /// The user's node selector with `zone_key` set to the shard's zone (replacing a user value
+    /// for that key). Classic shards keep the user's selector as it is.
+    pub fn node_selector(
+        &self,
+        shard: u32,
+        zone_key: &str,
+        user: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        let mut selector = user.clone();
+        if let Some(zone) = self.zone(shard) {
+            selector.insert(zone_key.to_string(), zone.to_string());
+        }
+        selector
+    }
+
+    fn zone_count(&self) -> u32 {
+        u32::try_from(self.zones.len()).unwrap_or(u32::MAX)
+    }
+
+    fn zone_index(&self, shard: u32) -> Option<usize> {
+        match self.zone_count() {
+            0 => None,
+            zones => Some((shard % zones) as usize),
+        }
+    }
+}
+
+fn check_shards(shards: u32) -> Result<(), ShardingError> {
+    if shards == 0 || shards > BUCKETS {
+        return Err(ShardingError::ShardCount(shards));
+    }
+    Ok(())
 }
 
 /// Rules for a shard that must scrape nothing (a retained shard after a scale-down): it keeps
@@ -249,20 +345,11 @@ fn topology_detection_rules() -> Vec<RelabelConfig> {
         .collect()
 }
 
-/// Sends targets with no zone, or a zone not listed, to the first zone. RE2 has no negative
-/// look-ahead, so "not listed" is a marker label left empty by a rule matching the listed ones.
-fn zoneless_to_first_zone(zones: &[String]) -> Vec<RelabelConfig> {
-    let listed = zones
-        .iter()
-        .map(|zone| quote_meta(zone))
-        .collect::<Vec<_>>()
-        .join("|");
-    let first = zones
-        .first()
-        .map_or(String::new(), |zone| zone.replace('$', "$$"));
+/// `__tmp_hash` := `__address__` unless the user set it, then its bucket.
+fn bucket_rules() -> Vec<RelabelConfig> {
     vec![
-        RelabelConfig::replace(&[TMP_TOPOLOGY], &listed, TMP_TOPOLOGY_LISTED, "true"),
-        RelabelConfig::replace(&[TMP_TOPOLOGY_LISTED], "", TMP_TOPOLOGY, &first),
+        RelabelConfig::replace(&["__address__", TMP_HASH], "(.+);", TMP_HASH, "$1"),
+        RelabelConfig::hashmod(&[TMP_HASH], TMP_HASH, u64::from(BUCKETS)),
     ]
 }
 
@@ -279,64 +366,37 @@ pub fn quote_meta(text: &str) -> String {
     quoted
 }
 
-fn hash_and_keep(modulus: u32, bucket: u32) -> Vec<RelabelConfig> {
-    vec![
-        RelabelConfig::replace(&["__address__", TMP_HASH], "(.+);", TMP_HASH, "$1"),
-        RelabelConfig::hashmod(&[TMP_HASH], TMP_HASH, u64::from(modulus)),
-        RelabelConfig::keep(&[TMP_HASH], &bucket.to_string()),
-    ]
-}
-
-/// External labels of a shard: `shard`, and in Topology mode the zone under
-/// `external_label_name` (an empty name disables it).
-pub fn external_labels(
-    layout: Option<&ShardLayout>,
-    shard: u32,
-    external_label_name: &str,
-) -> BTreeMap<String, String> {
-    let mut labels = BTreeMap::from([("shard".to_string(), shard.to_string())]);
-    if let Some(layout) = layout
-        && !external_label_name.is_empty()
-    {
-        labels.insert(
-            external_label_name.to_string(),
-            layout.zone(shard).to_string(),
-        );
-    }
-    labels
-}
-
-/// The user's node selector with the zone key set to the shard's zone (replacing a user value).
-pub fn node_selector(
-    layout: &ShardLayout,
-    shard: u32,
-    user: &BTreeMap<String, String>,
-) -> BTreeMap<String, String> {
-    let mut selector = user.clone();
-    selector.insert(ZONE_LABEL.to_string(), layout.zone(shard).to_string());
-    selector
-}
-
 /// Kubernetes SD roles whose targets only get node labels with `attach_metadata: {node: true}`.
 pub const ROLES_NEEDING_NODE_METADATA: [&str; 3] = ["pod", "endpoints", "endpointslice"];
 
-/// Turns on `attach_metadata.node` in every `kubernetes_sd_configs` entry of a scrape config
-/// whose role needs it, so the node zone label is available to the topology rules. Returns
-/// whether anything changed.
-pub fn attach_node_metadata(scrape_config: &mut serde_json::Value) -> bool {
+/// What [`attach_node_metadata`] did to a scrape config.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeMetadata {
+    /// Whether `attach_metadata.node: true` was added somewhere.
+    pub attached: bool,
+    /// Roles where the user set `attach_metadata.node` explicitly to false: left alone, so zone
+    /// detection falls back to the other sources for them.
+    pub disabled_by_user: Vec<String>,
+}
+
+/// Turns on `attach_metadata.node` in every `kubernetes_sd_configs` entry whose role needs it,
+/// unless the user set `attach_metadata.node` explicitly (an explicit `false` is respected and
+/// reported, unlike upstream, which overrides it).
+pub fn attach_node_metadata(scrape_config: &mut serde_json::Value) -> NodeMetadata {
+    let mut outcome = NodeMetadata::default();
     let Some(sd_configs) = scrape_config
         .get_mut("kubernetes_sd_configs")
         .and_then(serde_json::Value::as_array_mut)
     else {
-        return false;
+        return outcome;
     };
-    let mut changed = false;
     for sd in sd_configs.iter_mut() {
         let role = sd
             .get("role")
             .and_then(serde_json::Value::as_str)
-            .unwrap_or_default();
-        if !ROLES_NEEDING_NODE_METADATA.contains(&role) {
+            .unwrap_or_default()
+            .to_string();
+        if !ROLES_NEEDING_NODE_METADATA.contains(&role.as_str()) {
             continue;
         }
         let Some(sd) = sd.as_object_mut() else {
@@ -345,14 +405,19 @@ pub fn attach_node_metadata(scrape_config: &mut serde_json::Value) -> bool {
         let attach = sd
             .entry("attach_metadata")
             .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
-        if let Some(attach) = attach.as_object_mut()
-            && attach.get("node") != Some(&serde_json::Value::Bool(true))
-        {
-            attach.insert("node".to_string(), serde_json::Value::Bool(true));
-            changed = true;
+        let Some(attach) = attach.as_object_mut() else {
+            continue;
+        };
+        match attach.get("node") {
+            Some(serde_json::Value::Bool(false)) => outcome.disabled_by_user.push(role),
+            Some(serde_json::Value::Bool(true)) => {}
+            _ => {
+                attach.insert("node".to_string(), serde_json::Value::Bool(true));
+                outcome.attached = true;
+            }
         }
     }
-    changed
+    outcome
 }
 
 #[cfg(test)]

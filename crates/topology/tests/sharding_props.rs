@@ -1,5 +1,6 @@
 //! Coverage proofs: under the generated relabel rules, evaluated with Prometheus semantics and
-//! Prometheus's hashmod, every target is kept by exactly the shards it should be.
+//! Prometheus's hashmod, every target is kept by exactly the shards it should be, for any shard
+//! count 1..64 and any list of 1..6 zones, and a resize moves targets only onto the new shard.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
@@ -7,8 +8,7 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 use zone_topology::relabel::{CompiledRules, Labels};
 use zone_topology::sharding::{
-    ShardLayout, TMP_HASH, TMP_TOPOLOGY, TOPOLOGY_SOURCES, ZonelessTargets, classic_rules,
-    topology_rules,
+    ShardLayout, TMP_HASH, TMP_TOPOLOGY, TOPOLOGY_SOURCES, ZonelessTargets,
 };
 
 /// Zone names, some with RE2 metacharacters, so escaping is exercised.
@@ -38,7 +38,7 @@ struct Target {
 }
 
 fn zone_list() -> impl Strategy<Value = Vec<String>> {
-    proptest::sample::subsequence(ZONE_NAMES.to_vec(), 1..=5)
+    proptest::sample::subsequence(ZONE_NAMES.to_vec(), 1..=6)
         .prop_shuffle()
         .prop_map(|zones| zones.into_iter().map(String::from).collect())
 }
@@ -97,86 +97,90 @@ fn keepers(rules: &[CompiledRules], labels: &Labels) -> Vec<u32> {
         .collect()
 }
 
+fn compiled(layout: &ShardLayout) -> Vec<CompiledRules> {
+    (0..layout.shards())
+        .map(|shard| CompiledRules::new(&layout.rules(shard)).unwrap())
+        .collect()
+}
+
 fn scenario() -> impl Strategy<Value = (Vec<String>, u32, Vec<Target>)> {
     zone_list().prop_flat_map(|zones| {
         let count = zones.len();
-        let multiple = 1u32..=(24 / u32::try_from(count).unwrap()).max(1);
-        let shards = multiple.prop_map(move |m| m * u32::try_from(count).unwrap());
         (
             Just(zones),
-            shards,
+            1u32..=64,
             proptest::collection::vec(target(count), 1..40),
         )
     })
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(128))]
+    #![proptest_config(ProptestConfig::with_cases(96))]
 
+    /// Exactly one keeper per target (Drop: none for a target with no served zone), and a shard
+    /// of the target's own zone whenever that zone has one.
     #[test]
-    fn topology_targets_are_kept_by_exactly_one_shard_of_their_zone(
+    fn topology_targets_are_kept_exactly_once_by_their_own_zone(
         (zones, shards, targets) in scenario(),
-        first_zone in any::<bool>(),
+        drop in any::<bool>(),
     ) {
-        let policy = if first_zone { ZonelessTargets::FirstZone } else { ZonelessTargets::Drop };
-        let layout = ShardLayout::new(shards, zones.clone()).unwrap();
-        prop_assert!(layout.uneven().is_none());
-        let rules: Vec<CompiledRules> = (0..shards)
-            .map(|shard| CompiledRules::new(&topology_rules(&layout, shard, policy)).unwrap())
-            .collect();
+        let policy = if drop { ZonelessTargets::Drop } else { ZonelessTargets::Spread };
+        let layout = ShardLayout::topology(shards, zones.clone(), policy).unwrap();
+        let without_shard: BTreeSet<String> = layout.zones_without_shard().into_iter().collect();
+        let rules = compiled(&layout);
         for target in &targets {
             let kept = keepers(&rules, &target.labels(&zones));
-            match &target.zone {
-                ZoneSource::Listed { zone, .. } => {
-                    prop_assert_eq!(kept.len(), 1, "{:?} kept by {:?}", target, kept);
-                    prop_assert_eq!(layout.zone(kept[0]), zones[*zone].as_str());
+            let served = match &target.zone {
+                ZoneSource::Listed { zone, .. } if !without_shard.contains(&zones[*zone]) => {
+                    Some(zones[*zone].as_str())
                 }
-                ZoneSource::None | ZoneSource::Unlisted { .. } => match policy {
-                    ZonelessTargets::Drop => prop_assert!(kept.is_empty(), "{:?} kept by {:?}", target, kept),
-                    ZonelessTargets::FirstZone => {
-                        prop_assert_eq!(kept.len(), 1, "{:?} kept by {:?}", target, kept);
-                        prop_assert_eq!(layout.zone(kept[0]), zones[0].as_str());
-                    }
-                },
+                _ => None,
+            };
+            match (served, policy) {
+                (Some(zone), _) => {
+                    prop_assert_eq!(kept.len(), 1, "{:?} kept by {:?}", target, kept);
+                    prop_assert_eq!(layout.zone(kept[0]), Some(zone));
+                }
+                (None, ZonelessTargets::Drop) => {
+                    prop_assert!(kept.is_empty(), "{:?} kept by {:?}", target, kept)
+                }
+                (None, ZonelessTargets::Spread) => {
+                    prop_assert_eq!(kept.len(), 1, "{:?} kept by {:?}", target, kept)
+                }
             }
         }
     }
 
     #[test]
     fn classic_targets_are_kept_by_exactly_one_shard(
-        shards in 1u32..=24,
+        shards in 1u32..=64,
         targets in proptest::collection::vec(target(1), 1..40),
     ) {
-        let rules: Vec<CompiledRules> = (0..shards)
-            .map(|shard| CompiledRules::new(&classic_rules(shards, shard)).unwrap())
-            .collect();
+        let rules = compiled(&ShardLayout::classic(shards).unwrap());
         let zones = vec!["zone-a".to_string()];
         for target in &targets {
             prop_assert_eq!(keepers(&rules, &target.labels(&zones)).len(), 1);
         }
     }
 
-    /// With an uneven count every listed-zone target is still kept by exactly one shard, and only
-    /// the shards reported idle keep nothing.
+    /// n → n+1 shards: a target either stays where it was or moves onto the new shard n.
     #[test]
-    fn uneven_layouts_cover_everything_and_idle_shards_keep_nothing(
+    fn growing_by_one_shard_moves_targets_only_onto_it(
         (zones, shards, targets) in scenario(),
-        extra in 1u32..3,
+        classic in any::<bool>(),
     ) {
-        let zone_count = u32::try_from(zones.len()).unwrap();
-        prop_assume!(extra < zone_count);
-        let shards = shards + extra;
-        let layout = ShardLayout::new(shards, zones.clone()).unwrap();
-        let idle: BTreeSet<u32> = layout.uneven().unwrap().idle.into_iter().collect();
-        let rules: Vec<CompiledRules> = (0..shards)
-            .map(|shard| {
-                CompiledRules::new(&topology_rules(&layout, shard, ZonelessTargets::FirstZone)).unwrap()
-            })
-            .collect();
+        let shards = shards.min(63);
+        let layout = |n| match classic {
+            true => ShardLayout::classic(n).unwrap(),
+            false => ShardLayout::topology(n, zones.clone(), ZonelessTargets::Spread).unwrap(),
+        };
+        let (before, after) = (compiled(&layout(shards)), compiled(&layout(shards + 1)));
         for target in &targets {
-            let kept = keepers(&rules, &target.labels(&zones));
-            prop_assert_eq!(kept.len(), 1);
-            prop_assert!(!idle.contains(&kept[0]));
+            let labels = target.labels(&zones);
+            let (old, new) = (keepers(&before, &labels), keepers(&after, &labels));
+            prop_assert_eq!(old.len(), 1);
+            prop_assert_eq!(new.len(), 1);
+            prop_assert!(old == new || new[0] == shards, "{:?}: {:?} -> {:?}", target, old, new);
         }
     }
 }
