@@ -8,10 +8,12 @@
 
 pub mod conditions;
 pub mod lenient;
+pub mod units;
 pub mod validation;
 pub mod zau;
 pub mod zdb;
 
+pub use units::{UnitError, parse_prometheus_duration, parse_prometheus_size};
 pub use validation::{SpecError, ValidZau, ValidZdb};
 pub use zau::{ZoneAwareUpdate, ZoneAwareUpdateSpec, ZoneAwareUpdateStatus};
 pub use zdb::{ZoneDisruptionBudget, ZoneDisruptionBudgetSpec, ZoneDisruptionBudgetStatus};
