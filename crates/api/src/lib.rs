@@ -22,7 +22,7 @@ pub use sprom::{
     ShardingMode, WhenScaled, ZonelessTargets,
 };
 pub use units::{UnitError, parse_prometheus_duration, parse_prometheus_size};
-pub use validation::{SpecError, ValidZau, ValidZdb};
+pub use validation::{ShardStorage, SpecError, ValidSprom, ValidZau, ValidZdb};
 pub use zau::{ZoneAwareUpdate, ZoneAwareUpdateSpec, ZoneAwareUpdateStatus};
 pub use zdb::{ZoneDisruptionBudget, ZoneDisruptionBudgetSpec, ZoneDisruptionBudgetStatus};
 
