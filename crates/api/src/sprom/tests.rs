@@ -547,3 +547,32 @@ fn every_invalid_spec_names_the_offending_value() {
         );
     }
 }
+
+#[test]
+fn the_sample_deserializes_and_validates() {
+    let sample: ShardedPrometheus = serde_norway::from_str(include_str!(
+        "../../../../config/samples/shardedprometheus.yaml"
+    ))
+    .unwrap();
+    let valid = sample.spec.validate().unwrap();
+    assert_eq!(valid.shards, 3);
+    assert_eq!(valid.zones, ["zone-a", "zone-b", "zone-c"]);
+    assert_eq!(valid.sharding_mode, ShardingMode::Topology);
+    assert_eq!(valid.zone_label_name.as_deref(), Some("zone"));
+    let jobs: Vec<_> = valid
+        .scrape_configs
+        .iter()
+        .map(|c| c["job_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(jobs, ["pods", "prometheus"]);
+    assert_eq!(
+        valid.scrape_configs[0]["kubernetes_sd_configs"][0]["role"],
+        "pod"
+    );
+    assert!(valid.scrape_configs[1].contains_key("static_configs"));
+    assert_eq!(valid.when_scaled, WhenScaled::Retain);
+    assert_eq!(
+        valid.retained_shard_period,
+        Some(Duration::from_secs(86_400))
+    );
+}
