@@ -1,5 +1,8 @@
 //! Custom resources of `zonecontrol.k8s.aws/v1`.
 //!
+//! `ShardedPrometheus` has no Go predecessor: Prometheus sharded over zones, scaled through its
+//! scale subresource.
+//!
 //! `ZoneAwareUpdate` and `ZoneDisruptionBudget` keep every field, name and type of the Go
 //! controllers' API so manifests and stored objects carry over unchanged; we only add status
 //! fields (`conditions`, `observedGeneration`, …). Status types deserialize leniently: one stored
@@ -8,11 +11,18 @@
 
 pub mod conditions;
 pub mod lenient;
+pub mod sprom;
+pub mod units;
 pub mod validation;
 pub mod zau;
 pub mod zdb;
 
-pub use validation::{SpecError, ValidZau, ValidZdb};
+pub use sprom::{
+    PrometheusMode, ShardedPrometheus, ShardedPrometheusSpec, ShardedPrometheusStatus,
+    ShardingMode, WhenScaled, ZonelessTargets,
+};
+pub use units::{UnitError, parse_prometheus_duration, parse_prometheus_size};
+pub use validation::{ShardStorage, SpecError, ValidSprom, ValidZau, ValidZdb};
 pub use zau::{ZoneAwareUpdate, ZoneAwareUpdateSpec, ZoneAwareUpdateStatus};
 pub use zdb::{ZoneDisruptionBudget, ZoneDisruptionBudgetSpec, ZoneDisruptionBudgetStatus};
 
@@ -24,5 +34,9 @@ pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
     use kube::CustomResourceExt;
-    vec![ZoneAwareUpdate::crd(), ZoneDisruptionBudget::crd()]
+    vec![
+        ZoneAwareUpdate::crd(),
+        ZoneDisruptionBudget::crd(),
+        ShardedPrometheus::crd(),
+    ]
 }

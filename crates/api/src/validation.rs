@@ -1,12 +1,22 @@
 //! Checks a spec before a controller acts on it. Errors are written to an `Invalid` condition and
 //! an event, so the messages speak to the person who wrote the manifest.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    EmptyDirVolumeSource, PersistentVolumeClaimSpec, ResourceRequirements, Toleration,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use zone_topology::rollout::{RolloutError, parse_exponential_factor};
 use zone_topology::{IntOrPercent, IntOrPercentError};
 
-use crate::{ZoneAwareUpdateSpec, ZoneDisruptionBudgetSpec};
+use crate::sprom::{
+    self, PrometheusMode, PrometheusStorage, RuleFileRef, ShardingMode, WhenScaled, ZonelessTargets,
+};
+use crate::units::{UnitError, parse_prometheus_duration, parse_prometheus_size};
+use crate::{ShardedPrometheusSpec, ZoneAwareUpdateSpec, ZoneDisruptionBudgetSpec};
 
 /// When `maxUnavailable` is not set: one pod, the most careful budget that still makes progress.
 pub const DEFAULT_MAX_UNAVAILABLE: IntOrPercent = IntOrPercent::Int(1);
@@ -33,6 +43,86 @@ pub enum SpecError {
         operator: String,
         needs: &'static str,
     },
+    #[error("spec.shards is {0}: it must be between 1 and 1024")]
+    Shards(i32),
+    #[error("spec.replicas is {0}: every shard needs at least 1 replica")]
+    Replicas(i32),
+    #[error(
+        "spec.shardingStrategy.topology.values is empty: Topology sharding needs at least one zone \
+         (or set shardingStrategy.mode to Classic)"
+    )]
+    NoZones,
+    #[error("spec.shardingStrategy.topology.values[{0}] is empty: name a zone")]
+    EmptyZone(usize),
+    #[error(
+        "spec.shardingStrategy.topology.values: zone {0:?} is not a valid label value \
+         (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"
+    )]
+    ZoneNotLabelValue(String),
+    #[error("spec.shardingStrategy.topology.values lists zone {0:?} more than once")]
+    DuplicateZone(String),
+    #[error(
+        "spec.shardingStrategy.topology.externalLabelName {0:?} is not a Prometheus label name \
+         ([a-zA-Z_][a-zA-Z0-9_]*); \"\" adds no zone label"
+    )]
+    ZoneLabelName(String),
+    #[error(
+        "spec.shardingStrategy.topology.externalLabelName {0:?} is also set by the controller \
+         (shard, prometheus_replica): choose another name"
+    )]
+    ZoneLabelNameReserved(String),
+    #[error("spec.externalLabels: {0:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)")]
+    ExternalLabelName(String),
+    #[error(
+        "spec.externalLabels: {0:?} is set by the controller on every shard (shard, \
+         prometheus_replica and the zone label are reserved): choose another name"
+    )]
+    ReservedExternalLabel(String),
+    #[error("spec.scrapeConfigs[{0}] is not an object: each entry is one Prometheus scrape_config")]
+    ScrapeConfigNotObject(usize),
+    #[error("spec.scrapeConfigs[{0}] has no job_name: Prometheus needs a non-empty string")]
+    ScrapeConfigJobName(usize),
+    #[error("spec.scrapeConfigs: job_name {0:?} is used more than once: job names must be unique")]
+    DuplicateJobName(String),
+    #[error(
+        "spec.remoteWrite[{0}] is not an object with a url: each entry is one Prometheus \
+         remote_write"
+    )]
+    RemoteWriteUrl(usize),
+    #[error(
+        "spec.remoteWrite is empty: mode Agent keeps no data locally and forwards everything \
+         through remote write, so it needs at least one target"
+    )]
+    AgentWithoutRemoteWrite,
+    #[error(
+        "spec.ruleFiles is set but mode is Agent: agents do not evaluate rules; remove \
+         ruleFiles or use mode Server"
+    )]
+    AgentWithRuleFiles,
+    #[error("spec.ruleFiles[{0}].configMap is empty: name the ConfigMap holding the rules")]
+    RuleFileConfigMap(usize),
+    #[error(
+        "spec.ruleFiles[{index}].key is empty (ConfigMap {config_map:?}): name a key, or leave \
+         key out to load every key"
+    )]
+    RuleFileKey { index: usize, config_map: String },
+    #[error("{field}: {value:?} is not a Prometheus duration: {source}")]
+    Duration {
+        field: &'static str,
+        value: String,
+        #[source]
+        source: UnitError,
+    },
+    #[error("spec.retention.size: {value:?} is not a Prometheus size: {source}")]
+    RetentionSize {
+        value: String,
+        #[source]
+        source: UnitError,
+    },
+    #[error("spec.storage sets both volumeClaimTemplate and emptyDir: choose one")]
+    StorageBoth,
+    #[error("spec.terminationGracePeriodSeconds is {0}: it must be 0 or more")]
+    TerminationGracePeriod(i64),
 }
 
 /// A ZoneAwareUpdate spec ready to act on.
@@ -49,6 +139,55 @@ pub struct ValidZau {
 pub struct ValidZdb {
     pub selector: LabelSelector,
     pub max_unavailable: IntOrPercent,
+}
+
+/// A ShardedPrometheus spec ready to act on, every default applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidSprom {
+    /// 1 to [`sprom::MAX_SHARDS`].
+    pub shards: u32,
+    /// Prometheus pods per shard, at least 1.
+    pub replicas: u32,
+    pub mode: PrometheusMode,
+    pub image: String,
+    pub sharding_mode: ShardingMode,
+    /// Topology: the zones in shard order (non-empty, unique). Classic: empty.
+    pub zones: Vec<String>,
+    /// The external label carrying a shard's zone; None in Classic sharding or when disabled.
+    pub zone_label_name: Option<String>,
+    pub zoneless_targets: ZonelessTargets,
+    /// The user's scrape_config objects, each with a unique non-empty `job_name`.
+    pub scrape_configs: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// The user's external labels (none of the reserved names).
+    pub external_labels: BTreeMap<String, String>,
+    /// The user's remote_write objects, each with a `url`; at least one in Agent mode.
+    pub remote_write: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// Empty in Agent mode.
+    pub rule_files: Vec<RuleFileRef>,
+    /// `--storage.tsdb.retention.time`, a valid Prometheus duration, as written.
+    pub retention_time: Option<String>,
+    /// `--storage.tsdb.retention.size`, a valid Prometheus size, as written.
+    pub retention_size: Option<String>,
+    /// The scale-down policy in effect: always Delete in Agent mode.
+    pub when_scaled: WhenScaled,
+    /// How long a retained shard is kept: `retain.retentionPeriod`, else `retention.time`, else
+    /// [`sprom::DEFAULT_RETAINED_SHARD_PERIOD`]; None (kept until the user deletes it) when only
+    /// `retention.size` is set.
+    pub retained_shard_period: Option<Duration>,
+    pub storage: ShardStorage,
+    pub resources: Option<ResourceRequirements>,
+    /// The user's node selector; the controller adds the shard's zone.
+    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<Toleration>,
+    pub service_account_name: String,
+    pub termination_grace_period_seconds: i64,
+}
+
+/// The data volume of every Prometheus pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ShardStorage {
+    EmptyDir(EmptyDirVolumeSource),
+    VolumeClaim(Box<PersistentVolumeClaimSpec>),
 }
 
 /// `IntOrString` as the budget helpers understand it.
@@ -122,6 +261,244 @@ impl ZoneDisruptionBudgetSpec {
             max_unavailable: max_unavailable(self.max_unavailable.as_ref())?,
         })
     }
+}
+
+impl ShardedPrometheusSpec {
+    pub fn validate(&self) -> Result<ValidSprom, SpecError> {
+        if !(1..=sprom::MAX_SHARDS).contains(&self.shards) {
+            return Err(SpecError::Shards(self.shards));
+        }
+        if self.replicas < 1 {
+            return Err(SpecError::Replicas(self.replicas));
+        }
+        let strategy = &self.sharding_strategy;
+        let (zones, zone_label_name) = match strategy.mode {
+            ShardingMode::Classic => (Vec::new(), None),
+            ShardingMode::Topology => (
+                zones(&strategy.topology.values)?,
+                zone_label_name(strategy.topology.external_label_name.as_deref())?,
+            ),
+        };
+        for name in self.external_labels.keys() {
+            if !is_label_name(name) {
+                return Err(SpecError::ExternalLabelName(name.clone()));
+            }
+            if [sprom::SHARD_LABEL, sprom::REPLICA_LABEL].contains(&name.as_str())
+                || zone_label_name.as_ref() == Some(name)
+            {
+                return Err(SpecError::ReservedExternalLabel(name.clone()));
+            }
+        }
+        let scrape_configs = scrape_configs(&self.scrape_configs)?;
+        let remote_write = remote_write(&self.remote_write)?;
+        if self.mode == PrometheusMode::Agent {
+            if remote_write.is_empty() {
+                return Err(SpecError::AgentWithoutRemoteWrite);
+            }
+            if !self.rule_files.is_empty() {
+                return Err(SpecError::AgentWithRuleFiles);
+            }
+        }
+        rule_files(&self.rule_files)?;
+        let retention = self.retention.clone().unwrap_or_default();
+        let retention_duration = retention
+            .time
+            .as_deref()
+            .map(|time| duration("spec.retention.time", time))
+            .transpose()?;
+        if let Some(size) = &retention.size {
+            parse_prometheus_size(size).map_err(|source| SpecError::RetentionSize {
+                value: size.clone(),
+                source,
+            })?;
+        }
+        let policy = self.shard_retention_policy.clone().unwrap_or_default();
+        let retention_period = policy
+            .retain
+            .and_then(|retain| retain.retention_period)
+            .map(|period| duration("spec.shardRetentionPolicy.retain.retentionPeriod", &period))
+            .transpose()?;
+        let retained_shard_period = match (retention_period, retention_duration) {
+            (Some(period), _) | (None, Some(period)) => Some(period),
+            (None, None) if retention.size.is_some() => None,
+            (None, None) => Some(sprom::DEFAULT_RETAINED_SHARD_PERIOD),
+        };
+        let storage = storage(self.storage.clone().unwrap_or_default())?;
+        let termination_grace_period_seconds =
+            match (self.termination_grace_period_seconds, self.mode) {
+                (Some(seconds), _) if seconds < 0 => {
+                    return Err(SpecError::TerminationGracePeriod(seconds));
+                }
+                (Some(seconds), _) => seconds,
+                (None, PrometheusMode::Agent) => sprom::DEFAULT_AGENT_GRACE_PERIOD_SECONDS,
+                (None, PrometheusMode::Server) => sprom::DEFAULT_SERVER_GRACE_PERIOD_SECONDS,
+            };
+        Ok(ValidSprom {
+            shards: self.shards.unsigned_abs(),
+            replicas: self.replicas.unsigned_abs(),
+            mode: self.mode,
+            image: non_empty_or(self.image.as_deref(), sprom::DEFAULT_IMAGE),
+            sharding_mode: strategy.mode,
+            zones,
+            zone_label_name,
+            zoneless_targets: strategy.zoneless_targets,
+            scrape_configs,
+            external_labels: self.external_labels.clone(),
+            remote_write,
+            rule_files: self.rule_files.clone(),
+            retention_time: retention.time,
+            retention_size: retention.size,
+            when_scaled: match self.mode {
+                PrometheusMode::Agent => WhenScaled::Delete,
+                PrometheusMode::Server => policy.when_scaled,
+            },
+            retained_shard_period,
+            storage,
+            resources: self.resources.clone(),
+            node_selector: self.node_selector.clone(),
+            tolerations: self.tolerations.clone(),
+            service_account_name: non_empty_or(
+                self.service_account_name.as_deref(),
+                sprom::DEFAULT_SERVICE_ACCOUNT,
+            ),
+            termination_grace_period_seconds,
+        })
+    }
+}
+
+fn zones(values: &[String]) -> Result<Vec<String>, SpecError> {
+    if values.is_empty() {
+        return Err(SpecError::NoZones);
+    }
+    let mut seen = BTreeSet::new();
+    for (index, zone) in values.iter().enumerate() {
+        if zone.is_empty() {
+            return Err(SpecError::EmptyZone(index));
+        }
+        if !is_label_value(zone) {
+            return Err(SpecError::ZoneNotLabelValue(zone.clone()));
+        }
+        if !seen.insert(zone.as_str()) {
+            return Err(SpecError::DuplicateZone(zone.clone()));
+        }
+    }
+    Ok(values.to_vec())
+}
+
+/// None ⇒ the default name; "" ⇒ no zone label.
+fn zone_label_name(name: Option<&str>) -> Result<Option<String>, SpecError> {
+    match name.unwrap_or(sprom::DEFAULT_ZONE_LABEL_NAME) {
+        "" => Ok(None),
+        name if !is_label_name(name) => Err(SpecError::ZoneLabelName(name.to_string())),
+        name if name == sprom::SHARD_LABEL || name == sprom::REPLICA_LABEL => {
+            Err(SpecError::ZoneLabelNameReserved(name.to_string()))
+        }
+        name => Ok(Some(name.to_string())),
+    }
+}
+
+fn scrape_configs(
+    configs: &[serde_json::Value],
+) -> Result<Vec<serde_json::Map<String, serde_json::Value>>, SpecError> {
+    let mut job_names = BTreeSet::new();
+    let mut objects = Vec::with_capacity(configs.len());
+    for (index, config) in configs.iter().enumerate() {
+        let object = config
+            .as_object()
+            .ok_or(SpecError::ScrapeConfigNotObject(index))?;
+        let job_name = object
+            .get("job_name")
+            .and_then(serde_json::Value::as_str)
+            .filter(|name| !name.is_empty())
+            .ok_or(SpecError::ScrapeConfigJobName(index))?;
+        if !job_names.insert(job_name) {
+            return Err(SpecError::DuplicateJobName(job_name.to_string()));
+        }
+        objects.push(object.clone());
+    }
+    Ok(objects)
+}
+
+fn remote_write(
+    entries: &[serde_json::Value],
+) -> Result<Vec<serde_json::Map<String, serde_json::Value>>, SpecError> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| match entry.as_object() {
+            Some(object) if object.get("url").is_some_and(is_non_empty_string) => {
+                Ok(object.clone())
+            }
+            _ => Err(SpecError::RemoteWriteUrl(index)),
+        })
+        .collect()
+}
+
+fn rule_files(rule_files: &[RuleFileRef]) -> Result<(), SpecError> {
+    for (index, rule_file) in rule_files.iter().enumerate() {
+        if rule_file.config_map.trim().is_empty() {
+            return Err(SpecError::RuleFileConfigMap(index));
+        }
+        if rule_file.key.as_deref().is_some_and(str::is_empty) {
+            return Err(SpecError::RuleFileKey {
+                index,
+                config_map: rule_file.config_map.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Nothing set ⇒ an emptyDir.
+fn storage(storage: PrometheusStorage) -> Result<ShardStorage, SpecError> {
+    match (storage.volume_claim_template, storage.empty_dir) {
+        (Some(_), Some(_)) => Err(SpecError::StorageBoth),
+        (Some(template), None) => Ok(ShardStorage::VolumeClaim(Box::new(template.spec))),
+        (None, empty_dir) => Ok(ShardStorage::EmptyDir(empty_dir.unwrap_or_default())),
+    }
+}
+
+fn duration(field: &'static str, value: &str) -> Result<Duration, SpecError> {
+    parse_prometheus_duration(value).map_err(|source| SpecError::Duration {
+        field,
+        value: value.to_string(),
+        source,
+    })
+}
+
+fn is_non_empty_string(value: &serde_json::Value) -> bool {
+    value.as_str().is_some_and(|text| !text.is_empty())
+}
+
+fn non_empty_or(value: Option<&str>, default: &str) -> String {
+    value
+        .filter(|value| !value.is_empty())
+        .unwrap_or(default)
+        .to_string()
+}
+
+/// A Prometheus label name: `[a-zA-Z_][a-zA-Z0-9_]*`.
+pub fn is_label_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// A non-empty Kubernetes label value: at most 63 characters of `[A-Za-z0-9_.-]`, starting and
+/// ending with a letter or digit.
+fn is_label_value(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    let (Some(first), Some(last)) = (bytes.first(), bytes.last()) else {
+        return false;
+    };
+    bytes.len() <= 63
+        && first.is_ascii_alphanumeric()
+        && last.is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ fn names_group_version_and_subresources() {
     for (plural, short, kind) in [
         ("zoneawareupdates", "zau", "ZoneAwareUpdate"),
         ("zonedisruptionbudgets", "zdb", "ZoneDisruptionBudget"),
+        ("shardedprometheuses", "sprom", "ShardedPrometheus"),
     ] {
         let crd = crd(plural);
         assert_eq!(
@@ -58,6 +59,80 @@ fn printer_columns() {
         columns("zonedisruptionbudgets"),
         ["MaxUnavailable", "Disrupted", "DryRun", "Age"]
     );
+    let sprom = crd("shardedprometheuses").spec.versions[0]
+        .additional_printer_columns
+        .clone()
+        .unwrap();
+    let sprom: Vec<_> = sprom
+        .iter()
+        .map(|c| (c.name.as_str(), c.json_path.as_str()))
+        .collect();
+    assert_eq!(
+        sprom,
+        [
+            ("Shards", ".status.shards"),
+            ("Zones", ".spec.shardingStrategy.topology.values"),
+            ("Ready", ".status.readyShards"),
+            ("Age", ".metadata.creationTimestamp"),
+        ]
+    );
+}
+
+/// An autoscaler scales `spec.shards` and averages over one pod per active shard.
+#[test]
+fn sprom_scale_subresource() {
+    let crd = crd("shardedprometheuses");
+    let scale = crd.spec.versions[0]
+        .subresources
+        .as_ref()
+        .unwrap()
+        .scale
+        .clone()
+        .unwrap();
+    assert_eq!(scale.spec_replicas_path, ".spec.shards");
+    assert_eq!(scale.status_replicas_path, ".status.shards");
+    assert_eq!(
+        scale.label_selector_path.as_deref(),
+        Some(".status.selector")
+    );
+}
+
+#[test]
+fn sprom_schema_keeps_raw_prometheus_config_and_bounds_shards() {
+    let schema = schema_json(&crd("shardedprometheuses"));
+    let spec = &schema["properties"]["spec"]["properties"];
+    for raw in ["scrapeConfigs", "remoteWrite"] {
+        assert_eq!(
+            spec[raw]["items"],
+            serde_json::json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+            "{raw}"
+        );
+    }
+    assert_eq!(
+        spec["shardingStrategy"]["properties"]["mode"]["enum"],
+        serde_json::json!(["Classic", "Address", "Topology"])
+    );
+    assert_eq!(spec["shards"]["minimum"], 1.0);
+    assert_eq!(spec["shards"]["maximum"], 1024.0);
+    assert_eq!(spec["shards"]["default"], 1);
+    assert_eq!(spec["replicas"]["minimum"], 1.0);
+    assert_eq!(
+        spec["storage"]["properties"]["volumeClaimTemplate"]["properties"]["spec"]["properties"]["storageClassName"]
+            ["type"],
+        "string"
+    );
+    let status = &schema["properties"]["status"]["properties"];
+    for field in [
+        "observedGeneration",
+        "shards",
+        "readyShards",
+        "selector",
+        "shardStatuses",
+        "retainedShards",
+        "conditions",
+    ] {
+        assert!(status.get(field).is_some(), "sprom status.{field}");
+    }
 }
 
 #[test]

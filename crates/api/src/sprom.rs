@@ -1,0 +1,461 @@
+//! `ShardedPrometheus`: Prometheus (server or agent) as N shards pinned to zones, each scraping only
+//! the targets of its own zone; autoscalable through the scale subresource, with graceful
+//! (retained) scale-down.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    EmptyDirVolumeSource, PersistentVolumeClaimSpec, ResourceRequirements, Toleration,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+
+use crate::lenient;
+
+/// The image when `spec.image` is not set.
+pub const DEFAULT_IMAGE: &str = "quay.io/prometheus/prometheus:v3.16.0";
+/// The ServiceAccount of the Prometheus pods when `spec.serviceAccountName` is not set.
+pub const DEFAULT_SERVICE_ACCOUNT: &str = "prometheus";
+/// The external label carrying a shard's zone when `externalLabelName` is not set.
+pub const DEFAULT_ZONE_LABEL_NAME: &str = "zone";
+/// The most shards a ShardedPrometheus may have: the number of hash buckets targets are spread
+/// over, so that every shard owns at least one.
+pub const MAX_SHARDS: i32 = 1024;
+/// The external label naming a sample's shard (its index).
+pub const SHARD_LABEL: &str = "shard";
+/// The external label naming a sample's Prometheus pod (replicas of a shard differ only by it).
+pub const REPLICA_LABEL: &str = "prometheus_replica";
+/// Grace period of a pod in Agent mode when `terminationGracePeriodSeconds` is not set: time to
+/// flush the remote-write queue.
+pub const DEFAULT_AGENT_GRACE_PERIOD_SECONDS: i64 = 600;
+/// Grace period of a pod in Server mode when `terminationGracePeriodSeconds` is not set.
+pub const DEFAULT_SERVER_GRACE_PERIOD_SECONDS: i64 = 30;
+/// How long a retained shard is kept when neither `retain.retentionPeriod` nor `retention.time`
+/// says.
+pub const DEFAULT_RETAINED_SHARD_PERIOD: std::time::Duration =
+    std::time::Duration::from_secs(24 * 3600);
+
+/// Condition types of a ShardedPrometheus.
+pub mod condition {
+    /// Every active shard has at least one ready replica.
+    pub const AVAILABLE: &str = "Available";
+    /// Working, but not as well as it could: uneven zones, zones without a shard, unready shards,
+    /// a ServiceAccount that cannot discover targets.
+    pub const DEGRADED: &str = "Degraded";
+    /// The spec cannot be acted on; the shards keep their last good configuration.
+    pub const INVALID: &str = crate::conditions::INVALID;
+}
+
+/// Condition reasons (CamelCase, stable: alerts and scripts match on them).
+pub mod reason {
+    pub const VALID: &str = "Valid";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const INVALID_SCRAPE_CONFIG: &str = "InvalidScrapeConfig";
+    pub const SHARDS_READY: &str = "ShardsReady";
+    pub const SHARDS_NOT_READY: &str = "ShardsNotReady";
+    pub const UNEVEN_ZONES: &str = "UnevenZones";
+    pub const ZONES_WITHOUT_SHARD: &str = "ZonesWithoutShard";
+    pub const ZONES_WITHOUT_NODES: &str = "ZonesWithoutNodes";
+    pub const NODE_METADATA_DISABLED: &str = "NodeMetadataDisabled";
+    pub const SERVICE_ACCOUNT_FORBIDDEN: &str = "ServiceAccountForbidden";
+    pub const AS_EXPECTED: &str = "AsExpected";
+}
+
+/// Runs Prometheus as `shards` StatefulSets of `replicas` pods. In Topology sharding, shard i
+/// runs in zone `values[i % len(values)]` and scrapes only the targets of that zone (targets
+/// without a usable zone are spread over all shards, or dropped); every target is scraped by
+/// exactly one shard. Scale `shards` by hand or with a HorizontalPodAutoscaler (scale
+/// subresource).
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "zonecontrol.k8s.aws",
+    version = "v1",
+    kind = "ShardedPrometheus",
+    doc = "Prometheus sharded over zones: each shard scrapes the targets of its own zone (see spec).",
+    plural = "shardedprometheuses",
+    shortname = "sprom",
+    namespaced,
+    status = "ShardedPrometheusStatus",
+    scale(
+        spec_replicas_path = ".spec.shards",
+        status_replicas_path = ".status.shards",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn = r#"{"name":"Shards","type":"integer","jsonPath":".status.shards"}"#,
+    printcolumn = r#"{"name":"Zones","type":"string","jsonPath":".spec.shardingStrategy.topology.values"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyShards"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardedPrometheusSpec {
+    /// Number of shards (1 to 1024). Each shard is a StatefulSet "<name>-shard-<i>" with its own
+    /// configuration. Best a multiple of the number of zones: otherwise the zones with one shard
+    /// more give each shard a smaller share (condition Degraded, reason UnevenZones). Fewer
+    /// shards than zones is valid: the zones without a shard are scraped from another zone.
+    #[serde(default = "default_shards")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub shards: i32,
+
+    /// Prometheus pods per shard, identical copies scraping the same targets (told apart by the
+    /// external label prometheus_replica).
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 1))]
+    pub replicas: i32,
+
+    /// Server: scrape, store, evaluate rules and answer queries. Agent: scrape and forward
+    /// through remoteWrite only (needs remoteWrite; no ruleFiles).
+    #[serde(default)]
+    pub mode: PrometheusMode,
+
+    /// Prometheus image (v3 or later: the configuration is re-read with --config.auto-reload).
+    /// Default quay.io/prometheus/prometheus:v3.16.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+
+    /// How targets are split between shards.
+    #[serde(default)]
+    pub sharding_strategy: ShardingStrategy,
+
+    /// Prometheus scrape_config objects, as in prometheus.yml (snake_case keys, job_name
+    /// required and unique). The sharding rules are appended to each job's relabel_configs,
+    /// after the job's own; a job may set __tmp_hash (what targets are hashed by, default
+    /// __address__) or __tmp_topology (a target's zone) itself.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "raw_objects")]
+    pub scrape_configs: Vec<serde_json::Value>,
+
+    /// Labels added to every series and alert leaving Prometheus (remote write, federation,
+    /// alerts). The controller sets shard, prometheus_replica and the zone label itself: those
+    /// names are refused here.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub external_labels: BTreeMap<String, String>,
+
+    /// Prometheus remote_write objects, as in prometheus.yml (url required). Required in Agent
+    /// mode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "raw_objects")]
+    pub remote_write: Vec<serde_json::Value>,
+
+    /// Recording and alerting rule files, from ConfigMaps of this namespace. Every shard
+    /// evaluates every rule over its own series. Not allowed in Agent mode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rule_files: Vec<RuleFileRef>,
+
+    /// How long and how much the local storage keeps (Server mode). Default: Prometheus's, 15d.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Retention>,
+
+    /// Where each Prometheus pod stores its data. Default: an emptyDir (lost with the pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<PrometheusStorage>,
+
+    /// Resources of the Prometheus container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Node labels the Prometheus pods must match. In Topology sharding the controller sets
+    /// topology.kubernetes.io/zone to the shard's zone, replacing any value given here.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+
+    /// Tolerations of the Prometheus pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+
+    /// ServiceAccount of the Prometheus pods; it needs to list and watch what the scrape configs
+    /// discover (pods, nodes, endpoints…). Default "prometheus".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+
+    /// What happens to the shards removed by a scale-down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_retention_policy: Option<ShardRetentionPolicy>,
+
+    /// Seconds a Prometheus pod is given to stop. Default 600 in Agent mode (time to flush the
+    /// remote-write queue), 30 in Server mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub termination_grace_period_seconds: Option<i64>,
+}
+
+fn default_shards() -> i32 {
+    1
+}
+
+fn default_replicas() -> i32 {
+    1
+}
+
+/// An array of free-form objects, kept as written (the API server prunes nothing inside).
+fn raw_objects(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": true
+        }
+    })
+}
+
+/// What a Prometheus pod does: Server or Agent.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum PrometheusMode {
+    #[default]
+    Server,
+    Agent,
+}
+
+/// How targets are split between shards.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardingStrategy {
+    /// Topology: shard i runs in zone values[i % len(values)] and scrapes the targets of that
+    /// zone. Classic (alias Address): targets are spread over all shards by hash, whatever their
+    /// zone.
+    #[serde(default)]
+    pub mode: ShardingMode,
+
+    /// The zones of Topology sharding.
+    #[serde(default)]
+    pub topology: TopologySharding,
+
+    /// Targets without a usable zone (no zone, a zone not listed, a zone without a shard, or a
+    /// job that is not Kubernetes discovery). Spread: scraped by exactly one of all shards,
+    /// across zones. Drop: not scraped at all.
+    #[serde(default)]
+    pub zoneless_targets: ZonelessTargets,
+}
+
+/// Classic, or Topology (the zones of `topology.values`).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ShardingMode {
+    #[serde(alias = "Address")]
+    Classic,
+    #[default]
+    Topology,
+}
+
+/// The schema lists the alias too, or the API server would refuse it.
+impl JsonSchema for ShardingMode {
+    fn schema_name() -> Cow<'static, str> {
+        "ShardingMode".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "enum": ["Classic", "Address", "Topology"]
+        })
+    }
+}
+
+/// The zones of Topology sharding.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologySharding {
+    /// The zones (values of the nodes' topology.kubernetes.io/zone label), in shard order:
+    /// shard i runs in values[i % len(values)]. Required in Topology mode; ignored in Classic.
+    /// Changing the list (even appending to it) moves shards to other zones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+
+    /// The external label carrying the shard's zone. Default "zone"; "" adds no zone label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_label_name: Option<String>,
+}
+
+/// Spread or Drop.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ZonelessTargets {
+    #[default]
+    Spread,
+    Drop,
+}
+
+/// One ConfigMap key (or all keys of a ConfigMap) holding Prometheus rule files.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleFileRef {
+    /// Name of a ConfigMap in this namespace.
+    pub config_map: String,
+
+    /// The key holding a rule file. Default: every key of the ConfigMap is a rule file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// Limits of the local storage; the oldest blocks go first when either is reached.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Retention {
+    /// How long samples are kept, as a Prometheus duration: "15d", "1d12h", "6h".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+
+    /// How many bytes of blocks are kept, powers of 1024: "10GB", "512MiB".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+}
+
+/// Where each Prometheus pod stores its data: one of volumeClaimTemplate or emptyDir.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusStorage {
+    /// A PersistentVolumeClaim per Prometheus pod, kept across restarts and re-scheduling (and by
+    /// a retained shard that is scaled up again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_claim_template: Option<VolumeClaimTemplate>,
+
+    /// A volume that lives as long as the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub empty_dir: Option<EmptyDirVolumeSource>,
+}
+
+/// The claim each Prometheus pod gets.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeClaimTemplate {
+    /// As a PersistentVolumeClaim's spec (storage class, access modes, size).
+    pub spec: PersistentVolumeClaimSpec,
+}
+
+/// What happens to the shards removed by a scale-down.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardRetentionPolicy {
+    /// Delete: removed shards are deleted at once. Retain: they keep running, scraping nothing,
+    /// so their data can still be queried, until their deletion deadline; a scale-up before then
+    /// reuses them. Agents are always deleted.
+    #[serde(default)]
+    pub when_scaled: WhenScaled,
+
+    /// How long retained shards are kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retain: Option<RetainPolicy>,
+}
+
+/// Retain or Delete.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum WhenScaled {
+    Retain,
+    #[default]
+    Delete,
+}
+
+/// How long retained shards are kept.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetainPolicy {
+    /// A Prometheus duration ("7d"). Default: retention.time; without it 24h, but with only
+    /// retention.size set, retained shards are kept until you delete them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_period: Option<String>,
+}
+
+/// Observed state.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardedPrometheusStatus {
+    /// The generation of the spec this status reflects.
+    #[serde(default, deserialize_with = "lenient::or_default")]
+    pub observed_generation: i64,
+
+    /// Active shards whose StatefulSet exists (what the scale subresource reports).
+    #[serde(default, deserialize_with = "lenient::or_default")]
+    pub shards: i32,
+
+    /// Active shards whose every replica is ready.
+    #[serde(default, deserialize_with = "lenient::or_default")]
+    pub ready_shards: i32,
+
+    /// Label selector matching one pod per active shard (never a retained shard's), for
+    /// autoscalers averaging a per-shard metric.
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub selector: String,
+
+    /// One entry per active shard, by index.
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub shard_statuses: Vec<ShardStatus>,
+
+    /// Shards removed by a scale-down and kept (policy Retain), by index.
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub retained_shards: Vec<RetainedShard>,
+
+    /// Available, Degraded, Invalid.
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub conditions: Vec<Condition>,
+}
+
+/// One active shard.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardStatus {
+    /// The shard's index, 0 to shards - 1.
+    #[serde(default)]
+    pub index: i32,
+
+    /// The shard's zone (empty in Classic sharding).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub zone: String,
+
+    /// The shard's index among the shards of its zone.
+    #[serde(default)]
+    pub in_zone: i32,
+
+    /// Ready Prometheus pods of the shard.
+    #[serde(default)]
+    pub ready_replicas: i32,
+
+    /// The shard's StatefulSet.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stateful_set: String,
+}
+
+/// A shard kept after a scale-down.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetainedShard {
+    /// The shard's index.
+    #[serde(default)]
+    pub index: i32,
+
+    /// When the shard is deleted (RFC 3339); absent: kept until you delete it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_deadline: Option<String>,
+}
+
+impl crate::conditions::Conditions for ShardedPrometheusStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+        &mut self.conditions
+    }
+
+    fn generation(&self) -> Option<i64> {
+        Some(self.observed_generation)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,578 @@
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaimSpec;
+use serde_json::json;
+
+use super::*;
+use crate::conditions::Conditions;
+use crate::validation::{ShardStorage, SpecError};
+
+fn spec_from(value: serde_json::Value) -> ShardedPrometheusSpec {
+    serde_json::from_value(value).unwrap()
+}
+
+#[test]
+fn a_minimal_spec_gets_every_default_and_round_trips() {
+    let spec = spec_from(json!({}));
+    assert_eq!(spec.shards, 1);
+    assert_eq!(spec.replicas, 1);
+    assert_eq!(spec.mode, PrometheusMode::Server);
+    assert_eq!(spec.sharding_strategy.mode, ShardingMode::Topology);
+    assert_eq!(
+        spec.sharding_strategy.zoneless_targets,
+        ZonelessTargets::Spread
+    );
+    let written = serde_json::to_value(&spec).unwrap();
+    assert_eq!(
+        written,
+        json!({
+            "shards": 1,
+            "replicas": 1,
+            "mode": "Server",
+            "shardingStrategy": {"mode": "Topology", "topology": {}, "zonelessTargets": "Spread"}
+        })
+    );
+    assert_eq!(spec_from(written), spec);
+}
+
+#[test]
+fn a_full_spec_round_trips_unchanged() {
+    let manifest = json!({
+        "shards": 6,
+        "replicas": 2,
+        "mode": "Agent",
+        "image": "example.com/prometheus:v3",
+        "shardingStrategy": {
+            "mode": "Topology",
+            "topology": {"values": ["zone-a", "zone-b"], "externalLabelName": "az"},
+            "zonelessTargets": "Drop"
+        },
+        "scrapeConfigs": [{"job_name": "pods", "kubernetes_sd_configs": [{"role": "pod"}],
+                           "scrape_interval": "15s"}],
+        "externalLabels": {"cluster": "prod"},
+        "remoteWrite": [{"url": "https://example.com/api/v1/write", "queue_config": {"capacity": 5}}],
+        "ruleFiles": [{"configMap": "rules", "key": "alerts.yaml"}, {"configMap": "more"}],
+        "retention": {"time": "15d", "size": "10GB"},
+        "storage": {"volumeClaimTemplate": {"spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "20Gi"}}
+        }}},
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+        "nodeSelector": {"pool": "monitoring"},
+        "tolerations": [{"key": "monitoring", "operator": "Exists", "effect": "NoSchedule"}],
+        "serviceAccountName": "prom",
+        "shardRetentionPolicy": {"whenScaled": "Retain", "retain": {"retentionPeriod": "2d"}},
+        "terminationGracePeriodSeconds": 900
+    });
+    let spec = spec_from(manifest.clone());
+    assert_eq!(spec.scrape_configs[0]["scrape_interval"], "15s");
+    assert_eq!(serde_json::to_value(&spec).unwrap(), manifest);
+}
+
+#[test]
+fn address_is_an_alias_of_classic() {
+    let spec = spec_from(json!({"shardingStrategy": {"mode": "Address"}}));
+    assert_eq!(spec.sharding_strategy.mode, ShardingMode::Classic);
+    let spec = spec_from(json!({"shardingStrategy": {"mode": "Classic"}}));
+    assert_eq!(spec.sharding_strategy.mode, ShardingMode::Classic);
+}
+
+#[test]
+fn status_of_an_unexpected_shape_degrades_field_by_field() {
+    let status: ShardedPrometheusStatus = serde_json::from_value(json!({
+        "observedGeneration": 4,
+        "shards": "three",
+        "readyShards": 2,
+        "selector": "app.kubernetes.io/instance=p",
+        "shardStatuses": "none",
+        "retainedShards": [{"index": 3, "deletionDeadline": "2030-01-01T00:00:00Z"}],
+        "conditions": [{"type": "Available"}],
+        "replicas": 9
+    }))
+    .unwrap();
+    assert_eq!(status.observed_generation, 4);
+    assert_eq!(status.shards, 0);
+    assert_eq!(status.ready_shards, 2);
+    assert_eq!(status.selector, "app.kubernetes.io/instance=p");
+    assert!(status.shard_statuses.is_empty());
+    assert_eq!(
+        status.retained_shards,
+        vec![RetainedShard {
+            index: 3,
+            deletion_deadline: Some("2030-01-01T00:00:00Z".into())
+        }]
+    );
+    assert!(status.conditions.is_empty());
+}
+
+#[test]
+fn status_writes_the_scale_fields_even_when_zero() {
+    let status = ShardedPrometheusStatus {
+        shard_statuses: vec![ShardStatus {
+            index: 0,
+            zone: String::new(),
+            in_zone: 0,
+            ready_replicas: 1,
+            stateful_set: "p-shard-0".into(),
+        }],
+        ..ShardedPrometheusStatus::default()
+    };
+    assert_eq!(
+        serde_json::to_value(&status).unwrap(),
+        json!({
+            "observedGeneration": 0,
+            "shards": 0,
+            "readyShards": 0,
+            "shardStatuses": [{"index": 0, "inZone": 0, "readyReplicas": 1, "statefulSet": "p-shard-0"}]
+        })
+    );
+}
+
+#[test]
+fn conditions_carry_the_observed_generation() {
+    let mut status = ShardedPrometheusStatus {
+        observed_generation: 7,
+        ..ShardedPrometheusStatus::default()
+    };
+    status.set_condition(
+        condition::DEGRADED,
+        true,
+        reason::UNEVEN_ZONES,
+        "zone-a has 2 shards",
+    );
+    let degraded = status.condition(condition::DEGRADED).unwrap();
+    assert_eq!(degraded.observed_generation, Some(7));
+    assert_eq!(status.true_reason(condition::DEGRADED), Some("UnevenZones"));
+    assert_eq!(condition::INVALID, "Invalid");
+}
+
+// --- validation ---
+
+/// A valid Server spec over three zones with one job, changed by `change`.
+fn spec(change: impl FnOnce(&mut ShardedPrometheusSpec)) -> ShardedPrometheusSpec {
+    let mut spec = spec_from(json!({
+        "shards": 3,
+        "shardingStrategy": {"topology": {"values": ["zone-a", "zone-b", "zone-c"]}},
+        "scrapeConfigs": [{"job_name": "pods", "kubernetes_sd_configs": [{"role": "pod"}]}]
+    }));
+    change(&mut spec);
+    spec
+}
+
+fn agent(spec: &mut ShardedPrometheusSpec) {
+    spec.mode = PrometheusMode::Agent;
+    spec.remote_write = vec![json!({"url": "https://example.com/write"})];
+}
+
+#[test]
+fn defaults_are_resolved() {
+    let valid = spec(|_| {}).validate().unwrap();
+    assert_eq!((valid.shards, valid.replicas), (3, 1));
+    assert_eq!(valid.mode, PrometheusMode::Server);
+    assert_eq!(valid.image, DEFAULT_IMAGE);
+    assert_eq!(valid.service_account_name, "prometheus");
+    assert_eq!(valid.zone_label_name.as_deref(), Some("zone"));
+    assert_eq!(valid.zoneless_targets, ZonelessTargets::Spread);
+    assert_eq!(valid.when_scaled, WhenScaled::Delete);
+    assert_eq!(
+        valid.retained_shard_period,
+        Some(DEFAULT_RETAINED_SHARD_PERIOD)
+    );
+    assert_eq!(valid.storage, ShardStorage::EmptyDir(Default::default()));
+    assert_eq!(valid.termination_grace_period_seconds, 30);
+    assert_eq!((valid.retention_time, valid.retention_size), (None, None));
+
+    let valid = spec(|s| {
+        s.image = Some(String::new());
+        s.service_account_name = Some(String::new());
+    })
+    .validate()
+    .unwrap();
+    assert_eq!(
+        (valid.image.as_str(), valid.service_account_name.as_str()),
+        (DEFAULT_IMAGE, "prometheus")
+    );
+}
+
+#[test]
+fn agents_get_a_long_grace_period_and_are_always_deleted() {
+    let valid = spec(|s| {
+        agent(s);
+        s.shard_retention_policy = Some(ShardRetentionPolicy {
+            when_scaled: WhenScaled::Retain,
+            retain: None,
+        });
+    })
+    .validate()
+    .unwrap();
+    assert_eq!(valid.termination_grace_period_seconds, 600);
+    assert_eq!(valid.when_scaled, WhenScaled::Delete);
+    assert_eq!(valid.remote_write[0]["url"], "https://example.com/write");
+    let valid = spec(|s| {
+        agent(s);
+        s.termination_grace_period_seconds = Some(0);
+    })
+    .validate()
+    .unwrap();
+    assert_eq!(valid.termination_grace_period_seconds, 0);
+}
+
+#[test]
+fn retained_shards_are_kept_for_the_retention_period_then_the_retention_time() {
+    let period = |retention: Option<Retention>, retain: Option<&str>| {
+        spec(|s| {
+            s.retention = retention;
+            s.shard_retention_policy = Some(ShardRetentionPolicy {
+                when_scaled: WhenScaled::Retain,
+                retain: Some(RetainPolicy {
+                    retention_period: retain.map(Into::into),
+                }),
+            });
+        })
+        .validate()
+        .unwrap()
+        .retained_shard_period
+    };
+    let time = |time: &str| {
+        Some(Retention {
+            time: Some(time.into()),
+            size: None,
+        })
+    };
+    let size_only = Some(Retention {
+        time: None,
+        size: Some("10GB".into()),
+    });
+    let hours = |h: u64| Some(Duration::from_secs(h * 3600));
+    assert_eq!(period(time("15d"), Some("2h")), hours(2));
+    assert_eq!(period(time("15d"), None), hours(15 * 24));
+    assert_eq!(period(size_only.clone(), Some("1d12h")), hours(36));
+    assert_eq!(period(size_only, None), None);
+    assert_eq!(period(None, None), hours(24));
+}
+
+#[test]
+fn classic_sharding_ignores_the_zones() {
+    for mode in ["Classic", "Address"] {
+        let mut spec = spec(|s| {
+            s.sharding_strategy.topology.values = vec!["a".into(), "a".into(), String::new()];
+            s.external_labels = [("zone".to_string(), "all".to_string())].into();
+        });
+        spec.sharding_strategy.mode = serde_json::from_value(json!(mode)).unwrap();
+        let valid = spec.validate().unwrap();
+        assert_eq!(valid.sharding_mode, ShardingMode::Classic);
+        assert!(valid.zones.is_empty());
+        assert_eq!(valid.zone_label_name, None);
+    }
+}
+
+#[test]
+fn fewer_shards_than_zones_and_a_disabled_zone_label_are_valid() {
+    let valid = spec(|s| {
+        s.shards = 2;
+        s.sharding_strategy.topology.external_label_name = Some(String::new());
+        s.external_labels = [("zone".to_string(), "mine".to_string())].into();
+    })
+    .validate()
+    .unwrap();
+    assert_eq!(valid.shards, 2);
+    assert_eq!(valid.zones.len(), 3);
+    assert_eq!(valid.zone_label_name, None);
+    let valid = spec(|s| {
+        s.sharding_strategy.topology.external_label_name = Some("az".into());
+        s.external_labels = [("zone".to_string(), "mine".to_string())].into();
+    })
+    .validate()
+    .unwrap();
+    assert_eq!(valid.zone_label_name.as_deref(), Some("az"));
+}
+
+#[test]
+fn storage_is_a_claim_or_an_empty_dir() {
+    let claim = PersistentVolumeClaimSpec {
+        storage_class_name: Some("gp3".into()),
+        ..PersistentVolumeClaimSpec::default()
+    };
+    let valid = spec(|s| {
+        s.storage = Some(PrometheusStorage {
+            volume_claim_template: Some(VolumeClaimTemplate {
+                spec: claim.clone(),
+            }),
+            empty_dir: None,
+        });
+    })
+    .validate()
+    .unwrap();
+    assert_eq!(valid.storage, ShardStorage::VolumeClaim(Box::new(claim)));
+}
+
+#[test]
+fn every_invalid_spec_names_the_offending_value() {
+    type Change = Box<dyn FnOnce(&mut ShardedPrometheusSpec)>;
+    let labels =
+        |name: &str| -> BTreeMap<String, String> { [(name.to_string(), "x".to_string())].into() };
+    let cases: Vec<(&str, Change, SpecError, &str)> = vec![
+        (
+            "no shards",
+            Box::new(|s| s.shards = 0),
+            SpecError::Shards(0),
+            "spec.shards is 0",
+        ),
+        (
+            "too many shards",
+            Box::new(|s| s.shards = 1025),
+            SpecError::Shards(1025),
+            "1025",
+        ),
+        (
+            "no replicas",
+            Box::new(|s| s.replicas = 0),
+            SpecError::Replicas(0),
+            "spec.replicas is 0",
+        ),
+        (
+            "no zones",
+            Box::new(|s| s.sharding_strategy.topology.values.clear()),
+            SpecError::NoZones,
+            "topology.values is empty",
+        ),
+        (
+            "empty zone",
+            Box::new(|s| s.sharding_strategy.topology.values[1].clear()),
+            SpecError::EmptyZone(1),
+            "values[1]",
+        ),
+        (
+            "zone not a label value",
+            Box::new(|s| s.sharding_strategy.topology.values[2] = "zone c".into()),
+            SpecError::ZoneNotLabelValue("zone c".into()),
+            "\"zone c\"",
+        ),
+        (
+            "duplicate zone",
+            Box::new(|s| s.sharding_strategy.topology.values.push("zone-b".into())),
+            SpecError::DuplicateZone("zone-b".into()),
+            "\"zone-b\"",
+        ),
+        (
+            "zone label not a label name",
+            Box::new(|s| s.sharding_strategy.topology.external_label_name = Some("my-zone".into())),
+            SpecError::ZoneLabelName("my-zone".into()),
+            "\"my-zone\"",
+        ),
+        (
+            "zone label reserved",
+            Box::new(|s| s.sharding_strategy.topology.external_label_name = Some("shard".into())),
+            SpecError::ZoneLabelNameReserved("shard".into()),
+            "\"shard\"",
+        ),
+        (
+            "external label not a label name",
+            Box::new(move |s| s.external_labels = labels("1st")),
+            SpecError::ExternalLabelName("1st".into()),
+            "\"1st\"",
+        ),
+        (
+            "external label shard",
+            Box::new(move |s| s.external_labels = labels("shard")),
+            SpecError::ReservedExternalLabel("shard".into()),
+            "\"shard\"",
+        ),
+        (
+            "external label prometheus_replica",
+            Box::new(move |s| s.external_labels = labels("prometheus_replica")),
+            SpecError::ReservedExternalLabel("prometheus_replica".into()),
+            "\"prometheus_replica\"",
+        ),
+        (
+            "external label zone",
+            Box::new(move |s| s.external_labels = labels("zone")),
+            SpecError::ReservedExternalLabel("zone".into()),
+            "\"zone\"",
+        ),
+        (
+            "external label named like the zone label",
+            Box::new(move |s| {
+                s.sharding_strategy.topology.external_label_name = Some("az".into());
+                s.external_labels = labels("az");
+            }),
+            SpecError::ReservedExternalLabel("az".into()),
+            "\"az\"",
+        ),
+        (
+            "scrape config not an object",
+            Box::new(|s| s.scrape_configs.push(json!("job_name: x"))),
+            SpecError::ScrapeConfigNotObject(1),
+            "scrapeConfigs[1]",
+        ),
+        (
+            "scrape config without job_name",
+            Box::new(|s| s.scrape_configs.push(json!({"static_configs": []}))),
+            SpecError::ScrapeConfigJobName(1),
+            "scrapeConfigs[1]",
+        ),
+        (
+            "scrape config with an empty job_name",
+            Box::new(|s| s.scrape_configs[0] = json!({"job_name": ""})),
+            SpecError::ScrapeConfigJobName(0),
+            "scrapeConfigs[0]",
+        ),
+        (
+            "scrape config with a numeric job_name",
+            Box::new(|s| s.scrape_configs[0] = json!({"job_name": 5})),
+            SpecError::ScrapeConfigJobName(0),
+            "scrapeConfigs[0]",
+        ),
+        (
+            "duplicate job_name",
+            Box::new(|s| s.scrape_configs.push(json!({"job_name": "pods"}))),
+            SpecError::DuplicateJobName("pods".into()),
+            "\"pods\"",
+        ),
+        (
+            "remote write without url",
+            Box::new(|s| s.remote_write = vec![json!({"url": "https://a"}), json!({"name": "x"})]),
+            SpecError::RemoteWriteUrl(1),
+            "remoteWrite[1]",
+        ),
+        (
+            "agent without remote write",
+            Box::new(|s| s.mode = PrometheusMode::Agent),
+            SpecError::AgentWithoutRemoteWrite,
+            "Agent",
+        ),
+        (
+            "agent with rule files",
+            Box::new(|s| {
+                agent(s);
+                s.rule_files = vec![RuleFileRef {
+                    config_map: "rules".into(),
+                    key: None,
+                }];
+            }),
+            SpecError::AgentWithRuleFiles,
+            "agents do not evaluate rules",
+        ),
+        (
+            "rule file without a ConfigMap",
+            Box::new(|s| s.rule_files = vec![RuleFileRef::default()]),
+            SpecError::RuleFileConfigMap(0),
+            "ruleFiles[0].configMap",
+        ),
+        (
+            "rule file with an empty key",
+            Box::new(|s| {
+                s.rule_files = vec![RuleFileRef {
+                    config_map: "rules".into(),
+                    key: Some(String::new()),
+                }];
+            }),
+            SpecError::RuleFileKey {
+                index: 0,
+                config_map: "rules".into(),
+            },
+            "\"rules\"",
+        ),
+        (
+            "retention time",
+            Box::new(|s| {
+                s.retention = Some(Retention {
+                    time: Some("15x".into()),
+                    size: None,
+                });
+            }),
+            SpecError::Duration {
+                field: "spec.retention.time",
+                value: "15x".into(),
+                source: crate::UnitError::MalformedDuration,
+            },
+            "spec.retention.time: \"15x\"",
+        ),
+        (
+            "retention size",
+            Box::new(|s| {
+                s.retention = Some(Retention {
+                    time: None,
+                    size: Some("10gb".into()),
+                });
+            }),
+            SpecError::RetentionSize {
+                value: "10gb".into(),
+                source: crate::UnitError::MalformedSize,
+            },
+            "\"10gb\"",
+        ),
+        (
+            "retention period",
+            Box::new(|s| {
+                s.shard_retention_policy = Some(ShardRetentionPolicy {
+                    when_scaled: WhenScaled::Retain,
+                    retain: Some(RetainPolicy {
+                        retention_period: Some("1h1d".into()),
+                    }),
+                });
+            }),
+            SpecError::Duration {
+                field: "spec.shardRetentionPolicy.retain.retentionPeriod",
+                value: "1h1d".into(),
+                source: crate::UnitError::UnitOrder,
+            },
+            "retentionPeriod: \"1h1d\"",
+        ),
+        (
+            "two kinds of storage",
+            Box::new(|s| {
+                s.storage = Some(PrometheusStorage {
+                    volume_claim_template: Some(VolumeClaimTemplate::default()),
+                    empty_dir: Some(Default::default()),
+                });
+            }),
+            SpecError::StorageBoth,
+            "both volumeClaimTemplate and emptyDir",
+        ),
+        (
+            "negative grace period",
+            Box::new(|s| s.termination_grace_period_seconds = Some(-1)),
+            SpecError::TerminationGracePeriod(-1),
+            "is -1",
+        ),
+    ];
+    for (name, change, expected, needle) in cases {
+        let error = spec(change).validate().unwrap_err();
+        assert_eq!(error, expected, "{name}");
+        let message = error.to_string();
+        assert!(
+            message.contains(needle),
+            "{name}: {message:?} lacks {needle:?}"
+        );
+    }
+}
+
+#[test]
+fn the_sample_deserializes_and_validates() {
+    let sample: ShardedPrometheus = serde_norway::from_str(include_str!(
+        "../../../../config/samples/shardedprometheus.yaml"
+    ))
+    .unwrap();
+    let valid = sample.spec.validate().unwrap();
+    assert_eq!(valid.shards, 3);
+    assert_eq!(valid.zones, ["zone-a", "zone-b", "zone-c"]);
+    assert_eq!(valid.sharding_mode, ShardingMode::Topology);
+    assert_eq!(valid.zone_label_name.as_deref(), Some("zone"));
+    let jobs: Vec<_> = valid
+        .scrape_configs
+        .iter()
+        .map(|c| c["job_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(jobs, ["pods", "prometheus"]);
+    assert_eq!(
+        valid.scrape_configs[0]["kubernetes_sd_configs"][0]["role"],
+        "pod"
+    );
+    assert!(valid.scrape_configs[1].contains_key("static_configs"));
+    assert_eq!(valid.when_scaled, WhenScaled::Retain);
+    assert_eq!(
+        valid.retained_shard_period,
+        Some(Duration::from_secs(86_400))
+    );
+}
