@@ -61,6 +61,20 @@ impl NodeZones {
         self.nodes.wait_until_ready().await
     }
 
+    /// The zones that have at least one node.
+    pub fn zones_present(&self) -> std::collections::BTreeSet<String> {
+        self.nodes
+            .state()
+            .iter()
+            .filter_map(|node| {
+                let labels = node.metadata.labels.as_ref()?;
+                Zone::from_label(labels, &self.zone_label)
+                    .name()
+                    .map(str::to_owned)
+            })
+            .collect()
+    }
+
     /// The zone of the node `pod` is bound to: unknown when unscheduled, when the node is not
     /// (yet) in the cache, or when it has no zone label.
     pub fn zone_of(&self, pod: &Pod) -> Zone {
@@ -153,5 +167,10 @@ mod tests {
         assert_eq!(zones.zone_of(&pod_on(Some("node-x"))), Zone::Unknown);
         assert_eq!(zones.zone_of(&pod_on(Some("gone"))), Zone::Unknown);
         assert_eq!(zones.zone_of(&pod_on(None)), Zone::Unknown);
+        assert_eq!(
+            zones.zones_present(),
+            std::collections::BTreeSet::from(["zone-a".to_string()]),
+            "a node without the label adds no zone"
+        );
     }
 }

@@ -1,0 +1,352 @@
+//! The build step (pure): from a valid ShardedPrometheus, the children every shard needs — a
+//! ConfigMap with its own `prometheus.yml`, a StatefulSet pinned to its zone and a headless
+//! Service — all named `<name>-shard-<i>` and labelled so the controller finds its own.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, SecurityContext, Service, ServicePort, ServiceSpec,
+    TopologySpreadConstraint, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use zone_api::sprom::PrometheusMode;
+use zone_api::validation::{ShardStorage, ValidSprom};
+use zone_topology::sharding::ShardLayout;
+
+use crate::config::{self, CONFIG_DIR, CONFIG_KEY, ConfigError, POD_NAME_ENV, RULES_DIR};
+
+/// Label of every child: the ShardedPrometheus it belongs to.
+pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+/// Label of every child: who manages it.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "shard-controller";
+/// Label of every child and pod: the shard index.
+pub const SHARD_LABEL: &str = "zonecontrol.k8s.aws/shard";
+/// The StatefulSet controller's pod-ordinal label (Kubernetes >= 1.28).
+pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
+/// Prometheus listens here in every pod.
+pub const WEB_PORT: i32 = 9090;
+/// The Prometheus image's `nobody` user, which owns the data directory.
+const PROMETHEUS_UID: i64 = 65534;
+const DATA_VOLUME: &str = "data";
+const DATA_DIR: &str = "/prometheus";
+
+/// What the build step needs besides the resource's spec.
+#[derive(Debug, Clone)]
+pub struct BuildInput<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub valid: &'a ValidSprom,
+    pub layout: &'a ShardLayout,
+    /// The node label that carries zones (`--zone-label`).
+    pub zone_key: &'a str,
+}
+
+/// The children of one shard.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardChildren {
+    pub index: u32,
+    pub config_map: ConfigMap,
+    pub stateful_set: StatefulSet,
+    pub service: Service,
+}
+
+/// Everything the resource wants, and what building found out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Built {
+    pub shards: Vec<ShardChildren>,
+    /// Scrape jobs (and roles) where the user turned node metadata off explicitly.
+    pub node_metadata_disabled: Vec<String>,
+}
+
+/// The name of shard `index`'s ConfigMap, StatefulSet and Service.
+pub fn shard_name(name: &str, index: u32) -> String {
+    format!("{name}-shard-{index}")
+}
+
+/// The selector of every child of `name`.
+pub fn children_selector(name: &str) -> String {
+    format!("{INSTANCE_LABEL}={name},{MANAGED_BY_LABEL}={MANAGED_BY}")
+}
+
+/// Builds the children of every active shard.
+pub fn build(input: &BuildInput<'_>) -> Result<Built, ConfigError> {
+    let mut built = Built {
+        shards: Vec::with_capacity(input.valid.shards as usize),
+        node_metadata_disabled: Vec::new(),
+    };
+    for index in 0..input.valid.shards {
+        let (shard, disabled) = shard_children(input, index, false)?;
+        if index == 0 {
+            built.node_metadata_disabled = disabled;
+        }
+        built.shards.push(shard);
+    }
+    Ok(built)
+}
+
+/// The children of shard `index`; `retained` renders a configuration that scrapes nothing.
+pub fn shard_children(
+    input: &BuildInput<'_>,
+    index: u32,
+    retained: bool,
+) -> Result<(ShardChildren, Vec<String>), ConfigError> {
+    let valid = input.valid;
+    let rule_files: Vec<(String, Option<String>)> = valid
+        .rule_files
+        .iter()
+        .map(|rule| (rule.config_map.clone(), rule.key.clone()))
+        .collect();
+    let rendered = config::render(&config::ShardConfig {
+        layout: input.layout,
+        shard: index,
+        scrape_configs: &valid.scrape_configs,
+        external_labels: &valid.external_labels,
+        zone_label_name: valid.zone_label_name.as_deref(),
+        remote_write: &valid.remote_write,
+        rule_files: &rule_files,
+        retained,
+    })?;
+    let name = shard_name(input.name, index);
+    let labels = shard_labels(input.name, index);
+    let meta = ObjectMeta {
+        name: Some(name.clone()),
+        namespace: Some(input.namespace.to_string()),
+        labels: Some(labels.clone()),
+        ..ObjectMeta::default()
+    };
+    let config_map = ConfigMap {
+        metadata: meta.clone(),
+        data: Some(BTreeMap::from([(CONFIG_KEY.to_string(), rendered.yaml)])),
+        ..ConfigMap::default()
+    };
+    let service = Service {
+        metadata: meta.clone(),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            selector: Some(labels.clone()),
+            ports: Some(vec![ServicePort {
+                name: Some("web".into()),
+                port: WEB_PORT,
+                target_port: Some(IntOrString::String("web".into())),
+                ..ServicePort::default()
+            }]),
+            publish_not_ready_addresses: Some(true),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    };
+    let stateful_set = StatefulSet {
+        metadata: meta,
+        spec: Some(stateful_set_spec(input, index, &name, &labels, &rule_files)),
+        ..StatefulSet::default()
+    };
+    Ok((
+        ShardChildren {
+            index,
+            config_map,
+            stateful_set,
+            service,
+        },
+        rendered.node_metadata_disabled,
+    ))
+}
+
+fn shard_labels(name: &str, index: u32) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_string(),
+            "prometheus".to_string(),
+        ),
+        (INSTANCE_LABEL.to_string(), name.to_string()),
+        (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
+        (SHARD_LABEL.to_string(), index.to_string()),
+    ])
+}
+
+fn stateful_set_spec(
+    input: &BuildInput<'_>,
+    index: u32,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+    rule_files: &[(String, Option<String>)],
+) -> StatefulSetSpec {
+    let valid = input.valid;
+    let selector_labels = BTreeMap::from([
+        (INSTANCE_LABEL.to_string(), input.name.to_string()),
+        (SHARD_LABEL.to_string(), index.to_string()),
+    ]);
+    let mut volumes = vec![Volume {
+        name: "config".into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: name.to_string(),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }];
+    let mut mounts = vec![VolumeMount {
+        name: "config".into(),
+        mount_path: CONFIG_DIR.into(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    }];
+    for (i, (config_map, _)) in rule_files.iter().enumerate() {
+        let volume = format!("rules-{i}");
+        volumes.push(Volume {
+            name: volume.clone(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: config_map.clone(),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        mounts.push(VolumeMount {
+            name: volume,
+            mount_path: format!("{RULES_DIR}/{config_map}"),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    }
+    mounts.push(VolumeMount {
+        name: DATA_VOLUME.into(),
+        mount_path: DATA_DIR.into(),
+        ..VolumeMount::default()
+    });
+    let mut claims = None;
+    match &valid.storage {
+        ShardStorage::EmptyDir(empty_dir) => volumes.push(Volume {
+            name: DATA_VOLUME.into(),
+            empty_dir: Some(empty_dir.clone()),
+            ..Volume::default()
+        }),
+        ShardStorage::VolumeClaim(spec) => {
+            claims = Some(vec![PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: Some(DATA_VOLUME.into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some((**spec).clone()),
+                ..PersistentVolumeClaim::default()
+            }]);
+        }
+    }
+    let node_selector = input
+        .layout
+        .node_selector(index, input.zone_key, &valid.node_selector);
+    StatefulSetSpec {
+        replicas: Some(i32::try_from(valid.replicas).unwrap_or(i32::MAX)),
+        service_name: Some(name.to_string()),
+        // Replicas are independent copies: start and stop them all at once.
+        pod_management_policy: Some("Parallel".into()),
+        selector: LabelSelector {
+            match_labels: Some(selector_labels.clone()),
+            ..LabelSelector::default()
+        },
+        template: PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(labels.clone()),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(PodSpec {
+                containers: vec![prometheus_container(valid, mounts)],
+                volumes: Some(volumes),
+                node_selector: (!node_selector.is_empty()).then_some(node_selector),
+                tolerations: (!valid.tolerations.is_empty()).then(|| valid.tolerations.clone()),
+                service_account_name: Some(valid.service_account_name.clone()),
+                termination_grace_period_seconds: Some(valid.termination_grace_period_seconds),
+                security_context: Some(PodSecurityContext {
+                    run_as_user: Some(PROMETHEUS_UID),
+                    run_as_group: Some(PROMETHEUS_UID),
+                    run_as_non_root: Some(true),
+                    fs_group: Some(PROMETHEUS_UID),
+                    ..PodSecurityContext::default()
+                }),
+                // The replicas of a shard on different nodes of its zone, where there are any.
+                topology_spread_constraints: Some(vec![TopologySpreadConstraint {
+                    max_skew: 1,
+                    topology_key: "kubernetes.io/hostname".into(),
+                    when_unsatisfiable: "ScheduleAnyway".into(),
+                    label_selector: Some(LabelSelector {
+                        match_labels: Some(selector_labels),
+                        ..LabelSelector::default()
+                    }),
+                    ..TopologySpreadConstraint::default()
+                }]),
+                ..PodSpec::default()
+            }),
+        },
+        volume_claim_templates: claims,
+        ..StatefulSetSpec::default()
+    }
+}
+
+fn prometheus_container(valid: &ValidSprom, mounts: Vec<VolumeMount>) -> Container {
+    let mut args = vec![
+        format!("--config.file={CONFIG_DIR}/{CONFIG_KEY}"),
+        // Prometheus re-reads the mounted ConfigMap itself: no sidecar, no restart.
+        "--config.auto-reload".to_string(),
+        format!("--web.listen-address=:{WEB_PORT}"),
+    ];
+    match valid.mode {
+        PrometheusMode::Server => {
+            args.push(format!("--storage.tsdb.path={DATA_DIR}"));
+            if let Some(time) = &valid.retention_time {
+                args.push(format!("--storage.tsdb.retention.time={time}"));
+            }
+            if let Some(size) = &valid.retention_size {
+                args.push(format!("--storage.tsdb.retention.size={size}"));
+            }
+        }
+        PrometheusMode::Agent => {
+            args.push("--agent".to_string());
+            args.push(format!("--storage.agent.path={DATA_DIR}"));
+        }
+    }
+    let probe = |path: &str| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_string()),
+            port: IntOrString::String("web".into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(5),
+        ..Probe::default()
+    };
+    Container {
+        name: "prometheus".into(),
+        image: Some(valid.image.clone()),
+        args: Some(args),
+        env: Some(vec![EnvVar {
+            name: POD_NAME_ENV.into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.name".into(),
+                    ..ObjectFieldSelector::default()
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        }]),
+        ports: Some(vec![ContainerPort {
+            name: Some("web".into()),
+            container_port: WEB_PORT,
+            ..ContainerPort::default()
+        }]),
+        readiness_probe: Some(probe("/-/ready")),
+        liveness_probe: Some(Probe {
+            failure_threshold: Some(6),
+            ..probe("/-/healthy")
+        }),
+        resources: valid.resources.clone(),
+        volume_mounts: Some(mounts),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    }
+}

@@ -1,0 +1,206 @@
+//! The `prometheus.yml` of one shard (pure): the user's scrape configs, each with the shard's
+//! sharding rules appended after the user's own relabel_configs, and the external labels that
+//! tell shards and replicas apart.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+use zone_topology::relabel::{CompiledRules, RelabelConfig};
+use zone_topology::sharding::{ShardLayout, attach_node_metadata};
+
+/// Where the shard's own ConfigMap is mounted in the Prometheus container.
+pub const CONFIG_DIR: &str = "/etc/prometheus/config";
+/// The key of the rendered configuration in the shard's ConfigMap.
+pub const CONFIG_KEY: &str = "prometheus.yml";
+/// Where the user's rule ConfigMaps are mounted, one directory each.
+pub const RULES_DIR: &str = "/etc/prometheus/rules";
+/// Environment variable holding the pod name; Prometheus 3 expands `${POD_NAME}` in external
+/// labels, so every replica labels its series with its own name from one shared file.
+pub const POD_NAME_ENV: &str = "POD_NAME";
+
+/// One shard's configuration, as the controller renders it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardConfig<'a> {
+    pub layout: &'a ShardLayout,
+    pub shard: u32,
+    pub scrape_configs: &'a [Map<String, Value>],
+    pub external_labels: &'a BTreeMap<String, String>,
+    /// The external label carrying the zone (None: not added).
+    pub zone_label_name: Option<&'a str>,
+    pub remote_write: &'a [Map<String, Value>],
+    /// ConfigMap name → keys to load (empty: every key), mounted under [`RULES_DIR`].
+    pub rule_files: &'a [(String, Option<String>)],
+    /// A retained shard: it serves queries over its data and drains its WAL through
+    /// remote_write, but scrapes, evaluates and alerts nothing.
+    pub retained: bool,
+}
+
+/// The rendered file and what rendering found out about the user's configs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    pub yaml: String,
+    /// `job (role)` entries whose `attach_metadata.node: false` the user set explicitly: their
+    /// targets' zone comes from the other sources only.
+    pub node_metadata_disabled: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("spec.scrapeConfigs job {job:?}: relabel_configs must be a list of relabel rules")]
+    RelabelNotAList { job: String },
+    #[error("spec.scrapeConfigs job {job:?}: relabel_configs[{index}]: {message}")]
+    BadRelabel {
+        job: String,
+        index: usize,
+        message: String,
+    },
+    #[error("spec.scrapeConfigs job {job:?}: kubernetes_sd_configs must be a list")]
+    SdNotAList { job: String },
+    #[error("cannot write the Prometheus configuration: {0}")]
+    Yaml(String),
+}
+
+/// Checks what the controller touches in the user's scrape configs: relabel rules that parse
+/// with Prometheus's semantics (actions, regexes) and discovery lists that are lists. The error
+/// names the job and the rule, so the `Invalid` condition says what to fix.
+pub fn check_scrape_configs(configs: &[Map<String, Value>]) -> Result<(), ConfigError> {
+    for config in configs {
+        let job = job_name(config);
+        user_relabel_rules(config, &job)?;
+        if config
+            .get("kubernetes_sd_configs")
+            .is_some_and(|sd| !sd.is_array())
+        {
+            return Err(ConfigError::SdNotAList { job });
+        }
+    }
+    Ok(())
+}
+
+fn job_name(config: &Map<String, Value>) -> String {
+    config
+        .get("job_name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn user_relabel_rules(config: &Map<String, Value>, job: &str) -> Result<Vec<Value>, ConfigError> {
+    let rules = match config.get("relabel_configs") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(rules)) => rules.clone(),
+        Some(_) => {
+            return Err(ConfigError::RelabelNotAList {
+                job: job.to_string(),
+            });
+        }
+    };
+    for (index, rule) in rules.iter().enumerate() {
+        let bad = |message: String| ConfigError::BadRelabel {
+            job: job.to_string(),
+            index,
+            message,
+        };
+        let parsed: RelabelConfig =
+            serde_json::from_value(rule.clone()).map_err(|error| bad(error.to_string()))?;
+        CompiledRules::new(&[parsed]).map_err(|error| bad(error_chain(&error)))?;
+    }
+    Ok(rules)
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Renders the shard's `prometheus.yml`.
+pub fn render(input: &ShardConfig<'_>) -> Result<Rendered, ConfigError> {
+    let mut node_metadata_disabled = Vec::new();
+    let mut external_labels: BTreeMap<String, String> = input.external_labels.clone();
+    external_labels.extend(
+        input
+            .layout
+            .external_labels(input.shard, input.zone_label_name),
+    );
+    external_labels.insert(
+        zone_api::sprom::REPLICA_LABEL.to_string(),
+        format!("${{{POD_NAME_ENV}}}"),
+    );
+    let mut root = Map::new();
+    root.insert(
+        "global".into(),
+        json!({ "external_labels": external_labels }),
+    );
+
+    if !input.retained {
+        let sharding: Vec<Value> = input
+            .layout
+            .rules(input.shard)
+            .iter()
+            .map(serde_json::to_value)
+            .collect::<Result<_, _>>()
+            .map_err(|error| ConfigError::Yaml(error.to_string()))?;
+        let mut scrape_configs = Vec::with_capacity(input.scrape_configs.len());
+        for config in input.scrape_configs {
+            let job = job_name(config);
+            let mut config = Value::Object(config.clone());
+            let metadata = attach_node_metadata(&mut config);
+            node_metadata_disabled.extend(
+                metadata
+                    .disabled_by_user
+                    .into_iter()
+                    .map(|role| format!("{job} ({role})")),
+            );
+            let Value::Object(mut config) = config else {
+                continue;
+            };
+            let mut relabel = user_relabel_rules(&config, &job)?;
+            relabel.extend(sharding.iter().cloned());
+            config.insert("relabel_configs".into(), Value::Array(relabel));
+            scrape_configs.push(Value::Object(config));
+        }
+        root.insert("scrape_configs".into(), Value::Array(scrape_configs));
+        if !input.rule_files.is_empty() {
+            root.insert(
+                "rule_files".into(),
+                json!(rule_file_globs(input.rule_files)),
+            );
+        }
+    }
+    if !input.remote_write.is_empty() {
+        root.insert(
+            "remote_write".into(),
+            Value::Array(
+                input
+                    .remote_write
+                    .iter()
+                    .cloned()
+                    .map(Value::Object)
+                    .collect(),
+            ),
+        );
+    }
+    let yaml = serde_norway::to_string(&Value::Object(root))
+        .map_err(|error| ConfigError::Yaml(error.to_string()))?;
+    Ok(Rendered {
+        yaml,
+        node_metadata_disabled,
+    })
+}
+
+/// The `rule_files` globs: one per ConfigMap (every key) or per named key.
+pub fn rule_file_globs(rule_files: &[(String, Option<String>)]) -> Vec<String> {
+    rule_files
+        .iter()
+        .map(|(config_map, key)| match key {
+            Some(key) => format!("{RULES_DIR}/{config_map}/{key}"),
+            None => format!("{RULES_DIR}/{config_map}/*"),
+        })
+        .collect()
+}

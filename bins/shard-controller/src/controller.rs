@@ -1,0 +1,155 @@
+//! Wiring: the ShardedPrometheus watch, the watches of its children (so a hand-deleted child
+//! comes back and StatefulSet readiness reaches the status), the node cache, readiness and
+//! shutdown.
+
+use std::future::ready;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::Resource;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
+use zone_api::ShardedPrometheus;
+use zone_operator::RuntimeParts;
+use zone_operator::controller::{self, CachesStopped, forward_triggers, log_watch_error};
+use zone_operator::metrics::MetricsError;
+use zone_operator::zones::NodeZones;
+
+use crate::build::{MANAGED_BY, MANAGED_BY_LABEL};
+use crate::cli::Args;
+use crate::metrics::SpromMetrics;
+use crate::reconcile::{self, Context};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error("cannot register the ShardedPrometheus metrics")]
+    Metrics(#[source] MetricsError),
+    #[error(transparent)]
+    Caches(#[from] CachesStopped),
+}
+
+/// Drops what the controller never reads from a StatefulSet: its pod template and managed
+/// fields are most of its size, and 100 shards would keep them all in memory.
+fn strip_stateful_set(sts: &mut StatefulSet) {
+    sts.meta_mut().managed_fields = None;
+    sts.meta_mut().annotations = None;
+    sts.spec = None;
+}
+
+/// Runs until shutdown.
+pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError> {
+    let sprom_metrics =
+        SpromMetrics::register(&parts.registry).map_err(ControllerError::Metrics)?;
+    let scope = &args.scope;
+    let client = parts.client.clone();
+    let initial_list = parts.initial_list(scope.namespace()).await;
+
+    let (sproms, sprom_writer) = reflector::store();
+    // Our status writes change the resourceVersion, not the generation: filtering on the
+    // generation keeps them from triggering another reconcile.
+    let sprom_stream = watcher(
+        scope.api::<ShardedPrometheus>(&client),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(sprom_writer)
+    .applied_objects()
+    .predicate_filter(predicates::generation, Default::default());
+
+    let children = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    let (stateful_sets, sts_writer) = reflector::store();
+    let sts_events = watcher(scope.api::<StatefulSet>(&client), children.clone())
+        .modify(strip_stateful_set)
+        .default_backoff()
+        .reflect(sts_writer)
+        .touched_objects()
+        .filter_map(|r| ready(log_watch_error("statefulsets", r)))
+        .map(|sts| owner_of(&sts));
+    // ConfigMaps and Services only need to trigger (a deleted one comes back): metadata is
+    // enough, and a ConfigMap's data is the bulk of what a watch would hold.
+    let config_map_events = watcher(
+        scope.api::<PartialObjectMeta<ConfigMap>>(&client),
+        children.clone(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .filter_map(|r| ready(log_watch_error("configmaps", r)))
+    .map(|cm| owner_of(&cm));
+    let service_events = watcher(scope.api::<PartialObjectMeta<Service>>(&client), children)
+        .default_backoff()
+        .touched_objects()
+        .filter_map(|r| ready(log_watch_error("services", r)))
+        .map(|svc| owner_of(&svc));
+
+    // Zones gaining or losing their last node change the Degraded condition of every resource.
+    let (zones, node_events) = NodeZones::watch(&client, &scope.zone_label, initial_list);
+    let all = sproms.clone();
+    let node_events = node_events.map(move |()| {
+        all.state()
+            .iter()
+            .map(|sprom| ObjectRef::from_obj(sprom.as_ref()))
+            .collect::<Vec<_>>()
+    });
+    let (triggers, trigger_stream) = futures::channel::mpsc::unbounded();
+    let events = futures::stream::select_all([
+        sts_events.boxed(),
+        config_map_events.boxed(),
+        service_events.boxed(),
+        node_events.boxed(),
+    ]);
+    let drive = tokio::spawn(forward_triggers(events, triggers));
+
+    // The StatefulSet and node caches are what the status reads; the watch of the resources
+    // themselves is driven by the controller below and needs no gate.
+    let synced = controller::wait_for_caches(
+        async {
+            stateful_sets.wait_until_ready().await?;
+            zones.wait_until_ready().await
+        },
+        &parts.readiness,
+        &parts.shutdown,
+    )
+    .await;
+    if synced != Ok(true) {
+        drive.abort();
+        return Ok(synced.map(drop)?);
+    }
+    let context = Arc::new(Context {
+        client: client.clone(),
+        sproms: sproms.clone(),
+        stateful_sets,
+        zones,
+        events: parts.events.clone(),
+        metrics: parts.controller_metrics(),
+        sprom_metrics,
+        field_manager: scope.field_manager(&parts.controller),
+        zone_key: scope.zone_label.clone(),
+        access: Default::default(),
+        series: Default::default(),
+    });
+    tracing::info!(namespace = ?scope.namespace(), "shard-controller running");
+    let controller = Controller::for_stream(sprom_stream, sproms).reconcile_on(trigger_stream);
+    controller::run(controller, &parts.shutdown, reconcile::reconcile, context).await;
+    drive.abort();
+    Ok(())
+}
+
+/// The ShardedPrometheus that controls `child`, if any.
+fn owner_of<K: Resource>(child: &K) -> Vec<ObjectRef<ShardedPrometheus>> {
+    let namespace = child.meta().namespace.clone().unwrap_or_default();
+    child
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|owner| {
+            owner.controller == Some(true)
+                && owner.kind == ShardedPrometheus::kind(&())
+                && owner.api_version == ShardedPrometheus::api_version(&())
+        })
+        .map(|owner| ObjectRef::new(&owner.name).within(&namespace))
+        .collect()
+}

@@ -1,0 +1,32 @@
+//! The ShardedPrometheus controller: Prometheus shards pinned to zones, each scraping only the
+//! targets of its own zone, every target exactly once.
+#![forbid(unsafe_code)]
+
+mod access;
+mod build;
+mod cli;
+mod config;
+mod controller;
+#[cfg(test)]
+mod golden;
+mod metrics;
+mod reconcile;
+mod status;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = cli::Args::parse();
+    let runtime = match zone_operator::Runtime::start("shard-controller", &args.runtime).await {
+        Ok(runtime) => runtime,
+        Err(error) => return zone_operator::report_exit(&error),
+    };
+    let controller = controller::run(runtime.clone_parts(), args);
+    match runtime.run(controller).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => zone_operator::report_exit(&error),
+    }
+}

@@ -1,0 +1,413 @@
+//! One reconcile of a ShardedPrometheus, as a pipeline:
+//!
+//! 1. **validate** (pure): the spec, the shard layout and the user's scrape configs
+//!    ([`validate`]); an invalid spec sets `Invalid` with the reason, publishes one event and
+//!    changes no child;
+//! 2. **build** (pure): every shard's ConfigMap, StatefulSet and Service ([`crate::build`]);
+//! 3. **apply**: server-side apply of every child with a controller reference, then the prune of
+//!    the children of shards no longer wanted;
+//! 4. **status** (pure, then written): observed from the StatefulSets ([`crate::status`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, Resource, ResourceExt};
+use zone_api::ShardedPrometheus;
+use zone_api::conditions::Conditions;
+use zone_api::sprom::{self, ShardedPrometheusStatus, condition, reason};
+use zone_api::validation::ValidSprom;
+use zone_operator::children::{self, ChildError};
+use zone_operator::controller::{Failure, ReconcileContext};
+use zone_operator::metrics::ObjectSeries;
+use zone_operator::status::{self, StatusError};
+use zone_operator::{ControllerMetrics, EventPublisher, NodeZones, PendingEvents};
+use zone_topology::sharding::{self, ShardLayout};
+
+use crate::access::AccessCache;
+use crate::build::{self, BuildInput, SHARD_LABEL};
+use crate::config;
+use crate::metrics::SpromMetrics;
+use crate::status::{Observation, ObservedShard};
+
+/// After a failed reconcile (API error), retry after this long.
+pub const ERROR_RETRY: Duration = Duration::from_secs(10);
+/// Children are watched; this only bounds how long a drift nobody told us about can last.
+pub const RESYNC: Duration = Duration::from_secs(600);
+
+pub struct Context {
+    pub client: Client,
+    pub sproms: Store<ShardedPrometheus>,
+    pub stateful_sets: Store<StatefulSet>,
+    pub zones: NodeZones,
+    pub events: EventPublisher,
+    pub metrics: ControllerMetrics,
+    pub sprom_metrics: SpromMetrics,
+    pub field_manager: String,
+    /// The node label that carries zones (`--zone-label`).
+    pub zone_key: String,
+    pub access: AccessCache,
+    /// The resources with metric series, to drop those of deleted ones.
+    pub series: ObjectSeries,
+}
+
+impl Context {
+    fn forget_deleted(&self) {
+        let live = self
+            .sproms
+            .state()
+            .iter()
+            .map(|s| (s.namespace().unwrap_or_default(), s.name_any()))
+            .collect();
+        self.series.forget_deleted(&live, |namespace, name, _| {
+            self.sprom_metrics.forget(namespace, name);
+        });
+    }
+}
+
+impl ReconcileContext for Context {
+    fn failure_policy(&self) -> (&ControllerMetrics, Duration) {
+        (&self.metrics, ERROR_RETRY)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("ShardedPrometheus {0} has no namespace")]
+    Incomplete(String),
+    #[error(transparent)]
+    Child(#[from] ChildError),
+    #[error(transparent)]
+    Status(#[from] StatusError),
+}
+
+impl Failure for ReconcileError {
+    fn kind(&self) -> &'static str {
+        match self {
+            ReconcileError::Incomplete(_) => "Incomplete",
+            ReconcileError::Child(ChildError::Apply { .. }) => "ApplyChild",
+            ReconcileError::Child(_) => "PruneChildren",
+            ReconcileError::Status(_) => "WriteStatus",
+        }
+    }
+}
+
+/// Why a ShardedPrometheus cannot be acted on: the reason and message of its Invalid condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// A spec that can be built.
+#[derive(Debug, Clone)]
+pub struct Valid {
+    pub spec: ValidSprom,
+    pub layout: ShardLayout,
+}
+
+/// The validate step.
+pub fn validate(sprom: &ShardedPrometheus) -> Result<Valid, Invalid> {
+    let invalid_spec = |message: String| Invalid {
+        reason: reason::INVALID_SPEC,
+        message,
+    };
+    let spec = sprom
+        .spec
+        .validate()
+        .map_err(|error| invalid_spec(error.to_string()))?;
+    let layout = match spec.sharding_mode {
+        sprom::ShardingMode::Classic => ShardLayout::classic(spec.shards),
+        sprom::ShardingMode::Topology => {
+            let zoneless = match spec.zoneless_targets {
+                sprom::ZonelessTargets::Spread => sharding::ZonelessTargets::Spread,
+                sprom::ZonelessTargets::Drop => sharding::ZonelessTargets::Drop,
+            };
+            ShardLayout::topology(spec.shards, spec.zones.clone(), zoneless)
+        }
+    }
+    .map_err(|error| invalid_spec(format!("spec.shardingStrategy: {error}")))?;
+    config::check_scrape_configs(&spec.scrape_configs).map_err(|error| Invalid {
+        reason: reason::INVALID_SCRAPE_CONFIG,
+        message: error.to_string(),
+    })?;
+    Ok(Valid { spec, layout })
+}
+
+/// Entry point for the kube Controller.
+pub async fn reconcile(
+    sprom: Arc<ShardedPrometheus>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let _timer = ctx.metrics.reconcile_timer();
+    let Some(namespace) = sprom.namespace() else {
+        return Err(ReconcileError::Incomplete(sprom.name_any()));
+    };
+    let name = sprom.name_any();
+    ctx.forget_deleted();
+    let api: Api<ShardedPrometheus> = Api::namespaced(ctx.client.clone(), &namespace);
+    let previous = sprom.status.clone().unwrap_or_default();
+    let generation = sprom.metadata.generation.unwrap_or(0);
+
+    let valid = match validate(&sprom) {
+        Ok(valid) => valid,
+        Err(invalid) => {
+            let (status, events) = invalid_status(&previous, generation, &invalid);
+            write_status(&ctx, &api, &sprom, &previous, status, events).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let input = BuildInput {
+        name: &name,
+        namespace: &namespace,
+        valid: &valid.spec,
+        layout: &valid.layout,
+        zone_key: &ctx.zone_key,
+    };
+    let built = match build::build(&input) {
+        Ok(built) => built,
+        Err(error) => {
+            let invalid = Invalid {
+                reason: reason::INVALID_SCRAPE_CONFIG,
+                message: error.to_string(),
+            };
+            let (status, events) = invalid_status(&previous, generation, &invalid);
+            write_status(&ctx, &api, &sprom, &previous, status, events).await?;
+            return Ok(Action::await_change());
+        }
+    };
+
+    apply(&ctx, &sprom, &namespace, &name, &built).await?;
+
+    let forbidden = ctx
+        .access
+        .missing(&ctx.client, &namespace, &valid.spec.service_account_name)
+        .await;
+    let zones_with_nodes = ctx.zones.zones_present();
+    let observation = Observation {
+        name: &name,
+        generation,
+        layout: &valid.layout,
+        replicas: valid.spec.replicas,
+        shards: observed_shards(&ctx.stateful_sets, &sprom, valid.layout.shards()),
+        zones_with_nodes: Some(zones_with_nodes),
+        node_metadata_disabled: &built.node_metadata_disabled,
+        forbidden: &forbidden,
+    };
+    let (status, events) = crate::status::compute(&previous, &observation);
+    ctx.sprom_metrics.observe(&namespace, &name, &status);
+    ctx.series.note(&namespace, &name, []);
+    write_status(&ctx, &api, &sprom, &previous, status, events).await?;
+    Ok(Action::requeue(RESYNC))
+}
+
+/// The status of an invalid spec: everything observed before stays, `Invalid` says why.
+fn invalid_status(
+    previous: &ShardedPrometheusStatus,
+    generation: i64,
+    invalid: &Invalid,
+) -> (ShardedPrometheusStatus, PendingEvents) {
+    let mut status = ShardedPrometheusStatus {
+        observed_generation: generation,
+        ..previous.clone()
+    };
+    let mut events = PendingEvents::default();
+    let new = status.record_invalid(
+        invalid.reason,
+        &invalid.message,
+        condition::AVAILABLE,
+        "the spec is invalid: no shard was changed",
+    );
+    if new {
+        events.warning(invalid.reason, "Validate", invalid.message.clone());
+    }
+    (status, events)
+}
+
+async fn write_status(
+    ctx: &Context,
+    api: &Api<ShardedPrometheus>,
+    sprom: &ShardedPrometheus,
+    previous: &ShardedPrometheusStatus,
+    status: ShardedPrometheusStatus,
+    events: PendingEvents,
+) -> Result<(), ReconcileError> {
+    if &status == previous {
+        return Ok(());
+    }
+    let stored = status::apply_status(api, sprom, &ctx.field_manager, &status).await?;
+    events.publish(&ctx.events, &stored.object_ref(&())).await;
+    Ok(())
+}
+
+/// Applies every shard's children (the ConfigMap first, so a new pod starts with its
+/// configuration), then prunes the children of shards no longer wanted.
+async fn apply(
+    ctx: &Context,
+    sprom: &ShardedPrometheus,
+    namespace: &str,
+    name: &str,
+    built: &build::Built,
+) -> Result<(), ReconcileError> {
+    let owner = children::controller_reference(sprom)?;
+    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
+    let stateful_sets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
+    let field_manager = &ctx.field_manager;
+    for shard in &built.shards {
+        children::apply_child(
+            &config_maps,
+            &owner,
+            shard.config_map.clone(),
+            field_manager,
+        )
+        .await?;
+        children::apply_child(&services, &owner, shard.service.clone(), field_manager).await?;
+        children::apply_child(
+            &stateful_sets,
+            &owner,
+            shard.stateful_set.clone(),
+            field_manager,
+        )
+        .await?;
+    }
+    let wanted: BTreeSet<String> = built
+        .shards
+        .iter()
+        .map(|shard| build::shard_name(name, shard.index))
+        .collect();
+    let selector = build::children_selector(name);
+    let uid = owner.uid.as_str();
+    let mut pruned = children::prune_children(&stateful_sets, &selector, uid, &wanted).await?;
+    pruned.extend(children::prune_children(&services, &selector, uid, &wanted).await?);
+    pruned.extend(children::prune_children(&config_maps, &selector, uid, &wanted).await?);
+    if !pruned.is_empty() {
+        tracing::info!(namespace, name, pruned = ?pruned, "removed the children of shards no longer wanted");
+    }
+    Ok(())
+}
+
+/// The active shards (index < `shards`) whose StatefulSet exists, controlled by `sprom`.
+fn observed_shards(
+    stateful_sets: &Store<StatefulSet>,
+    sprom: &ShardedPrometheus,
+    shards: u32,
+) -> BTreeMap<u32, ObservedShard> {
+    let namespace = sprom.namespace();
+    let uid = sprom.uid().unwrap_or_default();
+    stateful_sets
+        .state()
+        .iter()
+        .filter(|sts| {
+            sts.namespace() == namespace && children::is_controlled_by(sts.as_ref(), &uid)
+        })
+        .filter_map(|sts| {
+            let index: u32 = sts.labels().get(SHARD_LABEL)?.parse().ok()?;
+            let ready_replicas = sts
+                .status
+                .as_ref()
+                .and_then(|s| s.ready_replicas)
+                .unwrap_or(0);
+            (index < shards).then_some((index, ObservedShard { ready_replicas }))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn sprom(spec: serde_json::Value) -> ShardedPrometheus {
+        serde_json::from_value(json!({
+            "apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ShardedPrometheus",
+            "metadata": {"name": "p", "namespace": "n", "uid": "u", "generation": 2},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn bad_specs_are_invalid_with_the_reason() {
+        let cases = [
+            (
+                json!({"shards": 3, "shardingStrategy": {"mode": "Topology", "topology": {"values": []}}}),
+                reason::INVALID_SPEC,
+                "zone",
+            ),
+            (
+                json!({"shards": 3, "shardingStrategy": {"topology": {"values": ["a", "a"]}}}),
+                reason::INVALID_SPEC,
+                "\"a\"",
+            ),
+            (
+                json!({"shardingStrategy": {"topology": {"values": ["a"]}},
+                       "scrapeConfigs": [{"job_name": "x", "relabel_configs": [{"regex": "(", "action": "keep"}]}]}),
+                reason::INVALID_SCRAPE_CONFIG,
+                "job \"x\": relabel_configs[0]",
+            ),
+            (
+                json!({"shardingStrategy": {"topology": {"values": ["a"]}},
+                       "scrapeConfigs": [{"job_name": "x", "relabel_configs": {"action": "keep"}}]}),
+                reason::INVALID_SCRAPE_CONFIG,
+                "must be a list",
+            ),
+            (
+                json!({"shardingStrategy": {"topology": {"values": ["a"]}},
+                       "scrapeConfigs": [{"job_name": "x", "relabel_configs": [{"action": "explode"}]}]}),
+                reason::INVALID_SCRAPE_CONFIG,
+                "explode",
+            ),
+        ];
+        for (spec, reason, needle) in cases {
+            let invalid = validate(&sprom(spec.clone())).unwrap_err();
+            assert_eq!(invalid.reason, reason, "{spec}");
+            assert!(
+                invalid.message.contains(needle),
+                "{needle:?} in {}",
+                invalid.message
+            );
+        }
+    }
+
+    #[test]
+    fn an_invalid_spec_warns_once_per_generation_and_keeps_what_was_observed() {
+        let invalid = Invalid {
+            reason: reason::INVALID_SPEC,
+            message: "spec.shards is 0".into(),
+        };
+        let previous = ShardedPrometheusStatus {
+            shards: 3,
+            ..ShardedPrometheusStatus::default()
+        };
+        let (status, events) = invalid_status(&previous, 2, &invalid);
+        assert_eq!(status.shards, 3, "observed shards stay as they were");
+        assert_eq!(
+            status.true_reason(condition::INVALID),
+            Some(reason::INVALID_SPEC)
+        );
+        assert_eq!(events.events().len(), 1);
+        let (again, events) = invalid_status(&status, 2, &invalid);
+        assert_eq!(again, status);
+        assert!(events.is_empty(), "no second event for the same complaint");
+    }
+
+    #[test]
+    fn valid_specs_give_the_layout_of_their_mode() {
+        let valid = validate(&sprom(
+            json!({"shards": 5, "shardingStrategy": {"mode": "Classic"}}),
+        ))
+        .unwrap();
+        assert!(!valid.layout.is_topology());
+        let valid = validate(&sprom(json!({"shards": 5, "shardingStrategy": {"topology": {"values": ["a", "b"]}, "zonelessTargets": "Drop"}}))).unwrap();
+        assert_eq!(
+            valid.layout.per_zone(),
+            vec![("a".into(), 3), ("b".into(), 2)]
+        );
+    }
+}

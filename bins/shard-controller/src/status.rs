@@ -1,0 +1,311 @@
+//! The status step (pure): what the shards' StatefulSets show, the conditions that follow, and
+//! the events a change deserves. Status observes; it never copies the spec.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use zone_api::conditions::Conditions;
+use zone_api::sprom::{ShardStatus, ShardedPrometheusStatus, condition, reason};
+use zone_operator::PendingEvents;
+use zone_topology::sharding::ShardLayout;
+
+use crate::build::{INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, POD_INDEX_LABEL, SHARD_LABEL};
+
+/// What one shard's StatefulSet shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ObservedShard {
+    pub ready_replicas: i32,
+}
+
+/// Everything the status is computed from.
+#[derive(Debug, Clone)]
+pub struct Observation<'a> {
+    pub name: &'a str,
+    pub generation: i64,
+    pub layout: &'a ShardLayout,
+    pub replicas: u32,
+    /// Shard index → its StatefulSet, for the active shards whose StatefulSet exists.
+    pub shards: BTreeMap<u32, ObservedShard>,
+    /// Zones with at least one node (`None`: the node cache is not there to ask).
+    pub zones_with_nodes: Option<BTreeSet<String>>,
+    /// Scrape jobs where the user turned node metadata off.
+    pub node_metadata_disabled: &'a [String],
+    /// What the Prometheus ServiceAccount may not do (empty: it may do all it needs).
+    pub forbidden: &'a [String],
+}
+
+/// The label selector of the scale subresource: replica 0 of every active shard that exists, so
+/// an autoscaler averages one pod per shard and never a retained shard's.
+pub fn selector(name: &str, shards: impl IntoIterator<Item = u32>) -> String {
+    let indices: Vec<String> = shards.into_iter().map(|i| i.to_string()).collect();
+    format!(
+        "{INSTANCE_LABEL}={name},{MANAGED_BY_LABEL}={MANAGED_BY},{POD_INDEX_LABEL}=0,{SHARD_LABEL} in ({})",
+        indices.join(",")
+    )
+}
+
+/// The status `observation` gives, starting from `previous` (whose condition times carry over),
+/// and the events its changes deserve.
+pub fn compute(
+    previous: &ShardedPrometheusStatus,
+    observation: &Observation<'_>,
+) -> (ShardedPrometheusStatus, PendingEvents) {
+    let layout = observation.layout;
+    let mut events = PendingEvents::default();
+    let mut status = ShardedPrometheusStatus {
+        observed_generation: observation.generation,
+        conditions: previous.conditions.clone(),
+        retained_shards: previous.retained_shards.clone(),
+        ..ShardedPrometheusStatus::default()
+    };
+    for (index, observed) in &observation.shards {
+        status.shard_statuses.push(ShardStatus {
+            index: to_i32(*index),
+            zone: layout.zone(*index).unwrap_or_default().to_string(),
+            in_zone: to_i32(layout.in_zone(*index)),
+            ready_replicas: observed.ready_replicas,
+            stateful_set: crate::build::shard_name(observation.name, *index),
+        });
+    }
+    status.shards = to_i32(observation.shards.len() as u32);
+    status.ready_shards = to_i32(
+        observation
+            .shards
+            .values()
+            .filter(|s| s.ready_replicas >= to_i32(observation.replicas))
+            .count() as u32,
+    );
+    status.selector = selector(observation.name, observation.shards.keys().copied());
+
+    status.set_condition(
+        condition::INVALID,
+        false,
+        reason::VALID,
+        "the spec is valid",
+    );
+    let wanted = layout.shards();
+    let serving = observation
+        .shards
+        .values()
+        .filter(|s| s.ready_replicas > 0)
+        .count();
+    if serving == wanted as usize {
+        status.set_condition(
+            condition::AVAILABLE,
+            true,
+            reason::SHARDS_READY,
+            format!("all {wanted} shards have a ready Prometheus"),
+        );
+    } else {
+        status.set_condition(
+            condition::AVAILABLE,
+            false,
+            reason::SHARDS_NOT_READY,
+            format!("{serving} of {wanted} shards have a ready Prometheus"),
+        );
+    }
+
+    let degraded = degraded_reasons(observation);
+    match degraded.first() {
+        None => status.set_condition(
+            condition::DEGRADED,
+            false,
+            reason::AS_EXPECTED,
+            "every target is scraped in its own zone",
+        ),
+        Some((first, _)) => {
+            let message: Vec<&str> = degraded.iter().map(|(_, m)| m.as_str()).collect();
+            let message = message.join("; ");
+            if !previous.already_reported(condition::DEGRADED, first, &message) {
+                events.warning(first, "Reconcile", message.clone());
+            }
+            status.set_condition(condition::DEGRADED, true, first, message);
+        }
+    }
+    (status, events)
+}
+
+/// Why the shards do less than they should, most serious first: (reason, message).
+fn degraded_reasons(observation: &Observation<'_>) -> Vec<(&'static str, String)> {
+    let layout = observation.layout;
+    let mut reasons = Vec::new();
+    if !observation.forbidden.is_empty() {
+        reasons.push((
+            reason::SERVICE_ACCOUNT_FORBIDDEN,
+            format!(
+                "the Prometheus ServiceAccount cannot {}: its discovery finds no targets",
+                observation.forbidden.join(", ")
+            ),
+        ));
+    }
+    if let Some(with_nodes) = &observation.zones_with_nodes {
+        let empty: Vec<&str> = layout
+            .zones()
+            .iter()
+            .filter(|zone| !with_nodes.contains(*zone))
+            .map(String::as_str)
+            .collect();
+        if !empty.is_empty() {
+            reasons.push((
+                reason::ZONES_WITHOUT_NODES,
+                format!(
+                    "no node in zone(s) {}: their shards cannot be scheduled",
+                    empty.join(", ")
+                ),
+            ));
+        }
+    }
+    let without_shard = layout.zones_without_shard();
+    if !without_shard.is_empty() {
+        reasons.push((
+            reason::ZONES_WITHOUT_SHARD,
+            format!(
+                "{} shard(s) for {} zones: zone(s) {} have no shard and are scraped from other zones",
+                layout.shards(),
+                layout.zones().len(),
+                without_shard.join(", ")
+            ),
+        ));
+    }
+    if !observation.node_metadata_disabled.is_empty() {
+        reasons.push((
+            reason::NODE_METADATA_DISABLED,
+            format!(
+                "attach_metadata.node is false in {}: those targets' zones come from endpoint slices or pod labels only",
+                observation.node_metadata_disabled.join(", ")
+            ),
+        ));
+    }
+    if let Some(uneven) = layout.uneven() {
+        reasons.push((reason::UNEVEN_ZONES, uneven.to_string()));
+    }
+    reasons
+}
+
+fn to_i32(value: u32) -> i32 {
+    i32::try_from(value).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use zone_topology::sharding::ZonelessTargets;
+
+    fn zones(names: &[&str]) -> Vec<String> {
+        names.iter().map(|z| z.to_string()).collect()
+    }
+
+    fn observation<'a>(
+        layout: &'a ShardLayout,
+        shards: &[(u32, i32)],
+        zones_with_nodes: &[&str],
+    ) -> Observation<'a> {
+        Observation {
+            name: "prom",
+            generation: 3,
+            layout,
+            replicas: 2,
+            shards: shards
+                .iter()
+                .map(|(i, ready)| {
+                    (
+                        *i,
+                        ObservedShard {
+                            ready_replicas: *ready,
+                        },
+                    )
+                })
+                .collect(),
+            zones_with_nodes: Some(zones_with_nodes.iter().map(|z| z.to_string()).collect()),
+            node_metadata_disabled: &[],
+            forbidden: &[],
+        }
+    }
+
+    #[test]
+    fn status_observes_the_stateful_sets_not_the_spec() {
+        let layout =
+            ShardLayout::topology(3, zones(&["a", "b", "c"]), ZonelessTargets::Spread).unwrap();
+        // Shard 2's StatefulSet does not exist yet: 2 shards observed, not 3 wanted.
+        let obs = observation(&layout, &[(0, 2), (1, 0)], &["a", "b", "c"]);
+        let (status, events) = compute(&ShardedPrometheusStatus::default(), &obs);
+        assert_eq!(status.shards, 2);
+        assert_eq!(status.ready_shards, 1);
+        assert_eq!(status.observed_generation, 3);
+        assert_eq!(
+            status.selector,
+            "app.kubernetes.io/instance=prom,app.kubernetes.io/managed-by=shard-controller,apps.kubernetes.io/pod-index=0,zonecontrol.k8s.aws/shard in (0,1)"
+        );
+        let shard1 = &status.shard_statuses[1];
+        assert_eq!(
+            (
+                shard1.index,
+                shard1.zone.as_str(),
+                shard1.in_zone,
+                shard1.ready_replicas
+            ),
+            (1, "b", 0, 0)
+        );
+        assert_eq!(status.true_reason(condition::AVAILABLE), None);
+        assert_eq!(
+            status.condition(condition::AVAILABLE).unwrap().message,
+            "1 of 3 shards have a ready Prometheus"
+        );
+        assert_eq!(
+            status.condition(condition::DEGRADED).unwrap().status,
+            "False"
+        );
+        assert!(events.is_empty());
+    }
+
+    #[test]
+    fn degraded_names_every_reason_and_warns_once() {
+        let layout =
+            ShardLayout::topology(2, zones(&["a", "b", "c"]), ZonelessTargets::Spread).unwrap();
+        let disabled = ["slices (endpointslice)".to_string()];
+        let forbidden = ["list nodes".to_string()];
+        let obs = Observation {
+            node_metadata_disabled: &disabled,
+            forbidden: &forbidden,
+            ..observation(&layout, &[(0, 2), (1, 2)], &["a", "c"])
+        };
+        let (status, events) = compute(&ShardedPrometheusStatus::default(), &obs);
+        let degraded = status.condition(condition::DEGRADED).unwrap();
+        assert_eq!(degraded.reason, reason::SERVICE_ACCOUNT_FORBIDDEN);
+        for part in [
+            "cannot list nodes",
+            "no node in zone(s) b",
+            "zone(s) c have no shard",
+            "slices (endpointslice)",
+        ] {
+            assert!(
+                degraded.message.contains(part),
+                "{part} in {}",
+                degraded.message
+            );
+        }
+        assert_eq!(
+            status.true_reason(condition::AVAILABLE),
+            Some(reason::SHARDS_READY)
+        );
+        assert_eq!(events.events().len(), 1);
+        // The same complaint again: no second event.
+        let (again, events) = compute(&status, &obs);
+        assert_eq!(again, status);
+        assert!(events.is_empty());
+    }
+
+    #[test]
+    fn uneven_zones_are_a_warning_with_the_counts() {
+        let layout =
+            ShardLayout::topology(4, zones(&["a", "b", "c"]), ZonelessTargets::Spread).unwrap();
+        let obs = observation(&layout, &[(0, 2), (1, 2), (2, 2), (3, 2)], &["a", "b", "c"]);
+        let (status, _) = compute(&ShardedPrometheusStatus::default(), &obs);
+        let degraded = status.condition(condition::DEGRADED).unwrap();
+        assert_eq!(degraded.reason, reason::UNEVEN_ZONES);
+        assert_eq!(
+            degraded.message,
+            "shards per zone differ (a: 2, b: 1, c: 1); 3 or 6 shards would be even"
+        );
+    }
+}
