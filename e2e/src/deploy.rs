@@ -20,6 +20,17 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// `make <target>` from the repository root with kubectl of the cluster on PATH.
+/// The controller binaries `make deploy` ships, in the order of `bins.txt` (the one list).
+pub fn controllers() -> Vec<String> {
+    std::fs::read_to_string(repo_root().join("bins.txt"))
+        .expect("bins.txt at the repository root")
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(str::to_owned)
+        .collect()
+}
+
 pub fn make(cluster: &Cluster, target: &str, vars: &[(&str, &str)]) -> String {
     let mut command = Command::new("make");
     command

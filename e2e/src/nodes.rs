@@ -69,20 +69,33 @@ pub struct TestNode {
 impl TestNode {
     /// Creates `<namespace>-<zone>` and waits until it is Ready.
     pub async fn create(ns: &TestNamespace, zone: &str) -> TestNode {
-        let name = format!("{}-{zone}", ns.name);
+        Self::create_named(ns, &format!("{}-{zone}", ns.name), Some(zone)).await
+    }
+
+    /// Creates `<namespace>-zoneless`, a node with no zone label (its pods' zone is unknown),
+    /// and waits until it is Ready.
+    pub async fn create_without_zone(ns: &TestNamespace) -> TestNode {
+        Self::create_named(ns, &format!("{}-zoneless", ns.name), None).await
+    }
+
+    async fn create_named(ns: &TestNamespace, name: &str, zone: Option<&str>) -> TestNode {
+        let name = name.to_string();
+        let mut labels = json!({
+            "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "type": "kwok",
+        });
+        if let Some(zone) = zone {
+            labels[ZONE_LABEL] = json!(zone);
+        }
         let node: Node = serde_json::from_value(json!({
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {
                 "name": name,
                 "annotations": {"kwok.x-k8s.io/node": "fake"},
-                "labels": {
-                    "kubernetes.io/hostname": name,
-                    "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": "amd64",
-                    ZONE_LABEL: zone,
-                    "type": "kwok",
-                },
+                "labels": labels,
             },
             "spec": {"taints": [{"key": TEST_NODE_TAINT, "value": ns.name, "effect": "NoSchedule"}]},
         }))

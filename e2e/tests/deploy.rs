@@ -90,7 +90,7 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
     let nodes = e2e::nodes::zones(&client, "type=kwok").await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
     let pod_api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-    for binary in ["zau-controller", "zdb-controller"] {
+    for binary in e2e::deploy::controllers() {
         let name = format!("{binary}-{suffix}");
         let deployment = deployments.get(&name).await.unwrap();
         assert_eq!(deployment.spec.as_ref().unwrap().replicas, Some(2));

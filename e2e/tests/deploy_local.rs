@@ -25,7 +25,6 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-const CONTROLLERS: [&str; 2] = ["zau-controller", "zdb-controller"];
 
 /// The holder of the Lease of `controller` in `namespace`: the one Lease whose holder is one of
 /// the controller's pods.
@@ -76,8 +75,10 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
     let client = victim.client.clone();
     let suffix = victim.suffix().to_string();
     let namespace = format!("e2e-deployed-{suffix}");
-    let watch_only_victim = (0..2)
-        .map(|i| {
+    let controllers = e2e::deploy::controllers();
+    let watch_only_victim = controllers
+        .iter()
+        .map(|controller| {
             format!(
                 r#"- target:
     kind: Deployment
@@ -87,7 +88,7 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
       path: /spec/template/spec/containers/0/args/-
       value: --watch-namespace={}
 "#,
-                CONTROLLERS[i], victim.name
+                controller, victim.name
             )
         })
         .collect::<String>();
@@ -102,7 +103,7 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
     let deployed_pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
     let mut controller_pods = BTreeMap::new();
-    for controller in CONTROLLERS {
+    for controller in controllers.iter().map(String::as_str) {
         let selector = format!("app.kubernetes.io/name={controller}");
         let ready =
             pods::wait_available(&deployed_pods, &selector, 2, Duration::from_secs(120)).await;
@@ -129,7 +130,7 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
 
     // One replica of each holds its Lease.
     let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
-    for controller in CONTROLLERS {
+    for controller in controllers.iter().map(String::as_str) {
         let holder = wait_for(
             &format!("{controller}'s lease held"),
             Duration::from_secs(60),
