@@ -108,10 +108,12 @@ fn temp_dir(what: &str) -> PathBuf {
 /// files it names (rule files, credentials), which a rendered config may reference by paths that
 /// only exist in the pod. `Err` carries promtool's output.
 pub fn check_config(yaml: &str) -> Result<(), String> {
+    // Before the directory exists, so a missing promtool leaves nothing behind.
+    let promtool = binaries().promtool;
     let dir = temp_dir("check");
     let file = dir.join("prometheus.yml");
     std::fs::write(&file, yaml).expect("writing the config to check");
-    let output = Command::new(binaries().promtool)
+    let output = Command::new(promtool)
         .args(["check", "config", "--syntax-only"])
         .arg(&file)
         .output()
