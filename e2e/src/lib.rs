@@ -1,7 +1,8 @@
 //! Helpers for the end-to-end tests and the perf drivers: the cluster under test, temporary
 //! namespaces, polling with a timeout, pods, nodes and zones, the API server's audit log,
 //! controller processes, TLS (a test CA, a server for webhooks), a proxy in front of webhook
-//! replicas, and the perf drivers' shared measurements.
+//! replicas, the perf drivers' shared measurements, and the real Prometheus (promtool, and a
+//! process per shard) run on the configs the shard controller renders.
 //!
 //! Tests are `#[ignore = "needs the local zonal cluster (make e2e)"]`, so `cargo test --workspace`
 //! stays cluster-free; `make e2e` starts the cluster and runs them with `--ignored`.
@@ -19,6 +20,7 @@ pub mod nodes;
 pub mod perf;
 pub mod pods;
 pub mod process;
+pub mod prometheus;
 pub mod proxy;
 pub mod quota;
 pub mod real;

@@ -26,7 +26,7 @@ static STARTED: AtomicUsize = AtomicUsize::new(0);
 
 /// A new log file for a process of `program`, and a second handle on it: its stdout and stderr,
 /// in order.
-fn log_file(program: &str) -> (PathBuf, Stdio, Stdio) {
+pub(crate) fn log_file(program: &str) -> (PathBuf, Stdio, Stdio) {
     let log = std::env::temp_dir().join(format!(
         "e2e-{program}-{}-{}.log",
         std::process::id(),
