@@ -183,9 +183,27 @@ pub async fn reconcile(
 
     apply(&ctx, &sprom, &namespace, &name, &built).await?;
 
+    // What the rendered configs discover (node metadata included), checked for the pods'
+    // ServiceAccount.
+    let discovered: Vec<_> = valid
+        .spec
+        .scrape_configs
+        .iter()
+        .filter_map(|config| {
+            let mut config = serde_json::Value::Object(config.clone());
+            sharding::attach_node_metadata(&mut config);
+            config.as_object().cloned()
+        })
+        .collect();
+    let needed = crate::access::needed(&discovered, &namespace);
     let forbidden = ctx
         .access
-        .missing(&ctx.client, &namespace, &valid.spec.service_account_name)
+        .missing(
+            &ctx.client,
+            &namespace,
+            &valid.spec.service_account_name,
+            &needed,
+        )
         .await;
     let zones_with_nodes = ctx.zones.zones_present();
     let observation = Observation {
@@ -202,7 +220,11 @@ pub async fn reconcile(
     ctx.sprom_metrics.observe(&namespace, &name, &status);
     ctx.series.note(&namespace, &name, []);
     write_status(&ctx, &api, &sprom, &previous, status, events).await?;
-    Ok(Action::requeue(RESYNC))
+    // Nothing is watched that tells of an RBAC fix: look again once the answer expires.
+    match forbidden.is_empty() {
+        true => Ok(Action::requeue(RESYNC)),
+        false => Ok(Action::requeue(crate::access::CACHE_FOR)),
+    }
 }
 
 /// The status of an invalid spec: everything observed before stays, `Invalid` says why.

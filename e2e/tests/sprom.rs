@@ -1,0 +1,444 @@
+//! ShardedPrometheus controller e2e on the local zonal cluster, as its ServiceAccount: children
+//! pinned to zones by the real scheduler, config changes reaching every shard in place, deleted
+//! children restored, invalid specs refused once without a hot loop, and Degraded reasons for a
+//! ServiceAccount that cannot discover and for zones without nodes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use e2e::cluster::DeleteOnDrop;
+use e2e::localstack::free_port;
+use e2e::process::{ControllerProcess, metric_sum, namespace_args};
+use e2e::{Cluster, TestNamespace, wait_for};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use zone_api::ShardedPrometheus;
+use zone_api::conditions::Conditions;
+use zone_api::sprom::{condition, reason};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+const MANAGER: &str = "e2e-sprom";
+const NAME: &str = "prom";
+
+struct Fixture {
+    ns: TestNamespace,
+    sproms: Api<ShardedPrometheus>,
+    metrics_port: u16,
+    _controller: ControllerProcess,
+    binding: std::sync::Mutex<Option<DeleteOnDrop>>,
+}
+
+impl Fixture {
+    async fn new(prefix: &str) -> Fixture {
+        let cluster = Cluster::get();
+        let ns = TestNamespace::create(&cluster, prefix).await;
+        let metrics_port = free_port();
+        let mut args = namespace_args(&ns.name, false);
+        args.extend([
+            "--listen-address".into(),
+            format!("127.0.0.1:{metrics_port}"),
+        ]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let controller = ControllerProcess::start("shard-controller", &args, &[]);
+        Fixture {
+            sproms: ns.api(),
+            ns,
+            metrics_port,
+            _controller: controller,
+            binding: Default::default(),
+        }
+    }
+
+    async fn apply(&self, spec: Value) -> i64 {
+        let sprom = json!({
+            "apiVersion": "zonecontrol.k8s.aws/v1",
+            "kind": "ShardedPrometheus",
+            "metadata": {"name": NAME},
+            "spec": spec,
+        });
+        self.sproms
+            .patch(
+                NAME,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&sprom),
+            )
+            .await
+            .unwrap()
+            .metadata
+            .generation
+            .unwrap()
+    }
+
+    /// Waits until the controller observed `generation` and `check` accepts the resource.
+    async fn wait_status(
+        &self,
+        what: &str,
+        generation: i64,
+        check: impl Fn(&ShardedPrometheus) -> Result<(), String>,
+    ) -> ShardedPrometheus {
+        wait_for(what, TIMEOUT, || async {
+            let sprom = self.sproms.get(NAME).await.map_err(|e| e.to_string())?;
+            let observed = sprom.status.as_ref().map_or(0, |s| s.observed_generation);
+            if observed != generation {
+                return Err(format!("observed generation {observed}"));
+            }
+            check(&sprom)?;
+            Ok(sprom)
+        })
+        .await
+    }
+
+    async fn reconciles(&self) -> f64 {
+        metric_sum(self.metrics_port, "zone_aware_reconciliations_total", None).await
+    }
+
+    /// The Prometheus ServiceAccount, allowed to discover through the shipped ClusterRole.
+    async fn prometheus_service_account(&self) {
+        let role = std::fs::read_to_string(
+            e2e::deploy::repo_root().join("config/prometheus/cluster-role.yaml"),
+        )
+        .unwrap();
+        e2e::identity::run(
+            {
+                let mut kubectl = e2e::identity::kubectl(&Cluster::get());
+                kubectl.args([
+                    "apply",
+                    "--server-side",
+                    "--field-manager",
+                    MANAGER,
+                    "-f",
+                    "-",
+                ]);
+                kubectl
+            },
+            Some(role.as_bytes()),
+        );
+        let accounts: Api<ServiceAccount> = self.ns.api();
+        accounts
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "prometheus"}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        // Discovery over every namespace, with node metadata: a ClusterRoleBinding, deleted
+        // with the fixture.
+        let bindings: Api<ClusterRoleBinding> = Api::all(self.ns.client.clone());
+        let name = format!("{}-prometheus", self.ns.name);
+        let binding = json!({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "zone-aware-prometheus"},
+            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": self.ns.name}],
+        });
+        bindings
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(binding).unwrap(),
+            )
+            .await
+            .unwrap();
+        let config = Cluster::get().config().await;
+        *self.binding.lock().unwrap() = Some(DeleteOnDrop::new::<ClusterRoleBinding>(
+            config,
+            &name,
+            DeleteParams::default(),
+        ));
+    }
+}
+
+fn spec(shards: u32, jobs: &[&str], zones: &[&str]) -> Value {
+    let scrape: Vec<Value> = jobs
+        .iter()
+        .map(|job| json!({"job_name": job, "kubernetes_sd_configs": [{"role": "pod"}]}))
+        .collect();
+    json!({
+        "shards": shards,
+        "replicas": 2,
+        // kwok nodes run the pods of this test (Ready without a container runtime).
+        "nodeSelector": {"type": "kwok"},
+        "shardingStrategy": {"topology": {"values": zones}},
+        "scrapeConfigs": scrape,
+    })
+}
+
+fn config_of(cm: &ConfigMap) -> &str {
+    cm.data
+        .as_ref()
+        .and_then(|d| d.get("prometheus.yml"))
+        .map_or("", String::as_str)
+}
+
+async fn children(
+    ns: &TestNamespace,
+) -> (BTreeMap<String, ConfigMap>, BTreeMap<String, StatefulSet>) {
+    let selector = format!("app.kubernetes.io/instance={NAME}");
+    let params = ListParams::default().labels(&selector);
+    let cms: Api<ConfigMap> = ns.api();
+    let sets: Api<StatefulSet> = ns.api();
+    let cms = cms
+        .list(&params)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| (c.name_any(), c))
+        .collect();
+    let sets = sets
+        .list(&params)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|s| (s.name_any(), s))
+        .collect();
+    (cms, sets)
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn sprom_shards_run_in_their_zones_and_follow_config_changes_in_place() {
+    let fx = Fixture::new("sprom").await;
+    fx.prometheus_service_account().await;
+    let zones = ["zone-a", "zone-b", "zone-c"];
+    let generation = fx.apply(spec(3, &["pods"], &zones)).await;
+    let sprom = fx
+        .wait_status("3 shards available", generation, |s| {
+            let status = s.status.as_ref().unwrap();
+            match status.true_reason(condition::AVAILABLE) {
+                Some(_) if status.shards == 3 && status.ready_shards == 3 => Ok(()),
+                _ => Err(format!("{status:?}")),
+            }
+        })
+        .await;
+    let status = sprom.status.unwrap();
+    assert_eq!(
+        status.condition(condition::DEGRADED).unwrap().status,
+        "False",
+        "{:?}",
+        status.conditions
+    );
+
+    // Every pod of shard i runs on a node of zone(i), placed by the real scheduler.
+    let node_zones = e2e::nodes::zones(&fx.ns.client, "type=kwok").await;
+    let pods: Api<Pod> = fx.ns.api();
+    for (shard, zone) in zones.iter().enumerate() {
+        let selector = format!("zonecontrol.k8s.aws/shard={shard}");
+        let list = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap();
+        assert_eq!(list.items.len(), 2, "2 replicas of shard {shard}");
+        for pod in &list.items {
+            let node = pod.spec.as_ref().unwrap().node_name.clone().unwrap();
+            assert_eq!(&node_zones[&node], zone, "{} on {node}", pod.name_any());
+        }
+    }
+
+    // A new scrape job reaches every ConfigMap in place; no StatefulSet changes (no rollout).
+    let (_, sets_before) = children(&fx.ns).await;
+    let generation = fx.apply(spec(3, &["pods", "more-pods"], &zones)).await;
+    fx.wait_status("the new generation observed", generation, |_| Ok(()))
+        .await;
+    let (cms, sets_after) = children(&fx.ns).await;
+    assert_eq!(cms.len(), 3);
+    for cm in cms.values() {
+        assert!(
+            config_of(cm).contains("job_name: more-pods"),
+            "{}",
+            cm.name_any()
+        );
+    }
+    for (name, before) in &sets_before {
+        let after = &sets_after[name];
+        assert_eq!(
+            after.metadata.generation, before.metadata.generation,
+            "{name}: the StatefulSet spec did not change"
+        );
+    }
+
+    // Deleted children come back.
+    let cm_api: Api<ConfigMap> = fx.ns.api();
+    let set_api: Api<StatefulSet> = fx.ns.api();
+    let old_cm = cms["prom-shard-1"].uid().unwrap();
+    let old_set = sets_after["prom-shard-2"].uid().unwrap();
+    cm_api
+        .delete("prom-shard-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    set_api
+        .delete("prom-shard-2", &DeleteParams::background())
+        .await
+        .unwrap();
+    wait_for("the deleted children back", TIMEOUT, || async {
+        let (cms, sets) = children(&fx.ns).await;
+        let cm = cms.get("prom-shard-1").ok_or("no ConfigMap")?;
+        let set = sets.get("prom-shard-2").ok_or("no StatefulSet")?;
+        if cm.uid().unwrap() != old_cm
+            && set.uid().unwrap() != old_set
+            && config_of(cm).contains("more-pods")
+        {
+            Ok(())
+        } else {
+            Err("not recreated yet".to_string())
+        }
+    })
+    .await;
+
+    // Scale down to 2 shards: the third shard's children are pruned.
+    let generation = fx.apply(spec(2, &["pods", "more-pods"], &zones)).await;
+    fx.wait_status("2 shards", generation, |s| {
+        let status = s.status.as_ref().unwrap();
+        (status.shards == 2)
+            .then_some(())
+            .ok_or(format!("{} shards", status.shards))
+    })
+    .await;
+    wait_for("shard 2 pruned", TIMEOUT, || async {
+        let (cms, sets) = children(&fx.ns).await;
+        if cms.contains_key("prom-shard-2") || sets.contains_key("prom-shard-2") {
+            Err("still there".to_string())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
+    let fx = Fixture::new("sprom-invalid").await;
+    let zones = ["zone-a", "zone-b", "zone-c"];
+
+    // No Prometheus ServiceAccount yet: discovery would find nothing; Degraded says so.
+    let generation = fx.apply(spec(3, &["pods"], &zones)).await;
+    let sprom = fx
+        .wait_status("Degraded: ServiceAccountForbidden", generation, |s| {
+            let status = s.status.as_ref().unwrap();
+            match status.true_reason(condition::DEGRADED) {
+                Some(reason::SERVICE_ACCOUNT_FORBIDDEN) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    let status = sprom.status.unwrap();
+    let message = &status.condition(condition::DEGRADED).unwrap().message;
+    assert!(message.contains("list pods"), "{message}");
+
+    // With the ServiceAccount bound, a zone with no node is the Degraded reason (zone-x).
+    fx.prometheus_service_account().await;
+    let generation = fx
+        .apply(spec(3, &["pods"], &["zone-a", "zone-b", "zone-x"]))
+        .await;
+    let sprom = fx
+        .wait_status("Degraded: ZonesWithoutNodes", generation, |s| {
+            let status = s.status.as_ref().unwrap();
+            match status.true_reason(condition::DEGRADED) {
+                Some(reason::ZONES_WITHOUT_NODES) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    let status = sprom.status.unwrap();
+    let message = &status.condition(condition::DEGRADED).unwrap().message;
+    assert!(message.contains("zone-x"), "{message}");
+
+    // An invalid spec: Invalid with the reason, one event, no child changed, no hot loop.
+    let (cms_before, sets_before) = children(&fx.ns).await;
+    assert_eq!(cms_before.len(), 3);
+    let reconciles_before = fx.reconciles().await;
+    let generation = fx
+        .apply(spec(3, &["pods"], &["zone-a", "zone-b", "zone-a"]))
+        .await;
+    let sprom = fx
+        .wait_status("Invalid", generation, |s| {
+            let status = s.status.as_ref().unwrap();
+            match status.true_reason(condition::INVALID) {
+                Some(reason::INVALID_SPEC) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    let status = sprom.status.unwrap();
+    let message = &status.condition(condition::INVALID).unwrap().message;
+    assert!(message.contains("zone-a"), "{message}");
+    assert_eq!(
+        status.condition(condition::AVAILABLE).unwrap().status,
+        "False"
+    );
+
+    // Watch it for a while: the invalid spec is not retried in a loop.
+    let window = Duration::from_secs(30);
+    let started = std::time::Instant::now();
+    let events: Api<Event> = fx.ns.api();
+    let invalid_events = || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason::INVALID_SPEC))
+            .count()
+    };
+    // One Warning event, and it stays one.
+    wait_for("the Invalid event", TIMEOUT, || async {
+        match invalid_events().await {
+            1 => Ok(()),
+            n => Err(format!("{n} events")),
+        }
+    })
+    .await;
+    let remaining = window.saturating_sub(started.elapsed());
+    tokio::time::sleep(remaining).await; // a measurement window, not a synchronisation
+    let reconciles = fx.reconciles().await - reconciles_before;
+    assert!(
+        reconciles <= 5.0,
+        "{reconciles} reconciles in 30 s of an invalid spec"
+    );
+    assert_eq!(invalid_events().await, 1, "one event for the invalid spec");
+    let (cms_after, sets_after) = children(&fx.ns).await;
+    for (name, cm) in &cms_before {
+        assert_eq!(
+            cms_after[name].resource_version(),
+            cm.resource_version(),
+            "{name} unchanged by the invalid spec"
+        );
+    }
+    for (name, set) in &sets_before {
+        assert_eq!(
+            sets_after[name].metadata.generation, set.metadata.generation,
+            "{name} unchanged by the invalid spec"
+        );
+    }
+
+    // Fewer shards than zones is valid: the zone without a shard is named, nothing refused.
+    let generation = fx.apply(spec(2, &["pods"], &zones)).await;
+    let sprom = fx
+        .wait_status("Degraded: ZonesWithoutShard", generation, |s| {
+            let status = s.status.as_ref().unwrap();
+            match status.true_reason(condition::DEGRADED) {
+                Some(reason::ZONES_WITHOUT_SHARD) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    let status = sprom.status.unwrap();
+    assert_eq!(
+        status.condition(condition::INVALID).unwrap().status,
+        "False"
+    );
+    assert!(
+        status
+            .condition(condition::DEGRADED)
+            .unwrap()
+            .message
+            .contains("zone-c")
+    );
+}
