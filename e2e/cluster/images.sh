@@ -2,7 +2,7 @@
 # Images for the real nodes, built without Docker or a registry: static binaries packed into
 # one-layer OCI image tars (images/oci-image.py) and imported into each node's containerd.
 #
-#   images.sh test-images          the pause (pod sandbox) and metrics-target images
+#   images.sh test-images          the pause (pod sandbox), metrics-target and Prometheus images
 #   images.sh project              the project's image (the Dockerfile's final stage: the static
 #                                  controller binaries, non-root) and the test images, imported
 #                                  into the running nodes
@@ -32,6 +32,14 @@ test_images() {
     static_build metrics-target
     oci --name "$METRICS_TARGET_IMAGE" --out "$IMAGES/metrics-target.tar" --user 65532:65532 \
         --entrypoint /metrics-target --file "$release/metrics-target:/metrics-target:755" >/dev/null
+    # As the upstream image runs it: user nobody, the binary as the entrypoint. Rebuilt only when
+    # the binary changed (it is 100 MB).
+    [ -x "$PROMETHEUS_BIN" ] || die "$PROMETHEUS_BIN is missing (e2e/cluster/build.sh builds it)"
+    if [ ! -f "$IMAGES/prometheus.tar" ] || [ "$PROMETHEUS_BIN" -nt "$IMAGES/prometheus.tar" ]; then
+        oci --name "$PROMETHEUS_IMAGE" --out "$IMAGES/prometheus.tar" --user 65534:65534 \
+            --entrypoint /bin/prometheus --file "$PROMETHEUS_BIN:/bin/prometheus:755" \
+            --dir /prometheus:1777 >/dev/null
+    fi
 }
 
 project_image() {
@@ -51,13 +59,14 @@ project_image() {
     local zone imported=0
     for zone in "${REAL_ZONES[@]}"; do
         [ -S "$NODES/$zone/containerd.sock" ] || continue
-        import "$zone" "$IMAGES/project.tar" "$IMAGES/pause.tar" "$IMAGES/metrics-target.tar"
+        import "$zone" "$IMAGES/project.tar" "$IMAGES/pause.tar" "$IMAGES/metrics-target.tar" \
+            "$IMAGES/prometheus.tar"
         imported=$((imported + 1))
     done
     if [ "$imported" = 0 ]; then
         echo "image: $PROJECT_IMAGE and the test images written to $IMAGES (no real node running to import them into)"
     else
-        echo "image: $PROJECT_IMAGE, $PAUSE_IMAGE and $METRICS_TARGET_IMAGE imported into $imported real nodes"
+        echo "image: $PROJECT_IMAGE and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE) imported into $imported real nodes"
     fi
 }
 

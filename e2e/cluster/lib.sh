@@ -33,6 +33,9 @@ IMAGES="$STATE/images"
 # Images of the real nodes, imported locally (imagePullPolicy: Never; nothing can be pulled).
 PAUSE_IMAGE=localhost/zone-aware-e2e/pause:e2e
 METRICS_TARGET_IMAGE=localhost/zone-aware-e2e/metrics-target:e2e
+# Prometheus from build.sh's static binary, for the shard controller's pods on the real nodes.
+PROMETHEUS_IMAGE="localhost/zone-aware-e2e/prometheus:v$PROMETHEUS_VERSION"
+PROMETHEUS_BIN="$ZAC_CACHE/prometheus-$PROMETHEUS_VERSION/prometheus"
 PROJECT_IMAGE="${LOCAL_IMG:-localhost/zone-aware-controllers:dev}"
 # Only pods that tolerate this taint (and select type=real) run on the real nodes.
 REAL_NODE_TAINT=zonecontrol.k8s.aws/real-node

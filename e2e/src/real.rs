@@ -17,6 +17,8 @@ pub struct RealNodes {
     pub metrics_target_image: String,
     /// The project's image (`make image`).
     pub project_image: String,
+    /// Prometheus 3.16, static, from e2e/cluster/build.sh.
+    pub prometheus_image: String,
 }
 
 impl RealNodes {
@@ -35,6 +37,7 @@ impl RealNodes {
             taint: var("E2E_REAL_NODE_TAINT"),
             metrics_target_image: var("E2E_METRICS_TARGET_IMAGE"),
             project_image: var("E2E_PROJECT_IMAGE"),
+            prometheus_image: var("E2E_PROMETHEUS_IMAGE"),
         }
     }
 

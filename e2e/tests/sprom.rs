@@ -442,3 +442,188 @@ async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
             .contains("zone-c")
     );
 }
+
+/// The active targets of `job` a Prometheus pod reports from its own API: address → health.
+async fn pod_targets(pod_ip: &str, job: &str) -> Result<BTreeMap<String, String>, String> {
+    let address = format!("{pod_ip}:9090")
+        .parse()
+        .map_err(|e| format!("{e}"))?;
+    let (code, body) = e2e::process::http_get_from(address, "/api/v1/targets?state=active").await?;
+    if code != 200 {
+        return Err(format!("HTTP {code}"));
+    }
+    let body: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+    let active = body["data"]["activeTargets"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    Ok(active
+        .iter()
+        .filter(|t| t["scrapePool"] == job)
+        .map(|t| {
+            (
+                t["discoveredLabels"]["__address__"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                t["health"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect())
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster with its real nodes (make e2e)"]
+async fn sprom_real_prometheus_pods_scrape_the_targets_of_their_own_zone() {
+    let cluster = Cluster::get();
+    let real = e2e::real::RealNodes::of(&cluster);
+    let fx = Fixture::new("sprom-real").await;
+    fx.prometheus_service_account().await;
+
+    // The metrics target, two pods per zone on the real nodes.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = fx.ns.api();
+    let target = json!({
+        "metadata": {"name": "target"},
+        "spec": {
+            "replicas": 6,
+            "selector": {"matchLabels": {"app": "target"}},
+            "template": real.metrics_target_template("target"),
+        },
+    });
+    deployments
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(target).unwrap(),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = fx.ns.api();
+    let targets = e2e::pods::wait_available(&pods, "app=target", 6, TIMEOUT).await;
+    let real_zones = e2e::real::nodes(&fx.ns.client).await;
+    let mut targets_of_zone: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for pod in &targets {
+        let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
+        let zone = real_zones[e2e::pods::node_of(pod).unwrap()].clone();
+        targets_of_zone
+            .entry(zone)
+            .or_default()
+            .insert(format!("{ip}:8080"));
+    }
+
+    let job = |name: &str| {
+        json!({
+            "job_name": name,
+            "scrape_interval": "2s",
+            "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [fx.ns.name]}}],
+            "relabel_configs": [{"source_labels": ["__meta_kubernetes_pod_label_app"], "regex": "target", "action": "keep"}],
+        })
+    };
+    let spec = |jobs: Vec<Value>| {
+        json!({
+            "shards": 3,
+            "replicas": 1,
+            "image": real.prometheus_image,
+            "nodeSelector": {"type": "real"},
+            "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
+            "shardingStrategy": {"topology": {"values": ["zone-a", "zone-b", "zone-c"]}},
+            "scrapeConfigs": jobs,
+        })
+    };
+    let generation = fx.apply(spec(vec![job("targets")])).await;
+    fx.wait_status("3 ready shards of real Prometheus", generation, |s| {
+        let status = s.status.as_ref().unwrap();
+        (status.ready_shards == 3)
+            .then_some(())
+            .ok_or(format!("{} ready shards", status.ready_shards))
+    })
+    .await;
+
+    // Each shard's pod scrapes, with up == 1, exactly the target pods of its own zone.
+    let prometheus_pods = pods
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}")))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(prometheus_pods.len(), 3);
+    for pod in &prometheus_pods {
+        let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
+        let zone = real_zones[e2e::pods::node_of(pod).unwrap()].clone();
+        let shard: usize = pod.labels()["zonecontrol.k8s.aws/shard"].parse().unwrap();
+        assert_eq!(
+            zone,
+            ["zone-a", "zone-b", "zone-c"][shard],
+            "shard {shard} in its zone"
+        );
+        let expected = &targets_of_zone[&zone];
+        wait_for(
+            &format!("shard {shard} scraping {zone}'s targets, all up"),
+            TIMEOUT,
+            || async {
+                let scraped = pod_targets(&ip, "targets").await?;
+                let addresses: std::collections::BTreeSet<String> =
+                    scraped.keys().cloned().collect();
+                if &addresses == expected && scraped.values().all(|h| h == "up") {
+                    Ok(())
+                } else {
+                    Err(format!("{scraped:?}, want {expected:?} up"))
+                }
+            },
+        )
+        .await;
+    }
+
+    // A new job reaches the running pods through auto-reload: no restart, no rollout.
+    let sets: Api<StatefulSet> = fx.ns.api();
+    let generations: Vec<Option<i64>> = futures::future::join_all((0..3).map(|i| {
+        let sets = sets.clone();
+        async move {
+            sets.get(&format!("{NAME}-shard-{i}"))
+                .await
+                .unwrap()
+                .metadata
+                .generation
+        }
+    }))
+    .await;
+    let generation = fx
+        .apply(spec(vec![job("targets"), job("targets-again")]))
+        .await;
+    fx.wait_status("the new job observed", generation, |_| Ok(()))
+        .await;
+    for pod in &prometheus_pods {
+        let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
+        wait_for(
+            "the new job in the running Prometheus",
+            Duration::from_secs(180),
+            || async {
+                let scraped = pod_targets(&ip, "targets-again").await?;
+                if !scraped.is_empty() && scraped.values().all(|h| h == "up") {
+                    Ok(())
+                } else {
+                    Err(format!("{scraped:?}"))
+                }
+            },
+        )
+        .await;
+        let now = pods.get(&pod.name_any()).await.unwrap();
+        assert_eq!(now.uid(), pod.uid(), "the same pod");
+        let restarts: i32 = now
+            .status
+            .unwrap()
+            .container_statuses
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.restart_count)
+            .sum();
+        assert_eq!(restarts, 0, "{} restarted", pod.name_any());
+    }
+    for (i, before) in generations.iter().enumerate() {
+        let after = sets
+            .get(&format!("{NAME}-shard-{i}"))
+            .await
+            .unwrap()
+            .metadata
+            .generation;
+        assert_eq!(&after, before, "shard {i}'s StatefulSet did not roll");
+    }
+}
