@@ -316,7 +316,7 @@ async fn allowed(
 
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
-async fn deploy_rbac_grants_exactly_the_designed_verbs_zau_zdb() {
+async fn deploy_rbac_grants_exactly_the_designed_verbs_zau_zdb_shard() {
     let cluster = Cluster::get();
     let ns = TestNamespace::create(&cluster, "deploy-rbac").await;
     let client = ns.client.clone();
@@ -489,7 +489,87 @@ async fn deploy_rbac_grants_exactly_the_designed_verbs_zau_zdb() {
         ),
     ];
     let mut wrong = Vec::new();
-    for (identity, cases) in [(&zau, zau_cases), (&zdb, zdb_cases)] {
+    let shard =
+        ServiceAccountIdentity::create(&cluster, "shard-controller", &ns.name, &[], &[], |_| {});
+    let shard_cases: &[AccessCase] = &[
+        (
+            "watch",
+            "zonecontrol.k8s.aws",
+            "shardedprometheuses",
+            None,
+            None,
+            true,
+        ),
+        (
+            "patch",
+            "zonecontrol.k8s.aws",
+            "shardedprometheuses/status",
+            other,
+            None,
+            true,
+        ),
+        (
+            "update",
+            "zonecontrol.k8s.aws",
+            "shardedprometheuses",
+            other,
+            None,
+            false,
+        ),
+        (
+            "patch",
+            "zonecontrol.k8s.aws",
+            "shardedprometheuses",
+            other,
+            None,
+            false,
+        ),
+        ("watch", "apps", "statefulsets", None, None, true),
+        ("patch", "apps", "statefulsets", other, None, true),
+        ("delete", "apps", "statefulsets", other, None, true),
+        ("update", "apps", "statefulsets/status", other, None, false),
+        ("patch", "", "configmaps", other, None, true),
+        ("delete", "", "services", other, None, true),
+        ("get", "", "secrets", other, None, false),
+        ("list", "", "nodes", None, None, true),
+        ("patch", "", "nodes", None, None, false),
+        ("list", "", "pods", None, None, false),
+        (
+            "create",
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            None,
+            None,
+            true,
+        ),
+        ("create", "events.k8s.io", "events", other, None, true),
+        ("create", "coordination.k8s.io", "leases", own, None, true),
+        (
+            "update",
+            "coordination.k8s.io",
+            "leases",
+            own,
+            Some("shard-controller"),
+            true,
+        ),
+        (
+            "update",
+            "coordination.k8s.io",
+            "leases",
+            own,
+            Some("zau-controller"),
+            false,
+        ),
+        (
+            "watch",
+            "zonecontrol.k8s.aws",
+            "zoneawareupdates",
+            None,
+            None,
+            false,
+        ),
+    ];
+    for (identity, cases) in [(&zau, zau_cases), (&zdb, zdb_cases), (&shard, shard_cases)] {
         for (verb, group, resource, namespace, name, expected) in cases {
             let got = allowed(&client, identity, verb, group, resource, *namespace, *name).await;
             if got != *expected {
@@ -564,7 +644,7 @@ async fn deploy_rbac_zau_without_eviction_grant_cannot_evict() {
 /// `status` of a zonecontrol object, or an error naming what is missing.
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
-async fn deploy_samples_reach_their_status_zau_zdb() {
+async fn deploy_samples_reach_their_status_zau_zdb_sprom() {
     let cluster = Cluster::get();
     let ns = TestNamespace::create(&cluster, "deploy-samples").await;
     let client = ns.client.clone();
@@ -622,6 +702,29 @@ async fn deploy_samples_reach_their_status_zau_zdb() {
         &env,
         Some(zdb_identity),
     );
+    let shard_args = [
+        "--leader-elect=false",
+        "--listen-address",
+        "127.0.0.1:0",
+        "--lease-namespace",
+        ns.name.as_str(),
+        "--watch-namespace",
+        ns.name.as_str(),
+    ];
+    let shard_identity = ServiceAccountIdentity::create(
+        &cluster,
+        "shard-controller",
+        &ns.name,
+        &shard_args,
+        &[],
+        |_| {},
+    );
+    let _shard = e2e::process::ControllerProcess::start_as(
+        "shard-controller",
+        &shard_args,
+        &[],
+        Some(shard_identity),
+    );
 
     let zdbs = dynamic_api(
         &client,
@@ -631,6 +734,40 @@ async fn deploy_samples_reach_their_status_zau_zdb() {
     )
     .await;
     wait_for_sample_budget(&zdbs).await;
+
+    // The sample ShardedPrometheus: three shards, one per zone, each with a ready Prometheus
+    // (kwok marks the pods Ready); Degraded only because its ServiceAccount is not bound yet.
+    let sproms = dynamic_api(
+        &client,
+        "zonecontrol.k8s.aws/v1",
+        "ShardedPrometheus",
+        Some(&ns.name),
+    )
+    .await;
+    wait_for(
+        "the sample ShardedPrometheus Available",
+        Duration::from_secs(120),
+        || async {
+            let status = status_of(&sproms, "prometheus").await?;
+            let condition = |type_: &str| {
+                status["conditions"]
+                    .as_array()
+                    .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
+                    .unwrap_or_default()
+            };
+            let available = condition("Available");
+            let degraded = condition("Degraded");
+            if available["status"] == "True"
+                && status["shards"] == 3
+                && degraded["reason"] == "ServiceAccountForbidden"
+            {
+                Ok(())
+            } else {
+                Err(status.to_string())
+            }
+        },
+    )
+    .await;
 
     // A new revision of the sample StatefulSet is rolled out zone by zone to completion.
     let sets = dynamic_api(&client, "apps/v1", "StatefulSet", Some(&ns.name)).await;
