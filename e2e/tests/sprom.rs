@@ -349,6 +349,17 @@ async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
     let message = &status.condition(condition::DEGRADED).unwrap().message;
     assert!(message.contains("zone-x"), "{message}");
 
+    // Let the shards of zone-a and zone-b become ready first: their pods' readiness reconciles
+    // the resource too, and the count below is about the invalid spec alone.
+    fx.wait_status(
+        "2 of 3 shards ready (zone-x has no node)",
+        generation,
+        |s| {
+            let ready = s.status.as_ref().map_or(0, |s| s.ready_shards);
+            (ready == 2).then_some(()).ok_or(format!("{ready} ready"))
+        },
+    )
+    .await;
     // An invalid spec: Invalid with the reason, one event, no child changed, no hot loop.
     let (cms_before, sets_before) = children(&fx.ns).await;
     assert_eq!(cms_before.len(), 3);

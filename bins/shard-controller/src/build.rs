@@ -28,6 +28,9 @@ pub const MANAGED_BY: &str = "shard-controller";
 pub const SHARD_LABEL: &str = "zonecontrol.k8s.aws/shard";
 /// The StatefulSet controller's pod-ordinal label (Kubernetes >= 1.28).
 pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
+/// Annotation on every child: a digest of what the controller applied, so a reconcile that
+/// would apply the same again (a readiness change of a pod, say) skips the write.
+pub const APPLIED_HASH_ANNOTATION: &str = "zonecontrol.k8s.aws/applied-hash";
 /// Prometheus listens here in every pod.
 pub const WEB_PORT: i32 = 9090;
 /// The Prometheus image's `nobody` user, which owns the data directory.
@@ -148,12 +151,42 @@ pub fn shard_children(
     Ok((
         ShardChildren {
             index,
-            config_map,
-            stateful_set,
-            service,
+            config_map: with_applied_hash(config_map),
+            stateful_set: with_applied_hash(stateful_set),
+            service: with_applied_hash(service),
         },
         rendered.node_metadata_disabled,
     ))
+}
+
+/// `child` annotated with the digest of itself (as built, before the annotation).
+fn with_applied_hash<K: kube::Resource + serde::Serialize>(mut child: K) -> K {
+    use md5::{Digest, Md5};
+    let digest = serde_json::to_vec(&child)
+        .map(|bytes| Md5::digest(&bytes))
+        .map(|digest| {
+            digest
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        })
+        .unwrap_or_default();
+    child
+        .meta_mut()
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(APPLIED_HASH_ANNOTATION.to_string(), digest);
+    child
+}
+
+/// The digest a child carries, if any.
+pub fn applied_hash<K: kube::Resource>(child: &K) -> Option<&str> {
+    child
+        .meta()
+        .annotations
+        .as_ref()?
+        .get(APPLIED_HASH_ANNOTATION)
+        .map(String::as_str)
 }
 
 fn shard_labels(name: &str, index: u32) -> BTreeMap<String, String> {

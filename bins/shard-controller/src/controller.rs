@@ -18,7 +18,7 @@ use zone_operator::controller::{self, CachesStopped, forward_triggers, log_watch
 use zone_operator::metrics::MetricsError;
 use zone_operator::zones::NodeZones;
 
-use crate::build::{MANAGED_BY, MANAGED_BY_LABEL};
+use crate::build::{APPLIED_HASH_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL};
 use crate::cli::Args;
 use crate::metrics::SpromMetrics;
 use crate::reconcile::{self, Context};
@@ -34,9 +34,18 @@ pub enum ControllerError {
 /// Drops what the controller never reads from a StatefulSet: its pod template and managed
 /// fields are most of its size, and 100 shards would keep them all in memory.
 fn strip_stateful_set(sts: &mut StatefulSet) {
-    sts.meta_mut().managed_fields = None;
-    sts.meta_mut().annotations = None;
+    strip_meta(sts);
     sts.spec = None;
+}
+
+/// Keeps of a child's metadata what the controller reads: name, labels, owner and the
+/// applied-hash annotation.
+fn strip_meta<K: Resource>(child: &mut K) {
+    let meta = child.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|key, _| key == APPLIED_HASH_ANNOTATION);
+    }
 }
 
 /// Runs until shutdown.
@@ -68,18 +77,25 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         .touched_objects()
         .filter_map(|r| ready(log_watch_error("statefulsets", r)))
         .map(|sts| owner_of(&sts));
-    // ConfigMaps and Services only need to trigger (a deleted one comes back): metadata is
-    // enough, and a ConfigMap's data is the bulk of what a watch would hold.
+    // Of ConfigMaps and Services the metadata is enough (a deleted one comes back; an applied
+    // hash says whether to apply again), and a ConfigMap's data is the bulk of what a watch
+    // would hold.
+    let (config_maps, cm_writer) = reflector::store();
     let config_map_events = watcher(
         scope.api::<PartialObjectMeta<ConfigMap>>(&client),
         children.clone(),
     )
+    .modify(strip_meta)
     .default_backoff()
+    .reflect(cm_writer)
     .touched_objects()
     .filter_map(|r| ready(log_watch_error("configmaps", r)))
     .map(|cm| owner_of(&cm));
+    let (services, svc_writer) = reflector::store();
     let service_events = watcher(scope.api::<PartialObjectMeta<Service>>(&client), children)
+        .modify(strip_meta)
         .default_backoff()
+        .reflect(svc_writer)
         .touched_objects()
         .filter_map(|r| ready(log_watch_error("services", r)))
         .map(|svc| owner_of(&svc));
@@ -107,6 +123,8 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
     let synced = controller::wait_for_caches(
         async {
             stateful_sets.wait_until_ready().await?;
+            config_maps.wait_until_ready().await?;
+            services.wait_until_ready().await?;
             zones.wait_until_ready().await
         },
         &parts.readiness,
@@ -121,6 +139,9 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         client: client.clone(),
         sproms: sproms.clone(),
         stateful_sets,
+        config_maps,
+        services,
+        applied: Default::default(),
         zones,
         events: parts.events.clone(),
         metrics: parts.controller_metrics(),

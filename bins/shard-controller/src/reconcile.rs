@@ -8,14 +8,16 @@
 //!    the children of shards no longer wanted;
 //! 4. **status** (pure, then written): observed from the StatefulSets ([`crate::status`]).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use zone_api::ShardedPrometheus;
 use zone_api::conditions::Conditions;
@@ -29,7 +31,7 @@ use zone_operator::{ControllerMetrics, EventPublisher, NodeZones, PendingEvents}
 use zone_topology::sharding::{self, ShardLayout};
 
 use crate::access::AccessCache;
-use crate::build::{self, BuildInput, SHARD_LABEL};
+use crate::build::{self, BuildInput, INSTANCE_LABEL, SHARD_LABEL, applied_hash};
 use crate::config;
 use crate::metrics::SpromMetrics;
 use crate::status::{Observation, ObservedShard};
@@ -43,6 +45,12 @@ pub struct Context {
     pub client: Client,
     pub sproms: Store<ShardedPrometheus>,
     pub stateful_sets: Store<StatefulSet>,
+    pub config_maps: Store<PartialObjectMeta<ConfigMap>>,
+    pub services: Store<PartialObjectMeta<Service>>,
+    /// Per resource, the generation and time of the last apply of every child: until the
+    /// generation changes or [`RESYNC`] passes, children whose applied hash is unchanged are
+    /// not written again.
+    pub applied: Mutex<HashMap<(String, String), (i64, Instant)>>,
     pub zones: NodeZones,
     pub events: EventPublisher,
     pub metrics: ControllerMetrics,
@@ -267,7 +275,10 @@ async fn write_status(
 }
 
 /// Applies every shard's children (the ConfigMap first, so a new pod starts with its
-/// configuration), then prunes the children of shards no longer wanted.
+/// configuration) and prunes the children of shards no longer wanted. Between changes of the
+/// spec, children whose applied hash is what the cache shows are not written again (a pod
+/// turning Ready reconciles the resource, and must not cost 3 writes per shard); a full apply
+/// still happens every [`RESYNC`], correcting hand edits.
 async fn apply(
     ctx: &Context,
     sprom: &ShardedPrometheus,
@@ -276,26 +287,62 @@ async fn apply(
     built: &build::Built,
 ) -> Result<(), ReconcileError> {
     let owner = children::controller_reference(sprom)?;
+    let generation = sprom.metadata.generation.unwrap_or(0);
+    let key = (namespace.to_string(), name.to_string());
+    let full = {
+        let applied = ctx.applied.lock().unwrap_or_else(PoisonError::into_inner);
+        applied
+            .get(&key)
+            .is_none_or(|(seen, at)| *seen != generation || at.elapsed() >= RESYNC)
+    };
     let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
     let stateful_sets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
     let field_manager = &ctx.field_manager;
+    let mut written = 0usize;
     for shard in &built.shards {
-        children::apply_child(
-            &config_maps,
-            &owner,
-            shard.config_map.clone(),
-            field_manager,
-        )
-        .await?;
-        children::apply_child(&services, &owner, shard.service.clone(), field_manager).await?;
-        children::apply_child(
-            &stateful_sets,
-            &owner,
-            shard.stateful_set.clone(),
-            field_manager,
-        )
-        .await?;
+        let name = build::shard_name(name, shard.index);
+        if full
+            || !unchanged(
+                ctx.config_maps
+                    .get(&ObjectRef::new(&name).within(namespace)),
+                &shard.config_map,
+            )
+        {
+            children::apply_child(
+                &config_maps,
+                &owner,
+                shard.config_map.clone(),
+                field_manager,
+            )
+            .await?;
+            written += 1;
+        }
+        if full
+            || !unchanged(
+                ctx.services.get(&ObjectRef::new(&name).within(namespace)),
+                &shard.service,
+            )
+        {
+            children::apply_child(&services, &owner, shard.service.clone(), field_manager).await?;
+            written += 1;
+        }
+        if full
+            || !unchanged(
+                ctx.stateful_sets
+                    .get(&ObjectRef::new(&name).within(namespace)),
+                &shard.stateful_set,
+            )
+        {
+            children::apply_child(
+                &stateful_sets,
+                &owner,
+                shard.stateful_set.clone(),
+                field_manager,
+            )
+            .await?;
+            written += 1;
+        }
     }
     let wanted: BTreeSet<String> = built
         .shards
@@ -304,13 +351,55 @@ async fn apply(
         .collect();
     let selector = build::children_selector(name);
     let uid = owner.uid.as_str();
-    let mut pruned = children::prune_children(&stateful_sets, &selector, uid, &wanted).await?;
-    pruned.extend(children::prune_children(&services, &selector, uid, &wanted).await?);
-    pruned.extend(children::prune_children(&config_maps, &selector, uid, &wanted).await?);
+    let mut pruned = Vec::new();
+    if full || unwanted(&ctx.stateful_sets, namespace, name, &wanted) {
+        pruned.extend(children::prune_children(&stateful_sets, &selector, uid, &wanted).await?);
+    }
+    if full || unwanted(&ctx.services, namespace, name, &wanted) {
+        pruned.extend(children::prune_children(&services, &selector, uid, &wanted).await?);
+    }
+    if full || unwanted(&ctx.config_maps, namespace, name, &wanted) {
+        pruned.extend(children::prune_children(&config_maps, &selector, uid, &wanted).await?);
+    }
     if !pruned.is_empty() {
         tracing::info!(namespace, name, pruned = ?pruned, "removed the children of shards no longer wanted");
     }
+    tracing::debug!(namespace, name, full, written, "children applied");
+    if full {
+        ctx.applied
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, (generation, Instant::now()));
+    }
     Ok(())
+}
+
+/// Whether the cached child carries the hash of `desired`.
+fn unchanged<C: kube::Resource, D: kube::Resource>(cached: Option<Arc<C>>, desired: &D) -> bool {
+    cached.is_some_and(|cached| applied_hash(cached.as_ref()) == applied_hash(desired))
+}
+
+/// Whether the cache holds a child of `name` that is not wanted.
+fn unwanted<K: kube::Resource + Clone + Debug>(
+    store: &Store<K>,
+    namespace: &str,
+    name: &str,
+    wanted: &BTreeSet<String>,
+) -> bool
+where
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    store.state().iter().any(|child| {
+        let meta = child.meta();
+        meta.namespace.as_deref() == Some(namespace)
+            && meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(INSTANCE_LABEL))
+                .map(String::as_str)
+                == Some(name)
+            && !wanted.contains(meta.name.as_deref().unwrap_or_default())
+    })
 }
 
 /// The active shards (index < `shards`) whose StatefulSet exists, controlled by `sprom`.
