@@ -25,7 +25,6 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-
 /// The holder of the Lease of `controller` in `namespace`: the one Lease whose holder is one of
 /// the controller's pods.
 async fn lease_holder(leases: &Api<Lease>, controller: &str) -> Result<String, String> {

@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use e2e::nodes::{TEST_NODE_TAINT, TestNode};
-use e2e::workload::ZONE_LABEL;
 use e2e::process::{ControllerProcess, namespace_args};
 use e2e::prometheus::{PrometheusProcess, Target, check_config, with_kubeconfig};
+use e2e::workload::ZONE_LABEL;
 use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::apps::v1::StatefulSet;
