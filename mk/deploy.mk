@@ -32,12 +32,12 @@ manifests: ## Print what `make deploy` applies (IMG, NAMESPACE, CERT_MANAGER, ZA
 .PHONY: install
 install: ## Install or upgrade the CRDs only (server-side apply)
 	$(KUBECTL) apply --server-side --field-manager=$(DEPLOY_FIELD_MANAGER) --force-conflicts -k config/crd
-	$(KUBECTL) wait --for=condition=Established --timeout=60s -f config/crd/zonecontrol.k8s.aws_zoneawareupdates.yaml -f config/crd/zonecontrol.k8s.aws_zonedisruptionbudgets.yaml
+	$(KUBECTL) wait --for=condition=Established --timeout=60s -f config/crd/zonecontrol.k8s.aws_zoneawareupdates.yaml -f config/crd/zonecontrol.k8s.aws_zonedisruptionbudgets.yaml -f config/crd/zonecontrol.k8s.aws_shardedprometheuses.yaml
 
 .PHONY: uninstall
-uninstall: ## Delete the CRDs AND EVERY ZoneAwareUpdate/ZoneDisruptionBudget (needs CONFIRM=yes)
-	@echo "WARNING: deleting the CRDs deletes every ZoneAwareUpdate and ZoneDisruptionBudget in the cluster:" >&2
-	@$(KUBECTL) get zoneawareupdates.zonecontrol.k8s.aws,zonedisruptionbudgets.zonecontrol.k8s.aws -A --ignore-not-found >&2 || true
+uninstall: ## Delete the CRDs AND EVERY ZoneAwareUpdate/ZoneDisruptionBudget/ShardedPrometheus (needs CONFIRM=yes)
+	@echo "WARNING: deleting the CRDs deletes every ZoneAwareUpdate, ZoneDisruptionBudget and ShardedPrometheus (with its Prometheus shards) in the cluster:" >&2
+	@$(KUBECTL) get zoneawareupdates.zonecontrol.k8s.aws,zonedisruptionbudgets.zonecontrol.k8s.aws,shardedprometheuses.zonecontrol.k8s.aws -A --ignore-not-found >&2 || true
 	@if [ "$(CONFIRM)" != yes ]; then echo "uninstall: not done. Run 'make uninstall CONFIRM=yes' to delete them." >&2; exit 1; fi
 	$(KUBECTL) delete --ignore-not-found -k config/crd
 

@@ -452,6 +452,26 @@ async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
             .message
             .contains("zone-c")
     );
+
+    // A storage change the StatefulSets cannot take (volumeClaimTemplates are immutable): the
+    // API server's refusal is the Invalid reason, not an endless retry.
+    let mut with_claims = spec(2, &["pods"], &zones);
+    with_claims["storage"] = json!({"volumeClaimTemplate": {"spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+    }}});
+    let generation = fx.apply(with_claims).await;
+    let sprom = fx
+        .wait_status("Invalid: ChildRejected", generation, |s| {
+            let status = s.status.as_ref().unwrap();
+            match status.true_reason(condition::INVALID) {
+                Some(reason::CHILD_REJECTED) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    let status = sprom.status.unwrap();
+    let message = &status.condition(condition::INVALID).unwrap().message;
+    assert!(message.contains("StatefulSet prom-shard-"), "{message}");
 }
 
 /// The active targets of `job` a Prometheus pod reports from its own API: address → health.
@@ -529,8 +549,22 @@ async fn sprom_real_prometheus_pods_scrape_the_targets_of_their_own_zone() {
             "relabel_configs": [{"source_labels": ["__meta_kubernetes_pod_label_app"], "regex": "target", "action": "keep"}],
         })
     };
+    // Rule files from a ConfigMap (every key): loaded by each shard from the mounted volume.
+    let rules: Api<ConfigMap> = fx.ns.api();
+    let rule_file = json!({
+        "metadata": {"name": "rules"},
+        "data": {"targets.yaml": "groups:\n- name: targets\n  rules:\n  - record: job:up:sum\n    expr: sum by (job) (up)\n"},
+    });
+    rules
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(rule_file).unwrap(),
+        )
+        .await
+        .unwrap();
     let spec = |jobs: Vec<Value>| {
         json!({
+            "ruleFiles": [{"configMap": "rules"}],
             "shards": 3,
             "replicas": 1,
             "image": real.prometheus_image,
@@ -566,6 +600,20 @@ async fn sprom_real_prometheus_pods_scrape_the_targets_of_their_own_zone() {
             "shard {shard} in its zone"
         );
         let expected = &targets_of_zone[&zone];
+        wait_for(
+            &format!("shard {shard} loaded the rule file"),
+            TIMEOUT,
+            || async {
+                let address = format!("{ip}:9090").parse().map_err(|e| format!("{e}"))?;
+                let (_, body) = e2e::process::http_get_from(address, "/api/v1/rules").await?;
+                if body.contains("job:up:sum") {
+                    Ok(())
+                } else {
+                    Err(body)
+                }
+            },
+        )
+        .await;
         wait_for(
             &format!("shard {shard} scraping {zone}'s targets, all up"),
             TIMEOUT,

@@ -227,7 +227,12 @@ fn stateful_set_spec(
         read_only: Some(true),
         ..VolumeMount::default()
     }];
-    for (i, (config_map, _)) in rule_files.iter().enumerate() {
+    // One volume per ConfigMap, however many of its keys are listed.
+    let config_maps: std::collections::BTreeSet<&String> = rule_files
+        .iter()
+        .map(|(config_map, _)| config_map)
+        .collect();
+    for (i, config_map) in config_maps.into_iter().enumerate() {
         let volume = format!("rules-{i}");
         volumes.push(Volume {
             name: volume.clone(),

@@ -194,13 +194,15 @@ pub fn render(input: &ShardConfig<'_>) -> Result<Rendered, ConfigError> {
     })
 }
 
-/// The `rule_files` globs: one per ConfigMap (every key) or per named key.
+/// The `rule_files` globs: one per ConfigMap (every key) or per named key. "Every key" is
+/// `[^.]*`, not `*`: Go's glob matches leading dots, and a ConfigMap volume holds `..data` and a
+/// timestamped directory next to the keys, which Prometheus would try to load as rule files.
 pub fn rule_file_globs(rule_files: &[(String, Option<String>)]) -> Vec<String> {
     rule_files
         .iter()
         .map(|(config_map, key)| match key {
             Some(key) => format!("{RULES_DIR}/{config_map}/{key}"),
-            None => format!("{RULES_DIR}/{config_map}/*"),
+            None => format!("{RULES_DIR}/{config_map}/[^.]*"),
         })
         .collect()
 }

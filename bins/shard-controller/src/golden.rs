@@ -17,7 +17,7 @@ fn manifest_dir() -> PathBuf {
 fn built_yaml(manifest: &Path) -> String {
     let text = std::fs::read_to_string(manifest).unwrap();
     let sprom: ShardedPrometheus = serde_norway::from_str(&text).unwrap();
-    let valid = validate(&sprom).unwrap();
+    let valid = validate(&sprom, "topology.kubernetes.io/zone").unwrap();
     let name = sprom.metadata.name.clone().unwrap();
     let namespace = sprom
         .metadata

@@ -118,8 +118,8 @@ pub struct Valid {
     pub layout: ShardLayout,
 }
 
-/// The validate step.
-pub fn validate(sprom: &ShardedPrometheus) -> Result<Valid, Invalid> {
+/// The validate step; targets' zones are read from nodes and pods labelled `zone_label`.
+pub fn validate(sprom: &ShardedPrometheus, zone_label: &str) -> Result<Valid, Invalid> {
     let invalid_spec = |message: String| Invalid {
         reason: reason::INVALID_SPEC,
         message,
@@ -136,6 +136,7 @@ pub fn validate(sprom: &ShardedPrometheus) -> Result<Valid, Invalid> {
                 sprom::ZonelessTargets::Drop => sharding::ZonelessTargets::Drop,
             };
             ShardLayout::topology(spec.shards, spec.zones.clone(), zoneless)
+                .map(|layout| layout.with_zone_label(zone_label))
         }
     }
     .map_err(|error| invalid_spec(format!("spec.shardingStrategy: {error}")))?;
@@ -161,7 +162,7 @@ pub async fn reconcile(
     let previous = sprom.status.clone().unwrap_or_default();
     let generation = sprom.metadata.generation.unwrap_or(0);
 
-    let valid = match validate(&sprom) {
+    let valid = match validate(&sprom, &ctx.zone_key) {
         Ok(valid) => valid,
         Err(invalid) => {
             let (status, events) = invalid_status(&previous, generation, &invalid);
@@ -189,7 +190,20 @@ pub async fn reconcile(
         }
     };
 
-    apply(&ctx, &sprom, &namespace, &name, &built).await?;
+    // A child the API server refuses (422: e.g. a storage change a StatefulSet cannot take) is a
+    // spec problem: say so in the status, once, and wait for a change instead of retrying.
+    if let Err(rejected) = apply(&ctx, &sprom, &namespace, &name, &built).await {
+        let Some(message) = rejected_child(&rejected) else {
+            return Err(rejected);
+        };
+        let invalid = Invalid {
+            reason: reason::CHILD_REJECTED,
+            message,
+        };
+        let (status, events) = invalid_status(&previous, generation, &invalid);
+        write_status(&ctx, &api, &sprom, &previous, status, events).await?;
+        return Ok(Action::await_change());
+    }
 
     // What the rendered configs discover (node metadata included), checked for the pods'
     // ServiceAccount.
@@ -232,6 +246,18 @@ pub async fn reconcile(
     match forbidden.is_empty() {
         true => Ok(Action::requeue(RESYNC)),
         false => Ok(Action::requeue(crate::access::CACHE_FOR)),
+    }
+}
+
+/// What the API server said when it refused a child as invalid (HTTP 422), if it did.
+fn rejected_child(error: &ReconcileError) -> Option<String> {
+    match error {
+        ReconcileError::Child(ChildError::Apply {
+            kind,
+            name,
+            source: kube::Error::Api(status),
+        }) if status.code == 422 => Some(format!("{kind} {name}: {}", status.message)),
+        _ => None,
     }
 }
 
@@ -434,7 +460,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn sprom(spec: serde_json::Value) -> ShardedPrometheus {
+    const ZONE: &str = "topology.kubernetes.io/zone";
+
+    fn sprom_with(spec: serde_json::Value) -> ShardedPrometheus {
         serde_json::from_value(json!({
             "apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ShardedPrometheus",
             "metadata": {"name": "p", "namespace": "n", "uid": "u", "generation": 2},
@@ -476,7 +504,7 @@ mod tests {
             ),
         ];
         for (spec, reason, needle) in cases {
-            let invalid = validate(&sprom(spec.clone())).unwrap_err();
+            let invalid = validate(&sprom_with(spec.clone()), ZONE).unwrap_err();
             assert_eq!(invalid.reason, reason, "{spec}");
             assert!(
                 invalid.message.contains(needle),
@@ -510,12 +538,13 @@ mod tests {
 
     #[test]
     fn valid_specs_give_the_layout_of_their_mode() {
-        let valid = validate(&sprom(
-            json!({"shards": 5, "shardingStrategy": {"mode": "Classic"}}),
-        ))
+        let valid = validate(
+            &sprom_with(json!({"shards": 5, "shardingStrategy": {"mode": "Classic"}})),
+            ZONE,
+        )
         .unwrap();
         assert!(!valid.layout.is_topology());
-        let valid = validate(&sprom(json!({"shards": 5, "shardingStrategy": {"topology": {"values": ["a", "b"]}, "zonelessTargets": "Drop"}}))).unwrap();
+        let valid = validate(&sprom_with(json!({"shards": 5, "shardingStrategy": {"topology": {"values": ["a", "b"]}, "zonelessTargets": "Drop"}})), ZONE).unwrap();
         assert_eq!(
             valid.layout.per_zone(),
             vec![("a".into(), 3), ("b".into(), 2)]

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use zone_api::conditions::Conditions;
 use zone_api::sprom::{ShardStatus, ShardedPrometheusStatus, condition, reason};
 use zone_operator::PendingEvents;
-use zone_topology::sharding::ShardLayout;
+use zone_topology::sharding::{ShardLayout, ZonelessTargets};
 
 use crate::build::{INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, POD_INDEX_LABEL, SHARD_LABEL};
 
@@ -34,9 +34,13 @@ pub struct Observation<'a> {
 }
 
 /// The label selector of the scale subresource: replica 0 of every active shard that exists, so
-/// an autoscaler averages one pod per shard and never a retained shard's.
+/// an autoscaler averages one pod per shard and never a retained shard's. With no shard yet it
+/// selects nothing (`in ()` would not parse; no shard is labelled `none`).
 pub fn selector(name: &str, shards: impl IntoIterator<Item = u32>) -> String {
-    let indices: Vec<String> = shards.into_iter().map(|i| i.to_string()).collect();
+    let mut indices: Vec<String> = shards.into_iter().map(|i| i.to_string()).collect();
+    if indices.is_empty() {
+        indices.push("none".to_string());
+    }
     format!(
         "{INSTANCE_LABEL}={name},{MANAGED_BY_LABEL}={MANAGED_BY},{POD_INDEX_LABEL}=0,{SHARD_LABEL} in ({})",
         indices.join(",")
@@ -159,10 +163,15 @@ fn degraded_reasons(observation: &Observation<'_>) -> Vec<(&'static str, String)
         reasons.push((
             reason::ZONES_WITHOUT_SHARD,
             format!(
-                "{} shard(s) for {} zones: zone(s) {} have no shard and are scraped from other zones",
+                "{} shard(s) for {} zones: zone(s) {} have no shard; {}",
                 layout.shards(),
                 layout.zones().len(),
-                without_shard.join(", ")
+                without_shard.join(", "),
+                match layout.zoneless() {
+                    ZonelessTargets::Spread => "their targets are scraped from other zones",
+                    ZonelessTargets::Drop =>
+                        "their targets are not scraped (zonelessTargets: Drop)",
+                }
             ),
         ));
     }
@@ -293,6 +302,30 @@ mod tests {
         let (again, events) = compute(&status, &obs);
         assert_eq!(again, status);
         assert!(events.is_empty());
+    }
+
+    #[test]
+    fn no_shard_yet_selects_nothing() {
+        let selector = selector("prom", []);
+        assert!(
+            selector.ends_with("zonecontrol.k8s.aws/shard in (none)"),
+            "{selector}"
+        );
+    }
+
+    #[test]
+    fn zones_without_a_shard_say_what_happens_to_their_targets() {
+        let drop =
+            ShardLayout::topology(2, zones(&["a", "b", "c"]), ZonelessTargets::Drop).unwrap();
+        let (status, _) = compute(
+            &ShardedPrometheusStatus::default(),
+            &observation(&drop, &[(0, 2), (1, 2)], &["a", "b", "c"]),
+        );
+        let message = &status.condition(condition::DEGRADED).unwrap().message;
+        assert!(
+            message.contains("zone(s) c have no shard; their targets are not scraped"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -54,6 +54,9 @@ pub mod reason {
     pub const VALID: &str = "Valid";
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const INVALID_SCRAPE_CONFIG: &str = "InvalidScrapeConfig";
+    /// The API server refused a child built from the spec (e.g. a storage change, which a
+    /// StatefulSet's volumeClaimTemplates cannot take).
+    pub const CHILD_REJECTED: &str = "ChildRejected";
     pub const SHARDS_READY: &str = "ShardsReady";
     pub const SHARDS_NOT_READY: &str = "ShardsNotReady";
     pub const UNEVEN_ZONES: &str = "UnevenZones";

@@ -37,13 +37,40 @@ pub const TMP_TOPOLOGY: &str = "__tmp_topology";
 /// Internal marker: `true` when `__tmp_topology` names a zone that has a shard.
 pub const TMP_TOPOLOGY_SERVED: &str = "__tmp_topology_served";
 
-/// Where a target's zone comes from, in order of precedence after a user-set `__tmp_topology`.
-/// The node label needs `attach_metadata: {node: true}` (see [`attach_node_metadata`]).
+/// Where a target's zone comes from, in order of precedence after a user-set `__tmp_topology`,
+/// for the default zone label `topology.kubernetes.io/zone` (see [`topology_sources`] for
+/// another). The node label needs `attach_metadata: {node: true}` (see [`attach_node_metadata`]).
 pub const TOPOLOGY_SOURCES: [&str; 3] = [
     "__meta_kubernetes_endpointslice_endpoint_zone",
     "__meta_kubernetes_node_label_topology_kubernetes_io_zone",
     "__meta_kubernetes_pod_label_topology_kubernetes_io_zone",
 ];
+
+/// The zone sources for nodes and pods labelled with `zone_label`: the endpoint slice's zone
+/// (set by Kubernetes from the node's `topology.kubernetes.io/zone` whatever the label), then
+/// the node's and the pod's `zone_label`, as Prometheus names their meta labels.
+pub fn topology_sources(zone_label: &str) -> [String; 3] {
+    let label = sanitize_label_name(zone_label);
+    [
+        TOPOLOGY_SOURCES[0].to_string(),
+        format!("__meta_kubernetes_node_label_{label}"),
+        format!("__meta_kubernetes_pod_label_{label}"),
+    ]
+}
+
+/// A Kubernetes label key as Prometheus's Kubernetes discovery writes it into a meta label name:
+/// every character outside `[a-zA-Z0-9_]` becomes `_`.
+pub fn sanitize_label_name(key: &str) -> String {
+    key.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub enum ShardingMode {
@@ -114,6 +141,8 @@ pub struct ShardLayout {
     /// Empty in Classic mode.
     zones: Vec<String>,
     zoneless: ZonelessTargets,
+    /// Where a target's zone is read from (Topology mode).
+    sources: [String; 3],
 }
 
 impl ShardLayout {
@@ -124,6 +153,7 @@ impl ShardLayout {
             shards,
             zones: Vec::new(),
             zoneless: ZonelessTargets::Spread,
+            sources: topology_sources(crate::ZONE_LABEL),
         })
     }
 
@@ -150,7 +180,20 @@ impl ShardLayout {
             shards,
             zones,
             zoneless,
+            sources: topology_sources(crate::ZONE_LABEL),
         })
+    }
+
+    /// Reads targets' zones from nodes and pods labelled `zone_label` instead of
+    /// `topology.kubernetes.io/zone`.
+    pub fn with_zone_label(mut self, zone_label: &str) -> ShardLayout {
+        self.sources = topology_sources(zone_label);
+        self
+    }
+
+    /// What happens to targets with no served zone.
+    pub fn zoneless(&self) -> ZonelessTargets {
+        self.zoneless
     }
 
     pub fn shards(&self) -> u32 {
@@ -237,7 +280,7 @@ impl ShardLayout {
     pub fn rules(&self, shard: u32) -> Vec<RelabelConfig> {
         let mut rules = Vec::new();
         if self.is_topology() {
-            rules.extend(topology_detection_rules());
+            rules.extend(topology_detection_rules(&self.sources));
         }
         rules.extend(bucket_rules());
         let Some(zone) = self.zone(shard) else {
@@ -338,8 +381,8 @@ pub fn rules_scraping_nothing() -> Vec<RelabelConfig> {
 /// Fills `__tmp_topology` from the first non-empty source, never overriding a value already set
 /// (by the user or by an earlier source): each rule joins its source with `__tmp_topology` and
 /// only matches `"<zone>;"`, i.e. while `__tmp_topology` is still empty.
-fn topology_detection_rules() -> Vec<RelabelConfig> {
-    TOPOLOGY_SOURCES
+fn topology_detection_rules(sources: &[String]) -> Vec<RelabelConfig> {
+    sources
         .iter()
         .map(|source| RelabelConfig::replace(&[source, TMP_TOPOLOGY], "(.+);", TMP_TOPOLOGY, "$1"))
         .collect()

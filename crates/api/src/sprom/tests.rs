@@ -570,9 +570,10 @@ fn the_sample_deserializes_and_validates() {
         "pod"
     );
     assert!(valid.scrape_configs[1].contains_key("static_configs"));
-    assert_eq!(valid.when_scaled, WhenScaled::Retain);
+    assert_eq!(valid.when_scaled, WhenScaled::Delete);
+    // From retention.time (2d), should the policy become Retain.
     assert_eq!(
         valid.retained_shard_period,
-        Some(Duration::from_secs(86_400))
+        Some(Duration::from_secs(2 * 86_400))
     );
 }

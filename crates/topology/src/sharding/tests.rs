@@ -247,3 +247,23 @@ fn modes_parse_with_the_address_alias() {
     assert_eq!(ShardingMode::default(), ShardingMode::Topology);
     assert_eq!(ZonelessTargets::default(), ZonelessTargets::Spread);
 }
+
+#[test]
+fn another_zone_label_is_read_from_its_meta_labels() {
+    let layout = ShardLayout::topology(2, zones(&["r1", "r2"]), ZonelessTargets::Drop)
+        .unwrap()
+        .with_zone_label("example.com/rack");
+    let rules = compiled(&layout);
+    let labels = target(
+        "10.0.0.1:80",
+        &[("__meta_kubernetes_node_label_example_com_rack", "r2")],
+    );
+    assert_eq!(keepers(&rules, &labels), vec![1]);
+    // The default label is no longer a source.
+    let labels = target("10.0.0.1:80", &[(TOPOLOGY_SOURCES[1], "r2")]);
+    assert!(keepers(&rules, &labels).is_empty());
+    assert_eq!(
+        sanitize_label_name("topology.kubernetes.io/zone"),
+        "topology_kubernetes_io_zone"
+    );
+}
