@@ -1,0 +1,270 @@
+//! Measurements of the ShardedPrometheus controller (`make perf`, `e2e/perf/shard.sh`) on the
+//! local zonal cluster, with the release `shard-controller`:
+//!
+//! 1. CPU. A ShardedPrometheus of 100 shards (Topology over the three zones, 2 replicas each) is
+//!    applied; the controller's CPU time (utime + stime from /proc) is read before and once the
+//!    status observes all 100 StatefulSets and every ConfigMap and Service exists: one
+//!    reconcile + apply of 300 children, and the reconciles their watch events trigger. Then the
+//!    scrape configs change: every ConfigMap rewritten, measured the same way. Target: <= 1 s of
+//!    CPU for each.
+//! 2. Memory. With the 100 shards' 200 pods Ready (kwok), the controller's VmRSS is sampled every
+//!    second for 30 s, then VmHWM read. Target: <= 50 MiB.
+//!
+//! Settings (environment): `SHARD_PERF_SHARDS` (100), `SHARD_PERF_REPLICAS` (2),
+//! `SHARD_PERF_CPU_SECONDS` (1.0), `SHARD_PERF_RSS_SECONDS` (30), `SHARD_PERF_RSS_MIB` (50).
+//!
+//! Exit status: 0 when every target is met, 1 otherwise.
+#![forbid(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use e2e::localstack::free_port;
+use e2e::perf::{memory_kib, mib, setting, until_signalled};
+use e2e::process::{ControllerProcess, metric_sum, namespace_args};
+use e2e::{Cluster, TestNamespace, wait_for};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use zone_api::ShardedPrometheus;
+
+const NAME: &str = "perf";
+fn timeout() -> Duration {
+    Duration::from_secs(setting("SHARD_PERF_TIMEOUT_SECONDS", 600))
+}
+
+/// The CPU time (user + system) process `pid` used so far, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the controller's stat");
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // utime and stime are fields 14 and 15 of stat(5), i.e. 12 and 13 after the command.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 / clock_ticks()
+}
+
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+fn spec(shards: u32, replicas: u32, jobs: &[&str]) -> Value {
+    let scrape: Vec<Value> = jobs
+        .iter()
+        .map(|job| json!({"job_name": job, "kubernetes_sd_configs": [{"role": "pod"}]}))
+        .collect();
+    json!({
+        "apiVersion": "zonecontrol.k8s.aws/v1",
+        "kind": "ShardedPrometheus",
+        "metadata": {"name": NAME},
+        "spec": {
+            "shards": shards,
+            "replicas": replicas,
+            "nodeSelector": {"type": "kwok"},
+            "shardingStrategy": {"topology": {"values": ["zone-a", "zone-b", "zone-c"]}},
+            "scrapeConfigs": scrape,
+        },
+    })
+}
+
+/// Applies `spec`, then waits until the controller observed it and `done` holds; returns the
+/// controller's CPU seconds in between and the wall time.
+async fn measured_apply<F, Fut>(
+    controller: &ControllerProcess,
+    sproms: &Api<ShardedPrometheus>,
+    spec: &Value,
+    what: &str,
+    done: F,
+) -> (f64, Duration)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let before = cpu_seconds(controller.pid());
+    let started = Instant::now();
+    sproms
+        .patch(
+            NAME,
+            &PatchParams::apply("shard-perf").force(),
+            &Patch::Apply(spec),
+        )
+        .await
+        .unwrap();
+    wait_for(what, timeout(), done).await;
+    (cpu_seconds(controller.pid()) - before, started.elapsed())
+}
+
+async fn measure(cluster: &Cluster) -> BTreeMap<&'static str, bool> {
+    let shards: u32 = setting("SHARD_PERF_SHARDS", 100);
+    let replicas: u32 = setting("SHARD_PERF_REPLICAS", 2);
+    let cpu_target: f64 = setting("SHARD_PERF_CPU_SECONDS", 1.0);
+    let rss_seconds: u64 = setting("SHARD_PERF_RSS_SECONDS", 30);
+    let rss_target: f64 = setting("SHARD_PERF_RSS_MIB", 50.0);
+    let ns = TestNamespace::create(cluster, "shard-perf").await;
+    let port = free_port();
+    let mut args = namespace_args(&ns.name, false);
+    args.extend(["--listen-address".into(), format!("127.0.0.1:{port}")]);
+    args.extend(["--log-level".into(), "warn".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let controller = ControllerProcess::start("shard-controller", &args, &[]);
+    wait_for("the controller ready", Duration::from_secs(60), || async {
+        e2e::process::http_get(port, "/readyz")
+            .await
+            .map(drop)
+            .ok_or_else(|| "not ready".to_string())
+    })
+    .await;
+    // The pods' ServiceAccount: without it the StatefulSet controller creates no pod.
+    let accounts: Api<ServiceAccount> = ns.api();
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "prometheus"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let sproms: Api<ShardedPrometheus> = ns.api();
+    let sets: Api<StatefulSet> = ns.api();
+    let config_maps: Api<ConfigMap> = ns.api();
+    let services: Api<Service> = ns.api();
+    let count = |n: usize| {
+        if n == shards as usize {
+            Ok(())
+        } else {
+            Err(format!("{n} of {shards}"))
+        }
+    };
+    let mut met = BTreeMap::new();
+
+    // 1a. Create: 100 shards' children applied and observed.
+    let reconciles_before = metric_sum(port, "zone_aware_reconciliations_total", None).await;
+    let (cpu, wall) = measured_apply(
+        &controller,
+        &sproms,
+        &spec(shards, replicas, &["pods"]),
+        "every shard's children, observed",
+        || async {
+            let status = sproms.get(NAME).await.map_err(|e| e.to_string())?.status;
+            let observed = status.map_or(0, |s| s.shards);
+            count(usize::try_from(observed).unwrap_or(0))?;
+            // Only the children: the namespace has a ConfigMap of its own (kube-root-ca.crt).
+            let params =
+                ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}"));
+            count(
+                sets.list_metadata(&params)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .items
+                    .len(),
+            )?;
+            count(
+                config_maps
+                    .list_metadata(&params)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .items
+                    .len(),
+            )?;
+            count(
+                services
+                    .list_metadata(&params)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .items
+                    .len(),
+            )
+        },
+    )
+    .await;
+    let reconciles =
+        metric_sum(port, "zone_aware_reconciliations_total", None).await - reconciles_before;
+    println!(
+        "shard perf: create {shards} shards x {replicas}: controller CPU {cpu:.2} s over {:.1} s, {reconciles} reconciles (target <= {cpu_target} s)",
+        wall.as_secs_f64()
+    );
+    met.insert("cpu_create", cpu <= cpu_target);
+
+    // 1b. A scrape config change: every ConfigMap rewritten in place.
+    let (cpu, wall) = measured_apply(
+        &controller,
+        &sproms,
+        &spec(shards, replicas, &["pods", "more-pods"]),
+        "every ConfigMap with the new job",
+        || async {
+            let list = config_maps
+                .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}")))
+                .await
+                .map_err(|e| e.to_string())?;
+            let updated = list
+                .items
+                .iter()
+                .filter(|cm| {
+                    cm.data
+                        .as_ref()
+                        .and_then(|d| d.get("prometheus.yml"))
+                        .is_some_and(|c| c.contains("more-pods"))
+                })
+                .count();
+            count(updated)
+        },
+    )
+    .await;
+    println!(
+        "shard perf: change the scrape configs of {shards} shards: controller CPU {cpu:.2} s over {:.1} s (target <= {cpu_target} s)",
+        wall.as_secs_f64()
+    );
+    met.insert("cpu_change", cpu <= cpu_target);
+
+    // 2. Memory with every pod Ready.
+    wait_for("every shard ready", timeout(), || async {
+        let status = sproms.get(NAME).await.map_err(|e| e.to_string())?.status;
+        count(usize::try_from(status.map_or(0, |s| s.ready_shards)).unwrap_or(0))
+    })
+    .await;
+    let mut peak_rss = 0;
+    for _ in 0..rss_seconds {
+        let (rss, _) = memory_kib(controller.pid()).expect("the controller runs");
+        peak_rss = peak_rss.max(rss);
+        tokio::time::sleep(Duration::from_secs(1)).await; // a sampling interval
+    }
+    let (_, hwm) = memory_kib(controller.pid()).expect("the controller runs");
+    println!(
+        "shard perf: {shards} shards x {replicas} replicas Ready: controller VmRSS peak {:.1} MiB over {rss_seconds} s, VmHWM {:.1} MiB (target <= {rss_target} MiB)",
+        mib(peak_rss),
+        mib(hwm)
+    );
+    met.insert("rss", mib(hwm) <= rss_target);
+    drop(controller);
+    ns.delete_and_wait(timeout()).await;
+    met
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cluster = Cluster::get();
+    let met = match until_signalled(measure(&cluster)).await {
+        Ok(met) => met,
+        Err(signal) => {
+            eprintln!("shard perf: {signal}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("shard perf: {met:?}");
+    if met.values().all(|m| *m) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
