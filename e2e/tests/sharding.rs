@@ -151,7 +151,9 @@ impl Fixture {
             .map(|i| format!("192.0.2.{}:9100", i + 1))
             .collect();
         targets.extend(statics.iter().map(|s| (s.clone(), None)));
-        let args = namespace_args(&ns.name, false);
+        // Port 0: the suite's tests run in parallel, each with its own controller.
+        let mut args = namespace_args(&ns.name, false);
+        args.extend(["--listen-address".into(), "127.0.0.1:0".into()]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let controller = ControllerProcess::start("shard-controller", &args, &[]);
         Fixture {
