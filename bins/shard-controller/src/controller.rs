@@ -102,8 +102,17 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
 
     // Zones gaining or losing their last node change the Degraded condition of every resource.
     let (zones, node_events) = NodeZones::watch(&client, &scope.zone_label, initial_list);
+    // Only a change of that set matters: node heartbeats and test nodes of other zones must not
+    // reconcile every resource.
     let all = sproms.clone();
+    let node_zones = zones.clone();
+    let mut known = std::collections::BTreeSet::new();
     let node_events = node_events.map(move |()| {
+        let present = node_zones.zones_present();
+        if present == known {
+            return Vec::new();
+        }
+        known = present;
         all.state()
             .iter()
             .map(|sprom| ObjectRef::from_obj(sprom.as_ref()))
