@@ -11,6 +11,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::PostParams;
 use kube::{Api, Client};
+use zone_topology::sharding::ROLES_NEEDING_NODE_METADATA;
 
 /// One permission Kubernetes discovery needs: list and watch `resource` of API `group`, in
 /// `namespace` (`None`: every namespace, or a cluster-scoped resource).
@@ -48,9 +49,10 @@ fn role_resources(role: &str) -> &'static [(&'static str, &'static str)] {
     }
 }
 
-/// The permissions the `kubernetes_sd_configs` of `scrape_configs` need, for a Prometheus
-/// running in `own_namespace`: each role's resources in the namespaces it names (every namespace
-/// when it names none), and nodes when node metadata is attached.
+/// The permissions the `kubernetes_sd_configs` of the user's `scrape_configs` need once rendered,
+/// for a Prometheus running in `own_namespace`: each role's resources in the namespaces it names
+/// (every namespace when it names none), and nodes when node metadata is attached (by the user,
+/// or by the controller's default).
 pub fn needed(
     scrape_configs: &[serde_json::Map<String, serde_json::Value>],
     own_namespace: &str,
@@ -98,11 +100,15 @@ pub fn needed(
                 });
             }
         }
-        let attach_node = sd
+        // As rendered: node metadata is attached to these roles unless the user said otherwise.
+        let attach_node = match sd
             .get("attach_metadata")
             .and_then(|a| a.get("node"))
             .and_then(|n| n.as_bool())
-            == Some(true);
+        {
+            Some(explicit) => explicit,
+            None => ROLES_NEEDING_NODE_METADATA.contains(&role),
+        };
         if attach_node {
             needed.insert(Needed {
                 group: "",
@@ -208,7 +214,7 @@ mod tests {
     fn each_role_needs_what_its_discovery_reads_where_it_reads_it() {
         let configs = configs(json!([
             {"job_name": "a", "kubernetes_sd_configs": [
-                {"role": "pod", "attach_metadata": {"node": true}},
+                {"role": "pod"},
                 {"role": "endpointslice", "namespaces": {"names": ["apps"], "own_namespace": true}},
             ]},
             {"job_name": "b", "static_configs": [{"targets": ["x:1"]}]},

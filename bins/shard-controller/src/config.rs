@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
+use zone_operator::controller::ErrorChain;
 use zone_topology::relabel::{CompiledRules, RelabelConfig};
 use zone_topology::sharding::{ShardLayout, attach_node_metadata};
 
@@ -103,20 +104,9 @@ fn user_relabel_rules(config: &Map<String, Value>, job: &str) -> Result<Vec<Valu
         };
         let parsed: RelabelConfig =
             serde_json::from_value(rule.clone()).map_err(|error| bad(error.to_string()))?;
-        CompiledRules::new(&[parsed]).map_err(|error| bad(error_chain(&error)))?;
+        CompiledRules::new(&[parsed]).map_err(|error| bad(ErrorChain(&error).to_string()))?;
     }
     Ok(rules)
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Renders the shard's `prometheus.yml`.

@@ -205,19 +205,7 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     }
 
-    // What the rendered configs discover (node metadata included), checked for the pods'
-    // ServiceAccount.
-    let discovered: Vec<_> = valid
-        .spec
-        .scrape_configs
-        .iter()
-        .filter_map(|config| {
-            let mut config = serde_json::Value::Object(config.clone());
-            sharding::attach_node_metadata(&mut config);
-            config.as_object().cloned()
-        })
-        .collect();
-    let needed = crate::access::needed(&discovered, &namespace);
+    let needed = crate::access::needed(&valid.spec.scrape_configs, &namespace);
     let forbidden = ctx
         .access
         .missing(
