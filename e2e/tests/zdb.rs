@@ -477,6 +477,7 @@ async fn concurrency_round(round: usize, rounds: usize) {
     }
 
     fixture.wait_budget(9, 2).await;
+    fixture.keep_replacements_pending().await;
     let before = [decisions(metrics_one).await, decisions(metrics_two).await];
     // Zones as placed before the round (an evicted pod may be recreated and not scheduled yet
     // when the round ends).
@@ -776,6 +777,21 @@ impl Fixture {
         .unwrap();
         let sets: Api<StatefulSet> = self.ns.api();
         sets.create(&PostParams::default(), &set).await.unwrap();
+    }
+
+    /// From now on the pods the StatefulSet recreates stay Pending (a node selector no node
+    /// matches; `OnDelete`, so the running pods are left alone): a zone disrupted by an
+    /// eviction cannot recover while a test runs. Without it, kwok makes a replacement Ready in
+    /// about a second and a later eviction in another zone is rightly allowed.
+    async fn keep_replacements_pending(&self) {
+        let sets: Api<StatefulSet> = self.ns.api();
+        let patch = json!({"spec": {
+            "updateStrategy": {"type": "OnDelete", "rollingUpdate": null},
+            "template": {"spec": {"nodeSelector": {"e2e.zone-aware/no-such-node": "true"}}},
+        }});
+        sets.patch(SET, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
     }
 
     /// name -> uid of the pods that are not terminating.
