@@ -57,6 +57,20 @@ build_prometheus() {
     done
 }
 
+# metrics-server: static too, for a FROM-scratch image on the real nodes. The metrics API it
+# serves (through the aggregation layer) is what a HorizontalPodAutoscaler on CPU reads.
+build_metrics_server() {
+    local dir="$ZAC_CACHE/metrics-server-$METRICS_SERVER_VERSION"
+    [ -x "$dir/metrics-server" ] && return 0
+    mkdir -p "$dir"
+    echo "building metrics-server $METRICS_SERVER_VERSION (a cold build takes several minutes)"
+    (cd "$here/tools/metrics-server" && CGO_ENABLED=0 go build -trimpath \
+        -ldflags "-s -w -X k8s.io/client-go/pkg/version.gitVersion=$METRICS_SERVER_VERSION" \
+        -o "$dir/metrics-server.tmp" sigs.k8s.io/metrics-server/cmd/metrics-server) \
+        >"$dir/metrics-server.build.log" 2>&1 || fail metrics-server "$dir/metrics-server.build.log"
+    mv "$dir/metrics-server.tmp" "$dir/metrics-server"
+}
+
 fail() {
     echo "cluster build: $1 failed to build; see $2" >&2
     tail -n 5 "$2" >&2 || true
@@ -67,3 +81,4 @@ build_simple etcd "$ETCD_VERSION" etcd .
 build_simple kwok "$KWOK_VERSION" kwok sigs.k8s.io/kwok/cmd/kwok
 build_k8s
 build_prometheus
+build_metrics_server

@@ -6,4 +6,6 @@ KWOK_VERSION=v0.8.0
 LOCALSTACK_VERSION=4.12.0
 # Prometheus 3.16.0 is the Go module tag v0.316.0 (tools/prometheus/go.mod pins it).
 PROMETHEUS_VERSION=3.16.0
+# metrics-server for the HPA tests (tools/metrics-server/go.mod pins it).
+METRICS_SERVER_VERSION=v0.9.0
 ZAC_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/zone-aware-controllers"
