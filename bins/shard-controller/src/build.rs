@@ -31,6 +31,8 @@ pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 /// Annotation on every child: a digest of what the controller applied, so a reconcile that
 /// would apply the same again (a readiness change of a pod, say) skips the write.
 pub const APPLIED_HASH_ANNOTATION: &str = "zonecontrol.k8s.aws/applied-hash";
+/// Annotation on a Topology shard's StatefulSet: the shard's zone.
+pub const ZONE_ANNOTATION: &str = "zonecontrol.k8s.aws/zone";
 /// Prometheus listens here in every pod.
 pub const WEB_PORT: i32 = 9090;
 /// The Prometheus image's `nobody` user, which owns the data directory.
@@ -83,7 +85,7 @@ pub fn build(input: &BuildInput<'_>) -> Result<Built, ConfigError> {
         node_metadata_disabled: Vec::new(),
     };
     for index in 0..input.valid.shards {
-        let (shard, disabled) = shard_children(input, index, false)?;
+        let (shard, disabled) = shard_children(input, index)?;
         if index == 0 {
             built.node_metadata_disabled = disabled;
         }
@@ -92,41 +94,16 @@ pub fn build(input: &BuildInput<'_>) -> Result<Built, ConfigError> {
     Ok(built)
 }
 
-/// The children of shard `index`; `retained` renders a configuration that scrapes nothing.
+/// The children of active shard `index`.
 pub fn shard_children(
     input: &BuildInput<'_>,
     index: u32,
-    retained: bool,
 ) -> Result<(ShardChildren, Vec<String>), ConfigError> {
-    let valid = input.valid;
-    let rule_files: Vec<(String, Option<String>)> = valid
-        .rule_files
-        .iter()
-        .map(|rule| (rule.config_map.clone(), rule.key.clone()))
-        .collect();
-    let rendered = config::render(&config::ShardConfig {
-        layout: input.layout,
-        shard: index,
-        scrape_configs: &valid.scrape_configs,
-        external_labels: &valid.external_labels,
-        zone_label_name: valid.zone_label_name.as_deref(),
-        remote_write: &valid.remote_write,
-        rule_files: &rule_files,
-        retained,
-    })?;
+    let rule_files = rule_files(input.valid);
+    let (config_map, disabled) = config_map(input, index, None, &rule_files)?;
     let name = shard_name(input.name, index);
     let labels = shard_labels(input.name, index);
-    let meta = ObjectMeta {
-        name: Some(name.clone()),
-        namespace: Some(input.namespace.to_string()),
-        labels: Some(labels.clone()),
-        ..ObjectMeta::default()
-    };
-    let config_map = ConfigMap {
-        metadata: meta.clone(),
-        data: Some(BTreeMap::from([(CONFIG_KEY.to_string(), rendered.yaml)])),
-        ..ConfigMap::default()
-    };
+    let mut meta = child_meta(input, index);
     let service = Service {
         metadata: meta.clone(),
         spec: Some(ServiceSpec {
@@ -143,6 +120,14 @@ pub fn shard_children(
         }),
         ..Service::default()
     };
+    // The zone stays readable on the StatefulSet after a scale-down has removed the shard from
+    // the layout: a retained shard's series keep their zone label.
+    if let Some(zone) = input.layout.zone(index) {
+        meta.annotations = Some(BTreeMap::from([(
+            ZONE_ANNOTATION.to_string(),
+            zone.to_string(),
+        )]));
+    }
     let stateful_set = StatefulSet {
         metadata: meta,
         spec: Some(stateful_set_spec(input, index, &name, &labels, &rule_files)),
@@ -151,10 +136,69 @@ pub fn shard_children(
     Ok((
         ShardChildren {
             index,
-            config_map: with_applied_hash(config_map),
+            config_map,
             stateful_set: with_applied_hash(stateful_set),
             service: with_applied_hash(service),
         },
+        disabled,
+    ))
+}
+
+/// The ConfigMap of retained shard `index`, whose zone was `zone`: a configuration that
+/// scrapes, evaluates and alerts nothing (remote write stays, so the WAL drains). Its
+/// StatefulSet and Service are left as they were.
+pub fn retained_config_map(
+    input: &BuildInput<'_>,
+    index: u32,
+    zone: Option<&str>,
+) -> Result<ConfigMap, ConfigError> {
+    config_map(input, index, Some(zone), &[]).map(|(config_map, _)| config_map)
+}
+
+fn rule_files(valid: &ValidSprom) -> Vec<(String, Option<String>)> {
+    valid
+        .rule_files
+        .iter()
+        .map(|rule| (rule.config_map.clone(), rule.key.clone()))
+        .collect()
+}
+
+fn child_meta(input: &BuildInput<'_>, index: u32) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(shard_name(input.name, index)),
+        namespace: Some(input.namespace.to_string()),
+        labels: Some(shard_labels(input.name, index)),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Shard `index`'s ConfigMap; `retained` (with the shard's former zone) renders one that
+/// scrapes nothing.
+fn config_map(
+    input: &BuildInput<'_>,
+    index: u32,
+    retained: Option<Option<&str>>,
+    rule_files: &[(String, Option<String>)],
+) -> Result<(ConfigMap, Vec<String>), ConfigError> {
+    let valid = input.valid;
+    let rendered = config::render(&config::ShardConfig {
+        layout: input.layout,
+        shard: index,
+        scrape_configs: &valid.scrape_configs,
+        external_labels: &valid.external_labels,
+        zone_label_name: valid.zone_label_name.as_deref(),
+        remote_write: &valid.remote_write,
+        rule_files,
+        retained: retained.is_some(),
+        retained_zone: retained.flatten(),
+    })?;
+    let config_map = ConfigMap {
+        metadata: child_meta(input, index),
+        data: Some(BTreeMap::from([(CONFIG_KEY.to_string(), rendered.yaml)])),
+        ..ConfigMap::default()
+    };
+    Ok((
+        with_applied_hash(config_map),
         rendered.node_metadata_disabled,
     ))
 }

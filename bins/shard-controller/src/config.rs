@@ -34,6 +34,9 @@ pub struct ShardConfig<'a> {
     /// A retained shard: it serves queries over its data and drains its WAL through
     /// remote_write, but scrapes, evaluates and alerts nothing.
     pub retained: bool,
+    /// A retained shard's zone before the scale-down (the layout no longer has the shard): its
+    /// series keep the zone label they were stored with.
+    pub retained_zone: Option<&'a str>,
 }
 
 /// The rendered file and what rendering found out about the user's configs.
@@ -113,11 +116,20 @@ fn user_relabel_rules(config: &Map<String, Value>, job: &str) -> Result<Vec<Valu
 pub fn render(input: &ShardConfig<'_>) -> Result<Rendered, ConfigError> {
     let mut node_metadata_disabled = Vec::new();
     let mut external_labels: BTreeMap<String, String> = input.external_labels.clone();
-    external_labels.extend(
-        input
-            .layout
-            .external_labels(input.shard, input.zone_label_name),
-    );
+    if input.retained {
+        external_labels.insert("shard".to_string(), input.shard.to_string());
+        if let (Some(zone), Some(name)) = (input.retained_zone, input.zone_label_name)
+            && !name.is_empty()
+        {
+            external_labels.insert(name.to_string(), zone.to_string());
+        }
+    } else {
+        external_labels.extend(
+            input
+                .layout
+                .external_labels(input.shard, input.zone_label_name),
+        );
+    }
     external_labels.insert(
         zone_api::sprom::REPLICA_LABEL.to_string(),
         format!("${{{POD_NAME_ENV}}}"),

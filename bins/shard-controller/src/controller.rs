@@ -18,10 +18,11 @@ use zone_operator::controller::{self, CachesStopped, forward_triggers, log_watch
 use zone_operator::metrics::MetricsError;
 use zone_operator::zones::NodeZones;
 
-use crate::build::{APPLIED_HASH_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL};
+use crate::build::{APPLIED_HASH_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, ZONE_ANNOTATION};
 use crate::cli::Args;
 use crate::metrics::SpromMetrics;
 use crate::reconcile::{self, Context};
+use crate::retention::{DELETION_DEADLINE_ANNOTATION, RETAINED_SINCE_ANNOTATION};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
@@ -31,6 +32,13 @@ pub enum ControllerError {
     Caches(#[from] CachesStopped),
 }
 
+const KEPT_ANNOTATIONS: [&str; 4] = [
+    APPLIED_HASH_ANNOTATION,
+    ZONE_ANNOTATION,
+    RETAINED_SINCE_ANNOTATION,
+    DELETION_DEADLINE_ANNOTATION,
+];
+
 /// Drops what the controller never reads from a StatefulSet: its pod template and managed
 /// fields are most of its size, and 100 shards would keep them all in memory.
 fn strip_stateful_set(sts: &mut StatefulSet) {
@@ -38,13 +46,13 @@ fn strip_stateful_set(sts: &mut StatefulSet) {
     sts.spec = None;
 }
 
-/// Keeps of a child's metadata what the controller reads: name, labels, owner and the
-/// applied-hash annotation.
+/// Keeps of a child's metadata what the controller reads: name, labels, owner and its own
+/// annotations (applied hash, zone, retention marks).
 fn strip_meta<K: Resource>(child: &mut K) {
     let meta = child.meta_mut();
     meta.managed_fields = None;
     if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.retain(|key, _| key == APPLIED_HASH_ANNOTATION);
+        annotations.retain(|key, _| KEPT_ANNOTATIONS.contains(&key.as_str()));
     }
 }
 

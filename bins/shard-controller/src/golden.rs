@@ -108,3 +108,56 @@ fn classic_shards_build_as_reviewed() {
         &root.join("classic-four-shards.golden.yaml"),
     );
 }
+
+/// The ConfigMap of a retained shard, built from `manifest`'s spec, parsed.
+fn retained_config(manifest: &Path, index: u32, zone: Option<&str>) -> serde_json::Value {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let sprom: ShardedPrometheus = serde_norway::from_str(&text).unwrap();
+    let valid = validate(&sprom, "topology.kubernetes.io/zone").unwrap();
+    let name = sprom.metadata.name.clone().unwrap();
+    let input = BuildInput {
+        name: &name,
+        namespace: "default",
+        valid: &valid.spec,
+        layout: &valid.layout,
+        zone_key: "topology.kubernetes.io/zone",
+    };
+    let config_map = build::retained_config_map(&input, index, zone).unwrap();
+    assert_eq!(
+        config_map.metadata.name.as_deref(),
+        Some(build::shard_name(&name, index).as_str())
+    );
+    let yaml = &config_map.data.unwrap()[crate::config::CONFIG_KEY];
+    serde_norway::from_str(yaml).unwrap()
+}
+
+#[test]
+fn a_retained_shard_scrapes_evaluates_and_alerts_nothing_and_keeps_its_labels() {
+    let fixtures = manifest_dir().join("fixtures");
+    // Rule files and scrape configs in the spec; shard 5 is beyond the spec's shards.
+    let config = retained_config(&fixtures.join("classic-four-shards.yaml"), 5, None);
+    for key in ["scrape_configs", "rule_files", "alerting"] {
+        assert!(config.get(key).is_none(), "{key} in {config}");
+    }
+    assert_eq!(config["global"]["external_labels"]["shard"], "5");
+    // Remote write stays (the WAL drains); the zone label is the shard's zone before it was
+    // retained, which the layout no longer knows.
+    let config = retained_config(
+        &fixtures.join("ten-shards-three-zones.yaml"),
+        12,
+        Some("zone-b"),
+    );
+    assert!(config.get("scrape_configs").is_none(), "{config}");
+    assert!(
+        config["remote_write"]
+            .as_array()
+            .is_some_and(|rw| !rw.is_empty()),
+        "{config}"
+    );
+    let labels = &config["global"]["external_labels"];
+    assert_eq!(labels["shard"], "12");
+    assert!(
+        labels.as_object().unwrap().values().any(|v| v == "zone-b"),
+        "{labels}"
+    );
+}

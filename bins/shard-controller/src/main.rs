@@ -11,6 +11,7 @@ mod controller;
 mod golden;
 mod metrics;
 mod reconcile;
+mod retention;
 mod status;
 
 use std::process::ExitCode;

@@ -1,5 +1,6 @@
 //! ShardedPrometheus metrics, one series per resource (namespace/name) and state.
 
+use k8s_openapi::jiff::Timestamp;
 use prometheus::{IntGaugeVec, Opts, Registry};
 use zone_api::ShardedPrometheusStatus;
 use zone_operator::metrics::{MetricsError, create};
@@ -9,6 +10,7 @@ const PREFIX: &str = "zone_aware_sprom";
 #[derive(Clone)]
 pub struct SpromMetrics {
     shards: IntGaugeVec,
+    next_deletion: IntGaugeVec,
 }
 
 impl SpromMetrics {
@@ -26,10 +28,28 @@ impl SpromMetrics {
                     &["namespace", "name", "state"],
                 ),
             )?,
+            next_deletion: create(
+                registry,
+                "next_shard_deletion_timestamp_seconds",
+                IntGaugeVec::new(
+                    Opts::new(
+                        "next_shard_deletion_timestamp_seconds",
+                        "When the next retained shard of a ShardedPrometheus is deleted (Unix time); absent when no retained shard has a deadline.",
+                    )
+                    .namespace(PREFIX),
+                    &["namespace", "name"],
+                ),
+            )?,
         })
     }
 
-    pub fn observe(&self, namespace: &str, name: &str, status: &ShardedPrometheusStatus) {
+    pub fn observe(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &ShardedPrometheusStatus,
+        next_deletion: Option<Timestamp>,
+    ) {
         let set = |state: &str, value: usize| {
             self.shards
                 .with_label_values(&[namespace, name, state])
@@ -38,6 +58,15 @@ impl SpromMetrics {
         set("active", usize::try_from(status.shards).unwrap_or(0));
         set("ready", usize::try_from(status.ready_shards).unwrap_or(0));
         set("retained", status.retained_shards.len());
+        match next_deletion {
+            Some(at) => self
+                .next_deletion
+                .with_label_values(&[namespace, name])
+                .set(at.as_second()),
+            None => {
+                let _ = self.next_deletion.remove_label_values(&[namespace, name]);
+            }
+        }
     }
 
     /// Drops the series of a deleted resource.
@@ -45,5 +74,6 @@ impl SpromMetrics {
         for state in ["active", "ready", "retained"] {
             let _ = self.shards.remove_label_values(&[namespace, name, state]);
         }
+        let _ = self.next_deletion.remove_label_values(&[namespace, name]);
     }
 }

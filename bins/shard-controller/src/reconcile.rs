@@ -15,13 +15,17 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use zone_api::ShardedPrometheus;
 use zone_api::conditions::Conditions;
-use zone_api::sprom::{self, ShardedPrometheusStatus, condition, reason};
+use zone_api::sprom::{
+    self, RetainedShard, ShardedPrometheusStatus, WhenScaled, condition, reason,
+};
 use zone_api::validation::ValidSprom;
 use zone_operator::children::{self, ChildError};
 use zone_operator::controller::{Failure, ReconcileContext};
@@ -34,6 +38,7 @@ use crate::access::AccessCache;
 use crate::build::{self, BuildInput, INSTANCE_LABEL, SHARD_LABEL, applied_hash};
 use crate::config;
 use crate::metrics::SpromMetrics;
+use crate::retention;
 use crate::status::{Observation, ObservedShard};
 
 /// After a failed reconcile (API error), retry after this long.
@@ -190,9 +195,42 @@ pub async fn reconcile(
         }
     };
 
+    let now = Timestamp::now();
+    let (existing, zones_of) = existing_shards(&ctx.stateful_sets, &sprom);
+    let policy = retention::Policy {
+        when_scaled: valid.spec.when_scaled,
+        period: valid.spec.retained_shard_period,
+    };
+    let plan = retention::plan(valid.spec.shards, policy, &existing, now);
+    let retained = match plan
+        .retained
+        .iter()
+        .map(|r| {
+            build::retained_config_map(&input, r.index, zones_of.get(&r.index).map(String::as_str))
+                .map(|config_map| (r.clone(), config_map))
+        })
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(retained) => retained,
+        Err(error) => {
+            let invalid = Invalid {
+                reason: reason::INVALID_SCRAPE_CONFIG,
+                message: error.to_string(),
+            };
+            let (status, events) = invalid_status(&previous, generation, &invalid);
+            write_status(&ctx, &api, &sprom, &previous, status, events).await?;
+            return Ok(Action::await_change());
+        }
+    };
+
     // A child the API server refuses (422: e.g. a storage change a StatefulSet cannot take) is a
     // spec problem: say so in the status, once, and wait for a change instead of retrying.
-    if let Err(rejected) = apply(&ctx, &sprom, &namespace, &name, &built).await {
+    let children = Children {
+        built: &built,
+        retained: &retained,
+        reused: &plan.reused,
+    };
+    if let Err(rejected) = apply(&ctx, &sprom, &namespace, &name, &children).await {
         let Some(message) = rejected_child(&rejected) else {
             return Err(rejected);
         };
@@ -225,16 +263,144 @@ pub async fn reconcile(
         zones_with_nodes: Some(zones_with_nodes),
         node_metadata_disabled: &built.node_metadata_disabled,
         forbidden: &forbidden,
+        retained: plan
+            .retained
+            .iter()
+            .map(|r| RetainedShard {
+                index: i32::try_from(r.index).unwrap_or(i32::MAX),
+                deletion_deadline: r.deadline.map(retention::format),
+            })
+            .collect(),
     };
-    let (status, events) = crate::status::compute(&previous, &observation);
-    ctx.sprom_metrics.observe(&namespace, &name, &status);
+    let (status, mut events) = crate::status::compute(&previous, &observation);
+    retention_events(
+        &plan,
+        policy,
+        previous.observed_generation != generation,
+        &mut events,
+    );
+    ctx.sprom_metrics
+        .observe(&namespace, &name, &status, plan.next_deadline());
     ctx.series.note(&namespace, &name, []);
     write_status(&ctx, &api, &sprom, &previous, status, events).await?;
-    // Nothing is watched that tells of an RBAC fix: look again once the answer expires.
-    match forbidden.is_empty() {
-        true => Ok(Action::requeue(RESYNC)),
-        false => Ok(Action::requeue(crate::access::CACHE_FOR)),
+    // Nothing is watched that tells of an RBAC fix: look again once the answer expires. A
+    // retained shard's deadline is a wake-up of its own: no polling for it.
+    let next = match forbidden.is_empty() {
+        true => RESYNC,
+        false => crate::access::CACHE_FOR,
+    };
+    Ok(Action::requeue(
+        plan.requeue_after.map_or(next, |due| due.min(next)),
+    ))
+}
+
+/// The events the retention plan deserves: shards retained, reused, deleted when due, and, on
+/// a new generation under Delete, the retained shards that keep their deadline.
+fn retention_events(
+    plan: &retention::Plan,
+    policy: retention::Policy,
+    new_generation: bool,
+    events: &mut PendingEvents,
+) {
+    let list = |indices: &[u32]| {
+        indices
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let until = |deadline: Option<k8s_openapi::jiff::Timestamp>| match deadline {
+        Some(deadline) => format!("until {}", retention::format(deadline)),
+        None => "until you delete them (the retention is by size only)".to_string(),
+    };
+    let mut newly: BTreeMap<Option<k8s_openapi::jiff::Timestamp>, Vec<u32>> = BTreeMap::new();
+    for r in plan.retained.iter().filter(|r| r.mark) {
+        newly.entry(r.deadline).or_default().push(r.index);
     }
+    for (deadline, indices) in newly {
+        events.normal(
+            reason::SHARDS_RETAINED,
+            "ScaleDown",
+            format!(
+                "shard(s) {} retained {}: they scrape, evaluate and alert nothing and keep serving their data",
+                list(&indices),
+                until(deadline)
+            ),
+        );
+    }
+    if !plan.reused.is_empty() {
+        events.normal(
+            reason::RETAINED_SHARDS_REUSED,
+            "ScaleUp",
+            format!(
+                "retained shard(s) {} active again, with their data",
+                list(&plan.reused)
+            ),
+        );
+    }
+    let due: Vec<u32> = plan
+        .deleted
+        .iter()
+        .filter(|(_, why)| *why == retention::Deletion::Due)
+        .map(|(index, _)| *index)
+        .collect();
+    if !due.is_empty() {
+        events.normal(
+            reason::RETAINED_SHARDS_DELETED,
+            "Delete",
+            format!(
+                "retained shard(s) {} deleted: their deadline passed",
+                list(&due)
+            ),
+        );
+    }
+    let kept: Vec<&retention::Retained> = plan.retained.iter().filter(|r| !r.mark).collect();
+    if new_generation && policy.when_scaled == WhenScaled::Delete && !kept.is_empty() {
+        let indices: Vec<u32> = kept.iter().map(|r| r.index).collect();
+        let deadline = kept.iter().filter_map(|r| r.deadline).max();
+        events.normal(
+            reason::SHARDS_RETAINED,
+            "PolicyChange",
+            format!(
+                "whenScaled is Delete, but retained shard(s) {} keep their deadline: deleted {}; delete their StatefulSets to remove them sooner",
+                list(&indices),
+                match deadline {
+                    Some(deadline) => format!("at the latest at {}", retention::format(deadline)),
+                    None => "only when you delete them".to_string(),
+                }
+            ),
+        );
+    }
+}
+
+/// The shards' StatefulSets controlled by `sprom`, with their retention marks, and the zone
+/// each was built for.
+fn existing_shards(
+    stateful_sets: &Store<StatefulSet>,
+    sprom: &ShardedPrometheus,
+) -> (Vec<retention::ExistingShard>, BTreeMap<u32, String>) {
+    let namespace = sprom.namespace();
+    let uid = sprom.uid().unwrap_or_default();
+    let mut shards = Vec::new();
+    let mut zones = BTreeMap::new();
+    for sts in stateful_sets.state() {
+        if sts.namespace() != namespace || !children::is_controlled_by(sts.as_ref(), &uid) {
+            continue;
+        }
+        let Some(index) = sts.labels().get(SHARD_LABEL).and_then(|i| i.parse().ok()) else {
+            continue;
+        };
+        let annotation = |key: &str| sts.annotations().get(key).cloned();
+        if let Some(zone) = annotation(build::ZONE_ANNOTATION) {
+            zones.insert(index, zone);
+        }
+        shards.push(retention::ExistingShard {
+            index,
+            retained_since: annotation(retention::RETAINED_SINCE_ANNOTATION),
+            deletion_deadline: annotation(retention::DELETION_DEADLINE_ANNOTATION),
+        });
+    }
+    (shards, zones)
 }
 
 /// What the API server said when it refused a child as invalid (HTTP 422), if it did.
@@ -293,13 +459,23 @@ async fn write_status(
 /// spec, children whose applied hash is what the cache shows are not written again (a pod
 /// turning Ready reconciles the resource, and must not cost 3 writes per shard); a full apply
 /// still happens every [`RESYNC`], correcting hand edits.
+/// Everything [`apply`] writes.
+struct Children<'a> {
+    built: &'a build::Built,
+    /// Retained shards and their ConfigMaps.
+    retained: &'a [(retention::Retained, ConfigMap)],
+    /// Active shards whose retention marks are removed.
+    reused: &'a [u32],
+}
+
 async fn apply(
     ctx: &Context,
     sprom: &ShardedPrometheus,
     namespace: &str,
     name: &str,
-    built: &build::Built,
+    children: &Children<'_>,
 ) -> Result<(), ReconcileError> {
+    let built = children.built;
     let owner = children::controller_reference(sprom)?;
     let generation = sprom.metadata.generation.unwrap_or(0);
     let key = (namespace.to_string(), name.to_string());
@@ -358,10 +534,34 @@ async fn apply(
             written += 1;
         }
     }
+    for index in children.reused {
+        let shard = build::shard_name(name, *index);
+        mark(&stateful_sets, &shard, None, field_manager).await?;
+        written += 1;
+    }
+    for (retained, config_map) in children.retained {
+        let shard = build::shard_name(name, retained.index);
+        if full
+            || !unchanged(
+                ctx.config_maps
+                    .get(&ObjectRef::new(&shard).within(namespace)),
+                config_map,
+            )
+        {
+            children::apply_child(&config_maps, &owner, config_map.clone(), field_manager).await?;
+            written += 1;
+        }
+        if retained.mark {
+            mark(&stateful_sets, &shard, Some(retained), field_manager).await?;
+            written += 1;
+        }
+    }
     let wanted: BTreeSet<String> = built
         .shards
         .iter()
-        .map(|shard| build::shard_name(name, shard.index))
+        .map(|shard| shard.index)
+        .chain(children.retained.iter().map(|(r, _)| r.index))
+        .map(|index| build::shard_name(name, index))
         .collect();
     let selector = build::children_selector(name);
     let uid = owner.uid.as_str();
@@ -385,6 +585,46 @@ async fn apply(
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key, (generation, Instant::now()));
     }
+    Ok(())
+}
+
+/// Writes (`Some`) or removes (`None`) the retention marks on a shard's StatefulSet. A merge
+/// patch of two annotations: the StatefulSet's spec, applied while the shard was active, stays
+/// as it was (its pods are not restarted, its volumes stay where they are).
+async fn mark(
+    stateful_sets: &Api<StatefulSet>,
+    name: &str,
+    retained: Option<&retention::Retained>,
+    field_manager: &str,
+) -> Result<(), ReconcileError> {
+    let (since, deadline) = match retained {
+        Some(r) => (
+            serde_json::Value::from(retention::format(r.since)),
+            r.deadline
+                .map(retention::format)
+                .map_or(serde_json::Value::Null, serde_json::Value::from),
+        ),
+        None => (serde_json::Value::Null, serde_json::Value::Null),
+    };
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        retention::RETAINED_SINCE_ANNOTATION: since,
+        retention::DELETION_DEADLINE_ANNOTATION: deadline,
+    }}});
+    stateful_sets
+        .patch(
+            name,
+            &PatchParams {
+                field_manager: Some(field_manager.to_string()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|source| ChildError::Apply {
+            kind: "StatefulSet".to_string(),
+            name: name.to_string(),
+            source,
+        })?;
     Ok(())
 }
 

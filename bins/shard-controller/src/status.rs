@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use zone_api::conditions::Conditions;
-use zone_api::sprom::{ShardStatus, ShardedPrometheusStatus, condition, reason};
+use zone_api::sprom::{RetainedShard, ShardStatus, ShardedPrometheusStatus, condition, reason};
 use zone_operator::PendingEvents;
 use zone_topology::sharding::{ShardLayout, ZonelessTargets};
 
@@ -31,6 +31,8 @@ pub struct Observation<'a> {
     pub node_metadata_disabled: &'a [String],
     /// What the Prometheus ServiceAccount may not do (empty: it may do all it needs).
     pub forbidden: &'a [String],
+    /// The retained shards, by index (see [`crate::retention`]).
+    pub retained: Vec<RetainedShard>,
 }
 
 /// The label selector of the scale subresource: replica 0 of every active shard that exists, so
@@ -58,7 +60,7 @@ pub fn compute(
     let mut status = ShardedPrometheusStatus {
         observed_generation: observation.generation,
         conditions: previous.conditions.clone(),
-        retained_shards: previous.retained_shards.clone(),
+        retained_shards: observation.retained.clone(),
         ..ShardedPrometheusStatus::default()
     };
     for (index, observed) in &observation.shards {
@@ -228,6 +230,7 @@ mod tests {
             zones_with_nodes: Some(zones_with_nodes.iter().map(|z| z.to_string()).collect()),
             node_metadata_disabled: &[],
             forbidden: &[],
+            retained: Vec::new(),
         }
     }
 

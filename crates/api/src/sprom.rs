@@ -65,6 +65,12 @@ pub mod reason {
     pub const NODE_METADATA_DISABLED: &str = "NodeMetadataDisabled";
     pub const SERVICE_ACCOUNT_FORBIDDEN: &str = "ServiceAccountForbidden";
     pub const AS_EXPECTED: &str = "AsExpected";
+    /// Events: shards kept after a scale-down (or kept past a switch to Delete).
+    pub const SHARDS_RETAINED: &str = "ShardsRetained";
+    /// Event: a scale-up made retained shards active again.
+    pub const RETAINED_SHARDS_REUSED: &str = "RetainedShardsReused";
+    /// Event: retained shards deleted at their deadline.
+    pub const RETAINED_SHARDS_DELETED: &str = "RetainedShardsDeleted";
 }
 
 /// Runs Prometheus as `shards` StatefulSets of `replicas` pods. In Topology sharding, shard i
