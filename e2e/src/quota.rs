@@ -25,10 +25,19 @@ impl PodQuota {
 
     /// As [`PodQuota::hold`], in the namespace of `api`.
     pub async fn hold_in(api: Api<ResourceQuota>, pods: usize) -> PodQuota {
-        let name = format!("at-most-{pods}-pods");
+        Self::hold_count(api, "pods", pods).await
+    }
+
+    /// At most `count` objects of the quota resource `resource` (`pods`,
+    /// `count/statefulsets.apps`) in the namespace of `api`, once counted.
+    pub async fn hold_count(api: Api<ResourceQuota>, resource: &str, count: usize) -> PodQuota {
+        let name = format!(
+            "at-most-{count}-{}",
+            resource.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
+        );
         let quota: ResourceQuota = serde_json::from_value(json!({
             "metadata": {"name": name},
-            "spec": {"hard": {"pods": pods.to_string()}},
+            "spec": {"hard": {resource: count.to_string()}},
         }))
         .expect("quota");
         api.create(&PostParams::default(), &quota)
@@ -42,7 +51,7 @@ impl PodQuota {
                 let used = quota
                     .status
                     .and_then(|s| s.used)
-                    .and_then(|u| u.get("pods").cloned());
+                    .and_then(|u| u.get(resource).cloned());
                 used.map(|_| ())
                     .ok_or_else(|| "no status.used yet".to_string())
             },

@@ -686,3 +686,80 @@ async fn sprom_real_prometheus_pods_scrape_the_targets_of_their_own_zone() {
         assert_eq!(&after, before, "shard {i}'s StatefulSet did not roll");
     }
 }
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn sprom_agents_run_with_agent_flag_no_rules_their_grace_period_and_are_never_retained() {
+    let fx = Fixture::new("sprom-agent").await;
+    fx.prometheus_service_account().await;
+    let zones = ["zone-a", "zone-b", "zone-c"];
+    let mut agent = spec(3, &["pods"], &zones);
+    let extra = json!({
+        "mode": "Agent",
+        "remoteWrite": [{"url": "http://192.0.2.1:9201/api/v1/write"}],
+        "terminationGracePeriodSeconds": 45,
+        // Asked for, but agents keep no data: removed shards are deleted at once.
+        "shardRetentionPolicy": {"whenScaled": "Retain", "retain": {"retentionPeriod": "1h"}},
+    });
+    agent
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    let generation = fx.apply(agent.clone()).await;
+    fx.wait_status("3 agent shards", generation, |s| {
+        let status = s.status.as_ref().unwrap();
+        (status.shards == 3 && status.ready_shards == 3)
+            .then_some(())
+            .ok_or(format!("{status:?}"))
+    })
+    .await;
+    let (cms, _) = children(&fx.ns).await;
+    for cm in cms.values() {
+        let config = config_of(cm);
+        assert!(
+            !config.contains("rule_files") && config.contains("remote_write"),
+            "{}:\n{config}",
+            cm.name_any()
+        );
+    }
+    // The pods themselves: `--agent`, no rule volume, the configured grace period.
+    let pods: Api<Pod> = fx.ns.api();
+    let list = pods
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}")))
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 6, "2 replicas of 3 shards");
+    for pod in &list.items {
+        let spec = pod.spec.as_ref().unwrap();
+        let args = spec.containers[0].args.clone().unwrap_or_default();
+        assert!(
+            args.iter().any(|a| a == "--agent"),
+            "{}: {args:?}",
+            pod.name_any()
+        );
+        assert!(
+            !args.iter().any(|a| a.starts_with("--storage.tsdb")),
+            "{}: {args:?}",
+            pod.name_any()
+        );
+        assert_eq!(spec.termination_grace_period_seconds, Some(45));
+    }
+
+    // A scale-down deletes the removed shard at once, whatever the policy asked.
+    agent["shards"] = json!(2);
+    let generation = fx.apply(agent).await;
+    fx.wait_status("2 agent shards, none retained", generation, |s| {
+        let status = s.status.as_ref().unwrap();
+        (status.shards == 2 && status.retained_shards.is_empty())
+            .then_some(())
+            .ok_or(format!("{status:?}"))
+    })
+    .await;
+    wait_for("shard 2 deleted", TIMEOUT, || async {
+        let (cms, sets) = children(&fx.ns).await;
+        (!cms.contains_key("prom-shard-2") && !sets.contains_key("prom-shard-2"))
+            .then_some(())
+            .ok_or("still there".to_string())
+    })
+    .await;
+}
