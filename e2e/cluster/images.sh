@@ -2,7 +2,8 @@
 # Images for the real nodes, built without Docker or a registry: static binaries packed into
 # one-layer OCI image tars (images/oci-image.py) and imported into each node's containerd.
 #
-#   images.sh test-images          the pause (pod sandbox), metrics-target and Prometheus images
+#   images.sh test-images          the pause (pod sandbox), metrics-target, Prometheus and
+#                                  metrics-server images
 #   images.sh project              the project's image (the Dockerfile's final stage: the static
 #                                  controller binaries, non-root) and the test images, imported
 #                                  into the running nodes
@@ -40,6 +41,13 @@ test_images() {
             --entrypoint /bin/prometheus --file "$PROMETHEUS_BIN:/bin/prometheus:755" \
             --dir /prometheus:1777 >/dev/null
     fi
+    [ -x "$METRICS_SERVER_BIN" ] || die "$METRICS_SERVER_BIN is missing (e2e/cluster/build.sh builds it)"
+    if [ ! -f "$IMAGES/metrics-server.tar" ] || [ "$METRICS_SERVER_BIN" -nt "$IMAGES/metrics-server.tar" ]; then
+        # Its self-signed serving certificate goes to /tmp (--cert-dir).
+        oci --name "$METRICS_SERVER_IMAGE" --out "$IMAGES/metrics-server.tar" --user 65534:65534 \
+            --entrypoint /metrics-server --file "$METRICS_SERVER_BIN:/metrics-server:755" \
+            --dir /tmp:1777 >/dev/null
+    fi
 }
 
 project_image() {
@@ -60,7 +68,7 @@ project_image() {
     for zone in "${REAL_ZONES[@]}"; do
         [ -S "$NODES/$zone/containerd.sock" ] || continue
         import "$zone" "$IMAGES/project.tar" "$IMAGES/pause.tar" "$IMAGES/metrics-target.tar" \
-            "$IMAGES/prometheus.tar"
+            "$IMAGES/prometheus.tar" "$IMAGES/metrics-server.tar"
         imported=$((imported + 1))
     done
     if [ "$imported" = 0 ]; then

@@ -36,6 +36,9 @@ METRICS_TARGET_IMAGE=localhost/zone-aware-e2e/metrics-target:e2e
 # Prometheus from build.sh's static binary, for the shard controller's pods on the real nodes.
 PROMETHEUS_IMAGE="localhost/zone-aware-e2e/prometheus:v$PROMETHEUS_VERSION"
 PROMETHEUS_BIN="$ZAC_CACHE/prometheus-$PROMETHEUS_VERSION/prometheus"
+# metrics-server from build.sh's static binary: the metrics API a HorizontalPodAutoscaler reads.
+METRICS_SERVER_IMAGE="localhost/zone-aware-e2e/metrics-server:$METRICS_SERVER_VERSION"
+METRICS_SERVER_BIN="$ZAC_CACHE/metrics-server-$METRICS_SERVER_VERSION/metrics-server"
 PROJECT_IMAGE="${LOCAL_IMG:-localhost/zone-aware-controllers:dev}"
 # Only pods that tolerate this taint (and select type=real) run on the real nodes.
 REAL_NODE_TAINT=zonecontrol.k8s.aws/real-node

@@ -217,6 +217,10 @@ kubectl wait --for=condition=Ready node --all --timeout=60s >/dev/null \
 
 if [ "$REAL_NODES" = 1 ]; then
     API_PORT="$API_PORT" bash "$here/real-nodes.sh" up "$API_PORT"
+    # The metrics API (kubectl top, HPAs on CPU). Not waited for: its first metrics take two
+    # scrapes; the tests that need them wait.
+    sed "s#image: METRICS_SERVER_IMAGE#image: $METRICS_SERVER_IMAGE#" "$here/manifests/metrics-server.yaml" \
+        | kubectl apply -f - >/dev/null || die "deploying metrics-server failed"
 fi
 
 # Host mode with every directory under the state dir: left to itself, LocalStack takes this host
