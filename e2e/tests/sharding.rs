@@ -889,6 +889,31 @@ async fn scaling_keeps_retained_shards_out_of_the_selector_and_deletes_them_at_t
     // then on goes at once.
     fx.apply_spec(NAME, 1, retain("Delete")).await;
     fx.wait_shards(NAME, 1, &[1, 2]).await;
+    let events: Api<k8s_openapi::api::events::v1::Event> = fx.ns.api();
+    wait_for(
+        "an event saying the retained shards keep their deadline",
+        TIMEOUT,
+        || async {
+            let list = events
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("ShardsRetained")
+                        && e.note
+                            .as_deref()
+                            .is_some_and(|n| n.contains("keep their deadline"))
+                })
+                .map(|_| ())
+                .ok_or(format!(
+                    "{} events, none about the policy change",
+                    list.items.len()
+                ))
+        },
+    )
+    .await;
     fx.kubectl_scale(NAME, 4).await;
     fx.wait_shards(NAME, 4, &[]).await;
     fx.kubectl_scale(NAME, 2).await;
