@@ -1,0 +1,13 @@
+//! zone-rules: the rules-federator's core, pure (no I/O, no async).
+//!
+//! - [`model`]: the JSON of Prometheus's `/api/v1/rules` and `/api/v1/alerts`;
+//! - [`merge`]: many backends' answers into one, replicas deduplicated, shards kept apart;
+//! - [`query`]: the request parameters, read, checked and applied as Prometheus does.
+
+pub mod merge;
+pub mod model;
+pub mod query;
+
+pub use merge::{MergeOptions, Source, merge};
+pub use model::{Alert, AlertDiscovery, Rule, RuleDiscovery, RuleGroup};
+pub use query::{BadData, RulesQuery, alerts, group_token, parse_rules_query};

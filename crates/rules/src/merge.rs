@@ -1,0 +1,600 @@
+//! Merging the answers of many Prometheus servers into one (pure).
+//!
+//! - **Groups** are keyed by `file` + `name` and come out sorted by them, as Prometheus sorts
+//!   its own.
+//! - **Rules** are keyed by type, name, labels (without the replica labels), query and `for`
+//!   (a rule listed twice in one group is two rules).
+//! - **Replicas of one shard deduplicate**: of the copies of a rule, the winner is the one that
+//!   is firing, else pending, else inactive, else unknown; then the healthy one; then the one
+//!   evaluated last; an exact tie keeps the first source.
+//! - **Shards never collapse**: the same rule on two shards stays two rules, told apart by the
+//!   shard label the merge adds (and which the alerts of each carry too).
+//! - **Order**: rules keep the backends' evaluation order: every backend's own order is kept
+//!   (rules only some shards have fall in between); where backends contradict each other, the
+//!   rule seen first goes first. The copies of one rule on several shards come next to each
+//!   other, in shard order.
+//! - **Alert instances** of one rule are merged across the replicas of its shard by label set:
+//!   the most severe state wins, then the earliest `activeAt`.
+//! - **Group metadata** (interval, limit, evaluation time and last evaluation) comes from the
+//!   source whose copies won the most rules of the group; a tie goes to the one evaluated last,
+//!   then to the first source.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, HashMap};
+
+use crate::model::{Alert, Labels, Rule, RuleGroup};
+
+/// One backend's answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Source {
+    /// Answers of one shard are replicas of each other and deduplicate; answers of different
+    /// shards never do. Empty: the backend is not sharded (and no shard label is added).
+    pub shard: String,
+    /// The backend's name, for diagnostics.
+    pub name: String,
+    pub groups: Vec<RuleGroup>,
+}
+
+/// How sources are told apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeOptions {
+    /// Labels that differ between the replicas of one shard: removed from rule and alert labels.
+    pub replica_labels: Vec<String>,
+    /// The label that carries the shard on every rule and alert of a sharded source (None: no
+    /// label; shards still never collapse).
+    pub shard_label: Option<String>,
+}
+
+impl Default for MergeOptions {
+    fn default() -> Self {
+        Self {
+            replica_labels: vec!["prometheus_replica".to_string(), "replica".to_string()],
+            shard_label: Some("shard".to_string()),
+        }
+    }
+}
+
+/// What identifies a rule definition within a group (the shard aside).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct DefKey {
+    alerting: bool,
+    name: String,
+    labels: Vec<(String, String)>,
+    query: String,
+    duration_bits: u64,
+    /// The n-th copy of the same definition within one group of one source.
+    occurrence: usize,
+}
+
+/// The copies of one rule on one shard.
+#[derive(Debug)]
+struct Copies {
+    /// (source index, rule) of the best copy so far.
+    winner: (usize, Rule),
+    /// Alert instances by label set (replica labels removed), best first.
+    alerts: BTreeMap<Labels, Alert>,
+    /// Whether every copy had its alerts excluded (`null`).
+    alerts_excluded: bool,
+}
+
+#[derive(Debug, Default)]
+struct GroupParts {
+    /// The definitions' evaluation order.
+    order: Order,
+    /// Definition → shard order → copies.
+    rules: HashMap<DefKey, BTreeMap<usize, Copies>>,
+    /// (source index, the source's group) of every source that has the group.
+    metadata: Vec<(usize, RuleGroup)>,
+}
+
+/// Merges `sources` (in a stable order: it decides exact ties) into one list of groups.
+pub fn merge(sources: &[Source], options: &MergeOptions) -> Vec<RuleGroup> {
+    // Shards in order of first appearance.
+    let mut shard_order: HashMap<&str, usize> = HashMap::new();
+    for source in sources {
+        let next = shard_order.len();
+        shard_order.entry(source.shard.as_str()).or_insert(next);
+    }
+    let mut groups: BTreeMap<(String, String), GroupParts> = BTreeMap::new();
+    for (index, source) in sources.iter().enumerate() {
+        let shard = shard_order[source.shard.as_str()];
+        for group in &source.groups {
+            let parts = groups
+                .entry((group.file.clone(), group.name.clone()))
+                .or_default();
+            let keys = def_keys(&group.rules, options);
+            parts.order.add(&keys);
+            for (key, rule) in keys.into_iter().zip(&group.rules) {
+                let copies = parts.rules.entry(key).or_default();
+                add_copy(copies, shard, index, rule, options);
+            }
+            parts.metadata.push((
+                index,
+                RuleGroup {
+                    rules: Vec::new(),
+                    ..group.clone()
+                },
+            ));
+        }
+    }
+    groups
+        .into_values()
+        .map(|parts| finish_group(parts, sources, options))
+        .collect()
+}
+
+fn strip(labels: &Labels, options: &MergeOptions) -> Labels {
+    labels
+        .iter()
+        .filter(|(name, _)| !options.replica_labels.contains(name))
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect()
+}
+
+fn def_keys(rules: &[Rule], options: &MergeOptions) -> Vec<DefKey> {
+    let mut seen: HashMap<DefKey, usize> = HashMap::new();
+    rules
+        .iter()
+        .map(|rule| {
+            let (alerting, query, duration) = match rule {
+                Rule::Alerting(r) => (true, r.query.clone(), r.duration),
+                Rule::Recording(r) => (false, r.query.clone(), 0.0),
+            };
+            let mut key = DefKey {
+                alerting,
+                name: rule.name().to_string(),
+                labels: strip(rule.labels(), options).into_iter().collect(),
+                query,
+                duration_bits: duration.to_bits(),
+                occurrence: 0,
+            };
+            let count = seen.entry(key.clone()).or_default();
+            key.occurrence = *count;
+            *count += 1;
+            key
+        })
+        .collect()
+}
+
+/// The evaluation order of one group's definitions, from every source's own order.
+#[derive(Debug, Default)]
+struct Order {
+    /// Definition → when it was first seen (the tie-break).
+    first_seen: HashMap<DefKey, usize>,
+    /// Definition → the definitions some source evaluates right after it.
+    next: HashMap<DefKey, Vec<DefKey>>,
+}
+
+impl Order {
+    /// Adds one source's order.
+    fn add(&mut self, keys: &[DefKey]) {
+        for key in keys {
+            let seen = self.first_seen.len();
+            self.first_seen.entry(key.clone()).or_insert(seen);
+        }
+        for pair in keys.windows(2) {
+            let next = self.next.entry(pair[0].clone()).or_default();
+            if !next.contains(&pair[1]) {
+                next.push(pair[1].clone());
+            }
+        }
+    }
+
+    /// Every definition once, each source's order kept (a topological order of "evaluated right
+    /// after"); among the choices, the one seen first. Where sources disagree (a cycle), the one
+    /// seen first goes first.
+    fn resolve(self) -> Vec<DefKey> {
+        let mut waiting: HashMap<&DefKey, usize> =
+            self.first_seen.keys().map(|key| (key, 0)).collect();
+        for next in self.next.values().flatten() {
+            if let Some(count) = waiting.get_mut(next) {
+                *count += 1;
+            }
+        }
+        let mut remaining: std::collections::BTreeSet<(usize, &DefKey)> = self
+            .first_seen
+            .iter()
+            .map(|(key, seen)| (*seen, key))
+            .collect();
+        let mut order = Vec::with_capacity(remaining.len());
+        while !remaining.is_empty() {
+            let pick = remaining
+                .iter()
+                .find(|(_, key)| waiting.get(key).copied().unwrap_or(0) == 0)
+                .or_else(|| remaining.iter().next())
+                .copied();
+            let Some((seen, key)) = pick else { break };
+            remaining.remove(&(seen, key));
+            for next in self.next.get(key).into_iter().flatten() {
+                if let Some(count) = waiting.get_mut(next) {
+                    *count = count.saturating_sub(1);
+                }
+            }
+            order.push(key.clone());
+        }
+        order
+    }
+}
+
+fn state_rank(state: &str) -> u8 {
+    match state {
+        "firing" => 3,
+        "pending" => 2,
+        "inactive" => 1,
+        _ => 0,
+    }
+}
+
+fn timestamp(text: &str) -> Option<jiff::Timestamp> {
+    text.parse().ok()
+}
+
+/// `a` against `b`: Greater when `a` is the better copy of a rule.
+fn compare_copies(a: &Rule, b: &Rule) -> Ordering {
+    let state = |rule: &Rule| match rule {
+        Rule::Alerting(r) => state_rank(&r.state),
+        Rule::Recording(_) => 0,
+    };
+    state(a)
+        .cmp(&state(b))
+        .then_with(|| (a.health() == "ok").cmp(&(b.health() == "ok")))
+        .then_with(|| timestamp(a.last_evaluation()).cmp(&timestamp(b.last_evaluation())))
+}
+
+/// `a` against `b`: Greater when `a` is the better instance of an alert.
+fn compare_alerts(a: &Alert, b: &Alert) -> Ordering {
+    state_rank(&a.state)
+        .cmp(&state_rank(&b.state))
+        .then_with(|| {
+            // Earlier is better; a missing activeAt is the worst.
+            let at = |alert: &Alert| alert.active_at.as_deref().and_then(timestamp);
+            match (at(a), at(b)) {
+                (Some(x), Some(y)) => y.cmp(&x),
+                (Some(_), None) => Ordering::Greater,
+                (None, Some(_)) => Ordering::Less,
+                (None, None) => Ordering::Equal,
+            }
+        })
+}
+
+fn add_copy(
+    copies: &mut BTreeMap<usize, Copies>,
+    shard: usize,
+    source: usize,
+    rule: &Rule,
+    options: &MergeOptions,
+) {
+    let alerts = match rule {
+        Rule::Alerting(r) => r.alerts.as_deref(),
+        Rule::Recording(_) => Some(&[][..]),
+    };
+    let entry = copies.entry(shard).or_insert_with(|| Copies {
+        winner: (source, rule.clone()),
+        alerts: BTreeMap::new(),
+        alerts_excluded: true,
+    });
+    if compare_copies(rule, &entry.winner.1) == Ordering::Greater {
+        entry.winner = (source, rule.clone());
+    }
+    if let Some(alerts) = alerts {
+        entry.alerts_excluded = false;
+        for alert in alerts {
+            let labels = strip(&alert.labels, options);
+            match entry.alerts.get(&labels) {
+                Some(best) if compare_alerts(alert, best) != Ordering::Greater => {}
+                _ => {
+                    entry.alerts.insert(labels, alert.clone());
+                }
+            }
+        }
+    }
+}
+
+fn finish_group(parts: GroupParts, sources: &[Source], options: &MergeOptions) -> RuleGroup {
+    let GroupParts {
+        order,
+        mut rules,
+        metadata,
+    } = parts;
+    let mut wins: HashMap<usize, usize> = HashMap::new();
+    let mut merged = Vec::new();
+    for key in order.resolve() {
+        let Some(copies) = rules.remove(&key) else {
+            continue;
+        };
+        for copies in copies.into_values() {
+            let (source, mut rule) = copies.winner;
+            *wins.entry(source).or_default() += 1;
+            let shard = &sources[source].shard;
+            let label = |labels: &Labels| {
+                let mut labels = strip(labels, options);
+                if let Some(name) = &options.shard_label
+                    && !shard.is_empty()
+                {
+                    labels.insert(name.clone(), shard.clone());
+                }
+                labels
+            };
+            *rule.labels_mut() = label(rule.labels());
+            if let Rule::Alerting(alerting) = &mut rule {
+                alerting.alerts = (!copies.alerts_excluded).then(|| {
+                    copies
+                        .alerts
+                        .into_values()
+                        .map(|mut alert| {
+                            alert.labels = label(&alert.labels);
+                            alert
+                        })
+                        .collect()
+                });
+            }
+            merged.push(rule);
+        }
+    }
+    // The group's metadata from the source that won the most rules, then the latest evaluated.
+    let best = metadata.iter().max_by(|(a, ga), (b, gb)| {
+        let won = |i: &usize| wins.get(i).copied().unwrap_or(0);
+        won(a)
+            .cmp(&won(b))
+            .then_with(|| timestamp(&ga.last_evaluation).cmp(&timestamp(&gb.last_evaluation)))
+            // max_by keeps the last of equals: prefer the earlier source.
+            .then_with(|| b.cmp(a))
+    });
+    let mut group = best.map(|(_, group)| group.clone()).unwrap_or_default();
+    group.rules = merged;
+    group
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::model::{AlertingRule, RecordingRule};
+
+    fn alerting(name: &str, state: &str, last: &str, alerts: Vec<Alert>) -> Rule {
+        Rule::Alerting(AlertingRule {
+            state: state.into(),
+            name: name.into(),
+            query: format!("{name}_expr"),
+            health: "ok".into(),
+            last_evaluation: last.into(),
+            alerts: Some(alerts),
+            ..AlertingRule::default()
+        })
+    }
+
+    fn recording(name: &str) -> Rule {
+        Rule::Recording(RecordingRule {
+            name: name.into(),
+            query: format!("{name}_expr"),
+            health: "ok".into(),
+            ..RecordingRule::default()
+        })
+    }
+
+    fn alert(labels: &[(&str, &str)], state: &str, at: &str) -> Alert {
+        Alert {
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            state: state.into(),
+            active_at: Some(at.into()),
+            value: "1e+00".into(),
+            ..Alert::default()
+        }
+    }
+
+    fn group(file: &str, name: &str, last: &str, rules: Vec<Rule>) -> RuleGroup {
+        RuleGroup {
+            name: name.into(),
+            file: file.into(),
+            rules,
+            interval: 15.0,
+            last_evaluation: last.into(),
+            ..RuleGroup::default()
+        }
+    }
+
+    fn source(shard: &str, name: &str, groups: Vec<RuleGroup>) -> Source {
+        Source {
+            shard: shard.into(),
+            name: name.into(),
+            groups,
+        }
+    }
+
+    const T1: &str = "2026-11-25T12:00:01Z";
+    const T2: &str = "2026-11-25T12:00:02Z";
+
+    #[test]
+    fn replicas_deduplicate_firing_first_and_alerts_merge_by_labels() {
+        let a = source(
+            "0",
+            "a",
+            vec![group(
+                "f",
+                "g",
+                T2,
+                vec![
+                    alerting(
+                        "X",
+                        "pending",
+                        T2,
+                        vec![alert(
+                            &[("alertname", "X"), ("pod", "p1")],
+                            "pending",
+                            "2026-11-25T11:00:00Z",
+                        )],
+                    ),
+                    recording("r"),
+                ],
+            )],
+        );
+        let b = source(
+            "0",
+            "b",
+            vec![group(
+                "f",
+                "g",
+                T1,
+                vec![
+                    alerting(
+                        "X",
+                        "firing",
+                        T1,
+                        vec![
+                            alert(
+                                &[
+                                    ("alertname", "X"),
+                                    ("pod", "p1"),
+                                    ("prometheus_replica", "b"),
+                                ],
+                                "firing",
+                                "2026-11-25T11:30:00Z",
+                            ),
+                            alert(
+                                &[("alertname", "X"), ("pod", "p2")],
+                                "pending",
+                                "2026-11-25T11:40:00Z",
+                            ),
+                        ],
+                    ),
+                    recording("r"),
+                ],
+            )],
+        );
+        let merged = merge(&[a, b], &MergeOptions::default());
+        assert_eq!(merged.len(), 1);
+        let group = &merged[0];
+        assert_eq!(group.rules.len(), 2, "one copy of each rule");
+        let Rule::Alerting(x) = &group.rules[0] else {
+            panic!()
+        };
+        assert_eq!(x.state, "firing", "the firing replica wins");
+        assert_eq!(x.last_evaluation, T1);
+        let alerts = x.alerts.as_ref().unwrap();
+        assert_eq!(alerts.len(), 2, "{alerts:?}");
+        assert_eq!(alerts[0].state, "firing", "most severe state");
+        assert!(!alerts[0].labels.contains_key("prometheus_replica"));
+        assert_eq!(alerts[0].labels["shard"], "0");
+        // Metadata from the replica whose rules won (b won X; r tied, the first source a kept it).
+        assert_eq!(
+            group.last_evaluation, T2,
+            "a and b won one each: the latest evaluated"
+        );
+    }
+
+    #[test]
+    fn shards_never_collapse_and_keep_evaluation_order() {
+        let rules = || vec![recording("z_first"), recording("a_second")];
+        let merged = merge(
+            &[
+                source("0", "a", vec![group("f", "g", T1, rules())]),
+                source("1", "b", vec![group("f", "g", T1, rules())]),
+            ],
+            &MergeOptions::default(),
+        );
+        let names: Vec<(String, String)> = merged[0]
+            .rules
+            .iter()
+            .map(|r| (r.name().to_string(), r.labels()["shard"].clone()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("z_first", "0"),
+                ("z_first", "1"),
+                ("a_second", "0"),
+                ("a_second", "1")
+            ]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+    }
+
+    #[test]
+    fn a_rule_only_one_shard_has_keeps_its_place() {
+        let merged = merge(
+            &[
+                source(
+                    "0",
+                    "a",
+                    vec![group("f", "g", T1, vec![recording("a"), recording("c")])],
+                ),
+                source(
+                    "1",
+                    "b",
+                    vec![group(
+                        "f",
+                        "g",
+                        T1,
+                        vec![recording("a"), recording("b"), recording("c")],
+                    )],
+                ),
+            ],
+            &MergeOptions {
+                shard_label: None,
+                ..MergeOptions::default()
+            },
+        );
+        let names: Vec<&str> = merged[0].rules.iter().map(Rule::name).collect();
+        assert_eq!(names, ["a", "a", "b", "c", "c"]);
+        assert!(
+            merged[0].rules[0].labels().is_empty(),
+            "no shard label asked for"
+        );
+    }
+
+    #[test]
+    fn groups_sort_by_file_then_name_and_excluded_alerts_stay_null() {
+        let mut rule = alerting("X", "inactive", T1, Vec::new());
+        if let Rule::Alerting(r) = &mut rule {
+            r.alerts = None;
+        }
+        let merged = merge(
+            &[source(
+                "",
+                "a",
+                vec![
+                    group("b.yaml", "g", T1, vec![rule.clone()]),
+                    group("a.yaml", "z", T1, vec![rule.clone()]),
+                    group("a.yaml", "g", T1, vec![rule]),
+                ],
+            )],
+            &MergeOptions::default(),
+        );
+        let keys: Vec<(&str, &str)> = merged
+            .iter()
+            .map(|g| (g.file.as_str(), g.name.as_str()))
+            .collect();
+        assert_eq!(keys, [("a.yaml", "g"), ("a.yaml", "z"), ("b.yaml", "g")]);
+        let Rule::Alerting(x) = &merged[0].rules[0] else {
+            panic!()
+        };
+        assert_eq!(x.alerts, None);
+        assert!(
+            !x.labels.contains_key("shard"),
+            "an unsharded source gets no shard label"
+        );
+    }
+
+    #[test]
+    fn the_same_rule_twice_in_a_group_is_two_rules() {
+        let merged = merge(
+            &[
+                source(
+                    "0",
+                    "a",
+                    vec![group("f", "g", T1, vec![recording("r"), recording("r")])],
+                ),
+                source(
+                    "0",
+                    "b",
+                    vec![group("f", "g", T1, vec![recording("r"), recording("r")])],
+                ),
+            ],
+            &MergeOptions::default(),
+        );
+        assert_eq!(merged[0].rules.len(), 2);
+    }
+}

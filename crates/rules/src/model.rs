@@ -1,0 +1,209 @@
+//! The JSON of Prometheus's `/api/v1/rules` and `/api/v1/alerts`, as Prometheus 3 writes it
+//! (`web/api/v1/api.go`). Fields older versions omit (`keepFiringFor`, `limit`, a recording
+//! rule's `labels`) default; what a Prometheus writes is written back the same way.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A label set; Prometheus writes it as an object sorted by name.
+pub type Labels = BTreeMap<String, String>;
+
+/// `data` of `/api/v1/rules`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleDiscovery {
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub groups: Vec<RuleGroup>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group_next_token: String,
+}
+
+/// `data` of `/api/v1/alerts`: `[]` when there are none, never `null`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AlertDiscovery {
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub alerts: Vec<Alert>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleGroup {
+    pub name: String,
+    pub file: String,
+    /// In evaluation order, alerting and recording rules together.
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub rules: Vec<Rule>,
+    #[serde(default)]
+    pub interval: f64,
+    #[serde(default)]
+    pub limit: i64,
+    #[serde(default)]
+    pub evaluation_time: f64,
+    #[serde(default)]
+    pub last_evaluation: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum Rule {
+    #[serde(rename = "alerting")]
+    Alerting(AlertingRule),
+    #[serde(rename = "recording")]
+    Recording(RecordingRule),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AlertingRule {
+    /// `firing`, `pending` or `inactive`.
+    pub state: String,
+    pub name: String,
+    pub query: String,
+    /// The `for` duration, in seconds.
+    #[serde(default)]
+    pub duration: f64,
+    #[serde(default)]
+    pub keep_firing_for: f64,
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub labels: Labels,
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub annotations: Labels,
+    /// `null` when the request excluded alerts (as Prometheus writes it), else the instances.
+    #[serde(default)]
+    pub alerts: Option<Vec<Alert>>,
+    pub health: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_error: String,
+    #[serde(default)]
+    pub evaluation_time: f64,
+    #[serde(default)]
+    pub last_evaluation: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordingRule {
+    pub name: String,
+    pub query: String,
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub labels: Labels,
+    pub health: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_error: String,
+    #[serde(default)]
+    pub evaluation_time: f64,
+    #[serde(default)]
+    pub last_evaluation: String,
+}
+
+/// One instance of an alerting rule.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Alert {
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub labels: Labels,
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub annotations: Labels,
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_firing_since: Option<String>,
+    #[serde(default)]
+    pub value: String,
+}
+
+impl Rule {
+    pub fn name(&self) -> &str {
+        match self {
+            Rule::Alerting(rule) => &rule.name,
+            Rule::Recording(rule) => &rule.name,
+        }
+    }
+
+    pub fn labels(&self) -> &Labels {
+        match self {
+            Rule::Alerting(rule) => &rule.labels,
+            Rule::Recording(rule) => &rule.labels,
+        }
+    }
+
+    pub fn labels_mut(&mut self) -> &mut Labels {
+        match self {
+            Rule::Alerting(rule) => &mut rule.labels,
+            Rule::Recording(rule) => &mut rule.labels,
+        }
+    }
+
+    pub fn health(&self) -> &str {
+        match self {
+            Rule::Alerting(rule) => &rule.health,
+            Rule::Recording(rule) => &rule.health,
+        }
+    }
+
+    pub fn last_evaluation(&self) -> &str {
+        match self {
+            Rule::Alerting(rule) => &rule.last_evaluation,
+            Rule::Recording(rule) => &rule.last_evaluation,
+        }
+    }
+}
+
+/// A JSON `null` where a list or object is expected reads as empty (Go writes nil slices and
+/// maps as `null`).
+fn null_as_empty<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn prometheus_shapes_read_and_write_back() {
+        let text = r#"{"groups":[{"name":"g","file":"/rules/a.yaml","rules":[
+            {"state":"firing","name":"Up","query":"up == 0","duration":60,"keepFiringFor":0,
+             "labels":{"severity":"page"},"annotations":{},"alerts":[{"labels":{"alertname":"Up"},
+             "annotations":{},"state":"firing","activeAt":"2026-11-25T12:00:00.5Z","value":"0e+00"}],
+             "health":"ok","evaluationTime":0.001,"lastEvaluation":"2026-11-25T12:00:01Z","type":"alerting"},
+            {"name":"job:up:sum","query":"sum by (job) (up)","health":"ok","evaluationTime":0,
+             "lastEvaluation":"2026-11-25T12:00:01Z","type":"recording"}],
+            "interval":15,"limit":0,"evaluationTime":0.002,"lastEvaluation":"2026-11-25T12:00:01Z"}]}"#;
+        let rules: RuleDiscovery = serde_json::from_str(text).unwrap();
+        let group = &rules.groups[0];
+        assert_eq!(group.rules.len(), 2);
+        assert!(
+            matches!(&group.rules[1], Rule::Recording(r) if r.labels.is_empty()),
+            "a recording rule without labels"
+        );
+        let again: RuleDiscovery =
+            serde_json::from_value(serde_json::to_value(&rules).unwrap()).unwrap();
+        assert_eq!(again, rules);
+        let written = serde_json::to_value(&rules).unwrap();
+        assert_eq!(written["groups"][0]["rules"][0]["type"], "alerting");
+        assert!(written.get("groupNextToken").is_none());
+    }
+
+    #[test]
+    fn nulls_read_as_empty_and_no_alerts_write_as_an_empty_list() {
+        let alerts: AlertDiscovery = serde_json::from_str(r#"{"alerts":null}"#).unwrap();
+        assert!(alerts.alerts.is_empty());
+        assert_eq!(
+            serde_json::to_string(&AlertDiscovery::default()).unwrap(),
+            r#"{"alerts":[]}"#
+        );
+        let rule: Rule = serde_json::from_str(
+            r#"{"type":"alerting","state":"inactive","name":"x","query":"1","labels":null,"alerts":null,"health":"unknown"}"#,
+        )
+        .unwrap();
+        let Rule::Alerting(rule) = rule else { panic!() };
+        assert_eq!(rule.alerts, None, "excluded alerts stay null");
+    }
+}
