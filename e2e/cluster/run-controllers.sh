@@ -2,7 +2,7 @@
 # `make run`: starts every controller of bins.txt (zau-controller, zdb-controller, ...) as a local
 # process against the local zonal cluster, managing the `default` namespace only (so they never
 # meet the e2e tests' namespaces), each with its /healthz, /readyz and /metrics on 127.0.0.1:8081,
-# :8082, ... in the order of bins.txt; zdb-controller's eviction webhook on 127.0.0.1:9443
+# :8082, ... in the order of bins.txt (the rules-federator serves its API there too); zdb-controller's eviction webhook on 127.0.0.1:9443
 # (self-signed, its configuration scoped to `default`). `make cluster-down` stops them. Reuses
 # running ones.
 set -euo pipefail
@@ -39,16 +39,19 @@ webhooks:
     matchLabels: {kubernetes.io/metadata.name: $ns}
 YAML
 
-common=(--leader-elect=false --watch-namespace "$ns" --lease-namespace "$ns")
-# The flags of a binary beyond the common ones and its listen address (a binary not named here
-# gets only those).
+# The flags of a binary besides its listen address: the controllers' common ones (one namespace,
+# no leader election) and their own; the rules-federator serves the rules of the sample
+# ShardedPrometheus of the namespace.
 flags_of() { # name
+    local common=(--leader-elect=false --watch-namespace "$ns" --lease-namespace "$ns")
     case "$1" in
     zdb-controller)
-        flags=(--webhook-address "127.0.0.1:$webhook_port" --self-signed
+        flags=("${common[@]}" --webhook-address "127.0.0.1:$webhook_port" --self-signed
             --tls-secret-name zdb-webhook-tls --tls-secret-namespace "$ns"
             --service-name zdb-webhook --service-namespace "$ns" --webhook-config-name "$webhook_config") ;;
-    *) flags=() ;;
+    rules-federator)
+        flags=(--discover-sprom prometheus --discover-namespace "$ns") ;;
+    *) flags=("${common[@]}") ;;
     esac
 }
 
@@ -59,7 +62,7 @@ for name in "${CONTROLLERS[@]}"; do
     ports+=("$port")
     if ! alive "$name"; then
         flags_of "$name"
-        start "$name" "$target/$name" "${common[@]}" --listen-address "127.0.0.1:$port" "${flags[@]}"
+        start "$name" "$target/$name" --listen-address "127.0.0.1:$port" "${flags[@]}"
     fi
     port=$((port + 1))
 done

@@ -31,6 +31,20 @@ pub fn controllers() -> Vec<String> {
         .collect()
 }
 
+/// The binaries that run leader-elected (a Lease each); the others (the rules-federator) serve
+/// on every replica.
+pub fn is_leader_elected(binary: &str) -> bool {
+    binary != "rules-federator"
+}
+
+/// The flag that confines `binary` to one namespace.
+pub fn namespace_flag(binary: &str) -> &'static str {
+    match binary {
+        "rules-federator" => "--discover-namespace",
+        _ => "--watch-namespace",
+    }
+}
+
 pub fn make(cluster: &Cluster, target: &str, vars: &[(&str, &str)]) -> String {
     let mut command = Command::new("make");
     command

@@ -316,7 +316,7 @@ async fn allowed(
 
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
-async fn deploy_rbac_grants_exactly_the_designed_verbs_zau_zdb_shard() {
+async fn deploy_rbac_grants_exactly_the_designed_verbs_zau_zdb_shard_federator() {
     let cluster = Cluster::get();
     let ns = TestNamespace::create(&cluster, "deploy-rbac").await;
     let client = ns.client.clone();
@@ -569,7 +569,31 @@ async fn deploy_rbac_grants_exactly_the_designed_verbs_zau_zdb_shard() {
             false,
         ),
     ];
-    for (identity, cases) in [(&zau, zau_cases), (&zdb, zdb_cases), (&shard, shard_cases)] {
+    let federator =
+        ServiceAccountIdentity::create(&cluster, "rules-federator", &ns.name, &[], &[], |_| {});
+    let federator_cases: &[AccessCase] = &[
+        ("list", "", "pods", other, None, true),
+        ("watch", "", "pods", None, None, true),
+        ("get", "", "pods", other, None, false),
+        ("delete", "", "pods", other, None, false),
+        ("get", "", "secrets", other, None, false),
+        ("list", "", "configmaps", other, None, false),
+        ("create", "coordination.k8s.io", "leases", own, None, false),
+        (
+            "watch",
+            "zonecontrol.k8s.aws",
+            "shardedprometheuses",
+            None,
+            None,
+            false,
+        ),
+    ];
+    for (identity, cases) in [
+        (&zau, zau_cases),
+        (&zdb, zdb_cases),
+        (&shard, shard_cases),
+        (&federator, federator_cases),
+    ] {
         for (verb, group, resource, namespace, name, expected) in cases {
             let got = allowed(&client, identity, verb, group, resource, *namespace, *name).await;
             if got != *expected {

@@ -85,9 +85,11 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
   patch: |-
     - op: add
       path: /spec/template/spec/containers/0/args/-
-      value: --watch-namespace={}
+      value: {}={}
 "#,
-                controller, victim.name
+                controller,
+                e2e::deploy::namespace_flag(controller),
+                victim.name
             )
         })
         .collect::<String>();
@@ -127,9 +129,13 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
         controller_pods.insert(controller, ready);
     }
 
-    // One replica of each holds its Lease.
+    // One replica of each leader-elected controller holds its Lease.
     let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
-    for controller in controllers.iter().map(String::as_str) {
+    for controller in controllers
+        .iter()
+        .map(String::as_str)
+        .filter(|c| e2e::deploy::is_leader_elected(c))
+    {
         let holder = wait_for(
             &format!("{controller}'s lease held"),
             Duration::from_secs(60),

@@ -1,0 +1,196 @@
+//! `/api/v1/rules` and `/api/v1/alerts`, answered as Prometheus answers them.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use zone_rules::{MergeOptions, RuleGroup, RulesQuery, Source, merge, parse_rules_query};
+
+use crate::cli::PartialResponse;
+use crate::endpoints::Endpoints;
+use crate::fetch::Fetcher;
+use crate::metrics::FederatorMetrics;
+
+pub struct Api {
+    pub endpoints: Endpoints,
+    pub fetcher: Fetcher,
+    pub options: MergeOptions,
+    pub partial: PartialResponse,
+    pub metrics: FederatorMetrics,
+}
+
+/// Prometheus's error envelope with its status code.
+fn error(code: StatusCode, error_type: &str, message: &str) -> Response {
+    (
+        code,
+        Json(json!({"status": "error", "errorType": error_type, "error": message})),
+    )
+        .into_response()
+}
+
+fn success(data: Value, warnings: Vec<String>) -> Response {
+    let mut body = json!({"status": "success", "data": data});
+    if !warnings.is_empty() {
+        body["warnings"] = json!(warnings);
+    }
+    (StatusCode::OK, Json(body)).into_response()
+}
+
+fn pairs(query: Option<&str>) -> Vec<(String, String)> {
+    form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+/// The parameters sent on to the backends: every filter they understand (newer Prometheus
+/// applies them, older ignores them; they are applied again here), never the page. `match[]`
+/// goes only when no matcher names a label the federator adds or removes.
+fn backend_query(query: &RulesQuery, given: &[(String, String)], options: &MergeOptions) -> String {
+    let ours = |name: &str| {
+        options.shard_label.as_deref() == Some(name)
+            || options.replica_labels.iter().any(|l| l == name)
+    };
+    let push_matchers = query
+        .matcher_sets
+        .iter()
+        .flatten()
+        .all(|matcher| !ours(&matcher.name));
+    let mut serializer = form_urlencoded::Serializer::new(String::new());
+    for (key, value) in given {
+        let forwarded = match key.as_str() {
+            "type" | "rule_name[]" | "rule_group[]" | "file[]" | "exclude_alerts" => true,
+            "match[]" => push_matchers,
+            _ => false,
+        };
+        if forwarded {
+            serializer.append_pair(key, value);
+        }
+    }
+    serializer.finish()
+}
+
+impl Api {
+    /// Every backend's rules for `backend_query`, merged; with the warnings of the failed
+    /// backends, or the error that ends the request (`abort`, or no backend at all answered
+    /// while some failed).
+    async fn merged(&self, backend_query: &str) -> Result<(Vec<RuleGroup>, Vec<String>), Response> {
+        let path = if backend_query.is_empty() {
+            "/api/v1/rules".to_string()
+        } else {
+            format!("/api/v1/rules?{backend_query}")
+        };
+        let endpoints = self.endpoints.current();
+        let answers = self.fetcher.rules(endpoints, &path).await;
+        let mut sources = Vec::with_capacity(answers.len());
+        let mut warnings = Vec::new();
+        for (endpoint, answer) in answers {
+            match answer {
+                Ok(data) => sources.push(Source {
+                    shard: endpoint.shard.clone(),
+                    name: endpoint.url.clone(),
+                    groups: data.groups,
+                }),
+                Err(why) => {
+                    tracing::warn!(endpoint = %endpoint.url, error = %why, "backend failed");
+                    warnings.push(format!("endpoint {}: {why}", endpoint.url));
+                }
+            }
+        }
+        if !warnings.is_empty() && (self.partial == PartialResponse::Abort || sources.is_empty()) {
+            let message = format!(
+                "{} of {} backends failed: {}",
+                warnings.len(),
+                warnings.len() + sources.len(),
+                warnings.join("; ")
+            );
+            return Err(error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                &message,
+            ));
+        }
+        let started = Instant::now();
+        let groups = merge(&sources, &self.options);
+        self.metrics.merged(started.elapsed());
+        Ok((groups, warnings))
+    }
+}
+
+pub async fn rules(State(api): State<Arc<Api>>, RawQuery(query): RawQuery) -> Response {
+    let given = pairs(query.as_deref());
+    let response = match parse_rules_query(&given) {
+        Err(bad) => error(StatusCode::BAD_REQUEST, "bad_data", &bad.0),
+        Ok(query) => match api
+            .merged(&backend_query(&query, &given, &api.options))
+            .await
+        {
+            Err(response) => response,
+            Ok((groups, warnings)) => match query.apply(groups) {
+                Err(bad) => error(StatusCode::BAD_REQUEST, "bad_data", &bad.0),
+                Ok(data) => {
+                    api.metrics.served("groups", data.groups.len());
+                    api.metrics
+                        .served("rules", data.groups.iter().map(|g| g.rules.len()).sum());
+                    match serde_json::to_value(&data) {
+                        Ok(value) => success(value, warnings),
+                        Err(e) => error(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "internal",
+                            &e.to_string(),
+                        ),
+                    }
+                }
+            },
+        },
+    };
+    api.metrics.request("rules", response.status().as_u16());
+    response
+}
+
+pub async fn alerts(State(api): State<Arc<Api>>) -> Response {
+    let response = match api.merged("type=alert").await {
+        Err(response) => response,
+        Ok((groups, warnings)) => {
+            let data = zone_rules::alerts(&groups);
+            api.metrics.served("alerts", data.alerts.len());
+            match serde_json::to_value(&data) {
+                Ok(value) => success(value, warnings),
+                Err(e) => error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    &e.to_string(),
+                ),
+            }
+        }
+    };
+    api.metrics.request("alerts", response.status().as_u16());
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn filters_go_to_the_backends_but_not_the_page_nor_our_labels() {
+        let given = pairs(Some(
+            "type=alert&match[]=%7Bteam%3D%22a%22%7D&rule_name[]=X&group_limit=1&exclude_alerts=true",
+        ));
+        let query = parse_rules_query(&given).unwrap();
+        let sent = backend_query(&query, &given, &MergeOptions::default());
+        assert_eq!(
+            sent,
+            "type=alert&match%5B%5D=%7Bteam%3D%22a%22%7D&rule_name%5B%5D=X&exclude_alerts=true"
+        );
+        let given = pairs(Some(
+            "match[]=%7Bshard%3D%221%22%7D&match[]=%7Bteam%3D%22a%22%7D",
+        ));
+        let query = parse_rules_query(&given).unwrap();
+        assert_eq!(backend_query(&query, &given, &MergeOptions::default()), "");
+    }
+}

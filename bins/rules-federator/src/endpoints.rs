@@ -1,0 +1,217 @@
+//! The backends: static `--endpoint` URLs and the pods discovery finds.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use zone_operator::ErrorChain;
+
+/// The pod label carrying a ShardedPrometheus pod's shard.
+pub const SHARD_LABEL: &str = "zonecontrol.k8s.aws/shard";
+
+/// One Prometheus to ask.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Endpoint {
+    /// Shard first: sources are merged in this order (it decides exact ties).
+    pub shard: String,
+    pub replica: String,
+    /// Base URL, no trailing slash (`http://10.0.0.1:9090`).
+    pub url: String,
+}
+
+impl Endpoint {
+    /// How warnings and metrics name it.
+    pub fn name(&self) -> &str {
+        &self.url
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    #[error("--endpoint {0:?}: only http:// URLs are supported")]
+    Scheme(String),
+    #[error("--endpoint {0:?}: unknown fragment key {1:?} (shard, replica)")]
+    Fragment(String, String),
+}
+
+/// `http://host:port[/prefix][#shard=S&replica=R]`.
+pub fn parse_static(text: &str) -> Result<Endpoint, EndpointError> {
+    let (url, fragment) = text.split_once('#').unwrap_or((text, ""));
+    if !url.starts_with("http://") {
+        return Err(EndpointError::Scheme(text.to_string()));
+    }
+    let mut endpoint = Endpoint {
+        shard: String::new(),
+        replica: String::new(),
+        url: url.trim_end_matches('/').to_string(),
+    };
+    for (key, value) in form_urlencoded::parse(fragment.as_bytes()) {
+        match key.as_ref() {
+            "shard" => endpoint.shard = value.into_owned(),
+            "replica" => endpoint.replica = value.into_owned(),
+            other => return Err(EndpointError::Fragment(text.to_string(), other.to_string())),
+        }
+    }
+    if endpoint.replica.is_empty() {
+        endpoint.replica = endpoint.url.clone();
+    }
+    Ok(endpoint)
+}
+
+/// Where the endpoints come from.
+#[derive(Clone)]
+pub struct Endpoints {
+    fixed: Arc<Vec<Endpoint>>,
+    pods: Option<(Store<Pod>, u16)>,
+}
+
+impl Endpoints {
+    pub fn fixed(endpoints: Vec<Endpoint>) -> Self {
+        Self {
+            fixed: Arc::new(endpoints),
+            pods: None,
+        }
+    }
+
+    /// The static endpoints plus a watch of the pods `selector` finds in `namespace`; returns
+    /// the future that keeps the watch (run it) and the endpoints.
+    pub fn discovering(
+        fixed: Vec<Endpoint>,
+        client: Client,
+        namespace: &str,
+        selector: &str,
+        port: u16,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let api: Api<Pod> = Api::namespaced(client, namespace);
+        let (store, writer) = reflector::store();
+        let config = watcher::Config::default().labels(selector);
+        let stream = watcher(api, config)
+            .default_backoff()
+            .modify(|pod| {
+                pod.managed_fields_mut().clear();
+                pod.annotations_mut().clear();
+                if let Some(spec) = pod.spec.as_mut() {
+                    spec.containers.clear();
+                    spec.volumes = None;
+                }
+            })
+            .reflect(writer)
+            .touched_objects();
+        let keep = async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                if let Err(error) = event {
+                    tracing::warn!(error = %ErrorChain(&error), "pod watch error");
+                }
+            }
+        };
+        (
+            Self {
+                fixed: Arc::new(fixed),
+                pods: Some((store, port)),
+            },
+            keep,
+        )
+    }
+
+    /// Waits until discovery has listed once (at once without discovery).
+    pub async fn wait_ready(&self) -> bool {
+        match &self.pods {
+            Some((store, _)) => store.wait_until_ready().await.is_ok(),
+            None => true,
+        }
+    }
+
+    /// The endpoints now, sorted by shard and replica.
+    pub fn current(&self) -> Vec<Endpoint> {
+        let mut all: Vec<Endpoint> = self.fixed.as_ref().clone();
+        if let Some((store, port)) = &self.pods {
+            all.extend(store.state().iter().filter_map(|pod| of_pod(pod, *port)));
+        }
+        all.sort();
+        all
+    }
+}
+
+/// The endpoint of a ready pod with an IP.
+pub fn of_pod(pod: &Pod, port: u16) -> Option<Endpoint> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let status = pod.status.as_ref()?;
+    let ready = status
+        .conditions
+        .as_ref()?
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let ip = status.pod_ip.as_ref().filter(|ip| !ip.is_empty())?;
+    if !ready {
+        return None;
+    }
+    let host = if ip.contains(':') {
+        format!("[{ip}]")
+    } else {
+        ip.clone()
+    };
+    Some(Endpoint {
+        shard: pod.labels().get(SHARD_LABEL).cloned().unwrap_or_default(),
+        replica: pod.name_any(),
+        url: format!("http://{host}:{port}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn static_endpoints_carry_shard_and_replica_in_the_fragment() {
+        let endpoint = parse_static("http://127.0.0.1:9091/#shard=1&replica=b").unwrap();
+        assert_eq!(
+            endpoint,
+            Endpoint {
+                shard: "1".into(),
+                replica: "b".into(),
+                url: "http://127.0.0.1:9091".into()
+            }
+        );
+        let plain = parse_static("http://prom:9090").unwrap();
+        assert_eq!(
+            (plain.shard.as_str(), plain.replica.as_str()),
+            ("", "http://prom:9090")
+        );
+        assert!(matches!(
+            parse_static("https://x"),
+            Err(EndpointError::Scheme(_))
+        ));
+        assert!(matches!(
+            parse_static("http://x#zone=a"),
+            Err(EndpointError::Fragment(..))
+        ));
+    }
+
+    #[test]
+    fn only_ready_pods_with_an_ip_are_endpoints() {
+        let pod = |ready: &str, ip: Option<&str>| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p-shard-1-0", "labels": {SHARD_LABEL: "1"}},
+                "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": ready}]},
+            }))
+            .unwrap()
+        };
+        assert_eq!(
+            of_pod(&pod("True", Some("10.0.0.5")), 9090),
+            Some(Endpoint {
+                shard: "1".into(),
+                replica: "p-shard-1-0".into(),
+                url: "http://10.0.0.5:9090".into()
+            })
+        );
+        assert_eq!(of_pod(&pod("False", Some("10.0.0.5")), 9090), None);
+        assert_eq!(of_pod(&pod("True", None), 9090), None);
+    }
+}

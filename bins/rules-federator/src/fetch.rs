@@ -1,0 +1,149 @@
+//! The fan-out: one GET per backend, concurrently (bounded), each cut at its timeout.
+
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use futures::StreamExt;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::Deserialize;
+use zone_rules::RuleDiscovery;
+
+use crate::endpoints::Endpoint;
+use crate::metrics::FederatorMetrics;
+
+/// Why one backend gave nothing; the warning names the backend and this.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    #[error("HTTP {0}: {1}")]
+    Status(u16, String),
+    #[error("unreadable answer: {0}")]
+    BadJson(String),
+    #[error("it answered with an error: {0}")]
+    Backend(String),
+    #[error("bad URL {0:?}")]
+    Url(String),
+}
+
+impl FetchError {
+    /// The metric label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            FetchError::Timeout(_) => "timeout",
+            FetchError::Connect(_) => "connect",
+            FetchError::Status(..) => "status",
+            FetchError::BadJson(_) => "bad_json",
+            FetchError::Backend(_) => "backend_error",
+            FetchError::Url(_) => "url",
+        }
+    }
+}
+
+/// Prometheus's response envelope.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope {
+    status: String,
+    #[serde(default)]
+    data: Option<RuleDiscovery>,
+    #[serde(default)]
+    error: String,
+}
+
+#[derive(Clone)]
+pub struct Fetcher {
+    client: Client<HttpConnector, Empty<Bytes>>,
+    timeout: Duration,
+    concurrency: usize,
+    metrics: FederatorMetrics,
+}
+
+impl Fetcher {
+    pub fn new(timeout: Duration, concurrency: usize, metrics: FederatorMetrics) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build(connector);
+        Self {
+            client,
+            timeout,
+            concurrency: concurrency.max(1),
+            metrics,
+        }
+    }
+
+    /// `path_and_query` from every endpoint, in the endpoints' order.
+    pub async fn rules(
+        &self,
+        endpoints: Vec<Endpoint>,
+        path_and_query: &str,
+    ) -> Vec<(Endpoint, Result<RuleDiscovery, FetchError>)> {
+        futures::stream::iter(endpoints)
+            .map(|endpoint| async move {
+                let started = Instant::now();
+                let result =
+                    match tokio::time::timeout(self.timeout, self.get(&endpoint, path_and_query))
+                        .await
+                    {
+                        Ok(result) => result,
+                        Err(_) => Err(FetchError::Timeout(self.timeout)),
+                    };
+                self.metrics.endpoint_request(
+                    endpoint.name(),
+                    started.elapsed(),
+                    result.as_ref().err(),
+                );
+                (endpoint, result)
+            })
+            .buffered(self.concurrency)
+            .collect()
+            .await
+    }
+
+    async fn get(
+        &self,
+        endpoint: &Endpoint,
+        path_and_query: &str,
+    ) -> Result<RuleDiscovery, FetchError> {
+        let url = format!("{}{path_and_query}", endpoint.url);
+        let uri: hyper::Uri = url.parse().map_err(|_| FetchError::Url(url.clone()))?;
+        let request = hyper::Request::get(uri)
+            .header(hyper::header::ACCEPT, "application/json")
+            .body(Empty::<Bytes>::new())
+            .map_err(|_| FetchError::Url(url.clone()))?;
+        let response =
+            self.client.request(request).await.map_err(|error| {
+                FetchError::Connect(zone_operator::ErrorChain(&error).to_string())
+            })?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|error| FetchError::Connect(error.to_string()))?
+            .to_bytes();
+        let envelope: Result<Envelope, _> = serde_json::from_slice(&body);
+        match envelope {
+            Ok(Envelope {
+                status: ok,
+                data: Some(data),
+                ..
+            }) if ok == "success" && status.is_success() => Ok(data),
+            Ok(envelope) if envelope.status == "error" => Err(FetchError::Backend(envelope.error)),
+            _ if !status.is_success() => Err(FetchError::Status(
+                status.as_u16(),
+                String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+            )),
+            Ok(_) => Err(FetchError::BadJson("no data".to_string())),
+            Err(error) => Err(FetchError::BadJson(error.to_string())),
+        }
+    }
+}

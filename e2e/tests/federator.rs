@@ -1,0 +1,457 @@
+//! rules-federator e2e: real Prometheus 3.16 processes on 127.0.0.1 — two shards of two
+//! replicas each, with rule files — behind the federator, whose answers are checked field by
+//! field and, for every filter and page, against one Prometheus loaded with all the rule files.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use e2e::localstack::free_port;
+use e2e::process::{ControllerProcess, http_get_from};
+use e2e::prometheus::PrometheusProcess;
+use e2e::wait_for;
+use serde_json::Value;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Rules both shards load: a recording rule, an alert that fires, one pending for an hour, one
+/// that never fires; `common` is also the name of a group in `b.yaml`.
+const A_YAML: &str = r#"groups:
+- name: common
+  interval: 1s
+  rules:
+  - record: job:up:sum
+    expr: sum by (job) (up)
+  - alert: AlwaysFiring
+    expr: vector(1)
+    labels: {severity: page, team: a}
+  - alert: PendingLong
+    expr: vector(1)
+    for: 1h
+    labels: {team: b}
+  - alert: NeverFires
+    expr: vector(1) == 2
+    labels: {team: a}
+"#;
+const B_YAML: &str = r#"groups:
+- name: common
+  interval: 1s
+  rules:
+  - record: b:one
+    expr: vector(1)
+    labels: {team: b}
+"#;
+/// Only shard 1 has this one.
+const ONLY_YAML: &str = r#"groups:
+- name: extra
+  interval: 1s
+  rules:
+  - alert: OnlyOnShardOne
+    expr: vector(1)
+    labels: {team: c}
+"#;
+
+struct Rules {
+    dir: PathBuf,
+}
+
+impl Rules {
+    fn write() -> Rules {
+        let dir = std::env::temp_dir().join(format!("e2e-federator-rules-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in [
+            ("a.yaml", A_YAML),
+            ("b.yaml", B_YAML),
+            ("only.yaml", ONLY_YAML),
+        ] {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        Rules { dir }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+}
+
+impl Drop for Rules {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn config(shard: Option<u32>, replica: &str, files: &[String]) -> String {
+    let mut labels = format!("    prometheus_replica: {replica}\n");
+    if let Some(shard) = shard {
+        labels.push_str(&format!("    shard: \"{shard}\"\n"));
+    }
+    let files: String = files.iter().map(|f| format!("  - {f}\n")).collect();
+    format!("global:\n  evaluation_interval: 1s\n  external_labels:\n{labels}rule_files:\n{files}")
+}
+
+async fn get(port: u16, path: &str) -> (u16, Value) {
+    let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (code, body) = http_get_from(address, path).await.unwrap();
+    let value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
+    (code, value)
+}
+
+fn federator(endpoints: &[String], extra: &[&str]) -> (ControllerProcess, u16) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = vec!["--listen-address", listen.as_str()];
+    for endpoint in endpoints {
+        args.extend(["--endpoint", endpoint.as_str()]);
+    }
+    args.extend(extra);
+    // Static endpoints only: no Kubernetes (a kubeconfig that would fail if it were read).
+    let env = [("KUBECONFIG", "/dev/null".to_string())];
+    (
+        ControllerProcess::start("rules-federator", &args, &env),
+        port,
+    )
+}
+
+/// (file, group, [(type, name, state, shard)]) of an answer.
+type Shape = Vec<(String, String, Vec<(String, String, String, String)>)>;
+
+fn shape(data: &Value) -> Shape {
+    data["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|group| {
+            let rules = group["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|rule| {
+                    (
+                        rule["type"].as_str().unwrap().to_string(),
+                        rule["name"].as_str().unwrap().to_string(),
+                        rule["state"].as_str().unwrap_or("").to_string(),
+                        rule["labels"]["shard"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect();
+            (
+                group["file"].as_str().unwrap().to_string(),
+                group["name"].as_str().unwrap().to_string(),
+                rules,
+            )
+        })
+        .collect()
+}
+
+/// (file, group, {(type, name)}).
+type Unsharded = (String, String, BTreeSet<(String, String)>);
+
+/// The same answer without shards: each rule once (the union Prometheus has each once).
+fn unsharded(shape: &Shape) -> Vec<Unsharded> {
+    shape
+        .iter()
+        .map(|(file, group, rules)| {
+            (
+                file.clone(),
+                group.clone(),
+                rules
+                    .iter()
+                    .map(|(t, n, _, _)| (t.clone(), n.clone()))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs Prometheus 3.16 (make e2e)"]
+async fn federator_merges_shards_and_replicas_like_prometheus_would() {
+    let rules = Rules::write();
+    let common = vec![rules.path("a.yaml"), rules.path("b.yaml")];
+    let mut shard_one = common.clone();
+    shard_one.push(rules.path("only.yaml"));
+    let mut backends = Vec::new();
+    let mut endpoints = Vec::new();
+    for (shard, files) in [(0u32, &common), (1, &shard_one)] {
+        for replica in ["a", "b"] {
+            let name = format!("fed-{shard}-{replica}");
+            let process =
+                PrometheusProcess::start(&name, &config(Some(shard), &name, files), &[]).await;
+            endpoints.push(format!("{}#shard={shard}&replica={name}", process.url()));
+            backends.push(process);
+        }
+    }
+    let union =
+        PrometheusProcess::start("fed-union", &config(None, "union", &shard_one), &[]).await;
+    let (_federator, port) = federator(&endpoints, &[]);
+
+    // Settled: every replica evaluated, the always-firing alert firing on both shards.
+    let merged = wait_for("the merged rules, settled", TIMEOUT, || async {
+        let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let (code, body) = http_get_from(address, "/api/v1/rules").await?;
+        let value: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+        let firing = value["data"]["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+            .filter(|r| r["name"] == "AlwaysFiring" && r["state"] == "firing")
+            .count();
+        (code == 200 && firing == 2)
+            .then_some(value)
+            .ok_or(format!("{code}: {firing} firing"))
+    })
+    .await;
+    assert_eq!(merged["status"], "success");
+    assert!(merged.get("warnings").is_none(), "{merged}");
+    let s = |v: &str| v.to_string();
+    let rule = |t: &str, n: &str, st: &str, sh: &str| (s(t), s(n), s(st), s(sh));
+    // Groups by file then name; rules in evaluation order, each shard's copy next to the other;
+    // replicas collapsed; the rule only shard 1 has, once.
+    assert_eq!(
+        shape(&merged["data"]),
+        vec![
+            (
+                rules.path("a.yaml"),
+                s("common"),
+                vec![
+                    rule("recording", "job:up:sum", "", "0"),
+                    rule("recording", "job:up:sum", "", "1"),
+                    rule("alerting", "AlwaysFiring", "firing", "0"),
+                    rule("alerting", "AlwaysFiring", "firing", "1"),
+                    rule("alerting", "PendingLong", "pending", "0"),
+                    rule("alerting", "PendingLong", "pending", "1"),
+                    rule("alerting", "NeverFires", "inactive", "0"),
+                    rule("alerting", "NeverFires", "inactive", "1"),
+                ]
+            ),
+            (
+                rules.path("b.yaml"),
+                s("common"),
+                vec![
+                    rule("recording", "b:one", "", "0"),
+                    rule("recording", "b:one", "", "1"),
+                ]
+            ),
+            (
+                rules.path("only.yaml"),
+                s("extra"),
+                vec![rule("alerting", "OnlyOnShardOne", "firing", "1"),]
+            ),
+        ]
+    );
+    // Field by field: one firing rule of shard 0.
+    let firing = &merged["data"]["groups"][0]["rules"][2];
+    assert_eq!(firing["query"], "vector(1)");
+    assert_eq!(firing["duration"], 0.0);
+    assert_eq!(firing["health"], "ok");
+    assert_eq!(
+        firing["labels"],
+        serde_json::json!({"severity": "page", "team": "a", "shard": "0"})
+    );
+    let alerts = firing["alerts"].as_array().unwrap();
+    assert_eq!(
+        alerts.len(),
+        1,
+        "one instance from two replicas: {alerts:?}"
+    );
+    assert_eq!(alerts[0]["state"], "firing");
+    assert_eq!(
+        alerts[0]["labels"],
+        serde_json::json!({"alertname": "AlwaysFiring", "severity": "page", "team": "a", "shard": "0"})
+    );
+    assert_eq!(merged["data"]["groups"][0]["interval"], 1.0);
+
+    // /api/v1/alerts: the instances of every shard, none collapsed.
+    let (code, alerts) = get(port, "/api/v1/alerts").await;
+    assert_eq!(code, 200);
+    assert!(alerts.get("warnings").is_none(), "{alerts}");
+    let names: Vec<(String, String)> = alerts["data"]["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                s(a["labels"]["alertname"].as_str().unwrap()),
+                s(a["labels"]["shard"].as_str().unwrap()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("AlwaysFiring", "0"),
+            ("AlwaysFiring", "1"),
+            ("PendingLong", "0"),
+            ("PendingLong", "1"),
+            ("OnlyOnShardOne", "1")
+        ]
+        .map(|(a, b)| (s(a), s(b)))
+    );
+
+    // Every filter as Prometheus applies it to the union of the rules.
+    let token_ab = zone_rules::group_token(&rules.path("a.yaml"), "common");
+    let token_b = zone_rules::group_token(&rules.path("b.yaml"), "common");
+    let cases = [
+        "type=alert".to_string(),
+        "type=record".to_string(),
+        "type=Alert".to_string(),
+        "rule_name[]=PendingLong&rule_name[]=b:one".to_string(),
+        "rule_group[]=extra".to_string(),
+        format!("file[]={}", rules.path("b.yaml")),
+        "match[]={team=\"a\"}&match[]={team=\"c\"}".to_string(),
+        "match[]={team=\"a\",severity=\"page\"}".to_string(),
+        "match[]={team=~\"b|c\"}".to_string(),
+        "exclude_alerts=true".to_string(),
+        "group_limit=1".to_string(),
+        format!("group_limit=1&group_next_token={token_b}"),
+        format!("group_limit=2&group_next_token={token_ab}"),
+    ];
+    for case in &cases {
+        let path = format!(
+            "/api/v1/rules?{}",
+            case.replace('{', "%7B")
+                .replace('}', "%7D")
+                .replace('"', "%22")
+                .replace('|', "%7C")
+        );
+        let (code, ours) = get(port, &path).await;
+        let (union_code, theirs) = get(union.port, &path).await;
+        assert_eq!((code, union_code), (200, 200), "{case}: {ours} / {theirs}");
+        assert_eq!(
+            unsharded(&shape(&ours["data"])),
+            unsharded(&shape(&theirs["data"])),
+            "{case}"
+        );
+        assert_eq!(
+            ours["data"]["groupNextToken"], theirs["data"]["groupNextToken"],
+            "{case}"
+        );
+        if case.starts_with("exclude_alerts") {
+            for group in ours["data"]["groups"].as_array().unwrap() {
+                for rule in group["rules"].as_array().unwrap() {
+                    if rule["type"] == "alerting" {
+                        assert!(rule["alerts"].is_null(), "{case}: {rule}");
+                    }
+                }
+            }
+        }
+    }
+    // The shard label filters too (the union has no shards).
+    let (_, shard_one) = get(port, "/api/v1/rules?match[]=%7Bshard%3D%221%22%7D").await;
+    assert!(
+        shape(&shard_one["data"])
+            .iter()
+            .flat_map(|(_, _, r)| r)
+            .all(|(_, _, _, shard)| shard == "1")
+    );
+
+    // Bad parameters: Prometheus's 400s.
+    for case in [
+        "type=all",
+        "exclude_alerts=maybe",
+        "group_limit=0",
+        "group_limit=x",
+        "group_next_token=abc",
+        "group_limit=1&group_next_token=nope",
+        "match[]=%7Ba%3D~%22(%22%7D",
+        "match[]=%7Ba%3D~%22.*%22%7D",
+    ] {
+        let path = format!("/api/v1/rules?{case}");
+        let (code, ours) = get(port, &path).await;
+        let (union_code, theirs) = get(union.port, &path).await;
+        assert_eq!((code, union_code), (400, 400), "{case}: {ours} / {theirs}");
+        assert_eq!(ours["errorType"], "bad_data", "{case}");
+        assert_eq!(theirs["errorType"], "bad_data", "{case}");
+        if !case.starts_with("match") {
+            assert_eq!(ours["error"], theirs["error"], "{case}");
+        }
+    }
+
+    // One backend gone: a warning naming it, the data of the others.
+    let gone = backends.remove(0);
+    let gone_url = gone.url();
+    drop(gone);
+    let (code, partial) = get(port, "/api/v1/rules").await;
+    assert_eq!(code, 200);
+    let warnings = partial["warnings"].as_array().cloned().unwrap_or_default();
+    assert_eq!(warnings.len(), 1, "{partial}");
+    assert!(
+        warnings[0].as_str().unwrap().contains(&gone_url),
+        "{warnings:?}"
+    );
+    // The surviving replica of shard 0 has the same rules and states.
+    assert_eq!(shape(&partial["data"]), shape(&merged["data"]));
+    // Abort mode: the request fails instead.
+    let remaining: Vec<String> = endpoints.clone();
+    let (_abort, abort_port) = federator(&remaining, &["--partial-response=abort"]);
+    let (code, aborted) = wait_for("the abort federator", TIMEOUT, || async {
+        let address: SocketAddr = format!("127.0.0.1:{abort_port}").parse().unwrap();
+        let (code, body) = http_get_from(address, "/api/v1/rules").await?;
+        Ok::<_, String>((
+            code,
+            serde_json::from_str::<Value>(&body).map_err(|e| e.to_string())?,
+        ))
+    })
+    .await;
+    assert_eq!(code, 503, "{aborted}");
+    assert_eq!(aborted["errorType"], "unavailable");
+    assert!(
+        aborted["error"].as_str().unwrap().contains(&gone_url),
+        "{aborted}"
+    );
+    drop(union);
+}
+
+#[tokio::test]
+#[ignore = "needs Prometheus 3.16 (make e2e)"]
+async fn federator_cuts_a_slow_backend_at_its_timeout_and_names_it() {
+    let rules = Rules::write();
+    let files = vec![rules.path("a.yaml")];
+    let fast = PrometheusProcess::start("fed-fast", &config(Some(0), "fast", &files), &[]).await;
+    // A backend that accepts connections and never answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_url = format!("http://{}", silent.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            held.push(stream);
+        }
+    });
+    let endpoints = vec![
+        format!("{}#shard=0&replica=fast", fast.url()),
+        format!("{silent_url}#shard=0&replica=silent"),
+    ];
+    let (_federator, port) = federator(&endpoints, &["--endpoint-timeout=1s"]);
+    let answer = wait_for(
+        "an answer with the fast backend's rules",
+        TIMEOUT,
+        || async {
+            let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            let started = std::time::Instant::now();
+            let (code, body) = http_get_from(address, "/api/v1/rules").await?;
+            let value: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+            let groups = value["data"]["groups"].as_array().map_or(0, Vec::len);
+            (code == 200 && groups == 1)
+                .then_some((value, started.elapsed()))
+                .ok_or(format!("{code}: {body}"))
+        },
+    )
+    .await;
+    let (value, took) = answer;
+    let warnings = value["warnings"].as_array().cloned().unwrap_or_default();
+    assert_eq!(warnings.len(), 1, "{value}");
+    let warning = warnings[0].as_str().unwrap();
+    assert!(
+        warning.contains(&silent_url) && warning.contains("no answer within 1s"),
+        "{warning}"
+    );
+    eprintln!("answer with a silent backend in {took:?}");
+    assert!(
+        took < Duration::from_secs(5),
+        "cut at the timeout, not after {took:?}"
+    );
+    held.abort();
+}
