@@ -42,8 +42,13 @@ pub struct Args {
     pub endpoints: Vec<String>,
 
     /// Discover the Prometheus pods of this ShardedPrometheus (a watch of its pods; shard and
-    /// replica from their labels).
-    #[arg(long, env = "DISCOVER_SPROM", value_name = "NAME")]
+    /// replica from their labels). Given twice, the last wins.
+    #[arg(
+        long,
+        env = "DISCOVER_SPROM",
+        value_name = "NAME",
+        overrides_with = "discover_sprom"
+    )]
     pub discover_sprom: Option<String>,
 
     /// Discover the pods this label selector finds instead (with `--discover-port`).
@@ -55,8 +60,14 @@ pub struct Args {
     )]
     pub discover_selector: Option<String>,
 
-    /// The namespace of the discovered pods (default: the kubeconfig's, or the pod's own).
-    #[arg(long, env = "DISCOVER_NAMESPACE", value_name = "NAMESPACE")]
+    /// The namespace of the discovered pods (default: the kubeconfig's, or the pod's own). Given
+    /// twice, the last wins (an overlay may append it to the shipped arguments).
+    #[arg(
+        long,
+        env = "DISCOVER_NAMESPACE",
+        value_name = "NAMESPACE",
+        overrides_with = "discover_namespace"
+    )]
     pub discover_namespace: Option<String>,
 
     /// The port Prometheus serves on in the discovered pods.
@@ -111,5 +122,29 @@ impl Args {
             ));
         }
         self.discover_selector.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn an_overlay_may_append_the_namespace_again() {
+        let args = Args::try_parse_from([
+            "rules-federator",
+            "--discover-sprom=prometheus",
+            "--discover-namespace=default",
+            "--discover-namespace=mine",
+        ])
+        .unwrap();
+        assert_eq!(args.discover_namespace.as_deref(), Some("mine"));
+        assert_eq!(
+            args.discovery_selector().as_deref(),
+            Some(
+                "app.kubernetes.io/instance=prometheus,app.kubernetes.io/managed-by=shard-controller"
+            )
+        );
     }
 }
