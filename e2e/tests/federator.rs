@@ -58,8 +58,11 @@ struct Rules {
 }
 
 impl Rules {
-    fn write() -> Rules {
-        let dir = std::env::temp_dir().join(format!("e2e-federator-rules-{}", std::process::id()));
+    /// The rule files in a directory of `test`'s own (the tests run in parallel in one process,
+    /// and each removes its directory when it ends; Prometheus re-reads the files every second).
+    fn write(test: &str) -> Rules {
+        let dir =
+            std::env::temp_dir().join(format!("e2e-federator-rules-{}-{test}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         for (name, text) in [
             ("a.yaml", A_YAML),
@@ -168,7 +171,7 @@ fn unsharded(shape: &Shape) -> Vec<Unsharded> {
 #[tokio::test]
 #[ignore = "needs Prometheus 3.16 (make e2e)"]
 async fn federator_merges_shards_and_replicas_like_prometheus_would() {
-    let rules = Rules::write();
+    let rules = Rules::write("merge");
     let common = vec![rules.path("a.yaml"), rules.path("b.yaml")];
     let mut shard_one = common.clone();
     shard_one.push(rules.path("only.yaml"));
@@ -408,7 +411,7 @@ async fn federator_merges_shards_and_replicas_like_prometheus_would() {
 #[tokio::test]
 #[ignore = "needs Prometheus 3.16 (make e2e)"]
 async fn federator_cuts_a_slow_backend_at_its_timeout_and_names_it() {
-    let rules = Rules::write();
+    let rules = Rules::write("slow");
     let files = vec![rules.path("a.yaml")];
     let fast = PrometheusProcess::start("fed-fast", &config(Some(0), "fast", &files), &[]).await;
     // A backend that accepts connections and never answers.

@@ -1,14 +1,15 @@
 //! `/api/v1/rules` and `/api/v1/alerts`, answered as Prometheus answers them.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
-use zone_rules::{MergeOptions, RuleGroup, RulesQuery, Source, merge, parse_rules_query};
+use futures::StreamExt;
+use serde_json::json;
+use zone_rules::{MergeOptions, Merger, RuleGroup, RulesQuery, Source, parse_rules_query};
 
 use crate::cli::PartialResponse;
 use crate::endpoints::Endpoints;
@@ -32,12 +33,36 @@ fn error(code: StatusCode, error_type: &str, message: &str) -> Response {
         .into_response()
 }
 
-fn success(data: Value, warnings: Vec<String>) -> Response {
-    let mut body = json!({"status": "success", "data": data});
-    if !warnings.is_empty() {
-        body["warnings"] = json!(warnings);
+/// Prometheus's success envelope.
+#[derive(serde::Serialize)]
+struct Success<'a, T> {
+    status: &'static str,
+    data: &'a T,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    warnings: &'a [String],
+}
+
+/// The success envelope around `data`, written straight to bytes (the merged answer of 100
+/// backends is tens of megabytes: no intermediate JSON tree).
+fn success<T: serde::Serialize>(data: &T, warnings: &[String]) -> Response {
+    let body = Success {
+        status: "success",
+        data,
+        warnings,
+    };
+    match serde_json::to_vec(&body) {
+        Ok(bytes) => (
+            StatusCode::OK,
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            bytes,
+        )
+            .into_response(),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            &e.to_string(),
+        ),
     }
-    (StatusCode::OK, Json(body)).into_response()
 }
 
 fn pairs(query: Option<&str>) -> Vec<(String, String)> {
@@ -84,27 +109,34 @@ impl Api {
             format!("/api/v1/rules?{backend_query}")
         };
         let endpoints = self.endpoints.current();
-        let answers = self.fetcher.rules(endpoints, &path).await;
-        let mut sources = Vec::with_capacity(answers.len());
+        let mut answers = std::pin::pin!(self.fetcher.rules(endpoints, &path));
+        let mut merger = Merger::new(self.options.clone());
+        let mut answered = 0usize;
         let mut warnings = Vec::new();
-        for (endpoint, answer) in answers {
+        let mut merging = Duration::ZERO;
+        while let Some((endpoint, answer)) = answers.next().await {
             match answer {
-                Ok(data) => sources.push(Source {
-                    shard: endpoint.shard.clone(),
-                    name: endpoint.url.clone(),
-                    groups: data.groups,
-                }),
+                Ok(data) => {
+                    answered += 1;
+                    let started = Instant::now();
+                    merger.add(Source {
+                        shard: endpoint.shard.clone(),
+                        name: endpoint.url.clone(),
+                        groups: data.groups,
+                    });
+                    merging += started.elapsed();
+                }
                 Err(why) => {
                     tracing::warn!(endpoint = %endpoint.url, error = %why, "backend failed");
                     warnings.push(format!("endpoint {}: {why}", endpoint.url));
                 }
             }
         }
-        if !warnings.is_empty() && (self.partial == PartialResponse::Abort || sources.is_empty()) {
+        if !warnings.is_empty() && (self.partial == PartialResponse::Abort || answered == 0) {
             let message = format!(
                 "{} of {} backends failed: {}",
                 warnings.len(),
-                warnings.len() + sources.len(),
+                warnings.len() + answered,
                 warnings.join("; ")
             );
             return Err(error(
@@ -114,8 +146,8 @@ impl Api {
             ));
         }
         let started = Instant::now();
-        let groups = merge(&sources, &self.options);
-        self.metrics.merged(started.elapsed());
+        let groups = merger.finish();
+        self.metrics.merged(merging + started.elapsed());
         Ok((groups, warnings))
     }
 }
@@ -135,14 +167,7 @@ pub async fn rules(State(api): State<Arc<Api>>, RawQuery(query): RawQuery) -> Re
                     api.metrics.served("groups", data.groups.len());
                     api.metrics
                         .served("rules", data.groups.iter().map(|g| g.rules.len()).sum());
-                    match serde_json::to_value(&data) {
-                        Ok(value) => success(value, warnings),
-                        Err(e) => error(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "internal",
-                            &e.to_string(),
-                        ),
-                    }
+                    success(&data, &warnings)
                 }
             },
         },
@@ -157,14 +182,7 @@ pub async fn alerts(State(api): State<Arc<Api>>) -> Response {
         Ok((groups, warnings)) => {
             let data = zone_rules::alerts(&groups);
             api.metrics.served("alerts", data.alerts.len());
-            match serde_json::to_value(&data) {
-                Ok(value) => success(value, warnings),
-                Err(e) => error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    &e.to_string(),
-                ),
-            }
+            success(&data, &warnings)
         }
     };
     api.metrics.request("alerts", response.status().as_u16());

@@ -8,6 +8,6 @@ pub mod merge;
 pub mod model;
 pub mod query;
 
-pub use merge::{MergeOptions, Source, merge};
+pub use merge::{MergeOptions, Merger, Source, merge};
 pub use model::{Alert, AlertDiscovery, Rule, RuleDiscovery, RuleGroup};
 pub use query::{BadData, RulesQuery, alerts, group_token, parse_rules_query};

@@ -89,38 +89,71 @@ struct GroupParts {
 
 /// Merges `sources` (in a stable order: it decides exact ties) into one list of groups.
 pub fn merge(sources: &[Source], options: &MergeOptions) -> Vec<RuleGroup> {
-    // Shards in order of first appearance.
-    let mut shard_order: HashMap<&str, usize> = HashMap::new();
+    let mut merger = Merger::new(options.clone());
     for source in sources {
-        let next = shard_order.len();
-        shard_order.entry(source.shard.as_str()).or_insert(next);
+        merger.add(source.clone());
     }
-    let mut groups: BTreeMap<(String, String), GroupParts> = BTreeMap::new();
-    for (index, source) in sources.iter().enumerate() {
-        let shard = shard_order[source.shard.as_str()];
-        for group in &source.groups {
-            let parts = groups
-                .entry((group.file.clone(), group.name.clone()))
-                .or_default();
-            let keys = def_keys(&group.rules, options);
-            parts.order.add(&keys);
-            for (key, rule) in keys.into_iter().zip(&group.rules) {
-                let copies = parts.rules.entry(key).or_default();
-                add_copy(copies, shard, index, rule, options);
-            }
-            parts.metadata.push((
-                index,
-                RuleGroup {
-                    rules: Vec::new(),
-                    ..group.clone()
-                },
-            ));
+    merger.finish()
+}
+
+/// The merge, one source at a time: each answer is folded in as it arrives and dropped, so at
+/// most one backend's answer is held besides the merged state. Sources are numbered in the
+/// order they are added (it decides exact ties).
+#[derive(Debug)]
+pub struct Merger {
+    options: MergeOptions,
+    /// Shards in order of first appearance.
+    shard_order: HashMap<String, usize>,
+    /// Each added source's shard.
+    shards: Vec<String>,
+    groups: BTreeMap<(String, String), GroupParts>,
+}
+
+impl Merger {
+    pub fn new(options: MergeOptions) -> Self {
+        Self {
+            options,
+            shard_order: HashMap::new(),
+            shards: Vec::new(),
+            groups: BTreeMap::new(),
         }
     }
-    groups
-        .into_values()
-        .map(|parts| finish_group(parts, sources, options))
-        .collect()
+
+    /// Folds one source's answer in.
+    pub fn add(&mut self, source: Source) {
+        let index = self.shards.len();
+        let next = self.shard_order.len();
+        let shard = *self.shard_order.entry(source.shard.clone()).or_insert(next);
+        self.shards.push(source.shard);
+        for mut group in source.groups {
+            let rules = std::mem::take(&mut group.rules);
+            let parts = self
+                .groups
+                .entry((group.file.clone(), group.name.clone()))
+                .or_default();
+            let keys = def_keys(&rules, &self.options);
+            parts.order.add(&keys);
+            for (key, rule) in keys.into_iter().zip(rules) {
+                let copies = parts.rules.entry(key).or_default();
+                add_copy(copies, shard, index, rule, &self.options);
+            }
+            parts.metadata.push((index, group));
+        }
+    }
+
+    /// The merged groups, sorted by file and name.
+    pub fn finish(self) -> Vec<RuleGroup> {
+        let Merger {
+            options,
+            shards,
+            groups,
+            ..
+        } = self;
+        groups
+            .into_values()
+            .map(|parts| finish_group(parts, &shards, &options))
+            .collect()
+    }
 }
 
 fn strip(labels: &Labels, options: &MergeOptions) -> Labels {
@@ -261,36 +294,42 @@ fn add_copy(
     copies: &mut BTreeMap<usize, Copies>,
     shard: usize,
     source: usize,
-    rule: &Rule,
+    mut rule: Rule,
     options: &MergeOptions,
 ) {
-    let alerts = match rule {
-        Rule::Alerting(r) => r.alerts.as_deref(),
-        Rule::Recording(_) => Some(&[][..]),
+    let alerts = match &mut rule {
+        Rule::Alerting(r) => r.alerts.take(),
+        Rule::Recording(_) => Some(Vec::new()),
     };
-    let entry = copies.entry(shard).or_insert_with(|| Copies {
-        winner: (source, rule.clone()),
-        alerts: BTreeMap::new(),
-        alerts_excluded: true,
-    });
-    if compare_copies(rule, &entry.winner.1) == Ordering::Greater {
-        entry.winner = (source, rule.clone());
-    }
+    let entry = match copies.entry(shard) {
+        std::collections::btree_map::Entry::Vacant(vacant) => vacant.insert(Copies {
+            winner: (source, rule),
+            alerts: BTreeMap::new(),
+            alerts_excluded: true,
+        }),
+        std::collections::btree_map::Entry::Occupied(occupied) => {
+            let entry = occupied.into_mut();
+            if compare_copies(&rule, &entry.winner.1) == Ordering::Greater {
+                entry.winner = (source, rule);
+            }
+            entry
+        }
+    };
     if let Some(alerts) = alerts {
         entry.alerts_excluded = false;
         for alert in alerts {
             let labels = strip(&alert.labels, options);
             match entry.alerts.get(&labels) {
-                Some(best) if compare_alerts(alert, best) != Ordering::Greater => {}
+                Some(best) if compare_alerts(&alert, best) != Ordering::Greater => {}
                 _ => {
-                    entry.alerts.insert(labels, alert.clone());
+                    entry.alerts.insert(labels, alert);
                 }
             }
         }
     }
 }
 
-fn finish_group(parts: GroupParts, sources: &[Source], options: &MergeOptions) -> RuleGroup {
+fn finish_group(parts: GroupParts, shards: &[String], options: &MergeOptions) -> RuleGroup {
     let GroupParts {
         order,
         mut rules,
@@ -305,7 +344,7 @@ fn finish_group(parts: GroupParts, sources: &[Source], options: &MergeOptions) -
         for copies in copies.into_values() {
             let (source, mut rule) = copies.winner;
             *wins.entry(source).or_default() += 1;
-            let shard = &sources[source].shard;
+            let shard = &shards[source];
             let label = |labels: &Labels| {
                 let mut labels = strip(labels, options);
                 if let Some(name) = &options.shard_label
