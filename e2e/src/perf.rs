@@ -1,5 +1,5 @@
-//! What the perf drivers (`src/bin/zau_perf.rs`, `src/bin/zdb_perf.rs`) share: settings from the
-//! environment, nearest-rank percentiles, a process's memory from `/proc`, and running a
+//! What the perf drivers (`src/bin/*_perf.rs`) share: settings from the environment,
+//! nearest-rank percentiles, a process's memory and CPU time from `/proc`, and running a
 //! measurement until SIGINT or SIGTERM (whose guards then delete its namespaces and stop its
 //! controller).
 
@@ -43,6 +43,35 @@ pub fn memory_kib(pid: u32) -> Option<(u64, u64)> {
             .ok()
     };
     Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// The CPU time (user + system) process `pid` used so far, in seconds; panics once it is gone.
+#[allow(clippy::cast_precision_loss)]
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process's stat");
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // utime and stime are fields 14 and 15 of stat(5), i.e. 12 and 13 after the command.
+    let tick = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (tick(11) + tick(12)) as f64 / clock_ticks()
+}
+
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(100.0)
 }
 
 /// KiB in MiB.

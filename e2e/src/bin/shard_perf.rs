@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use e2e::localstack::free_port;
-use e2e::perf::{memory_kib, mib, setting, until_signalled};
+use e2e::perf::{cpu_seconds, memory_kib, mib, setting, until_signalled};
 use e2e::process::{ControllerProcess, metric_sum, namespace_args};
 use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -35,29 +35,6 @@ use zone_api::ShardedPrometheus;
 const NAME: &str = "perf";
 fn timeout() -> Duration {
     Duration::from_secs(setting("SHARD_PERF_TIMEOUT_SECONDS", 600))
-}
-
-/// The CPU time (user + system) process `pid` used so far, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the controller's stat");
-    // Fields after the command (which may hold spaces) start after the last ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    // utime and stime are fields 14 and 15 of stat(5), i.e. 12 and 13 after the command.
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    ticks as f64 / clock_ticks()
-}
-
-fn clock_ticks() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|out| String::from_utf8(out.stdout).ok())
-        .and_then(|text| text.trim().parse().ok())
-        .unwrap_or(100.0)
 }
 
 fn spec(shards: u32, replicas: u32, jobs: &[&str]) -> Value {

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# rules-federator measurements (run by `make perf`, which builds the release binaries first).
+# The federator_perf driver (e2e/src/bin/federator_perf.rs) records a real Prometheus 3.16
+# answer, scales it to 200 groups / 2,000 rules / 1,600 alert instances per backend, serves it
+# from 10 and 100 fake backends (two replicas per shard, gzipped as Prometheus serves it), and
+# measures the release rules-federator: latency p50/p99, CPU seconds per request and peak RSS
+# for /api/v1/rules, /api/v1/alerts and a filtered request, one and four at a time.
+#
+# Targets: 100 backends p50 <= 1.5 s, <= 1.5 CPU-s per request, RSS <= 512 MiB; 10 backends p50
+# <= 150 ms; a small answer (20 groups) at 10 backends p99 <= 50 ms. Exits non-zero when one is
+# missed.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+perf_setup federator federator_perf rules-federator
+
+echo "-- rules-federator fan-in (load: $(cut -d' ' -f1-3 /proc/loadavg) at start, $(nproc) CPUs)"
+run_step "$release/federator_perf"

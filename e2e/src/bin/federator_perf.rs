@@ -1,0 +1,349 @@
+//! Measurements of the rules-federator (`make perf`, `e2e/perf/federator.sh`) with the release
+//! binary:
+//!
+//! 1. A real Prometheus 3.16 evaluates a small rule file (recording rules, alerts with several
+//!    firing instances); its `/api/v1/rules` answer is recorded and scaled: the big answer has
+//!    200 groups of 10 rules (2,000 rules, 1,600 alert instances, about 1.3 MB of JSON), the
+//!    small one 20 groups (200 rules).
+//! 2. Fake backends in this process serve it, gzipped when asked (as Prometheus does): two
+//!    replicas per shard; every shard's alerts carry labels of their own, so nothing of two shards
+//!    collapses (at 100 backends the merged answer holds 100,000 rules).
+//! 3. For 100 and 10 backends (big answer) and 10 backends (small answer), a fresh federator
+//!    answers `/api/v1/rules`, `/api/v1/alerts` and a filtered `/api/v1/rules` one request at a
+//!    time, then four at a time: latency p50/p99, the federator's CPU seconds per request, and
+//!    its peak RSS (VmHWM) over the scenario.
+//!
+//! Targets (one `/api/v1/rules` at a time): 100 backends p50 <= 1.5 s, <= 1.5 CPU-seconds per
+//! request, peak RSS <= 512 MiB; 10 backends p50 <= 150 ms; the small answer at 10 backends p99
+//! <= 50 ms.
+//!
+//! Settings (environment): `FED_PERF_REQUESTS_100` (10), `FED_PERF_REQUESTS_10` (40).
+//!
+//! Exit status: 0 when every target is met, 1 otherwise.
+#![forbid(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use e2e::localstack::free_port;
+use e2e::perf::{cpu_seconds, memory_kib, mib, quantile, setting, until_signalled};
+use e2e::process::ControllerProcess;
+use e2e::prometheus::PrometheusProcess;
+use e2e::wait_for;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The rule file the recording is taken from: 10 rules, 8 alert instances.
+const RULES: &str = r#"groups:
+- name: recorded
+  interval: 1s
+  rules:
+  - record: job:requests:rate5m
+    expr: vector(1)
+  - record: job:errors:rate5m
+    expr: vector(2)
+  - record: job:latency:p99
+    expr: vector(3)
+  - record: instance:cpu:ratio
+    expr: vector(4)
+  - record: instance:memory:ratio
+    expr: vector(5)
+  - record: cluster:capacity:sum
+    expr: vector(6)
+  - alert: HighErrorRate
+    expr: label_replace(vector(1), "pod", "a", "", "") or label_replace(vector(2), "pod", "b", "", "")
+    labels: {severity: page, team: payments}
+    annotations: {summary: "error rate above the objective"}
+  - alert: HighLatency
+    expr: label_replace(vector(1), "pod", "a", "", "") or label_replace(vector(2), "pod", "b", "", "")
+    for: 1h
+    labels: {severity: ticket, team: payments}
+    annotations: {summary: "p99 latency above the objective"}
+  - alert: DiskFilling
+    expr: label_replace(vector(1), "pod", "a", "", "") or label_replace(vector(2), "pod", "b", "", "")
+    labels: {severity: page, team: storage}
+  - alert: Watchdog
+    expr: label_replace(vector(1), "pod", "a", "", "") or label_replace(vector(2), "pod", "b", "", "")
+    labels: {severity: none, team: sre}
+"#;
+
+/// The recorded group, from a real Prometheus.
+async fn record() -> Value {
+    let dir = std::env::temp_dir().join(format!("federator-perf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rules = dir.join("recorded.yaml");
+    std::fs::write(&rules, RULES).unwrap();
+    let config = format!(
+        "global:\n  evaluation_interval: 1s\nrule_files:\n  - {}\n",
+        rules.display()
+    );
+    let prometheus = PrometheusProcess::start("federator-perf", &config, &[]).await;
+    let address: SocketAddr = format!("127.0.0.1:{}", prometheus.port).parse().unwrap();
+    let recorded = wait_for(
+        "the recorded answer, every alert firing or pending",
+        Duration::from_secs(60),
+        || async {
+            let (_, body) = e2e::process::http_get_from(address, "/api/v1/rules").await?;
+            let value: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+            let group = value["data"]["groups"][0].clone();
+            let alerts: usize = group["rules"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| r["alerts"].as_array().map_or(0, Vec::len))
+                .sum();
+            (alerts == 8)
+                .then_some(group)
+                .ok_or(format!("{alerts} alerts"))
+        },
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    recorded
+}
+
+/// The answer of one backend of `shard`: the recorded group repeated `groups` times (renamed),
+/// its alert instances labelled with the shard.
+fn scaled(recorded: &Value, groups: usize, shard: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(groups);
+    for g in 0..groups {
+        let mut group = recorded.clone();
+        group["name"] = json!(format!("group-{g}"));
+        group["file"] = json!(format!("/etc/prometheus/rules/team-{}.yaml", g % 10));
+        for rule in group["rules"].as_array_mut().unwrap() {
+            let name = rule["name"].as_str().unwrap().to_string();
+            rule["name"] = json!(format!("{name}_{g}"));
+            for alert in rule["alerts"].as_array_mut().into_iter().flatten() {
+                alert["labels"]["alertname"] = json!(format!("{name}_{g}"));
+                alert["labels"]["namespace"] = json!(format!("tenant-{shard}"));
+            }
+        }
+        out.push(group);
+    }
+    serde_json::to_vec(&json!({"status": "success", "data": {"groups": out}})).unwrap()
+}
+
+/// One backend's answer, plain and gzipped.
+#[derive(Clone)]
+struct Answer {
+    plain: Bytes,
+    gzipped: Bytes,
+}
+
+impl Answer {
+    fn new(plain: Vec<u8>) -> Answer {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(&plain).unwrap();
+        Answer {
+            gzipped: Bytes::from(encoder.finish().unwrap()),
+            plain: Bytes::from(plain),
+        }
+    }
+}
+
+async fn serve_rules(State(answer): State<Arc<Answer>>, headers: HeaderMap) -> Response {
+    let gzip = headers
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("gzip"));
+    if gzip {
+        (
+            StatusCode::OK,
+            [
+                (header::CONTENT_TYPE, "application/json"),
+                (header::CONTENT_ENCODING, "gzip"),
+            ],
+            answer.gzipped.clone(),
+        )
+            .into_response()
+    } else {
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            answer.plain.clone(),
+        )
+            .into_response()
+    }
+}
+
+/// `shards` × 2 fake backends; their `--endpoint` values.
+async fn backends(recorded: &Value, groups: usize, shards: usize) -> Vec<String> {
+    let mut endpoints = Vec::new();
+    for shard in 0..shards {
+        let answer = Arc::new(Answer::new(scaled(recorded, groups, shard)));
+        for replica in ["a", "b"] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let address = listener.local_addr().unwrap();
+            let router = Router::new()
+                .route("/api/v1/rules", get(serve_rules))
+                .with_state(answer.clone());
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, router).await;
+            });
+            endpoints.push(format!("http://{address}#shard={shard}&replica={replica}"));
+        }
+    }
+    endpoints
+}
+
+/// GET `path` from the federator: the status, the body's size and the time to the last byte.
+async fn fetch(port: u16, path: &str) -> (u16, usize, Duration) {
+    let started = Instant::now();
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut body = Vec::new();
+    stream.read_to_end(&mut body).await.unwrap();
+    let took = started.elapsed();
+    let head = String::from_utf8_lossy(&body[..body.len().min(64)]).to_string();
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, body.len(), took)
+}
+
+struct Figures {
+    p50: f64,
+    p99: f64,
+    cpu_per_request: f64,
+    bytes: usize,
+}
+
+/// `requests` GETs of `path`, `parallel` at a time.
+async fn measure(pid: u32, port: u16, path: &str, requests: usize, parallel: usize) -> Figures {
+    let cpu_before = cpu_seconds(pid);
+    let mut latencies = Vec::with_capacity(requests);
+    let mut bytes = 0;
+    let mut done = 0;
+    while done < requests {
+        let batch = parallel.min(requests - done);
+        let results = futures::future::join_all((0..batch).map(|_| fetch(port, path))).await;
+        for (code, size, took) in results {
+            assert_eq!(code, 200, "{path}");
+            bytes = size;
+            latencies.push(took.as_secs_f64());
+        }
+        done += batch;
+    }
+    latencies.sort_by(f64::total_cmp);
+    #[allow(clippy::cast_precision_loss)]
+    let cpu_per_request = (cpu_seconds(pid) - cpu_before) / requests as f64;
+    Figures {
+        p50: quantile(&latencies, 0.5),
+        p99: quantile(&latencies, 0.99),
+        cpu_per_request,
+        bytes,
+    }
+}
+
+const PATHS: [(&str, &str); 3] = [
+    ("rules", "/api/v1/rules"),
+    ("alerts", "/api/v1/alerts"),
+    (
+        "filtered",
+        "/api/v1/rules?type=alert&match[]=%7Bseverity%3D%22page%22%7D",
+    ),
+];
+
+/// One scenario with a fresh federator; returns (p50, p99, cpu per request, peak RSS MiB) of
+/// `/api/v1/rules` one at a time.
+async fn scenario(label: &str, endpoints: &[String], requests: usize) -> (f64, f64, f64, f64) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let env = [
+        ("KUBECONFIG", "/dev/null".to_string()),
+        ("ENDPOINTS", endpoints.join(",")),
+    ];
+    let mut federator = ControllerProcess::start(
+        "rules-federator",
+        &["--listen-address", &listen, "--log-level", "warn"],
+        &env,
+    );
+    assert!(federator.started_serving(), "the federator did not start");
+    let pid = federator.pid();
+    // One request first: connections made, allocator warmed, as in steady use.
+    let (code, _, _) = fetch(port, "/api/v1/rules").await;
+    assert_eq!(code, 200);
+    let mut headline = (0.0, 0.0, 0.0, 0.0);
+    for parallel in [1, 4] {
+        for (name, path) in PATHS {
+            let figures = measure(pid, port, path, requests, parallel).await;
+            println!(
+                "{label}: {name:<8} x{parallel}: p50 {:>7.1} ms, p99 {:>7.1} ms, {:.3} CPU-s/request, {:.1} MB answer",
+                figures.p50 * 1000.0,
+                figures.p99 * 1000.0,
+                figures.cpu_per_request,
+                figures.bytes as f64 / 1e6
+            );
+            if parallel == 1 && name == "rules" {
+                headline = (figures.p50, figures.p99, figures.cpu_per_request, 0.0);
+            }
+        }
+    }
+    let (_, hwm) = memory_kib(pid).unwrap_or((0, 0));
+    println!("{label}: peak RSS {:.1} MiB", mib(hwm));
+    headline.3 = mib(hwm);
+    headline
+}
+
+async fn run() -> bool {
+    let recorded = record().await;
+    let mut ok = true;
+    let mut check = |what: &str, value: f64, target: f64, unit: &str| {
+        let met = value <= target;
+        println!(
+            "target {what}: {value:.3} {unit} (<= {target} {unit}) {}",
+            if met { "met" } else { "MISSED" }
+        );
+        ok &= met;
+    };
+    let big_100 = backends(&recorded, 200, 50).await;
+    let (p50, _, cpu, rss) = scenario(
+        "100 backends",
+        &big_100,
+        setting("FED_PERF_REQUESTS_100", 10),
+    )
+    .await;
+    check("100 backends p50", p50, 1.5, "s");
+    check("100 backends CPU per request", cpu, 1.5, "s");
+    check("100 backends peak RSS", rss, 512.0, "MiB");
+    let big_10 = backends(&recorded, 200, 5).await;
+    let (p50, _, _, _) =
+        scenario("10 backends", &big_10, setting("FED_PERF_REQUESTS_10", 40)).await;
+    check("10 backends p50", p50, 0.150, "s");
+    let small_10 = backends(&recorded, 20, 5).await;
+    let (_, p99, _, _) = scenario(
+        "10 backends, small",
+        &small_10,
+        setting("FED_PERF_REQUESTS_10", 40),
+    )
+    .await;
+    check("10 backends small p99", p99, 0.050, "s");
+    ok
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match until_signalled(run()).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(signal) => {
+            eprintln!("federator perf: {signal}");
+            ExitCode::FAILURE
+        }
+    }
+}
