@@ -22,6 +22,8 @@ pub struct Api {
     pub options: MergeOptions,
     pub partial: PartialResponse,
     pub metrics: FederatorMetrics,
+    /// Permits for the requests answered at once (`--max-concurrent-requests`).
+    pub requests: tokio::sync::Semaphore,
 }
 
 /// Prometheus's error envelope with its status code.
@@ -103,6 +105,13 @@ impl Api {
     /// backends, or the error that ends the request (`abort`, or no backend at all answered
     /// while some failed).
     async fn merged(&self, backend_query: &str) -> Result<(Vec<RuleGroup>, Vec<String>), Response> {
+        if self.requests.is_closed() {
+            return Err(error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "shutting down",
+            ));
+        }
         let path = if backend_query.is_empty() {
             "/api/v1/rules".to_string()
         } else {
@@ -114,7 +123,12 @@ impl Api {
         let mut answered = 0usize;
         let mut warnings = Vec::new();
         let mut merging = Duration::ZERO;
-        while let Some((endpoint, answer)) = answers.next().await {
+        while let Some((endpoint, fetched)) = answers.next().await {
+            let answer = fetched.and_then(|fetched| {
+                fetched.decode().inspect_err(|why| {
+                    self.metrics.endpoint_error(endpoint.name(), why);
+                })
+            });
             match answer {
                 Ok(data) => {
                     answered += 1;
@@ -153,6 +167,13 @@ impl Api {
 }
 
 pub async fn rules(State(api): State<Arc<Api>>, RawQuery(query): RawQuery) -> Response {
+    let Ok(_turn) = api.requests.acquire().await else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "shutting down",
+        );
+    };
     let given = pairs(query.as_deref());
     let response = match parse_rules_query(&given) {
         Err(bad) => error(StatusCode::BAD_REQUEST, "bad_data", &bad.0),
@@ -177,6 +198,13 @@ pub async fn rules(State(api): State<Arc<Api>>, RawQuery(query): RawQuery) -> Re
 }
 
 pub async fn alerts(State(api): State<Arc<Api>>) -> Response {
+    let Ok(_turn) = api.requests.acquire().await else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "shutting down",
+        );
+    };
     let response = match api.merged("type=alert").await {
         Err(response) => response,
         Ok((groups, warnings)) => {

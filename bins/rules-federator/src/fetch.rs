@@ -86,7 +86,7 @@ impl Fetcher {
         &'a self,
         endpoints: Vec<Endpoint>,
         path_and_query: &'a str,
-    ) -> impl futures::Stream<Item = (Endpoint, Result<RuleDiscovery, FetchError>)> + 'a {
+    ) -> impl futures::Stream<Item = (Endpoint, Result<Fetched, FetchError>)> + 'a {
         futures::stream::iter(endpoints)
             .map(move |endpoint| async move {
                 let started = Instant::now();
@@ -107,11 +107,7 @@ impl Fetcher {
             .buffered(self.concurrency)
     }
 
-    async fn get(
-        &self,
-        endpoint: &Endpoint,
-        path_and_query: &str,
-    ) -> Result<RuleDiscovery, FetchError> {
+    async fn get(&self, endpoint: &Endpoint, path_and_query: &str) -> Result<Fetched, FetchError> {
         let url = format!("{}{path_and_query}", endpoint.url);
         let uri: hyper::Uri = url.parse().map_err(|_| FetchError::Url(url.clone()))?;
         let request = hyper::Request::get(uri)
@@ -135,6 +131,31 @@ impl Fetcher {
             .await
             .map_err(|error| FetchError::Connect(error.to_string()))?
             .to_bytes();
+        Ok(Fetched {
+            status,
+            gzipped,
+            body,
+        })
+    }
+}
+
+/// One backend's answer as it came, still compressed: many can wait for their turn to be merged
+/// at a fraction of what they take parsed.
+#[derive(Debug)]
+pub struct Fetched {
+    status: hyper::StatusCode,
+    gzipped: bool,
+    body: Bytes,
+}
+
+impl Fetched {
+    /// The rules in the answer, or why there are none.
+    pub fn decode(self) -> Result<RuleDiscovery, FetchError> {
+        let Fetched {
+            status,
+            gzipped,
+            body,
+        } = self;
         let body = if gzipped {
             let mut plain = Vec::with_capacity(body.len() * 8);
             std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut plain)

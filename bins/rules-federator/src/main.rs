@@ -119,6 +119,7 @@ async fn run(args: cli::Args) -> Result<(), StartError> {
         options,
         partial: args.partial_response,
         metrics,
+        requests: tokio::sync::Semaphore::new(usize::from(args.max_concurrent_requests)),
     });
     let router = Router::new()
         .route("/api/v1/rules", get(api::rules))

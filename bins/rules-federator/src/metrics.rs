@@ -98,6 +98,13 @@ impl FederatorMetrics {
         }
     }
 
+    /// An answer that came but could not be read.
+    pub fn endpoint_error(&self, endpoint: &str, error: &FetchError) {
+        self.endpoint_errors
+            .with_label_values(&[endpoint, error.kind()])
+            .inc();
+    }
+
     pub fn merged(&self, took: Duration) {
         self.merge_seconds.observe(took.as_secs_f64());
     }

@@ -317,12 +317,18 @@ fn add_copy(
     };
     if let Some(alerts) = alerts {
         entry.alerts_excluded = false;
-        for alert in alerts {
-            let labels = strip(&alert.labels, options);
-            match entry.alerts.get(&labels) {
-                Some(best) if compare_alerts(&alert, best) != Ordering::Greater => {}
-                _ => {
-                    entry.alerts.insert(labels, alert);
+        for mut alert in alerts {
+            // The label set moves into the key (given back when the group is finished).
+            let mut labels = std::mem::take(&mut alert.labels);
+            labels.retain(|name, _| !options.replica_labels.contains(name));
+            match entry.alerts.entry(labels) {
+                std::collections::btree_map::Entry::Vacant(vacant) => {
+                    vacant.insert(alert);
+                }
+                std::collections::btree_map::Entry::Occupied(mut best) => {
+                    if compare_alerts(&alert, best.get()) == Ordering::Greater {
+                        *best.get_mut() = alert;
+                    }
                 }
             }
         }
@@ -345,8 +351,8 @@ fn finish_group(parts: GroupParts, shards: &[String], options: &MergeOptions) ->
             let (source, mut rule) = copies.winner;
             *wins.entry(source).or_default() += 1;
             let shard = &shards[source];
-            let label = |labels: &Labels| {
-                let mut labels = strip(labels, options);
+            let label = |mut labels: Labels| {
+                labels.retain(|name, _| !options.replica_labels.contains(name));
                 if let Some(name) = &options.shard_label
                     && !shard.is_empty()
                 {
@@ -354,14 +360,15 @@ fn finish_group(parts: GroupParts, shards: &[String], options: &MergeOptions) ->
                 }
                 labels
             };
-            *rule.labels_mut() = label(rule.labels());
+            let labels = std::mem::take(rule.labels_mut());
+            *rule.labels_mut() = label(labels);
             if let Rule::Alerting(alerting) = &mut rule {
                 alerting.alerts = (!copies.alerts_excluded).then(|| {
                     copies
                         .alerts
-                        .into_values()
-                        .map(|mut alert| {
-                            alert.labels = label(&alert.labels);
+                        .into_iter()
+                        .map(|(labels, mut alert)| {
+                            alert.labels = label(labels);
                             alert
                         })
                         .collect()

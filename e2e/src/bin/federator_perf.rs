@@ -273,8 +273,16 @@ async fn scenario(label: &str, endpoints: &[String], requests: usize) -> (f64, f
         &["--listen-address", &listen, "--log-level", "warn"],
         &env,
     );
-    assert!(federator.started_serving(), "the federator did not start");
     let pid = federator.pid();
+    let address: SocketAddr = listen.parse().unwrap();
+    wait_for("the federator ready", Duration::from_secs(30), || async {
+        match e2e::process::http_get_from(address, "/readyz").await {
+            Ok((200, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(federator.is_running(), "the federator exited");
     // One request first: connections made, allocator warmed, as in steady use.
     let (code, _, _) = fetch(port, "/api/v1/rules").await;
     assert_eq!(code, 200);
@@ -293,6 +301,8 @@ async fn scenario(label: &str, endpoints: &[String], requests: usize) -> (f64, f
                 headline = (figures.p50, figures.p99, figures.cpu_per_request, 0.0);
             }
         }
+        let (_, hwm) = memory_kib(pid).unwrap_or((0, 0));
+        println!("{label}: peak RSS after x{parallel}: {:.1} MiB", mib(hwm));
     }
     let (_, hwm) = memory_kib(pid).unwrap_or((0, 0));
     println!("{label}: peak RSS {:.1} MiB", mib(hwm));
