@@ -190,19 +190,27 @@ async fn federator_merges_shards_and_replicas_like_prometheus_would() {
         PrometheusProcess::start("fed-union", &config(None, "union", &shard_one), &[]).await;
     let (_federator, port) = federator(&endpoints, &[]);
 
-    // Settled: every replica evaluated, the always-firing alert firing on both shards.
+    // Settled: every rule of every replica evaluated (each group on its own schedule), the
+    // always-firing alert firing on both shards.
     let merged = wait_for("the merged rules, settled", TIMEOUT, || async {
         let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let (code, body) = http_get_from(address, "/api/v1/rules").await?;
         let value: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
-        let firing = value["data"]["groups"]
+        let rules: Vec<Value> = value["data"]["groups"]
             .as_array()
             .into_iter()
             .flatten()
             .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+            .collect();
+        let unevaluated = rules
+            .iter()
+            .filter(|r| r["health"] != "ok" || r["state"] == "unknown")
+            .count();
+        let firing = rules
+            .iter()
             .filter(|r| r["name"] == "AlwaysFiring" && r["state"] == "firing")
             .count();
-        (code == 200 && firing == 2)
+        (code == 200 && firing == 2 && unevaluated == 0)
             .then_some(value)
             .ok_or(format!("{code}: {firing} firing"))
     })

@@ -1,7 +1,7 @@
 //! `/api/v1/rules` and `/api/v1/alerts`, answered as Prometheus answers them.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::json;
+use tokio::sync::SemaphorePermit;
 use zone_rules::{MergeOptions, Merger, RuleGroup, RulesQuery, Source, parse_rules_query};
 
 use crate::cli::PartialResponse;
@@ -22,8 +23,9 @@ pub struct Api {
     pub options: MergeOptions,
     pub partial: PartialResponse,
     pub metrics: FederatorMetrics,
-    /// Permits for the requests answered at once (`--max-concurrent-requests`).
-    pub requests: tokio::sync::Semaphore,
+    /// Turns to merge (`--max-concurrent-merges`): a merge and the answer it builds are most of
+    /// a request's memory.
+    pub merges: tokio::sync::Semaphore,
 }
 
 /// Prometheus's error envelope with its status code.
@@ -104,26 +106,34 @@ impl Api {
     /// Every backend's rules for `backend_query`, merged; with the warnings of the failed
     /// backends, or the error that ends the request (`abort`, or no backend at all answered
     /// while some failed).
-    async fn merged(&self, backend_query: &str) -> Result<(Vec<RuleGroup>, Vec<String>), Response> {
-        if self.requests.is_closed() {
-            return Err(error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "shutting down",
-            ));
-        }
+    ///
+    /// Every backend is asked at once and its answer kept as it came (compressed, small); then,
+    /// in its turn (`merges`), each answer is decoded and folded into the merge, in endpoint
+    /// order, and dropped. The turn is returned with the groups: the caller keeps it until the
+    /// answer is written.
+    async fn merged(
+        &self,
+        backend_query: &str,
+    ) -> Result<(Vec<RuleGroup>, Vec<String>, SemaphorePermit<'_>), Response> {
         let path = if backend_query.is_empty() {
             "/api/v1/rules".to_string()
         } else {
             format!("/api/v1/rules?{backend_query}")
         };
         let endpoints = self.endpoints.current();
-        let mut answers = std::pin::pin!(self.fetcher.rules(endpoints, &path));
+        let fetched: Vec<_> = self.fetcher.rules(endpoints, &path).collect().await;
+        let Ok(turn) = self.merges.acquire().await else {
+            return Err(error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "shutting down",
+            ));
+        };
+        let started = Instant::now();
         let mut merger = Merger::new(self.options.clone());
         let mut answered = 0usize;
         let mut warnings = Vec::new();
-        let mut merging = Duration::ZERO;
-        while let Some((endpoint, fetched)) = answers.next().await {
+        for (endpoint, fetched) in fetched {
             let answer = fetched.and_then(|fetched| {
                 fetched.decode().inspect_err(|why| {
                     self.metrics.endpoint_error(endpoint.name(), why);
@@ -132,13 +142,11 @@ impl Api {
             match answer {
                 Ok(data) => {
                     answered += 1;
-                    let started = Instant::now();
                     merger.add(Source {
                         shard: endpoint.shard.clone(),
                         name: endpoint.url.clone(),
                         groups: data.groups,
                     });
-                    merging += started.elapsed();
                 }
                 Err(why) => {
                     tracing::warn!(endpoint = %endpoint.url, error = %why, "backend failed");
@@ -159,21 +167,13 @@ impl Api {
                 &message,
             ));
         }
-        let started = Instant::now();
         let groups = merger.finish();
-        self.metrics.merged(merging + started.elapsed());
-        Ok((groups, warnings))
+        self.metrics.merged(started.elapsed());
+        Ok((groups, warnings, turn))
     }
 }
 
 pub async fn rules(State(api): State<Arc<Api>>, RawQuery(query): RawQuery) -> Response {
-    let Ok(_turn) = api.requests.acquire().await else {
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "shutting down",
-        );
-    };
     let given = pairs(query.as_deref());
     let response = match parse_rules_query(&given) {
         Err(bad) => error(StatusCode::BAD_REQUEST, "bad_data", &bad.0),
@@ -182,7 +182,7 @@ pub async fn rules(State(api): State<Arc<Api>>, RawQuery(query): RawQuery) -> Re
             .await
         {
             Err(response) => response,
-            Ok((groups, warnings)) => match query.apply(groups) {
+            Ok((groups, warnings, _turn)) => match query.apply(groups) {
                 Err(bad) => error(StatusCode::BAD_REQUEST, "bad_data", &bad.0),
                 Ok(data) => {
                     api.metrics.served("groups", data.groups.len());
@@ -198,16 +198,9 @@ pub async fn rules(State(api): State<Arc<Api>>, RawQuery(query): RawQuery) -> Re
 }
 
 pub async fn alerts(State(api): State<Arc<Api>>) -> Response {
-    let Ok(_turn) = api.requests.acquire().await else {
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "shutting down",
-        );
-    };
     let response = match api.merged("type=alert").await {
         Err(response) => response,
-        Ok((groups, warnings)) => {
+        Ok((groups, warnings, _turn)) => {
             let data = zone_rules::alerts(&groups);
             api.metrics.served("alerts", data.alerts.len());
             success(&data, &warnings)

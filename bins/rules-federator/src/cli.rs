@@ -82,10 +82,11 @@ pub struct Args {
     #[arg(long, env = "MAX_CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrency: u16,
 
-    /// Requests answered at once, at most (each holds the merged answer of every backend while
-    /// it is built: this bounds the memory); later ones wait their turn.
-    #[arg(long, env = "MAX_CONCURRENT_REQUESTS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
-    pub max_concurrent_requests: u16,
+    /// Merges at once, at most. A request's backends are asked at once and their answers kept
+    /// compressed; the merge (and the answer it builds, most of a request's memory) waits for a
+    /// turn.
+    #[arg(long, env = "MAX_CONCURRENT_MERGES", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_concurrent_merges: u16,
 
     /// What a request gets when some backends fail.
     #[arg(long, env = "PARTIAL_RESPONSE", value_enum, default_value_t = PartialResponse::Warn)]

@@ -21,6 +21,9 @@ use zone_rules::MergeOptions;
 
 use crate::endpoints::{Endpoints, parse_static};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, thiserror::Error)]
 enum StartError {
     #[error("cannot set up logging")]
@@ -119,7 +122,7 @@ async fn run(args: cli::Args) -> Result<(), StartError> {
         options,
         partial: args.partial_response,
         metrics,
-        requests: tokio::sync::Semaphore::new(usize::from(args.max_concurrent_requests)),
+        merges: tokio::sync::Semaphore::new(usize::from(args.max_concurrent_merges)),
     });
     let router = Router::new()
         .route("/api/v1/rules", get(api::rules))

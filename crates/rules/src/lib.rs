@@ -4,6 +4,7 @@
 //! - [`merge`]: many backends' answers into one, replicas deduplicated, shards kept apart;
 //! - [`query`]: the request parameters, read, checked and applied as Prometheus does.
 
+pub mod labels;
 pub mod merge;
 pub mod model;
 pub mod query;

@@ -156,14 +156,6 @@ impl Merger {
     }
 }
 
-fn strip(labels: &Labels, options: &MergeOptions) -> Labels {
-    labels
-        .iter()
-        .filter(|(name, _)| !options.replica_labels.contains(name))
-        .map(|(name, value)| (name.clone(), value.clone()))
-        .collect()
-}
-
 fn def_keys(rules: &[Rule], options: &MergeOptions) -> Vec<DefKey> {
     let mut seen: HashMap<DefKey, usize> = HashMap::new();
     rules
@@ -176,7 +168,12 @@ fn def_keys(rules: &[Rule], options: &MergeOptions) -> Vec<DefKey> {
             let mut key = DefKey {
                 alerting,
                 name: rule.name().to_string(),
-                labels: strip(rule.labels(), options).into_iter().collect(),
+                labels: rule
+                    .labels()
+                    .iter()
+                    .filter(|(name, _)| !options.replica_labels.contains(name))
+                    .map(|(name, value)| (name.clone(), value.clone()))
+                    .collect(),
                 query,
                 duration_bits: duration.to_bits(),
                 occurrence: 0,
@@ -201,14 +198,20 @@ struct Order {
 impl Order {
     /// Adds one source's order.
     fn add(&mut self, keys: &[DefKey]) {
+        // Most sources repeat what earlier ones said: look up before cloning a key.
         for key in keys {
-            let seen = self.first_seen.len();
-            self.first_seen.entry(key.clone()).or_insert(seen);
+            if !self.first_seen.contains_key(key) {
+                let seen = self.first_seen.len();
+                self.first_seen.insert(key.clone(), seen);
+            }
         }
         for pair in keys.windows(2) {
-            let next = self.next.entry(pair[0].clone()).or_default();
-            if !next.contains(&pair[1]) {
-                next.push(pair[1].clone());
+            match self.next.get_mut(&pair[0]) {
+                Some(next) if next.contains(&pair[1]) => {}
+                Some(next) => next.push(pair[1].clone()),
+                None => {
+                    self.next.insert(pair[0].clone(), vec![pair[1].clone()]);
+                }
             }
         }
     }

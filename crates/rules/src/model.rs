@@ -2,12 +2,9 @@
 //! (`web/api/v1/api.go`). Fields older versions omit (`keepFiringFor`, `limit`, a recording
 //! rule's `labels`) default; what a Prometheus writes is written back the same way.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
-/// A label set; Prometheus writes it as an object sorted by name.
-pub type Labels = BTreeMap<String, String>;
+pub use crate::labels::Labels;
 
 /// `data` of `/api/v1/rules`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
