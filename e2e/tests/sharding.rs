@@ -840,6 +840,23 @@ async fn scaling_keeps_retained_shards_out_of_the_selector_and_deletes_them_at_t
         assert_eq!(&sets[index].0, uid, "shard {index} reused");
         assert_eq!(sets[index].1, None, "shard {index} unmarked");
     }
+    // Their full configuration is back: the nine cover every target exactly once again.
+    let configs: Vec<String> = wait_for("nine active shard configs", TIMEOUT, || async {
+        let configs = fx.shard_configs(NAME).await;
+        let active: Vec<String> = configs
+            .values()
+            .filter(|config| config.contains("scrape_configs"))
+            .cloned()
+            .collect();
+        if active.len() == 9 {
+            Ok(active)
+        } else {
+            Err(format!("{} active configs", active.len()))
+        }
+    })
+    .await;
+    let kept = run_shards("retain-reused/9", &configs, fx.targets.len()).await;
+    assert_coverage("retain-reused/9", &fx, &kept, 9, true, false);
 
     // 9 -> 3: six retained shards scrape and evaluate nothing; the active ones cover everything.
     fx.kubectl_scale(NAME, 3).await;
