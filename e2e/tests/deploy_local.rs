@@ -422,6 +422,12 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
     );
     quota.release().await;
 
+    // The deployed rules-federator (discovering the sample ShardedPrometheus of the victim
+    // namespace) serves the rules of its shards once they run real Prometheus with a rule file,
+    // shards kept apart, and follows a scale without a restart.
+    federated_rules_follow_the_sample(&victim, &real_nodes, &controller_pods["rules-federator"])
+        .await;
+
     // Undeploy: the webhook configuration goes first, then everything else.
     deployment
         .undeploy_webhook_first(&client, &ids, &webhook_name)
@@ -443,4 +449,95 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
         },
     )
     .await;
+}
+
+/// The shard labels of the rule `FederatedAlways` that the federator pod `federator` serves.
+async fn federated_shards(federator: &Pod) -> Result<BTreeSet<String>, String> {
+    let ip = federator
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .ok_or("no pod IP")?;
+    let address = format!("{ip}:9090").parse().map_err(|e| format!("{e}"))?;
+    let (code, body) = e2e::process::http_get_from(address, "/api/v1/rules").await?;
+    let value: serde_json::Value =
+        serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+    if code != 200 || value.get("warnings").is_some() {
+        return Err(format!("{code}: {body}"));
+    }
+    Ok(value["data"]["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["name"] == "FederatedAlways")
+        .filter_map(|r| r["labels"]["shard"].as_str().map(str::to_string))
+        .collect())
+}
+
+async fn federated_rules_follow_the_sample(
+    victim: &TestNamespace,
+    real: &RealNodes,
+    federators: &[Pod],
+) {
+    let rules: Api<k8s_openapi::api::core::v1::ConfigMap> = victim.api();
+    let rule_file = serde_json::from_value(json!({
+        "metadata": {"name": "federated-rules"},
+        "data": {"rules.yaml": "groups:\n- name: federated\n  interval: 2s\n  rules:\n  - alert: FederatedAlways\n    expr: vector(1)\n"},
+    }))
+    .unwrap();
+    rules
+        .create(&PostParams::default(), &rule_file)
+        .await
+        .unwrap();
+    let sproms: Api<zone_api::ShardedPrometheus> = victim.api();
+    let real_shards = |shards: u32| {
+        json!({"spec": {
+            "shards": shards,
+            "image": real.prometheus_image,
+            "nodeSelector": {"type": "real"},
+            "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
+            "ruleFiles": [{"configMap": "federated-rules"}],
+        }})
+    };
+    let federator = &federators[0];
+    let uid = federator.metadata.uid.clone();
+    for shards in [2u32, 3] {
+        sproms
+            .patch(
+                "prometheus",
+                &PatchParams::default(),
+                &Patch::Merge(&real_shards(shards)),
+            )
+            .await
+            .unwrap();
+        let want: BTreeSet<String> = (0..shards).map(|s| s.to_string()).collect();
+        wait_for(
+            &format!("the deployed federator serving the rules of {shards} shards"),
+            Duration::from_secs(180),
+            || async {
+                let served = federated_shards(federator).await?;
+                (served == want).then_some(()).ok_or(format!("{served:?}"))
+            },
+        )
+        .await;
+    }
+    let pods: Api<Pod> = Api::namespaced(
+        victim.client.clone(),
+        federator.metadata.namespace.as_deref().unwrap(),
+    );
+    let now = pods
+        .get(federator.metadata.name.as_deref().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(now.metadata.uid, uid, "the same federator pod");
+    let restarts = now
+        .status
+        .and_then(|s| s.container_statuses)
+        .map(|c| c[0].restart_count)
+        .unwrap_or(0);
+    assert_eq!(
+        restarts, 0,
+        "the federator followed the scale without a restart"
+    );
 }
