@@ -3,8 +3,8 @@
 //!
 //! 1. A real Prometheus 3.16 evaluates a small rule file (recording rules, alerts with several
 //!    firing instances); its `/api/v1/rules` answer is recorded and scaled: the big answer has
-//!    200 groups of 10 rules (2,000 rules, 1,600 alert instances, about 1.3 MB of JSON), the
-//!    small one 20 groups (200 rules).
+//!    200 groups of 10 rules (2,000 rules, 1,600 alert instances, with annotations as real
+//!    alerts carry them: about 1.3 MB of JSON), the small one 20 groups (200 rules).
 //! 2. Fake backends in this process serve it, gzipped when asked (as Prometheus does): two
 //!    replicas per shard; every shard's alerts carry labels of their own, so nothing of two shards
 //!    collapses (at 100 backends the merged answer holds 100,000 rules).
@@ -63,18 +63,20 @@ const RULES: &str = r#"groups:
   - alert: HighErrorRate
     expr: label_replace(vector(1), "pod", "a", "", "") or label_replace(vector(2), "pod", "b", "", "")
     labels: {severity: page, team: payments}
-    annotations: {summary: "error rate above the objective"}
+    annotations: {summary: "error rate above the objective", description: "{{ $labels.pod }} is outside its objective; see the runbook at https://runbooks.example.com/payments/objectives for the steps and the owners to page"}
   - alert: HighLatency
     expr: label_replace(vector(1), "pod", "a", "", "") or label_replace(vector(2), "pod", "b", "", "")
     for: 1h
     labels: {severity: ticket, team: payments}
-    annotations: {summary: "p99 latency above the objective"}
+    annotations: {summary: "p99 latency above the objective", description: "{{ $labels.pod }} is outside its objective; see the runbook at https://runbooks.example.com/payments/objectives for the steps and the owners to page"}
   - alert: DiskFilling
     expr: label_replace(vector(1), "pod", "a", "", "") or label_replace(vector(2), "pod", "b", "", "")
     labels: {severity: page, team: storage}
+    annotations: {summary: "disk filling up", description: "{{ $labels.pod }} is outside its objective; see the runbook at https://runbooks.example.com/payments/objectives for the steps and the owners to page"}
   - alert: Watchdog
     expr: label_replace(vector(1), "pod", "a", "", "") or label_replace(vector(2), "pod", "b", "", "")
     labels: {severity: none, team: sre}
+    annotations: {summary: "always firing: the alerting pipeline works", description: "{{ $labels.pod }} is outside its objective; see the runbook at https://runbooks.example.com/payments/objectives for the steps and the owners to page"}
 "#;
 
 /// The recorded group, from a real Prometheus.
@@ -181,6 +183,13 @@ async fn backends(recorded: &Value, groups: usize, shards: usize) -> Vec<String>
     let mut endpoints = Vec::new();
     for shard in 0..shards {
         let answer = Arc::new(Answer::new(scaled(recorded, groups, shard)));
+        if shard == 0 {
+            println!(
+                "backend answer ({groups} groups): {:.2} MB of JSON, {:.2} MB gzipped",
+                answer.plain.len() as f64 / 1e6,
+                answer.gzipped.len() as f64 / 1e6
+            );
+        }
         for replica in ["a", "b"] {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let address = listener.local_addr().unwrap();
