@@ -10,7 +10,9 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::json;
 use tokio::sync::SemaphorePermit;
-use zone_rules::{MergeOptions, Merger, RuleGroup, RulesQuery, Source, parse_rules_query};
+use zone_rules::{
+    MergeOptions, Merger, RuleDiscovery, RuleGroup, RulesQuery, Source, parse_rules_query,
+};
 
 use crate::cli::PartialResponse;
 use crate::endpoints::Endpoints;
@@ -55,6 +57,46 @@ fn success<T: serde::Serialize>(data: &T, warnings: &[String]) -> Response {
         warnings,
     };
     match serde_json::to_vec(&body) {
+        Ok(bytes) => (
+            StatusCode::OK,
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            bytes,
+        )
+            .into_response(),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            &e.to_string(),
+        ),
+    }
+}
+
+/// The success envelope of `/api/v1/rules`, each group written and dropped in turn: the merged
+/// groups and their JSON are never both held whole.
+fn success_rules(data: RuleDiscovery, warnings: &[String]) -> Response {
+    let write = || -> Result<Vec<u8>, serde_json::Error> {
+        let mut out = Vec::new();
+        out.extend_from_slice(br#"{"status":"success","data":{"groups":["#);
+        for (i, group) in data.groups.into_iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            serde_json::to_writer(&mut out, &group)?;
+        }
+        out.push(b']');
+        if !data.group_next_token.is_empty() {
+            out.extend_from_slice(br#","groupNextToken":"#);
+            serde_json::to_writer(&mut out, &data.group_next_token)?;
+        }
+        out.push(b'}');
+        if !warnings.is_empty() {
+            out.extend_from_slice(br#","warnings":"#);
+            serde_json::to_writer(&mut out, warnings)?;
+        }
+        out.push(b'}');
+        Ok(out)
+    };
+    match write() {
         Ok(bytes) => (
             StatusCode::OK,
             [(axum::http::header::CONTENT_TYPE, "application/json")],
@@ -188,7 +230,7 @@ pub async fn rules(State(api): State<Arc<Api>>, RawQuery(query): RawQuery) -> Re
                     api.metrics.served("groups", data.groups.len());
                     api.metrics
                         .served("rules", data.groups.iter().map(|g| g.rules.len()).sum());
-                    success(&data, &warnings)
+                    success_rules(data, &warnings)
                 }
             },
         },
@@ -201,7 +243,7 @@ pub async fn alerts(State(api): State<Arc<Api>>) -> Response {
     let response = match api.merged("type=alert").await {
         Err(response) => response,
         Ok((groups, warnings, _turn)) => {
-            let data = zone_rules::alerts(&groups);
+            let data = zone_rules::into_alerts(groups);
             api.metrics.served("alerts", data.alerts.len());
             success(&data, &warnings)
         }
@@ -214,6 +256,33 @@ pub async fn alerts(State(api): State<Arc<Api>>) -> Response {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use serde_json::Value;
+
+    #[tokio::test]
+    async fn the_rules_envelope_written_group_by_group_is_prometheus_s() {
+        let data: RuleDiscovery = serde_json::from_value(serde_json::json!({
+            "groups": [{"name": "a", "file": "f", "rules": []}, {"name": "b", "file": "f", "rules": []}],
+            "groupNextToken": "t",
+        }))
+        .unwrap();
+        let expected = serde_json::json!({
+            "status": "success",
+            "data": serde_json::to_value(&data).unwrap(),
+            "warnings": ["endpoint x: down"],
+        });
+        let response = success_rules(data, &["endpoint x: down".to_string()]);
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let written: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(written, expected);
+        let empty = success_rules(RuleDiscovery::default(), &[]);
+        let body = axum::body::to_bytes(empty.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(&body[..], br#"{"status":"success","data":{"groups":[]}}"#);
+    }
 
     #[test]
     fn filters_go_to_the_backends_but_not_the_page_nor_our_labels() {

@@ -11,4 +11,4 @@ pub mod query;
 
 pub use merge::{MergeOptions, Merger, Source, merge};
 pub use model::{Alert, AlertDiscovery, Rule, RuleDiscovery, RuleGroup};
-pub use query::{BadData, RulesQuery, alerts, group_token, parse_rules_query};
+pub use query::{BadData, RulesQuery, alerts, group_token, into_alerts, parse_rules_query};

@@ -275,15 +275,19 @@ impl RulesQuery {
 
 /// `/api/v1/alerts`: every instance of every alerting rule, in rule order.
 pub fn alerts(groups: &[RuleGroup]) -> AlertDiscovery {
+    into_alerts(groups.to_vec())
+}
+
+/// [`alerts`], taking the groups: the instances move out of them, nothing is copied.
+pub fn into_alerts(groups: Vec<RuleGroup>) -> AlertDiscovery {
     let alerts: Vec<Alert> = groups
-        .iter()
-        .flat_map(|group| &group.rules)
+        .into_iter()
+        .flat_map(|group| group.rules)
         .filter_map(|rule| match rule {
-            Rule::Alerting(rule) => rule.alerts.as_ref(),
+            Rule::Alerting(rule) => rule.alerts,
             Rule::Recording(_) => None,
         })
         .flatten()
-        .cloned()
         .collect();
     AlertDiscovery { alerts }
 }
