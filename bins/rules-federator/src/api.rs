@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::json;
-use tokio::sync::SemaphorePermit;
+use tokio::sync::OwnedSemaphorePermit;
 use zone_rules::{
     MergeOptions, Merger, RuleDiscovery, RuleGroup, RulesQuery, Source, parse_rules_query,
 };
@@ -27,7 +27,7 @@ pub struct Api {
     pub metrics: FederatorMetrics,
     /// Turns to merge (`--max-concurrent-merges`): a merge and the answer it builds are most of
     /// a request's memory.
-    pub merges: tokio::sync::Semaphore,
+    pub merges: Arc<tokio::sync::Semaphore>,
 }
 
 /// Prometheus's error envelope with its status code.
@@ -71,44 +71,55 @@ fn success<T: serde::Serialize>(data: &T, warnings: &[String]) -> Response {
     }
 }
 
-/// The success envelope of `/api/v1/rules`, each group written and dropped in turn: the merged
-/// groups and their JSON are never both held whole.
-fn success_rules(data: RuleDiscovery, warnings: &[String]) -> Response {
-    let write = || -> Result<Vec<u8>, serde_json::Error> {
-        let mut out = Vec::new();
-        out.extend_from_slice(br#"{"status":"success","data":{"groups":["#);
-        for (i, group) in data.groups.into_iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            serde_json::to_writer(&mut out, &group)?;
+/// The success envelope of `/api/v1/rules`, streamed: each group is written and dropped as the
+/// client takes the answer, so the merged groups and their JSON are never both held whole, and
+/// the merge turn (`turn`) is given back once the last group is written.
+fn success_rules(data: RuleDiscovery, warnings: &[String], turn: OwnedSemaphorePermit) -> Response {
+    let RuleDiscovery {
+        groups,
+        group_next_token,
+    } = data;
+    let mut tail = b"]".to_vec();
+    let written = (|| -> Result<(), serde_json::Error> {
+        if !group_next_token.is_empty() {
+            tail.extend_from_slice(br#","groupNextToken":"#);
+            serde_json::to_writer(&mut tail, &group_next_token)?;
         }
-        out.push(b']');
-        if !data.group_next_token.is_empty() {
-            out.extend_from_slice(br#","groupNextToken":"#);
-            serde_json::to_writer(&mut out, &data.group_next_token)?;
-        }
-        out.push(b'}');
+        tail.push(b'}');
         if !warnings.is_empty() {
-            out.extend_from_slice(br#","warnings":"#);
-            serde_json::to_writer(&mut out, warnings)?;
+            tail.extend_from_slice(br#","warnings":"#);
+            serde_json::to_writer(&mut tail, warnings)?;
         }
-        out.push(b'}');
-        Ok(out)
-    };
-    match write() {
-        Ok(bytes) => (
-            StatusCode::OK,
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            bytes,
-        )
-            .into_response(),
-        Err(e) => error(
+        tail.push(b'}');
+        Ok(())
+    })();
+    if let Err(e) = written {
+        return error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             &e.to_string(),
-        ),
+        );
     }
+    let head = futures::stream::once(std::future::ready(Ok::<_, serde_json::Error>(
+        axum::body::Bytes::from_static(br#"{"status":"success","data":{"groups":["#),
+    )));
+    let body = futures::stream::iter(groups.into_iter().enumerate()).map(|(i, group)| {
+        let mut out = Vec::new();
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, &group).map(|()| axum::body::Bytes::from(out))
+    });
+    let end = futures::stream::once(async move {
+        drop(turn);
+        Ok(axum::body::Bytes::from(tail))
+    });
+    (
+        StatusCode::OK,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        axum::body::Body::from_stream(head.chain(body).chain(end)),
+    )
+        .into_response()
 }
 
 fn pairs(query: Option<&str>) -> Vec<(String, String)> {
@@ -156,7 +167,7 @@ impl Api {
     async fn merged(
         &self,
         backend_query: &str,
-    ) -> Result<(Vec<RuleGroup>, Vec<String>, SemaphorePermit<'_>), Response> {
+    ) -> Result<(Vec<RuleGroup>, Vec<String>, OwnedSemaphorePermit), Response> {
         let path = if backend_query.is_empty() {
             "/api/v1/rules".to_string()
         } else {
@@ -164,7 +175,7 @@ impl Api {
         };
         let endpoints = self.endpoints.current();
         let fetched: Vec<_> = self.fetcher.rules(endpoints, &path).collect().await;
-        let Ok(turn) = self.merges.acquire().await else {
+        let Ok(turn) = self.merges.clone().acquire_owned().await else {
             return Err(error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
@@ -224,13 +235,13 @@ pub async fn rules(State(api): State<Arc<Api>>, RawQuery(query): RawQuery) -> Re
             .await
         {
             Err(response) => response,
-            Ok((groups, warnings, _turn)) => match query.apply(groups) {
+            Ok((groups, warnings, turn)) => match query.apply(groups) {
                 Err(bad) => error(StatusCode::BAD_REQUEST, "bad_data", &bad.0),
                 Ok(data) => {
                     api.metrics.served("groups", data.groups.len());
                     api.metrics
                         .served("rules", data.groups.iter().map(|g| g.rules.len()).sum());
-                    success_rules(data, &warnings)
+                    success_rules(data, &warnings, turn)
                 }
             },
         },
@@ -270,14 +281,22 @@ mod tests {
             "data": serde_json::to_value(&data).unwrap(),
             "warnings": ["endpoint x: down"],
         });
-        let response = success_rules(data, &["endpoint x: down".to_string()]);
+        let turns = Arc::new(tokio::sync::Semaphore::new(1));
+        let turn = turns.clone().acquire_owned().await.unwrap();
+        let response = success_rules(data, &["endpoint x: down".to_string()], turn);
         assert_eq!(response.status(), StatusCode::OK);
         let body = axum::body::to_bytes(response.into_body(), usize::MAX)
             .await
             .unwrap();
         let written: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(written, expected);
-        let empty = success_rules(RuleDiscovery::default(), &[]);
+        assert_eq!(
+            turns.available_permits(),
+            1,
+            "the turn is given back once written"
+        );
+        let turn = turns.clone().acquire_owned().await.unwrap();
+        let empty = success_rules(RuleDiscovery::default(), &[], turn);
         let body = axum::body::to_bytes(empty.into_body(), usize::MAX)
             .await
             .unwrap();

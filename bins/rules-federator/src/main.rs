@@ -122,7 +122,9 @@ async fn run(args: cli::Args) -> Result<(), StartError> {
         options,
         partial: args.partial_response,
         metrics,
-        merges: tokio::sync::Semaphore::new(usize::from(args.max_concurrent_merges)),
+        merges: Arc::new(tokio::sync::Semaphore::new(usize::from(
+            args.max_concurrent_merges,
+        ))),
     });
     let router = Router::new()
         .route("/api/v1/rules", get(api::rules))
