@@ -170,9 +170,7 @@ pub async fn reconcile(
     let valid = match validate(&sprom, &ctx.zone_key) {
         Ok(valid) => valid,
         Err(invalid) => {
-            let (status, events) = invalid_status(&previous, generation, &invalid);
-            write_status(&ctx, &api, &sprom, &previous, status, events).await?;
-            return Ok(Action::await_change());
+            return refuse(&ctx, &api, &sprom, &previous, generation, &invalid).await;
         }
     };
     let input = BuildInput {
@@ -189,9 +187,7 @@ pub async fn reconcile(
                 reason: reason::INVALID_SCRAPE_CONFIG,
                 message: error.to_string(),
             };
-            let (status, events) = invalid_status(&previous, generation, &invalid);
-            write_status(&ctx, &api, &sprom, &previous, status, events).await?;
-            return Ok(Action::await_change());
+            return refuse(&ctx, &api, &sprom, &previous, generation, &invalid).await;
         }
     };
 
@@ -217,9 +213,7 @@ pub async fn reconcile(
                 reason: reason::INVALID_SCRAPE_CONFIG,
                 message: error.to_string(),
             };
-            let (status, events) = invalid_status(&previous, generation, &invalid);
-            write_status(&ctx, &api, &sprom, &previous, status, events).await?;
-            return Ok(Action::await_change());
+            return refuse(&ctx, &api, &sprom, &previous, generation, &invalid).await;
         }
     };
 
@@ -238,9 +232,7 @@ pub async fn reconcile(
             reason: reason::CHILD_REJECTED,
             message,
         };
-        let (status, events) = invalid_status(&previous, generation, &invalid);
-        write_status(&ctx, &api, &sprom, &previous, status, events).await?;
-        return Ok(Action::await_change());
+        return refuse(&ctx, &api, &sprom, &previous, generation, &invalid).await;
     }
 
     let needed = crate::access::needed(&valid.spec.scrape_configs, &namespace);
@@ -436,6 +428,21 @@ fn invalid_status(
         events.warning(invalid.reason, "Validate", invalid.message.clone());
     }
     (status, events)
+}
+
+/// Reports `invalid` (status and one event) and waits for the next change of the spec: nothing
+/// is retried until the user fixes it.
+async fn refuse(
+    ctx: &Context,
+    api: &Api<ShardedPrometheus>,
+    sprom: &ShardedPrometheus,
+    previous: &ShardedPrometheusStatus,
+    generation: i64,
+    invalid: &Invalid,
+) -> Result<Action, ReconcileError> {
+    let (status, events) = invalid_status(previous, generation, invalid);
+    write_status(ctx, api, sprom, previous, status, events).await?;
+    Ok(Action::await_change())
 }
 
 async fn write_status(
