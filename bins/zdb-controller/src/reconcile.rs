@@ -40,9 +40,6 @@ pub const ERROR_RETRY: Duration = Duration::from_secs(10);
 /// before the reconcile fails (and is retried later).
 const WRITE_ATTEMPTS: usize = 5;
 
-/// The API server stores times to the second.
-const STORED_TIME_RESOLUTION_MS: i64 = 1000;
-
 pub struct Context {
     pub client: Client,
     pub zdbs: Store<ZoneDisruptionBudget>,
@@ -331,7 +328,7 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
         .pods
         .iter()
         .map(|pod| BudgetPod {
-            created_ms: pod.created_ms.saturating_add(STORED_TIME_RESOLUTION_MS - 1),
+            created_ms: pods::created_ms_rounded_up(pod.created_ms),
             ..pod.clone()
         })
         .collect();

@@ -229,6 +229,7 @@ mod tests {
             name: pod,
             zone: Zone::known(zone),
             condition: PodCondition::Healthy,
+            created_ms: 0,
         })
     }
 

@@ -208,8 +208,12 @@ impl Budget {
             .collect()
     }
 
-    pub fn is_recorded(&self, pod: &str) -> bool {
-        self.disruptions.iter().any(|record| record.pod == pod)
+    /// Whether `pod`, created at `created_ms`, has a record of its own: one of its name not
+    /// older than its creation (an older one is of an earlier pod of that name, see [`prune`]).
+    pub fn is_recorded_for(&self, pod: &str, created_ms: i64) -> bool {
+        self.disruptions
+            .iter()
+            .any(|record| record.pod == pod && created_ms <= record.at_ms)
     }
 
     fn record_zone(&self, pod: &str) -> Option<&Zone> {

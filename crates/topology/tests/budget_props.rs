@@ -40,6 +40,7 @@ proptest! {
                 name: &pod.name,
                 zone: pod.zone.clone(),
                 condition: PodCondition::Healthy,
+                created_ms: 0,
             });
             if let Decision::Allow { zone, record: true } = decision {
                 records.push(Disruption { pod: pod.name.clone(), zone, at_ms: 0 });

@@ -331,8 +331,9 @@ impl Judge {
         let namespace = eviction.namespace.as_str();
         let zone = self.zones.zone_of(pod);
         let condition = pods::condition(pod);
+        let created_ms = pods::created_ms_rounded_up(pods::created_ms(pod));
         if let Some(zdb) = recent
-            && let Step::Answer(verdict) = self.assess(eviction, name, &zdb, &zone, condition)
+            && let Step::Answer(verdict) = self.assess(eviction, name, &zdb, &zone, condition, created_ms)
             && (!verdict.allowed || verdict.reason == reason::SHADOW)
         {
             return verdict;
@@ -360,7 +361,7 @@ impl Judge {
                 }
             };
             self.recent.remember(&zdb);
-            let (next, zone) = match self.assess(eviction, name, &zdb, &zone, condition) {
+            let (next, zone) = match self.assess(eviction, name, &zdb, &zone, condition, created_ms) {
                 Step::Answer(verdict) => return verdict,
                 Step::Record { next, zone } => (next, zone),
             };
@@ -441,6 +442,7 @@ impl Judge {
         zdb: &ZoneDisruptionBudget,
         zone: &Zone,
         condition: PodCondition,
+        created_ms: i64,
     ) -> Step {
         let shadow = zdb.spec.dry_run;
         let Ok(valid) = zdb.spec.validate() else {
@@ -462,6 +464,7 @@ impl Judge {
             name: &eviction.pod,
             zone: zone.clone(),
             condition,
+            created_ms,
         });
         match decision {
             Decision::Allow { record: false, .. } => {

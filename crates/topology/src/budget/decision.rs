@@ -21,6 +21,11 @@ pub struct EvictedPod<'a> {
     pub name: &'a str,
     pub zone: Zone,
     pub condition: PodCondition,
+    /// When the pod was created (ms, as [`prune`](super::prune) compares it: rounded up to the
+    /// resolution the records are stored at). A record of its name older than this is of an
+    /// earlier pod of that name (a StatefulSet's pods come back under the same name): it still
+    /// counts in its zone until pruned, but does not make this pod's eviction a retry.
+    pub created_ms: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,8 +106,9 @@ impl Budget {
                 record: false,
             };
         }
-        // A retry of an allowed eviction (kubectl drain retries) is answered the same way.
-        if self.is_recorded(pod.name) {
+        // A retry of an allowed eviction (kubectl drain retries) is answered the same way; a
+        // new pod under a recorded name is not a retry.
+        if self.is_recorded_for(pod.name, pod.created_ms) {
             return Decision::Allow {
                 zone,
                 record: false,

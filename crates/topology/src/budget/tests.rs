@@ -61,6 +61,7 @@ impl World {
             name,
             zone,
             condition: PodCondition::Healthy,
+            created_ms: 0,
         });
         if let Decision::Allow { zone, record: true } = &decision {
             self.records.push(Disruption {
@@ -170,6 +171,7 @@ fn unready_pods_are_allowed_and_not_recorded() {
             name: "web-1",
             zone: Zone::known("zone-b"),
             condition,
+            created_ms: 0,
         };
         assert_eq!(
             world.budget().decide(&pod),
@@ -199,6 +201,59 @@ fn re_evicting_a_recorded_pod_is_idempotent() {
         }
     );
     assert_eq!(world.records.len(), 1);
+}
+
+/// A StatefulSet brings a pod back under its name: while the record of the evicted one is not
+/// pruned yet, an eviction of the new pod is not a retry. The old record still counts in its
+/// zone, so the new pod's eviction is judged like any other.
+#[test]
+fn a_new_pod_under_a_recorded_name_is_not_a_retry() {
+    let recorded_at = NOW - 5_000;
+    let decide = |max_unavailable: i64, created_ms: i64| {
+        // The budget as the webhook rebuilds it from the status: the recorded pod unhealthy.
+        let mut pods = pods_3x3();
+        pods[0].healthy = false;
+        let records = [Disruption {
+            pod: "web-0".into(),
+            zone: Zone::known("zone-a"),
+            at_ms: recorded_at,
+        }];
+        compute(&BudgetInput {
+            expected_total: 9,
+            pods: &pods,
+            healthy_unnamed: &BTreeMap::new(),
+            previous_expected: &BTreeMap::new(),
+            disruptions: &records,
+            max_unavailable: IntOrPercent::Int(max_unavailable),
+        })
+        .decide(&EvictedPod {
+            name: "web-0",
+            zone: Zone::known("zone-a"),
+            condition: PodCondition::Healthy,
+            created_ms,
+        })
+    };
+    let zone_a = Zone::known("zone-a");
+    // The pod the record is of: a retry, answered the same way.
+    assert_eq!(
+        decide(1, recorded_at - 60_000),
+        Decision::Allow {
+            zone: zone_a.clone(),
+            record: false
+        }
+    );
+    // Its successor, created after the record: the zone's one unavailable pod is the record.
+    assert!(matches!(
+        decide(1, recorded_at + 1_000),
+        Decision::Deny(Denial::ZoneBudgetExhausted { .. })
+    ));
+    assert_eq!(
+        decide(2, recorded_at + 1_000),
+        Decision::Allow {
+            zone: zone_a,
+            record: true
+        }
+    );
 }
 
 #[test]
