@@ -707,7 +707,7 @@ async fn zdb_deleted_pod_blocks_other_zones() {
             let missing = status.conditions.iter().any(|c| {
                 c.type_ == "Disrupted"
                     && c.status == "True"
-                    && c.message.contains("zone-a: 1 missing")
+                    && c.message == "zone-a: 1 other pod(s) unavailable or missing"
             });
             missing
                 && status.disrupted_zones == ["zone-a"]

@@ -348,22 +348,7 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
     let disrupted_before = next.disrupted_zones.clone();
     view::apply(&budget, &records, next);
 
-    let description: Vec<String> = budget
-        .zones
-        .iter()
-        .filter(|(_, b)| b.unhealthy > 0)
-        .map(|(zone, b)| format!("{zone}: {}", blocking(b)))
-        .collect();
-    if description.is_empty() {
-        next.set_condition(condition::DISRUPTED, false, reason::NOT_DISRUPTED, "");
-    } else {
-        next.set_condition(
-            condition::DISRUPTED,
-            true,
-            reason::ZONE_DISRUPTED,
-            description.join("; "),
-        );
-    }
+    view::set_disrupted(next, view.max_unavailable);
     next.set_condition(
         condition::READY,
         true,
@@ -374,6 +359,14 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
         ),
     );
     if next.disrupted_zones != disrupted_before {
+        // The event names the unavailable pods, which the controller sees (the condition,
+        // written by the webhook too, counts them).
+        let description: Vec<String> = budget
+            .zones
+            .iter()
+            .filter(|(_, b)| b.unhealthy > 0)
+            .map(|(zone, b)| format!("{zone}: {}", blocking(b)))
+            .collect();
         let message = if next.disrupted_zones.is_empty() {
             "no zone is disrupted: evictions are allowed in every zone".to_string()
         } else {
@@ -431,6 +424,63 @@ mod tests {
             disrupted_pods: [(pod.to_string(), view::time_of_ms(NOW_MS - ago_ms))].into(),
             disrupted_pod_zones: [(pod.to_string(), zone.to_string())].into(),
             ..Default::default()
+        }
+    }
+
+    /// What the webhook writes when it records an eviction is what the controller computes next
+    /// from its cache (the pod still Ready there): the record costs one status write, not two.
+    /// Also with a zone already holding an unready pod, which the condition counts.
+    #[test]
+    fn a_recorded_eviction_needs_no_second_write() {
+        let compute_from = |pods: &[BudgetPod], status: ZoneDisruptionBudgetStatus| {
+            let mut draft = Draft {
+                status,
+                ..Draft::default()
+            };
+            compute(
+                &BudgetView {
+                    pods,
+                    expected_total: 6,
+                    max_unavailable: IntOrPercent::Int(2),
+                    now_ms: NOW_MS,
+                },
+                &mut draft,
+            );
+            draft.status
+        };
+        for unready in [false, true] {
+            let pods = [
+                pod("web-0", "a", true),
+                pod("web-1", "b", true),
+                pod("web-2", "c", true),
+                pod("web-3", "a", !unready),
+                pod("web-4", "b", true),
+                pod("web-5", "c", true),
+            ];
+            let before = compute_from(&pods, ZoneDisruptionBudgetStatus::default());
+            let mut recorded = before.clone();
+            view::record(
+                &mut recorded,
+                "web-0",
+                &Zone::known("a"),
+                view::time_of_ms(NOW_MS),
+                IntOrPercent::Int(2),
+            );
+            let condition = |s: &ZoneDisruptionBudgetStatus| {
+                s.condition(condition::DISRUPTED)
+                    .map(|c| (c.status.clone(), c.message.clone()))
+            };
+            let message = if unready {
+                "a: web-0 evicted; 1 other pod(s) unavailable or missing"
+            } else {
+                "a: web-0 evicted"
+            };
+            assert_eq!(
+                condition(&recorded),
+                Some(("True".to_string(), message.to_string()))
+            );
+            let next = compute_from(&pods, recorded.clone());
+            assert_eq!(next, recorded, "unready pod in a: {unready}");
         }
     }
 

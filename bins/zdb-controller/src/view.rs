@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use zone_api::ZoneDisruptionBudgetStatus;
+use zone_api::conditions::Conditions;
+use zone_api::zdb::{condition, reason};
 use zone_topology::budget::{self, Budget, BudgetInput, BudgetPod, Disruption};
 use zone_topology::zone::UNKNOWN_ZONE;
 use zone_topology::{IntOrPercent, Zone};
@@ -167,8 +169,48 @@ pub fn from_status(status: &ZoneDisruptionBudgetStatus, max_unavailable: IntOrPe
     })
 }
 
+/// What blocks a zone of a budget rebuilt from its status ([`from_status`]): the recorded pods by
+/// name, the others by number. "web-1, web-2 evicted; 1 other pod(s) unavailable or missing".
+pub fn blocking(budget: &budget::ZoneBudget) -> String {
+    let mut parts = Vec::new();
+    if !budget.blocking_pods.is_empty() {
+        parts.push(format!("{} evicted", budget.blocking_pods.join(", ")));
+    }
+    let others = budget
+        .unhealthy
+        .saturating_sub(u32::try_from(budget.blocking_pods.len()).unwrap_or(u32::MAX));
+    if others > 0 {
+        parts.push(format!("{others} other pod(s) unavailable or missing"));
+    }
+    parts.join("; ")
+}
+
+/// The Disrupted condition, from the status alone: "zone-a: web-1 evicted; 1 other pod(s)
+/// unavailable or missing". Both writers set it this way (the controller after each computation,
+/// the webhook with each record), so a record written by the webhook is already what the
+/// controller would write: it does not cost a second write of the status.
+pub fn set_disrupted(status: &mut ZoneDisruptionBudgetStatus, max_unavailable: IntOrPercent) {
+    let budget = from_status(status, max_unavailable);
+    let description: Vec<String> = budget
+        .zones
+        .iter()
+        .filter(|(_, b)| b.unhealthy > 0)
+        .map(|(zone, b)| format!("{zone}: {}", blocking(b)))
+        .collect();
+    if description.is_empty() {
+        status.set_condition(condition::DISRUPTED, false, reason::NOT_DISRUPTED, "");
+    } else {
+        status.set_condition(
+            condition::DISRUPTED,
+            true,
+            reason::ZONE_DISRUPTED,
+            description.join("; "),
+        );
+    }
+}
+
 /// Records an allowed eviction of a healthy pod: the record, and the pod moved from healthy to
-/// unhealthy in its zone, with the per-zone numbers recomputed.
+/// unhealthy in its zone, with the per-zone numbers and the Disrupted condition recomputed.
 pub fn record(
     status: &mut ZoneDisruptionBudgetStatus,
     pod: &str,
@@ -187,6 +229,7 @@ pub fn record(
     let budget = from_status(status, max_unavailable);
     let records = records(status);
     apply(&budget, &records, status);
+    set_disrupted(status, max_unavailable);
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetStatus};
 use zone_operator::status;
 use zone_operator::{ErrorChain, EventPublisher, NodeZones};
 use zone_topology::Zone;
-use zone_topology::budget::{Decision, Denial, EvictedPod, PodCondition, ZoneBudget};
+use zone_topology::budget::{Decision, Denial, EvictedPod, PodCondition};
 
 use crate::metrics::{ZdbMetrics, reason};
 use crate::webhook::admission::Eviction;
@@ -110,21 +110,6 @@ fn jittered(base: Duration) -> Duration {
     base.mul_f64(0.5 + unit)
 }
 
-/// "web-1, web-2 evicted; 1 other unavailable or missing".
-fn blocking(budget: &ZoneBudget) -> String {
-    let mut parts = Vec::new();
-    if !budget.blocking_pods.is_empty() {
-        parts.push(format!("{} evicted", budget.blocking_pods.join(", ")));
-    }
-    let others = budget
-        .unhealthy
-        .saturating_sub(u32::try_from(budget.blocking_pods.len()).unwrap_or(u32::MAX));
-    if others > 0 {
-        parts.push(format!("{others} other pod(s) unavailable or missing"));
-    }
-    parts.join("; ")
-}
-
 /// The denial, naming the zone and what blocks it.
 pub fn denial_message(budget: &str, pod: &str, denial: &Denial) -> String {
     let why = match denial {
@@ -134,7 +119,7 @@ pub fn denial_message(budget: &str, pod: &str, denial: &Denial) -> String {
             blocking: b,
         } => format!(
             "zone {disrupted} is disrupted ({}): evictions in zone {zone} must wait until it recovers",
-            blocking(b)
+            view::blocking(b)
         ),
         Denial::ZoneBudgetExhausted {
             zone,
@@ -143,7 +128,7 @@ pub fn denial_message(budget: &str, pod: &str, denial: &Denial) -> String {
         } => format!(
             "zone {zone} already has {} of maxUnavailable {max_unavailable} pod(s) unavailable ({})",
             b.unhealthy,
-            blocking(b)
+            view::blocking(b)
         ),
     };
     format!("cannot evict pod {pod}: ZoneDisruptionBudget {budget}: {why}")
@@ -689,12 +674,12 @@ mod tests {
 
     #[test]
     fn denials_name_the_zone_and_the_blocking_pods() {
-        let blocking = ZoneBudget {
+        let blocking = zone_topology::budget::ZoneBudget {
             expected: 3,
             healthy: 0,
             unhealthy: 3,
             blocking_pods: vec!["web-0".into(), "web-3".into()],
-            ..ZoneBudget::default()
+            ..zone_topology::budget::ZoneBudget::default()
         };
         let message = denial_message(
             "web",
