@@ -2,7 +2,7 @@
 # ZoneDisruptionBudget webhook measurements (run by `make perf`, which starts the local cluster
 # and builds the release binaries first):
 #
-# 1. Latency and memory: the zdb_perf driver (e2e/src/bin/zdb_perf.rs) creates a namespace with
+# 1. Latency and memory: the zdb_perf driver (e2e/src/bin/zdb_perf/main.rs) creates a namespace with
 #    3,000 pods selected by ZoneDisruptionBudgets, starts the release zdb-controller and sends
 #    AdmissionReviews for pods/eviction straight to its webhook at 200 requests/s on loopback.
 #    Targets: p99 <= 10 ms for denials and for pods no budget selects; VmRSS <= 50 MiB. Allowed

@@ -14,29 +14,36 @@
 //! - `allowed @N/s`: distinct healthy pods of budgets `s1..` (maxUnavailable 100%), one zone per
 //!   budget, so every request is allowed and recorded by a status PUT carrying the
 //!   resourceVersion. Nothing is evicted, so records stay: after a round of every such pod the
-//!   budgets are recreated. Run at a drain-like rate and at the full rate, where concurrent
-//!   writes to one budget conflict and the webhook refuses some with 429 (reported, not gated).
+//!   budgets are recreated. Run at a drain-like rate (reported, not gated);
+//! - the drain storm ([`storm`]): would-be-allowed evictions of one budget with maxUnavailable 1
+//!   at the full rate for 30 s through two replicas, each allowed pod deleted and recreated as
+//!   a drain would have it; gated on no budget violation, every answer before the API server's
+//!   webhook timeout, each replica's memory, and allowed evictions flowing.
 //!
 //! Latency is client side, from the scheduled send time to the parsed answer (a late send counts
 //! against the webhook, as it would for the API server). The webhook's own latency histogram and
 //! decision counters are read from its `/metrics` around each class, with the CPU time the
 //! controller and the API server spent. The controller's memory (VmRSS, VmHWM) is read from
-//! `/proc` before the load, after the measured load (the gated classes and the drain-rate
-//! allowed decisions) and after the full-rate allowed decisions, which overload the webhook.
+//! `/proc` before the load and after the measured load (the gated classes and the drain-rate
+//! allowed decisions), and sampled every 100 ms for both replicas during the storm.
 //!
 //! Settings (environment): `ZDB_PERF_PODS` (3000), `ZDB_PERF_SETS` (6: one for denials, the
 //! others for allowed decisions), `ZDB_PERF_RATE` (200 requests/s), `ZDB_PERF_SECONDS` (30 per
 //! gated class), `ZDB_PERF_WARMUP_SECONDS` (3, unmeasured), `ZDB_PERF_ALLOWED_RATE` (20),
-//! `ZDB_PERF_ALLOWED_COUNT` (600), `ZDB_PERF_OVERLOAD_SECONDS` (10 of allowed at the full rate;
-//! 0 skips), `ZDB_PERF_P99_MS` (10), `ZDB_PERF_RSS_MIB` (50), `ZDB_PERF_POD_TIMEOUT` (900 s),
-//! `ZDB_PERF_SAMPLES` (a file to append every request's class, send offset and latency to).
+//! `ZDB_PERF_ALLOWED_COUNT` (600), `ZDB_PERF_STORM_SECONDS` (30; 0 skips the storm),
+//! `ZDB_PERF_STORM_RATE` (`ZDB_PERF_RATE`), `ZDB_PERF_STORM_MAX_UNAVAILABLE` (1),
+//! `ZDB_PERF_STORM_RSS_MIB` (64, per replica), `ZDB_PERF_P99_MS` (10), `ZDB_PERF_RSS_MIB` (50),
+//! `ZDB_PERF_POD_TIMEOUT` (900 s), `ZDB_PERF_SAMPLES` (a file to append every request's class,
+//! send offset and latency to).
 //!
 //! Exit status: 0 when the targets are met (denied, unselected and no-budget-ns p99 within
 //! `ZDB_PERF_P99_MS`; VmRSS after the measured load within `ZDB_PERF_RSS_MIB`; every answer as
-//! expected and every allowed one recorded), 1 otherwise (a panic, exit 101, when the set-up
-//! fails).
+//! expected and every allowed one recorded; the storm's targets), 1 otherwise (a panic, exit 101,
+//! when the set-up fails).
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod storm;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -79,7 +86,7 @@ struct Settings {
     warmup_seconds: u64,
     allowed_rate: u32,
     allowed_count: usize,
-    overload_seconds: u64,
+    storm: storm::StormSettings,
     p99_ms: f64,
     rss_mib: f64,
     pod_timeout: Duration,
@@ -95,7 +102,7 @@ impl Settings {
             warmup_seconds: setting("ZDB_PERF_WARMUP_SECONDS", 3),
             allowed_rate: setting("ZDB_PERF_ALLOWED_RATE", 20),
             allowed_count: setting("ZDB_PERF_ALLOWED_COUNT", 600),
-            overload_seconds: setting("ZDB_PERF_OVERLOAD_SECONDS", 10),
+            storm: storm::StormSettings::from_env(setting("ZDB_PERF_RATE", 200)),
             p99_ms: setting("ZDB_PERF_P99_MS", 10.0),
             rss_mib: setting("ZDB_PERF_RSS_MIB", 50.0),
             pod_timeout: Duration::from_secs(setting("ZDB_PERF_POD_TIMEOUT", 900)),
@@ -928,13 +935,19 @@ impl Perf {
         }
     }
 
-    fn controller(&self, listen: SocketAddr, webhook: SocketAddr) -> ControllerProcess {
+    /// A replica of the controller, leader-elected as deployed (the storm runs a second one).
+    fn controller(
+        &self,
+        listen: SocketAddr,
+        webhook: SocketAddr,
+        identity: &str,
+    ) -> ControllerProcess {
         // No configuration of that name exists: the requests go straight to the webhook, the
         // API server never calls it.
         let config_name = format!("zdb-perf-{}", self.ns.name);
         let mut args = zdb_args(
-            "zdb-perf",
-            false,
+            identity,
+            true,
             &self.ns.name,
             &listen.to_string(),
             &webhook.to_string(),
@@ -1078,6 +1091,13 @@ fn fmt_ms(value: f64) -> String {
     }
 }
 
+/// A free port on 127.0.0.1.
+fn loopback() -> SocketAddr {
+    format!("127.0.0.1:{}", free_port())
+        .parse()
+        .expect("address")
+}
+
 fn per_second(seconds: u64, rate: u32) -> usize {
     usize::try_from(seconds.saturating_mul(u64::from(rate))).unwrap_or(usize::MAX)
 }
@@ -1129,14 +1149,9 @@ async fn run(settings: Settings) -> bool {
         .await;
     perf.create_budgets(&allowed_sets, &json!("100%")).await;
 
-    let listen: SocketAddr = format!("127.0.0.1:{}", free_port())
-        .parse()
-        .expect("address");
-    let webhook: SocketAddr = format!("127.0.0.1:{}", free_port())
-        .parse()
-        .expect("address");
+    let (listen, webhook) = (loopback(), loopback());
     let started = Instant::now();
-    let mut controller = perf.controller(listen, webhook);
+    let mut controller = perf.controller(listen, webhook, "zdb-perf-a");
     let pid = controller.pid();
     eprintln!(
         "zdb-perf: zdb-controller pid {pid}, log {}",
@@ -1282,36 +1297,41 @@ async fn run(settings: Settings) -> bool {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 
-    // Allowed decisions at a drain-like rate, then at the full rate (which overloads the
-    // webhook); the controller's memory after each.
+    // Allowed decisions at a drain-like rate; the controller's memory after them.
     let mut dirty = false;
-    let mut memory_after_allowed = Vec::new();
-    let allowed = [
-        (settings.allowed_rate, settings.allowed_count, 'a'),
-        (
-            settings.rate,
-            per_second(settings.overload_seconds, settings.rate),
-            'o',
-        ),
-    ];
-    for (rate, count, tag) in allowed {
-        if count > 0 {
-            let result = perf
-                .allowed_class(
+    if settings.allowed_count > 0 {
+        let result = perf
+            .allowed_class(
+                &target,
+                settings.allowed_rate,
+                settings.allowed_count,
+                &per_round,
+                &allowed_sets,
+                &mut dirty,
+                'a',
+            )
+            .await;
+        results.push(result);
+    }
+    let memory_after = memory(pid);
+
+    // The drain storms on the first allowed set's budget, through a second replica as well.
+    let mut storms = Vec::new();
+    if settings.storm.seconds > 0 {
+        for max_unavailable in &settings.storm.max_unavailable {
+            let mut result = perf
+                .storm(
+                    &settings.storm,
+                    max_unavailable,
                     &target,
-                    rate,
-                    count,
-                    &per_round,
-                    &allowed_sets,
-                    &mut dirty,
-                    tag,
+                    &allowed_sets[0],
+                    &ca,
                 )
                 .await;
-            results.push(result);
+            result.running[0] = controller.is_running();
+            storms.push(result);
         }
-        memory_after_allowed.push(memory(pid));
     }
-    let (memory_after, memory_overload) = (memory_after_allowed[0], memory_after_allowed[1]);
     let running = controller.is_running();
     let opened = target.pool.opened.load(Ordering::Relaxed);
 
@@ -1324,10 +1344,14 @@ async fn run(settings: Settings) -> bool {
         results: &results,
         memory_before,
         memory_after,
-        memory_overload,
         apiserver: target.apiserver.is_some(),
     });
-    let ok = verdict(settings, running, &results, memory_after.0);
+    let mut missed = Vec::new();
+    for storm in &storms {
+        storm.report(&settings.storm);
+        missed.extend(storm.missed(&settings.storm));
+    }
+    let ok = verdict(settings, running, &results, memory_after.0, &missed);
     drop(controller);
     ok
 }
@@ -1341,7 +1365,6 @@ struct Report<'a> {
     results: &'a [ClassResult],
     memory_before: (f64, f64),
     memory_after: (f64, f64),
-    memory_overload: (f64, f64),
     apiserver: bool,
 }
 
@@ -1453,10 +1476,9 @@ fn report(r: &Report) {
     println!();
     let (rss0, hwm0) = r.memory_before;
     let (rss1, hwm1) = r.memory_after;
-    let (rss2, hwm2) = r.memory_overload;
     println!(
-        "zdb-controller memory with {} selected pods (MiB): before the load VmRSS {rss0:.1} (VmHWM {hwm0:.1}); after the load above (denied, unselected, allowed @{}/s) VmRSS {rss1:.1} (VmHWM {hwm1:.1}); after allowed @{}/s VmRSS {rss2:.1} (VmHWM {hwm2:.1})",
-        r.selected, settings.allowed_rate, settings.rate
+        "zdb-controller memory with {} selected pods (MiB): before the load VmRSS {rss0:.1} (VmHWM {hwm0:.1}); after the load above (denied, unselected, allowed @{}/s) VmRSS {rss1:.1} (VmHWM {hwm1:.1})",
+        r.selected, settings.allowed_rate
     );
     println!(
         "429 = allowed evictions refused with 429 under load (write conflicts, load shed at once, or the webhook's decision deadline: see the decisions); wrong = other answers than expected or errors; late = sends more than one interval behind schedule (driver starved of CPU); ctrl/apisrv/driver cpu = CPU time of the controller / the API server / this driver during the class per request (the API server's includes whatever else it served meanwhile); host busy = the whole machine during the class"
@@ -1464,8 +1486,14 @@ fn report(r: &Report) {
 }
 
 /// Prints every missed target; true when none was missed.
-fn verdict(settings: &Settings, running: bool, results: &[ClassResult], rss: f64) -> bool {
-    let mut missed = Vec::new();
+fn verdict(
+    settings: &Settings,
+    running: bool,
+    results: &[ClassResult],
+    rss: f64,
+    storm: &[String],
+) -> bool {
+    let mut missed = storm.to_vec();
     if !running {
         missed.push("zdb-controller exited during the run".to_string());
     }
@@ -1521,8 +1549,8 @@ fn verdict(settings: &Settings, running: bool, results: &[ClassResult], rss: f64
     }
     if missed.is_empty() {
         println!(
-            "zdb perf: targets met (p99 <= {} ms for denied, unselected, no-budget-ns; VmRSS <= {} MiB)",
-            settings.p99_ms, settings.rss_mib
+            "zdb perf: targets met (p99 <= {} ms for denied, unselected, no-budget-ns; VmRSS <= {} MiB; storm: no violation, every answer in time, VmRSS <= {} MiB per replica)",
+            settings.p99_ms, settings.rss_mib, settings.storm.rss_mib
         );
     }
     missed.is_empty()

@@ -1,0 +1,957 @@
+//! The drain storm: would-be-allowed evictions of **one** budget at the full rate, through two
+//! replicas of the webhook, as a cluster autoscaler or a parallel drain emptying many nodes at
+//! once sends them.
+//!
+//! The budget selects the pods of one StatefulSet across the zones. Each request names a pod that
+//! is Ready as far as the driver knows (never evicted, or evicted and back Ready), and goes to the
+//! two replicas in turn (the API server spreads its calls over the Service's endpoints). On an allowed answer the driver does what the
+//! API server does next: it deletes the pod. The StatefulSet controller recreates it and kwok
+//! makes it Ready. Two budgets, one storm each (`ZDB_PERF_STORM_MAX_UNAVAILABLE`, "1,100%"):
+//!
+//! - `maxUnavailable: 1`: each allowed eviction must complete (its new pod Ready) before the next
+//!   anywhere, so allowed evictions flow at the pace of recoveries and nearly every request is
+//!   refused by the budget;
+//! - `maxUnavailable: 100%`: every pod of the first zone to lose one may go, as fast as the
+//!   webhook can record them (one status write each), and the other zones wait: a zone emptied
+//!   at once, the write-heavy case.
+//!
+//! What is checked:
+//!
+//! - **No budget violation**, from an independent ledger: watches of the pods and of the budget,
+//!   replayed in resourceVersion order (one etcd's revisions, so the two streams interleave as
+//!   they happened). A disruption starts when the budget's status records the pod (the webhook's
+//!   write) and ends when a new pod of that name is Ready. At every start the pods unavailable
+//!   (started and not ended, or seen not Ready) must be in one zone and at most maxUnavailable.
+//! - **Every answer in time**: before the API server's webhook timeout (`timeoutSeconds` 5),
+//!   which would fail the eviction closed with a 500 that ends `kubectl drain`.
+//! - **Memory**: each replica's VmRSS, sampled every 100 ms, and its VmHWM.
+//! - **Flow**: allowed (recorded) evictions per second and the longest gap between two.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams, Preconditions, WatchEvent, WatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use zone_api::ZoneDisruptionBudget;
+
+use super::{
+    Perf, Pool, ServerSide, Target, admission_review, fmt_ms, memory, server_side,
+};
+use e2e::perf::{quantile, setting};
+use e2e::pods;
+use e2e::wait_for;
+
+/// The API server's timeout for the webhook (`timeoutSeconds` of config/webhook).
+const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub struct StormSettings {
+    pub seconds: u64,
+    pub rate: u32,
+    /// One storm per value, each on a budget recreated with it.
+    pub max_unavailable: Vec<String>,
+    pub rss_mib: f64,
+}
+
+impl StormSettings {
+    pub fn from_env(rate: u32) -> StormSettings {
+        let budgets: String = setting("ZDB_PERF_STORM_MAX_UNAVAILABLE", "1,100%".to_string());
+        let max_unavailable: Vec<String> = budgets
+            .split(',')
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+            .collect();
+        for value in &max_unavailable {
+            assert!(
+                limit(value, 100).is_some(),
+                "ZDB_PERF_STORM_MAX_UNAVAILABLE: {value:?} is neither a count nor a percentage"
+            );
+        }
+        StormSettings {
+            seconds: setting("ZDB_PERF_STORM_SECONDS", 30),
+            rate: setting("ZDB_PERF_STORM_RATE", rate),
+            max_unavailable,
+            rss_mib: setting("ZDB_PERF_STORM_RSS_MIB", 64.0),
+        }
+    }
+}
+
+/// maxUnavailable as the budget's spec takes it: a count, or a percentage ("100%").
+fn spec_value(value: &str) -> Value {
+    value.parse::<u64>().map_or_else(|_| json!(value), |n| json!(n))
+}
+
+/// The pods one zone may have unavailable: a count, or a percentage of every expected pod of
+/// the budget, rounded up (as the controller resolves it).
+fn limit(value: &str, expected: usize) -> Option<usize> {
+    match value.strip_suffix('%') {
+        Some(percent) => Some((percent.parse::<usize>().ok()? * expected).div_ceil(100)),
+        None => value.parse().ok(),
+    }
+}
+
+/// What the watches saw, with the driver's clock.
+#[derive(Debug, Clone)]
+enum Seen {
+    Pod {
+        name: String,
+        uid: String,
+        /// None: deleted.
+        ready: Option<bool>,
+        zone: Option<String>,
+    },
+    /// The budget's records: pod → (zone, time recorded).
+    Records(BTreeMap<String, (String, String)>),
+}
+
+#[derive(Debug, Default)]
+struct Ledger {
+    /// (resourceVersion, when it was received, what).
+    seen: Mutex<Vec<(u64, Instant, Seen)>>,
+    /// Highest resourceVersion received per stream (pods, budget).
+    reached: [AtomicU64; 2],
+    errors: Mutex<Vec<String>>,
+}
+
+fn rv_of(meta: &kube::api::ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
+}
+
+impl Ledger {
+    fn push(&self, stream: usize, rv: u64, seen: Seen) {
+        self.seen
+            .lock()
+            .expect("ledger")
+            .push((rv, Instant::now(), seen));
+        self.reached[stream].fetch_max(rv, Ordering::AcqRel);
+    }
+
+    fn error(&self, error: String) {
+        self.errors.lock().expect("ledger").push(error);
+    }
+}
+
+/// Follows `api` from resourceVersion `from` until `stop`, re-watching from the last version
+/// seen when a watch ends; every object goes through `seen` into the ledger.
+async fn follow<K>(
+    api: Api<K>,
+    params: WatchParams,
+    mut from: String,
+    stream: usize,
+    ledger: Arc<Ledger>,
+    stop: Arc<AtomicBool>,
+    seen: impl Fn(&K, bool) -> Seen,
+) where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    while !stop.load(Ordering::Acquire) {
+        let events = match api.watch(&params, &from).await {
+            Ok(events) => events,
+            Err(error) => {
+                ledger.error(format!("watch: {error}"));
+                return;
+            }
+        };
+        let mut events = events.boxed();
+        loop {
+            let next = tokio::time::timeout(Duration::from_millis(200), events.next()).await;
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
+            let event = match next {
+                Err(_) => continue,
+                Ok(None) => break,
+                Ok(Some(Err(error))) => {
+                    ledger.error(format!("watch: {error}"));
+                    return;
+                }
+                Ok(Some(Ok(event))) => event,
+            };
+            let (object, deleted) = match event {
+                WatchEvent::Added(o) | WatchEvent::Modified(o) => (o, false),
+                WatchEvent::Deleted(o) => (o, true),
+                WatchEvent::Bookmark(b) => {
+                    from = b.metadata.resource_version;
+                    continue;
+                }
+                WatchEvent::Error(e) => {
+                    // A 410 Gone here would leave a hole in the ledger: report it, do not guess.
+                    ledger.error(format!("watch error: {e:?}"));
+                    return;
+                }
+            };
+            let Some(rv) = rv_of(object.meta()) else {
+                ledger.error(format!("no numeric resourceVersion: {object:?}"));
+                return;
+            };
+            from = rv.to_string();
+            ledger.push(stream, rv, seen(&object, deleted));
+        }
+    }
+}
+
+/// The storm's figures.
+pub struct StormResult {
+    pub max_unavailable: String,
+    pub sent: usize,
+    latencies: Vec<f64>,
+    pub allowed_answers: usize,
+    /// Allowed answers whose deletion removed the pod judged (the others came for a pod already
+    /// deleted by an earlier answer, or for a pod kwok had deleted and its controller recreated
+    /// meanwhile: the deletion is by the uid the driver sent the request for).
+    pub first_allowed: usize,
+    pub refused: usize,
+    /// Answers other than allowed or 429, transport errors, answers past the webhook timeout.
+    pub wrong: usize,
+    example: Option<String>,
+    pub late_answers: usize,
+    /// Disruptions recorded in the budget (the ledger's starts), per second of the phase.
+    pub starts: usize,
+    pub completed: Vec<f64>,
+    pub longest_gap_s: f64,
+    pub violations: Vec<String>,
+    pub ledger_errors: Vec<String>,
+    pub elapsed: Duration,
+    /// Per replica: highest VmRSS sampled, VmHWM at the end, before the storm.
+    pub rss_max: [f64; 2],
+    pub hwm: [f64; 2],
+    pub rss_before: [f64; 2],
+    server: [Option<ServerSide>; 2],
+    pub delete_errors: usize,
+    pub running: [bool; 2],
+}
+
+/// One request's end.
+enum Answer {
+    Allowed,
+    Refused,
+    Wrong(String),
+}
+
+fn classify(answer: &Value, uid: &str) -> Answer {
+    let response = &answer["response"];
+    if response["uid"] != uid {
+        return Answer::Wrong(format!("uid {} for {uid}", response["uid"]));
+    }
+    match (response["allowed"].as_bool(), response["status"]["code"].as_i64()) {
+        (Some(true), _) => Answer::Allowed,
+        (Some(false), Some(429)) => Answer::Refused,
+        _ => Answer::Wrong(format!("unexpected answer: {response}")),
+    }
+}
+
+/// The pods the driver may name: an evicted pod is named again once a new pod of its name is
+/// Ready.
+#[derive(Debug, Default)]
+struct Targets {
+    evicted: HashSet<String>,
+    /// The uid of each name when it was last seen Ready.
+    ready_uid: HashMap<String, String>,
+}
+
+fn pod_seen(
+    zones: &BTreeMap<String, String>,
+    targets: Arc<Mutex<Targets>>,
+) -> impl Fn(&Pod, bool) -> Seen + use<> {
+    let zones = zones.clone();
+    move |pod: &Pod, deleted: bool| {
+        let (name, uid) = (pod.name_any(), pod.uid().unwrap_or_default());
+        let ready = (!deleted).then(|| pods::is_ready(pod));
+        if ready == Some(true) {
+            let mut targets = targets.lock().expect("targets");
+            if targets.ready_uid.get(&name) != Some(&uid) {
+                targets.evicted.remove(&name);
+                targets.ready_uid.insert(name.clone(), uid.clone());
+            }
+        }
+        Seen::Pod {
+            name,
+            uid,
+            ready,
+            zone: pods::node_of(pod).and_then(|node| zones.get(node).cloned()),
+        }
+    }
+}
+
+fn budget_seen(zdb: &ZoneDisruptionBudget, _deleted: bool) -> Seen {
+    let status = zdb.status.clone().unwrap_or_default();
+    Seen::Records(
+        status
+            .disrupted_pods
+            .iter()
+            .map(|(pod, at)| {
+                let zone = status.disrupted_pod_zones.get(pod).cloned();
+                let zone = zone.unwrap_or_else(|| "unknown".into());
+                (pod.clone(), (zone, format!("{:?}", at.0)))
+            })
+            .collect(),
+    )
+}
+
+#[derive(Debug, Clone)]
+struct PodState {
+    uid: String,
+    ready: bool,
+    present: bool,
+    zone: String,
+}
+
+/// A disruption the ledger follows: from the record until a new pod of the name is Ready.
+struct Active {
+    uid: String,
+    zone: String,
+    since: Instant,
+}
+
+/// Replays the ledger in resourceVersion order; returns (starts with their time, completed
+/// disruption durations in s, violations).
+///
+/// A start is a record new to the budget, or one whose time changed (a StatefulSet's new pod
+/// evicted under the name of an earlier one, before that one's record was pruned). A disruption
+/// counts in the zone of the pod evicted, even once its new pod is placed in another zone: the
+/// budget is about the evictions allowed (the controller counts such a new pod in its zone as
+/// soon as it sees it, and the webhook then refuses). Pods seen not Ready outside any
+/// disruption (none with kwok) count in their own zone.
+fn replay(
+    initial: HashMap<String, PodState>,
+    mut seen: Vec<(u64, Instant, Seen)>,
+    max_unavailable: usize,
+) -> (Vec<Instant>, Vec<f64>, Vec<String>) {
+    seen.sort_by_key(|(rv, _, _)| *rv);
+    let mut pods = initial;
+    let mut active: BTreeMap<String, Active> = BTreeMap::new();
+    let mut recorded: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let (mut starts, mut completed, mut violations) = (Vec::new(), Vec::new(), Vec::new());
+    for (rv, at, event) in seen {
+        match event {
+            Seen::Pod {
+                name,
+                uid,
+                ready,
+                zone,
+            } => {
+                let state = pods.entry(name.clone()).or_insert_with(|| PodState {
+                    uid: uid.clone(),
+                    ready: false,
+                    present: false,
+                    zone: String::new(),
+                });
+                state.uid = uid.clone();
+                state.present = ready.is_some();
+                state.ready = ready == Some(true);
+                if let Some(zone) = zone {
+                    state.zone = zone;
+                }
+                if ready == Some(true)
+                    && let Some(disruption) = active.get(&name)
+                    && disruption.uid != uid
+                {
+                    completed.push(at.duration_since(disruption.since).as_secs_f64());
+                    active.remove(&name);
+                }
+            }
+            Seen::Records(records) => {
+                for (pod, (zone, at_time)) in &records {
+                    if recorded.get(pod).is_some_and(|(_, before)| before == at_time) {
+                        continue;
+                    }
+                    // Unavailable now: disruptions under way and pods seen not Ready or gone.
+                    let mut unavailable: BTreeMap<String, String> = BTreeMap::new();
+                    for (name, disruption) in active.iter().filter(|(name, _)| *name != pod) {
+                        unavailable.insert(name.clone(), disruption.zone.clone());
+                    }
+                    for (name, state) in &pods {
+                        if !state.ready && !unavailable.contains_key(name) && name != pod {
+                            unavailable.insert(name.clone(), state.zone.clone());
+                        }
+                    }
+                    unavailable.insert(pod.clone(), zone.clone());
+                    let zones: BTreeSet<&String> = unavailable.values().collect();
+                    if zones.len() > 1 || unavailable.len() > max_unavailable {
+                        violations.push(format!(
+                            "at resourceVersion {rv}, {pod} ({zone}) recorded with unavailable {unavailable:?}"
+                        ));
+                    }
+                    let uid = pods.get(pod).map(|p| p.uid.clone()).unwrap_or_default();
+                    active.insert(
+                        pod.clone(),
+                        Active {
+                            uid,
+                            zone: zone.clone(),
+                            since: at,
+                        },
+                    );
+                    starts.push(at);
+                }
+                recorded = records;
+            }
+        }
+    }
+    (starts, completed, violations)
+}
+
+impl Perf {
+    /// Runs the storm against `replicas` (the first is the running controller, the second is
+    /// started here) on the pods of budget `set`.
+    pub async fn storm(
+        &self,
+        storm: &StormSettings,
+        max_unavailable: &str,
+        first: &Target,
+        set: &str,
+        ca: &[u8],
+    ) -> StormResult {
+        let most_unavailable = limit(max_unavailable, self.per_set).expect("checked setting");
+        self.delete_budgets(&[set.to_string()]).await;
+        self.create_budgets(&[set.to_string()], &spec_value(max_unavailable))
+            .await;
+        self.wait_budgets(&[set.to_string()], &[], Duration::from_secs(300))
+            .await;
+
+        // The second replica, and the webhook answering there with the budget cached.
+        let listen: SocketAddr = super::loopback();
+        let webhook: SocketAddr = super::loopback();
+        let mut second_process = self.controller(listen, webhook, "zdb-perf-b");
+        eprintln!(
+            "zdb-perf: storm: second replica pid {}, log {}",
+            second_process.pid(),
+            second_process.log.display()
+        );
+        let second = Target {
+            pool: Arc::new(Pool::new(webhook, ca)),
+            listen,
+            pid: second_process.pid(),
+            apiserver: first.apiserver,
+            samples: None,
+        };
+        wait_for("the second replica ready", Duration::from_secs(60), || async {
+            match e2e::process::http_get_from(listen, "/readyz").await {
+                Ok((200, _)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        for target in [first, &second] {
+            target.wait_budgets_cached(&self.ns.name, &[set.to_string()]).await;
+        }
+
+        // The ledger: the pods and the budget from the versions listed now.
+        let selector = format!("app={set}");
+        let list = self
+            .pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .expect("list the budget's pods");
+        let node_zones = e2e::nodes::zones(&self.ns.client, "").await;
+        let mut initial: HashMap<String, PodState> = HashMap::new();
+        let mut by_zone: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for pod in &list.items {
+            let zone = pods::node_of(pod)
+                .and_then(|n| node_zones.get(n).cloned())
+                .unwrap_or_default();
+            let ready = pods::is_ready(pod);
+            if ready {
+                by_zone.entry(zone.clone()).or_default().push(pod.name_any());
+            }
+            initial.insert(
+                pod.name_any(),
+                PodState {
+                    uid: pod.uid().unwrap_or_default(),
+                    ready,
+                    present: true,
+                    zone,
+                },
+            );
+        }
+        let zdb = self.zdbs.get(set).await.expect("the storm's budget");
+        let targets = Arc::new(Mutex::new(Targets {
+            evicted: HashSet::new(),
+            ready_uid: initial
+                .iter()
+                .filter(|(_, p)| p.ready)
+                .map(|(name, p)| (name.clone(), p.uid.clone()))
+                .collect(),
+        }));
+        let ledger = Arc::new(Ledger::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let watches = [
+            tokio::spawn(follow(
+                self.pods.clone(),
+                WatchParams::default().labels(&selector).timeout(290),
+                list.metadata.resource_version.clone().unwrap_or_default(),
+                0,
+                ledger.clone(),
+                stop.clone(),
+                pod_seen(&node_zones, targets.clone()),
+            )),
+            tokio::spawn(follow(
+                self.zdbs.clone(),
+                WatchParams::default()
+                    .fields(&format!("metadata.name={set}"))
+                    .timeout(290),
+                zdb.resource_version().unwrap_or_default(),
+                1,
+                ledger.clone(),
+                stop.clone(),
+                budget_seen,
+            )),
+        ];
+
+        // Targets: Ready pods, the zones interleaved.
+        let mut order = Vec::new();
+        let longest = by_zone.values().map(Vec::len).max().unwrap_or(0);
+        for i in 0..longest {
+            for names in by_zone.values() {
+                if let Some(name) = names.get(i) {
+                    order.push(name.clone());
+                }
+            }
+        }
+
+        let pids = [first.pid, second.pid];
+        let rss_before = pids.map(|pid| memory(pid).0);
+        let sampling = Arc::new(AtomicBool::new(true));
+        let sampler = {
+            let sampling = sampling.clone();
+            std::thread::spawn(move || {
+                let mut most = [0.0f64; 2];
+                while sampling.load(Ordering::Acquire) {
+                    for (i, pid) in pids.iter().enumerate() {
+                        let (rss, _) = memory(*pid);
+                        if rss.is_nan() || rss > most[i] {
+                            most[i] = rss;
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                most
+            })
+        };
+
+        let before = [first.scrape().await, second.scrape().await];
+        eprintln!(
+            "zdb-perf: storm: {} requests at {}/s for {} s on budget {set} (maxUnavailable {max_unavailable}), two replicas",
+            storm.seconds * u64::from(storm.rate),
+            storm.rate,
+            storm.seconds,
+        );
+        let pools = [first.pool.clone(), second.pool.clone()];
+        let (outcomes, elapsed, delete_errors) =
+            self.send_storm(storm, &pools, order, targets).await;
+        let after = [first.scrape().await, second.scrape().await];
+        let hwm = pids.map(|pid| memory(pid).1);
+        sampling.store(false, Ordering::Release);
+        let rss_max = sampler.join().expect("the memory sampler");
+        let running = [
+            true, // checked by the caller for the first replica
+            second_process.is_running(),
+        ];
+
+        // Let every disruption end (new pods Ready) and the ledger catch up with the API server.
+        let catch_up = self.settle(&selector, set, &ledger).await;
+        stop.store(true, Ordering::Release);
+        for watch in watches {
+            let _ = watch.await;
+        }
+        drop(second_process);
+
+        let seen = std::mem::take(&mut *ledger.seen.lock().expect("ledger"));
+        let (starts, completed, violations) = replay(initial, seen, most_unavailable);
+        let phase_started = starts.first().copied();
+        let longest_gap_s = starts
+            .windows(2)
+            .map(|w| w[1].duration_since(w[0]).as_secs_f64())
+            .fold(phase_started.map_or(f64::NAN, |_| 0.0), f64::max);
+        let mut ledger_errors = std::mem::take(&mut *ledger.errors.lock().expect("ledger"));
+        if let Err(error) = catch_up {
+            ledger_errors.push(error);
+        }
+
+        let mut result = StormResult {
+            max_unavailable: max_unavailable.to_string(),
+            sent: outcomes.len(),
+            latencies: Vec::new(),
+            allowed_answers: 0,
+            first_allowed: 0,
+            refused: 0,
+            wrong: 0,
+            example: None,
+            late_answers: 0,
+            starts: starts.len(),
+            completed,
+            longest_gap_s,
+            violations,
+            ledger_errors,
+            elapsed,
+            rss_max,
+            hwm,
+            rss_before,
+            server: [
+                Some(server_side(&before[0], &after[0])),
+                Some(server_side(&before[1], &after[1])),
+            ],
+            delete_errors,
+            running,
+        };
+        for (latency_ms, answer, first) in outcomes {
+            result.first_allowed += usize::from(first);
+            if latency_ms >= WEBHOOK_TIMEOUT.as_secs_f64() * 1000.0 {
+                result.late_answers += 1;
+            }
+            match answer {
+                Answer::Allowed => result.allowed_answers += 1,
+                Answer::Refused => result.refused += 1,
+                Answer::Wrong(problem) => {
+                    result.wrong += 1;
+                    result.example.get_or_insert(problem);
+                }
+            }
+            result.latencies.push(latency_ms);
+        }
+        result
+            .latencies
+            .sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        result
+    }
+
+    /// Sends the storm's requests, open loop, alternating between the replicas; an allowed
+    /// eviction's pod is deleted (as the API server would) and never named again. Returns each
+    /// request's latency (ms), answer and whether it was the first allowed for its pod, the
+    /// send time, and the deletions that failed.
+    async fn send_storm(
+        &self,
+        storm: &StormSettings,
+        pools: &[Arc<Pool>; 2],
+        order: Vec<String>,
+        targets: Arc<Mutex<Targets>>,
+    ) -> (Vec<(f64, Answer, bool)>, Duration, usize) {
+        let count = usize::try_from(storm.seconds * u64::from(storm.rate)).unwrap_or(usize::MAX);
+        let period = Duration::from_secs_f64(1.0 / f64::from(storm.rate));
+        let delete_errors = Arc::new(AtomicU64::new(0));
+        let runtime = tokio::runtime::Handle::current();
+        let namespace = self.ns.name.clone();
+        let (pools, api) = (pools.clone(), self.pods.clone());
+        let errors_in = delete_errors.clone();
+        let started = Instant::now();
+        // Paced from a thread, as `drive` is: the runtime timer's tick would add to the latency.
+        let pacer = tokio::task::spawn_blocking(move || {
+            let mut tasks = Vec::with_capacity(count);
+            let mut next = 0usize;
+            for i in 0..count {
+                let scheduled = started + period * u32::try_from(i).unwrap_or(u32::MAX);
+                if let Some(wait) = scheduled.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                // The next pod not evicted, or back Ready since; none when every pod is
+                // evicted and not back yet (the slot goes unused).
+                let pod = {
+                    let targets = targets.lock().expect("targets");
+                    let mut pick = None;
+                    for _ in 0..order.len() {
+                        let candidate = &order[next % order.len()];
+                        next += 1;
+                        if !targets.evicted.contains(candidate) {
+                            let uid = targets.ready_uid.get(candidate).cloned();
+                            pick = Some((candidate.clone(), uid.unwrap_or_default()));
+                            break;
+                        }
+                    }
+                    pick
+                };
+                let Some((pod, pod_uid)) = pod else { continue };
+                let uid = format!("00000000-0000-4000-8000-st{i:010}");
+                let body = admission_review(&uid, &namespace, &pod, false);
+                let pool = pools[i % 2].clone();
+                let (api, targets, errors) = (api.clone(), targets.clone(), errors_in.clone());
+                tasks.push(runtime.spawn(async move {
+                    let answer = tokio::time::timeout(WEBHOOK_TIMEOUT, pool.post(body)).await;
+                    let latency_ms = scheduled.elapsed().as_secs_f64() * 1000.0;
+                    let answer = match answer {
+                        Err(_) => Answer::Wrong(format!("no answer within {WEBHOOK_TIMEOUT:?}")),
+                        Ok(Err(error)) => Answer::Wrong(error),
+                        Ok(Ok(answer)) => classify(&answer, &uid),
+                    };
+                    // What the API server does after an allowed eviction: delete the pod that
+                    // was judged, by its uid. Of several allowed answers for one pod (requests
+                    // sent before the first was answered) one deletes it; a later answer
+                    // cannot delete its replacement.
+                    let mut first = false;
+                    if matches!(answer, Answer::Allowed) {
+                        targets.lock().expect("targets").evicted.insert(pod.clone());
+                        // At once (no grace period): kwok, left to finish many graceful
+                        // deletions of recreated names, was seen deleting the new pods too.
+                        let params = DeleteParams::default()
+                            .grace_period(0)
+                            .preconditions(Preconditions {
+                                uid: Some(pod_uid),
+                                resource_version: None,
+                            });
+                        match api.delete(&pod, &params).await {
+                            Ok(_) => first = true,
+                            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                            Err(error) => {
+                                eprintln!("zdb-perf: storm: delete {pod}: {error}");
+                                errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    (latency_ms, answer, first)
+                }));
+            }
+            tasks
+        });
+        let tasks = pacer.await.expect("pacing thread");
+        let mut outcomes = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            outcomes.push(task.await.expect("request task"));
+        }
+        let elapsed = started.elapsed();
+        let errors = usize::try_from(delete_errors.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+        (outcomes, elapsed, errors)
+    }
+
+    /// Waits until every pod of `selector` is Ready and the budget has no record, then until the
+    /// ledger's watches have reached the versions of the pods and the budget listed then.
+    async fn settle(&self, selector: &str, set: &str, ledger: &Ledger) -> Result<(), String> {
+        let want = self.per_set;
+        let (pods_rv, budget_rv) = wait_for(
+            "the storm's disruptions to end",
+            Duration::from_secs(180),
+            || async {
+                let list = self
+                    .pods
+                    .list(&ListParams::default().labels(selector))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let ready = list.items.iter().filter(|p| pods::is_ready(p)).count();
+                let zdb = self.zdbs.get(set).await.map_err(|e| e.to_string())?;
+                let records = zdb.status.as_ref().map_or(0, |s| s.disrupted_pods.len());
+                if ready != want || list.items.len() != want || records > 0 {
+                    return Err(format!(
+                        "{ready} of {want} Ready, {} pods, {records} records",
+                        list.items.len()
+                    ));
+                }
+                let pods_rv = list.items.iter().filter_map(|p| rv_of(&p.metadata)).max();
+                Ok((pods_rv.unwrap_or(0), rv_of(&zdb.metadata).unwrap_or(0)))
+            },
+        )
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if ledger.reached[0].load(Ordering::Acquire) >= pods_rv
+                && ledger.reached[1].load(Ordering::Acquire) >= budget_rv
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(format!(
+            "the ledger's watches did not reach resourceVersions {pods_rv} (pods) and {budget_rv} (budget) within 30 s"
+        ))
+    }
+}
+
+impl StormResult {
+    fn percentile(&self, p: f64) -> f64 {
+        quantile(&self.latencies, p / 100.0)
+    }
+
+    pub fn report(&self, storm: &StormSettings) {
+        println!();
+        println!(
+            "drain storm: {} would-be-allowed evictions at {}/s for {} s on one budget (maxUnavailable {}) through two replicas; an allowed pod is deleted and recreated as the API server and the StatefulSet controller would",
+            self.sent, storm.rate, storm.seconds, self.max_unavailable
+        );
+        println!(
+            "  answers: {} allowed ({} deleted a pod), {} refused with 429, {} other/errors, {} at or past the webhook timeout ({:?}); latency ms p50 {} p99 {} max {}",
+            self.allowed_answers,
+            self.first_allowed,
+            self.refused,
+            self.wrong,
+            self.late_answers,
+            WEBHOOK_TIMEOUT,
+            fmt_ms(self.percentile(50.0)),
+            fmt_ms(self.percentile(99.0)),
+            fmt_ms(self.latencies.last().copied().unwrap_or(f64::NAN)),
+        );
+        let mut durations = self.completed.clone();
+        durations.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        println!(
+            "  allowed and recorded: {} ({:.2}/s over {:.1} s); longest gap between two {:.1} s; disruption (record to new pod Ready) p50 {:.2} s max {:.2} s; failed deletions {}",
+            self.starts,
+            self.starts as f64 / self.elapsed.as_secs_f64().max(1e-9),
+            self.elapsed.as_secs_f64(),
+            self.longest_gap_s,
+            quantile(&durations, 0.5),
+            durations.last().copied().unwrap_or(f64::NAN),
+            self.delete_errors,
+        );
+        println!(
+            "  budget violations (ledger of the pod and budget watches, in resourceVersion order): {}",
+            self.violations.len()
+        );
+        for violation in self.violations.iter().take(5) {
+            println!("    {violation}");
+        }
+        for (i, name) in ["first", "second"].iter().enumerate() {
+            let decisions = self.server[i].as_ref().map_or_else(String::new, |s| {
+                s.decisions
+                    .iter()
+                    .map(|(k, n)| format!("{k}={n}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            });
+            println!(
+                "  {name} replica: VmRSS {:.1} MiB before, at most {:.1} during (sampled every 100 ms), VmHWM {:.1}; decisions: {decisions}",
+                self.rss_before[i], self.rss_max[i], self.hwm[i]
+            );
+        }
+        if let Some(example) = &self.example {
+            println!("  e.g.: {example}");
+        }
+    }
+
+    /// The missed targets, one line each.
+    pub fn missed(&self, storm: &StormSettings) -> Vec<String> {
+        let mut problems = Vec::new();
+        if !self.violations.is_empty() {
+            problems.push(format!("{} budget violations", self.violations.len()));
+        }
+        if !self.ledger_errors.is_empty() {
+            problems.push(format!(
+                "the ledger is incomplete: {}",
+                self.ledger_errors.join("; ")
+            ));
+        }
+        if self.wrong > 0 || self.late_answers > 0 {
+            problems.push(format!(
+                "{} unexpected answers or errors, {} at or past the webhook timeout",
+                self.wrong, self.late_answers
+            ));
+        }
+        if self.starts == 0 {
+            problems.push("no eviction was allowed".to_string());
+        }
+        // The ledger saw every record the webhooks say they wrote.
+        let recorded: f64 = self
+            .server
+            .iter()
+            .flatten()
+            .filter_map(|s| s.decisions.get("allowed/Recorded"))
+            .sum();
+        if (recorded - self.starts as f64).abs() > 0.5 {
+            problems.push(format!(
+                "the webhooks recorded {recorded} evictions, the ledger saw {} start",
+                self.starts
+            ));
+        }
+        if self.delete_errors > 0 {
+            problems.push(format!("{} deletions failed", self.delete_errors));
+        }
+        for i in 0..2 {
+            let most = self.rss_max[i].max(self.hwm[i]);
+            if most.is_nan() || most > storm.rss_mib {
+                problems.push(format!(
+                    "replica {} reached {most:.1} MiB > {} MiB",
+                    i + 1,
+                    storm.rss_mib
+                ));
+            }
+            if !self.running[i] {
+                problems.push(format!("replica {} exited", i + 1));
+            }
+        }
+        problems
+            .into_iter()
+            .map(|problem| format!("storm (maxUnavailable {}): {problem}", self.max_unavailable))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(uid: &str, zone: &str) -> PodState {
+        PodState {
+            uid: uid.into(),
+            ready: true,
+            present: true,
+            zone: zone.into(),
+        }
+    }
+
+    fn records(pods: &[(&str, &str)]) -> Seen {
+        Seen::Records(
+            pods.iter()
+                .map(|(p, z)| ((*p).to_string(), ((*z).to_string(), "t0".to_string())))
+                .collect(),
+        )
+    }
+
+    fn pod(name: &str, uid: &str, ready: Option<bool>, zone: &str) -> Seen {
+        Seen::Pod {
+            name: name.into(),
+            uid: uid.into(),
+            ready,
+            zone: Some(zone.into()),
+        }
+    }
+
+    #[test]
+    fn the_ledger_sees_a_second_zone_and_a_recovered_one() {
+        let now = Instant::now();
+        let initial: HashMap<String, PodState> = [
+            ("a-0".to_string(), state("u0", "a")),
+            ("b-0".to_string(), state("u1", "b")),
+        ]
+        .into();
+        // a-0 recorded, deleted, recreated and Ready; then b-0: no violation.
+        let fine = vec![
+            (10, now, records(&[("a-0", "a")])),
+            (11, now, pod("a-0", "u0", None, "a")),
+            (12, now, pod("a-0", "u2", Some(false), "a")),
+            (13, now, records(&[])),
+            (14, now, pod("a-0", "u2", Some(true), "a")),
+            (15, now, records(&[("b-0", "b")])),
+        ];
+        let (starts, completed, violations) = replay(initial.clone(), fine, 1);
+        assert_eq!((starts.len(), completed.len()), (2, 1));
+        assert!(violations.is_empty(), "{violations:?}");
+        // b-0 recorded while a-0's new pod is not Ready yet: a violation, whatever the order
+        // the events arrived in.
+        let racing = vec![
+            (15, now, records(&[("b-0", "b")])),
+            (10, now, records(&[("a-0", "a")])),
+            (12, now, pod("a-0", "u2", Some(false), "a")),
+            (16, now, pod("a-0", "u2", Some(true), "a")),
+        ];
+        let (_, _, violations) = replay(initial.clone(), racing, 1);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        // a-0's new pod evicted under its name before the old record was pruned: the record's
+        // time changes, a second disruption.
+        let again = vec![
+            (10, now, records(&[("a-0", "a")])),
+            (12, now, pod("a-0", "u2", Some(true), "a")),
+            (
+                13,
+                now,
+                Seen::Records([("a-0".into(), ("a".into(), "t1".into()))].into()),
+            ),
+        ];
+        let (starts, completed, violations) = replay(initial, again, 1);
+        assert_eq!((starts.len(), completed.len()), (2, 1));
+        assert!(violations.is_empty(), "{violations:?}");
+    }
+}
