@@ -332,11 +332,14 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
             ..pod.clone()
         })
         .collect();
+    let previous_expected = view::remembered_expected(next);
+    let owners_seen =
+        view.expected_total >= previous_expected.values().fold(0u32, |a, n| a.saturating_add(*n));
     let records = view::settle_records(
         budget::prune(&view::records(next), &recreation_view, view.now_ms),
         view.pods,
+        owners_seen,
     );
-    let previous_expected = view::remembered_expected(next);
     let budget = budget::compute(&BudgetInput {
         expected_total: view.expected_total,
         pods: view.pods,
@@ -489,7 +492,8 @@ mod tests {
         let all_healthy = [pod("web-0", "a", true), pod("web-1", "b", true)];
         let b_unhealthy = [pod("web-0", "a", true), pod("web-1", "b", false)];
         let b_missing = [pod("web-0", "a", true)];
-        // (case, pods, status before, allowed in a, allowed in b, disrupted zones, events, requeues)
+        // (case, pods, status before, allowed in a, allowed in b, disrupted zones, events, requeues,
+        // pods the owners want)
         type Case<'a> = (
             &'a str,
             &'a [BudgetPod],
@@ -499,7 +503,13 @@ mod tests {
             &'a [&'a str],
             &'a [&'a str],
             bool,
+            u32,
         );
+        // After a computation that placed a pod in each zone.
+        let placed = |status: ZoneDisruptionBudgetStatus| ZoneDisruptionBudgetStatus {
+            expected_pods: [("a".to_string(), 1), ("b".to_string(), 1)].into(),
+            ..status
+        };
         let cases: [Case; 5] = [
             (
                 "healthy",
@@ -510,6 +520,7 @@ mod tests {
                 &[],
                 &[],
                 false,
+                2,
             ),
             (
                 "an unhealthy pod holds its zone",
@@ -520,16 +531,18 @@ mod tests {
                 &["b"],
                 &["DisruptedZonesChanged"],
                 false,
+                2,
             ),
             (
-                "a recent eviction record counts",
+                "a gone pod's record gives way to the missing pod",
                 &b_missing,
-                recorded("web-1", "b", 1_000),
+                placed(recorded("web-1", "b", 1_000)),
                 0,
                 0,
                 &["b"],
                 &["DisruptedZonesChanged"],
-                true,
+                false,
+                2,
             ),
             (
                 "an expired record is dropped",
@@ -540,6 +553,7 @@ mod tests {
                 &[],
                 &[],
                 false,
+                2,
             ),
             (
                 "a recreated pod ends its record",
@@ -550,9 +564,11 @@ mod tests {
                 &[],
                 &[],
                 false,
+                2,
             ),
         ];
-        for (name, pods, before, allowed_a, allowed_b, disrupted, events, requeues) in cases {
+        for (name, pods, before, allowed_a, allowed_b, disrupted, events, requeues, expected) in cases
+        {
             let mut draft = Draft {
                 status: before,
                 ..Draft::default()
@@ -560,7 +576,7 @@ mod tests {
             let action = compute(
                 &BudgetView {
                     pods,
-                    expected_total: 2,
+                    expected_total: expected,
                     max_unavailable: IntOrPercent::Int(1),
                     now_ms: NOW_MS,
                 },

@@ -76,16 +76,26 @@ pub fn remembered_expected(status: &ZoneDisruptionBudgetStatus) -> BTreeMap<Zone
 /// pod is gone. A zoneless record cannot place a missing pod (the zones that lost pods do that
 /// better, see `budget::compute`), and the webhook, which rebuilds the budget from the status,
 /// would count it as an evicted pod in the unknown zone and refuse every eviction until it
-/// expired. A record with a zone stays while its pod is gone: when every pod of an owner is gone
-/// the owner is not seen, its pods are not counted as missing, and the record is what keeps the
-/// zone disrupted.
-pub fn settle_records(records: Vec<Disruption>, pods: &[BudgetPod]) -> Vec<Disruption> {
+/// expired.
+///
+/// A record with a zone is dropped once its pod is gone while `owners_seen` (the owners want at
+/// least the pods the last computation expected): the pod is then counted missing in its zone
+/// until a replacement is there, and unhealthy until that one is Ready, as a PDB counts it. A
+/// ReplicaSet's replacement has another name, so without this the record would hold its zone
+/// until it expired (2 minutes per eviction in a drain). When every pod of an owner is gone the
+/// owner is not seen and its pods are not counted missing: the record stays and is what keeps
+/// the zone disrupted.
+pub fn settle_records(
+    records: Vec<Disruption>,
+    pods: &[BudgetPod],
+    owners_seen: bool,
+) -> Vec<Disruption> {
     records
         .into_iter()
         .filter_map(|mut record| {
             let pod = pods.iter().find(|p| p.name == record.pod);
             if record.zone.is_known() {
-                return Some(record);
+                return (pod.is_some() || !owners_seen).then_some(record);
             }
             let pod = pod?;
             if pod.zone.is_known() {
@@ -373,12 +383,22 @@ mod tests {
         expected_total: u32,
         stored: Vec<Disruption>,
     ) -> ZoneDisruptionBudgetStatus {
-        let records = settle_records(stored, pods);
+        reconciled_with(pods, expected_total, stored, &BTreeMap::new(), true)
+    }
+
+    fn reconciled_with(
+        pods: &[BudgetPod],
+        expected_total: u32,
+        stored: Vec<Disruption>,
+        previous_expected: &BTreeMap<Zone, u32>,
+        owners_seen: bool,
+    ) -> ZoneDisruptionBudgetStatus {
+        let records = settle_records(stored, pods, owners_seen);
         let budget = budget::compute(&BudgetInput {
             expected_total,
             pods,
             healthy_unnamed: &BTreeMap::new(),
-            previous_expected: &BTreeMap::new(),
+            previous_expected,
             disruptions: &records,
             max_unavailable: IntOrPercent::Int(1),
         });
@@ -416,12 +436,59 @@ mod tests {
             zone: Zone::known("zone-a"),
             at_ms: 1000,
         };
-        let status = reconciled(&pods, 3, vec![record]);
+        let status = reconciled_with(&pods, 3, vec![record], &BTreeMap::new(), false);
         assert_eq!(status.disrupted_pods.len(), 1, "{status:?}");
         let max = IntOrPercent::Int(1);
         assert!(matches!(
             evict(&from_status(&status, max), "zone-b-0", "zone-b"),
             Decision::Deny(_)
+        ));
+    }
+
+    /// A ReplicaSet's evicted pod is gone and its owner still wants it: the record goes, the
+    /// zone stays disrupted by the missing pod, then by its replacement until that is Ready, and
+    /// not a moment longer (the record does not hold it for its two minutes).
+    #[test]
+    fn a_record_of_a_replaced_pod_ends_when_the_replacement_is_ready() {
+        let record = Disruption {
+            pod: "zone-a-0".into(),
+            zone: Zone::known("zone-a"),
+            at_ms: 1000,
+        };
+        let max = IntOrPercent::Int(1);
+        let previous: BTreeMap<Zone, u32> =
+            [(Zone::known("zone-a"), 3), (Zone::known("zone-b"), 3)].into();
+        let reconciled = |pods: &[BudgetPod], record: Disruption| {
+            reconciled_with(pods, 6, vec![record], &previous, true)
+        };
+        let mut pods = healthy_pods(&[("zone-a", 3), ("zone-b", 3)]);
+        pods.remove(0);
+        // Gone, not replaced yet: missing in zone-a.
+        let status = reconciled(&pods, record.clone());
+        assert!(status.disrupted_pods.is_empty(), "{status:?}");
+        assert_eq!(status.disrupted_zones, ["zone-a"]);
+        // Replaced, not Ready yet: still zone-a.
+        pods.push(BudgetPod {
+            name: "web-new".into(),
+            zone: Zone::known("zone-a"),
+            healthy: false,
+            created_ms: 2000,
+        });
+        let status = reconciled(&pods, record.clone());
+        assert_eq!(status.disrupted_zones, ["zone-a"]);
+        assert!(matches!(
+            evict(&from_status(&status, max), "zone-b-0", "zone-b"),
+            Decision::Deny(_)
+        ));
+        // Ready: zone-b may go.
+        if let Some(new) = pods.last_mut() {
+            new.healthy = true;
+        }
+        let status = reconciled(&pods, record);
+        assert!(status.disrupted_zones.is_empty(), "{status:?}");
+        assert!(matches!(
+            evict(&from_status(&status, max), "zone-b-0", "zone-b"),
+            Decision::Allow { record: true, .. }
         ));
     }
 
