@@ -892,27 +892,34 @@ impl Perf {
     /// `disrupted` as the disrupted zones.
     async fn wait_budgets(&self, names: &[String], disrupted: &[&str], timeout: Duration) {
         for name in names {
-            wait_for(
-                &format!("the status of ZoneDisruptionBudget {name}"),
-                timeout,
-                || async {
-                    let zdb = self.zdbs.get(name).await.map_err(|e| e.to_string())?;
-                    let status = zdb.status.clone().unwrap_or_default();
-                    let expected: i32 = status.expected_pods.values().sum();
-                    let computed = Some(status.observed_generation) == zdb.metadata.generation;
-                    if computed
-                        && usize::try_from(expected).unwrap_or(0) == self.per_set
-                        && status.disrupted_zones == disrupted
-                        && status.disrupted_pods.is_empty()
-                    {
-                        Ok(())
-                    } else {
-                        Err(serde_json::to_string(&status).unwrap_or_default())
-                    }
-                },
-            )
-            .await;
+            self.wait_budget(name, self.per_set, disrupted, timeout)
+                .await;
         }
+    }
+
+    /// Waits until the controller computed budget `name` with `pods` pods expected and
+    /// `disrupted` as the disrupted zones.
+    async fn wait_budget(&self, name: &str, pods: usize, disrupted: &[&str], timeout: Duration) {
+        wait_for(
+            &format!("the status of ZoneDisruptionBudget {name}"),
+            timeout,
+            || async {
+                let zdb = self.zdbs.get(name).await.map_err(|e| e.to_string())?;
+                let status = zdb.status.clone().unwrap_or_default();
+                let expected: i32 = status.expected_pods.values().sum();
+                let computed = Some(status.observed_generation) == zdb.metadata.generation;
+                if computed
+                    && usize::try_from(expected).unwrap_or(0) == pods
+                    && status.disrupted_zones == disrupted
+                    && status.disrupted_pods.is_empty()
+                {
+                    Ok(())
+                } else {
+                    Err(serde_json::to_string(&status).unwrap_or_default())
+                }
+            },
+        )
+        .await;
     }
 
     /// Deletes the budgets `names` and waits until they are gone.
@@ -1320,13 +1327,7 @@ async fn run(settings: Settings) -> bool {
     if settings.storm.seconds > 0 {
         for max_unavailable in &settings.storm.max_unavailable {
             let mut result = perf
-                .storm(
-                    &settings.storm,
-                    max_unavailable,
-                    &target,
-                    &allowed_sets[0],
-                    &ca,
-                )
+                .storm(&settings.storm, max_unavailable, &target, &ca)
                 .await;
             result.running[0] = controller.is_running();
             storms.push(result);
