@@ -61,6 +61,27 @@ fn allowed(reason: &'static str) -> Verdict {
     }
 }
 
+/// The pod as a decision keeps it while it waits: what the judgement reads (labels, times, node,
+/// phase and conditions), not its managed fields or containers.
+fn lean(mut pod: Pod) -> Pod {
+    pod.metadata.managed_fields = None;
+    pod.metadata.annotations = None;
+    if let Some(spec) = pod.spec.as_mut() {
+        *spec = k8s_openapi::api::core::v1::PodSpec {
+            node_name: spec.node_name.take(),
+            ..Default::default()
+        };
+    }
+    if let Some(status) = pod.status.as_mut() {
+        *status = k8s_openapi::api::core::v1::PodStatus {
+            phase: status.phase.take(),
+            conditions: status.conditions.take(),
+            ..Default::default()
+        };
+    }
+    pod
+}
+
 fn denied(reason: &'static str, message: String) -> Verdict {
     Verdict {
         allowed: false,
@@ -225,7 +246,7 @@ impl Judge {
             None => (pod_api.get_opt(&eviction.pod).await, None),
         };
         let pod = match pod {
-            Ok(Some(pod)) => pod,
+            Ok(Some(pod)) => lean(pod),
             // The API server answers 404 itself.
             Ok(None) => return allowed(reason::POD_NOT_FOUND),
             Err(error) => {
@@ -332,7 +353,12 @@ impl Judge {
                 None => api.get_opt(name).await,
             };
             let zdb = match read {
-                Ok(Some(zdb)) => zdb,
+                Ok(Some(mut zdb)) => {
+                    // Kept while the decision waits for its turn; the PUT without them leaves
+                    // them as they are (a nil managedFields in an update keeps the stored ones).
+                    zdb.metadata.managed_fields = None;
+                    zdb
+                }
                 Ok(None) => return allowed(reason::NO_BUDGET),
                 Err(error) => {
                     tracing::warn!(error = %error, namespace, budget = name, "cannot read the budget");
@@ -383,11 +409,10 @@ impl Judge {
             }
             let mut wanted = zdb.clone();
             wanted.status = Some(next);
-            let writing = Instant::now();
             let result = status::put_status(api, &wanted, &self.field_manager).await;
-            self.queues.observe_write(writing.elapsed());
             match result {
-                Ok(written) => {
+                Ok(mut written) => {
+                    written.metadata.managed_fields = None;
                     self.recent.remember(&written);
                     if let Some(turn) = &turn {
                         turn.wrote(&written);

@@ -29,7 +29,7 @@ use crate::metrics::ZdbMetrics;
 /// Requests of one budget waiting for (or holding) the writer's turn, at most.
 pub const MAX_QUEUED_PER_BUDGET: usize = 64;
 
-/// A write's duration assumed before any was measured.
+/// A turn's duration assumed before any was measured.
 const INITIAL_WRITE_ESTIMATE: Duration = Duration::from_millis(20);
 
 /// (namespace, name) → the turn of that budget.
@@ -56,7 +56,7 @@ pub enum Shed {
 /// The per-budget turns of this replica.
 pub struct BudgetQueues {
     entries: Mutex<Entries>,
-    /// Moving average of a write's duration (µs), to tell whether the queue ahead fits.
+    /// Moving average of how long a turn is held (µs), to tell whether the queue ahead fits.
     write_estimate_us: AtomicU64,
     /// Where each change of a queue's depth is published.
     metrics: Option<ZdbMetrics>,
@@ -85,11 +85,20 @@ fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// The writer's turn for one budget; the next request gets it when this drops.
+/// The writer's turn for one budget; the next request gets it when this drops, and how long it
+/// was held (the write, and any re-read and retry after a conflict) is what the next requests
+/// expect to wait per request ahead of them.
 #[derive(Debug)]
 pub struct Turn {
     _held: OwnedMutexGuard<()>,
     queue: Queued,
+    acquired: tokio::time::Instant,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.queue.queues.observe_turn(self.acquired.elapsed());
+    }
 }
 
 impl Turn {
@@ -162,7 +171,7 @@ impl BudgetQueues {
     }
 
     /// Waits for the writer's turn of budget `namespace/name`, or says why not: the queue is
-    /// full, or what waits ahead (at the measured write time) would not be through within
+    /// full, or what waits ahead (at the measured time of a turn) would not be through within
     /// `time_left`. A request shed waits for nothing.
     pub async fn turn(
         self: &Arc<Self>,
@@ -192,9 +201,22 @@ impl BudgetQueues {
             key,
             entry,
         };
+        let until = tokio::time::Instant::now() + time_left;
         let wait = queue.entry.turn.clone().lock_owned();
         match tokio::time::timeout(time_left, wait).await {
-            Ok(held) => Ok(Turn { _held: held, queue }),
+            // The turn came too late for a turn's usual work: give it to the next one rather
+            // than run into the deadline holding it.
+            Ok(_) if until.saturating_duration_since(tokio::time::Instant::now())
+                < self.write_estimate() =>
+            {
+                tracing::debug!(ahead, "the writer's turn came too late");
+                Err(Shed::NoTimeLeft)
+            }
+            Ok(held) => Ok(Turn {
+                _held: held,
+                queue,
+                acquired: tokio::time::Instant::now(),
+            }),
             Err(_) => {
                 tracing::debug!(ahead, "the writer's turn did not come in time");
                 Err(Shed::NoTimeLeft)
@@ -202,13 +224,19 @@ impl BudgetQueues {
         }
     }
 
-    /// Records how long a write under a turn took (a moving average of the last few).
-    pub fn observe_write(&self, took: Duration) {
+    /// Records how long a turn was held: a moving average that follows a longer turn at once
+    /// (half way) and a shorter one slowly (an eighth), so that after a conflict or a slow write
+    /// the queue sheds early rather than let requests wait into the deadline.
+    fn observe_turn(&self, took: Duration) {
         let sample = micros(took);
         let _ =
             self.write_estimate_us
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |estimate| {
-                    Some((estimate * 7 + sample) / 8)
+                    Some(if sample > estimate {
+                        (estimate + sample) / 2
+                    } else {
+                        (estimate * 7 + sample) / 8
+                    })
                 });
     }
 
@@ -336,7 +364,7 @@ mod tests {
     #[tokio::test]
     async fn a_queue_that_cannot_be_through_in_time_sheds_at_once() {
         let queues = Arc::new(BudgetQueues::default());
-        queues.observe_write(Duration::from_millis(20));
+        queues.observe_turn(Duration::from_millis(20));
         let _held = queues.turn("apps", "web", PLENTY).await.unwrap();
         // One ahead (20 ms) plus our own write (20 ms) does not fit in 30 ms.
         let shed = queues.turn("apps", "web", Duration::from_millis(30)).await;
@@ -346,6 +374,31 @@ mod tests {
         let late = queues.turn("apps", "web", Duration::from_millis(200)).await;
         assert_eq!(late.unwrap_err(), Shed::NoTimeLeft);
         assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    /// A turn that comes with less time left than a turn takes is handed on, not taken into
+    /// the deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_that_comes_too_late_is_given_up() {
+        let queues = Arc::new(BudgetQueues::default());
+        let held = queues.turn("apps", "web", PLENTY).await.unwrap();
+        // Admitted: one ahead and its own turn, 2 x 20 ms, fit in 100 ms.
+        let waiter = {
+            let queues = queues.clone();
+            tokio::spawn(async move {
+                queues
+                    .turn("apps", "web", Duration::from_millis(100))
+                    .await
+                    .map(drop)
+            })
+        };
+        while queues.depth("apps", "web") < 2 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::advance(Duration::from_millis(90)).await;
+        drop(held);
+        assert_eq!(waiter.await.unwrap().unwrap_err(), Shed::NoTimeLeft);
+        assert!(queues.depths().is_empty());
     }
 
     /// The depth gauge follows the queue, and an emptied queue loses its series.
@@ -372,10 +425,14 @@ mod tests {
     }
 
     #[test]
-    fn the_write_estimate_follows_the_measured_writes() {
+    fn the_estimate_follows_the_measured_turns() {
+        let slow = BudgetQueues::default();
+        slow.observe_turn(Duration::from_millis(100));
+        // Half way up at once: 20 ms -> 60 ms.
+        assert_eq!(slow.write_estimate(), Duration::from_millis(60));
         let queues = BudgetQueues::default();
         for _ in 0..50 {
-            queues.observe_write(Duration::from_millis(4));
+            queues.observe_turn(Duration::from_millis(4));
         }
         let estimate = queues.write_estimate();
         assert!(

@@ -306,6 +306,14 @@ fn parse_metrics(text: &str) -> Scrape {
             "zone_aware_zdb_webhook_duration_seconds_sum" => scrape.sum = value,
             "zone_aware_reconciliations_total" => scrape.reconciles += value,
             "zone_aware_reconcile_duration_seconds_sum" => scrape.reconcile_seconds += value,
+            // Overload counters, next to the decisions: `shed/<why>`, `conflict-retries`.
+            "zone_aware_zdb_webhook_shed_total" => {
+                let key = format!("shed/{}", label(labels, "why").unwrap_or("?"));
+                scrape.decisions.insert(key, value);
+            }
+            "zone_aware_zdb_webhook_conflict_retries_total" => {
+                scrape.decisions.insert("conflict-retries".to_string(), value);
+            }
             "zone_aware_zdb_webhook_decisions_total" => {
                 let key = format!(
                     "{}/{}",
