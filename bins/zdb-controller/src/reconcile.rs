@@ -333,8 +333,10 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
         })
         .collect();
     let previous_expected = view::remembered_expected(next);
-    let owners_seen =
-        view.expected_total >= previous_expected.values().fold(0u32, |a, n| a.saturating_add(*n));
+    let owners_seen = view.expected_total
+        >= previous_expected
+            .values()
+            .fold(0u32, |a, n| a.saturating_add(*n));
     let records = view::settle_records(
         budget::prune(&view::records(next), &recreation_view, view.now_ms),
         view.pods,
@@ -567,7 +569,8 @@ mod tests {
                 2,
             ),
         ];
-        for (name, pods, before, allowed_a, allowed_b, disrupted, events, requeues, expected) in cases
+        for (name, pods, before, allowed_a, allowed_b, disrupted, events, requeues, expected) in
+            cases
         {
             let mut draft = Draft {
                 status: before,

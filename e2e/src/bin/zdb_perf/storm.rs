@@ -45,9 +45,7 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use zone_api::ZoneDisruptionBudget;
 
-use super::{
-    Perf, Pool, ServerSide, Target, admission_review, fmt_ms, memory, server_side,
-};
+use super::{Perf, Pool, ServerSide, Target, admission_review, fmt_ms, memory, server_side};
 use e2e::perf::{quantile, setting};
 use e2e::pods;
 use e2e::wait_for;
@@ -95,7 +93,9 @@ impl StormSettings {
 
 /// maxUnavailable as the budget's spec takes it: a count, or a percentage ("100%").
 fn spec_value(value: &str) -> Value {
-    value.parse::<u64>().map_or_else(|_| json!(value), |n| json!(n))
+    value
+        .parse::<u64>()
+        .map_or_else(|_| json!(value), |n| json!(n))
 }
 
 /// The pods one zone may have unavailable: a count, or a percentage of every expected pod of
@@ -255,7 +255,10 @@ fn classify(answer: &Value, uid: &str) -> Answer {
     if response["uid"] != uid {
         return Answer::Wrong(format!("uid {} for {uid}", response["uid"]));
     }
-    match (response["allowed"].as_bool(), response["status"]["code"].as_i64()) {
+    match (
+        response["allowed"].as_bool(),
+        response["status"]["code"].as_i64(),
+    ) {
         (Some(true), _) => Answer::Allowed,
         (Some(false), Some(429)) => Answer::Refused,
         _ => Answer::Wrong(format!("unexpected answer: {response}")),
@@ -275,7 +278,10 @@ impl Targets {
         let eligible = |(name, _): &(&String, &String)| !self.evicted.contains(*name);
         let after = self
             .ready
-            .range::<str, _>((std::ops::Bound::Excluded(cursor), std::ops::Bound::Unbounded))
+            .range::<str, _>((
+                std::ops::Bound::Excluded(cursor),
+                std::ops::Bound::Unbounded,
+            ))
             .find(eligible);
         after
             .or_else(|| self.ready.iter().find(eligible))
@@ -405,12 +411,22 @@ fn replay(
                         "at resourceVersion {rv}, {name} ({zone}) became unavailable without a record"
                     ));
                     order += 1;
-                    active.insert(name.clone(), Active { zone, since: at, order });
+                    active.insert(
+                        name.clone(),
+                        Active {
+                            zone,
+                            since: at,
+                            order,
+                        },
+                    );
                 }
             }
             Seen::Records(records) => {
                 for (pod, (zone, at_time)) in &records {
-                    if recorded.get(pod).is_some_and(|(_, before)| before == at_time) {
+                    if recorded
+                        .get(pod)
+                        .is_some_and(|(_, before)| before == at_time)
+                    {
                         continue;
                     }
                     let mut zones: BTreeSet<&String> = active.values().map(|a| &a.zone).collect();
@@ -450,7 +466,12 @@ impl Perf {
     /// Creates the storm's ReplicaSet (once) and waits until its pods are Ready.
     async fn storm_pods(&self, storm: &StormSettings) {
         let sets: Api<ReplicaSet> = self.ns.api();
-        if sets.get_opt(STORM_SET).await.expect("read the ReplicaSet").is_none() {
+        if sets
+            .get_opt(STORM_SET)
+            .await
+            .expect("read the ReplicaSet")
+            .is_none()
+        {
             self.wait_for_room(storm.pods).await;
             let mut manifest = spread_statefulset(STORM_SET, storm.pods, "registry.invalid/perf:1");
             manifest["kind"] = json!("ReplicaSet");
@@ -514,15 +535,21 @@ impl Perf {
             apiserver: first.apiserver,
             samples: None,
         };
-        wait_for("the second replica ready", Duration::from_secs(60), || async {
-            match e2e::process::http_get_from(listen, "/readyz").await {
-                Ok((200, _)) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        })
+        wait_for(
+            "the second replica ready",
+            Duration::from_secs(60),
+            || async {
+                match e2e::process::http_get_from(listen, "/readyz").await {
+                    Ok((200, _)) => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
         .await;
         for target in [first, &second] {
-            target.wait_budgets_cached(&self.ns.name, &[set.to_string()]).await;
+            target
+                .wait_budgets_cached(&self.ns.name, &[set.to_string()])
+                .await;
         }
 
         // The ledger: the pods and the budget from the versions listed now.
@@ -610,8 +637,7 @@ impl Perf {
             storm.seconds,
         );
         let pools = [first.pool.clone(), second.pool.clone()];
-        let (outcomes, elapsed, delete_errors) =
-            self.send_storm(storm, &pools, targets).await;
+        let (outcomes, elapsed, delete_errors) = self.send_storm(storm, &pools, targets).await;
         let after = [first.scrape().await, second.scrape().await];
         let hwm = pids.map(|pid| memory(pid).1);
         sampling.store(false, Ordering::Release);
@@ -741,12 +767,13 @@ impl Perf {
                         targets.lock().expect("targets").evicted.insert(pod.clone());
                         // At once (no grace period): kwok, left to finish many graceful
                         // deletions of recreated names, was seen deleting the new pods too.
-                        let params = DeleteParams::default()
-                            .grace_period(0)
-                            .preconditions(Preconditions {
-                                uid: Some(pod_uid),
-                                resource_version: None,
-                            });
+                        let params =
+                            DeleteParams::default()
+                                .grace_period(0)
+                                .preconditions(Preconditions {
+                                    uid: Some(pod_uid),
+                                    resource_version: None,
+                                });
                         match api.delete(&pod, &params).await {
                             Ok(_) => first = true,
                             Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
@@ -1027,7 +1054,9 @@ mod tests {
         assert_eq!(next(&targets, ""), Some("p-a".into()));
         assert_eq!(next(&targets, "p-a"), Some("p-c".into()));
         assert_eq!(next(&targets, "p-c"), Some("p-a".into()));
-        targets.evicted.extend(["p-a".to_string(), "p-c".to_string()]);
+        targets
+            .evicted
+            .extend(["p-a".to_string(), "p-c".to_string()]);
         assert_eq!(next(&targets, "p-c"), None);
     }
 }
