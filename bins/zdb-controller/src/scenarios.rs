@@ -233,7 +233,7 @@ async fn a_burst_on_one_budget_takes_turns_without_conflicts() {
 
     use crate::reconcile::{BudgetView, Draft, compute};
     use crate::webhook::admission::Eviction;
-    use crate::webhook::judge::{Judge, MAX_IN_FLIGHT};
+    use crate::webhook::judge::{Judge, MAX_API_REQUESTS, MAX_IN_FLIGHT};
     use zone_topology::IntOrPercent;
     use zone_topology::budget::BudgetPod;
 
@@ -314,6 +314,7 @@ async fn a_burst_on_one_budget_takes_turns_without_conflicts() {
         denial_ttl: Duration::from_millis(250),
         queues: Arc::default(),
         in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+        api_requests: Arc::new(tokio::sync::Semaphore::new(MAX_API_REQUESTS)),
     });
 
     let decisions: Vec<_> = (0..PODS)

@@ -35,9 +35,18 @@ use crate::{pods, view};
 const CONFLICT_BACKOFF: Duration = Duration::from_millis(20);
 
 /// Decisions one replica works on at once, at most; past it an eviction is refused at once (a
-/// 429 the client retries). Bounds the memory a burst can take: each decision holds a pod and
-/// copies of its budget.
-pub const MAX_IN_FLIGHT: usize = 256;
+/// 429 the client retries). Bounds the memory a burst can take: each decision holds a pod,
+/// copies of its budget, its connection from the API server and one to it (HTTP/1.1: one per
+/// request in flight). A drain's refusals take a few milliseconds each, so at 200 evictions/s
+/// this is far above what they need; it binds when decisions wait for their budget's turn.
+pub const MAX_IN_FLIGHT: usize = 64;
+
+/// API requests (reads and status writes) the decisions of one replica make at once, at most;
+/// the others wait for a slot, in order. The client keeps one connection per request in flight
+/// (HTTP/1.1), each with its TLS state and buffers, and keeps it after the burst: without this
+/// bound a storm opened a connection for nearly every decision in flight. A drain's refusals take
+/// about one request each, a few milliseconds, so at 200 evictions/s a few slots are busy.
+pub const MAX_API_REQUESTS: usize = 16;
 
 /// Kept back from the deadline when waiting for a budget's writer's turn: the write itself and
 /// the answer still have to fit.
@@ -120,6 +129,8 @@ pub struct Judge {
     pub queues: Arc<BudgetQueues>,
     /// Permits for the decisions in flight ([`MAX_IN_FLIGHT`]).
     pub in_flight: Arc<tokio::sync::Semaphore>,
+    /// Slots for the decisions' API requests ([`MAX_API_REQUESTS`]).
+    pub api_requests: Arc<tokio::sync::Semaphore>,
 }
 
 /// `base` scaled by a factor drawn from [0.5, 1.5).
@@ -163,19 +174,30 @@ fn denial_reason(denial: &Denial) -> &'static str {
 }
 
 impl Judge {
-    /// The budgets of the namespace: from the cache once synced, else listed.
-    async fn candidates(&self, namespace: &str) -> Result<Vec<ZoneDisruptionBudget>, kube::Error> {
+    /// `request`, sent once one of the [`MAX_API_REQUESTS`] slots is free.
+    async fn request<T>(&self, request: impl std::future::Future<Output = T>) -> T {
+        // Never closed, so the slot is always had; it is held until the answer is read.
+        let _slot = self.api_requests.acquire().await;
+        request.await
+    }
+
+    /// The budgets of the namespace: from the cache once synced (shared, not copied), else
+    /// listed.
+    async fn candidates(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<Arc<ZoneDisruptionBudget>>, kube::Error> {
         if self.zdbs_synced.load(Ordering::Acquire) {
             return Ok(self
                 .zdbs
                 .state()
-                .iter()
+                .into_iter()
                 .filter(|z| z.metadata.namespace.as_deref() == Some(namespace))
-                .map(|z| (**z).clone())
                 .collect());
         }
         let api: Api<ZoneDisruptionBudget> = Api::namespaced(self.client.clone(), namespace);
-        Ok(api.list(&ListParams::default()).await?.items)
+        let listed = self.request(api.list(&ListParams::default())).await?;
+        Ok(listed.items.into_iter().map(Arc::new).collect())
     }
 
     /// The verdict on one eviction, within the decision deadline: past it the eviction is
@@ -229,7 +251,7 @@ impl Judge {
         }
         let pod_api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let zdb_api: Api<ZoneDisruptionBudget> = Api::namespaced(self.client.clone(), namespace);
-        let names: Vec<String> = candidates.iter().map(ResourceExt::name_any).collect();
+        let names: Vec<String> = candidates.iter().map(|zdb| zdb.name_any()).collect();
         let guess = self.guesses.guess(namespace, &eviction.pod, &names);
         let recent = guess
             .as_deref()
@@ -238,12 +260,14 @@ impl Judge {
         // read after it if the copy does not refuse.
         let (pod, early) = match guess.filter(|_| recent.is_none()) {
             Some(guess) => {
-                let (pod, zdb) =
-                    tokio::join!(pod_api.get_opt(&eviction.pod), zdb_api.get_opt(&guess));
+                let (pod, zdb) = tokio::join!(
+                    self.request(pod_api.get_opt(&eviction.pod)),
+                    self.request(zdb_api.get_opt(&guess))
+                );
                 // A failed early read is only a lost head start: the budget is read again.
                 (pod, zdb.ok().map(|zdb| (guess, zdb)))
             }
-            None => (pod_api.get_opt(&eviction.pod).await, None),
+            None => (self.request(pod_api.get_opt(&eviction.pod)).await, None),
         };
         let pod = match pod {
             Ok(Some(pod)) => lean(pod),
@@ -260,11 +284,12 @@ impl Judge {
                 );
             }
         };
-        let zdb = match self.selecting(eviction, &candidates, &pod) {
-            Ok(zdb) => zdb,
+        let name = match self.selecting(eviction, &candidates, &pod) {
+            Ok(zdb) => zdb.name_any(),
             Err(verdict) => return verdict,
         };
-        let name = zdb.name_any();
+        // Not kept while the decision waits: it reads the chosen budget fresh.
+        drop(candidates);
         self.guesses.learn(namespace, &eviction.pod, Some(&name));
         // The early read counts only if it is of the budget that selects the fresh pod.
         let early = early.and_then(|(guess, zdb)| (guess == name).then_some(zdb));
@@ -278,7 +303,7 @@ impl Judge {
     fn selecting<'a>(
         &self,
         eviction: &Eviction,
-        candidates: &'a [ZoneDisruptionBudget],
+        candidates: &'a [Arc<ZoneDisruptionBudget>],
         pod: &Pod,
     ) -> Result<&'a ZoneDisruptionBudget, Verdict> {
         let selecting: Vec<&ZoneDisruptionBudget> = candidates
@@ -290,6 +315,7 @@ impl Judge {
                     .and_then(|valid| Selector::try_from(valid.selector).ok())
                     .is_some_and(|selector| selector.matches(pod.labels()))
             })
+            .map(|zdb| &**zdb)
             .collect();
         match selecting.as_slice() {
             [] => {
@@ -339,7 +365,8 @@ impl Judge {
         let condition = pods::condition(pod);
         let created_ms = pods::created_ms_rounded_up(pods::created_ms(pod));
         if let Some(zdb) = recent
-            && let Step::Answer(verdict) = self.assess(eviction, name, &zdb, &zone, condition, created_ms)
+            && let Step::Answer(verdict) =
+                self.assess(eviction, name, &zdb, &zone, condition, created_ms)
             && (!verdict.allowed || verdict.reason == reason::SHADOW)
         {
             return verdict;
@@ -350,7 +377,7 @@ impl Judge {
         loop {
             let read = match early.take() {
                 Some(zdb) => Ok(zdb),
-                None => api.get_opt(name).await,
+                None => self.request(api.get_opt(name)).await,
             };
             let zdb = match read {
                 Ok(Some(mut zdb)) => {
@@ -372,7 +399,8 @@ impl Judge {
                 }
             };
             self.recent.remember(&zdb);
-            let (next, zone) = match self.assess(eviction, name, &zdb, &zone, condition, created_ms) {
+            let (next, zone) = match self.assess(eviction, name, &zdb, &zone, condition, created_ms)
+            {
                 Step::Answer(verdict) => return verdict,
                 Step::Record { next, zone } => (next, zone),
             };
@@ -409,7 +437,9 @@ impl Judge {
             }
             let mut wanted = zdb.clone();
             wanted.status = Some(next);
-            let result = status::put_status(api, &wanted, &self.field_manager).await;
+            let result = self
+                .request(status::put_status(api, &wanted, &self.field_manager))
+                .await;
             match result {
                 Ok(mut written) => {
                     written.metadata.managed_fields = None;
@@ -577,6 +607,7 @@ mod tests {
             denial_ttl: Duration::from_millis(250),
             queues: Arc::default(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            api_requests: Arc::new(tokio::sync::Semaphore::new(MAX_API_REQUESTS)),
         };
         let started = Instant::now();
         let verdict = judge
@@ -598,14 +629,35 @@ mod tests {
         pod: serde_json::Value,
         zdb: serde_json::Value,
     ) -> (Client, Arc<[std::sync::atomic::AtomicUsize; 2]>) {
+        let (client, reads, _) = slow_api_server(pod, zdb, Duration::ZERO).await;
+        (client, reads)
+    }
+
+    /// [`counting_api_server`] taking `delay` over each pod read, with the most pod reads it
+    /// had in progress at once.
+    async fn slow_api_server(
+        pod: serde_json::Value,
+        zdb: serde_json::Value,
+        delay: Duration,
+    ) -> (
+        Client,
+        Arc<[std::sync::atomic::AtomicUsize; 2]>,
+        Arc<std::sync::atomic::AtomicUsize>,
+    ) {
         use std::sync::atomic::AtomicUsize;
         let reads: Arc<[AtomicUsize; 2]> = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
         let (pod_reads, zdb_reads) = (reads.clone(), reads.clone());
+        let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let most_seen = most.clone();
         let router = axum::Router::new()
             .route(
                 "/api/v1/namespaces/apps/pods/web-4",
                 axum::routing::get(move || async move {
                     pod_reads[0].fetch_add(1, Ordering::SeqCst);
+                    let at_once = now.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(at_once, Ordering::SeqCst);
+                    tokio::time::sleep(delay).await;
+                    now.fetch_sub(1, Ordering::SeqCst);
                     axum::Json(pod)
                 }),
             )
@@ -620,23 +672,18 @@ mod tests {
         let address = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, router).await });
         let config = kube::Config::new(format!("http://{address}").parse().unwrap());
-        (Client::try_from(config).unwrap(), reads)
+        (Client::try_from(config).unwrap(), reads, most_seen)
     }
 
-    /// During a drain the budget is read once for many refusals, while the replica's watch
-    /// holds the version read; a version the watch has moved past is read again.
-    #[tokio::test]
-    async fn refusals_reuse_a_budget_read_while_the_watch_holds_its_version() {
-        use kube::api::ObjectMeta;
-        use kube::core::PartialObjectMetaExt;
-        use kube::runtime::watcher;
+    /// Pod web-4 in zone-b, and budget web whose zone-a is disrupted by web-0's recorded
+    /// eviction: web-4's eviction is refused.
+    fn zone_a_disrupted() -> (serde_json::Value, serde_json::Value) {
         let pod = serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "web-4", "namespace": "apps", "labels": {"app": "web"}},
             "spec": {"nodeName": "node-b", "containers": []},
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
         });
-        // Zone-a is disrupted by web-0's recorded eviction: pods of zone-b are refused.
         let zdb = serde_json::json!({
             "apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ZoneDisruptionBudget",
             "metadata": {"name": "web", "namespace": "apps", "generation": 1, "resourceVersion": "7"},
@@ -649,8 +696,18 @@ mod tests {
                 "disruptedPodZones": {"web-0": "zone-a"},
             },
         });
-        let budget: ZoneDisruptionBudget = serde_json::from_value(zdb.clone()).unwrap();
-        let (client, reads) = counting_api_server(pod, zdb).await;
+        (pod, zdb)
+    }
+
+    /// A judge of `client` whose caches hold `budget` and node-b in zone-b; the budget's cache
+    /// writer, for newer versions.
+    fn judge_of(
+        client: Client,
+        budget: &ZoneDisruptionBudget,
+    ) -> (Judge, reflector::store::Writer<ZoneDisruptionBudget>) {
+        use kube::api::ObjectMeta;
+        use kube::core::PartialObjectMetaExt;
+        use kube::runtime::watcher;
         let (zdbs, mut zdb_writer) = reflector::store::<ZoneDisruptionBudget>();
         zdb_writer.apply_watcher_event(&watcher::Event::Apply(budget.clone()));
         let (nodes, mut node_writer) = reflector::store::<PartialObjectMeta<Node>>();
@@ -675,12 +732,29 @@ mod tests {
             denial_ttl: Duration::from_secs(60),
             queues: Arc::default(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            api_requests: Arc::new(tokio::sync::Semaphore::new(MAX_API_REQUESTS)),
         };
-        let eviction = Eviction {
+        (judge, zdb_writer)
+    }
+
+    fn eviction_of_web_4() -> Eviction {
+        Eviction {
             namespace: "apps".into(),
             pod: "web-4".into(),
             dry_run: false,
-        };
+        }
+    }
+
+    /// During a drain the budget is read once for many refusals, while the replica's watch
+    /// holds the version read; a version the watch has moved past is read again.
+    #[tokio::test]
+    async fn refusals_reuse_a_budget_read_while_the_watch_holds_its_version() {
+        use kube::runtime::watcher;
+        let (pod, zdb) = zone_a_disrupted();
+        let budget: ZoneDisruptionBudget = serde_json::from_value(zdb.clone()).unwrap();
+        let (client, reads) = counting_api_server(pod, zdb).await;
+        let (judge, mut zdb_writer) = judge_of(client, &budget);
+        let eviction = eviction_of_web_4();
         let count = |i: usize| reads[i].load(Ordering::SeqCst);
         for _ in 0..3 {
             let verdict = judge.judge(&eviction).await;
@@ -695,6 +769,29 @@ mod tests {
         zdb_writer.apply_watcher_event(&watcher::Event::Apply(newer));
         assert!(!judge.judge(&eviction).await.allowed);
         assert_eq!((count(0), count(1)), (4, 2), "pod reads, budget reads");
+    }
+
+    /// A storm of evictions does not open a connection to the API server per decision: the
+    /// decisions' requests take turns in [`MAX_API_REQUESTS`] slots.
+    #[tokio::test]
+    async fn decisions_send_a_bounded_number_of_api_requests_at_once() {
+        let (pod, zdb) = zone_a_disrupted();
+        let budget: ZoneDisruptionBudget = serde_json::from_value(zdb.clone()).unwrap();
+        let (client, reads, most) = slow_api_server(pod, zdb, Duration::from_millis(50)).await;
+        let (judge, _zdb_writer) = judge_of(client, &budget);
+        let eviction = eviction_of_web_4();
+        let decisions = 3 * MAX_API_REQUESTS;
+        let verdicts =
+            futures::future::join_all((0..decisions).map(|_| judge.judge(&eviction))).await;
+        for verdict in &verdicts {
+            assert_eq!(verdict.reason, reason::OTHER_ZONE_DISRUPTED, "{verdict:?}");
+        }
+        assert_eq!(reads[0].load(Ordering::SeqCst), decisions, "pod reads");
+        let most = most.load(Ordering::SeqCst);
+        assert!(
+            (2..=MAX_API_REQUESTS).contains(&most),
+            "{most} pod reads at once"
+        );
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub async fn start(
         args.scope.api::<ZoneDisruptionBudget>(&client),
         watcher::Config::default(),
     )
+    // The webhook's copies match and choose; what it decides from is read fresh.
+    .modify(|zdb| zdb.metadata.managed_fields = None)
     .default_backoff()
     .reflect(writer)
     .touched_objects();
@@ -79,6 +81,7 @@ pub async fn start(
         denial_ttl: args.denial_cache_ttl,
         queues,
         in_flight: Arc::new(tokio::sync::Semaphore::new(judge::MAX_IN_FLIGHT)),
+        api_requests: Arc::new(tokio::sync::Semaphore::new(judge::MAX_API_REQUESTS)),
     });
     let router = Router::new().route(PATH, post(validate)).with_state(judge);
 

@@ -26,8 +26,9 @@ use zone_api::ZoneDisruptionBudget;
 
 use crate::metrics::ZdbMetrics;
 
-/// Requests of one budget waiting for (or holding) the writer's turn, at most.
-pub const MAX_QUEUED_PER_BUDGET: usize = 64;
+/// Requests of one budget waiting for (or holding) the writer's turn, at most: half of the
+/// decisions a replica works on at once, so that one budget's storm leaves room for the others'.
+pub const MAX_QUEUED_PER_BUDGET: usize = 32;
 
 /// A turn's duration assumed before any was measured.
 const INITIAL_WRITE_ESTIMATE: Duration = Duration::from_millis(20);
@@ -206,8 +207,9 @@ impl BudgetQueues {
         match tokio::time::timeout(time_left, wait).await {
             // The turn came too late for a turn's usual work: give it to the next one rather
             // than run into the deadline holding it.
-            Ok(_) if until.saturating_duration_since(tokio::time::Instant::now())
-                < self.write_estimate() =>
+            Ok(_)
+                if until.saturating_duration_since(tokio::time::Instant::now())
+                    < self.write_estimate() =>
             {
                 tracing::debug!(ahead, "the writer's turn came too late");
                 Err(Shed::NoTimeLeft)
