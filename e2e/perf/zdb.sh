@@ -6,7 +6,10 @@
 #    3,000 pods selected by ZoneDisruptionBudgets, starts the release zdb-controller and sends
 #    AdmissionReviews for pods/eviction straight to its webhook at 200 requests/s on loopback.
 #    Targets: p99 <= 10 ms for denials and for pods no budget selects; VmRSS <= 50 MiB. Allowed
-#    decisions (each one a status write) are reported with p50/p99, not gated.
+#    decisions (each one a status write) are reported with p50/p99, not gated. Then the drain
+#    storm: 200 would-be-allowed evictions/s for 30 s on one budget through two replicas, with
+#    maxUnavailable 1 and 100%. Targets: no budget violation, every answer before the webhook
+#    timeout, VmRSS <= 64 MiB per replica, allowed evictions keep flowing.
 # 2. Concurrency: the e2e test sending 100 concurrent evictions through a round-robin proxy to
 #    two webhook replicas, repeated E2E_ZDB_CONCURRENCY_RUNS times (20 here).
 #

@@ -173,8 +173,12 @@ fn admission_review(uid: &str, namespace: &str, pod: &str, dry_run: bool) -> Vec
     .expect("AdmissionReview JSON")
 }
 
+/// Idle connections a [`Pool`] keeps, at most: client-go's transports (the API server's webhook
+/// client among them) keep 25 per host and close the others once their answer is read.
+const MAX_IDLE: usize = 25;
+
 /// Keep-alive HTTPS connections to the webhook, as the API server keeps them: a request takes
-/// an idle connection or opens a new one.
+/// an idle connection or opens a new one, and at most [`MAX_IDLE`] stay open idle.
 struct Pool {
     address: SocketAddr,
     connector: TlsConnector,
@@ -245,7 +249,10 @@ impl Pool {
             .await
             .map_err(|e| format!("body: {e}"))?;
         if !sender.is_closed() {
-            self.idle.lock().await.push(sender);
+            let mut idle = self.idle.lock().await;
+            if idle.len() < MAX_IDLE {
+                idle.push(sender);
+            }
         }
         if !status.is_success() {
             return Err(format!(
@@ -312,7 +319,9 @@ fn parse_metrics(text: &str) -> Scrape {
                 scrape.decisions.insert(key, value);
             }
             "zone_aware_zdb_webhook_conflict_retries_total" => {
-                scrape.decisions.insert("conflict-retries".to_string(), value);
+                scrape
+                    .decisions
+                    .insert("conflict-retries".to_string(), value);
             }
             "zone_aware_zdb_webhook_decisions_total" => {
                 let key = format!(
