@@ -333,14 +333,10 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
         })
         .collect();
     let previous_expected = view::remembered_expected(next);
-    let owners_seen = view.expected_total
-        >= previous_expected
-            .values()
-            .fold(0u32, |a, n| a.saturating_add(*n));
     let records = view::settle_records(
         budget::prune(&view::records(next), &recreation_view, view.now_ms),
         view.pods,
-        owners_seen,
+        view::replaced(view.expected_total, &previous_expected, view.pods.len()),
     );
     let budget = budget::compute(&BudgetInput {
         expected_total: view.expected_total,
@@ -366,12 +362,7 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
     if next.disrupted_zones != disrupted_before {
         // The event names the unavailable pods, which the controller sees (the condition,
         // written by the webhook too, counts them).
-        let description: Vec<String> = budget
-            .zones
-            .iter()
-            .filter(|(_, b)| b.unhealthy > 0)
-            .map(|(zone, b)| format!("{zone}: {}", blocking(b)))
-            .collect();
+        let description = view::unavailable_zones(&budget, blocking);
         let message = if next.disrupted_zones.is_empty() {
             "no zone is disrupted: evictions are allowed in every zone".to_string()
         } else {
@@ -536,14 +527,14 @@ mod tests {
                 2,
             ),
             (
-                "a gone pod's record gives way to the missing pod",
+                "a gone pod's record stays while its owner misses a pod",
                 &b_missing,
                 placed(recorded("web-1", "b", 1_000)),
                 0,
                 0,
                 &["b"],
                 &["DisruptedZonesChanged"],
-                false,
+                true,
                 2,
             ),
             (

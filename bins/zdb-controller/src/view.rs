@@ -71,6 +71,17 @@ pub fn remembered_expected(status: &ZoneDisruptionBudgetStatus) -> BTreeMap<Zone
         .collect()
 }
 
+/// Whether the owners have every pod they want: they are seen (they want at least the pods the
+/// last computation expected, `previous_expected`) and no pod is missing. A gone pod's record
+/// may then end (see [`settle_records`]).
+pub fn replaced(expected_total: u32, previous_expected: &BTreeMap<Zone, u32>, pods: usize) -> bool {
+    let owners_seen = expected_total
+        >= previous_expected
+            .values()
+            .fold(0u32, |a, n| a.saturating_add(*n));
+    owners_seen && u32::try_from(pods).unwrap_or(u32::MAX) >= expected_total
+}
+
 /// The records the controller keeps, after [`budget::prune`]: a record without a zone (the Go
 /// controller stored none) takes its pod's zone while the pod is there, and is dropped once the
 /// pod is gone. A zoneless record cannot place a missing pod (the zones that lost pods do that
@@ -78,24 +89,25 @@ pub fn remembered_expected(status: &ZoneDisruptionBudgetStatus) -> BTreeMap<Zone
 /// would count it as an evicted pod in the unknown zone and refuse every eviction until it
 /// expired.
 ///
-/// A record with a zone is dropped once its pod is gone while `owners_seen` (the owners want at
-/// least the pods the last computation expected): the pod is then counted missing in its zone
-/// until a replacement is there, and unhealthy until that one is Ready, as a PDB counts it. A
-/// ReplicaSet's replacement has another name, so without this the record would hold its zone
-/// until it expired (2 minutes per eviction in a drain). When every pod of an owner is gone the
-/// owner is not seen and its pods are not counted missing: the record stays and is what keeps
-/// the zone disrupted.
+/// A record with a zone is dropped once its pod is gone and `replaced` (see [`replaced`]): the
+/// owners have every pod they want again, so the evicted pod's replacement is there (under
+/// another name: a ReplicaSet's), counted unhealthy in its zone until it is Ready, as a PDB
+/// counts it. Without this the record would hold its zone until it expired (2 minutes per
+/// eviction in a drain). While a pod is missing the record stays: it is what places the missing
+/// pod, and a StatefulSet's replacement comes back under the recorded name (kept by
+/// [`budget::prune`] until it is scheduled). When every pod of an owner is gone the owner is not
+/// seen: the record stays and is what keeps the zone disrupted.
 pub fn settle_records(
     records: Vec<Disruption>,
     pods: &[BudgetPod],
-    owners_seen: bool,
+    replaced: bool,
 ) -> Vec<Disruption> {
     records
         .into_iter()
         .filter_map(|mut record| {
             let pod = pods.iter().find(|p| p.name == record.pod);
             if record.zone.is_known() {
-                return (pod.is_some() || !owners_seen).then_some(record);
+                return (pod.is_some() || !replaced).then_some(record);
             }
             let pod = pod?;
             if pod.zone.is_known() {
@@ -179,6 +191,19 @@ pub fn from_status(status: &ZoneDisruptionBudgetStatus, max_unavailable: IntOrPe
     })
 }
 
+/// "zone: …" for each zone of `budget` with unavailable pods, `describe` saying what blocks it.
+pub fn unavailable_zones(
+    budget: &Budget,
+    describe: fn(&budget::ZoneBudget) -> String,
+) -> Vec<String> {
+    budget
+        .zones
+        .iter()
+        .filter(|(_, b)| b.unhealthy > 0)
+        .map(|(zone, b)| format!("{zone}: {}", describe(b)))
+        .collect()
+}
+
 /// What blocks a zone of a budget rebuilt from its status ([`from_status`]): the recorded pods by
 /// name, the others by number. "web-1, web-2 evicted; 1 other pod(s) unavailable or missing".
 pub fn blocking(budget: &budget::ZoneBudget) -> String {
@@ -200,13 +225,7 @@ pub fn blocking(budget: &budget::ZoneBudget) -> String {
 /// the webhook with each record), so a record written by the webhook is already what the
 /// controller would write: it does not cost a second write of the status.
 pub fn set_disrupted(status: &mut ZoneDisruptionBudgetStatus, max_unavailable: IntOrPercent) {
-    let budget = from_status(status, max_unavailable);
-    let description: Vec<String> = budget
-        .zones
-        .iter()
-        .filter(|(_, b)| b.unhealthy > 0)
-        .map(|(zone, b)| format!("{zone}: {}", blocking(b)))
-        .collect();
+    let description = unavailable_zones(&from_status(status, max_unavailable), blocking);
     if description.is_empty() {
         status.set_condition(condition::DISRUPTED, false, reason::NOT_DISRUPTED, "");
     } else {
@@ -383,7 +402,7 @@ mod tests {
         expected_total: u32,
         stored: Vec<Disruption>,
     ) -> ZoneDisruptionBudgetStatus {
-        reconciled_with(pods, expected_total, stored, &BTreeMap::new(), true)
+        reconciled_with(pods, expected_total, stored, &BTreeMap::new())
     }
 
     fn reconciled_with(
@@ -391,9 +410,9 @@ mod tests {
         expected_total: u32,
         stored: Vec<Disruption>,
         previous_expected: &BTreeMap<Zone, u32>,
-        owners_seen: bool,
     ) -> ZoneDisruptionBudgetStatus {
-        let records = settle_records(stored, pods, owners_seen);
+        let replaced = replaced(expected_total, previous_expected, pods.len());
+        let records = settle_records(stored, pods, replaced);
         let budget = budget::compute(&BudgetInput {
             expected_total,
             pods,
@@ -436,7 +455,9 @@ mod tests {
             zone: Zone::known("zone-a"),
             at_ms: 1000,
         };
-        let status = reconciled_with(&pods, 3, vec![record], &BTreeMap::new(), false);
+        let previous: BTreeMap<Zone, u32> =
+            [(Zone::known("zone-a"), 1), (Zone::known("zone-b"), 3)].into();
+        let status = reconciled_with(&pods, 3, vec![record], &previous);
         assert_eq!(status.disrupted_pods.len(), 1, "{status:?}");
         let max = IntOrPercent::Int(1);
         assert!(matches!(
@@ -445,9 +466,9 @@ mod tests {
         ));
     }
 
-    /// A ReplicaSet's evicted pod is gone and its owner still wants it: the record goes, the
-    /// zone stays disrupted by the missing pod, then by its replacement until that is Ready, and
-    /// not a moment longer (the record does not hold it for its two minutes).
+    /// A ReplicaSet's evicted pod is gone and its owner still wants it: the record holds its
+    /// zone until the replacement is there, which holds it until it is Ready, and not a moment
+    /// longer (the record does not hold it for its two minutes).
     #[test]
     fn a_record_of_a_replaced_pod_ends_when_the_replacement_is_ready() {
         let record = Disruption {
@@ -459,15 +480,18 @@ mod tests {
         let previous: BTreeMap<Zone, u32> =
             [(Zone::known("zone-a"), 3), (Zone::known("zone-b"), 3)].into();
         let reconciled = |pods: &[BudgetPod], record: Disruption| {
-            reconciled_with(pods, 6, vec![record], &previous, true)
+            reconciled_with(pods, 6, vec![record], &previous)
         };
         let mut pods = healthy_pods(&[("zone-a", 3), ("zone-b", 3)]);
         pods.remove(0);
-        // Gone, not replaced yet: missing in zone-a.
+        // Gone, not replaced yet: the record places the missing pod.
         let status = reconciled(&pods, record.clone());
-        assert!(status.disrupted_pods.is_empty(), "{status:?}");
+        assert_eq!(
+            status.disrupted_pod_zones["zone-a-0"], "zone-a",
+            "{status:?}"
+        );
         assert_eq!(status.disrupted_zones, ["zone-a"]);
-        // Replaced, not Ready yet: still zone-a.
+        // Replaced, not Ready yet: the replacement holds zone-a.
         pods.push(BudgetPod {
             name: "web-new".into(),
             zone: Zone::known("zone-a"),
@@ -475,6 +499,7 @@ mod tests {
             created_ms: 2000,
         });
         let status = reconciled(&pods, record.clone());
+        assert!(status.disrupted_pods.is_empty(), "{status:?}");
         assert_eq!(status.disrupted_zones, ["zone-a"]);
         assert!(matches!(
             evict(&from_status(&status, max), "zone-b-0", "zone-b"),
@@ -490,6 +515,39 @@ mod tests {
             evict(&from_status(&status, max), "zone-b-0", "zone-b"),
             Decision::Allow { record: true, .. }
         ));
+    }
+
+    /// A StatefulSet's evicted pod comes back under its name, and cannot be scheduled (its node
+    /// is cordoned): the record stays through the gap and after, and keeps the disruption in
+    /// zone-a rather than in "unknown" where the new pod waits.
+    #[test]
+    fn a_record_stays_while_a_statefulset_pod_is_recreated_unscheduled() {
+        let record = Disruption {
+            pod: "zone-a-0".into(),
+            zone: Zone::known("zone-a"),
+            at_ms: 1000,
+        };
+        let previous: BTreeMap<Zone, u32> =
+            [(Zone::known("zone-a"), 3), (Zone::known("zone-b"), 3)].into();
+        let mut pods = healthy_pods(&[("zone-a", 3), ("zone-b", 3)]);
+        pods.remove(0);
+        let status = reconciled_with(&pods, 6, vec![record.clone()], &previous);
+        assert_eq!(
+            status.disrupted_pod_zones["zone-a-0"], "zone-a",
+            "{status:?}"
+        );
+        pods.push(BudgetPod {
+            name: "zone-a-0".into(),
+            zone: Zone::Unknown,
+            healthy: false,
+            created_ms: 2000,
+        });
+        let status = reconciled_with(&pods, 6, vec![record], &previous);
+        assert_eq!(
+            status.disrupted_pod_zones["zone-a-0"], "zone-a",
+            "{status:?}"
+        );
+        assert_eq!(status.disrupted_zones, ["zone-a"]);
     }
 
     #[test]
