@@ -121,11 +121,26 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
         let pod_security = spec.security_context.as_ref().unwrap();
         assert_eq!(pod_security.run_as_non_root, Some(true));
         assert_eq!(pod_security.run_as_user, Some(65532));
-        let deployment = deployments
-            .get(&format!("{controller}-{suffix}"))
-            .await
-            .unwrap();
-        assert_eq!(deployment.status.unwrap().ready_replicas, Some(2));
+        // The Deployment's status follows its pods' readiness a moment later.
+        let name = format!("{controller}-{suffix}");
+        wait_for(
+            &format!("{controller}'s Deployment to count 2 ready replicas"),
+            Duration::from_secs(30),
+            || async {
+                let ready = deployments
+                    .get(&name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .status
+                    .and_then(|status| status.ready_replicas);
+                if ready == Some(2) {
+                    Ok(())
+                } else {
+                    Err(format!("readyReplicas {ready:?}"))
+                }
+            },
+        )
+        .await;
         controller_pods.insert(controller, ready);
     }
 
