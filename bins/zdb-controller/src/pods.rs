@@ -42,16 +42,6 @@ pub fn created_ms(pod: &Pod) -> i64 {
         .map_or(0, |t| t.0.as_millisecond())
 }
 
-/// The API server stores times to the second.
-const STORED_TIME_RESOLUTION_MS: i64 = 1000;
-
-/// A creation time as it is compared with a record's (both stored to the second, truncated): a
-/// pod recreated within the second of its record has the record's second, and must still count
-/// as created after it.
-pub fn created_ms_rounded_up(created_ms: i64) -> i64 {
-    created_ms.saturating_add(STORED_TIME_RESOLUTION_MS - 1)
-}
-
 /// The budget's view of a pod.
 pub fn budget_pod(pod: &Pod, zone: Zone) -> BudgetPod {
     BudgetPod {

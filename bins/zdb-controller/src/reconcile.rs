@@ -322,19 +322,9 @@ pub struct BudgetView<'a> {
 pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
     let next = &mut draft.status;
     next.set_condition(condition::INVALID, false, reason::VALID, "");
-    // Times are stored to the second (truncated): a pod recreated within the second of its
-    // record has the record's creation second, and must still count as recreated.
-    let recreation_view: Vec<_> = view
-        .pods
-        .iter()
-        .map(|pod| BudgetPod {
-            created_ms: pods::created_ms_rounded_up(pod.created_ms),
-            ..pod.clone()
-        })
-        .collect();
     let previous_expected = view::remembered_expected(next);
     let records = view::settle_records(
-        budget::prune(&view::records(next), &recreation_view, view.now_ms),
+        budget::prune(&view::records(next), view.pods, view.now_ms),
         view.pods,
         view::replaced(view.expected_total, &previous_expected, view.pods.len()),
     );

@@ -53,6 +53,15 @@ pub fn expected_total<'a>(
         .fold(bare_pods, |sum, replicas| sum.saturating_add(*replicas))
 }
 
+/// Times are stored to the second (truncated): creation times and record times alike.
+const STORED_TIME_RESOLUTION_MS: i64 = 1000;
+
+/// Whether a pod created at `created_ms` came after a record made at `at_ms`. A pod recreated
+/// within the second of its record has the record's second, and counts as created after it.
+fn created_after(created_ms: i64, at_ms: i64) -> bool {
+    created_ms.saturating_add(STORED_TIME_RESOLUTION_MS - 1) > at_ms
+}
+
 /// Drops records that expired, and records whose pod was recreated after the eviction and is
 /// scheduled (its new zone is known, so the record no longer helps to place it). A record whose
 /// pod is gone stays until it expires: it tells which zone the missing pod belongs to.
@@ -62,7 +71,9 @@ pub fn prune(disruptions: &[Disruption], pods: &[BudgetPod], now_ms: i64) -> Vec
         .filter(|record| now_ms.saturating_sub(record.at_ms) <= DISRUPTION_TTL_MS)
         .filter(|record| {
             !pods.iter().any(|pod| {
-                pod.name == record.pod && pod.created_ms > record.at_ms && pod.zone.is_known()
+                pod.name == record.pod
+                    && created_after(pod.created_ms, record.at_ms)
+                    && pod.zone.is_known()
             })
         })
         .cloned()
@@ -208,12 +219,13 @@ impl Budget {
             .collect()
     }
 
-    /// Whether `pod`, created at `created_ms`, has a record of its own: one of its name not
-    /// older than its creation (an older one is of an earlier pod of that name, see [`prune`]).
+    /// Whether `pod`, created at `created_ms`, has a record of its own: one of its name it was
+    /// not created after (a record it was created after is of an earlier pod of that name, see
+    /// [`prune`]).
     pub fn is_recorded_for(&self, pod: &str, created_ms: i64) -> bool {
         self.disruptions
             .iter()
-            .any(|record| record.pod == pod && created_ms <= record.at_ms)
+            .any(|record| record.pod == pod && !created_after(created_ms, record.at_ms))
     }
 
     fn record_zone(&self, pod: &str) -> Option<&Zone> {

@@ -22,7 +22,8 @@ proptest! {
             name: format!("p-{i}"),
             zone: Zone::known(format!("zone-{zone}")),
             healthy: true,
-            created_ms: 0,
+            // Created well before any eviction: re-evicting one is a retry.
+            created_ms: -60_000,
         }).collect();
         let mut records: Vec<Disruption> = Vec::new();
         let previous = BTreeMap::new();
@@ -40,7 +41,7 @@ proptest! {
                 name: &pod.name,
                 zone: pod.zone.clone(),
                 condition: PodCondition::Healthy,
-                created_ms: 0,
+                created_ms: pod.created_ms,
             });
             if let Decision::Allow { zone, record: true } = decision {
                 records.push(Disruption { pod: pod.name.clone(), zone, at_ms: 0 });

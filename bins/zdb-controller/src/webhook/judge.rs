@@ -363,7 +363,7 @@ impl Judge {
         let namespace = eviction.namespace.as_str();
         let zone = self.zones.zone_of(pod);
         let condition = pods::condition(pod);
-        let created_ms = pods::created_ms_rounded_up(pods::created_ms(pod));
+        let created_ms = pods::created_ms(pod);
         if let Some(zdb) = recent
             && let Step::Answer(verdict) =
                 self.assess(eviction, name, &zdb, &zone, condition, created_ms)

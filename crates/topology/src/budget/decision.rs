@@ -21,10 +21,9 @@ pub struct EvictedPod<'a> {
     pub name: &'a str,
     pub zone: Zone,
     pub condition: PodCondition,
-    /// When the pod was created (ms, as [`prune`](super::prune) compares it: rounded up to the
-    /// resolution the records are stored at). A record of its name older than this is of an
-    /// earlier pod of that name (a StatefulSet's pods come back under the same name): it still
-    /// counts in its zone until pruned, but does not make this pod's eviction a retry.
+    /// When the pod was created (ms). A record of its name made before this is of an earlier pod
+    /// of that name (a StatefulSet's pods come back under the same name): it still counts in its
+    /// zone until pruned, but does not make this pod's eviction a retry.
     pub created_ms: i64,
 }
 

@@ -333,6 +333,15 @@ fn records_expire_and_clear_when_the_pod_is_recreated_and_scheduled() {
         prune(std::slice::from_ref(&fresh), &[pending], NOW),
         vec![fresh.clone()]
     );
+    // Times are stored to the second: a pod recreated within the record's second has that
+    // second as its creation time, and counts as recreated.
+    let same_second = BudgetPod {
+        name: "web-3".into(),
+        zone: Zone::known("zone-a"),
+        healthy: false,
+        created_ms: NOW,
+    };
+    assert!(prune(std::slice::from_ref(&fresh), &[same_second], NOW).is_empty());
     assert_eq!(
         prune(std::slice::from_ref(&fresh), &[], NOW),
         vec![fresh],
