@@ -5,9 +5,12 @@
 //!   alone for a stateless server, [`ScopeArgs`] for what it watches), the Kubernetes client,
 //!   logging, the `/healthz` + `/readyz` + `/metrics` server, Lease-based leader election,
 //!   graceful shutdown, tasks on every replica next to the leader-elected ones ([`runtime`]);
-//! - caches: how they load ([`watch`]), node zones ([`zones`]), and the controller tail: watch
-//!   errors, "caches synced → ready", the `Controller` loop, the failure policy, an error's whole
-//!   cause chain ([`controller`]);
+//! - caches: how they load ([`watch`]), the watches of one controller and the reconciles they
+//!   trigger ([`watch_set`]), node zones ([`zones`]), and the controller tail: watch errors,
+//!   "caches synced → ready", the `Controller` loop, the failure policy, an error's whole cause
+//!   chain ([`controller`]);
+//! - a reconcile's status draft and its events, and the one report of an invalid spec
+//!   ([`draft`]);
 //! - writes: status by server-side apply or by a PUT retried on conflict ([`status`]), owned
 //!   children applied and pruned ([`children`]), Events published once the status is written
 //!   ([`events`]), metrics ([`metrics`]);
@@ -35,6 +38,7 @@ pub mod children;
 pub mod cli;
 pub mod client;
 pub mod controller;
+pub mod draft;
 pub mod duration;
 pub mod events;
 pub mod https;
@@ -51,10 +55,12 @@ pub mod telemetry;
 pub mod testing;
 pub mod tls;
 pub mod watch;
+pub mod watch_set;
 pub mod zones;
 
 pub use cli::{BaseArgs, LeaderArgs, LogFormat, RuntimeArgs};
 pub use controller::ErrorChain;
+pub use draft::{Blocked, Draft, Invalid};
 pub use events::{EventPublisher, PendingEvents};
 pub use kube::runtime::events::EventType;
 pub use leader::{LeaderElector, LeaderError, LeaderHandle, LeaderStatus, LeaseConfig};
@@ -64,4 +70,5 @@ pub use runtime::{Runtime, RuntimeError, RuntimeParts, report_exit};
 pub use scope::ScopeArgs;
 pub use shutdown::Shutdown;
 pub use watch::InitialList;
+pub use watch_set::WatchSet;
 pub use zones::NodeZones;
