@@ -14,20 +14,13 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use zone_api::sprom::PrometheusMode;
+use zone_api::sprom::contract::{
+    INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SHARD_POD_LABEL, shard_name,
+};
 use zone_api::validation::{ShardStorage, ValidSprom};
-use zone_topology::sharding::ShardLayout;
 
 use crate::config::{self, CONFIG_DIR, CONFIG_KEY, ConfigError, POD_NAME_ENV, RULES_DIR};
 
-/// Label of every child: the ShardedPrometheus it belongs to.
-pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
-/// Label of every child: who manages it.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub const MANAGED_BY: &str = "shard-controller";
-/// Label of every child and pod: the shard index.
-pub const SHARD_LABEL: &str = "zonecontrol.k8s.aws/shard";
-/// The StatefulSet controller's pod-ordinal label (Kubernetes >= 1.28).
-pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 /// Annotation on every child: a digest of what the controller applied, so a reconcile that
 /// would apply the same again (a readiness change of a pod, say) skips the write.
 pub const APPLIED_HASH_ANNOTATION: &str = "zonecontrol.k8s.aws/applied-hash";
@@ -46,9 +39,6 @@ pub struct BuildInput<'a> {
     pub name: &'a str,
     pub namespace: &'a str,
     pub valid: &'a ValidSprom,
-    pub layout: &'a ShardLayout,
-    /// The node label that carries zones (`--zone-label`).
-    pub zone_key: &'a str,
 }
 
 /// The children of one shard.
@@ -68,23 +58,13 @@ pub struct Built {
     pub node_metadata_disabled: Vec<String>,
 }
 
-/// The name of shard `index`'s ConfigMap, StatefulSet and Service.
-pub fn shard_name(name: &str, index: u32) -> String {
-    format!("{name}-shard-{index}")
-}
-
-/// The selector of every child of `name`.
-pub fn children_selector(name: &str) -> String {
-    format!("{INSTANCE_LABEL}={name},{MANAGED_BY_LABEL}={MANAGED_BY}")
-}
-
 /// Builds the children of every active shard.
 pub fn build(input: &BuildInput<'_>) -> Result<Built, ConfigError> {
     let mut built = Built {
-        shards: Vec::with_capacity(input.valid.shards as usize),
+        shards: Vec::with_capacity(input.valid.shards() as usize),
         node_metadata_disabled: Vec::new(),
     };
-    for index in 0..input.valid.shards {
+    for index in 0..input.valid.shards() {
         let (shard, disabled) = shard_children(input, index)?;
         if index == 0 {
             built.node_metadata_disabled = disabled;
@@ -122,7 +102,7 @@ pub fn shard_children(
     };
     // The zone stays readable on the StatefulSet after a scale-down has removed the shard from
     // the layout: a retained shard's series keep their zone label.
-    if let Some(zone) = input.layout.zone(index) {
+    if let Some(zone) = input.valid.layout.zone(index) {
         meta.annotations = Some(BTreeMap::from([(
             ZONE_ANNOTATION.to_string(),
             zone.to_string(),
@@ -182,11 +162,11 @@ fn config_map(
 ) -> Result<(ConfigMap, Vec<String>), ConfigError> {
     let valid = input.valid;
     let rendered = config::render(&config::ShardConfig {
-        layout: input.layout,
+        layout: &valid.layout,
         shard: index,
         scrape_configs: &valid.scrape_configs,
         external_labels: &valid.external_labels,
-        zone_label_name: valid.zone_label_name.as_deref(),
+        zone_external_label: valid.zone_external_label.as_deref(),
         remote_write: &valid.remote_write,
         rule_files,
         retained: retained.is_some(),
@@ -241,7 +221,7 @@ fn shard_labels(name: &str, index: u32) -> BTreeMap<String, String> {
         ),
         (INSTANCE_LABEL.to_string(), name.to_string()),
         (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
-        (SHARD_LABEL.to_string(), index.to_string()),
+        (SHARD_POD_LABEL.to_string(), index.to_string()),
     ])
 }
 
@@ -255,7 +235,7 @@ fn stateful_set_spec(
     let valid = input.valid;
     let selector_labels = BTreeMap::from([
         (INSTANCE_LABEL.to_string(), input.name.to_string()),
-        (SHARD_LABEL.to_string(), index.to_string()),
+        (SHARD_POD_LABEL.to_string(), index.to_string()),
     ]);
     let mut volumes = vec![Volume {
         name: "config".into(),
@@ -316,9 +296,7 @@ fn stateful_set_spec(
             }]);
         }
     }
-    let node_selector = input
-        .layout
-        .node_selector(index, input.zone_key, &valid.node_selector);
+    let node_selector = valid.layout.node_selector(index, &valid.node_selector);
     StatefulSetSpec {
         replicas: Some(i32::try_from(valid.replicas).unwrap_or(i32::MAX)),
         service_name: Some(name.to_string()),

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
+use zone_api::sprom::contract;
 use zone_operator::controller::ErrorChain;
 use zone_topology::relabel::{CompiledRules, RelabelConfig};
 use zone_topology::sharding::{ShardLayout, attach_node_metadata};
@@ -27,7 +28,7 @@ pub struct ShardConfig<'a> {
     pub scrape_configs: &'a [Map<String, Value>],
     pub external_labels: &'a BTreeMap<String, String>,
     /// The external label carrying the zone (None: not added).
-    pub zone_label_name: Option<&'a str>,
+    pub zone_external_label: Option<&'a str>,
     pub remote_write: &'a [Map<String, Value>],
     /// ConfigMap name → keys to load (empty: every key), mounted under [`RULES_DIR`].
     pub rule_files: &'a [(String, Option<String>)],
@@ -117,8 +118,11 @@ pub fn render(input: &ShardConfig<'_>) -> Result<Rendered, ConfigError> {
     let mut node_metadata_disabled = Vec::new();
     let mut external_labels: BTreeMap<String, String> = input.external_labels.clone();
     if input.retained {
-        external_labels.insert("shard".to_string(), input.shard.to_string());
-        if let (Some(zone), Some(name)) = (input.retained_zone, input.zone_label_name)
+        external_labels.insert(
+            contract::SHARD_EXTERNAL_LABEL.to_string(),
+            input.shard.to_string(),
+        );
+        if let (Some(zone), Some(name)) = (input.retained_zone, input.zone_external_label)
             && !name.is_empty()
         {
             external_labels.insert(name.to_string(), zone.to_string());
@@ -127,11 +131,11 @@ pub fn render(input: &ShardConfig<'_>) -> Result<Rendered, ConfigError> {
         external_labels.extend(
             input
                 .layout
-                .external_labels(input.shard, input.zone_label_name),
+                .external_labels(input.shard, input.zone_external_label),
         );
     }
     external_labels.insert(
-        zone_api::sprom::REPLICA_LABEL.to_string(),
+        contract::REPLICA_EXTERNAL_LABEL.to_string(),
         format!("${{{POD_NAME_ENV}}}"),
     );
     let mut root = Map::new();

@@ -18,7 +18,9 @@ use zone_operator::controller::{self, CachesStopped, forward_triggers, log_watch
 use zone_operator::metrics::MetricsError;
 use zone_operator::zones::NodeZones;
 
-use crate::build::{APPLIED_HASH_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, ZONE_ANNOTATION};
+use zone_api::sprom::contract::{MANAGED_BY, MANAGED_BY_LABEL};
+
+use crate::build::{APPLIED_HASH_ANNOTATION, ZONE_ANNOTATION};
 use crate::cli::Args;
 use crate::metrics::SpromMetrics;
 use crate::reconcile::{self, Context};
@@ -164,7 +166,7 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         metrics: parts.controller_metrics(),
         sprom_metrics,
         field_manager: scope.field_manager(&parts.controller),
-        zone_key: scope.zone_label.clone(),
+        zone_label: scope.zone_label.clone(),
         access: Default::default(),
         series: Default::default(),
     });

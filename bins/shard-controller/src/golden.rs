@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use zone_api::ShardedPrometheus;
 
 use crate::build::{self, BuildInput};
-use crate::reconcile::validate;
+use crate::validate::validate;
 
 fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -27,9 +27,7 @@ fn built_yaml(manifest: &Path) -> String {
     let built = build::build(&BuildInput {
         name: &name,
         namespace: &namespace,
-        valid: &valid.spec,
-        layout: &valid.layout,
-        zone_key: "topology.kubernetes.io/zone",
+        valid: &valid,
     })
     .unwrap();
     let mut documents = vec![format!(
@@ -118,14 +116,12 @@ fn retained_config(manifest: &Path, index: u32, zone: Option<&str>) -> serde_jso
     let input = BuildInput {
         name: &name,
         namespace: "default",
-        valid: &valid.spec,
-        layout: &valid.layout,
-        zone_key: "topology.kubernetes.io/zone",
+        valid: &valid,
     };
     let config_map = build::retained_config_map(&input, index, zone).unwrap();
     assert_eq!(
         config_map.metadata.name.as_deref(),
-        Some(build::shard_name(&name, index).as_str())
+        Some(zone_api::sprom::contract::shard_name(&name, index).as_str())
     );
     let yaml = &config_map.data.unwrap()[crate::config::CONFIG_KEY];
     serde_norway::from_str(yaml).unwrap()

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod access;
+mod apply;
 mod build;
 mod cli;
 mod config;
@@ -10,9 +11,12 @@ mod controller;
 #[cfg(test)]
 mod golden;
 mod metrics;
+mod observe;
+mod plan;
 mod reconcile;
 mod retention;
 mod status;
+mod validate;
 
 use std::process::ExitCode;
 

@@ -8,7 +8,7 @@ use zone_api::sprom::{RetainedShard, ShardStatus, ShardedPrometheusStatus, condi
 use zone_operator::PendingEvents;
 use zone_topology::sharding::{ShardLayout, ZonelessTargets};
 
-use crate::build::{INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, POD_INDEX_LABEL, SHARD_LABEL};
+use zone_api::sprom::contract;
 
 /// What one shard's StatefulSet shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -35,20 +35,6 @@ pub struct Observation<'a> {
     pub retained: Vec<RetainedShard>,
 }
 
-/// The label selector of the scale subresource: replica 0 of every active shard that exists, so
-/// an autoscaler averages one pod per shard and never a retained shard's. With no shard yet it
-/// selects nothing (`in ()` would not parse; no shard is labelled `none`).
-pub fn selector(name: &str, shards: impl IntoIterator<Item = u32>) -> String {
-    let mut indices: Vec<String> = shards.into_iter().map(|i| i.to_string()).collect();
-    if indices.is_empty() {
-        indices.push("none".to_string());
-    }
-    format!(
-        "{INSTANCE_LABEL}={name},{MANAGED_BY_LABEL}={MANAGED_BY},{POD_INDEX_LABEL}=0,{SHARD_LABEL} in ({})",
-        indices.join(",")
-    )
-}
-
 /// The status `observation` gives, starting from `previous` (whose condition times carry over),
 /// and the events its changes deserve.
 pub fn compute(
@@ -69,7 +55,7 @@ pub fn compute(
             zone: layout.zone(*index).unwrap_or_default().to_string(),
             in_zone: to_i32(layout.in_zone(*index)),
             ready_replicas: observed.ready_replicas,
-            stateful_set: crate::build::shard_name(observation.name, *index),
+            stateful_set: contract::shard_name(observation.name, *index),
         });
     }
     status.shards = to_i32(observation.shards.len() as u32);
@@ -80,7 +66,8 @@ pub fn compute(
             .filter(|s| s.ready_replicas >= to_i32(observation.replicas))
             .count() as u32,
     );
-    status.selector = selector(observation.name, observation.shards.keys().copied());
+    status.selector =
+        contract::scale_selector(observation.name, observation.shards.keys().copied());
 
     status.set_condition(
         condition::INVALID,
@@ -305,15 +292,6 @@ mod tests {
         let (again, events) = compute(&status, &obs);
         assert_eq!(again, status);
         assert!(events.is_empty());
-    }
-
-    #[test]
-    fn no_shard_yet_selects_nothing() {
-        let selector = selector("prom", []);
-        assert!(
-            selector.ends_with("zonecontrol.k8s.aws/shard in (none)"),
-            "{selector}"
-        );
     }
 
     #[test]

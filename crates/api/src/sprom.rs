@@ -15,19 +15,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::lenient;
 
+pub mod contract;
+
 /// The image when `spec.image` is not set.
 pub const DEFAULT_IMAGE: &str = "quay.io/prometheus/prometheus:v3.16.0";
 /// The ServiceAccount of the Prometheus pods when `spec.serviceAccountName` is not set.
 pub const DEFAULT_SERVICE_ACCOUNT: &str = "prometheus";
-/// The external label carrying a shard's zone when `externalLabelName` is not set.
-pub const DEFAULT_ZONE_LABEL_NAME: &str = "zone";
-/// The most shards a ShardedPrometheus may have: the number of hash buckets targets are spread
-/// over, so that every shard owns at least one.
-pub const MAX_SHARDS: i32 = 1024;
-/// The external label naming a sample's shard (its index).
-pub const SHARD_LABEL: &str = "shard";
-/// The external label naming a sample's Prometheus pod (replicas of a shard differ only by it).
-pub const REPLICA_LABEL: &str = "prometheus_replica";
 /// Grace period of a pod in Agent mode when `terminationGracePeriodSeconds` is not set: time to
 /// flush the remote-write queue.
 pub const DEFAULT_AGENT_GRACE_PERIOD_SECONDS: i64 = 600;
@@ -105,7 +98,7 @@ pub struct ShardedPrometheusSpec {
     /// more give each shard a smaller share (condition Degraded, reason UnevenZones). Fewer
     /// shards than zones is valid: the zones without a shard are scraped from another zone.
     #[serde(default = "default_shards")]
-    #[schemars(range(min = 1, max = 1024))]
+    #[schemars(range(min = 1, max = contract::MAX_SHARDS))]
     pub shards: i32,
 
     /// Prometheus pods per shard, identical copies scraping the same targets (told apart by the

@@ -12,8 +12,11 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use zone_topology::rollout::{RolloutError, parse_exponential_factor};
 use zone_topology::{IntOrPercent, IntOrPercentError};
 
+use zone_topology::sharding::{self, ShardLayout, ShardingError};
+
 use crate::sprom::{
-    self, PrometheusMode, PrometheusStorage, RuleFileRef, ShardingMode, WhenScaled, ZonelessTargets,
+    self, PrometheusMode, PrometheusStorage, RuleFileRef, ShardingMode, WhenScaled,
+    ZonelessTargets, contract,
 };
 use crate::units::{UnitError, parse_prometheus_duration, parse_prometheus_size};
 use crate::{ShardedPrometheusSpec, ZoneAwareUpdateSpec, ZoneDisruptionBudgetSpec};
@@ -43,8 +46,10 @@ pub enum SpecError {
         operator: String,
         needs: &'static str,
     },
-    #[error("spec.shards is {0}: it must be between 1 and 1024")]
+    #[error("spec.shards is {0}: it must be between 1 and {max}", max = contract::MAX_SHARDS)]
     Shards(i32),
+    #[error("spec.shardingStrategy: {0}")]
+    Layout(#[source] ShardingError),
     #[error("spec.replicas is {0}: every shard needs at least 1 replica")]
     Replicas(i32),
     #[error(
@@ -144,18 +149,15 @@ pub struct ValidZdb {
 /// A ShardedPrometheus spec ready to act on, every default applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidSprom {
-    /// 1 to [`sprom::MAX_SHARDS`].
-    pub shards: u32,
+    /// The shards and their zones: the one holder of the shard count (1 to
+    /// [`contract::MAX_SHARDS`]) and of the sharding mode.
+    pub layout: ShardLayout,
     /// Prometheus pods per shard, at least 1.
     pub replicas: u32,
     pub mode: PrometheusMode,
     pub image: String,
-    pub sharding_mode: ShardingMode,
-    /// Topology: the zones in shard order (non-empty, unique). Classic: empty.
-    pub zones: Vec<String>,
     /// The external label carrying a shard's zone; None in Classic sharding or when disabled.
-    pub zone_label_name: Option<String>,
-    pub zoneless_targets: ZonelessTargets,
+    pub zone_external_label: Option<String>,
     /// The user's scrape_config objects, each with a unique non-empty `job_name`.
     pub scrape_configs: Vec<serde_json::Map<String, serde_json::Value>>,
     /// The user's external labels (none of the reserved names).
@@ -181,6 +183,13 @@ pub struct ValidSprom {
     pub tolerations: Vec<Toleration>,
     pub service_account_name: String,
     pub termination_grace_period_seconds: i64,
+}
+
+impl ValidSprom {
+    /// The number of active shards.
+    pub fn shards(&self) -> u32 {
+        self.layout.shards()
+    }
 }
 
 /// The data volume of every Prometheus pod.
@@ -264,27 +273,30 @@ impl ZoneDisruptionBudgetSpec {
 }
 
 impl ShardedPrometheusSpec {
-    pub fn validate(&self) -> Result<ValidSprom, SpecError> {
-        if !(1..=sprom::MAX_SHARDS).contains(&self.shards) {
-            return Err(SpecError::Shards(self.shards));
-        }
+    /// The spec ready to act on; in Topology sharding, targets' zones are read from nodes and
+    /// pods labelled `zone_label` (the controller's `--zone-label`).
+    pub fn validate(&self, zone_label: &str) -> Result<ValidSprom, SpecError> {
+        let layout = self.layout(zone_label)?;
         if self.replicas < 1 {
             return Err(SpecError::Replicas(self.replicas));
         }
         let strategy = &self.sharding_strategy;
-        let (zones, zone_label_name) = match strategy.mode {
-            ShardingMode::Classic => (Vec::new(), None),
-            ShardingMode::Topology => (
-                zones(&strategy.topology.values)?,
-                zone_label_name(strategy.topology.external_label_name.as_deref())?,
-            ),
+        let zone_external_label = match strategy.mode {
+            ShardingMode::Classic => None,
+            ShardingMode::Topology => {
+                zone_external_label(strategy.topology.external_label_name.as_deref())?
+            }
         };
         for name in self.external_labels.keys() {
             if !is_label_name(name) {
                 return Err(SpecError::ExternalLabelName(name.clone()));
             }
-            if [sprom::SHARD_LABEL, sprom::REPLICA_LABEL].contains(&name.as_str())
-                || zone_label_name.as_ref() == Some(name)
+            if [
+                contract::SHARD_EXTERNAL_LABEL,
+                contract::REPLICA_EXTERNAL_LABEL,
+            ]
+            .contains(&name.as_str())
+                || zone_external_label.as_ref() == Some(name)
             {
                 return Err(SpecError::ReservedExternalLabel(name.clone()));
             }
@@ -334,14 +346,11 @@ impl ShardedPrometheusSpec {
                 (None, PrometheusMode::Server) => sprom::DEFAULT_SERVER_GRACE_PERIOD_SECONDS,
             };
         Ok(ValidSprom {
-            shards: self.shards.unsigned_abs(),
+            layout,
             replicas: self.replicas.unsigned_abs(),
             mode: self.mode,
             image: non_empty_or(self.image.as_deref(), sprom::DEFAULT_IMAGE),
-            sharding_mode: strategy.mode,
-            zones,
-            zone_label_name,
-            zoneless_targets: strategy.zoneless_targets,
+            zone_external_label,
             scrape_configs,
             external_labels: self.external_labels.clone(),
             remote_write,
@@ -366,6 +375,29 @@ impl ShardedPrometheusSpec {
     }
 }
 
+impl ShardedPrometheusSpec {
+    /// The shard layout: the shard count is range-checked here, once, by the layout itself.
+    fn layout(&self, zone_label: &str) -> Result<ShardLayout, SpecError> {
+        let shards = u32::try_from(self.shards).map_err(|_| SpecError::Shards(self.shards))?;
+        let strategy = &self.sharding_strategy;
+        let layout = match strategy.mode {
+            ShardingMode::Classic => ShardLayout::classic(shards),
+            ShardingMode::Topology => {
+                let zoneless = match strategy.zoneless_targets {
+                    ZonelessTargets::Spread => sharding::ZonelessTargets::Spread,
+                    ZonelessTargets::Drop => sharding::ZonelessTargets::Drop,
+                };
+                ShardLayout::topology(shards, zones(&strategy.topology.values)?, zoneless)
+                    .map(|layout| layout.with_zone_label(zone_label))
+            }
+        };
+        layout.map_err(|error| match error {
+            ShardingError::ShardCount(_) => SpecError::Shards(self.shards),
+            other => SpecError::Layout(other),
+        })
+    }
+}
+
 fn zones(values: &[String]) -> Result<Vec<String>, SpecError> {
     if values.is_empty() {
         return Err(SpecError::NoZones);
@@ -386,11 +418,13 @@ fn zones(values: &[String]) -> Result<Vec<String>, SpecError> {
 }
 
 /// None ⇒ the default name; "" ⇒ no zone label.
-fn zone_label_name(name: Option<&str>) -> Result<Option<String>, SpecError> {
-    match name.unwrap_or(sprom::DEFAULT_ZONE_LABEL_NAME) {
+fn zone_external_label(name: Option<&str>) -> Result<Option<String>, SpecError> {
+    match name.unwrap_or(contract::DEFAULT_ZONE_EXTERNAL_LABEL) {
         "" => Ok(None),
         name if !is_label_name(name) => Err(SpecError::ZoneLabelName(name.to_string())),
-        name if name == sprom::SHARD_LABEL || name == sprom::REPLICA_LABEL => {
+        name if name == contract::SHARD_EXTERNAL_LABEL
+            || name == contract::REPLICA_EXTERNAL_LABEL =>
+        {
             Err(SpecError::ZoneLabelNameReserved(name.to_string()))
         }
         name => Ok(Some(name.to_string())),

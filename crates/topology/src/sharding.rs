@@ -72,6 +72,9 @@ pub fn sanitize_label_name(key: &str) -> String {
         .collect()
 }
 
+/// The external label naming a sample's (a rule's, an alert's) shard: its index.
+pub const SHARD_EXTERNAL_LABEL: &str = "shard";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub enum ShardingMode {
     /// Hash targets over all shards, ignoring zones.
@@ -141,7 +144,9 @@ pub struct ShardLayout {
     /// Empty in Classic mode.
     zones: Vec<String>,
     zoneless: ZonelessTargets,
-    /// Where a target's zone is read from (Topology mode).
+    /// The node (and pod) label that carries zones.
+    zone_label: String,
+    /// Where a target's zone is read from (Topology mode): meta labels derived from `zone_label`.
     sources: [String; 3],
 }
 
@@ -153,6 +158,7 @@ impl ShardLayout {
             shards,
             zones: Vec::new(),
             zoneless: ZonelessTargets::Spread,
+            zone_label: crate::ZONE_LABEL.to_string(),
             sources: topology_sources(crate::ZONE_LABEL),
         })
     }
@@ -180,6 +186,7 @@ impl ShardLayout {
             shards,
             zones,
             zoneless,
+            zone_label: crate::ZONE_LABEL.to_string(),
             sources: topology_sources(crate::ZONE_LABEL),
         })
     }
@@ -188,6 +195,7 @@ impl ShardLayout {
     /// `topology.kubernetes.io/zone`.
     pub fn with_zone_label(mut self, zone_label: &str) -> ShardLayout {
         self.sources = topology_sources(zone_label);
+        self.zone_label = zone_label.to_string();
         self
     }
 
@@ -322,15 +330,15 @@ impl ShardLayout {
         rules
     }
 
-    /// External labels of a shard: `shard`, and in Topology mode the zone under
-    /// `zone_label_name` (`None` disables it).
+    /// External labels of a shard: [`SHARD_EXTERNAL_LABEL`], and in Topology mode the zone under
+    /// `zone_external_label` (`None` disables it).
     pub fn external_labels(
         &self,
         shard: u32,
-        zone_label_name: Option<&str>,
+        zone_external_label: Option<&str>,
     ) -> BTreeMap<String, String> {
-        let mut labels = BTreeMap::from([("shard".to_string(), shard.to_string())]);
-        if let (Some(zone), Some(name)) = (self.zone(shard), zone_label_name)
+        let mut labels = BTreeMap::from([(SHARD_EXTERNAL_LABEL.to_string(), shard.to_string())]);
+        if let (Some(zone), Some(name)) = (self.zone(shard), zone_external_label)
             && !name.is_empty()
         {
             labels.insert(name.to_string(), zone.to_string());
@@ -338,17 +346,16 @@ impl ShardLayout {
         labels
     }
 
-    /// The user's node selector with `zone_key` set to the shard's zone (replacing a user value
-    /// for that key). Classic shards keep the user's selector as it is.
+    /// The user's node selector with the node zone label set to the shard's zone (replacing a
+    /// user value for that key). Classic shards keep the user's selector as it is.
     pub fn node_selector(
         &self,
         shard: u32,
-        zone_key: &str,
         user: &BTreeMap<String, String>,
     ) -> BTreeMap<String, String> {
         let mut selector = user.clone();
         if let Some(zone) = self.zone(shard) {
-            selector.insert(zone_key.to_string(), zone.to_string());
+            selector.insert(self.zone_label.clone(), zone.to_string());
         }
         selector
     }

@@ -166,13 +166,16 @@ fn agent(spec: &mut ShardedPrometheusSpec) {
 
 #[test]
 fn defaults_are_resolved() {
-    let valid = spec(|_| {}).validate().unwrap();
-    assert_eq!((valid.shards, valid.replicas), (3, 1));
+    let valid = spec(|_| {}).validate(zone_topology::ZONE_LABEL).unwrap();
+    assert_eq!((valid.shards(), valid.replicas), (3, 1));
     assert_eq!(valid.mode, PrometheusMode::Server);
     assert_eq!(valid.image, DEFAULT_IMAGE);
     assert_eq!(valid.service_account_name, "prometheus");
-    assert_eq!(valid.zone_label_name.as_deref(), Some("zone"));
-    assert_eq!(valid.zoneless_targets, ZonelessTargets::Spread);
+    assert_eq!(valid.zone_external_label.as_deref(), Some("zone"));
+    assert_eq!(
+        valid.layout.zoneless(),
+        zone_topology::sharding::ZonelessTargets::Spread
+    );
     assert_eq!(valid.when_scaled, WhenScaled::Delete);
     assert_eq!(
         valid.retained_shard_period,
@@ -186,7 +189,7 @@ fn defaults_are_resolved() {
         s.image = Some(String::new());
         s.service_account_name = Some(String::new());
     })
-    .validate()
+    .validate(zone_topology::ZONE_LABEL)
     .unwrap();
     assert_eq!(
         (valid.image.as_str(), valid.service_account_name.as_str()),
@@ -203,7 +206,7 @@ fn agents_get_a_long_grace_period_and_are_always_deleted() {
             retain: None,
         });
     })
-    .validate()
+    .validate(zone_topology::ZONE_LABEL)
     .unwrap();
     assert_eq!(valid.termination_grace_period_seconds, 600);
     assert_eq!(valid.when_scaled, WhenScaled::Delete);
@@ -212,7 +215,7 @@ fn agents_get_a_long_grace_period_and_are_always_deleted() {
         agent(s);
         s.termination_grace_period_seconds = Some(0);
     })
-    .validate()
+    .validate(zone_topology::ZONE_LABEL)
     .unwrap();
     assert_eq!(valid.termination_grace_period_seconds, 0);
 }
@@ -229,7 +232,7 @@ fn retained_shards_are_kept_for_the_retention_period_then_the_retention_time() {
                 }),
             });
         })
-        .validate()
+        .validate(zone_topology::ZONE_LABEL)
         .unwrap()
         .retained_shard_period
     };
@@ -259,10 +262,10 @@ fn classic_sharding_ignores_the_zones() {
             s.external_labels = [("zone".to_string(), "all".to_string())].into();
         });
         spec.sharding_strategy.mode = serde_json::from_value(json!(mode)).unwrap();
-        let valid = spec.validate().unwrap();
-        assert_eq!(valid.sharding_mode, ShardingMode::Classic);
-        assert!(valid.zones.is_empty());
-        assert_eq!(valid.zone_label_name, None);
+        let valid = spec.validate(zone_topology::ZONE_LABEL).unwrap();
+        assert!(!valid.layout.is_topology());
+        assert!(valid.layout.zones().is_empty());
+        assert_eq!(valid.zone_external_label, None);
     }
 }
 
@@ -273,18 +276,18 @@ fn fewer_shards_than_zones_and_a_disabled_zone_label_are_valid() {
         s.sharding_strategy.topology.external_label_name = Some(String::new());
         s.external_labels = [("zone".to_string(), "mine".to_string())].into();
     })
-    .validate()
+    .validate(zone_topology::ZONE_LABEL)
     .unwrap();
-    assert_eq!(valid.shards, 2);
-    assert_eq!(valid.zones.len(), 3);
-    assert_eq!(valid.zone_label_name, None);
+    assert_eq!(valid.shards(), 2);
+    assert_eq!(valid.layout.zones().len(), 3);
+    assert_eq!(valid.zone_external_label, None);
     let valid = spec(|s| {
         s.sharding_strategy.topology.external_label_name = Some("az".into());
         s.external_labels = [("zone".to_string(), "mine".to_string())].into();
     })
-    .validate()
+    .validate(zone_topology::ZONE_LABEL)
     .unwrap();
-    assert_eq!(valid.zone_label_name.as_deref(), Some("az"));
+    assert_eq!(valid.zone_external_label.as_deref(), Some("az"));
 }
 
 #[test]
@@ -301,7 +304,7 @@ fn storage_is_a_claim_or_an_empty_dir() {
             empty_dir: None,
         });
     })
-    .validate()
+    .validate(zone_topology::ZONE_LABEL)
     .unwrap();
     assert_eq!(valid.storage, ShardStorage::VolumeClaim(Box::new(claim)));
 }
@@ -538,7 +541,9 @@ fn every_invalid_spec_names_the_offending_value() {
         ),
     ];
     for (name, change, expected, needle) in cases {
-        let error = spec(change).validate().unwrap_err();
+        let error = spec(change)
+            .validate(zone_topology::ZONE_LABEL)
+            .unwrap_err();
         assert_eq!(error, expected, "{name}");
         let message = error.to_string();
         assert!(
@@ -554,11 +559,11 @@ fn the_sample_deserializes_and_validates() {
         "../../../../config/samples/shardedprometheus.yaml"
     ))
     .unwrap();
-    let valid = sample.spec.validate().unwrap();
-    assert_eq!(valid.shards, 3);
-    assert_eq!(valid.zones, ["zone-a", "zone-b", "zone-c"]);
-    assert_eq!(valid.sharding_mode, ShardingMode::Topology);
-    assert_eq!(valid.zone_label_name.as_deref(), Some("zone"));
+    let valid = sample.spec.validate(zone_topology::ZONE_LABEL).unwrap();
+    assert_eq!(valid.shards(), 3);
+    assert_eq!(valid.layout.zones(), ["zone-a", "zone-b", "zone-c"]);
+    assert!(valid.layout.is_topology());
+    assert_eq!(valid.zone_external_label.as_deref(), Some("zone"));
     let jobs: Vec<_> = valid
         .scrape_configs
         .iter()

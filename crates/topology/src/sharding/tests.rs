@@ -204,10 +204,17 @@ fn external_labels_and_node_selector() {
         ("foo".to_string(), "bar".to_string()),
         (ZONE_KEY.to_string(), "will be replaced".to_string()),
     ]);
-    let selector = layout.node_selector(2, ZONE_KEY, &user);
+    let selector = layout.node_selector(2, &user);
     assert_eq!(selector["foo"], "bar");
     assert_eq!(selector[ZONE_KEY], "europe-west4-a");
-    assert_eq!(classic.node_selector(2, ZONE_KEY, &user), user);
+    assert_eq!(classic.node_selector(2, &user), user);
+    let relabelled = layout.clone().with_zone_label("example.com/zone");
+    let selector = relabelled.node_selector(2, &user);
+    assert_eq!(selector["example.com/zone"], "europe-west4-a");
+    assert_eq!(
+        selector[ZONE_KEY], "will be replaced",
+        "another key is the user's"
+    );
 }
 
 #[test]

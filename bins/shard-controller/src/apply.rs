@@ -1,0 +1,156 @@
+//! The apply step: the plan's writes, in order, then the prune of the children of shards no
+//! longer wanted. The only step besides the status write that changes the cluster.
+
+use std::sync::PoisonError;
+use std::time::Instant;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::Value;
+use zone_api::ShardedPrometheus;
+use zone_api::sprom::contract;
+use zone_operator::children::{self, ChildError};
+
+use crate::observe::ChildKind;
+use crate::plan::{Child, Plan, Write};
+use crate::reconcile::Context;
+use crate::retention;
+
+/// Makes the plan's writes and prunes; on success after a full apply, remembers it so that the
+/// next reconciles of the same generation skip the children the cache shows unchanged.
+pub async fn apply(
+    ctx: &Context,
+    sprom: &ShardedPrometheus,
+    plan: &Plan,
+) -> Result<(), ChildError> {
+    let namespace = sprom.namespace().unwrap_or_default();
+    let name = sprom.name_any();
+    let owner = children::controller_reference(sprom)?;
+    let writer = Writer {
+        ctx,
+        namespace: &namespace,
+        owner: &owner,
+    };
+    for write in &plan.writes {
+        match write {
+            Write::Apply(child) => writer.apply(child).await?,
+            Write::Mark {
+                stateful_set,
+                retained,
+            } => writer.mark(stateful_set, retained.as_ref()).await?,
+        }
+    }
+    let mut pruned = Vec::new();
+    for kind in &plan.prune {
+        pruned.extend(writer.prune(*kind, &name, plan).await?);
+    }
+    if !pruned.is_empty() {
+        tracing::info!(namespace, name, pruned = ?pruned, "removed the children of shards no longer wanted");
+    }
+    tracing::debug!(
+        namespace,
+        name,
+        full = plan.full_apply,
+        written = plan.writes.len(),
+        "children applied"
+    );
+    if plan.full_apply {
+        let generation = sprom.metadata.generation.unwrap_or(0);
+        ctx.applied
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((namespace, name), (generation, Instant::now()));
+    }
+    Ok(())
+}
+
+/// Writes children of one resource.
+struct Writer<'a> {
+    ctx: &'a Context,
+    namespace: &'a str,
+    owner: &'a OwnerReference,
+}
+
+impl Writer<'_> {
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.ctx.client.clone(), self.namespace)
+    }
+
+    async fn apply(&self, child: &Child) -> Result<(), ChildError> {
+        let (owner, manager) = (self.owner, self.ctx.field_manager.as_str());
+        match child {
+            Child::ConfigMap(c) => children::apply_child(&self.api(), owner, c.clone(), manager)
+                .await
+                .map(drop),
+            Child::Service(c) => children::apply_child(&self.api(), owner, c.clone(), manager)
+                .await
+                .map(drop),
+            Child::StatefulSet(c) => children::apply_child(&self.api(), owner, c.clone(), manager)
+                .await
+                .map(drop),
+        }
+    }
+
+    async fn prune(
+        &self,
+        kind: ChildKind,
+        name: &str,
+        plan: &Plan,
+    ) -> Result<Vec<String>, ChildError> {
+        let selector = contract::children_selector(name);
+        let (uid, wanted) = (self.owner.uid.as_str(), &plan.wanted);
+        match kind {
+            ChildKind::ConfigMap => {
+                children::prune_children(&self.api::<ConfigMap>(), &selector, uid, wanted).await
+            }
+            ChildKind::Service => {
+                children::prune_children(&self.api::<Service>(), &selector, uid, wanted).await
+            }
+            ChildKind::StatefulSet => {
+                children::prune_children(&self.api::<StatefulSet>(), &selector, uid, wanted).await
+            }
+        }
+    }
+
+    /// Writes (`Some`) or removes (`None`) the retention marks on a shard's StatefulSet. A merge
+    /// patch of two annotations: the StatefulSet's spec, applied while the shard was active,
+    /// stays as it was (its pods are not restarted, its volumes stay where they are).
+    async fn mark(
+        &self,
+        name: &str,
+        retained: Option<&retention::Retained>,
+    ) -> Result<(), ChildError> {
+        let (since, deadline) = match retained {
+            Some(r) => (
+                Value::from(retention::format(r.since)),
+                r.deadline
+                    .map(retention::format)
+                    .map_or(Value::Null, Value::from),
+            ),
+            None => (Value::Null, Value::Null),
+        };
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            retention::RETAINED_SINCE_ANNOTATION: since,
+            retention::DELETION_DEADLINE_ANNOTATION: deadline,
+        }}});
+        let params = PatchParams {
+            field_manager: Some(self.ctx.field_manager.clone()),
+            ..PatchParams::default()
+        };
+        self.api::<StatefulSet>()
+            .patch(name, &params, &Patch::Merge(&patch))
+            .await
+            .map_err(|source| ChildError::Apply {
+                kind: "StatefulSet".to_string(),
+                name: name.to_string(),
+                source,
+            })?;
+        Ok(())
+    }
+}

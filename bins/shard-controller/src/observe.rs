@@ -1,0 +1,207 @@
+//! The observe step: everything a reconcile reads besides the resource itself — the caches of
+//! the shards' children and of the nodes, and the access review of the Prometheus
+//! ServiceAccount — in one place, before anything is decided.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::PoisonError;
+
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+use zone_api::ShardedPrometheus;
+use zone_api::sprom::contract::{self, INSTANCE_LABEL};
+use zone_api::validation::ValidSprom;
+use zone_operator::children;
+
+use crate::build::{APPLIED_HASH_ANNOTATION, ZONE_ANNOTATION};
+use crate::reconcile::{Context, RESYNC};
+use crate::retention::{self, DELETION_DEADLINE_ANNOTATION, RETAINED_SINCE_ANNOTATION};
+
+/// The kinds of a shard's children.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ChildKind {
+    ConfigMap,
+    Service,
+    StatefulSet,
+}
+
+impl ChildKind {
+    /// The order children of shards no longer wanted are deleted in: the pods first.
+    pub const PRUNE_ORDER: [ChildKind; 3] = [
+        ChildKind::StatefulSet,
+        ChildKind::Service,
+        ChildKind::ConfigMap,
+    ];
+}
+
+/// What the caches and the API server show of one ShardedPrometheus's world.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observed {
+    /// The StatefulSets the resource controls, by shard index.
+    pub stateful_sets: BTreeMap<u32, ObservedStatefulSet>,
+    /// The children labelled with the resource's name: kind and name → the hash they were
+    /// applied with.
+    pub children: BTreeMap<(ChildKind, String), Option<String>>,
+    /// Zones with at least one node.
+    pub zones_with_nodes: BTreeSet<String>,
+    /// What the Prometheus ServiceAccount may not do (empty: all it needs).
+    pub forbidden: Vec<String>,
+    /// Every child is applied again: a new generation, or [`RESYNC`] passed since the last
+    /// full apply.
+    pub full_apply: bool,
+}
+
+/// A shard's StatefulSet, as the cache holds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObservedStatefulSet {
+    pub ready_replicas: i32,
+    /// The zone it was built for ([`ZONE_ANNOTATION`]).
+    pub zone: Option<String>,
+    /// The raw retention marks.
+    pub retained_since: Option<String>,
+    pub deletion_deadline: Option<String>,
+}
+
+impl Observed {
+    /// The shards' StatefulSets with their retention marks, as the retention plan reads them.
+    pub fn existing_shards(&self) -> Vec<retention::ExistingShard> {
+        self.stateful_sets
+            .iter()
+            .map(|(index, sts)| retention::ExistingShard {
+                index: *index,
+                retained_since: sts.retained_since.clone(),
+                deletion_deadline: sts.deletion_deadline.clone(),
+            })
+            .collect()
+    }
+
+    /// Whether the cached `kind` child `name` carries `hash`.
+    pub fn unchanged(&self, kind: ChildKind, name: &str, hash: Option<&str>) -> bool {
+        self.children
+            .get(&(kind, name.to_string()))
+            .is_some_and(|cached| cached.as_deref() == hash)
+    }
+
+    /// Whether a child of `kind` exists that is not `wanted`.
+    pub fn has_unwanted(&self, kind: ChildKind, wanted: &BTreeSet<String>) -> bool {
+        self.children
+            .keys()
+            .any(|(k, name)| *k == kind && !wanted.contains(name))
+    }
+}
+
+/// Reads what `sprom` (valid as `valid`) needs from the caches and the access review.
+pub async fn observe(ctx: &Context, sprom: &ShardedPrometheus, valid: &ValidSprom) -> Observed {
+    let namespace = sprom.namespace().unwrap_or_default();
+    let name = sprom.name_any();
+    let mut observed = Observed {
+        stateful_sets: stateful_sets(&ctx.stateful_sets, sprom),
+        zones_with_nodes: ctx.zones.zones_present(),
+        full_apply: resync_due(ctx, sprom),
+        ..Observed::default()
+    };
+    let children = &mut observed.children;
+    children_of(
+        &ctx.config_maps,
+        ChildKind::ConfigMap,
+        &namespace,
+        &name,
+        children,
+    );
+    children_of(
+        &ctx.services,
+        ChildKind::Service,
+        &namespace,
+        &name,
+        children,
+    );
+    children_of(
+        &ctx.stateful_sets,
+        ChildKind::StatefulSet,
+        &namespace,
+        &name,
+        children,
+    );
+    let needed = crate::access::needed(&valid.scrape_configs, &namespace);
+    observed.forbidden = ctx
+        .access
+        .missing(
+            &ctx.client,
+            &namespace,
+            &valid.service_account_name,
+            &needed,
+        )
+        .await;
+    observed
+}
+
+/// Whether every child must be applied again, whatever the cache shows.
+fn resync_due(ctx: &Context, sprom: &ShardedPrometheus) -> bool {
+    let key = (sprom.namespace().unwrap_or_default(), sprom.name_any());
+    let generation = sprom.metadata.generation.unwrap_or(0);
+    let applied = ctx.applied.lock().unwrap_or_else(PoisonError::into_inner);
+    applied
+        .get(&key)
+        .is_none_or(|(seen, at)| *seen != generation || at.elapsed() >= RESYNC)
+}
+
+/// The StatefulSets controlled by `sprom`, by the shard index they are labelled with.
+fn stateful_sets(
+    store: &Store<k8s_openapi::api::apps::v1::StatefulSet>,
+    sprom: &ShardedPrometheus,
+) -> BTreeMap<u32, ObservedStatefulSet> {
+    let namespace = sprom.namespace();
+    let uid = sprom.uid().unwrap_or_default();
+    store
+        .state()
+        .iter()
+        .filter(|sts| {
+            sts.namespace() == namespace && children::is_controlled_by(sts.as_ref(), &uid)
+        })
+        .filter_map(|sts| {
+            let index = contract::shard_of(sts.labels())?;
+            let annotation = |key: &str| sts.annotations().get(key).cloned();
+            let observed = ObservedStatefulSet {
+                ready_replicas: sts
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.ready_replicas)
+                    .unwrap_or(0),
+                zone: annotation(ZONE_ANNOTATION),
+                retained_since: annotation(RETAINED_SINCE_ANNOTATION),
+                deletion_deadline: annotation(DELETION_DEADLINE_ANNOTATION),
+            };
+            Some((index, observed))
+        })
+        .collect()
+}
+
+/// Adds the children of `kind` in `namespace` labelled as `name`'s, with their applied hashes.
+fn children_of<K>(
+    store: &Store<K>,
+    kind: ChildKind,
+    namespace: &str,
+    name: &str,
+    into: &mut BTreeMap<(ChildKind, String), Option<String>>,
+) where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    for child in store.state() {
+        let meta = child.meta();
+        let ours = meta.namespace.as_deref() == Some(namespace)
+            && meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(INSTANCE_LABEL))
+                .map(String::as_str)
+                == Some(name);
+        if let (true, Some(child_name)) = (ours, meta.name.as_ref()) {
+            let hash = meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(APPLIED_HASH_ANNOTATION))
+                .cloned();
+            into.insert((kind, child_name.clone()), hash);
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! The plan step (pure): from a valid spec, what was observed and the clock, everything a
+//! reconcile does — the children to write (only those the cache does not already show, between
+//! full applies), the retention marks, what to prune, the status, its events and when to look
+//! again. Nothing here touches the API.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
+use zone_api::sprom::contract::shard_name;
+use zone_api::sprom::{RetainedShard, ShardedPrometheusStatus, WhenScaled, reason};
+use zone_api::validation::ValidSprom;
+use zone_operator::PendingEvents;
+
+use crate::build::{self, BuildInput, applied_hash};
+use crate::observe::{ChildKind, Observed};
+use crate::retention;
+use crate::status::{Observation, ObservedShard};
+use crate::validate::Invalid;
+
+/// Children are watched; a full apply every this long only bounds how long a drift nobody told
+/// us about can last.
+pub const RESYNC: Duration = Duration::from_secs(600);
+
+/// The resource a plan is for.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub generation: i64,
+    pub previous: &'a ShardedPrometheusStatus,
+}
+
+/// A child of a shard, as built.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Child {
+    ConfigMap(ConfigMap),
+    Service(Service),
+    StatefulSet(StatefulSet),
+}
+
+impl Child {
+    pub fn kind(&self) -> ChildKind {
+        match self {
+            Child::ConfigMap(_) => ChildKind::ConfigMap,
+            Child::Service(_) => ChildKind::Service,
+            Child::StatefulSet(_) => ChildKind::StatefulSet,
+        }
+    }
+
+    fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        match self {
+            Child::ConfigMap(child) => child.meta(),
+            Child::Service(child) => child.meta(),
+            Child::StatefulSet(child) => child.meta(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.meta().name.as_deref().unwrap_or_default()
+    }
+
+    fn hash(&self) -> Option<&str> {
+        match self {
+            Child::ConfigMap(child) => applied_hash(child),
+            Child::Service(child) => applied_hash(child),
+            Child::StatefulSet(child) => applied_hash(child),
+        }
+    }
+}
+
+/// One write of the apply step, in the order they are made.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// Server-side apply of a child, with a controller reference.
+    Apply(Child),
+    /// The retention marks of a shard's StatefulSet: written (`Some`) or removed (`None`).
+    Mark {
+        stateful_set: String,
+        retained: Option<retention::Retained>,
+    },
+}
+
+/// Everything one reconcile does.
+#[derive(Debug)]
+pub struct Plan {
+    pub writes: Vec<Write>,
+    /// The names of every child wanted (active and retained shards).
+    pub wanted: BTreeSet<String>,
+    /// The kinds whose unwanted children are deleted, in that order.
+    pub prune: Vec<ChildKind>,
+    /// Every child is written: remember when, so the next reconciles may skip unchanged ones.
+    pub full_apply: bool,
+    pub status: ShardedPrometheusStatus,
+    pub events: PendingEvents,
+    pub requeue_after: Duration,
+    /// The earliest deadline of a retained shard.
+    pub next_deletion: Option<Timestamp>,
+}
+
+/// Plans the reconcile of `target`, whose spec is `valid`, given what was `observed` at `now`.
+pub fn plan(
+    target: &Target<'_>,
+    valid: &ValidSprom,
+    observed: &Observed,
+    now: Timestamp,
+) -> Result<Plan, Invalid> {
+    let input = BuildInput {
+        name: target.name,
+        namespace: target.namespace,
+        valid,
+    };
+    let built = build::build(&input).map_err(|error| Invalid::scrape_config(&error))?;
+    let policy = retention::Policy {
+        when_scaled: valid.when_scaled,
+        period: valid.retained_shard_period,
+    };
+    let fate = retention::plan(valid.shards(), policy, &observed.existing_shards(), now);
+    let mut wanted = BTreeSet::new();
+    let mut children = Vec::new();
+    for shard in built.shards {
+        wanted.insert(shard_name(target.name, shard.index));
+        children.push(Child::ConfigMap(shard.config_map));
+        children.push(Child::Service(shard.service));
+        children.push(Child::StatefulSet(shard.stateful_set));
+    }
+    let mut writes = changed(children, observed);
+    writes.extend(fate.reused.iter().map(|index| Write::Mark {
+        stateful_set: shard_name(target.name, *index),
+        retained: None,
+    }));
+    for retained in &fate.retained {
+        let zone = observed
+            .stateful_sets
+            .get(&retained.index)
+            .and_then(|sts| sts.zone.as_deref());
+        let config_map = build::retained_config_map(&input, retained.index, zone)
+            .map_err(|error| Invalid::scrape_config(&error))?;
+        let name = shard_name(target.name, retained.index);
+        wanted.insert(name.clone());
+        writes.extend(changed([Child::ConfigMap(config_map)], observed));
+        if retained.mark {
+            writes.push(Write::Mark {
+                stateful_set: name,
+                retained: Some(retained.clone()),
+            });
+        }
+    }
+    let prune = ChildKind::PRUNE_ORDER
+        .into_iter()
+        .filter(|kind| observed.full_apply || observed.has_unwanted(*kind, &wanted))
+        .collect();
+
+    let observation = Observation {
+        name: target.name,
+        generation: target.generation,
+        layout: &valid.layout,
+        replicas: valid.replicas,
+        shards: observed
+            .stateful_sets
+            .iter()
+            .filter(|(index, _)| **index < valid.shards())
+            .map(|(index, sts)| {
+                let ready_replicas = sts.ready_replicas;
+                (*index, ObservedShard { ready_replicas })
+            })
+            .collect(),
+        zones_with_nodes: Some(observed.zones_with_nodes.clone()),
+        node_metadata_disabled: &built.node_metadata_disabled,
+        forbidden: &observed.forbidden,
+        retained: fate
+            .retained
+            .iter()
+            .map(|r| RetainedShard {
+                index: i32::try_from(r.index).unwrap_or(i32::MAX),
+                deletion_deadline: r.deadline.map(retention::format),
+            })
+            .collect(),
+    };
+    let (status, mut events) = crate::status::compute(target.previous, &observation);
+    let new_generation = target.previous.observed_generation != target.generation;
+    retention_events(&fate, policy, new_generation, &mut events);
+    // Nothing is watched that tells of an RBAC fix: look again once the answer expires. A
+    // retained shard's deadline is a wake-up of its own: no polling for it.
+    let resync = match observed.forbidden.is_empty() {
+        true => RESYNC,
+        false => crate::access::CACHE_FOR,
+    };
+    Ok(Plan {
+        writes,
+        wanted,
+        prune,
+        full_apply: observed.full_apply,
+        status,
+        events,
+        requeue_after: fate.requeue_after.map_or(resync, |due| due.min(resync)),
+        next_deletion: fate.next_deadline(),
+    })
+}
+
+/// The applies of `children` that are needed: all of them on a full apply, else those whose
+/// cached copy does not carry the hash they were built with (a pod turning Ready reconciles the
+/// resource, and must not cost 3 writes per shard).
+fn changed(children: impl IntoIterator<Item = Child>, observed: &Observed) -> Vec<Write> {
+    children
+        .into_iter()
+        .filter(|child| {
+            observed.full_apply || !observed.unchanged(child.kind(), child.name(), child.hash())
+        })
+        .map(Write::Apply)
+        .collect()
+}
+
+/// The events the retention plan deserves: shards retained, reused, deleted when due, and, on
+/// a new generation under Delete, the retained shards that keep their deadline.
+fn retention_events(
+    plan: &retention::Plan,
+    policy: retention::Policy,
+    new_generation: bool,
+    events: &mut PendingEvents,
+) {
+    let mut newly: BTreeMap<Option<Timestamp>, Vec<u32>> = BTreeMap::new();
+    for r in plan.retained.iter().filter(|r| r.mark) {
+        newly.entry(r.deadline).or_default().push(r.index);
+    }
+    for (deadline, indices) in newly {
+        let until = match deadline {
+            Some(deadline) => format!("until {}", retention::format(deadline)),
+            None => "until you delete them (the retention is by size only)".to_string(),
+        };
+        events.normal(
+            reason::SHARDS_RETAINED,
+            "ScaleDown",
+            format!(
+                "shard(s) {} retained {until}: they scrape, evaluate and alert nothing and keep serving their data",
+                list(&indices),
+            ),
+        );
+    }
+    if !plan.reused.is_empty() {
+        events.normal(
+            reason::RETAINED_SHARDS_REUSED,
+            "ScaleUp",
+            format!(
+                "retained shard(s) {} active again, with their data",
+                list(&plan.reused)
+            ),
+        );
+    }
+    let due: Vec<u32> = plan
+        .deleted
+        .iter()
+        .filter(|(_, why)| *why == retention::Deletion::Due)
+        .map(|(index, _)| *index)
+        .collect();
+    if !due.is_empty() {
+        events.normal(
+            reason::RETAINED_SHARDS_DELETED,
+            "Delete",
+            format!(
+                "retained shard(s) {} deleted: their deadline passed",
+                list(&due)
+            ),
+        );
+    }
+    let kept: Vec<&retention::Retained> = plan.retained.iter().filter(|r| !r.mark).collect();
+    if new_generation && policy.when_scaled == WhenScaled::Delete && !kept.is_empty() {
+        let indices: Vec<u32> = kept.iter().map(|r| r.index).collect();
+        let deleted = match kept.iter().filter_map(|r| r.deadline).max() {
+            Some(deadline) => format!("at the latest at {}", retention::format(deadline)),
+            None => "only when you delete them".to_string(),
+        };
+        events.normal(
+            reason::SHARDS_RETAINED,
+            "PolicyChange",
+            format!(
+                "whenScaled is Delete, but retained shard(s) {} keep their deadline: deleted {deleted}; delete their StatefulSets to remove them sooner",
+                list(&indices),
+            ),
+        );
+    }
+}
+
+fn list(indices: &[u32]) -> String {
+    indices
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,358 @@
+#![allow(clippy::unwrap_used)]
+use std::collections::BTreeMap;
+
+use k8s_openapi::jiff::Timestamp;
+use serde_json::json;
+use zone_api::ShardedPrometheus;
+use zone_api::conditions::Conditions;
+use zone_api::sprom::{ShardedPrometheusStatus, condition, reason};
+use zone_api::validation::ValidSprom;
+
+use super::*;
+use crate::observe::{ChildKind, Observed, ObservedStatefulSet};
+
+const NOW: &str = "2026-01-01T12:00:00Z";
+
+fn valid(spec: serde_json::Value) -> ValidSprom {
+    let sprom: ShardedPrometheus = serde_json::from_value(json!({
+        "apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ShardedPrometheus",
+        "metadata": {"name": "p", "namespace": "n", "uid": "u", "generation": 2},
+        "spec": spec,
+    }))
+    .unwrap();
+    crate::validate::validate(&sprom, "topology.kubernetes.io/zone").unwrap()
+}
+
+fn three_zones(shards: u32, when_scaled: &str) -> ValidSprom {
+    valid(json!({
+        "shards": shards,
+        "shardingStrategy": {"topology": {"values": ["a", "b", "c"]}},
+        "shardRetentionPolicy": {"whenScaled": when_scaled},
+    }))
+}
+
+fn target(previous: &ShardedPrometheusStatus) -> Target<'_> {
+    Target {
+        name: "p",
+        namespace: "n",
+        generation: 2,
+        previous,
+    }
+}
+
+fn now() -> Timestamp {
+    NOW.parse().unwrap()
+}
+
+/// What the caches show after `plan`'s children were all applied: every child with its hash,
+/// every StatefulSet ready.
+fn applied(plan: &Plan) -> Observed {
+    let mut observed = Observed {
+        zones_with_nodes: ["a", "b", "c"].map(String::from).into(),
+        ..Observed::default()
+    };
+    for write in &plan.writes {
+        if let Write::Apply(child) = write {
+            let hash = child.hash().map(str::to_string);
+            observed
+                .children
+                .insert((child.kind(), child.name().to_string()), hash);
+            if let Child::StatefulSet(sts) = child {
+                let index =
+                    zone_api::sprom::contract::shard_of(sts.metadata.labels.as_ref().unwrap())
+                        .unwrap();
+                let zone = sts
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .unwrap()
+                    .get(crate::build::ZONE_ANNOTATION)
+                    .cloned();
+                observed.stateful_sets.insert(
+                    index,
+                    ObservedStatefulSet {
+                        ready_replicas: 1,
+                        zone,
+                        ..ObservedStatefulSet::default()
+                    },
+                );
+            }
+        }
+    }
+    observed
+}
+
+fn applies(plan: &Plan) -> Vec<(ChildKind, String)> {
+    plan.writes
+        .iter()
+        .filter_map(|write| match write {
+            Write::Apply(child) => Some((child.kind(), child.name().to_string())),
+            Write::Mark { .. } => None,
+        })
+        .collect()
+}
+
+fn full() -> Observed {
+    Observed {
+        full_apply: true,
+        zones_with_nodes: ["a", "b", "c"].map(String::from).into(),
+        ..Observed::default()
+    }
+}
+
+#[test]
+fn a_full_apply_writes_every_child_config_map_first_and_prunes_every_kind() {
+    let previous = ShardedPrometheusStatus::default();
+    let plan = plan(
+        &target(&previous),
+        &three_zones(3, "Delete"),
+        &full(),
+        now(),
+    )
+    .unwrap();
+    let kinds: Vec<ChildKind> = applies(&plan).into_iter().map(|(kind, _)| kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            ChildKind::ConfigMap,
+            ChildKind::Service,
+            ChildKind::StatefulSet
+        ]
+        .repeat(3)
+    );
+    assert_eq!(plan.prune, ChildKind::PRUNE_ORDER);
+    assert_eq!(
+        plan.wanted,
+        ["p-shard-0", "p-shard-1", "p-shard-2"]
+            .map(String::from)
+            .into()
+    );
+    assert!(plan.full_apply);
+}
+
+#[test]
+fn unchanged_children_are_not_written_again_until_the_resync() {
+    let previous = ShardedPrometheusStatus::default();
+    let spec = three_zones(3, "Delete");
+    let first = plan(&target(&previous), &spec, &full(), now()).unwrap();
+    let observed = applied(&first);
+    let again = plan(&target(&previous), &spec, &observed, now()).unwrap();
+    assert!(again.writes.is_empty(), "{:?}", applies(&again));
+    assert!(again.prune.is_empty());
+
+    // A hand-edited StatefulSet (another hash) is the one child written.
+    let mut edited = observed.clone();
+    edited.children.insert(
+        (ChildKind::StatefulSet, "p-shard-1".into()),
+        Some("x".into()),
+    );
+    let fix = plan(&target(&previous), &spec, &edited, now()).unwrap();
+    assert_eq!(
+        applies(&fix),
+        [(ChildKind::StatefulSet, "p-shard-1".to_string())]
+    );
+
+    // The resync writes them all.
+    let resync = Observed {
+        full_apply: true,
+        ..observed
+    };
+    assert_eq!(
+        plan(&target(&previous), &spec, &resync, now())
+            .unwrap()
+            .writes
+            .len(),
+        9
+    );
+}
+
+#[test]
+fn a_delete_scale_down_prunes_the_shards_beyond_the_new_count() {
+    let previous = ShardedPrometheusStatus::default();
+    let before = plan(
+        &target(&previous),
+        &three_zones(5, "Delete"),
+        &full(),
+        now(),
+    )
+    .unwrap();
+    let observed = applied(&before);
+    let after = plan(
+        &target(&previous),
+        &three_zones(3, "Delete"),
+        &observed,
+        now(),
+    )
+    .unwrap();
+    assert!(after.writes.is_empty(), "shards 0-2 are unchanged");
+    assert_eq!(after.prune, ChildKind::PRUNE_ORDER);
+    assert_eq!(
+        after.wanted,
+        ["p-shard-0", "p-shard-1", "p-shard-2"]
+            .map(String::from)
+            .into()
+    );
+    assert_eq!(after.status.shards, 3, "shards 3 and 4 are not active");
+}
+
+#[test]
+fn a_retain_scale_down_marks_and_empties_the_removed_shards() {
+    let previous = ShardedPrometheusStatus::default();
+    let before = plan(
+        &target(&previous),
+        &three_zones(4, "Retain"),
+        &full(),
+        now(),
+    )
+    .unwrap();
+    let observed = applied(&before);
+    let after = plan(
+        &target(&previous),
+        &three_zones(3, "Retain"),
+        &observed,
+        now(),
+    )
+    .unwrap();
+    assert_eq!(
+        applies(&after),
+        [(ChildKind::ConfigMap, "p-shard-3".to_string())]
+    );
+    let Some(Write::Mark {
+        stateful_set,
+        retained: Some(retained),
+    }) = after.writes.last()
+    else {
+        panic!("{:?}", after.writes);
+    };
+    assert_eq!((stateful_set.as_str(), retained.index), ("p-shard-3", 3));
+    assert!(
+        after.wanted.contains("p-shard-3"),
+        "a retained shard is kept"
+    );
+    assert!(after.prune.is_empty());
+    assert_eq!(after.status.retained_shards.len(), 1);
+    assert!(
+        after
+            .events
+            .events()
+            .iter()
+            .any(|e| e.reason == reason::SHARDS_RETAINED)
+    );
+    assert_eq!(
+        after.requeue_after,
+        RESYNC.min(Duration::from_secs(24 * 3600))
+    );
+}
+
+#[test]
+fn a_reused_retained_shard_loses_its_marks() {
+    let previous = ShardedPrometheusStatus::default();
+    let spec = three_zones(4, "Retain");
+    let mut observed = applied(&plan(&target(&previous), &spec, &full(), now()).unwrap());
+    let sts = observed.stateful_sets.get_mut(&3).unwrap();
+    sts.retained_since = Some("2026-01-01T11:00:00Z".into());
+    sts.deletion_deadline = Some("2026-01-02T11:00:00Z".into());
+    let plan = plan(&target(&previous), &spec, &observed, now()).unwrap();
+    assert_eq!(
+        plan.writes,
+        [Write::Mark {
+            stateful_set: "p-shard-3".into(),
+            retained: None
+        }]
+    );
+    assert!(
+        plan.events
+            .events()
+            .iter()
+            .any(|e| e.reason == reason::RETAINED_SHARDS_REUSED)
+    );
+}
+
+#[test]
+fn a_forbidden_service_account_degrades_and_looks_again_soon() {
+    let previous = ShardedPrometheusStatus::default();
+    let observed = Observed {
+        forbidden: vec!["list pods".into()],
+        ..full()
+    };
+    let plan = plan(
+        &target(&previous),
+        &three_zones(3, "Delete"),
+        &observed,
+        now(),
+    )
+    .unwrap();
+    assert_eq!(
+        plan.status.true_reason(condition::DEGRADED),
+        Some(reason::SERVICE_ACCOUNT_FORBIDDEN)
+    );
+    assert_eq!(plan.requeue_after, crate::access::CACHE_FOR);
+}
+
+#[test]
+fn retention_events_say_what_happened_to_which_shards() {
+    let at = now();
+    let retained = |index, mark, deadline: Option<&str>| retention::Retained {
+        index,
+        since: at,
+        deadline: deadline.map(|d| d.parse().unwrap()),
+        mark,
+    };
+    let fate = retention::Plan {
+        retained: vec![
+            retained(3, true, Some("2026-01-02T12:00:00Z")),
+            retained(4, true, Some("2026-01-02T12:00:00Z")),
+            retained(5, false, None),
+        ],
+        reused: vec![1],
+        deleted: vec![
+            (6, retention::Deletion::Due),
+            (7, retention::Deletion::Scaled),
+        ],
+        requeue_after: None,
+    };
+    let policy = |when_scaled| retention::Policy {
+        when_scaled,
+        period: None,
+    };
+    let mut events = PendingEvents::default();
+    retention_events(&fate, policy(WhenScaled::Delete), true, &mut events);
+    let notes: BTreeMap<&str, Vec<&str>> =
+        events
+            .events()
+            .iter()
+            .fold(BTreeMap::new(), |mut notes, event| {
+                notes
+                    .entry(event.action)
+                    .or_default()
+                    .push(event.note.as_str());
+                notes
+            });
+    assert_eq!(
+        notes["ScaleDown"],
+        [
+            "shard(s) 3, 4 retained until 2026-01-02T12:00:00Z: they scrape, evaluate and alert nothing and keep serving their data"
+        ]
+    );
+    assert_eq!(
+        notes["ScaleUp"],
+        ["retained shard(s) 1 active again, with their data"]
+    );
+    assert_eq!(
+        notes["Delete"],
+        ["retained shard(s) 6 deleted: their deadline passed"]
+    );
+    assert_eq!(
+        notes["PolicyChange"],
+        [
+            "whenScaled is Delete, but retained shard(s) 5 keep their deadline: deleted only when you delete them; delete their StatefulSets to remove them sooner"
+        ]
+    );
+
+    // The policy change is told once, on the new generation, and only under Delete.
+    for (when_scaled, new_generation) in [(WhenScaled::Delete, false), (WhenScaled::Retain, true)] {
+        let mut events = PendingEvents::default();
+        retention_events(&fate, policy(when_scaled), new_generation, &mut events);
+        assert!(events.events().iter().all(|e| e.action != "PolicyChange"));
+    }
+}

@@ -1,0 +1,127 @@
+//! The validate step (pure): the spec, its shard layout and the user's scrape configs. A spec
+//! that fails here changes no child; the reason becomes the `Invalid` condition.
+
+use zone_api::ShardedPrometheus;
+use zone_api::sprom::reason;
+use zone_api::validation::ValidSprom;
+
+use crate::config;
+
+/// Why a ShardedPrometheus cannot be acted on: the reason and message of its Invalid condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Invalid {
+    /// A scrape config the sharding rules cannot be appended to.
+    pub fn scrape_config(error: &config::ConfigError) -> Invalid {
+        Invalid {
+            reason: reason::INVALID_SCRAPE_CONFIG,
+            message: error.to_string(),
+        }
+    }
+}
+
+/// Validates `sprom`; targets' zones are read from nodes and pods labelled `zone_label`.
+pub fn validate(sprom: &ShardedPrometheus, zone_label: &str) -> Result<ValidSprom, Invalid> {
+    let valid = sprom.spec.validate(zone_label).map_err(|error| Invalid {
+        reason: reason::INVALID_SPEC,
+        message: error.to_string(),
+    })?;
+    config::check_scrape_configs(&valid.scrape_configs)
+        .map_err(|error| Invalid::scrape_config(&error))?;
+    Ok(valid)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    const ZONE: &str = "topology.kubernetes.io/zone";
+
+    fn sprom_with(spec: serde_json::Value) -> ShardedPrometheus {
+        serde_json::from_value(json!({
+            "apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ShardedPrometheus",
+            "metadata": {"name": "p", "namespace": "n", "uid": "u", "generation": 2},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn bad_specs_are_invalid_with_the_reason() {
+        let cases = [
+            (
+                json!({"shards": 3, "shardingStrategy": {"mode": "Topology", "topology": {"values": []}}}),
+                reason::INVALID_SPEC,
+                "zone",
+            ),
+            (
+                json!({"shards": 3, "shardingStrategy": {"topology": {"values": ["a", "a"]}}}),
+                reason::INVALID_SPEC,
+                "\"a\"",
+            ),
+            (
+                json!({"shards": 1025, "shardingStrategy": {"mode": "Classic"}}),
+                reason::INVALID_SPEC,
+                "spec.shards is 1025: it must be between 1 and 1024",
+            ),
+            (
+                json!({"shards": -1, "shardingStrategy": {"topology": {"values": ["a"]}}}),
+                reason::INVALID_SPEC,
+                "spec.shards is -1",
+            ),
+            (
+                json!({"shardingStrategy": {"topology": {"values": ["a"]}},
+                       "scrapeConfigs": [{"job_name": "x", "relabel_configs": [{"regex": "(", "action": "keep"}]}]}),
+                reason::INVALID_SCRAPE_CONFIG,
+                "job \"x\": relabel_configs[0]",
+            ),
+            (
+                json!({"shardingStrategy": {"topology": {"values": ["a"]}},
+                       "scrapeConfigs": [{"job_name": "x", "relabel_configs": {"action": "keep"}}]}),
+                reason::INVALID_SCRAPE_CONFIG,
+                "must be a list",
+            ),
+            (
+                json!({"shardingStrategy": {"topology": {"values": ["a"]}},
+                       "scrapeConfigs": [{"job_name": "x", "relabel_configs": [{"action": "explode"}]}]}),
+                reason::INVALID_SCRAPE_CONFIG,
+                "explode",
+            ),
+        ];
+        for (spec, reason, needle) in cases {
+            let invalid = validate(&sprom_with(spec.clone()), ZONE).unwrap_err();
+            assert_eq!(invalid.reason, reason, "{spec}");
+            assert!(
+                invalid.message.contains(needle),
+                "{needle:?} in {}",
+                invalid.message
+            );
+        }
+    }
+
+    #[test]
+    fn valid_specs_give_the_layout_of_their_mode() {
+        let valid = validate(
+            &sprom_with(json!({"shards": 5, "shardingStrategy": {"mode": "Classic"}})),
+            ZONE,
+        )
+        .unwrap();
+        assert!(!valid.layout.is_topology());
+        let valid = validate(&sprom_with(json!({"shards": 5, "shardingStrategy": {"topology": {"values": ["a", "b"]}, "zonelessTargets": "Drop"}})), ZONE).unwrap();
+        assert_eq!(
+            valid.layout.per_zone(),
+            vec![("a".into(), 3), ("b".into(), 2)]
+        );
+        let selector = valid.layout.node_selector(1, &Default::default());
+        assert_eq!(
+            selector[ZONE], "b",
+            "shards are pinned by the node zone label"
+        );
+    }
+}
