@@ -38,9 +38,8 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         .predicate_filter(predicates::generation, Default::default());
 
     let initial_list = parts.initial_list(scope.namespace()).await;
-    let (triggers, trigger_stream) = futures::channel::mpsc::unbounded();
-    let (caches, drive_caches) =
-        watches::start(&parts.client, scope, initial_list, zaus.clone(), triggers);
+    let (caches, drive_caches, trigger_stream) =
+        watches::start(&parts.client, scope, initial_list, zaus.clone());
     let drive_caches = tokio::spawn(drive_caches);
 
     // The pod, node and StatefulSet caches are what decisions read; the watch of the resources

@@ -25,7 +25,9 @@ use zone_api::{ValidZau, ZoneAwareUpdate, ZoneAwareUpdateStatus};
 use zone_operator::controller::{Failure, ReconcileContext};
 use zone_operator::metrics::ObjectSeries;
 use zone_operator::status::{self, StatusError};
-use zone_operator::{ControllerMetrics, EventPublisher, LeaderError, LeaderHandle, PendingEvents};
+use zone_operator::{
+    Blocked, ControllerMetrics, EventPublisher, Invalid, LeaderError, LeaderHandle,
+};
 use zone_topology::Zone;
 use zone_topology::rollout::{self, Batch, Plan, Progress, RolloutInput, RolloutPod};
 
@@ -180,11 +182,7 @@ fn resource_version(zau: &ZoneAwareUpdate) -> u64 {
 }
 
 /// The status being built by one reconcile and the events it will publish once written.
-#[derive(Debug, Default)]
-pub struct Draft {
-    pub status: ZoneAwareUpdateStatus,
-    pub events: PendingEvents,
-}
+pub type Draft = zone_operator::Draft<ZoneAwareUpdateStatus>;
 
 /// Entry point for the kube Controller.
 pub async fn reconcile(
@@ -199,13 +197,10 @@ pub async fn reconcile(
     ctx.forget_deleted();
 
     let previous = ctx.starting_status(&zau, &uid);
-    let mut draft = Draft {
-        status: ZoneAwareUpdateStatus {
-            observed_generation: zau.metadata.generation,
-            ..previous.clone()
-        },
-        events: PendingEvents::default(),
-    };
+    let mut draft = Draft::new(ZoneAwareUpdateStatus {
+        observed_generation: zau.metadata.generation,
+        ..previous.clone()
+    });
     let step = Step {
         zau: &zau,
         ctx: &ctx,
@@ -252,30 +247,12 @@ struct Step<'a> {
     previous: &'a ZoneAwareUpdateStatus,
 }
 
-/// Why a rollout cannot be acted on: the reason and message of the Invalid condition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invalid {
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Invalid {
-    /// Records the Invalid condition (one Warning event per generation and message) and waits
-    /// for a change of the spec (or of the StatefulSet, which is watched).
-    fn record(self, draft: &mut Draft) -> Action {
-        let consequence = "nothing is removed until this is fixed";
-        let status = &mut draft.status;
-        if status.record_invalid(
-            self.reason,
-            &self.message,
-            condition::PROGRESSING,
-            consequence,
-        ) {
-            draft.events.warning(self.reason, "Validate", self.message);
-        }
-        Action::await_change()
-    }
-}
+/// What an invalid spec stops: the reconcile waits for a change of the spec (or of the
+/// StatefulSet, which is watched).
+const BLOCKED: Blocked = Blocked {
+    condition: condition::PROGRESSING,
+    consequence: "nothing is removed until this is fixed",
+};
 
 /// The StatefulSet as the planner needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -341,7 +318,7 @@ impl Step<'_> {
     async fn run(&self, draft: &mut Draft) -> Result<Action, ReconcileError> {
         let observed = match self.observe() {
             Ok(observed) => observed,
-            Err(invalid) => return Ok(invalid.record(draft)),
+            Err(invalid) => return Ok(draft.refuse(invalid, BLOCKED)),
         };
         draft
             .status

@@ -5,18 +5,16 @@
 //! have left a budget, which mapping by its current labels would miss). Status writes by the
 //! webhook reconcile the budget too; an unchanged status is never written, so that ends there.
 
-use std::future::ready;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use zone_api::ZoneDisruptionBudget;
-use zone_operator::RuntimeParts;
-use zone_operator::controller::{self, CachesStopped, forward_triggers, log_watch_error};
+use zone_operator::controller::{self, CachesStopped};
 use zone_operator::zones::{self, NodeZones};
+use zone_operator::{RuntimeParts, WatchSet};
 
 use crate::cli::Args;
 use crate::metrics::ZdbMetrics;
@@ -50,23 +48,20 @@ pub async fn run(
         .reflect(zdb_writer)
         .applied_objects();
 
-    let (pod_store, pod_writer) = reflector::store();
+    let mut watches = WatchSet::new();
     let pod_zdbs = zdbs.clone();
-    let pod_events = watcher(scope.api::<Pod>(&client), initial_list.config())
-        .modify(zones::strip_pod)
-        .default_backoff()
-        .reflect(pod_writer)
-        .touched_objects()
-        .filter_map(|result| ready(log_watch_error("pods", result)))
-        .map(move |pod| zdbs_in(&pod_zdbs, &pod.namespace().unwrap_or_default()));
+    let pod_store = watches.watch(
+        "pods",
+        scope.api::<Pod>(&client),
+        initial_list.config(),
+        zones::strip_pod,
+        move |pod| zdbs_in(&pod_zdbs, &pod.namespace().unwrap_or_default()),
+    );
     // Node events only keep the cache (pods follow any node change that matters).
     let (zones, node_events) = NodeZones::watch(&client, &scope.zone_label, initial_list);
-    let node_events = node_events.map(|()| Vec::new());
-    let (triggers, trigger_stream) = futures::channel::mpsc::unbounded();
-    let drive = tokio::spawn(forward_triggers(
-        futures::stream::select(pod_events, node_events),
-        triggers,
-    ));
+    watches.drive(node_events);
+    let (drive, trigger_stream) = watches.start();
+    let drive = tokio::spawn(drive);
 
     // The pod and node caches are what decisions read; the watch of the budgets themselves is
     // driven by the controller below and needs no gate.

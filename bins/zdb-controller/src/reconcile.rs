@@ -24,7 +24,9 @@ use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetStatus};
 use zone_operator::controller::{Failure, ReconcileContext};
 use zone_operator::metrics::ObjectSeries;
 use zone_operator::status::{self, ReplaceError, StatusError, Update};
-use zone_operator::{ControllerMetrics, EventPublisher, NodeZones, PendingEvents};
+use zone_operator::{
+    Blocked, ControllerMetrics, EventPublisher, Invalid, NodeZones, PendingEvents,
+};
 use zone_topology::IntOrPercent;
 use zone_topology::budget::{self, BudgetInput, BudgetPod, DISRUPTION_TTL_MS, ZoneBudget};
 
@@ -167,13 +169,6 @@ pub async fn reconcile(
     Ok(computed.action)
 }
 
-/// Why a budget cannot be enforced: the reason and message of the Invalid condition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invalid {
-    pub reason: &'static str,
-    pub message: String,
-}
-
 /// What observing found: a valid budget's pods.
 struct Observed {
     selected: Vec<Arc<Pod>>,
@@ -185,15 +180,12 @@ impl Context {
     async fn compute_for(&self, zdb: &ZoneDisruptionBudget) -> Result<Computed, ReconcileError> {
         let namespace = zdb.namespace().unwrap_or_default();
         let previous = zdb.status.clone().unwrap_or_default();
-        let mut draft = Draft {
-            status: ZoneDisruptionBudgetStatus {
-                observed_generation: zdb.metadata.generation.unwrap_or(0),
-                ..previous.clone()
-            },
-            events: PendingEvents::default(),
-        };
+        let mut draft = Draft::new(ZoneDisruptionBudgetStatus {
+            observed_generation: zdb.metadata.generation.unwrap_or(0),
+            ..previous.clone()
+        });
         let action = match self.observe(zdb, &namespace) {
-            Err(invalid) => invalid_budget(invalid, &mut draft),
+            Err(invalid) => draft.refuse(invalid, BLOCKED),
             Ok(observed) => {
                 let refs: Vec<&Pod> = observed.selected.iter().map(AsRef::as_ref).collect();
                 let lookup = ApiLookup {
@@ -254,25 +246,14 @@ impl Context {
 }
 
 /// The status being built and the events it will publish once written.
-#[derive(Debug, Default)]
-pub struct Draft {
-    pub status: ZoneDisruptionBudgetStatus,
-    pub events: PendingEvents,
-}
+pub type Draft = zone_operator::Draft<ZoneDisruptionBudgetStatus>;
 
-/// Marks the budget as not enforceable: Invalid condition, one Warning event per generation and
-/// message; nothing else changes until the spec does (no requeue).
-fn invalid_budget(invalid: Invalid, draft: &mut Draft) -> Action {
-    let consequence = "the webhook does not enforce this budget until the spec is fixed";
-    let (reason, message) = (invalid.reason, invalid.message);
-    if draft
-        .status
-        .record_invalid(reason, &message, condition::READY, consequence)
-    {
-        draft.events.warning(reason, "Reconcile", message);
-    }
-    Action::await_change()
-}
+/// What an invalid spec stops: the budget is not enforced, and nothing else changes until the
+/// spec does (no requeue).
+const BLOCKED: Blocked = Blocked {
+    condition: condition::READY,
+    consequence: "the webhook does not enforce this budget until the spec is fixed",
+};
 
 /// The other valid budgets of the namespace that select one of `selected`: (budget, pod).
 fn overlapping(
@@ -611,10 +592,11 @@ mod tests {
         };
         let mut draft = Draft::default();
         assert_eq!(
-            invalid_budget(invalid.clone(), &mut draft),
+            draft.refuse(invalid.clone(), BLOCKED),
             Action::await_change()
         );
         assert_eq!(draft.events.events().len(), 1);
+        assert_eq!(draft.events.events()[0].action, "Validate");
         assert_eq!(
             draft.status.true_reason(condition::INVALID),
             Some(reason::INVALID_SPEC)
@@ -624,7 +606,7 @@ mod tests {
             status: draft.status.clone(),
             ..Draft::default()
         };
-        invalid_budget(invalid, &mut again);
+        again.refuse(invalid, BLOCKED);
         assert!(
             again.events.is_empty(),
             "the same complaint is not repeated"

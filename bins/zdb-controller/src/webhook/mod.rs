@@ -16,15 +16,13 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
-use futures::StreamExt;
 use kube::Client;
 use kube::core::admission::AdmissionResponse;
-use kube::runtime::reflector;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use zone_api::ZoneDisruptionBudget;
 use zone_operator::https::{self, BindError, CertSource};
 use zone_operator::tls::SelfSigned;
-use zone_operator::{ErrorChain, InitialList, NodeZones, RuntimeParts};
+use zone_operator::{InitialList, NodeZones, RuntimeParts, WatchSet};
 
 use crate::cli::Args;
 use crate::metrics::{ZdbMetrics, reason};
@@ -44,17 +42,16 @@ pub async fn start(
     let source = cert_source(&client, args);
     let (listener, address) = https::bind(args.webhook_address).await?;
 
-    let (zdbs, writer) = reflector::store();
-    let zdb_events = watcher(
+    let mut watches = WatchSet::<ZoneDisruptionBudget>::new();
+    let zdbs = watches.keep(
+        "zonedisruptionbudgets",
         args.scope.api::<ZoneDisruptionBudget>(&client),
         watcher::Config::default(),
-    )
-    // The webhook's copies match and choose; what it decides from is read fresh.
-    .modify(|zdb| zdb.metadata.managed_fields = None)
-    .default_backoff()
-    .reflect(writer)
-    .touched_objects();
+        // The webhook's copies match and choose; what it decides from is read fresh.
+        |zdb| zdb.metadata.managed_fields = None,
+    );
     let (zones, node_events) = NodeZones::watch(&client, &args.scope.zone_label, initial_list);
+    watches.drive(node_events);
     let zdbs_synced = Arc::new(AtomicBool::new(false));
     {
         let zdbs = zdbs.clone();
@@ -101,20 +98,7 @@ pub async fn start(
         tracing::info!(address = %address, path = PATH, "eviction webhook serving");
         https::serve(listener, certs, router).await;
     };
-    let caches = async move {
-        let mut zdb_events = std::pin::pin!(zdb_events);
-        let mut node_events = std::pin::pin!(node_events);
-        loop {
-            tokio::select! {
-                event = zdb_events.next() => match event {
-                    Some(Err(error)) => tracing::warn!(cache = "zonedisruptionbudgets", error = %ErrorChain(&error), "watch error"),
-                    Some(Ok(_)) => {}
-                    None => return,
-                },
-                node = node_events.next() => if node.is_none() { return; },
-            }
-        }
-    };
+    let caches = watches.run();
     let task = async move {
         tokio::join!(caches, serving);
     };
