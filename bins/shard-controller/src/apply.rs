@@ -85,15 +85,19 @@ impl Writer<'_> {
     async fn apply(&self, child: &Child) -> Result<(), ChildError> {
         let (owner, manager) = (self.owner, self.ctx.field_manager.as_str());
         match child {
-            Child::ConfigMap(c) => children::apply_child(&self.api(), owner, c.clone(), manager)
+            Child::ConfigMap(c) => {
+                children::apply_child(&self.api(), owner, (**c).clone(), manager)
+                    .await
+                    .map(drop)
+            }
+            Child::Service(c) => children::apply_child(&self.api(), owner, (**c).clone(), manager)
                 .await
                 .map(drop),
-            Child::Service(c) => children::apply_child(&self.api(), owner, c.clone(), manager)
-                .await
-                .map(drop),
-            Child::StatefulSet(c) => children::apply_child(&self.api(), owner, c.clone(), manager)
-                .await
-                .map(drop),
+            Child::StatefulSet(c) => {
+                children::apply_child(&self.api(), owner, (**c).clone(), manager)
+                    .await
+                    .map(drop)
+            }
         }
     }
 

@@ -15,6 +15,8 @@ mod observe;
 mod plan;
 mod reconcile;
 mod retention;
+#[cfg(test)]
+mod scenarios;
 mod status;
 mod validate;
 

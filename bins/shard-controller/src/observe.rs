@@ -12,7 +12,7 @@ use zone_api::sprom::contract::{self, INSTANCE_LABEL};
 use zone_api::validation::ValidSprom;
 use zone_operator::children;
 
-use crate::build::{APPLIED_HASH_ANNOTATION, ZONE_ANNOTATION};
+use crate::build::{ZONE_ANNOTATION, applied_hash};
 use crate::reconcile::{Context, RESYNC};
 use crate::retention::{self, DELETION_DEADLINE_ANNOTATION, RETAINED_SINCE_ANNOTATION};
 
@@ -196,11 +196,7 @@ fn children_of<K>(
                 .map(String::as_str)
                 == Some(name);
         if let (true, Some(child_name)) = (ours, meta.name.as_ref()) {
-            let hash = meta
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(APPLIED_HASH_ANNOTATION))
-                .cloned();
+            let hash = applied_hash(child.as_ref()).map(str::to_string);
             into.insert((kind, child_name.clone()), hash);
         }
     }

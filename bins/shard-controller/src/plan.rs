@@ -34,12 +34,12 @@ pub struct Target<'a> {
     pub previous: &'a ShardedPrometheusStatus,
 }
 
-/// A child of a shard, as built.
+/// A child of a shard, as built (boxed: a StatefulSet is kilobytes).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Child {
-    ConfigMap(ConfigMap),
-    Service(Service),
-    StatefulSet(StatefulSet),
+    ConfigMap(Box<ConfigMap>),
+    Service(Box<Service>),
+    StatefulSet(Box<StatefulSet>),
 }
 
 impl Child {
@@ -63,11 +63,12 @@ impl Child {
         self.meta().name.as_deref().unwrap_or_default()
     }
 
+    /// The digest it was built with.
     fn hash(&self) -> Option<&str> {
         match self {
-            Child::ConfigMap(child) => applied_hash(child),
-            Child::Service(child) => applied_hash(child),
-            Child::StatefulSet(child) => applied_hash(child),
+            Child::ConfigMap(child) => applied_hash(&**child),
+            Child::Service(child) => applied_hash(&**child),
+            Child::StatefulSet(child) => applied_hash(&**child),
         }
     }
 }
@@ -123,9 +124,9 @@ pub fn plan(
     let mut children = Vec::new();
     for shard in built.shards {
         wanted.insert(shard_name(target.name, shard.index));
-        children.push(Child::ConfigMap(shard.config_map));
-        children.push(Child::Service(shard.service));
-        children.push(Child::StatefulSet(shard.stateful_set));
+        children.push(Child::ConfigMap(Box::new(shard.config_map)));
+        children.push(Child::Service(Box::new(shard.service)));
+        children.push(Child::StatefulSet(Box::new(shard.stateful_set)));
     }
     let mut writes = changed(children, observed);
     writes.extend(fate.reused.iter().map(|index| Write::Mark {
@@ -141,7 +142,7 @@ pub fn plan(
             .map_err(|error| Invalid::scrape_config(&error))?;
         let name = shard_name(target.name, retained.index);
         wanted.insert(name.clone());
-        writes.extend(changed([Child::ConfigMap(config_map)], observed));
+        writes.extend(changed([Child::ConfigMap(Box::new(config_map))], observed));
         if retained.mark {
             writes.push(Write::Mark {
                 stateful_set: name,

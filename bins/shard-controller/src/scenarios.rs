@@ -1,0 +1,497 @@
+//! Reconcile scenarios against the scripted fake API server (`zone_operator::testing`): the real
+//! [`reconcile`] reads caches filled the way the reflectors fill them, and every request it makes
+//! (children applied and pruned, retention marks, the access review, the status and events)
+//! goes through a real `kube::Client` to a script, so each test pins down what goes over the
+//! wire. Each test says which behaviour it guards and how it fails without it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+use zone_api::ShardedPrometheus;
+use zone_operator::testing::{FakeApi, Method, RecordedRequest, status_json, store_of, zoned_node};
+use zone_operator::{ControllerMetrics, EventPublisher, NodeZones};
+
+use crate::metrics::SpromMetrics;
+use crate::reconcile::{Context, RESYNC, reconcile};
+
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+const SPROM: &str = "/apis/zonecontrol.k8s.aws/v1/namespaces/mon/shardedprometheuses/p";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/mon/events";
+const CONFIG_MAPS: &str = "/api/v1/namespaces/mon/configmaps";
+const SERVICES: &str = "/api/v1/namespaces/mon/services";
+const STATEFUL_SETS: &str = "/apis/apps/v1/namespaces/mon/statefulsets";
+const REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+
+/// ShardedPrometheus `mon/p` over zones a, b and c with `spec` merged in.
+fn sprom_json(spec: Value) -> Value {
+    let mut full = json!({
+        "shardingStrategy": {"topology": {"values": ["a", "b", "c"]}},
+    });
+    full.as_object_mut()
+        .unwrap()
+        .extend(spec.as_object().unwrap().clone());
+    json!({
+        "apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ShardedPrometheus",
+        "metadata": {"name": "p", "namespace": "mon", "uid": "sprom-uid", "generation": 1},
+        "spec": full,
+    })
+}
+
+/// What the caches hold of a child the controller applied: the applied body with its owner.
+fn as_cached(body: &Value) -> Value {
+    let mut child = body.clone();
+    child["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ShardedPrometheus", "name": "p",
+        "uid": "sprom-uid", "controller": true,
+    }]);
+    child
+}
+
+/// A StatefulSet of shard `index` as the cache holds it, with `annotations`.
+fn cached_stateful_set(index: u32, annotations: Value) -> StatefulSet {
+    serde_json::from_value(as_cached(&json!({
+        "metadata": {
+            "name": format!("p-shard-{index}"), "namespace": "mon",
+            "labels": {
+                "app.kubernetes.io/instance": "p",
+                "app.kubernetes.io/managed-by": "shard-controller",
+                "zonecontrol.k8s.aws/shard": index.to_string(),
+            },
+            "annotations": annotations,
+        },
+        "status": {"replicas": 1, "readyReplicas": 1},
+    })))
+    .unwrap()
+}
+
+fn meta_of<K: kube::Resource>(child: &K) -> PartialObjectMeta<K> {
+    child.meta().clone().into_response_partial()
+}
+
+struct Harness {
+    fake: FakeApi,
+    ctx: Arc<Context>,
+    sprom: ShardedPrometheus,
+}
+
+impl Harness {
+    /// The controller's context over `fake`, its caches holding `stateful_sets` (and their
+    /// ConfigMaps and Services, by name).
+    fn new(spec: Value, stateful_sets: Vec<StatefulSet>) -> Harness {
+        let (fake, client) = FakeApi::new();
+        let sprom: ShardedPrometheus = serde_json::from_value(sprom_json(spec)).unwrap();
+        script_defaults(&fake, &sprom);
+        let config_maps: Vec<_> = stateful_sets
+            .iter()
+            .map(|sts| {
+                meta_of(&ConfigMap {
+                    metadata: sts.metadata.clone(),
+                    ..ConfigMap::default()
+                })
+            })
+            .collect();
+        let services: Vec<_> = stateful_sets
+            .iter()
+            .map(|sts| {
+                meta_of(&Service {
+                    metadata: sts.metadata.clone(),
+                    ..Service::default()
+                })
+            })
+            .collect();
+        let registry = prometheus::Registry::new();
+        let ctx = Arc::new(Context {
+            client: client.clone(),
+            sproms: store_of([sprom.clone()]),
+            stateful_sets: store_of(stateful_sets),
+            config_maps: store_of(config_maps),
+            services: store_of(services),
+            applied: Default::default(),
+            zones: NodeZones::from_store(
+                store_of([
+                    zoned_node("node-a", "a"),
+                    zoned_node("node-b", "b"),
+                    zoned_node("node-c", "c"),
+                ]),
+                ZONE_LABEL,
+            ),
+            events: EventPublisher::new(client, "shard-controller", "test"),
+            metrics: ControllerMetrics::new(&registry, "shard-controller").unwrap(),
+            sprom_metrics: SpromMetrics::register(&registry).unwrap(),
+            field_manager: "shard-controller".to_string(),
+            zone_label: ZONE_LABEL.to_string(),
+            access: Default::default(),
+            series: Default::default(),
+        });
+        Harness { fake, ctx, sprom }
+    }
+
+    async fn reconcile(&self) -> Action {
+        reconcile(Arc::new(self.sprom.clone()), self.ctx.clone())
+            .await
+            .unwrap()
+    }
+
+    /// The applies of children (server-side apply PATCHes), as (collection, name).
+    fn applies(&self) -> Vec<(String, String)> {
+        self.child_requests(&Method::PATCH)
+            .filter(|r| r.content_type.as_deref() == Some("application/apply-patch+yaml"))
+            .map(|r| split(&r.path))
+            .collect()
+    }
+
+    fn deletes(&self) -> BTreeSet<(String, String)> {
+        self.child_requests(&Method::DELETE)
+            .map(|r| split(&r.path))
+            .collect()
+    }
+
+    fn child_requests(&self, method: &Method) -> impl Iterator<Item = RecordedRequest> {
+        let method = method.clone();
+        self.fake.requests().into_iter().filter(move |r| {
+            r.method == method
+                && [CONFIG_MAPS, SERVICES, STATEFUL_SETS]
+                    .iter()
+                    .any(|prefix| r.path.starts_with(prefix))
+        })
+    }
+
+    /// The bodies of the status writes.
+    fn statuses(&self) -> Vec<Value> {
+        self.fake
+            .requests_to(&Method::PATCH, &format!("{SPROM}/status"))
+            .iter()
+            .map(|r| r.json().unwrap()["status"].clone())
+            .collect()
+    }
+
+    /// The reasons of the events published.
+    fn event_reasons(&self) -> Vec<String> {
+        self.fake
+            .requests_to(&Method::POST, EVENTS)
+            .iter()
+            .map(|r| r.json().unwrap()["reason"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// The caches as the watches would fill them after every apply so far.
+    fn caches_after_applies(&self) -> Harness {
+        let mut stateful_sets = Vec::new();
+        let mut config_maps = Vec::new();
+        let mut services = Vec::new();
+        for request in self.child_requests(&Method::PATCH) {
+            let body = as_cached(&request.json().unwrap());
+            if request.path.starts_with(STATEFUL_SETS) {
+                stateful_sets.push(serde_json::from_value::<StatefulSet>(body).unwrap());
+            } else if request.path.starts_with(CONFIG_MAPS) {
+                config_maps.push(meta_of(&serde_json::from_value::<ConfigMap>(body).unwrap()));
+            } else {
+                services.push(meta_of(&serde_json::from_value::<Service>(body).unwrap()));
+            }
+        }
+        let ctx = Context {
+            client: self.ctx.client.clone(),
+            sproms: self.ctx.sproms.clone(),
+            stateful_sets: store_of(stateful_sets),
+            config_maps: store_of(config_maps),
+            services: store_of(services),
+            applied: std::sync::Mutex::new(self.ctx.applied.lock().unwrap().clone()),
+            zones: self.ctx.zones.clone(),
+            events: self.ctx.events.clone(),
+            metrics: self.ctx.metrics.clone(),
+            sprom_metrics: self.ctx.sprom_metrics.clone(),
+            field_manager: self.ctx.field_manager.clone(),
+            zone_label: self.ctx.zone_label.clone(),
+            access: Default::default(),
+            series: Default::default(),
+        };
+        Harness {
+            fake: self.fake.clone(),
+            ctx: Arc::new(ctx),
+            sprom: self.sprom.clone(),
+        }
+    }
+}
+
+/// `/…/<collection>/<name>` → (collection, name).
+fn split(path: &str) -> (String, String) {
+    let mut parts = path.rsplit('/');
+    let name = parts.next().unwrap_or_default().to_string();
+    let collection = parts.next().unwrap_or_default().to_string();
+    (collection, name)
+}
+
+/// Answers every write as the API server would for a healthy cluster: applies and merge patches
+/// echo the object, the status write returns the resource with its status, events are created,
+/// deletes succeed; prune lists and access reviews are scripted per test.
+fn script_defaults(fake: &FakeApi, sprom: &ShardedPrometheus) {
+    let stored = serde_json::to_value(sprom).unwrap();
+    fake.on(Method::PATCH, &format!("{SPROM}/status"))
+        .always_with(move |request| {
+            let mut object = stored.clone();
+            object["status"] = request.json().unwrap()["status"].clone();
+            (200, object)
+        });
+    fake.on(Method::POST, EVENTS)
+        .always_with(|request| (201, request.json().unwrap()));
+    for prefix in [CONFIG_MAPS, SERVICES, STATEFUL_SETS] {
+        fake.on_prefix(Method::DELETE, prefix)
+            .always(200, status_json(200, "Success", "deleted"));
+    }
+}
+
+/// Lists answered with shards `indices` of every kind, controlled by the resource.
+fn script_lists(fake: &FakeApi, indices: &[u32]) {
+    for (prefix, kind, api_version) in [
+        (CONFIG_MAPS, "ConfigMap", "v1"),
+        (SERVICES, "Service", "v1"),
+        (STATEFUL_SETS, "StatefulSet", "apps/v1"),
+    ] {
+        let items: Vec<Value> = indices
+            .iter()
+            .map(|i| {
+                as_cached(&json!({"metadata": {
+                    "name": format!("p-shard-{i}"), "namespace": "mon", "uid": format!("{kind}-{i}"),
+                }}))
+            })
+            .collect();
+        fake.on(Method::GET, prefix).always(
+            200,
+            json!({"apiVersion": api_version, "kind": format!("{kind}List"), "metadata": {}, "items": items}),
+        );
+    }
+}
+
+/// Child applies echo the object; `rejected` (a path suffix) is refused as invalid.
+fn script_applies(fake: &FakeApi, rejected: Option<&'static str>) {
+    if let Some(rejected) = rejected {
+        fake.on(Method::PATCH, rejected).always(
+            422,
+            status_json(
+                422,
+                "Invalid",
+                "StatefulSet.apps \"p-shard-0\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas' are forbidden",
+            ),
+        );
+    }
+    for prefix in [CONFIG_MAPS, SERVICES, STATEFUL_SETS] {
+        fake.on_prefix(Method::PATCH, prefix)
+            .always_with(|request| {
+                let body = request.json().unwrap();
+                match request.content_type.as_deref() {
+                    // A merge patch of retention marks: the StatefulSet with its marks removed.
+                    Some("application/merge-patch+json") => {
+                        let (_, name) = split(&request.path);
+                        (200, json!({"metadata": {"name": name, "namespace": "mon"}}))
+                    }
+                    _ => (200, body),
+                }
+            });
+    }
+}
+
+/// Guards: a child the API server rejects (422) is a spec problem, reported once — Invalid with
+/// reason ChildRejected, one warning event — and not retried until the spec changes. Without the
+/// 422 mapping the reconcile returns an error (retried every 10 s, no condition); without the
+/// "already reported" check the second reconcile writes the status and warns again.
+#[tokio::test]
+async fn a_child_rejected_by_the_api_server_is_reported_once() {
+    let h = Harness::new(json!({"shards": 3}), Vec::new());
+    script_applies(
+        &h.fake,
+        Some("/apis/apps/v1/namespaces/mon/statefulsets/p-shard-0"),
+    );
+    script_lists(&h.fake, &[]);
+
+    assert_eq!(h.reconcile().await, Action::await_change());
+    let statuses = h.statuses();
+    assert_eq!(statuses.len(), 1);
+    let invalid = statuses[0]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Invalid")
+        .unwrap();
+    assert_eq!(invalid["status"], "True");
+    assert_eq!(invalid["reason"], "ChildRejected");
+    assert!(
+        invalid["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("StatefulSet p-shard-0: StatefulSet.apps \"p-shard-0\" is invalid"),
+        "{invalid}"
+    );
+    assert_eq!(h.event_reasons(), ["ChildRejected"]);
+    assert!(h.deletes().is_empty(), "nothing is pruned after a refusal");
+
+    // The same resource, its status as written: refused again, silently.
+    let mut again = h.sprom.clone();
+    again.status = Some(serde_json::from_value(statuses[0].clone()).unwrap());
+    let h2 = Harness {
+        sprom: again,
+        ..h.caches_after_applies()
+    };
+    assert_eq!(h2.reconcile().await, Action::await_change());
+    assert_eq!(h2.statuses().len(), 1, "no second status write");
+    assert_eq!(h2.event_reasons(), ["ChildRejected"], "no second event");
+}
+
+/// Guards: a scale-down under Delete removes the children of shards >= N, of every kind, and
+/// nothing else. Without the prune, shards 3 and 4 keep running; with a wrong wanted set, a
+/// wanted shard is deleted.
+#[tokio::test]
+async fn a_delete_scale_down_prunes_only_the_shards_beyond_the_count() {
+    let stateful_sets = (0..5).map(|i| cached_stateful_set(i, json!({}))).collect();
+    let h = Harness::new(
+        json!({"shards": 3, "shardRetentionPolicy": {"whenScaled": "Delete"}}),
+        stateful_sets,
+    );
+    script_applies(&h.fake, None);
+    script_lists(&h.fake, &[0, 1, 2, 3, 4]);
+
+    h.reconcile().await;
+    let expected: BTreeSet<(String, String)> = ["statefulsets", "services", "configmaps"]
+        .into_iter()
+        .flat_map(|kind| [3, 4].map(|i| (kind.to_string(), format!("p-shard-{i}"))))
+        .collect();
+    assert_eq!(h.deletes(), expected);
+    assert_eq!(h.statuses()[0]["shards"], 3);
+}
+
+/// Guards: between changes of the spec, children the caches show with the hash they were
+/// applied with are not written again (a pod turning Ready must not cost 3 writes per shard),
+/// until the resync applies everything again. Without the skip, the second reconcile writes
+/// 9 children; without the resync, the third writes none.
+#[tokio::test]
+async fn unchanged_children_cause_no_writes_until_the_resync() {
+    let h = Harness::new(json!({"shards": 3}), Vec::new());
+    script_applies(&h.fake, None);
+    script_lists(&h.fake, &[]);
+
+    h.reconcile().await;
+    assert_eq!(
+        h.applies().len(),
+        9,
+        "the first reconcile applies everything"
+    );
+
+    let warm = h.caches_after_applies();
+    warm.reconcile().await;
+    assert_eq!(warm.applies().len(), 9, "nothing more is written");
+    assert_eq!(
+        warm.fake.count(&Method::GET, "/api/v1/namespaces/mon/")
+            + warm.fake.count(&Method::GET, STATEFUL_SETS),
+        3,
+        "only the first reconcile's prune listed the children"
+    );
+
+    // The resync is due: everything is applied again.
+    for (_, at) in warm.ctx.applied.lock().unwrap().values_mut() {
+        *at = Instant::now()
+            .checked_sub(RESYNC + Duration::from_secs(1))
+            .unwrap();
+    }
+    warm.reconcile().await;
+    assert_eq!(warm.applies().len(), 18);
+}
+
+/// Guards: a scale-up that reuses a retained shard removes its retention marks (a merge patch
+/// that nulls both annotations, so its spec and pods stay as they are), and says so in an
+/// event. Without it the shard keeps its deadline and is deleted while active.
+#[tokio::test]
+async fn a_reused_retained_shard_loses_its_marks() {
+    let marks = json!({
+        "zonecontrol.k8s.aws/retained-since": "2026-01-01T00:00:00Z",
+        "zonecontrol.k8s.aws/deletion-deadline": "2999-01-01T00:00:00Z",
+        "zonecontrol.k8s.aws/zone": "a",
+    });
+    let stateful_sets = vec![
+        cached_stateful_set(0, json!({})),
+        cached_stateful_set(1, json!({})),
+        cached_stateful_set(2, json!({})),
+        cached_stateful_set(3, marks),
+    ];
+    let h = Harness::new(
+        json!({"shards": 4, "shardRetentionPolicy": {"whenScaled": "Retain"}}),
+        stateful_sets,
+    );
+    script_applies(&h.fake, None);
+    script_lists(&h.fake, &[0, 1, 2, 3]);
+
+    h.reconcile().await;
+    let unmark: Vec<RecordedRequest> = h
+        .child_requests(&Method::PATCH)
+        .filter(|r| r.content_type.as_deref() == Some("application/merge-patch+json"))
+        .collect();
+    assert_eq!(unmark.len(), 1);
+    assert_eq!(unmark[0].path, format!("{STATEFUL_SETS}/p-shard-3"));
+    assert_eq!(
+        unmark[0].json().unwrap(),
+        json!({"metadata": {"annotations": {
+            "zonecontrol.k8s.aws/retained-since": null,
+            "zonecontrol.k8s.aws/deletion-deadline": null,
+        }}})
+    );
+    assert!(
+        h.event_reasons()
+            .contains(&"RetainedShardsReused".to_string())
+    );
+    assert!(h.deletes().is_empty());
+    assert_eq!(h.statuses()[0]["retainedShards"], json!(null));
+}
+
+/// Guards: a Prometheus ServiceAccount that may not discover its targets is reported — Degraded
+/// with ServiceAccountForbidden naming what it lacks — and looked at again when the cached
+/// answer expires, since nothing watched tells of an RBAC fix. Without the review the status
+/// says nothing; without the short requeue a fix waits for the 10-minute resync.
+#[tokio::test]
+async fn a_forbidden_service_account_degrades_and_requeues() {
+    let h = Harness::new(
+        json!({"shards": 3, "scrapeConfigs": [
+            {"job_name": "pods", "kubernetes_sd_configs": [{"role": "pod"}]},
+        ]}),
+        Vec::new(),
+    );
+    // Pods are forbidden, nodes allowed.
+    h.fake.on(Method::POST, REVIEWS).always_with(|request| {
+        let resource = request.json().unwrap()["spec"]["resourceAttributes"]["resource"].clone();
+        let allowed = resource != "pods";
+        (
+            201,
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                     "spec": {}, "status": {"allowed": allowed}}),
+        )
+    });
+    script_applies(&h.fake, None);
+    script_lists(&h.fake, &[]);
+
+    let action = h.reconcile().await;
+    assert_eq!(action, Action::requeue(crate::access::CACHE_FOR));
+    let status = &h.statuses()[0];
+    let degraded = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Degraded")
+        .unwrap();
+    assert_eq!(degraded["status"], "True");
+    assert_eq!(degraded["reason"], "ServiceAccountForbidden");
+    assert!(
+        degraded["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot list pods, watch pods"),
+        "{degraded}"
+    );
+    assert!(
+        h.event_reasons()
+            .contains(&"ServiceAccountForbidden".to_string())
+    );
+}
