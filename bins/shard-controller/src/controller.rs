@@ -2,7 +2,6 @@
 //! comes back and StatefulSet readiness reaches the status), the node cache, readiness and
 //! shutdown.
 
-use std::future::ready;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -13,10 +12,10 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
 use zone_api::ShardedPrometheus;
-use zone_operator::RuntimeParts;
-use zone_operator::controller::{self, CachesStopped, forward_triggers, log_watch_error};
+use zone_operator::controller::{self, CachesStopped};
 use zone_operator::metrics::MetricsError;
 use zone_operator::zones::NodeZones;
+use zone_operator::{RuntimeParts, WatchSet};
 
 use zone_api::sprom::contract::{MANAGED_BY, MANAGED_BY_LABEL};
 
@@ -79,36 +78,31 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
     .predicate_filter(predicates::generation, Default::default());
 
     let children = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
-    let (stateful_sets, sts_writer) = reflector::store();
-    let sts_events = watcher(scope.api::<StatefulSet>(&client), children.clone())
-        .modify(strip_stateful_set)
-        .default_backoff()
-        .reflect(sts_writer)
-        .touched_objects()
-        .filter_map(|r| ready(log_watch_error("statefulsets", r)))
-        .map(|sts| owner_of(&sts));
+    let mut watches = WatchSet::<ShardedPrometheus>::new();
+    let stateful_sets = watches.watch(
+        "statefulsets",
+        scope.api::<StatefulSet>(&client),
+        children.clone(),
+        strip_stateful_set,
+        owner_of,
+    );
     // Of ConfigMaps and Services the metadata is enough (a deleted one comes back; an applied
     // hash says whether to apply again), and a ConfigMap's data is the bulk of what a watch
     // would hold.
-    let (config_maps, cm_writer) = reflector::store();
-    let config_map_events = watcher(
+    let config_maps = watches.watch(
+        "configmaps",
         scope.api::<PartialObjectMeta<ConfigMap>>(&client),
         children.clone(),
-    )
-    .modify(strip_meta)
-    .default_backoff()
-    .reflect(cm_writer)
-    .touched_objects()
-    .filter_map(|r| ready(log_watch_error("configmaps", r)))
-    .map(|cm| owner_of(&cm));
-    let (services, svc_writer) = reflector::store();
-    let service_events = watcher(scope.api::<PartialObjectMeta<Service>>(&client), children)
-        .modify(strip_meta)
-        .default_backoff()
-        .reflect(svc_writer)
-        .touched_objects()
-        .filter_map(|r| ready(log_watch_error("services", r)))
-        .map(|svc| owner_of(&svc));
+        strip_meta,
+        owner_of,
+    );
+    let services = watches.watch(
+        "services",
+        scope.api::<PartialObjectMeta<Service>>(&client),
+        children,
+        strip_meta,
+        owner_of,
+    );
 
     // Zones gaining or losing their last node change the Degraded condition of every resource.
     let (zones, node_events) = NodeZones::watch(&client, &scope.zone_label, initial_list);
@@ -117,7 +111,7 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
     let all = sproms.clone();
     let node_zones = zones.clone();
     let mut known = std::collections::BTreeSet::new();
-    let node_events = node_events.map(move |()| {
+    watches.trigger(node_events.map(move |()| {
         let present = node_zones.zones_present();
         if present == known {
             return Vec::new();
@@ -127,15 +121,9 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
             .iter()
             .map(|sprom| ObjectRef::from_obj(sprom.as_ref()))
             .collect::<Vec<_>>()
-    });
-    let (triggers, trigger_stream) = futures::channel::mpsc::unbounded();
-    let events = futures::stream::select_all([
-        sts_events.boxed(),
-        config_map_events.boxed(),
-        service_events.boxed(),
-        node_events.boxed(),
-    ]);
-    let drive = tokio::spawn(forward_triggers(events, triggers));
+    }));
+    let (drive, trigger_stream) = watches.start();
+    let drive = tokio::spawn(drive);
 
     // The StatefulSet and node caches are what the status reads; the watch of the resources
     // themselves is driven by the controller below and needs no gate.

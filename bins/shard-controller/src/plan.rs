@@ -13,13 +13,13 @@ use kube::Resource;
 use zone_api::sprom::contract::shard_name;
 use zone_api::sprom::{RetainedShard, ShardedPrometheusStatus, WhenScaled, reason};
 use zone_api::validation::ValidSprom;
-use zone_operator::PendingEvents;
+use zone_operator::{Invalid, PendingEvents};
 
 use crate::build::{self, BuildInput, applied_hash};
 use crate::observe::{ChildKind, Observed};
 use crate::retention;
 use crate::status::{Observation, ObservedShard};
-use crate::validate::Invalid;
+use crate::validate::invalid_scrape_config;
 
 /// Children are watched; a full apply every this long only bounds how long a drift nobody told
 /// us about can last.
@@ -114,7 +114,7 @@ pub fn plan(
         namespace: target.namespace,
         valid,
     };
-    let built = build::build(&input).map_err(|error| Invalid::scrape_config(&error))?;
+    let built = build::build(&input).map_err(|error| invalid_scrape_config(&error))?;
     let policy = retention::Policy {
         when_scaled: valid.when_scaled,
         period: valid.retained_shard_period,
@@ -139,7 +139,7 @@ pub fn plan(
             .get(&retained.index)
             .and_then(|sts| sts.zone.as_deref());
         let config_map = build::retained_config_map(&input, retained.index, zone)
-            .map_err(|error| Invalid::scrape_config(&error))?;
+            .map_err(|error| invalid_scrape_config(&error))?;
         let name = shard_name(target.name, retained.index);
         wanted.insert(name.clone());
         writes.extend(changed([Child::ConfigMap(Box::new(config_map))], observed));

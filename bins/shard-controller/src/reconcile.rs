@@ -24,18 +24,18 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use zone_api::ShardedPrometheus;
-use zone_api::conditions::Conditions;
 use zone_api::sprom::{ShardedPrometheusStatus, condition, reason};
 use zone_operator::children::ChildError;
 use zone_operator::controller::{Failure, ReconcileContext};
 use zone_operator::metrics::ObjectSeries;
 use zone_operator::status::{self, StatusError};
-use zone_operator::{ControllerMetrics, EventPublisher, NodeZones, PendingEvents};
+use zone_operator::{
+    Blocked, ControllerMetrics, Draft, EventPublisher, Invalid, NodeZones, PendingEvents,
+};
 
 use crate::access::AccessCache;
 use crate::metrics::SpromMetrics;
 use crate::plan::{Plan, Target};
-use crate::validate::Invalid;
 
 pub use crate::plan::RESYNC;
 
@@ -130,10 +130,10 @@ impl From<ChildError> for Stop {
                 kind,
                 name,
                 source: kube::Error::Api(status),
-            } if status.code == 422 => Stop::Refused(Invalid {
-                reason: reason::CHILD_REJECTED,
-                message: format!("{kind} {name}: {}", status.message),
-            }),
+            } if status.code == 422 => Stop::Refused(Invalid::new(
+                reason::CHILD_REJECTED,
+                format!("{kind} {name}: {}", status.message),
+            )),
             error => Stop::Failed(error.into()),
         }
     }
@@ -167,9 +167,9 @@ pub async fn reconcile(
             Ok(Action::requeue(plan.requeue_after))
         }
         Err(Stop::Refused(invalid)) => {
-            let (status, events) = invalid_status(&previous, target.generation, &invalid);
-            write_status(&ctx, &api, &sprom, &previous, status, events).await?;
-            Ok(Action::await_change())
+            let (draft, action) = refusal(&previous, target.generation, invalid);
+            write_status(&ctx, &api, &sprom, &previous, draft.status, draft.events).await?;
+            Ok(action)
         }
         Err(Stop::Failed(error)) => Err(error),
     }
@@ -188,27 +188,25 @@ async fn converge(
     Ok(plan)
 }
 
-/// The status of an invalid spec: everything observed before stays, `Invalid` says why.
-fn invalid_status(
+/// What an invalid spec blocks: no shard is changed.
+const BLOCKED: Blocked = Blocked {
+    condition: condition::AVAILABLE,
+    consequence: "the spec is invalid: no shard was changed",
+};
+
+/// The status of an invalid spec: everything observed before stays, `Invalid` says why (one
+/// event per complaint).
+fn refusal(
     previous: &ShardedPrometheusStatus,
     generation: i64,
-    invalid: &Invalid,
-) -> (ShardedPrometheusStatus, PendingEvents) {
-    let mut status = ShardedPrometheusStatus {
+    invalid: Invalid,
+) -> (Draft<ShardedPrometheusStatus>, Action) {
+    let mut draft = Draft::new(ShardedPrometheusStatus {
         observed_generation: generation,
         ..previous.clone()
-    };
-    let mut events = PendingEvents::default();
-    let new = status.record_invalid(
-        invalid.reason,
-        &invalid.message,
-        condition::AVAILABLE,
-        "the spec is invalid: no shard was changed",
-    );
-    if new {
-        events.warning(invalid.reason, "Validate", invalid.message.clone());
-    }
-    (status, events)
+    });
+    let action = draft.refuse(invalid, BLOCKED);
+    (draft, action)
 }
 
 async fn write_status(
@@ -229,27 +227,36 @@ async fn write_status(
 
 #[cfg(test)]
 mod tests {
+    use zone_api::conditions::Conditions;
+
     use super::*;
 
     #[test]
     fn an_invalid_spec_warns_once_per_generation_and_keeps_what_was_observed() {
-        let invalid = Invalid {
-            reason: reason::INVALID_SPEC,
-            message: "spec.shards is 0".into(),
-        };
+        let invalid = Invalid::new(reason::INVALID_SPEC, "spec.shards is 0");
         let previous = ShardedPrometheusStatus {
             shards: 3,
             ..ShardedPrometheusStatus::default()
         };
-        let (status, events) = invalid_status(&previous, 2, &invalid);
-        assert_eq!(status.shards, 3, "observed shards stay as they were");
+        let (draft, action) = refusal(&previous, 2, invalid.clone());
+        assert_eq!(action, Action::await_change());
+        assert_eq!(draft.status.shards, 3, "observed shards stay as they were");
         assert_eq!(
-            status.true_reason(condition::INVALID),
+            draft.status.true_reason(condition::INVALID),
             Some(reason::INVALID_SPEC)
         );
-        assert_eq!(events.events().len(), 1);
-        let (again, events) = invalid_status(&status, 2, &invalid);
-        assert_eq!(again, status);
-        assert!(events.is_empty(), "no second event for the same complaint");
+        assert_eq!(
+            draft.status.true_reason(condition::AVAILABLE),
+            None,
+            "nothing is available while the spec is invalid"
+        );
+        let events = draft.events.events();
+        assert_eq!((events.len(), events[0].action), (1, "Validate"));
+        let (again, _) = refusal(&draft.status, 2, invalid);
+        assert_eq!(again.status, draft.status);
+        assert!(
+            again.events.is_empty(),
+            "no second event for the same complaint"
+        );
     }
 }

@@ -4,34 +4,23 @@
 use zone_api::ShardedPrometheus;
 use zone_api::sprom::reason;
 use zone_api::validation::ValidSprom;
+use zone_operator::Invalid;
 
 use crate::config;
 
-/// Why a ShardedPrometheus cannot be acted on: the reason and message of its Invalid condition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invalid {
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Invalid {
-    /// A scrape config the sharding rules cannot be appended to.
-    pub fn scrape_config(error: &config::ConfigError) -> Invalid {
-        Invalid {
-            reason: reason::INVALID_SCRAPE_CONFIG,
-            message: error.to_string(),
-        }
-    }
+/// A scrape config the sharding rules cannot be appended to.
+pub fn invalid_scrape_config(error: &config::ConfigError) -> Invalid {
+    Invalid::new(reason::INVALID_SCRAPE_CONFIG, error.to_string())
 }
 
 /// Validates `sprom`; targets' zones are read from nodes and pods labelled `zone_label`.
 pub fn validate(sprom: &ShardedPrometheus, zone_label: &str) -> Result<ValidSprom, Invalid> {
-    let valid = sprom.spec.validate(zone_label).map_err(|error| Invalid {
-        reason: reason::INVALID_SPEC,
-        message: error.to_string(),
-    })?;
+    let valid = sprom
+        .spec
+        .validate(zone_label)
+        .map_err(|error| Invalid::new(reason::INVALID_SPEC, error.to_string()))?;
     config::check_scrape_configs(&valid.scrape_configs)
-        .map_err(|error| Invalid::scrape_config(&error))?;
+        .map_err(|error| invalid_scrape_config(&error))?;
     Ok(valid)
 }
 
