@@ -237,65 +237,7 @@ fn stateful_set_spec(
         (INSTANCE_LABEL.to_string(), input.name.to_string()),
         (SHARD_POD_LABEL.to_string(), index.to_string()),
     ]);
-    let mut volumes = vec![Volume {
-        name: "config".into(),
-        config_map: Some(ConfigMapVolumeSource {
-            name: name.to_string(),
-            ..ConfigMapVolumeSource::default()
-        }),
-        ..Volume::default()
-    }];
-    let mut mounts = vec![VolumeMount {
-        name: "config".into(),
-        mount_path: CONFIG_DIR.into(),
-        read_only: Some(true),
-        ..VolumeMount::default()
-    }];
-    // One volume per ConfigMap, however many of its keys are listed.
-    let config_maps: std::collections::BTreeSet<&String> = rule_files
-        .iter()
-        .map(|(config_map, _)| config_map)
-        .collect();
-    for (i, config_map) in config_maps.into_iter().enumerate() {
-        let volume = format!("rules-{i}");
-        volumes.push(Volume {
-            name: volume.clone(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: config_map.clone(),
-                ..ConfigMapVolumeSource::default()
-            }),
-            ..Volume::default()
-        });
-        mounts.push(VolumeMount {
-            name: volume,
-            mount_path: format!("{RULES_DIR}/{config_map}"),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        });
-    }
-    mounts.push(VolumeMount {
-        name: DATA_VOLUME.into(),
-        mount_path: DATA_DIR.into(),
-        ..VolumeMount::default()
-    });
-    let mut claims = None;
-    match &valid.storage {
-        ShardStorage::EmptyDir(empty_dir) => volumes.push(Volume {
-            name: DATA_VOLUME.into(),
-            empty_dir: Some(empty_dir.clone()),
-            ..Volume::default()
-        }),
-        ShardStorage::VolumeClaim(spec) => {
-            claims = Some(vec![PersistentVolumeClaim {
-                metadata: ObjectMeta {
-                    name: Some(DATA_VOLUME.into()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some((**spec).clone()),
-                ..PersistentVolumeClaim::default()
-            }]);
-        }
-    }
+    let storage = Storage::of(name, rule_files, &valid.storage);
     let node_selector = valid.layout.node_selector(index, &valid.node_selector);
     StatefulSetSpec {
         replicas: Some(i32::try_from(valid.replicas).unwrap_or(i32::MAX)),
@@ -312,8 +254,8 @@ fn stateful_set_spec(
                 ..ObjectMeta::default()
             }),
             spec: Some(PodSpec {
-                containers: vec![prometheus_container(valid, mounts)],
-                volumes: Some(volumes),
+                containers: vec![prometheus_container(valid, storage.mounts)],
+                volumes: Some(storage.volumes),
                 node_selector: (!node_selector.is_empty()).then_some(node_selector),
                 tolerations: (!valid.tolerations.is_empty()).then(|| valid.tolerations.clone()),
                 service_account_name: Some(valid.service_account_name.clone()),
@@ -339,8 +281,78 @@ fn stateful_set_spec(
                 ..PodSpec::default()
             }),
         },
-        volume_claim_templates: claims,
+        volume_claim_templates: storage.claims,
         ..StatefulSetSpec::default()
+    }
+}
+
+/// A shard pod's volumes: its configuration, the rule ConfigMaps and its data.
+struct Storage {
+    volumes: Vec<Volume>,
+    /// The Prometheus container's mounts of them.
+    mounts: Vec<VolumeMount>,
+    /// The data volume's claim template, when the data is on a persistent volume.
+    claims: Option<Vec<PersistentVolumeClaim>>,
+}
+
+impl Storage {
+    fn of(name: &str, rule_files: &[(String, Option<String>)], data: &ShardStorage) -> Storage {
+        let mut storage = Storage {
+            volumes: Vec::new(),
+            mounts: Vec::new(),
+            claims: None,
+        };
+        storage.config_map("config", name, CONFIG_DIR);
+        // One volume per ConfigMap, however many of its keys are listed.
+        let config_maps: std::collections::BTreeSet<&String> = rule_files
+            .iter()
+            .map(|(config_map, _)| config_map)
+            .collect();
+        for (i, config_map) in config_maps.into_iter().enumerate() {
+            let mount_path = format!("{RULES_DIR}/{config_map}");
+            storage.config_map(&format!("rules-{i}"), config_map, &mount_path);
+        }
+        storage.mounts.push(VolumeMount {
+            name: DATA_VOLUME.into(),
+            mount_path: DATA_DIR.into(),
+            ..VolumeMount::default()
+        });
+        match data {
+            ShardStorage::EmptyDir(empty_dir) => storage.volumes.push(Volume {
+                name: DATA_VOLUME.into(),
+                empty_dir: Some(empty_dir.clone()),
+                ..Volume::default()
+            }),
+            ShardStorage::VolumeClaim(spec) => {
+                storage.claims = Some(vec![PersistentVolumeClaim {
+                    metadata: ObjectMeta {
+                        name: Some(DATA_VOLUME.into()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some((**spec).clone()),
+                    ..PersistentVolumeClaim::default()
+                }]);
+            }
+        }
+        storage
+    }
+
+    /// ConfigMap `config_map` as volume `volume`, mounted read-only at `mount_path`.
+    fn config_map(&mut self, volume: &str, config_map: &str, mount_path: &str) {
+        self.volumes.push(Volume {
+            name: volume.to_string(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: config_map.to_string(),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        self.mounts.push(VolumeMount {
+            name: volume.to_string(),
+            mount_path: mount_path.to_string(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
     }
 }
 

@@ -116,6 +116,36 @@ fn user_relabel_rules(config: &Map<String, Value>, job: &str) -> Result<Vec<Valu
 /// Renders the shard's `prometheus.yml`.
 pub fn render(input: &ShardConfig<'_>) -> Result<Rendered, ConfigError> {
     let mut node_metadata_disabled = Vec::new();
+    let mut root = Map::new();
+    root.insert(
+        "global".into(),
+        json!({ "external_labels": external_labels(input) }),
+    );
+    if !input.retained {
+        let (scrape_configs, disabled) = scrape_configs(input)?;
+        node_metadata_disabled = disabled;
+        root.insert("scrape_configs".into(), Value::Array(scrape_configs));
+        if !input.rule_files.is_empty() {
+            root.insert(
+                "rule_files".into(),
+                json!(rule_file_globs(input.rule_files)),
+            );
+        }
+    }
+    if !input.remote_write.is_empty() {
+        let remote_write = input.remote_write.iter().cloned().map(Value::Object);
+        root.insert("remote_write".into(), Value::Array(remote_write.collect()));
+    }
+    let yaml = serde_norway::to_string(&Value::Object(root))
+        .map_err(|error| ConfigError::Yaml(error.to_string()))?;
+    Ok(Rendered {
+        yaml,
+        node_metadata_disabled,
+    })
+}
+
+/// The user's external labels with the shard's, its zone's and the replica's.
+fn external_labels(input: &ShardConfig<'_>) -> BTreeMap<String, String> {
     let mut external_labels: BTreeMap<String, String> = input.external_labels.clone();
     if input.retained {
         external_labels.insert(
@@ -138,66 +168,40 @@ pub fn render(input: &ShardConfig<'_>) -> Result<Rendered, ConfigError> {
         contract::REPLICA_EXTERNAL_LABEL.to_string(),
         format!("${{{POD_NAME_ENV}}}"),
     );
-    let mut root = Map::new();
-    root.insert(
-        "global".into(),
-        json!({ "external_labels": external_labels }),
-    );
+    external_labels
+}
 
-    if !input.retained {
-        let sharding: Vec<Value> = input
-            .layout
-            .rules(input.shard)
-            .iter()
-            .map(serde_json::to_value)
-            .collect::<Result<_, _>>()
-            .map_err(|error| ConfigError::Yaml(error.to_string()))?;
-        let mut scrape_configs = Vec::with_capacity(input.scrape_configs.len());
-        for config in input.scrape_configs {
-            let job = job_name(config);
-            let mut config = Value::Object(config.clone());
-            let metadata = attach_node_metadata(&mut config);
-            node_metadata_disabled.extend(
-                metadata
-                    .disabled_by_user
-                    .into_iter()
-                    .map(|role| format!("{job} ({role})")),
-            );
-            let Value::Object(mut config) = config else {
-                continue;
-            };
-            let mut relabel = user_relabel_rules(&config, &job)?;
-            relabel.extend(sharding.iter().cloned());
-            config.insert("relabel_configs".into(), Value::Array(relabel));
-            scrape_configs.push(Value::Object(config));
-        }
-        root.insert("scrape_configs".into(), Value::Array(scrape_configs));
-        if !input.rule_files.is_empty() {
-            root.insert(
-                "rule_files".into(),
-                json!(rule_file_globs(input.rule_files)),
-            );
-        }
-    }
-    if !input.remote_write.is_empty() {
-        root.insert(
-            "remote_write".into(),
-            Value::Array(
-                input
-                    .remote_write
-                    .iter()
-                    .cloned()
-                    .map(Value::Object)
-                    .collect(),
-            ),
-        );
-    }
-    let yaml = serde_norway::to_string(&Value::Object(root))
+/// The user's scrape configs, each with node metadata attached and the shard's rules after its
+/// own relabel_configs; and the `job (role)` entries where the user turned node metadata off.
+fn scrape_configs(input: &ShardConfig<'_>) -> Result<(Vec<Value>, Vec<String>), ConfigError> {
+    let sharding: Vec<Value> = input
+        .layout
+        .rules(input.shard)
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<_, _>>()
         .map_err(|error| ConfigError::Yaml(error.to_string()))?;
-    Ok(Rendered {
-        yaml,
-        node_metadata_disabled,
-    })
+    let mut node_metadata_disabled = Vec::new();
+    let mut scrape_configs = Vec::with_capacity(input.scrape_configs.len());
+    for config in input.scrape_configs {
+        let job = job_name(config);
+        let mut config = Value::Object(config.clone());
+        let metadata = attach_node_metadata(&mut config);
+        node_metadata_disabled.extend(
+            metadata
+                .disabled_by_user
+                .into_iter()
+                .map(|role| format!("{job} ({role})")),
+        );
+        let Value::Object(mut config) = config else {
+            continue;
+        };
+        let mut relabel = user_relabel_rules(&config, &job)?;
+        relabel.extend(sharding.iter().cloned());
+        config.insert("relabel_configs".into(), Value::Array(relabel));
+        scrape_configs.push(Value::Object(config));
+    }
+    Ok((scrape_configs, node_metadata_disabled))
 }
 
 /// The `rule_files` globs: one per ConfigMap (every key) or per named key. "Every key" is

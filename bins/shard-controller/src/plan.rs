@@ -120,67 +120,14 @@ pub fn plan(
         period: valid.retained_shard_period,
     };
     let fate = retention::plan(valid.shards(), policy, &observed.existing_shards(), now);
-    let mut wanted = BTreeSet::new();
-    let mut children = Vec::new();
-    for shard in built.shards {
-        wanted.insert(shard_name(target.name, shard.index));
-        children.push(Child::ConfigMap(Box::new(shard.config_map)));
-        children.push(Child::Service(Box::new(shard.service)));
-        children.push(Child::StatefulSet(Box::new(shard.stateful_set)));
-    }
-    let mut writes = changed(children, observed);
-    writes.extend(fate.reused.iter().map(|index| Write::Mark {
-        stateful_set: shard_name(target.name, *index),
-        retained: None,
-    }));
-    for retained in &fate.retained {
-        let zone = observed
-            .stateful_sets
-            .get(&retained.index)
-            .and_then(|sts| sts.zone.as_deref());
-        let config_map = build::retained_config_map(&input, retained.index, zone)
-            .map_err(|error| invalid_scrape_config(&error))?;
-        let name = shard_name(target.name, retained.index);
-        wanted.insert(name.clone());
-        writes.extend(changed([Child::ConfigMap(Box::new(config_map))], observed));
-        if retained.mark {
-            writes.push(Write::Mark {
-                stateful_set: name,
-                retained: Some(retained.clone()),
-            });
-        }
-    }
+    let node_metadata_disabled = built.node_metadata_disabled.clone();
+    let (writes, wanted) = writes(&input, built, &fate, observed)?;
     let prune = ChildKind::PRUNE_ORDER
         .into_iter()
         .filter(|kind| observed.full_apply || observed.has_unwanted(*kind, &wanted))
         .collect();
 
-    let observation = Observation {
-        name: target.name,
-        generation: target.generation,
-        layout: &valid.layout,
-        replicas: valid.replicas,
-        shards: observed
-            .stateful_sets
-            .iter()
-            .filter(|(index, _)| **index < valid.shards())
-            .map(|(index, sts)| {
-                let ready_replicas = sts.ready_replicas;
-                (*index, ObservedShard { ready_replicas })
-            })
-            .collect(),
-        zones_with_nodes: Some(observed.zones_with_nodes.clone()),
-        node_metadata_disabled: &built.node_metadata_disabled,
-        forbidden: &observed.forbidden,
-        retained: fate
-            .retained
-            .iter()
-            .map(|r| RetainedShard {
-                index: i32::try_from(r.index).unwrap_or(i32::MAX),
-                deletion_deadline: r.deadline.map(retention::format),
-            })
-            .collect(),
-    };
+    let observation = observation(target, valid, observed, &fate, &node_metadata_disabled);
     let (status, mut events) = crate::status::compute(target.previous, &observation);
     let new_generation = target.previous.observed_generation != target.generation;
     retention_events(&fate, policy, new_generation, &mut events);
@@ -200,6 +147,84 @@ pub fn plan(
         requeue_after: fate.requeue_after.map_or(resync, |due| due.min(resync)),
         next_deletion: fate.next_deadline(),
     })
+}
+
+/// The writes of the active shards' children, then the retention marks and the retained
+/// shards' configurations; and the names of every child wanted.
+fn writes(
+    input: &BuildInput<'_>,
+    built: build::Built,
+    fate: &retention::Plan,
+    observed: &Observed,
+) -> Result<(Vec<Write>, BTreeSet<String>), Invalid> {
+    let mut wanted = BTreeSet::new();
+    let mut children = Vec::new();
+    for shard in built.shards {
+        wanted.insert(shard_name(input.name, shard.index));
+        children.push(Child::ConfigMap(Box::new(shard.config_map)));
+        children.push(Child::Service(Box::new(shard.service)));
+        children.push(Child::StatefulSet(Box::new(shard.stateful_set)));
+    }
+    let mut writes = changed(children, observed);
+    writes.extend(fate.reused.iter().map(|index| Write::Mark {
+        stateful_set: shard_name(input.name, *index),
+        retained: None,
+    }));
+    for retained in &fate.retained {
+        let zone = observed
+            .stateful_sets
+            .get(&retained.index)
+            .and_then(|sts| sts.zone.as_deref());
+        let config_map = build::retained_config_map(input, retained.index, zone)
+            .map_err(|error| invalid_scrape_config(&error))?;
+        let name = shard_name(input.name, retained.index);
+        wanted.insert(name.clone());
+        writes.extend(changed([Child::ConfigMap(Box::new(config_map))], observed));
+        if retained.mark {
+            writes.push(Write::Mark {
+                stateful_set: name,
+                retained: Some(retained.clone()),
+            });
+        }
+    }
+    Ok((writes, wanted))
+}
+
+/// What the status is computed from: the active shards' StatefulSets, the zones with nodes,
+/// what the ServiceAccount lacks, the retained shards.
+fn observation<'a>(
+    target: &Target<'a>,
+    valid: &'a ValidSprom,
+    observed: &'a Observed,
+    fate: &retention::Plan,
+    node_metadata_disabled: &'a [String],
+) -> Observation<'a> {
+    Observation {
+        name: target.name,
+        generation: target.generation,
+        layout: &valid.layout,
+        replicas: valid.replicas,
+        shards: observed
+            .stateful_sets
+            .iter()
+            .filter(|(index, _)| **index < valid.shards())
+            .map(|(index, sts)| {
+                let ready_replicas = sts.ready_replicas;
+                (*index, ObservedShard { ready_replicas })
+            })
+            .collect(),
+        zones_with_nodes: Some(observed.zones_with_nodes.clone()),
+        node_metadata_disabled,
+        forbidden: &observed.forbidden,
+        retained: fate
+            .retained
+            .iter()
+            .map(|r| RetainedShard {
+                index: i32::try_from(r.index).unwrap_or(i32::MAX),
+                deletion_deadline: r.deadline.map(retention::format),
+            })
+            .collect(),
+    }
 }
 
 /// The applies of `children` that are needed: all of them on a full apply, else those whose
