@@ -8,31 +8,23 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::core::{Selector, SelectorExt};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client, Resource, ResourceExt};
-use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetStatus};
-use zone_operator::status;
-use zone_operator::{ErrorChain, EventPublisher, NodeZones};
-use zone_topology::Zone;
-use zone_topology::budget::{Decision, Denial, EvictedPod, PodCondition};
+use kube::{Api, Client, ResourceExt};
+use zone_api::ZoneDisruptionBudget;
+use zone_operator::{EventPublisher, NodeZones};
+use zone_topology::budget::Denial;
 
 use crate::metrics::{ZdbMetrics, reason};
+use crate::view;
 use crate::webhook::admission::Eviction;
 use crate::webhook::guess::BudgetGuesses;
-use crate::webhook::queue::{BudgetQueues, Shed};
+use crate::webhook::queue::BudgetQueues;
 use crate::webhook::recent::RecentBudgets;
-use crate::{pods, view};
-
-/// Pause between attempts after a write conflict (with another replica): long enough for the
-/// winner's write to be readable, short enough for many attempts inside the deadline; the actual
-/// pause is drawn between half and one and a half times this, so two replicas that collided do
-/// not collide again in step.
-const CONFLICT_BACKOFF: Duration = Duration::from_millis(20);
 
 /// Decisions one replica works on at once, at most; past it an eviction is refused at once (a
 /// 429 the client retries). Bounds the memory a burst can take: each decision holds a pod,
@@ -48,10 +40,6 @@ pub const MAX_IN_FLIGHT: usize = 64;
 /// about one request each, a few milliseconds, so at 200 evictions/s a few slots are busy.
 pub const MAX_API_REQUESTS: usize = 16;
 
-/// Kept back from the deadline when waiting for a budget's writer's turn: the write itself and
-/// the answer still have to fit.
-const DEADLINE_MARGIN: Duration = Duration::from_millis(150);
-
 /// The answer to one eviction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
@@ -62,7 +50,7 @@ pub struct Verdict {
     pub message: Option<String>,
 }
 
-fn allowed(reason: &'static str) -> Verdict {
+pub(super) fn allowed(reason: &'static str) -> Verdict {
     Verdict {
         allowed: true,
         reason,
@@ -91,24 +79,13 @@ fn lean(mut pod: Pod) -> Pod {
     pod
 }
 
-fn denied(reason: &'static str, message: String) -> Verdict {
+pub(super) fn denied(reason: &'static str, message: String) -> Verdict {
     Verdict {
         allowed: false,
         reason,
         message: Some(message),
     }
 }
-
-/// What one version of a budget says of an eviction.
-enum Step {
-    Answer(Verdict),
-    /// Allowed if this status (the eviction recorded in `zone`) can be written over that version.
-    Record {
-        next: ZoneDisruptionBudgetStatus,
-        zone: Zone,
-    },
-}
-
 /// What the judge reads and writes with.
 pub struct Judge {
     pub client: Client,
@@ -131,15 +108,6 @@ pub struct Judge {
     pub in_flight: Arc<tokio::sync::Semaphore>,
     /// Slots for the decisions' API requests ([`MAX_API_REQUESTS`]).
     pub api_requests: Arc<tokio::sync::Semaphore>,
-}
-
-/// `base` scaled by a factor drawn from [0.5, 1.5).
-fn jittered(base: Duration) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(Instant::now().elapsed().as_nanos());
-    let unit = f64::from(u32::try_from(hasher.finish() >> 32).unwrap_or(0)) / 4_294_967_296.0;
-    base.mul_f64(0.5 + unit)
 }
 
 /// The denial, naming the zone and what blocks it.
@@ -166,7 +134,7 @@ pub fn denial_message(budget: &str, pod: &str, denial: &Denial) -> String {
     format!("cannot evict pod {pod}: ZoneDisruptionBudget {budget}: {why}")
 }
 
-fn denial_reason(denial: &Denial) -> &'static str {
+pub(super) fn denial_reason(denial: &Denial) -> &'static str {
     match denial {
         Denial::OtherZoneDisrupted { .. } => reason::OTHER_ZONE_DISRUPTED,
         Denial::ZoneBudgetExhausted { .. } => reason::ZONE_BUDGET_EXHAUSTED,
@@ -175,7 +143,7 @@ fn denial_reason(denial: &Denial) -> &'static str {
 
 impl Judge {
     /// `request`, sent once one of the [`MAX_API_REQUESTS`] slots is free.
-    async fn request<T>(&self, request: impl std::future::Future<Output = T>) -> T {
+    pub(super) async fn request<T>(&self, request: impl std::future::Future<Output = T>) -> T {
         // Never closed, so the slot is always had; it is held until the answer is read.
         let _slot = self.api_requests.acquire().await;
         request.await
@@ -347,225 +315,6 @@ impl Judge {
             watched.resource_version().as_deref(),
         )
     }
-
-    /// Decides with the budget `name`. A refusal may come from `recent`, a copy read fresh a
-    /// moment ago (see [`RecentBudgets`]); anything else is decided from a fresh read: `early`,
-    /// made alongside the pod's (`Some(None)`: it was not found), serves the first attempt.
-    async fn decide(
-        &self,
-        eviction: &Eviction,
-        pod: &Pod,
-        api: &Api<ZoneDisruptionBudget>,
-        name: &str,
-        recent: Option<Arc<ZoneDisruptionBudget>>,
-        mut early: Option<Option<ZoneDisruptionBudget>>,
-    ) -> Verdict {
-        let namespace = eviction.namespace.as_str();
-        let zone = self.zones.zone_of(pod);
-        let condition = pods::condition(pod);
-        let created_ms = pods::created_ms(pod);
-        if let Some(zdb) = recent
-            && let Step::Answer(verdict) =
-                self.assess(eviction, name, &zdb, &zone, condition, created_ms)
-            && (!verdict.allowed || verdict.reason == reason::SHADOW)
-        {
-            return verdict;
-        }
-        let started = Instant::now();
-        // Taken once a fresh read says the eviction is to be recorded; kept across conflicts.
-        let mut turn = None;
-        loop {
-            let read = match early.take() {
-                Some(zdb) => Ok(zdb),
-                None => self.request(api.get_opt(name)).await,
-            };
-            let zdb = match read {
-                Ok(Some(mut zdb)) => {
-                    // Kept while the decision waits for its turn; the PUT without them leaves
-                    // them as they are (a nil managedFields in an update keeps the stored ones).
-                    zdb.metadata.managed_fields = None;
-                    zdb
-                }
-                Ok(None) => return allowed(reason::NO_BUDGET),
-                Err(error) => {
-                    tracing::warn!(error = %error, namespace, budget = name, "cannot read the budget");
-                    return denied(
-                        reason::API_ERROR,
-                        format!(
-                            "cannot evict pod {}: ZoneDisruptionBudget {name} cannot be read; retry",
-                            eviction.pod
-                        ),
-                    );
-                }
-            };
-            self.recent.remember(&zdb);
-            let (next, zone) = match self.assess(eviction, name, &zdb, &zone, condition, created_ms)
-            {
-                Step::Answer(verdict) => return verdict,
-                Step::Record { next, zone } => (next, zone),
-            };
-            let shadow = zdb.spec.dry_run;
-            if turn.is_none() {
-                let time_left = self
-                    .deadline
-                    .saturating_sub(started.elapsed() + DEADLINE_MARGIN);
-                match self.queues.turn(namespace, name, time_left).await {
-                    Ok(held) => {
-                        // Decide again from what the previous writer stored, if it is not what
-                        // was read before waiting.
-                        let written = held.written();
-                        turn = Some(held);
-                        if let Some(written) = written
-                            && written.resource_version() != zdb.resource_version()
-                        {
-                            early = Some(Some((*written).clone()));
-                            continue;
-                        }
-                    }
-                    Err(shed) => {
-                        self.metrics.shed(match shed {
-                            Shed::QueueFull => "QueueFull",
-                            Shed::NoTimeLeft => "NoTimeLeft",
-                        });
-                        let message = format!(
-                            "cannot evict pod {}: too many evictions of ZoneDisruptionBudget {name} are being decided; retry",
-                            eviction.pod
-                        );
-                        return self.refuse(&zdb, shadow, reason::SHED, message);
-                    }
-                }
-            }
-            let mut wanted = zdb.clone();
-            wanted.status = Some(next);
-            let result = self
-                .request(status::put_status(api, &wanted, &self.field_manager))
-                .await;
-            match result {
-                Ok(mut written) => {
-                    written.metadata.managed_fields = None;
-                    self.recent.remember(&written);
-                    if let Some(turn) = &turn {
-                        turn.wrote(&written);
-                    }
-                    tracing::info!(namespace, budget = name, pod = %eviction.pod, zone = %zone, "eviction allowed and recorded");
-                    return allowed(reason::RECORDED);
-                }
-                Err(error) if error.is_conflict() => {
-                    self.metrics.conflict_retry();
-                    let backoff = jittered(CONFLICT_BACKOFF);
-                    if started.elapsed() + backoff >= self.deadline {
-                        let message = format!(
-                            "cannot evict pod {}: ZoneDisruptionBudget {name} is being updated by concurrent evictions; retry",
-                            eviction.pod
-                        );
-                        return self.refuse(&zdb, shadow, reason::CONFLICTS, message);
-                    }
-                    tokio::time::sleep(backoff).await;
-                }
-                Err(error) => {
-                    tracing::warn!(error = %ErrorChain(&error), namespace, budget = name, "cannot record the eviction");
-                    let message = format!(
-                        "cannot evict pod {}: the disruption cannot be recorded in ZoneDisruptionBudget {name}; retry",
-                        eviction.pod
-                    );
-                    return self.refuse(&zdb, shadow, reason::API_ERROR, message);
-                }
-            }
-        }
-    }
-
-    /// What one version of the budget says of the eviction: an answer, or a record to write.
-    fn assess(
-        &self,
-        eviction: &Eviction,
-        name: &str,
-        zdb: &ZoneDisruptionBudget,
-        zone: &Zone,
-        condition: PodCondition,
-        created_ms: i64,
-    ) -> Step {
-        let shadow = zdb.spec.dry_run;
-        let Ok(valid) = zdb.spec.validate() else {
-            // The controller reports it (condition, event); an unenforceable budget must not
-            // block every drain of the namespace.
-            return Step::Answer(allowed(reason::INVALID_BUDGET));
-        };
-        let status = zdb.status.clone().unwrap_or_default();
-        let generation = zdb.metadata.generation.unwrap_or(0);
-        if status.observed_generation != generation {
-            let message = format!(
-                "cannot evict pod {}: ZoneDisruptionBudget {name} generation {generation} is not computed yet (status is for {}); retry",
-                eviction.pod, status.observed_generation
-            );
-            return Step::Answer(self.refuse(zdb, shadow, reason::NOT_OBSERVED, message));
-        }
-        let budget = view::from_status(&status, valid.max_unavailable);
-        let decision = budget.decide(&EvictedPod {
-            name: &eviction.pod,
-            zone: zone.clone(),
-            condition,
-            created_ms,
-        });
-        match decision {
-            Decision::Allow { record: false, .. } => {
-                Step::Answer(allowed(if condition == PodCondition::Healthy {
-                    reason::ALREADY_RECORDED
-                } else {
-                    reason::POD_UNAVAILABLE
-                }))
-            }
-            Decision::Allow { .. } if eviction.dry_run => Step::Answer(allowed(reason::DRY_RUN)),
-            Decision::Allow { zone, record: true } => {
-                let mut next = status;
-                view::record(
-                    &mut next,
-                    &eviction.pod,
-                    &zone,
-                    zone_api::conditions::now(),
-                    valid.max_unavailable,
-                );
-                Step::Record { next, zone }
-            }
-            Decision::Deny(denial) => {
-                let message = denial_message(name, &eviction.pod, &denial);
-                Step::Answer(self.refuse(zdb, shadow, denial_reason(&denial), message))
-            }
-        }
-    }
-
-    /// A denial, or in shadow mode (spec.dryRun) an allowance that is counted, warned about and
-    /// published as an event.
-    fn refuse(
-        &self,
-        zdb: &ZoneDisruptionBudget,
-        shadow: bool,
-        why: &'static str,
-        message: String,
-    ) -> Verdict {
-        if !shadow {
-            return denied(why, message);
-        }
-        let namespace = zdb.namespace().unwrap_or_default();
-        let name = zdb.name_any();
-        self.metrics.shadow_denial(&namespace, &name);
-        tracing::info!(namespace = %namespace, budget = %name, reason = why, message = %message, "shadow mode: eviction allowed that would have been denied");
-        let events = self.events.clone();
-        let regarding = zdb.object_ref(&());
-        let note = format!("shadow mode (spec.dryRun): allowed, would have denied: {message}");
-        // Best effort and off the admission path: the answer must not wait for the event.
-        tokio::spawn(async move {
-            events
-                .warning(&regarding, "WouldDenyEviction", "Evict", &note)
-                .await;
-        });
-        Verdict {
-            allowed: true,
-            reason: reason::SHADOW,
-            message: Some(format!(
-                "ZoneDisruptionBudget {name} is in shadow mode (spec.dryRun): allowed, but it would have denied: {message}"
-            )),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -575,6 +324,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Node;
     use kube::core::PartialObjectMeta;
     use kube::runtime::reflector;
+    use std::time::Instant;
     use zone_topology::Zone;
 
     /// An API server that accepts connections and never answers: the verdict is a 429 within

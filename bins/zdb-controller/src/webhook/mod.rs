@@ -2,6 +2,7 @@
 //! AdmissionReviews for `pods/eviction` at `/validate-eviction`.
 
 pub mod admission;
+mod decide;
 pub mod guess;
 pub mod judge;
 pub mod queue;
