@@ -40,14 +40,19 @@ use std::future::{Future, ready};
 use std::hash::Hash;
 
 use futures::channel::mpsc::{self, UnboundedReceiver};
+use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
+use kube::runtime::reflector::store::WriterDropped;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Resource};
+use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
 
 use crate::controller::{forward_triggers, log_watch_error};
+use crate::watch::InitialList;
+use crate::zones::NodeZones;
 
 /// One cache: `api` watched with `config` into a reflector store, each object passed through
 /// `strip` before it is stored. Returns the store and the stream that keeps it, which yields
@@ -73,17 +78,34 @@ where
     (store, touched)
 }
 
+/// Waits for one cache's initial list.
+type WaitReady = Box<dyn Fn() -> BoxFuture<'static, Result<(), WriterDropped>> + Send + Sync>;
+
 /// The caches of one controller of `K` and the reconciles of `K` their changes trigger; driven
-/// by one future ([`WatchSet::start`]).
+/// by one future ([`WatchSet::start`], or a task: [`WatchSet::spawn`]).
 pub struct WatchSet<K: Resource> {
     streams: Vec<BoxStream<'static, Vec<ObjectRef<K>>>>,
+    /// One per cache the set made ([`WatchSet::watch`], [`WatchSet::keep`], [`WatchSet::zones`]).
+    ready: Vec<WaitReady>,
 }
 
 impl<K: Resource> Default for WatchSet<K> {
     fn default() -> Self {
         Self {
             streams: Vec::new(),
+            ready: Vec::new(),
         }
+    }
+}
+
+/// The task driving a [`WatchSet`]'s caches; aborted when dropped, so the caches stop with
+/// whatever returns first (shutdown, or caches that never synced).
+#[must_use = "dropping it stops the caches"]
+pub struct Driving(JoinHandle<()>);
+
+impl Drop for Driving {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -112,7 +134,37 @@ where
         let (store, touched) = cache(name, api, config, strip);
         self.streams
             .push(touched.map(move |object| owners(&object)).boxed());
+        let waits = store.clone();
+        self.ready.push(Box::new(move || {
+            let store = waits.clone();
+            async move { store.wait_until_ready().await }.boxed()
+        }));
         store
+    }
+
+    /// Adds the cache of node zones ([`NodeZones::watch`]), which triggers nothing: pods follow
+    /// any node change that matters.
+    pub fn zones(
+        &mut self,
+        client: &Client,
+        zone_label: &str,
+        initial_list: InitialList,
+    ) -> NodeZones {
+        let (zones, node_events) = NodeZones::watch(client, zone_label, initial_list);
+        self.drive(node_events);
+        let waits = zones.clone();
+        self.ready.push(Box::new(move || {
+            let zones = waits.clone();
+            async move { zones.wait_until_ready().await }.boxed()
+        }));
+        zones
+    }
+
+    /// Resolves once every cache of the set has completed its initial list (for
+    /// [`crate::controller::wait_for_caches`]); fails if one stopped before.
+    pub fn synced(&self) -> impl Future<Output = Result<(), WriterDropped>> + Send + 'static {
+        let waits: Vec<_> = self.ready.iter().map(|wait| wait()).collect();
+        futures::future::try_join_all(waits).map(|synced| synced.map(drop))
     }
 
     /// Adds a [`cache`] that triggers nothing: read by the reconcile (or a webhook), its changes
@@ -155,6 +207,13 @@ where
         let (sender, receiver) = mpsc::unbounded();
         let merged = futures::stream::select_all(self.streams);
         (forward_triggers(merged, sender), receiver)
+    }
+
+    /// [`WatchSet::start`] on a task of its own, which stops when the returned [`Driving`] is
+    /// dropped.
+    pub fn spawn(self) -> (Driving, UnboundedReceiver<ObjectRef<K>>) {
+        let (drive, triggers) = self.start();
+        (Driving(tokio::spawn(drive)), triggers)
     }
 
     /// The future driving every cache, for a process that reconciles nothing from them (a

@@ -1,5 +1,6 @@
 //! `WatchSet`: a watched kind fills its cache (stripped) before the reconciles it triggers are
-//! sent, and a kept cache fills without triggering anything; against the scripted fake API.
+//! sent, a kept cache fills without triggering anything, `synced` waits for every cache of the
+//! set; against the scripted fake API.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use futures::StreamExt;
@@ -8,8 +9,9 @@ use kube::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use zone_operator::WatchSet;
 use zone_operator::testing::{FakeApi, Method};
+use zone_operator::{InitialList, WatchSet};
+use zone_topology::ZONE_LABEL;
 
 const PODS: &str = "/api/v1/namespaces/apps/pods";
 
@@ -141,4 +143,40 @@ async fn run_keeps_the_caches_of_a_process_without_a_controller() {
     assert_eq!(pods.state().len(), 2);
     drop(nodes);
     run.abort();
+}
+
+#[tokio::test]
+async fn synced_waits_for_every_cache_and_dropping_the_driver_stops_them() {
+    let (fake, client) = FakeApi::new();
+    script(&fake, json!([]));
+    fake.on(Method::GET, "/api/v1/nodes")
+        .query("limit=")
+        .always(
+            200,
+            json!({
+                "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                "metadata": {"resourceVersion": "20"},
+                "items": [{
+                    "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                    "metadata": {"name": "node-a", "labels": {ZONE_LABEL: "zone-a"}},
+                }],
+            }),
+        );
+    let mut set = WatchSet::<ConfigMap>::new();
+    let pods = set.keep(
+        "pods",
+        Api::<Pod>::namespaced(client.clone(), "apps"),
+        watcher::Config::default(),
+        strip,
+    );
+    let zones = set.zones(&client, ZONE_LABEL, InitialList::Paginated);
+    let synced = set.synced();
+    let (driving, mut triggers) = set.spawn();
+
+    synced.await.unwrap();
+    assert_eq!(pods.state().len(), 2);
+    assert_eq!(zones.zones_present(), ["zone-a".to_owned()].into());
+    // The task stops with its handle, and with it the sender of the triggers.
+    drop(driving);
+    assert_eq!(triggers.next().await, None);
 }
