@@ -38,17 +38,13 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         .predicate_filter(predicates::generation, Default::default());
 
     let initial_list = parts.initial_list(scope.namespace()).await;
-    let (caches, drive_caches, trigger_stream) =
-        watches::start(&parts.client, scope, initial_list, zaus.clone());
-    let drive_caches = tokio::spawn(drive_caches);
-
+    let (caches, watch_set) = watches::caches(&parts.client, scope, initial_list, zaus.clone());
     // The pod, node and StatefulSet caches are what decisions read; the watch of the resources
     // themselves is driven by the controller below and needs no gate.
-    let synced =
-        controller::wait_for_caches(caches.synced(), &parts.readiness, &parts.shutdown).await;
-    if synced != Ok(true) {
-        drive_caches.abort();
-        return Ok(synced.map(drop)?);
+    let synced = watch_set.synced();
+    let (_driving, trigger_stream) = watch_set.spawn();
+    if !controller::wait_for_caches(synced, &parts.readiness, &parts.shutdown).await? {
+        return Ok(());
     }
 
     let settings = Settings {
@@ -73,6 +69,5 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
 
     let controller = Controller::for_stream(zau_stream, zaus).reconcile_on(trigger_stream);
     controller::run(controller, &parts.shutdown, reconcile::reconcile, context).await;
-    drive_caches.abort();
     Ok(())
 }

@@ -2,10 +2,9 @@
 //! produce: a change to a StatefulSet or to one of its pods reconciles the ZoneAwareUpdates that
 //! name that StatefulSet. Each trigger follows its cache's update ([`WatchSet`]).
 
-use futures::channel::mpsc::UnboundedReceiver;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use zone_api::ZoneAwareUpdate;
 use zone_operator::{InitialList, NodeZones, ScopeArgs, WatchSet};
@@ -18,15 +17,6 @@ pub struct Caches {
     pub statefulsets: Store<StatefulSet>,
     pub pods: Store<Pod>,
     pub zones: NodeZones,
-}
-
-impl Caches {
-    /// Resolves once every cache has completed its initial list.
-    pub async fn synced(&self) -> Result<(), reflector::store::WriterDropped> {
-        self.statefulsets.wait_until_ready().await?;
-        self.pods.wait_until_ready().await?;
-        self.zones.wait_until_ready().await
-    }
 }
 
 /// The ZoneAwareUpdates of `namespace` whose `spec.statefulset` is `statefulset`.
@@ -45,19 +35,14 @@ pub fn zaus_for(
         .collect()
 }
 
-/// Starts the caches: returns their stores, one future driving all of them, and the
-/// ZoneAwareUpdates their changes reconcile (for the Controller). The future ends only if the
-/// receiver is dropped.
-pub fn start(
+/// The caches, and the set of watches that fills them and sends the ZoneAwareUpdates their
+/// changes reconcile (start it to drive them).
+pub fn caches(
     client: &Client,
     scope: &ScopeArgs,
     initial_list: InitialList,
     zaus: Store<ZoneAwareUpdate>,
-) -> (
-    Caches,
-    impl std::future::Future<Output = ()> + Send + 'static,
-    UnboundedReceiver<ObjectRef<ZoneAwareUpdate>>,
-) {
+) -> (Caches, WatchSet<ZoneAwareUpdate>) {
     let mut watches = WatchSet::new();
     let sts_zaus = zaus.clone();
     let statefulsets = watches.watch(
@@ -82,17 +67,11 @@ pub fn start(
         },
     );
     // Node zones change rarely; pods follow any change that matters, so nodes trigger nothing.
-    let (zones, node_events) = NodeZones::watch(client, &scope.zone_label, initial_list);
-    watches.drive(node_events);
-
-    let (drive, triggers) = watches.start();
-    (
-        Caches {
-            statefulsets,
-            pods: pod_store,
-            zones,
-        },
-        drive,
-        triggers,
-    )
+    let zones = watches.zones(client, &scope.zone_label, initial_list);
+    let caches = Caches {
+        statefulsets,
+        pods: pod_store,
+        zones,
+    };
+    (caches, watches)
 }

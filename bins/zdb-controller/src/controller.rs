@@ -13,7 +13,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use zone_api::ZoneDisruptionBudget;
 use zone_operator::controller::{self, CachesStopped};
-use zone_operator::zones::{self, NodeZones};
+use zone_operator::zones;
 use zone_operator::{RuntimeParts, WatchSet};
 
 use crate::cli::Args;
@@ -57,26 +57,13 @@ pub async fn run(
         zones::strip_pod,
         move |pod| zdbs_in(&pod_zdbs, &pod.namespace().unwrap_or_default()),
     );
-    // Node events only keep the cache (pods follow any node change that matters).
-    let (zones, node_events) = NodeZones::watch(&client, &scope.zone_label, initial_list);
-    watches.drive(node_events);
-    let (drive, trigger_stream) = watches.start();
-    let drive = tokio::spawn(drive);
-
+    let zones = watches.zones(&client, &scope.zone_label, initial_list);
     // The pod and node caches are what decisions read; the watch of the budgets themselves is
     // driven by the controller below and needs no gate.
-    let synced = controller::wait_for_caches(
-        async {
-            pod_store.wait_until_ready().await?;
-            zones.wait_until_ready().await
-        },
-        &parts.readiness,
-        &parts.shutdown,
-    )
-    .await;
-    if synced != Ok(true) {
-        drive.abort();
-        return synced.map(drop);
+    let synced = watches.synced();
+    let (_driving, trigger_stream) = watches.spawn();
+    if !controller::wait_for_caches(synced, &parts.readiness, &parts.shutdown).await? {
+        return Ok(());
     }
 
     tracing::info!(namespace = ?scope.namespace(), "zdb status controller running");
@@ -93,6 +80,5 @@ pub async fn run(
     });
     let controller = Controller::for_stream(zdb_stream, zdbs).reconcile_on(trigger_stream);
     controller::run(controller, &parts.shutdown, reconcile::reconcile, context).await;
-    drive.abort();
     Ok(())
 }

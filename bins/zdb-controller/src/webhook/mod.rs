@@ -23,7 +23,7 @@ use kube::runtime::watcher;
 use zone_api::ZoneDisruptionBudget;
 use zone_operator::https::{self, BindError, CertSource};
 use zone_operator::tls::SelfSigned;
-use zone_operator::{InitialList, NodeZones, RuntimeParts, WatchSet};
+use zone_operator::{InitialList, RuntimeParts, WatchSet};
 
 use crate::cli::Args;
 use crate::metrics::{ZdbMetrics, reason};
@@ -51,8 +51,7 @@ pub async fn start(
         // The webhook's copies match and choose; what it decides from is read fresh.
         |zdb| zdb.metadata.managed_fields = None,
     );
-    let (zones, node_events) = NodeZones::watch(&client, &args.scope.zone_label, initial_list);
-    watches.drive(node_events);
+    let zones = watches.zones(&client, &args.scope.zone_label, initial_list);
     let zdbs_synced = Arc::new(AtomicBool::new(false));
     {
         let zdbs = zdbs.clone();
