@@ -201,6 +201,16 @@ async fn reconcile_once(
     reconcile(Arc::new(zau), ctx).await.unwrap()
 }
 
+/// [`reconcile_once`] without leader election (a single replica: every batch may go ahead).
+async fn reconcile_unelected(
+    client: kube::Client,
+    zau: ZoneAwareUpdate,
+    caches: Caches,
+    alarms: Arc<dyn AlarmSource>,
+) -> Action {
+    reconcile_once(client, zau, caches, alarms, LeaderHandle::unelected()).await
+}
+
 fn context(
     client: kube::Client,
     zau: &ZoneAwareUpdate,
@@ -284,14 +294,7 @@ async fn a_refused_eviction_ends_the_batch() {
     fake.on_prefix(Method::POST, "/api/v1/namespaces/apps/pods/")
         .always(201, evicted());
     let alarms = ScriptedAlarm::new(AlarmState::Clear);
-    let action = reconcile_once(
-        client,
-        zau,
-        caches(OLD),
-        alarms.clone(),
-        LeaderHandle::unelected(),
-    )
-    .await;
+    let action = reconcile_unelected(client, zau, caches(OLD), alarms.clone()).await;
 
     // The batch is web-3, web-2 (step 1, factor 2): only the first was asked for, conditional on
     // the UID the cache saw (a pod recreated under that name is never evicted by mistake).
@@ -338,14 +341,7 @@ async fn a_firing_alarm_pauses_without_evicting() {
     let alarms = ScriptedAlarm::new(AlarmState::Firing {
         reason: "5xx errors above threshold".to_owned(),
     });
-    let action = reconcile_once(
-        client,
-        zau,
-        caches(OLD),
-        alarms.clone(),
-        LeaderHandle::unelected(),
-    )
-    .await;
+    let action = reconcile_unelected(client, zau, caches(OLD), alarms.clone()).await;
 
     assert_eq!(alarms.asked(), ["my-alarm"]);
     assert!(
@@ -401,14 +397,7 @@ async fn a_conflicting_statefulset_status_write_is_reread_and_retried() {
         });
     let alarms = ScriptedAlarm::new(AlarmState::Clear);
     // Every pod runs web-2 and is Ready: the rollout is complete.
-    let action = reconcile_once(
-        client,
-        zau,
-        caches(NEW),
-        alarms.clone(),
-        LeaderHandle::unelected(),
-    )
-    .await;
+    let action = reconcile_unelected(client, zau, caches(NEW), alarms.clone()).await;
 
     assert_eq!(action, Action::await_change());
     assert_eq!(fake.requests_to(&Method::GET, STATEFULSET).len(), 2);
