@@ -20,8 +20,8 @@ mod validate;
 
 use std::sync::Arc;
 
-use kube::runtime::controller::Action;
 use kube::ResourceExt;
+use kube::runtime::controller::Action;
 use zone_api::conditions::Conditions;
 use zone_api::zau::{condition, reason};
 use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus};
