@@ -92,6 +92,24 @@ fn applies(plan: &Plan) -> Vec<(ChildKind, String)> {
         .collect()
 }
 
+/// The plan of `spec` from no previous status, given `observed`.
+fn planned(spec: &ValidSprom, observed: &Observed) -> Plan {
+    plan(
+        &target(&ShardedPrometheusStatus::default()),
+        spec,
+        observed,
+        now(),
+    )
+    .unwrap()
+}
+
+/// The plan after a scale from `from` to `to` shards under `when_scaled`, the children of
+/// `from` applied and cached.
+fn scaled(from: u32, to: u32, when_scaled: &str) -> Plan {
+    let before = planned(&three_zones(from, when_scaled), &full());
+    planned(&three_zones(to, when_scaled), &applied(&before))
+}
+
 fn full() -> Observed {
     Observed {
         full_apply: true,
@@ -168,22 +186,7 @@ fn unchanged_children_are_not_written_again_until_the_resync() {
 
 #[test]
 fn a_delete_scale_down_prunes_the_shards_beyond_the_new_count() {
-    let previous = ShardedPrometheusStatus::default();
-    let before = plan(
-        &target(&previous),
-        &three_zones(5, "Delete"),
-        &full(),
-        now(),
-    )
-    .unwrap();
-    let observed = applied(&before);
-    let after = plan(
-        &target(&previous),
-        &three_zones(3, "Delete"),
-        &observed,
-        now(),
-    )
-    .unwrap();
+    let after = scaled(5, 3, "Delete");
     assert!(after.writes.is_empty(), "shards 0-2 are unchanged");
     assert_eq!(after.prune, ChildKind::PRUNE_ORDER);
     assert_eq!(
@@ -197,22 +200,7 @@ fn a_delete_scale_down_prunes_the_shards_beyond_the_new_count() {
 
 #[test]
 fn a_retain_scale_down_marks_and_empties_the_removed_shards() {
-    let previous = ShardedPrometheusStatus::default();
-    let before = plan(
-        &target(&previous),
-        &three_zones(4, "Retain"),
-        &full(),
-        now(),
-    )
-    .unwrap();
-    let observed = applied(&before);
-    let after = plan(
-        &target(&previous),
-        &three_zones(3, "Retain"),
-        &observed,
-        now(),
-    )
-    .unwrap();
+    let after = scaled(4, 3, "Retain");
     assert_eq!(
         applies(&after),
         [(ChildKind::ConfigMap, "p-shard-3".to_string())]
