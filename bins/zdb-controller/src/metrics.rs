@@ -25,6 +25,8 @@ pub mod reason {
     pub const NOT_OBSERVED: &str = "StatusNotObserved";
     pub const OTHER_ZONE_DISRUPTED: &str = "OtherZoneDisrupted";
     pub const ZONE_BUDGET_EXHAUSTED: &str = "ZoneBudgetExhausted";
+    /// The budget's maxUnavailable is 0 or 0%: every eviction of a running pod is refused.
+    pub const FROZEN: &str = "Frozen";
     pub const CONFLICTS: &str = "TooManyConflicts";
     pub const DEADLINE: &str = "DeadlineExceeded";
     pub const API_ERROR: &str = "ApiError";

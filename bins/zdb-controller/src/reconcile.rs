@@ -286,6 +286,12 @@ fn blocking(budget: &ZoneBudget) -> String {
     parts.join("; ")
 }
 
+/// The Ready reason (and the event) of a budget whose maxUnavailable is 0 or 0%: computed, and
+/// every eviction of its running pods is denied. Ready, not Invalid: a freeze is how teams stop
+/// voluntary disruption during an incident or a migration, as with a PodDisruptionBudget.
+/// (Kept here until the API crate's reason list carries it.)
+pub const FROZEN: &str = "BudgetFrozen";
+
 /// The inputs of [`compute`]: plain values.
 #[derive(Debug, Clone)]
 pub struct BudgetView<'a> {
@@ -321,15 +327,38 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
     view::apply(&budget, &records, next);
 
     view::set_disrupted(next, view.max_unavailable);
-    next.set_condition(
-        condition::READY,
-        true,
-        reason::COMPUTED,
-        format!(
-            "{} expected pod(s), maxUnavailable {} per zone",
-            view.expected_total, budget.max_unavailable
-        ),
-    );
+    let was_frozen = next.true_reason(condition::READY) == Some(FROZEN);
+    if budget.frozen {
+        next.set_condition(
+            condition::READY,
+            true,
+            FROZEN,
+            format!(
+                "frozen: maxUnavailable {}, every eviction of the {} expected pod(s) is denied",
+                view.max_unavailable, view.expected_total
+            ),
+        );
+        if !was_frozen {
+            draft.events.normal(
+                FROZEN,
+                "Reconcile",
+                format!(
+                    "maxUnavailable {}: the budget is frozen, every eviction of its running pods is denied until maxUnavailable is raised",
+                    view.max_unavailable
+                ),
+            );
+        }
+    } else {
+        next.set_condition(
+            condition::READY,
+            true,
+            reason::COMPUTED,
+            format!(
+                "{} expected pod(s), maxUnavailable {} per zone",
+                view.expected_total, budget.max_unavailable
+            ),
+        );
+    }
     if next.disrupted_zones != disrupted_before {
         // The event names the unavailable pods, which the controller sees (the condition,
         // written by the webhook too, counts them).
@@ -581,6 +610,61 @@ mod tests {
                 !requeues,
                 "{name}: {action:?}"
             );
+        }
+    }
+
+    #[test]
+    fn zero_and_zero_percent_are_a_frozen_budget_not_an_invalid_one() {
+        let pods: Vec<BudgetPod> = vec![pod("web-0", "a", true), pod("web-1", "b", true)];
+        for zero in [IntOrPercent::Int(0), IntOrPercent::Percent(0)] {
+            let view = BudgetView {
+                pods: &pods,
+                expected_total: 2,
+                max_unavailable: zero,
+                now_ms: NOW_MS,
+            };
+            let mut draft = Draft::default();
+            compute(&view, &mut draft);
+            let status = &draft.status;
+            assert_eq!(status.true_reason(condition::READY), Some(FROZEN), "{zero}");
+            assert_eq!(status.true_reason(condition::INVALID), None, "{zero}");
+            let ready = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == condition::READY)
+                .unwrap();
+            assert!(
+                ready.message.starts_with("frozen: maxUnavailable"),
+                "{ready:?}"
+            );
+            assert!(status.disruptions_allowed.values().all(|n| *n == 0));
+            assert_eq!(status.desired_healthy.get("a"), Some(&1));
+            let reasons: Vec<_> = draft.events.events().iter().map(|e| e.reason).collect();
+            assert_eq!(reasons, [FROZEN], "{zero}: one event as it freezes");
+
+            // Once frozen, the next computation says nothing new; raised, it is a budget again.
+            let mut again = Draft {
+                status: draft.status.clone(),
+                ..Draft::default()
+            };
+            compute(&view, &mut again);
+            assert!(again.events.is_empty());
+            let mut thawed = Draft {
+                status: draft.status.clone(),
+                ..Draft::default()
+            };
+            compute(
+                &BudgetView {
+                    max_unavailable: IntOrPercent::Int(1),
+                    ..view
+                },
+                &mut thawed,
+            );
+            assert_eq!(
+                thawed.status.true_reason(condition::READY),
+                Some(reason::COMPUTED)
+            );
+            assert_eq!(thawed.status.disruptions_allowed.get("a"), Some(&1));
         }
     }
 

@@ -113,6 +113,10 @@ pub struct ZoneBudget {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Budget {
     pub max_unavailable: u32,
+    /// `maxUnavailable` is `0` or `0%`: no voluntary disruption of a running pod (see
+    /// [`Denial::Frozen`]). Told by the spec, not by the resolved number: `10%` of an empty
+    /// budget resolves to 0 too, and is no freeze.
+    pub frozen: bool,
     pub zones: BTreeMap<Zone, ZoneBudget>,
     disruptions: Vec<Disruption>,
 }
@@ -204,6 +208,7 @@ pub fn compute(input: &BudgetInput<'_>) -> Budget {
     }
     Budget {
         max_unavailable,
+        frozen: input.max_unavailable.is_zero(),
         zones,
         disruptions: input.disruptions.to_vec(),
     }

@@ -44,6 +44,11 @@ impl IntOrPercent {
         Ok(IntOrPercent::Int(value))
     }
 
+    /// `0` or `0%`: as a budget, no voluntary disruption at all (a freeze), whatever the base.
+    pub fn is_zero(self) -> bool {
+        matches!(self, IntOrPercent::Int(0) | IntOrPercent::Percent(0))
+    }
+
     /// The value against `base`: integers as given, percentages of `base` rounded up.
     pub fn resolve(self, base: u32) -> u32 {
         match self {
@@ -103,6 +108,15 @@ mod tests {
         assert_eq!(IntOrPercent::Percent(0).resolve(30), 0);
         assert_eq!(IntOrPercent::Percent(100).resolve(7), 7);
         assert_eq!(IntOrPercent::Percent(25).resolve(12), 3);
+    }
+
+    #[test]
+    fn only_zero_and_zero_percent_are_zero() {
+        assert!(IntOrPercent::Int(0).is_zero());
+        assert!(IntOrPercent::Percent(0).is_zero());
+        // 10% of 3 pods rounds up to 1; even of 0 pods it is a budget, not a freeze.
+        assert!(!IntOrPercent::Percent(10).is_zero());
+        assert!(!IntOrPercent::Int(1).is_zero());
     }
 
     #[test]

@@ -130,6 +130,9 @@ pub fn denial_message(budget: &str, pod: &str, denial: &Denial) -> String {
             b.unhealthy,
             view::blocking(b)
         ),
+        Denial::Frozen { .. } => {
+            "the budget is frozen (maxUnavailable 0): no voluntary eviction of its pods is allowed until maxUnavailable is raised".to_string()
+        }
     };
     format!("cannot evict pod {pod}: ZoneDisruptionBudget {budget}: {why}")
 }
@@ -138,6 +141,7 @@ pub(super) fn denial_reason(denial: &Denial) -> &'static str {
     match denial {
         Denial::OtherZoneDisrupted { .. } => reason::OTHER_ZONE_DISRUPTED,
         Denial::ZoneBudgetExhausted { .. } => reason::ZONE_BUDGET_EXHAUSTED,
+        Denial::Frozen { .. } => reason::FROZEN,
     }
 }
 
@@ -579,5 +583,13 @@ mod tests {
             message.contains("zone zone-a already has 3 of maxUnavailable 2"),
             "{message}"
         );
+        let frozen = Denial::Frozen {
+            zone: Zone::known("zone-a"),
+        };
+        assert_eq!(
+            denial_message("web", "web-6", &frozen),
+            "cannot evict pod web-6: ZoneDisruptionBudget web: the budget is frozen (maxUnavailable 0): no voluntary eviction of its pods is allowed until maxUnavailable is raised"
+        );
+        assert_eq!(denial_reason(&frozen), reason::FROZEN);
     }
 }

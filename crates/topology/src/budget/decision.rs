@@ -51,14 +51,18 @@ pub enum Denial {
         max_unavailable: u32,
         blocking: ZoneBudget,
     },
+    /// `maxUnavailable` is 0 (or 0%): the budget is frozen, no running pod may be evicted. How
+    /// teams stop voluntary disruption during an incident or a migration; a
+    /// PodDisruptionBudget, the Go controllers and rollout-operator read 0 the same way.
+    Frozen { zone: Zone },
 }
 
 impl Denial {
     pub fn zone(&self) -> &Zone {
         match self {
-            Denial::OtherZoneDisrupted { zone, .. } | Denial::ZoneBudgetExhausted { zone, .. } => {
-                zone
-            }
+            Denial::OtherZoneDisrupted { zone, .. }
+            | Denial::ZoneBudgetExhausted { zone, .. }
+            | Denial::Frozen { zone } => zone,
         }
     }
 }
@@ -85,6 +89,9 @@ impl fmt::Display for Denial {
                 blocking.unhealthy,
                 Blocking(blocking)
             ),
+            Denial::Frozen { .. } => f.write_str(
+                "the budget is frozen (maxUnavailable 0): no voluntary eviction of its pods",
+            ),
         }
     }
 }
@@ -97,6 +104,17 @@ impl Budget {
             (Zone::Unknown, Some(recorded)) => recorded.clone(),
             (zone, _) => zone.clone(),
         };
+        // A freeze holds every running pod, Ready or not (and before the retry rule: a budget
+        // frozen after an eviction was allowed refuses its retry). Pending, Succeeded and Failed
+        // pods run nothing; a PodDisruptionBudget lets their evictions through too.
+        if self.frozen
+            && matches!(
+                pod.condition,
+                PodCondition::Healthy | PodCondition::NotReady
+            )
+        {
+            return Decision::Deny(Denial::Frozen { zone });
+        }
         // Evicting a pod that is already down removes no availability; denying it would deadlock
         // a drain on a crash-looping pod.
         if pod.condition != PodCondition::Healthy {

@@ -413,3 +413,94 @@ fn healthy_pods_counted_by_number_are_healthy_named_pods() {
         ["web-0"]
     );
 }
+
+/// The decision of `pod` (in zone-a) under `max_unavailable` with every pod healthy.
+fn decide_in_3x3(max_unavailable: IntOrPercent, condition: PodCondition) -> Decision {
+    World::new(max_unavailable).budget().decide(&EvictedPod {
+        name: "web-0",
+        zone: Zone::known("zone-a"),
+        condition,
+        created_ms: 0,
+    })
+}
+
+#[test]
+fn zero_and_zero_percent_freeze_every_running_pod() {
+    for zero in [IntOrPercent::Int(0), IntOrPercent::Percent(0)] {
+        let mut world = World::new(zero);
+        let budget = world.budget();
+        assert!(budget.frozen, "{zero}");
+        assert_eq!(budget.max_unavailable, 0);
+        for zone_budget in budget.zones.values() {
+            assert_eq!(
+                (zone_budget.desired_healthy, zone_budget.disruptions_allowed),
+                (3, 0),
+                "{zero}"
+            );
+        }
+        for condition in [PodCondition::Healthy, PodCondition::NotReady] {
+            let decision = decide_in_3x3(zero, condition);
+            assert_eq!(
+                decision,
+                Decision::Deny(Denial::Frozen {
+                    zone: Zone::known("zone-a")
+                }),
+                "{zero} {condition:?}"
+            );
+        }
+        // Nothing runs in a Pending or finished pod: let go, as a PodDisruptionBudget does.
+        for condition in [PodCondition::Pending, PodCondition::Terminal] {
+            assert!(
+                allowed(&decide_in_3x3(zero, condition)),
+                "{zero} {condition:?}"
+            );
+        }
+        // No record is ever made, so the freeze holds whatever was evicted before.
+        assert!(!allowed(&world.evict("web-1")));
+        assert!(world.records.is_empty());
+    }
+}
+
+#[test]
+fn a_freeze_refuses_the_retry_of_an_eviction_allowed_before_it() {
+    let mut world = World::new(IntOrPercent::Int(1));
+    assert!(allowed(&world.evict("web-0")));
+    world.max_unavailable = IntOrPercent::Int(0);
+    let Decision::Deny(denial) = world.evict("web-0") else {
+        panic!("the retry was allowed under a freeze")
+    };
+    assert_eq!(
+        denial.to_string(),
+        "the budget is frozen (maxUnavailable 0): no voluntary eviction of its pods"
+    );
+}
+
+#[test]
+fn a_non_zero_budget_is_no_freeze() {
+    // 10% of no pod resolves to 0 but is a budget: an eviction of a healthy pod is judged by
+    // zones (here, nothing is expected, so it exceeds the zone's budget), not frozen.
+    let budget = compute(&BudgetInput {
+        expected_total: 0,
+        pods: &[],
+        healthy_unnamed: &BTreeMap::new(),
+        previous_expected: &BTreeMap::new(),
+        disruptions: &[],
+        max_unavailable: IntOrPercent::Percent(10),
+    });
+    assert!(!budget.frozen);
+    for max_unavailable in [IntOrPercent::Int(1), IntOrPercent::Percent(10)] {
+        assert!(!World::new(max_unavailable).budget().frozen);
+        assert_eq!(
+            decide_in_3x3(max_unavailable, PodCondition::Healthy),
+            Decision::Allow {
+                zone: Zone::known("zone-a"),
+                record: true
+            },
+            "{max_unavailable}"
+        );
+        assert!(allowed(&decide_in_3x3(
+            max_unavailable,
+            PodCondition::NotReady
+        )));
+    }
+}
