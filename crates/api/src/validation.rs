@@ -32,7 +32,10 @@ pub enum SpecError {
     ExponentialFactor(#[source] RolloutError),
     #[error("spec.maxUnavailable: {0}")]
     MaxUnavailable(#[source] IntOrPercentError),
-    #[error("spec.maxUnavailable must be at least 1 or 1%")]
+    #[error(
+        "spec.maxUnavailable must be at least 1 or 1%: a rollout that can remove no pod cannot \
+         progress"
+    )]
     MaxUnavailableZero,
     #[error("spec.selector is missing or empty: it would select every pod of the namespace")]
     EmptySelector,
@@ -143,6 +146,8 @@ pub struct ValidZau {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidZdb {
     pub selector: LabelSelector,
+    /// 0 (or 0%) is valid and means frozen: no running pod it selects may be evicted, as with a
+    /// PodDisruptionBudget of maxUnavailable 0.
     pub max_unavailable: IntOrPercent,
 }
 
@@ -208,13 +213,9 @@ pub fn int_or_percent(value: &IntOrString) -> Result<IntOrPercent, IntOrPercentE
 }
 
 fn max_unavailable(value: Option<&IntOrString>) -> Result<IntOrPercent, SpecError> {
-    let parsed = match value {
-        None => DEFAULT_MAX_UNAVAILABLE,
-        Some(value) => int_or_percent(value).map_err(SpecError::MaxUnavailable)?,
-    };
-    match parsed {
-        IntOrPercent::Int(0) | IntOrPercent::Percent(0) => Err(SpecError::MaxUnavailableZero),
-        parsed => Ok(parsed),
+    match value {
+        None => Ok(DEFAULT_MAX_UNAVAILABLE),
+        Some(value) => int_or_percent(value).map_err(SpecError::MaxUnavailable),
     }
 }
 
@@ -225,10 +226,16 @@ impl ZoneAwareUpdateSpec {
         }
         let exponential_factor = parse_exponential_factor(&self.exponential_factor)
             .map_err(SpecError::ExponentialFactor)?;
+        let max_unavailable = match max_unavailable(self.max_unavailable.as_ref())? {
+            IntOrPercent::Int(0) | IntOrPercent::Percent(0) => {
+                return Err(SpecError::MaxUnavailableZero);
+            }
+            max_unavailable => max_unavailable,
+        };
         Ok(ValidZau {
             statefulset: self.statefulset.clone(),
             exponential_factor,
-            max_unavailable: max_unavailable(self.max_unavailable.as_ref())?,
+            max_unavailable,
         })
     }
 }

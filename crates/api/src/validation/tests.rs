@@ -36,8 +36,11 @@ fn invalid_zau_specs_name_the_field() {
         err.to_string().starts_with("spec.exponentialFactor"),
         "{err}"
     );
-    let err = zau("2", Some(IntOrString::Int(0))).validate().unwrap_err();
-    assert_eq!(err, SpecError::MaxUnavailableZero);
+    for zero in [IntOrString::Int(0), IntOrString::String("0%".into())] {
+        let err = zau("2", Some(zero)).validate().unwrap_err();
+        assert_eq!(err, SpecError::MaxUnavailableZero);
+        assert!(err.to_string().contains("cannot progress"), "{err}");
+    }
     let err = zau("2", Some(IntOrString::String("x%".into())))
         .validate()
         .unwrap_err();
@@ -97,5 +100,33 @@ fn zdb_selectors() {
             .validate()
             .unwrap_err(),
         SpecError::SelectorValues { .. }
+    ));
+}
+
+/// 0 is a freeze, not an error: no running selected pod may be evicted.
+#[test]
+fn zdb_max_unavailable_zero_is_valid() {
+    let labels = LabelSelector {
+        match_labels: Some(BTreeMap::from([("app".to_string(), "web".to_string())])),
+        match_expressions: None,
+    };
+    for (zero, expected) in [
+        (IntOrString::Int(0), IntOrPercent::Int(0)),
+        (IntOrString::String("0%".into()), IntOrPercent::Percent(0)),
+        (IntOrString::String("0".into()), IntOrPercent::Int(0)),
+    ] {
+        let spec = ZoneDisruptionBudgetSpec {
+            max_unavailable: Some(zero),
+            ..zdb(Some(labels.clone()))
+        };
+        assert_eq!(spec.validate().unwrap().max_unavailable, expected);
+    }
+    let negative = ZoneDisruptionBudgetSpec {
+        max_unavailable: Some(IntOrString::Int(-1)),
+        ..zdb(Some(labels))
+    };
+    assert!(matches!(
+        negative.validate().unwrap_err(),
+        SpecError::MaxUnavailable(_)
     ));
 }
