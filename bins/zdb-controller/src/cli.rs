@@ -75,6 +75,18 @@ pub struct Args {
     )]
     pub webhook_config_name: String,
 
+    /// How long a self-signed serving certificate is valid (--self-signed). It is renewed under
+    /// the same CA, so the webhook configuration's caBundle does not change.
+    #[arg(long, env = "WEBHOOK_CERT_VALIDITY", default_value = "8760h", value_parser = parse_duration, value_name = "DURATION")]
+    pub webhook_cert_validity: Duration,
+
+    /// How long before its end a self-signed serving certificate is renewed (--self-signed); at
+    /// least 30s (every replica re-reads the Secret every 10s) and below the validity. A Secret
+    /// whose certificate is expired, not valid yet or lacks the Service's names is replaced at
+    /// once.
+    #[arg(long, env = "WEBHOOK_CERT_RENEW_BEFORE", default_value = "720h", value_parser = parse_duration, value_name = "DURATION")]
+    pub webhook_cert_renew_before: Duration,
+
     /// Directory with tls.crt and tls.key (without --self-signed). Re-read every few seconds, so
     /// a rotated Secret (a `..data` symlink swap) is served without a restart.
     #[arg(

@@ -138,6 +138,13 @@ pub async fn certificates(
     }
 }
 
+/// The API server learns a new caBundle from its watch of the configuration, a moment after the
+/// patch: a certificate under a CA new to the bundle is served only this long after it is there.
+const CA_PROPAGATION: Duration = Duration::from_secs(3);
+
+/// Keeps the caBundle equal to the Secret's CA bundle and serves the Secret's certificate as it
+/// is renewed (by this replica or another) or replaced. A certificate under a new CA is served
+/// only once the bundle trusts it, so the API server never meets a certificate it cannot verify.
 async fn keep_self_signed(
     client: Client,
     settings: SelfSigned,
@@ -145,33 +152,51 @@ async fn keep_self_signed(
     store: Arc<CertStore>,
 ) {
     loop {
-        if let Some(config) = &settings.webhook_config_name {
-            match tls::sync_ca_bundle(&client, config, &current.ca).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    tracing::warn!(config = %config, "ValidatingWebhookConfiguration not found; its caBundle will be set once it exists")
-                }
-                Err(error) => {
-                    tracing::warn!(error = %ErrorChain(&error), "cannot update the caBundle")
-                }
-            }
-        }
+        sync_ca_bundle(&client, &settings, &current.ca).await;
         tokio::time::sleep(SELF_SIGNED_POLL).await;
-        match tls::ensure_secret(&client, &settings).await {
-            Ok(latest) if latest.pair != current.pair => match latest.pair.certified_key() {
-                Ok(key) => {
-                    store.swap(key);
-                    tracing::info!(secret = %settings.secret_name, "serving the certificate of the changed Secret");
-                    current = latest;
-                }
-                Err(error) => {
-                    tracing::warn!(error = %error, "the Secret's certificate is unusable; keeping the current one")
-                }
-            },
-            Ok(_) => {}
+        let latest = match tls::ensure_secret(&client, &settings).await {
+            Ok(latest) if latest.pair != current.pair => latest,
+            Ok(_) => continue,
             Err(error) => {
-                tracing::warn!(error = %ErrorChain(&error), "cannot re-read the Secret of the serving certificate")
+                tracing::warn!(error = %ErrorChain(&error), "cannot re-read the Secret of the serving certificate");
+                continue;
             }
+        };
+        let key = match latest.pair.certified_key() {
+            Ok(key) => key,
+            Err(error) => {
+                tracing::warn!(error = %error, "the Secret's certificate is unusable; keeping the current one");
+                continue;
+            }
+        };
+        if latest.ca != current.ca {
+            if !sync_ca_bundle(&client, &settings, &latest.ca).await {
+                // Served next time round, once the bundle could be written.
+                continue;
+            }
+            tokio::time::sleep(CA_PROPAGATION).await;
+        }
+        store.swap(key);
+        tracing::info!(secret = %settings.secret_name, "serving the certificate of the changed Secret");
+        current = latest;
+    }
+}
+
+/// Sets the caBundle of the webhook configuration (if any) to `ca`; false when it could not be
+/// written (a configuration that does not exist trusts nothing, and is no reason to wait).
+async fn sync_ca_bundle(client: &Client, settings: &SelfSigned, ca: &[u8]) -> bool {
+    let Some(config) = &settings.webhook_config_name else {
+        return true;
+    };
+    match tls::sync_ca_bundle(client, config, ca).await {
+        Ok(true) => true,
+        Ok(false) => {
+            tracing::warn!(config = %config, "ValidatingWebhookConfiguration not found; its caBundle will be set once it exists");
+            true
+        }
+        Err(error) => {
+            tracing::warn!(error = %ErrorChain(&error), "cannot update the caBundle");
+            false
         }
     }
 }

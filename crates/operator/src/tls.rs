@@ -29,8 +29,13 @@ use serde_json::json;
 
 use crate::controller::ErrorChain;
 
-/// Keys of the self-signed Secret (`kubernetes.io/tls` plus the CA).
+pub mod renewal;
+pub use renewal::{Assessment, CertValidity};
+
+/// Keys of the self-signed Secret (`kubernetes.io/tls` plus the CA and its key, with which a
+/// serving certificate is renewed under the same CA, so the caBundle need not change).
 pub const CA_KEY: &str = "ca.crt";
+pub const CA_KEY_KEY: &str = "ca.key";
 pub const CERT_KEY: &str = "tls.crt";
 pub const KEY_KEY: &str = "tls.key";
 
@@ -50,6 +55,10 @@ pub enum TlsError {
     Key(#[source] rustls::Error),
     #[error("cannot generate a certificate")]
     Generate(#[source] rcgen::Error),
+    #[error("unix time {0} is out of range for a certificate")]
+    Time(i64),
+    #[error("the Secret has no CA key to sign a renewal with")]
+    NoCaKey,
     #[error("cannot read or write Secret {namespace}/{name}")]
     Secret {
         namespace: String,
@@ -163,9 +172,13 @@ pub fn reload_dir(dir: &Path, store: &CertStore, last: &mut PemPair) -> bool {
     }
 }
 
-/// A freshly generated CA and serving certificate.
+/// A CA (a PEM bundle: the current CA first, maybe the previous one while it is valid), its key
+/// and a serving certificate signed by it.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Generated {
     pub ca: Vec<u8>,
+    /// None in a Secret made by an earlier version: its CA cannot sign a renewal.
+    pub ca_key: Option<Vec<u8>>,
     pub pair: PemPair,
 }
 
@@ -179,32 +192,101 @@ pub fn serving_names(service: &str, namespace: &str) -> Vec<String> {
     ]
 }
 
-/// A CA named `ca_name` and a serving certificate for `service.namespace.svc` signed by it.
-pub fn generate(ca_name: &str, service: &str, namespace: &str) -> Result<Generated, TlsError> {
-    let ca_key = KeyPair::generate().map_err(TlsError::Generate)?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(TlsError::Generate)?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, ca_name);
-    let ca_cert = ca_params.self_signed(&ca_key).map_err(TlsError::Generate)?;
-    let issuer = Issuer::new(ca_params, ca_key);
+fn offset_time(unix: i64) -> Result<time::OffsetDateTime, TlsError> {
+    time::OffsetDateTime::from_unix_timestamp(unix).map_err(|_| TlsError::Time(unix))
+}
+
+/// Valid from a little before `now` (clocks differ, see [`renewal::CLOCK_SKEW`]) for `validity`.
+fn set_period(
+    params: &mut CertificateParams,
+    now: i64,
+    validity: std::time::Duration,
+) -> Result<(), TlsError> {
+    let secs = |d: std::time::Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+    params.not_before = offset_time(now.saturating_sub(secs(renewal::CLOCK_SKEW)))?;
+    params.not_after = offset_time(now.saturating_add(secs(validity)))?;
+    Ok(())
+}
+
+/// A serving certificate for `service.namespace.svc` valid from `now` for `validity`, signed by
+/// `issuer`.
+fn serving_pair(
+    issuer: &Issuer<'_, KeyPair>,
+    service: &str,
+    namespace: &str,
+    validity: CertValidity,
+    now: i64,
+) -> Result<PemPair, TlsError> {
     let key = KeyPair::generate().map_err(TlsError::Generate)?;
     let mut params =
         CertificateParams::new(serving_names(service, namespace)).map_err(TlsError::Generate)?;
     params
         .distinguished_name
         .push(DnType::CommonName, format!("{service}.{namespace}.svc"));
-    let cert = params
-        .signed_by(&key, &issuer)
-        .map_err(TlsError::Generate)?;
+    set_period(&mut params, now, validity.validity)?;
+    let cert = params.signed_by(&key, issuer).map_err(TlsError::Generate)?;
+    Ok(PemPair {
+        // The chain a client verifies against the caBundle: the serving certificate alone.
+        cert: cert.pem().into_bytes(),
+        key: key.serialize_pem().into_bytes(),
+    })
+}
+
+/// A CA named `ca_name` (valid [`renewal::CA_VALIDITY`]) and a serving certificate for
+/// `service.namespace.svc` signed by it, valid from `now` (unix seconds) for `validity`;
+/// `keep_ca` (an earlier CA) is trusted next to it in the bundle.
+pub fn generate(
+    ca_name: &str,
+    service: &str,
+    namespace: &str,
+    validity: CertValidity,
+    now: i64,
+    keep_ca: Option<&[u8]>,
+) -> Result<Generated, TlsError> {
+    let ca_key = KeyPair::generate().map_err(TlsError::Generate)?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(TlsError::Generate)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, ca_name);
+    set_period(&mut ca_params, now, renewal::CA_VALIDITY)?;
+    let ca_cert = ca_params.self_signed(&ca_key).map_err(TlsError::Generate)?;
+    let ca_key_pem = ca_key.serialize_pem().into_bytes();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let pair = serving_pair(&issuer, service, namespace, validity, now)?;
+    let mut ca = ca_cert.pem().into_bytes();
+    if let Some(old) = keep_ca {
+        ca.extend_from_slice(old);
+    }
     Ok(Generated {
-        ca: ca_cert.pem().into_bytes(),
-        pair: PemPair {
-            // The chain a client verifies against the caBundle: the serving certificate alone.
-            cert: cert.pem().into_bytes(),
-            key: key.serialize_pem().into_bytes(),
-        },
+        ca,
+        ca_key: Some(ca_key_pem),
+        pair,
+    })
+}
+
+/// A new serving certificate signed by the CA of `current` (which must have its key): the CA
+/// and bundle stay as they are, so the API server trusts it at once.
+pub fn renew(
+    current: &Generated,
+    service: &str,
+    namespace: &str,
+    validity: CertValidity,
+    now: i64,
+) -> Result<Generated, TlsError> {
+    let key_pem = current
+        .ca_key
+        .as_deref()
+        .and_then(|key| std::str::from_utf8(key).ok())
+        .ok_or(TlsError::NoCaKey)?;
+    let ca_key = KeyPair::from_pem(key_pem).map_err(TlsError::Generate)?;
+    let ca_pem = renewal::first_pem_block(&current.ca).ok_or(TlsError::NoCertificate)?;
+    let ca_pem = String::from_utf8(ca_pem).map_err(|_| TlsError::NoCertificate)?;
+    let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key).map_err(TlsError::Generate)?;
+    Ok(Generated {
+        ca: current.ca.clone(),
+        ca_key: current.ca_key.clone(),
+        pair: serving_pair(&issuer, service, namespace, validity, now)?,
     })
 }
 
@@ -213,6 +295,7 @@ fn from_secret(secret: &Secret) -> Option<Generated> {
     let get = |key: &str| data.get(key).map(|b| b.0.clone()).filter(|b| !b.is_empty());
     Some(Generated {
         ca: get(CA_KEY)?,
+        ca_key: get(CA_KEY_KEY),
         pair: PemPair {
             cert: get(CERT_KEY)?,
             key: get(KEY_KEY)?,
@@ -221,14 +304,18 @@ fn from_secret(secret: &Secret) -> Option<Generated> {
 }
 
 fn secret_data(generated: &Generated) -> BTreeMap<String, ByteString> {
-    BTreeMap::from([
+    let mut data = BTreeMap::from([
         (CA_KEY.to_string(), ByteString(generated.ca.clone())),
         (
             CERT_KEY.to_string(),
             ByteString(generated.pair.cert.clone()),
         ),
         (KEY_KEY.to_string(), ByteString(generated.pair.key.clone())),
-    ])
+    ]);
+    if let Some(key) = &generated.ca_key {
+        data.insert(CA_KEY_KEY.to_string(), ByteString(key.clone()));
+    }
+    data
 }
 
 /// Where the self-signed certificate lives and what it is for.
@@ -244,9 +331,55 @@ pub struct SelfSigned {
     pub service_namespace: String,
     /// The ValidatingWebhookConfiguration whose caBundle must trust the CA (webhooks only).
     pub webhook_config_name: Option<String>,
+    /// How long a serving certificate is valid and when it is renewed.
+    pub validity: CertValidity,
 }
 
-/// The CA and serving certificate of the Secret, creating (or completing) it if needed.
+/// What a Secret's certificate needs at `now`, and the new content when it needs one.
+fn next_content(
+    settings: &SelfSigned,
+    existing: Option<&Generated>,
+    now: i64,
+) -> Result<Option<Generated>, TlsError> {
+    let names = serving_names(&settings.service_name, &settings.service_namespace);
+    let (service, namespace) = (&settings.service_name, &settings.service_namespace);
+    let fresh = |keep_ca: Option<&[u8]>| {
+        generate(
+            &settings.ca_name,
+            service,
+            namespace,
+            settings.validity,
+            now,
+            keep_ca,
+        )
+    };
+    let Some(current) = existing else {
+        return fresh(None).map(Some);
+    };
+    match renewal::assess(current, &names, settings.validity, now) {
+        Assessment::Keep { .. } => Ok(None),
+        Assessment::Renew { why } => {
+            tracing::info!(secret = %settings.secret_name, namespace = %settings.secret_namespace, why = %why, "renewing the webhook serving certificate under its CA");
+            renew(current, service, namespace, settings.validity, now).map(Some)
+        }
+        Assessment::Replace { why, keep_ca } => {
+            tracing::warn!(secret = %settings.secret_name, namespace = %settings.secret_namespace, why = %why, "replacing the webhook CA and serving certificate");
+            fresh(keep_ca.as_deref()).map(Some)
+        }
+    }
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// The CA and serving certificate of the Secret, creating it if needed, and renewing or
+/// replacing what it holds when the API server would not accept it for the Service's names (or
+/// soon would not: see [`renewal::assess`]). Writes are conditional on the version read: of two
+/// replicas renewing at once one wins, the other reads and serves the winner's.
 pub async fn ensure_secret(client: &Client, settings: &SelfSigned) -> Result<Generated, TlsError> {
     let api: Api<Secret> = Api::namespaced(client.clone(), &settings.secret_namespace);
     let error = |source| TlsError::Secret {
@@ -256,16 +389,13 @@ pub async fn ensure_secret(client: &Client, settings: &SelfSigned) -> Result<Gen
     };
     for _ in 0..3 {
         let existing = api.get_opt(&settings.secret_name).await.map_err(error)?;
-        if let Some(generated) = existing.as_ref().and_then(from_secret) {
-            return Ok(generated);
-        }
-        let generated = generate(
-            &settings.ca_name,
-            &settings.service_name,
-            &settings.service_namespace,
-        )?;
+        let current = existing.as_ref().and_then(from_secret);
+        let Some(generated) = next_content(settings, current.as_ref(), unix_now())? else {
+            // Nothing to write: what is stored is served.
+            return current.ok_or(TlsError::NoCertificate);
+        };
         let result = match existing {
-            // Present but incomplete (created by hand?): fill it, conditional on what we read.
+            // Present but incomplete, invalid or due: replaced, conditional on what we read.
             Some(mut secret) => {
                 secret.data = Some(secret_data(&generated));
                 secret.metadata.managed_fields = None;
@@ -292,10 +422,10 @@ pub async fn ensure_secret(client: &Client, settings: &SelfSigned) -> Result<Gen
         };
         match result {
             Ok(_) => {
-                tracing::info!(secret = %settings.secret_name, namespace = %settings.secret_namespace, "created the webhook CA and serving certificate");
+                tracing::info!(secret = %settings.secret_name, namespace = %settings.secret_namespace, "stored the webhook CA and serving certificate");
                 return Ok(generated);
             }
-            // Another replica won the race: serve its certificate.
+            // Another replica wrote first: read and judge its certificate.
             Err(kube::Error::Api(status)) if status.code == 409 => continue,
             Err(source) => return Err(error(source)),
         }
@@ -338,74 +468,4 @@ pub async fn sync_ca_bundle(client: &Client, name: &str, ca: &[u8]) -> Result<bo
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::*;
-
-    #[test]
-    fn generated_certificates_load() {
-        let generated = generate("test CA", "zdb-webhook", "zone-aware-system").unwrap();
-        let key = generated.pair.certified_key().unwrap();
-        assert_eq!(key.cert.len(), 1);
-        assert!(String::from_utf8_lossy(&generated.ca).contains("BEGIN CERTIFICATE"));
-    }
-
-    #[test]
-    fn a_mismatched_key_is_refused() {
-        let one = generate("test CA", "a", "ns").unwrap();
-        let two = generate("test CA", "b", "ns").unwrap();
-        let mixed = PemPair {
-            cert: one.pair.cert,
-            key: two.pair.key,
-        };
-        assert!(mixed.certified_key().is_err());
-    }
-
-    /// The kubelet's layout: `tls.crt -> ..data/tls.crt`, `..data -> ..<timestamp>`; rotation
-    /// creates a new timestamped directory and swaps the `..data` symlink.
-    #[test]
-    fn reload_follows_a_data_symlink_swap() {
-        let dir = std::env::temp_dir().join(format!("operator-tls-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let write_version = |name: &str, generated: &Generated| {
-            let version = dir.join(name);
-            std::fs::create_dir_all(&version).unwrap();
-            std::fs::write(version.join(CERT_KEY), &generated.pair.cert).unwrap();
-            std::fs::write(version.join(KEY_KEY), &generated.pair.key).unwrap();
-        };
-        let first = generate("test CA", "a", "ns").unwrap();
-        write_version("..v1", &first);
-        std::os::unix::fs::symlink("..v1", dir.join("..data")).unwrap();
-        std::os::unix::fs::symlink("..data/tls.crt", dir.join(CERT_KEY)).unwrap();
-        std::os::unix::fs::symlink("..data/tls.key", dir.join(KEY_KEY)).unwrap();
-
-        let mut last = read_dir(&dir).unwrap();
-        let store = CertStore::new(last.certified_key().unwrap());
-        let served = store.current().cert[0].clone();
-        assert!(!reload_dir(&dir, &store, &mut last), "unchanged content");
-
-        let second = generate("test CA", "b", "ns").unwrap();
-        write_version("..v2", &second);
-        std::os::unix::fs::symlink("..v2", dir.join("..data_tmp")).unwrap();
-        std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
-        assert!(reload_dir(&dir, &store, &mut last));
-        assert_ne!(store.current().cert[0], served);
-
-        // A broken update keeps the current certificate.
-        std::fs::write(dir.join("..v2").join(KEY_KEY), b"garbage").unwrap();
-        assert!(!reload_dir(&dir, &store, &mut last));
-        assert_eq!(
-            store.current().cert[0].as_ref(),
-            {
-                let pair = PemPair {
-                    cert: second.pair.cert.clone(),
-                    key: second.pair.key.clone(),
-                };
-                pair.certified_key().unwrap().cert[0].clone()
-            }
-            .as_ref()
-        );
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
+mod tests;

@@ -22,7 +22,8 @@ use kube::core::admission::AdmissionResponse;
 use kube::runtime::watcher;
 use zone_api::ZoneDisruptionBudget;
 use zone_operator::https::{self, BindError, CertSource};
-use zone_operator::tls::SelfSigned;
+use zone_operator::tls::renewal::ValidityError;
+use zone_operator::tls::{CertValidity, SelfSigned};
 use zone_operator::{InitialList, RuntimeParts, WatchSet};
 
 use crate::cli::Args;
@@ -31,6 +32,15 @@ use judge::Judge;
 
 pub const PATH: &str = "/validate-eviction";
 
+/// Why the webhook cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    #[error("--webhook-cert-validity / --webhook-cert-renew-before")]
+    CertFlags(#[source] ValidityError),
+}
+
 /// Binds the webhook's address (a bad one fails start-up) and returns the future that keeps its
 /// caches and serves; run it on every replica.
 pub async fn start(
@@ -38,9 +48,9 @@ pub async fn start(
     args: &Args,
     initial_list: InitialList,
     metrics: ZdbMetrics,
-) -> Result<(impl Future<Output = ()> + Send + 'static, SocketAddr), BindError> {
+) -> Result<(impl Future<Output = ()> + Send + 'static, SocketAddr), StartError> {
     let client = parts.client.clone();
-    let source = cert_source(&client, args);
+    let source = cert_source(&client, args).map_err(StartError::CertFlags)?;
     let (listener, address) = https::bind(args.webhook_address).await?;
 
     let mut watches = WatchSet::<ZoneDisruptionBudget>::new();
@@ -133,16 +143,18 @@ async fn validate(State(judge): State<Arc<Judge>>, body: Bytes) -> Json<serde_js
     Json(admission::review_json(response))
 }
 
-/// Where the serving certificate comes from: `--self-signed` or `--cert-dir`.
-fn cert_source(client: &Client, args: &Args) -> CertSource {
+/// Where the serving certificate comes from: `--self-signed` or `--cert-dir`; flags that leave
+/// no room to renew fail start-up.
+fn cert_source(client: &Client, args: &Args) -> Result<CertSource, ValidityError> {
     if !args.self_signed {
-        return CertSource::Dir(args.cert_dir.clone());
+        return Ok(CertSource::Dir(args.cert_dir.clone()));
     }
+    let validity = CertValidity::new(args.webhook_cert_validity, args.webhook_cert_renew_before)?;
     let secret_namespace = args
         .tls_secret_namespace
         .clone()
         .unwrap_or_else(|| client.default_namespace().to_string());
-    CertSource::SelfSigned(SelfSigned {
+    Ok(CertSource::SelfSigned(SelfSigned {
         app: "zdb-controller".to_string(),
         ca_name: "zdb-controller webhook CA".to_string(),
         secret_name: args.tls_secret_name.clone(),
@@ -153,5 +165,6 @@ fn cert_source(client: &Client, args: &Args) -> CertSource {
         secret_namespace,
         service_name: args.service_name.clone(),
         webhook_config_name: Some(args.webhook_config_name.clone()),
-    })
+        validity,
+    }))
 }
