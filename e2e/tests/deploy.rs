@@ -142,7 +142,8 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
     assert_eq!(service_ref.namespace, namespace);
     assert_eq!(service_ref.path.as_deref(), Some("/validate-eviction"));
     assert_eq!(service_ref.port, Some(443));
-    assert_eq!(webhook.failure_policy.as_deref(), Some("Fail"));
+    // Shipped at Ignore: only a replica that serves moves it to Fail.
+    assert_eq!(webhook.failure_policy.as_deref(), Some("Ignore"));
     assert_eq!(webhook.side_effects, "NoneOnDryRun");
     assert_eq!(webhook.timeout_seconds, Some(5));
     let service = Api::<Service>::namespaced(client.clone(), &namespace)
@@ -177,32 +178,42 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
     assert_eq!(after("--webhook-config-name"), Some(webhook_name.clone()));
     assert_eq!(after("--service-name"), Some(service_ref.name.clone()));
 
-    // The webhook is live for the victim namespace only: its pods cannot answer (kwok), so an
-    // eviction there fails closed, while evictions elsewhere are untouched.
+    // The webhook is live for the victim namespace only. Its pods never serve (kwok runs no
+    // image: a deploy whose image cannot start), so no replica moves the configuration to Fail
+    // and evictions there keep working: the API server's failed call is ignored.
     let victim_pods: Api<Pod> = victim.api();
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "victim"},
-        "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]},
-    }))
-    .unwrap();
-    victim_pods
-        .create(&PostParams::default(), &pod)
-        .await
+    for name in ["victim", "victim-2"] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]},
+        }))
         .unwrap();
-    wait_for("the victim pod Ready", Duration::from_secs(60), || async {
-        match victim_pods.get("victim").await {
-            Ok(p) if pods::is_ready(&p) => Ok(()),
-            other => Err(format!("{:?}", other.map(|p| p.status))),
+        victim_pods
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+    }
+    wait_for("the victim pods Ready", Duration::from_secs(60), || async {
+        for name in ["victim", "victim-2"] {
+            match victim_pods.get(name).await {
+                Ok(p) if pods::is_ready(&p) => {}
+                other => return Err(format!("{name}: {:?}", other.map(|p| p.status))),
+            }
         }
+        Ok(())
     })
     .await;
-    let denied = victim_pods
+    victim_pods
         .evict("victim", &EvictParams::default())
         .await
-        .expect_err("the unreachable webhook (failurePolicy Fail) refuses the eviction");
-    assert!(
-        denied.to_string().contains("webhook"),
-        "refused by the webhook call: {denied}"
+        .expect("a deploy whose webhook never served blocks no eviction");
+    let configuration = webhooks.get(&webhook_name).await.unwrap();
+    assert_eq!(
+        configuration.webhooks.as_ref().unwrap()[0]
+            .failure_policy
+            .as_deref(),
+        Some("Ignore"),
+        "no replica served, so none may have moved the policy to Fail"
     );
 
     // A user object that must survive undeploy.
@@ -255,9 +266,9 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
         zau.get_opt("survivor").await.unwrap().is_some(),
         "user object deleted"
     );
-    // With the webhook configuration gone, evictions in the victim namespace work again.
+    // With the webhook configuration gone, evictions in the victim namespace still work.
     victim_pods
-        .evict("victim", &EvictParams::default())
+        .evict("victim-2", &EvictParams::default())
         .await
         .unwrap();
 }
@@ -487,6 +498,25 @@ async fn deploy_rbac_grants_exactly_the_designed_verbs_zau_zdb_shard_federator()
             Some("zone-aware-eviction-webhook"),
             false,
         ),
+        // The failurePolicy switch reads its own configuration (and no list of all of them) and
+        // its own pod's Ready condition.
+        (
+            "get",
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+            None,
+            Some("zone-aware-eviction-webhook"),
+            true,
+        ),
+        (
+            "list",
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+            None,
+            None,
+            false,
+        ),
+        ("get", "", "pods", own, None, true),
     ];
     let mut wrong = Vec::new();
     let shard =

@@ -9,6 +9,8 @@ use clap::Parser;
 use zone_operator::duration::parse_duration;
 use zone_operator::{RuntimeArgs, ScopeArgs};
 
+use crate::webhook::policy::Policy;
+
 /// Keeps the status of ZoneDisruptionBudgets (zonecontrol.k8s.aws/v1) and serves the validating
 /// webhook that judges pod evictions against them: many evictions in one zone, none in any other
 /// zone meanwhile. The status controller runs on the leader only; the webhook serves on every
@@ -74,6 +76,21 @@ pub struct Args {
         value_name = "NAME"
     )]
     pub webhook_config_name: String,
+
+    /// The failurePolicy the webhook configuration (--webhook-config-name) is moved to. It is
+    /// shipped at Ignore, so a replica that never serves (a wrong image, no certificate) blocks
+    /// no eviction; a replica switches it to Fail once it serves with a certificate the
+    /// configuration's caBundle trusts, its caches synced and (for a Service) itself a ready
+    /// endpoint. Ignore leaves the configuration as it is: budgets are then skipped whenever
+    /// the webhook cannot be called.
+    #[arg(
+        long,
+        env = "WEBHOOK_FAILURE_POLICY",
+        value_enum,
+        default_value = "fail",
+        value_name = "POLICY"
+    )]
+    pub webhook_failure_policy: Policy,
 
     /// How long a self-signed serving certificate is valid (--self-signed). It is renewed under
     /// the same CA, so the webhook configuration's caBundle does not change.

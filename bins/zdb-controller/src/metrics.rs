@@ -5,6 +5,8 @@ use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Reg
 use zone_api::ZoneDisruptionBudgetStatus;
 use zone_operator::metrics::{MetricsError, create};
 
+use crate::webhook::policy::Policy;
+
 const PREFIX: &str = "zone_aware_zdb";
 
 /// An admission round-trip is one or two GETs and maybe a status write: milliseconds normally;
@@ -45,6 +47,7 @@ pub struct ZdbMetrics {
     latency: Histogram,
     allowed: IntGaugeVec,
     shadow_denials: IntCounterVec,
+    failure_policy: IntGaugeVec,
 }
 
 impl ZdbMetrics {
@@ -133,7 +136,29 @@ impl ZdbMetrics {
                     &["namespace", "name"],
                 ),
             )?,
+            failure_policy: create(
+                registry,
+                "webhook_failure_policy",
+                IntGaugeVec::new(
+                    Opts::new(
+                        "webhook_failure_policy",
+                        "Webhooks of the eviction webhook configuration at each failurePolicy (Fail, Ignore), as this replica last read it; Ignore above 0 for long means budgets are skipped whenever a call fails.",
+                    )
+                    .namespace(PREFIX),
+                    &["policy"],
+                ),
+            )?,
         })
+    }
+
+    /// The policies of the configuration's webhooks, as read.
+    pub fn failure_policies(&self, observed: &[Policy]) {
+        for policy in [Policy::Fail, Policy::Ignore] {
+            let count = observed.iter().filter(|p| **p == policy).count();
+            self.failure_policy
+                .with_label_values(&[policy.as_str()])
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
     }
 
     pub fn decision(&self, allowed: bool, reason: &str) {

@@ -200,3 +200,134 @@ async fn sync_ca_bundle(client: &Client, settings: &SelfSigned, ca: &[u8]) -> bo
         }
     }
 }
+
+/// Why a call of one's own HTTPS server failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SelfCallError {
+    #[error("the caBundle holds no usable certificate")]
+    NoTrust,
+    #[error("{0:?} is not a DNS name or IP address")]
+    Name(String),
+    #[error("cannot connect to {address}")]
+    Connect {
+        address: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "TLS handshake or exchange failed (the caBundle does not trust the certificate served?)"
+    )]
+    Tls(#[source] std::io::Error),
+    #[error("cannot configure the TLS client")]
+    Config(#[source] rustls::Error),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("answered {0:?}")]
+    Answer(String),
+}
+
+/// How long a call of one's own server may take: it answers on loopback in milliseconds.
+const SELF_CALL_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// POSTs `body` to `path` of the server at `address` as a client that trusts only `ca_bundle`
+/// (PEM) and dials `server_name` would — the API server calling a webhook — and returns the
+/// response body of a 200. Proves, end to end, that the listener accepts, the certificate served
+/// is trusted for that name, and the handler answers.
+pub async fn call_self(
+    address: SocketAddr,
+    server_name: &str,
+    ca_bundle: &[u8],
+    path: &str,
+    body: &[u8],
+) -> Result<String, SelfCallError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_slice_iter(ca_bundle).filter_map(Result::ok);
+    if roots.add_parsable_certificates(certs).0 == 0 {
+        return Err(SelfCallError::NoTrust);
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(SelfCallError::Config)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
+        .map_err(|_| SelfCallError::Name(server_name.to_string()))?;
+    let exchange = async {
+        let tcp = tokio::net::TcpStream::connect(address)
+            .await
+            .map_err(|source| SelfCallError::Connect { address, source })?;
+        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .map_err(SelfCallError::Tls)?;
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {server_name}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        tls.write_all(head.as_bytes())
+            .await
+            .map_err(SelfCallError::Tls)?;
+        tls.write_all(body).await.map_err(SelfCallError::Tls)?;
+        let mut answer = Vec::new();
+        // The server closes after answering (Connection: close); a reset after a complete
+        // answer (no close_notify) still leaves it readable.
+        let _ = tls.read_to_end(&mut answer).await;
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        match answer.split_once("\r\n\r\n") {
+            Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_string()),
+            _ => Err(SelfCallError::Answer(answer.chars().take(200).collect())),
+        }
+    };
+    tokio::time::timeout(SELF_CALL_TIMEOUT, exchange)
+        .await
+        .map_err(|_| SelfCallError::Timeout(SELF_CALL_TIMEOUT))?
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::tls::{CertValidity, generate, unix_now};
+
+    /// The call succeeds only as the API server's would: trusting the CA that signed the
+    /// certificate served, for a name the certificate has.
+    #[tokio::test]
+    async fn a_self_call_trusts_only_the_ca_bundle_for_the_name_dialled() {
+        let now = unix_now();
+        let served = generate("CA", "svc", "ns", CertValidity::default(), now, None).unwrap();
+        let other = generate("CA", "svc", "ns", CertValidity::default(), now, None).unwrap();
+        let (listener, address) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let store = Arc::new(CertStore::new(served.pair.certified_key().unwrap()));
+        let router = Router::new().route(
+            "/check",
+            axum::routing::post(|| async { r#"{"allowed":true}"# }),
+        );
+        let server = tokio::spawn(serve(listener, store, router));
+
+        let body = call_self(address, "svc.ns.svc", &served.ca, "/check", b"{}")
+            .await
+            .unwrap();
+        assert_eq!(body, r#"{"allowed":true}"#);
+        let untrusted = call_self(address, "svc.ns.svc", &other.ca, "/check", b"{}").await;
+        assert!(
+            matches!(untrusted, Err(SelfCallError::Tls(_))),
+            "{untrusted:?}"
+        );
+        let wrong_name = call_self(address, "other.ns.svc", &served.ca, "/check", b"{}").await;
+        assert!(
+            matches!(wrong_name, Err(SelfCallError::Tls(_))),
+            "{wrong_name:?}"
+        );
+        let missing = call_self(address, "svc.ns.svc", &served.ca, "/nothing", b"{}").await;
+        assert!(
+            matches!(missing, Err(SelfCallError::Answer(_))),
+            "{missing:?}"
+        );
+        server.abort();
+    }
+}

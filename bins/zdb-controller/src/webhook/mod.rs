@@ -5,6 +5,7 @@ pub mod admission;
 mod decide;
 pub mod guess;
 pub mod judge;
+pub mod policy;
 pub mod queue;
 pub mod recent;
 
@@ -73,6 +74,17 @@ pub async fn start(
         });
     }
     let zones_ready = zones.clone();
+    let keeper = policy::Keeper {
+        client: client.clone(),
+        config_name: args.webhook_config_name.clone(),
+        wanted: args.webhook_failure_policy,
+        address,
+        path: PATH,
+        identity: parts.identity.clone(),
+        caches_synced: zdbs_synced.clone(),
+        metrics: metrics.clone(),
+        events: parts.events.clone(),
+    };
     let queues = Arc::new(queue::BudgetQueues::with_metrics(metrics.clone()));
     let judge = Arc::new(Judge {
         client: client.clone(),
@@ -106,7 +118,8 @@ pub async fn start(
             return;
         }
         tracing::info!(address = %address, path = PATH, "eviction webhook serving");
-        https::serve(listener, certs, router).await;
+        // The failurePolicy follows from here: this replica can now be called.
+        tokio::join!(https::serve(listener, certs, router), keeper.run());
     };
     let caches = watches.run();
     let task = async move {
