@@ -199,6 +199,29 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
     )
     .await;
 
+    // Shipped at Ignore, the configuration reaches Fail by itself once a replica serves with the
+    // trusted certificate, synced caches and a Ready pod.
+    let serving = std::time::Instant::now();
+    wait_for(
+        "the failurePolicy moved to Fail by a replica",
+        Duration::from_secs(120),
+        || async {
+            let configuration = webhooks
+                .get(&webhook_name)
+                .await
+                .map_err(|e| e.to_string())?;
+            match configuration.webhooks.unwrap()[0].failure_policy.as_deref() {
+                Some("Fail") => Ok(()),
+                other => Err(format!("failurePolicy {other:?}")),
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "failurePolicy Fail {:?} after the caBundle was set",
+        serving.elapsed()
+    );
+
     // The samples reach their status under the deployed controllers (their pods are on kwok).
     apply_samples(&cluster, &victim.name);
     let zdbs = dynamic_api(

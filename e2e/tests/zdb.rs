@@ -18,6 +18,7 @@ use e2e::tls::{Leaf, MountedSecret, TestCa, wait_served};
 use e2e::webhook::{EvictionWebhook, TLS_SECRET, self_signed_args, zdb_args};
 use e2e::workload::{self, spread_statefulset, to_statefulset, zone_disruption_budget};
 use e2e::{Cluster, TestNamespace, pods, wait_for};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
@@ -371,12 +372,16 @@ async fn shadow_mode_allows_what_it_would_deny() {
     .await;
 }
 
+/// `maxUnavailable: "0%"` (and 0, see [`zdb_frozen_budgets_hold_a_drain_that_takes_other_pods`])
+/// is a freeze, not an invalid budget: the status says so, every eviction of a running pod is
+/// refused with a 429 naming the freeze — a dry run too — and nothing is recorded. (It used to be
+/// Invalid, and an invalid budget allows every eviction.)
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
-async fn invalid_budgets_are_reported_once_and_do_not_block_evictions() {
+async fn zdb_zero_percent_freezes_the_budget() {
     let port = free_port();
-    let fixture = Fixture::new("zdb-invalid", 3, port).await;
-    let _controller = fixture.controller(port, false);
+    let fixture = Fixture::new("zdb-frozen", 3, port).await;
+    let (_controller, metrics) = fixture.controller_with(port, false, &fixture.self_signed_args());
     fixture.wait_ca_bundle().await;
     fixture
         .create_budget(
@@ -384,30 +389,185 @@ async fn invalid_budgets_are_reported_once_and_do_not_block_evictions() {
             json!({"selector": {"matchLabels": {"app": SET}}, "maxUnavailable": "0%"}),
         )
         .await;
-    let invalid = fixture
-        .wait_zdb("the Invalid condition", ZDB, TIMEOUT, |_, status| {
-            status.conditions.iter().any(|c| {
-                c.type_ == "Invalid" && c.status == "True" && c.message.contains("maxUnavailable")
-            })
-        })
+    let frozen = fixture
+        .wait_zdb(
+            "the budget computed as frozen",
+            ZDB,
+            TIMEOUT,
+            |zdb, status| {
+                Some(status.observed_generation) == zdb.metadata.generation
+                    && status.conditions.iter().any(|c| {
+                        c.type_ == "Ready"
+                            && c.status == "True"
+                            && c.reason == "BudgetFrozen"
+                            && c.message.contains("frozen")
+                    })
+            },
+        )
         .await;
-    // No hot loop: the status is not rewritten while nothing changes.
-    tokio::time::sleep(Duration::from_secs(3)).await; // an observation window, not synchronisation
-    let later = fixture.zdbs.get(ZDB).await.unwrap();
-    assert_eq!(later.resource_version(), invalid.resource_version());
+    let status = frozen.status.clone().unwrap();
+    assert!(
+        !status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Invalid" && c.status == "True"),
+        "{status:?}"
+    );
+    assert!(
+        status.disruptions_allowed.values().all(|n| *n == 0),
+        "{status:?}"
+    );
+    let before = decisions_for(metrics, "Frozen").await;
+    for pod in fixture.list_pods().await {
+        let name = pod.name_any();
+        for dry_run in [true, false] {
+            assert_denied(
+                evict(&fixture.pods, &name, dry_run).await,
+                &format!("evicting {name} (dry run: {dry_run}) from a frozen budget"),
+                &["frozen", "maxUnavailable 0"],
+            );
+        }
+    }
+    assert_eq!(decisions_for(metrics, "Frozen").await - before, 6.0);
+    let after = fixture.zdbs.get(ZDB).await.unwrap();
+    assert_eq!(
+        after.resource_version(),
+        frozen.resource_version(),
+        "a refused eviction wrote the budget: {:?}",
+        after.status
+    );
+    assert_eq!(fixture.list_pods().await.len(), 3, "a pod was evicted");
     let events: Api<Event> = fixture.ns.api();
-    let warnings = events
+    let frozen_events = events
         .list(&ListParams::default())
         .await
         .unwrap()
         .items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("InvalidSpec"))
+        .filter(|e| e.reason.as_deref() == Some("BudgetFrozen"))
         .count();
-    assert_eq!(warnings, 1, "one Warning event per generation and message");
-    // An unenforceable budget does not block drains.
+    assert_eq!(frozen_events, 1, "one BudgetFrozen event as it froze");
+
+    // Raised, it is a budget again: one eviction is allowed.
+    let patch = json!({"spec": {"maxUnavailable": 1}});
+    fixture
+        .zdbs
+        .patch(ZDB, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    fixture.wait_budget(3, 1).await;
     let pod = fixture.list_pods().await[0].name_any();
     evict(&fixture.pods, &pod, false).await.unwrap();
+}
+
+/// A StatefulSet `name` of `replicas` pods on `node` only, labelled `app: <name>` and
+/// `drain: yes` (the drain's pod selector).
+async fn create_pinned_set(ns: &TestNamespace, name: &str, replicas: i32, node: &TestNode) {
+    let set: StatefulSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name, "drain": "yes"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "nodeSelector": {"kubernetes.io/hostname": node.name},
+                    "tolerations": [{
+                        "key": TEST_NODE_TAINT,
+                        "operator": "Equal",
+                        "value": node.taint,
+                        "effect": "NoSchedule",
+                    }],
+                    "containers": [{"name": "app", "image": "registry.invalid/web:1"}],
+                },
+            },
+        },
+    }))
+    .unwrap();
+    let sets: Api<StatefulSet> = ns.api();
+    sets.create(&PostParams::default(), &set).await.unwrap();
+}
+
+/// A real `kubectl drain` of a node holding the pods of three budgets: `frozen-int`
+/// (maxUnavailable 0), `frozen-pct` ("0%") and `free` (maxUnavailable 2). The free budget's pods
+/// are evicted; each frozen one's are refused with 429s naming the freeze, kubectl retries them
+/// until its timeout, and they still run.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn zdb_frozen_budgets_hold_a_drain_that_takes_other_pods() {
+    let port = free_port();
+    let fixture = Fixture::new("zdb-freeze-drain", 3, port).await;
+    let node = TestNode::create(&fixture.ns, "zone-a").await;
+    let budgets = [
+        ("frozen-int", json!(0)),
+        ("frozen-pct", json!("0%")),
+        ("free", json!(2)),
+    ];
+    for (name, _) in &budgets {
+        create_pinned_set(&fixture.ns, name, 2, &node).await;
+    }
+    pods::wait_all_available(&fixture.pods, "drain=yes", 6, None, TIMEOUT).await;
+    let _controller = fixture.controller(port, false);
+    fixture.wait_ca_bundle().await;
+    for (name, max_unavailable) in &budgets {
+        fixture
+            .create_budget(
+                name,
+                json!({"selector": {"matchLabels": {"app": name}}, "maxUnavailable": max_unavailable}),
+            )
+            .await;
+    }
+    for (name, _) in &budgets {
+        fixture
+            .wait_zdb(
+                &format!("budget {name} computed"),
+                name,
+                TIMEOUT,
+                |zdb, status| {
+                    Some(status.observed_generation) == zdb.metadata.generation
+                        && status.expected_pods.values().sum::<i32>() == 2
+                        && status.current_healthy.values().sum::<i32>() == 2
+                },
+            )
+            .await;
+    }
+    let before = fixture.live_uids().await;
+    let client = fixture.ns.client.clone();
+
+    let (success, output) = Kubectl::drain(&node.name, "drain=yes", &["--timeout=20s"])
+        .finish(Duration::from_secs(90))
+        .await;
+    assert!(!success, "the drain of frozen pods succeeded:\n{output}");
+    assert!(node.unschedulable(&client).await, "drain cordons first");
+    for frozen in ["frozen-int", "frozen-pct"] {
+        let refusal = format!("error when evicting pods/\"{frozen}-0\"");
+        assert!(
+            output.matches(&refusal).count() >= 2,
+            "kubectl retried {frozen}-0's 429s:\n{output}"
+        );
+    }
+    assert!(
+        output.contains("will retry after 5s") && output.contains("frozen (maxUnavailable 0)"),
+        "refused with a 429 naming the freeze:\n{output}"
+    );
+    let after = fixture.live_uids().await;
+    for frozen in ["frozen-int", "frozen-pct"] {
+        for i in 0..2 {
+            let pod = format!("{frozen}-{i}");
+            assert_eq!(after.get(&pod), before.get(&pod), "{pod} was evicted");
+        }
+    }
+    // The other budget's pods were evicted (their replacements cannot go back onto the cordoned
+    // node, so they are gone or new).
+    for i in 0..2 {
+        let pod = format!("free-{i}");
+        assert_ne!(after.get(&pod), before.get(&pod), "{pod} was not evicted");
+    }
 }
 
 /// Rounds of [`concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in_one_zone`]
@@ -1162,5 +1322,255 @@ async fn zdb_go_shaped_objects_adopted() {
         status.disrupted_pod_zones,
         BTreeMap::from([(zone_b[0].clone(), "zone-b".to_string())]),
         "{status:?}"
+    );
+}
+
+impl Fixture {
+    /// Creates the frozen budget `web` (maxUnavailable 0) and waits until it is computed: from
+    /// then on every eviction of its pods is the webhook's 429, an answer only a successful
+    /// call of the webhook gives.
+    async fn freeze(&self) {
+        self.create_budget(
+            ZDB,
+            json!({"selector": {"matchLabels": {"app": SET}}, "maxUnavailable": 0}),
+        )
+        .await;
+        self.wait_zdb("the budget frozen", ZDB, TIMEOUT, |zdb, status| {
+            Some(status.observed_generation) == zdb.metadata.generation
+                && status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.reason == "BudgetFrozen")
+        })
+        .await;
+    }
+
+    /// `ca.crt` and `tls.crt` of the self-signed Secret.
+    async fn secret_certs(&self) -> (String, String) {
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = self.ns.api();
+        let data = secrets.get(TLS_SECRET).await.unwrap().data.unwrap();
+        let text = |key: &str| String::from_utf8(data[key].0.clone()).unwrap();
+        (text("ca.crt"), text("tls.crt"))
+    }
+
+    /// The failurePolicy of the test's webhook configuration.
+    async fn failure_policy(&self) -> Option<String> {
+        let configs: Api<ValidatingWebhookConfiguration> = Api::all(self.ns.client.clone());
+        configs
+            .get(&self.webhook.name)
+            .await
+            .unwrap()
+            .webhooks
+            .unwrap()[0]
+            .failure_policy
+            .clone()
+    }
+}
+
+/// Webhook calls of the eviction webhook the API server counts as failed (it could not call
+/// it: connection, TLS, timeout), from its own metrics.
+async fn failed_webhook_calls(client: &Client) -> f64 {
+    let request = hyper::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(request).await.unwrap();
+    text.lines()
+        .filter(|line| {
+            line.starts_with("apiserver_admission_webhook_rejection_count{")
+                && line.contains("error_type=\"calling_webhook_error\"")
+                && line.contains("name=\"eviction.zdb.zonecontrol.k8s.aws\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A self-signed certificate valid for 60 s, renewed 40 s before its end: in 75 s of dry-run
+/// evictions every 250 ms (the webhook is called with failurePolicy Fail, so a failed call
+/// would be a 500), the Secret's certificate is renewed at least twice under the same CA, and
+/// every call is the webhook's answer.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn zdb_short_lived_certificate_is_renewed_without_a_failed_call() {
+    let port = free_port();
+    let fixture = Fixture::new("zdb-renew", 3, port).await;
+    let mut tls = fixture.self_signed_args();
+    tls.extend(
+        [
+            "--webhook-cert-validity",
+            "60s",
+            "--webhook-cert-renew-before",
+            "40s",
+        ]
+        .map(String::from),
+    );
+    let (_controller, _) = fixture.controller_with(port, false, &tls);
+    fixture.wait_ca_bundle().await;
+    fixture.freeze().await;
+    let (ca, first) = fixture.secret_certs().await;
+    let pod = fixture.list_pods().await[0].name_any();
+    let client = fixture.ns.client.clone();
+    let failed_before = failed_webhook_calls(&client).await;
+
+    let mut certificates = BTreeSet::from([first]);
+    let (mut answered, mut failures) = (0, Vec::new());
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(75) {
+        match evict(&fixture.pods, &pod, true).await {
+            Err((429, message)) if message.contains("frozen") => answered += 1,
+            other => failures.push(other),
+        }
+        let (now_ca, now_cert) = fixture.secret_certs().await;
+        assert_eq!(now_ca, ca, "the CA (and the caBundle) changed");
+        certificates.insert(now_cert);
+        // Pacing the calls, not waiting for anything.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let failed = failed_webhook_calls(&client).await - failed_before;
+    eprintln!(
+        "{answered} calls answered by the webhook, {} failed, {} certificates, API server's failed webhook calls: {failed}",
+        failures.len(),
+        certificates.len()
+    );
+    assert!(failures.is_empty(), "calls not answered: {failures:?}");
+    assert!(answered >= 100, "only {answered} calls");
+    assert!(
+        certificates.len() >= 3,
+        "renewed {} time(s) in 75 s",
+        certificates.len() - 1
+    );
+    assert_eq!(failed, 0.0, "the API server counted failed webhook calls");
+    // What is served is the latest certificate.
+    let (_, latest) = fixture.secret_certs().await;
+    let leaf = Leaf {
+        cert: latest,
+        key: String::new(),
+    };
+    wait_served(port, &ca, &leaf, "the renewed certificate served").await;
+}
+
+/// A Secret whose certificate is for another Service (and was made by some other CA, with no
+/// key of it) is replaced at start-up: the caBundle follows, the new certificate is served and
+/// the API server's call succeeds.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn zdb_secret_with_a_wrong_name_is_replaced_at_start() {
+    let port = free_port();
+    let fixture = Fixture::new("zdb-wrong-name", 3, port).await;
+    let stranger = TestCa::new("a CA of another service");
+    let wrong = stranger.issue(vec!["other.example.svc".to_string()], Some(7));
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": TLS_SECRET},
+        "type": "kubernetes.io/tls",
+        "stringData": {"ca.crt": stranger.pem, "tls.crt": wrong.cert, "tls.key": wrong.key},
+    }))
+    .unwrap();
+    fixture
+        .ns
+        .api::<k8s_openapi::api::core::v1::Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let _controller = fixture.controller(port, false);
+    let (ca, cert) = wait_for(
+        "the Secret's certificate replaced",
+        Duration::from_secs(60),
+        || async {
+            let (ca, cert) = fixture.secret_certs().await;
+            if cert != wrong.cert && ca != stranger.pem {
+                Ok((ca, cert))
+            } else {
+                Err("still the wrong certificate".to_string())
+            }
+        },
+    )
+    .await;
+    fixture.wait_ca_bundle().await;
+    let bundles = fixture.webhook.ca_bundles(&fixture.ns).await.unwrap();
+    assert_eq!(
+        bundles,
+        [ca.as_bytes().to_vec()],
+        "the caBundle is the new CA"
+    );
+    let leaf = Leaf {
+        cert,
+        key: String::new(),
+    };
+    wait_served(port, &ca, &leaf, "the replaced certificate served").await;
+    fixture.freeze().await;
+    let pod = fixture.list_pods().await[0].name_any();
+    assert_denied(
+        evict(&fixture.pods, &pod, false).await,
+        "an eviction from the frozen budget",
+        &["frozen"],
+    );
+}
+
+/// The local-process form of the shipped configuration: at Ignore while no replica serves (an
+/// eviction goes through), moved to Fail by the replica once it serves, with no one else
+/// touching it.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn zdb_failure_policy_moves_from_ignore_to_fail_once_a_replica_serves() {
+    let port = free_port();
+    let fixture = Fixture::new("zdb-policy", 3, port).await;
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(fixture.ns.client.clone());
+    let patch = json!({"webhooks": [{"name": "eviction.zdb.zonecontrol.k8s.aws", "failurePolicy": "Ignore"}]});
+    configs
+        .patch(
+            &fixture.webhook.name,
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await
+        .unwrap();
+    // Nothing listens on the port: the failed call is ignored.
+    let pods = fixture.list_pods().await;
+    evict(&fixture.pods, &pods[0].name_any(), false)
+        .await
+        .expect("no replica serves and the policy is Ignore: the eviction goes through");
+    assert_eq!(fixture.failure_policy().await.as_deref(), Some("Ignore"));
+
+    let started = std::time::Instant::now();
+    let (_controller, metrics) = fixture.controller_with(port, false, &fixture.self_signed_args());
+    wait_for(
+        "the failurePolicy moved to Fail",
+        Duration::from_secs(60),
+        || async {
+            match fixture.failure_policy().await.as_deref() {
+                Some("Fail") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    eprintln!("failurePolicy Fail {:?} after the start", started.elapsed());
+    wait_for(
+        "the gauge showing Fail",
+        Duration::from_secs(30),
+        || async {
+            let fail = metric_sum(
+                metrics,
+                "zone_aware_zdb_webhook_failure_policy",
+                Some("policy=\"Fail\""),
+            )
+            .await;
+            let ignore = metric_sum(
+                metrics,
+                "zone_aware_zdb_webhook_failure_policy",
+                Some("policy=\"Ignore\""),
+            )
+            .await;
+            if (fail, ignore) == (1.0, 0.0) {
+                Ok(())
+            } else {
+                Err(format!("Fail {fail}, Ignore {ignore}"))
+            }
+        },
+    )
+    .await;
+    // From now on the webhook judges: the frozen budget's eviction is refused.
+    fixture.freeze().await;
+    assert_denied(
+        evict(&fixture.pods, &pods[1].name_any(), false).await,
+        "an eviction from the frozen budget",
+        &["frozen"],
     );
 }
