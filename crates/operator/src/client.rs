@@ -102,6 +102,32 @@ pub async fn connect(
     Client::try_from(config).map_err(ClientError::Build)
 }
 
+/// A client for a process running without Kubernetes: nothing is read or connected, and every
+/// request fails at once with a 503 whose message is `reason`. A request nobody planned for is
+/// then a clear error instead of a connection to a cluster that was never configured, and code
+/// that holds a client (events, [`RuntimeParts`](crate::RuntimeParts)) needs no `Option`.
+pub fn disconnected(reason: &str) -> Client {
+    let status = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": reason,
+        "reason": "ServiceUnavailable",
+        "code": 503,
+    });
+    let refuse = axum::Router::new().fallback(move || {
+        let status = status.clone();
+        async move {
+            (
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(status),
+            )
+        }
+    });
+    Client::new(refuse, "default")
+}
+
 /// Reads a `KUBECONFIG`-style list (`a:b:c`), merging as kubectl does: the first file to set a
 /// value wins. The flag takes its default from `KUBECONFIG`, so lists must work here too.
 fn read_kubeconfigs(paths: &Path) -> Result<Kubeconfig, ClientError> {
@@ -171,6 +197,20 @@ mod tests {
             .unwrap();
         assert_eq!(second.default_namespace(), "ns-beta");
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_disconnected_client_fails_every_request_with_its_reason() {
+        let client = disconnected("started without Kubernetes");
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(client, "default");
+        match pods.list(&kube::api::ListParams::default()).await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 503);
+                assert_eq!(status.message, "started without Kubernetes");
+            }
+            other => panic!("expected the refusal, got {other:?}"),
+        }
     }
 
     #[tokio::test]

@@ -33,7 +33,7 @@ use crate::{
     leader::{LeaderElector, LeaderError, LeaderHandle, LeaseConfig},
     metrics::{ControllerMetrics, MetricsError, ReconcileMetrics},
     readiness::Readiness,
-    server::{BoundServer, ServerError},
+    server::{BoundServer, ExtraRoutes, ServerError},
     shutdown::{Shutdown, ShutdownError},
     telemetry::{self, TelemetryError},
     watch::InitialList,
@@ -116,6 +116,7 @@ pub struct Runtime {
     parts: RuntimeParts,
     address: SocketAddr,
     server: JoinHandle<Result<(), ServerError>>,
+    routes: ExtraRoutes,
     elector: Option<(CancellationToken, JoinHandle<Result<(), LeaderError>>)>,
     every_replica: Vec<JoinHandle<()>>,
 }
@@ -132,6 +133,19 @@ impl Runtime {
     /// work given to [`Runtime::run`] at once (its flags are [`BaseArgs`] alone).
     pub async fn start_unelected(controller: &str, args: &BaseArgs) -> Result<Self, RuntimeError> {
         let (identity, client, shutdown) = connect(controller, args).await?;
+        Self::assemble(controller, args, None, identity, client, shutdown).await
+    }
+
+    /// [`Runtime::start_unelected`] for a server that may have nothing to ask Kubernetes (the
+    /// rules-federator given static endpoints only): no kubeconfig is read, nothing connects,
+    /// and `parts.client` is [`client::disconnected`], whose every request fails at once.
+    pub async fn start_unelected_without_client(
+        controller: &str,
+        args: &BaseArgs,
+    ) -> Result<Self, RuntimeError> {
+        let identity = prepare(args)?;
+        let client = client::disconnected(&format!("{controller} was started without Kubernetes"));
+        let shutdown = listen_for_signals()?;
         Self::assemble(controller, args, None, identity, client, shutdown).await
     }
 
@@ -189,8 +203,13 @@ impl Runtime {
             (LeaderHandle::unelected(), None)
         };
 
-        let server =
-            tokio::spawn(bound.serve(readiness.clone(), registry.clone(), shutdown.clone()));
+        let routes = ExtraRoutes::default();
+        let server = tokio::spawn(bound.serve_with(
+            readiness.clone(),
+            registry.clone(),
+            shutdown.clone(),
+            routes.clone(),
+        ));
         let events = EventPublisher::new(client.clone(), controller, &identity);
         Ok(Self {
             parts: RuntimeParts {
@@ -208,6 +227,7 @@ impl Runtime {
             },
             address,
             server,
+            routes,
             elector,
             every_replica: Vec::new(),
         })
@@ -233,6 +253,13 @@ impl Runtime {
         self.every_replica.push(tokio::spawn(task));
     }
 
+    /// Serves `routes` on the runtime's port too, next to `/healthz`, `/readyz` and `/metrics`:
+    /// one port for the kubelet, Prometheus and a stateless server's clients. Their paths answer
+    /// 404 until this is called; the runtime's own paths win over routes of the same name.
+    pub fn merge_routes(&self, routes: axum::Router) {
+        self.routes.merge(routes);
+    }
+
     /// Where `/healthz`, `/readyz` and `/metrics` are served.
     pub fn local_addr(&self) -> SocketAddr {
         self.address
@@ -254,7 +281,9 @@ impl Runtime {
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let parts = self.parts.clone();
-        parts.readiness.set_standby(true);
+        // Only a replica with an elector waits for a Lease; without one, `/readyz` must not
+        // report standby (200), even for an instant, before the work says it is ready.
+        parts.readiness.set_standby(self.elector.is_some());
         let leading = tokio::select! {
             acquired = parts.leader.acquired() => acquired,
             () = parts.shutdown.cancelled() => false,
@@ -301,8 +330,7 @@ async fn connect(
     controller: &str,
     args: &BaseArgs,
 ) -> Result<(String, Client, Shutdown), RuntimeError> {
-    telemetry::init(args.log_format, &args.log_level).map_err(RuntimeError::Telemetry)?;
-    let identity = args.resolve_identity().map_err(RuntimeError::Identity)?;
+    let identity = prepare(args)?;
     let agent = format!("{controller}/{} ({identity})", env!("CARGO_PKG_VERSION"));
     let client = client::connect(
         args.kubeconfig.as_deref(),
@@ -311,12 +339,23 @@ async fn connect(
     )
     .await
     .map_err(RuntimeError::Client)?;
+    let shutdown = listen_for_signals()?;
+    Ok((identity, client, shutdown))
+}
+
+/// Logging first (so every later failure is logged), then this replica's identity.
+fn prepare(args: &BaseArgs) -> Result<String, RuntimeError> {
+    telemetry::init(args.log_format, &args.log_level).map_err(RuntimeError::Telemetry)?;
+    args.resolve_identity().map_err(RuntimeError::Identity)
+}
+
+fn listen_for_signals() -> Result<Shutdown, RuntimeError> {
     let shutdown = Shutdown::new();
     // The handler task lives for the whole process; its handle is not needed.
     let _signals = shutdown
         .listen_for_signals()
         .map_err(RuntimeError::Signals)?;
-    Ok((identity, client, shutdown))
+    Ok(shutdown)
 }
 
 async fn drive<F, E>(controllers: F, parts: &RuntimeParts) -> Result<(), RuntimeError>

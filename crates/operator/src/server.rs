@@ -1,14 +1,18 @@
-//! One HTTP port for the kubelet and Prometheus: `/healthz`, `/readyz`, `/metrics`.
+//! One HTTP port for the kubelet and Prometheus: `/healthz`, `/readyz`, `/metrics`, and the
+//! routes a binary adds ([`ExtraRoutes`]).
 
 use std::net::SocketAddr;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use axum::{
     Router,
-    extract::State,
+    extract::{Request, State},
     http::{StatusCode, header},
     response::{IntoResponse, Response},
     routing::get,
 };
+use hyper::service::Service as _;
+use hyper_util::service::TowerToHyperService;
 use prometheus::{Encoder, Registry, TextEncoder};
 use tokio::net::TcpListener;
 
@@ -50,6 +54,50 @@ pub fn router(readiness: Readiness, registry: Registry) -> Router {
         })
 }
 
+/// Routes a binary serves on the runtime's port next to `/healthz`, `/readyz` and `/metrics` (a
+/// stateless server's API), added after the server has started: the runtime binds the port
+/// before the binary has built the state its routes need (its metrics go into the runtime's
+/// registry). Until added, their paths answer 404 as any unknown path does; the runtime's own
+/// paths win over routes of the same name. Cheap to clone; every clone shares the routes.
+#[derive(Clone, Default)]
+pub struct ExtraRoutes {
+    routes: Arc<RwLock<Router>>,
+}
+
+impl ExtraRoutes {
+    /// Adds `routes` to those served; panics, as [`Router::merge`] does, when a path is routed
+    /// twice.
+    pub fn merge(&self, routes: Router) {
+        let mut current = self.routes.write().unwrap_or_else(PoisonError::into_inner);
+        // Merged into a clone (cheap: the routes are behind an Arc) so a panicking merge leaves
+        // the served routes as they were.
+        *current = current.clone().merge(routes);
+    }
+
+    /// The routes now; a request is answered by the routes of the moment it arrived.
+    fn current(&self) -> Router {
+        self.routes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// [`router`], with what it does not route handed to `extra`.
+pub fn router_with(readiness: Readiness, registry: Registry, extra: ExtraRoutes) -> Router {
+    router(readiness, registry).fallback(move |request: Request| {
+        // hyper-util's adapter calls the router as tower asks (ready, then call), as https.rs
+        // serves its router.
+        let routes = TowerToHyperService::new(extra.current());
+        async move {
+            match routes.call(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            }
+        }
+    })
+}
+
 /// A bound listener; binding separately from serving lets a caller (and tests with port 0)
 /// learn the address and fail at start-up when the port is taken.
 pub struct BoundServer {
@@ -77,8 +125,20 @@ impl BoundServer {
         registry: Registry,
         shutdown: Shutdown,
     ) -> Result<(), ServerError> {
+        self.serve_with(readiness, registry, shutdown, ExtraRoutes::default())
+            .await
+    }
+
+    /// [`BoundServer::serve`], with `extra` served too.
+    pub async fn serve_with(
+        self,
+        readiness: Readiness,
+        registry: Registry,
+        shutdown: Shutdown,
+        extra: ExtraRoutes,
+    ) -> Result<(), ServerError> {
         tracing::info!(address = %self.address, "serving /healthz, /readyz, /metrics");
-        axum::serve(self.listener, router(readiness, registry))
+        axum::serve(self.listener, router_with(readiness, registry, extra))
             .with_graceful_shutdown(shutdown.cancelled())
             .await
             .map_err(ServerError::Serve)

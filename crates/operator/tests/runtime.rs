@@ -14,7 +14,7 @@ use k8s_openapi::{
 };
 use support::{FakeLeaseApi, http_get};
 use tokio::sync::oneshot;
-use zone_operator::{Runtime, RuntimeArgs, RuntimeError, Shutdown};
+use zone_operator::{BaseArgs, Runtime, RuntimeArgs, RuntimeError, Shutdown};
 
 const PATIENCE: Duration = Duration::from_secs(10);
 
@@ -241,4 +241,78 @@ async fn every_replica_tasks_run_on_a_standby_and_stop_with_the_runtime() {
             .is_err(),
         "the task was stopped"
     );
+}
+
+/// A stateless server that needs no Kubernetes (the rules-federator with static endpoints): no
+/// kubeconfig is read, its own routes share the runtime's port, it is ready when its work says
+/// so, and it stops on shutdown. The only test here that starts logging and signal handlers: the
+/// global subscriber can be installed once per process.
+#[tokio::test]
+async fn an_unelected_server_without_a_client_serves_its_routes_on_the_runtime_port() {
+    #[derive(Parser)]
+    struct ServerArgs {
+        #[command(flatten)]
+        base: BaseArgs,
+    }
+    let args = ServerArgs::try_parse_from([
+        "test",
+        "--listen-address",
+        "127.0.0.1:0",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+        "--identity",
+        "server-0",
+        "--log-level",
+        "info",
+        "--log-format",
+        "plain",
+    ])
+    .unwrap()
+    .base;
+    let runtime = Runtime::start_unelected_without_client("server", &args)
+        .await
+        .unwrap();
+    let address = runtime.local_addr();
+    assert_eq!(http_get(address, "/api/v1/rules").await.0, 404);
+    runtime.merge_routes(
+        axum::Router::new().route("/api/v1/rules", axum::routing::get(|| async { "rules\n" })),
+    );
+    assert_eq!(
+        http_get(address, "/api/v1/rules").await,
+        (200, "rules\n".to_owned())
+    );
+    let parts = runtime.clone_parts();
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::default_namespaced(parts.client.clone());
+    assert!(
+        matches!(pods.list(&Default::default()).await, Err(kube::Error::Api(status)) if status.code == 503),
+        "the client refuses without connecting"
+    );
+
+    let (release_tx, release_rx) = oneshot::channel::<()>();
+    let work = {
+        let parts = parts.clone();
+        async move {
+            if release_rx.await.is_ok() {
+                parts.readiness.set_ready();
+            }
+            parts.shutdown.cancelled().await;
+            Ok::<(), std::io::Error>(())
+        }
+    };
+    let run = tokio::spawn(runtime.run(work));
+    assert_eq!(http_get(address, "/readyz").await.0, 503);
+    release_tx.send(()).unwrap();
+    tokio::time::timeout(PATIENCE, async {
+        while http_get(address, "/readyz").await.0 != 200 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap();
+
+    parts.shutdown.trigger();
+    let stopped = tokio::time::timeout(PATIENCE, run).await.unwrap().unwrap();
+    assert!(stopped.is_ok(), "{stopped:?}");
+    assert!(tokio::net::TcpStream::connect(address).await.is_err());
 }

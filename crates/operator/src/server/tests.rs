@@ -128,3 +128,34 @@ async fn a_taken_port_fails_at_bind() {
         Err(ServerError::Bind { .. })
     ));
 }
+
+#[tokio::test]
+async fn extra_routes_are_served_once_merged_and_never_shadow_the_runtime_s() {
+    let extra = ExtraRoutes::default();
+    let served = router_with(Readiness::new(), Registry::new(), extra.clone());
+    assert_eq!(
+        get_path(served.clone(), "/api/v1/rules").await.0,
+        StatusCode::NOT_FOUND,
+        "nothing merged yet"
+    );
+    extra.merge(
+        Router::new()
+            .route("/api/v1/rules", get(|| async { "rules\n" }))
+            .route("/healthz", get(|| async { "shadowed\n" })),
+    );
+    assert_eq!(
+        get_path(served.clone(), "/api/v1/rules").await,
+        (StatusCode::OK, "rules\n".to_owned())
+    );
+    assert_eq!(
+        get_path(served.clone(), "/healthz").await,
+        (StatusCode::OK, "ok\n".to_owned())
+    );
+    let post = served
+        .clone()
+        .oneshot(Request::post("/api/v1/rules").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(post.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(get_path(served, "/live").await.0, StatusCode::NOT_FOUND);
+}
