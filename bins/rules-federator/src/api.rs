@@ -189,7 +189,7 @@ impl Api {
         for (endpoint, fetched) in fetched {
             let answer = fetched.and_then(|fetched| {
                 fetched.decode().inspect_err(|why| {
-                    self.metrics.endpoint_error(endpoint.name(), why);
+                    self.metrics.endpoint_error(endpoint.name(), why.kind());
                 })
             });
             match answer {

@@ -100,7 +100,7 @@ impl Fetcher {
                 self.metrics.endpoint_request(
                     endpoint.name(),
                     started.elapsed(),
-                    result.as_ref().err(),
+                    result.as_ref().err().map(FetchError::kind),
                 );
                 (endpoint, result)
             })

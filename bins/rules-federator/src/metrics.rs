@@ -1,4 +1,5 @@
-//! The federator's own metrics.
+//! The federator's own metrics. Failures come as their reason label (`FetchError::kind`), so
+//! this module needs nothing of the fetch that records into it.
 
 use std::time::Duration;
 
@@ -6,8 +7,6 @@ use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 use zone_operator::metrics::{MetricsError, create};
-
-use crate::fetch::FetchError;
 
 const PREFIX: &str = "zone_aware_federator";
 
@@ -87,21 +86,20 @@ impl FederatorMetrics {
         })
     }
 
-    pub fn endpoint_request(&self, endpoint: &str, took: Duration, error: Option<&FetchError>) {
+    /// One backend request, and why it gave nothing when it did not.
+    pub fn endpoint_request(&self, endpoint: &str, took: Duration, failed: Option<&str>) {
         self.endpoint_seconds
             .with_label_values(&[endpoint])
             .observe(took.as_secs_f64());
-        if let Some(error) = error {
-            self.endpoint_errors
-                .with_label_values(&[endpoint, error.kind()])
-                .inc();
+        if let Some(reason) = failed {
+            self.endpoint_error(endpoint, reason);
         }
     }
 
     /// An answer that came but could not be read.
-    pub fn endpoint_error(&self, endpoint: &str, error: &FetchError) {
+    pub fn endpoint_error(&self, endpoint: &str, reason: &str) {
         self.endpoint_errors
-            .with_label_values(&[endpoint, error.kind()])
+            .with_label_values(&[endpoint, reason])
             .inc();
     }
 
