@@ -3,10 +3,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
 use futures::StreamExt;
 use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
@@ -28,6 +29,14 @@ pub struct Api {
     /// Turns to merge (`--max-concurrent-merges`): a merge and the answer it builds are most of
     /// a request's memory.
     pub merges: Arc<tokio::sync::Semaphore>,
+}
+
+/// `/api/v1/rules` and `/api/v1/alerts` over `api`, to serve next to the runtime's routes.
+pub fn router(api: Arc<Api>) -> Router {
+    Router::new()
+        .route("/api/v1/rules", get(rules))
+        .route("/api/v1/alerts", get(alerts))
+        .with_state(api)
 }
 
 /// Prometheus's error envelope with its status code.

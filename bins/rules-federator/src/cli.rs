@@ -1,11 +1,10 @@
-//! Flags (each with an environment fallback).
+//! Flags (each with an environment fallback): the runtime's [`BaseArgs`] and the federator's
+//! own.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use zone_operator::LogFormat;
+use zone_operator::BaseArgs;
 
 /// What a request gets when some backends fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -19,16 +18,25 @@ pub enum PartialResponse {
 /// A Prometheus-compatible rules and alerts API over many Prometheus servers: shards are kept
 /// apart, replicas of one shard deduplicated.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "rules-federator", version, about, long_about = None)]
+#[command(
+    name = "rules-federator",
+    version,
+    about,
+    long_about = None,
+    // The API shares the runtime's port, and clients (Grafana data sources, the Service) know it
+    // as Prometheus's 9090, not the controllers' 8080.
+    mut_arg("listen_address", |arg| arg
+        .default_value("0.0.0.0:9090")
+        .help("Where /api/v1/rules, /api/v1/alerts, /healthz, /readyz and /metrics are served")),
+    // The pod watch of discovery is a handful of pods and lists as it always has; the flag would
+    // change nothing.
+    mut_arg("initial_list", |arg| arg.hide(true)),
+)]
 pub struct Args {
-    /// Where /api/v1/rules, /api/v1/alerts, /healthz, /readyz and /metrics are served.
-    #[arg(
-        long,
-        env = "LISTEN_ADDRESS",
-        default_value = "0.0.0.0:9090",
-        value_name = "HOST:PORT"
-    )]
-    pub listen_address: SocketAddr,
+    // Listen address, logging, kubeconfig (read for discovery only) and identity, as every
+    // binary's.
+    #[command(flatten)]
+    pub base: BaseArgs,
 
     /// A Prometheus to ask, as its base URL; repeat the flag for more. The fragment tells its
     /// shard and replica: `http://prom-a:9090#shard=0&replica=a`. Endpoints without a shard
@@ -100,23 +108,6 @@ pub struct Args {
     /// The label that tells the shards' rules and alerts apart; empty: none.
     #[arg(long, env = "SHARD_LABEL", default_value = "shard")]
     pub shard_label: String,
-
-    /// Kubeconfig file (discovery only). When unset: ~/.kube/config if it exists, else the
-    /// in-cluster service account.
-    #[arg(long, env = "KUBECONFIG", value_name = "PATH")]
-    pub kubeconfig: Option<PathBuf>,
-
-    /// Kubeconfig context (discovery only).
-    #[arg(long, env = "KUBE_CONTEXT", value_name = "NAME")]
-    pub kube_context: Option<String>,
-
-    /// Log line format: `json` for log collectors, `plain` for a terminal.
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
-    pub log_format: LogFormat,
-
-    /// Log filter: a level or per-module directives ("info,rules_federator=debug").
-    #[arg(long, env = "RUST_LOG", default_value = "info", value_name = "FILTER")]
-    pub log_level: String,
 }
 
 impl Args {
@@ -151,6 +142,96 @@ mod tests {
             Some(
                 "app.kubernetes.io/instance=prometheus,app.kubernetes.io/managed-by=shard-controller"
             )
+        );
+    }
+
+    /// The flags of docs/rules-federator.md, config/manager/rules-federator.yaml,
+    /// e2e/cluster/run-controllers.sh and the e2e tests, with the documented defaults. The
+    /// environment fallbacks are checked only where the test machine sets none.
+    #[test]
+    fn every_documented_flag_parses_with_its_default() {
+        let defaults = Args::try_parse_from(["rules-federator"]).unwrap();
+        let unset = |name: &str| std::env::var_os(name).is_none();
+        if unset("LISTEN_ADDRESS") {
+            assert_eq!(
+                defaults.base.listen_address,
+                "0.0.0.0:9090".parse().unwrap()
+            );
+        }
+        if unset("DISCOVER_PORT") {
+            assert_eq!(defaults.discover_port, 9090);
+        }
+        if unset("ENDPOINT_TIMEOUT") {
+            assert_eq!(defaults.endpoint_timeout, Duration::from_secs(10));
+        }
+        if unset("MAX_CONCURRENCY") {
+            assert_eq!(defaults.max_concurrency, 32);
+        }
+        if unset("MAX_CONCURRENT_MERGES") {
+            assert_eq!(defaults.max_concurrent_merges, 1);
+        }
+        if unset("PARTIAL_RESPONSE") {
+            assert_eq!(defaults.partial_response, PartialResponse::Warn);
+        }
+        if unset("REPLICA_LABELS") {
+            assert_eq!(defaults.replica_labels, ["prometheus_replica", "replica"]);
+        }
+        if unset("SHARD_LABEL") {
+            assert_eq!(defaults.shard_label, "shard");
+        }
+
+        let args = Args::try_parse_from([
+            "rules-federator",
+            "--listen-address",
+            "127.0.0.1:9091",
+            "--endpoint",
+            "http://a:9090#shard=0&replica=a",
+            "--endpoint=http://b:9090,http://c:9090",
+            "--discover-selector",
+            "app=prometheus",
+            "--discover-namespace=monitoring",
+            "--discover-port=9091",
+            "--endpoint-timeout=1s",
+            "--max-concurrency=4",
+            "--max-concurrent-merges=2",
+            "--partial-response=abort",
+            "--replica-label=r",
+            "--shard-label=",
+            "--kubeconfig=/dev/null",
+            "--kube-context=kind",
+            "--log-format",
+            "json",
+            "--log-level=warn",
+        ])
+        .unwrap();
+        assert_eq!(args.base.listen_address, "127.0.0.1:9091".parse().unwrap());
+        assert_eq!(
+            args.endpoints,
+            [
+                "http://a:9090#shard=0&replica=a",
+                "http://b:9090",
+                "http://c:9090"
+            ]
+        );
+        assert_eq!(args.discovery_selector().as_deref(), Some("app=prometheus"));
+        assert_eq!(args.discover_namespace.as_deref(), Some("monitoring"));
+        assert_eq!(args.discover_port, 9091);
+        assert_eq!(args.endpoint_timeout, Duration::from_secs(1));
+        assert_eq!(args.max_concurrency, 4);
+        assert_eq!(args.max_concurrent_merges, 2);
+        assert_eq!(args.partial_response, PartialResponse::Abort);
+        assert_eq!(args.replica_labels, ["r"]);
+        assert_eq!(args.shard_label, "");
+        assert_eq!(
+            args.base.kubeconfig.as_deref(),
+            Some(std::path::Path::new("/dev/null"))
+        );
+        assert_eq!(args.base.kube_context.as_deref(), Some("kind"));
+        assert_eq!(args.base.log_format, zone_operator::LogFormat::Json);
+        assert_eq!(args.base.log_level, "warn");
+        assert!(
+            Args::try_parse_from(["rules-federator", "--max-concurrency=0"]).is_err(),
+            "at least one backend at a time"
         );
     }
 }
