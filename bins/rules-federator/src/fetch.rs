@@ -181,3 +181,104 @@ impl Fetched {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::backend::{Backend, endpoint, rules_data};
+    use axum::http::StatusCode;
+
+    async fn fetch_one(fetcher: &Fetcher, endpoint: Endpoint) -> Result<RuleDiscovery, FetchError> {
+        let answers: Vec<_> = fetcher
+            .rules(vec![endpoint], "/api/v1/rules")
+            .collect()
+            .await;
+        let [(_, answer)] = <[_; 1]>::try_from(answers).unwrap();
+        answer.and_then(Fetched::decode)
+    }
+
+    fn fetcher(timeout: Duration) -> (Fetcher, prometheus::Registry) {
+        let registry = prometheus::Registry::new();
+        let metrics = FederatorMetrics::register(&registry).unwrap();
+        (Fetcher::new(timeout, 4, metrics), registry)
+    }
+
+    #[tokio::test]
+    async fn decode_reads_prometheus_s_answer_gzipped_or_not() {
+        let (fetcher, _) = fetcher(Duration::from_secs(30));
+        for gzip in [true, false] {
+            let backend = Backend::prometheus(gzip).await;
+            let answer = fetch_one(&fetcher, backend.endpoint("0", "a")).await;
+            assert_eq!(answer, Ok(rules_data()), "gzip: {gzip}");
+            assert_eq!(backend.requests(), ["/api/v1/rules"]);
+        }
+    }
+
+    /// Each way a backend can fail, with the reason its warning and metric carry.
+    #[tokio::test]
+    async fn decode_names_every_way_an_answer_fails() {
+        let (fetcher, registry) = fetcher(Duration::from_secs(30));
+        let cases: [(StatusCode, &str, Option<&str>, FetchError); 5] = [
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                r#"{"status":"error","errorType":"bad_data","error":"invalid parameter \"match[]\""}"#,
+                None,
+                FetchError::Backend("invalid parameter \"match[]\"".into()),
+            ),
+            (
+                StatusCode::BAD_GATEWAY,
+                "<html>upstream gone</html>",
+                None,
+                FetchError::Status(502, "<html>upstream gone</html>".into()),
+            ),
+            (
+                StatusCode::OK,
+                r#"{"status":"success"}"#,
+                None,
+                FetchError::BadJson("no data".into()),
+            ),
+            (
+                StatusCode::OK,
+                "not json",
+                None,
+                FetchError::BadJson("expected ident at line 1 column 2".into()),
+            ),
+            (
+                StatusCode::OK,
+                r#"{"status":"success","data":{"groups":[]}}"#,
+                Some("gzip"),
+                FetchError::BadJson("bad gzip: invalid gzip header".into()),
+            ),
+        ];
+        for (status, body, encoding, expected) in cases {
+            let backend = Backend::answering(status, body, encoding).await;
+            let answer = fetch_one(&fetcher, backend.endpoint("0", "a")).await;
+            assert_eq!(answer, Err(expected), "{status} {body}");
+        }
+
+        let gone = Backend::gone().await;
+        let answer = fetch_one(&fetcher, endpoint(&gone, "0", "a")).await;
+        assert!(matches!(answer, Err(FetchError::Connect(_))), "{answer:?}");
+        let text = zone_operator::metrics::exposition(&registry);
+        let errors: Vec<_> = text
+            .lines()
+            .filter(|line| line.starts_with("zone_aware_federator_endpoint_errors_total{"))
+            .collect();
+        assert_eq!(
+            errors,
+            [format!(
+                r#"zone_aware_federator_endpoint_errors_total{{endpoint="{gone}",reason="connect"}} 1"#
+            )],
+            "the fetch counts what never came; what came is counted where it is decoded"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_backend_that_never_answers_is_cut_at_the_timeout() {
+        let (fetcher, _) = fetcher(Duration::from_millis(200));
+        let hanging = Backend::hanging().await;
+        let answer = fetch_one(&fetcher, hanging.endpoint("0", "a")).await;
+        assert_eq!(answer, Err(FetchError::Timeout(Duration::from_millis(200))));
+    }
+}

@@ -4,6 +4,8 @@
 #![forbid(unsafe_code)]
 
 mod api;
+#[cfg(test)]
+mod backend;
 mod cli;
 mod endpoints;
 mod fetch;

@@ -128,3 +128,106 @@ async fn ready_until_shutdown(
     shutdown.cancelled().await;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use clap::Parser;
+
+    use super::*;
+    use crate::backend::Backend;
+
+    const PATIENCE: Duration = Duration::from_secs(30);
+    const POLL: Duration = Duration::from_millis(10);
+
+    fn args(extra: &[&str]) -> Args {
+        let mut argv = vec![
+            "rules-federator",
+            "--listen-address=127.0.0.1:0",
+            "--log-level=info",
+            "--log-format=plain",
+        ];
+        argv.extend_from_slice(extra);
+        Args::try_parse_from(argv).unwrap()
+    }
+
+    #[test]
+    fn it_needs_a_backend_and_takes_only_http_ones() {
+        let none = args(&[]);
+        if none.endpoints.is_empty() && none.discovery_selector().is_none() {
+            assert!(matches!(
+                static_endpoints(&none),
+                Err(StartError::NoBackend)
+            ));
+        }
+        let discovering = args(&["--discover-sprom=prometheus"]);
+        assert!(static_endpoints(&discovering).is_ok());
+        assert!(matches!(
+            static_endpoints(&args(&["--endpoint=https://prom:9090"])),
+            Err(StartError::Endpoint(EndpointError::Scheme(_)))
+        ));
+        let fixed = static_endpoints(&args(&["--endpoint= http://prom:9090/ ", "--endpoint="]));
+        assert_eq!(fixed.unwrap().len(), 1, "blank entries are skipped");
+    }
+
+    /// The status and body of `GET path` (through a real client: the rules come chunked).
+    async fn http_get(address: SocketAddr, path: &str) -> (u16, String) {
+        use http_body_util::BodyExt;
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<http_body_util::Empty<axum::body::Bytes>>();
+        let uri = format!("http://{address}{path}").parse().unwrap();
+        let response = client.get(uri).await.unwrap();
+        let code = response.status().as_u16();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (code, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    /// The whole binary but its `main`, with static endpoints and a kubeconfig that cannot be
+    /// read: the API, `/healthz`, `/readyz` and `/metrics` on one port, no Kubernetes, and a
+    /// graceful stop. The only test that starts the runtime (logging is set up once per process).
+    #[tokio::test]
+    async fn serves_its_api_health_and_metrics_on_one_port_without_kubernetes() {
+        let backend = Backend::prometheus(true).await;
+        let endpoint = format!("{}#shard=0&replica=a", backend.url);
+        let args = args(&[
+            "--endpoint",
+            &endpoint,
+            "--kubeconfig=/nonexistent/kubeconfig",
+            "--identity=federator-0",
+        ]);
+        let (runtime, work) = start(&args).await.unwrap();
+        let address = runtime.local_addr();
+        let shutdown = runtime.parts().shutdown.clone();
+        let run = tokio::spawn(runtime.run(work));
+
+        tokio::time::timeout(PATIENCE, async {
+            while http_get(address, "/readyz").await.0 != 200 {
+                tokio::time::sleep(POLL).await;
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(http_get(address, "/healthz").await.0, 200);
+        let (code, body) = http_get(address, "/api/v1/rules").await;
+        assert_eq!(code, 200, "{body}");
+        let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(answer["data"]["groups"][0]["name"], "common", "{answer}");
+        assert_eq!(http_get(address, "/api/v1/alerts").await.0, 200);
+        let (code, metrics) = http_get(address, "/metrics").await;
+        assert_eq!(code, 200);
+        assert!(
+            metrics
+                .contains(r#"zone_aware_federator_requests_total{code="200",handler="rules"} 1"#),
+            "{metrics}"
+        );
+
+        shutdown.trigger();
+        let stopped = tokio::time::timeout(PATIENCE, run).await.unwrap().unwrap();
+        assert!(stopped.is_ok(), "{stopped:?}");
+        assert!(tokio::net::TcpStream::connect(address).await.is_err());
+    }
+}

@@ -1,0 +1,150 @@
+//! In-process Prometheus backends for the tests: real HTTP servers on 127.0.0.1:0, so the
+//! fetch, its timeout, gzip and the merge run as they do against Prometheus, in `cargo test`.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tokio::task::JoinHandle;
+use zone_rules::RuleDiscovery;
+
+use crate::endpoints::Endpoint;
+
+/// `/api/v1/rules` of a Prometheus 3 loaded with the e2e tests' `a.yaml` (a recording rule, an
+/// alert firing, one pending, one inactive), field for field as Prometheus writes it.
+pub const RULES: &str = include_str!("../testdata/prometheus-rules.json");
+
+/// `data` of [`RULES`].
+pub fn rules_data() -> RuleDiscovery {
+    let envelope: serde_json::Value = serde_json::from_str(RULES).unwrap();
+    serde_json::from_value(envelope["data"].clone()).unwrap()
+}
+
+/// A server; stops accepting when dropped.
+pub struct Backend {
+    pub url: String,
+    requests: Arc<Mutex<Vec<String>>>,
+    task: JoinHandle<()>,
+}
+
+impl Backend {
+    /// Answers every request as `answer` does, recording the path and query asked.
+    async fn serve<F>(answer: F) -> Self
+    where
+        F: Fn() -> Response + Clone + Send + Sync + 'static,
+    {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let asked = requests.clone();
+        let router = Router::new().fallback(move |request: Request| {
+            let answer = answer.clone();
+            let asked = asked.clone();
+            async move {
+                let uri = request.uri();
+                asked
+                    .lock()
+                    .unwrap()
+                    .push(uri.path_and_query().unwrap().to_string());
+                answer()
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, router).await.unwrap();
+        });
+        Self {
+            url,
+            requests,
+            task,
+        }
+    }
+
+    /// Prometheus with [`RULES`], gzipped when `gzip` (as Prometheus answers a client that
+    /// accepts it).
+    pub async fn prometheus(gzip: bool) -> Self {
+        let body = if gzip {
+            let mut encoder =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            std::io::Write::write_all(&mut encoder, RULES.as_bytes()).unwrap();
+            encoder.finish().unwrap()
+        } else {
+            RULES.as_bytes().to_vec()
+        };
+        Self::serve(move || {
+            let mut response =
+                ([(header::CONTENT_TYPE, "application/json")], body.clone()).into_response();
+            if gzip {
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_ENCODING, "gzip".parse().unwrap());
+            }
+            response
+        })
+        .await
+    }
+
+    /// Answers `status` with `body`, sent as `content_encoding` says when given.
+    pub async fn answering(
+        status: StatusCode,
+        body: &'static str,
+        content_encoding: Option<&'static str>,
+    ) -> Self {
+        Self::serve(move || {
+            let mut response = (status, body).into_response();
+            if let Some(encoding) = content_encoding {
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_ENCODING, encoding.parse().unwrap());
+            }
+            response
+        })
+        .await
+    }
+
+    /// Takes the request and never answers (a Prometheus stuck in a long evaluation).
+    pub async fn hanging() -> Self {
+        let router = Router::new().fallback(std::future::pending::<()>);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, router).await.unwrap();
+        });
+        Self {
+            url,
+            requests: Arc::default(),
+            task,
+        }
+    }
+
+    /// An address where nothing listens (a backend that went away).
+    pub async fn gone() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    }
+
+    pub fn endpoint(&self, shard: &str, replica: &str) -> Endpoint {
+        endpoint(&self.url, shard, replica)
+    }
+
+    /// The path and query of every request so far.
+    pub fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub fn endpoint(url: &str, shard: &str, replica: &str) -> Endpoint {
+    Endpoint {
+        shard: shard.to_string(),
+        replica: replica.to_string(),
+        url: url.to_string(),
+    }
+}
