@@ -87,7 +87,8 @@ pub struct Args {
         long,
         env = "WEBHOOK_FAILURE_POLICY",
         value_enum,
-        default_value = "fail",
+        ignore_case = true,
+        default_value = "Fail",
         value_name = "POLICY"
     )]
     pub webhook_failure_policy: Policy,
@@ -166,6 +167,29 @@ mod tests {
         );
         assert_eq!(args.cert_dir, PathBuf::from("/certs"));
         assert_eq!(args.decision_deadline, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn failure_policy_and_certificate_flags_parse() {
+        let defaults = Args::try_parse_from(["zdb-controller"]).unwrap();
+        assert_eq!(defaults.webhook_failure_policy, Policy::Fail);
+        assert_eq!(
+            defaults.webhook_cert_renew_before,
+            Duration::from_secs(720 * 3600)
+        );
+        let args = Args::try_parse_from([
+            "zdb-controller",
+            "--webhook-failure-policy",
+            "Ignore",
+            "--webhook-cert-validity",
+            "60s",
+            "--webhook-cert-renew-before",
+            "40s",
+        ])
+        .unwrap();
+        assert_eq!(args.webhook_failure_policy, Policy::Ignore);
+        assert_eq!(args.webhook_cert_validity, Duration::from_secs(60));
+        assert_eq!(args.webhook_cert_renew_before, Duration::from_secs(40));
     }
 
     #[test]

@@ -50,7 +50,10 @@ pub const REPORT_AFTER: Duration = Duration::from_secs(60);
 /// The failure policy of a webhook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Policy {
+    // Spelled as in the configuration.
+    #[value(name = "Fail")]
     Fail,
+    #[value(name = "Ignore")]
     Ignore,
 }
 
