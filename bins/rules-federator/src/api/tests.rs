@@ -1,0 +1,232 @@
+//! The handlers and the merge against in-process backends.
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::backend::{Backend, endpoint, rules_data};
+use crate::endpoints::Endpoint;
+use serde_json::Value;
+use std::time::Duration;
+use tower::ServiceExt;
+
+/// Long enough for a backend on this machine to answer under a loaded test run, short
+/// enough that waiting for a hanging one costs little.
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+fn api(endpoints: Vec<Endpoint>, partial: PartialResponse) -> (Arc<Api>, prometheus::Registry) {
+    let registry = prometheus::Registry::new();
+    let metrics = FederatorMetrics::register(&registry).unwrap();
+    let api = Api {
+        endpoints: Endpoints::fixed(endpoints),
+        fetcher: Fetcher::new(TIMEOUT, 8, metrics.clone()),
+        options: options(),
+        partial,
+        metrics,
+        merges: Arc::new(tokio::sync::Semaphore::new(1)),
+    };
+    (Arc::new(api), registry)
+}
+
+fn options() -> MergeOptions {
+    MergeOptions {
+        replica_labels: vec!["prometheus_replica".into(), "replica".into()],
+        shard_label: Some("shard".into()),
+    }
+}
+
+/// What the merge makes of the recorded answer from `shards`, one backend each.
+fn merged_from(shards: &[(&str, &str)]) -> Vec<RuleGroup> {
+    let sources: Vec<_> = shards
+        .iter()
+        .map(|(shard, url)| Source {
+            shard: shard.to_string(),
+            name: url.to_string(),
+            groups: rules_data().groups,
+        })
+        .collect();
+    zone_rules::merge(&sources, &options())
+}
+
+async fn get(api: &Arc<Api>, path: &str) -> (StatusCode, Value) {
+    let response = router(api.clone())
+        .oneshot(
+            axum::http::Request::get(path)
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = response.status();
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, serde_json::from_slice(&body).unwrap())
+}
+
+#[tokio::test]
+async fn replicas_merge_and_a_hanging_backend_is_cut_and_named_in_a_warning() {
+    let a = Backend::prometheus(true).await;
+    let b = Backend::prometheus(false).await;
+    let other_shard = Backend::prometheus(true).await;
+    let hanging = Backend::hanging().await;
+    let (api, registry) = api(
+        vec![
+            a.endpoint("0", "a"),
+            b.endpoint("0", "b"),
+            other_shard.endpoint("1", "a"),
+            hanging.endpoint("1", "b"),
+        ],
+        PartialResponse::Warn,
+    );
+    let (groups, warnings, turn) = api.merged("").await.unwrap();
+    // The merge turn (one here) is held until the answer is written.
+    drop(turn);
+    assert_eq!(
+        groups,
+        merged_from(&[("0", a.url.as_str()), ("1", other_shard.url.as_str())])
+    );
+    assert_eq!(
+        warnings,
+        [format!("endpoint {}: no answer within 2s", hanging.url)]
+    );
+    let text = zone_operator::metrics::exposition(&registry);
+    assert!(
+        text.contains(&format!(
+            r#"zone_aware_federator_endpoint_errors_total{{endpoint="{}",reason="timeout"}} 1"#,
+            hanging.url
+        )),
+        "{text}"
+    );
+
+    // The same through the handler: Prometheus's envelope, the warning in it.
+    let (status, answer) = get(&api, "/api/v1/rules").await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["status"], "success");
+    assert_eq!(answer["warnings"].as_array().unwrap().len(), 1, "{answer}");
+    assert_eq!(
+        answer["data"]["groups"][0]["rules"]
+            .as_array()
+            .unwrap()
+            .len(),
+        8,
+        "four rules on each of two shards: {answer}"
+    );
+}
+
+#[tokio::test]
+async fn abort_fails_the_request_naming_the_failed_backend() {
+    let good = Backend::prometheus(true).await;
+    let failing = Backend::answering(StatusCode::INTERNAL_SERVER_ERROR, "oops", None).await;
+    let endpoints = vec![good.endpoint("0", "a"), failing.endpoint("0", "b")];
+    let (abort, _) = api(endpoints.clone(), PartialResponse::Abort);
+    let (status, answer) = get(&abort, "/api/v1/rules").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+    assert_eq!(answer["status"], "error");
+    assert_eq!(answer["errorType"], "unavailable");
+    assert_eq!(
+        answer["error"],
+        format!(
+            "1 of 2 backends failed: endpoint {}: HTTP 500: oops",
+            failing.url
+        )
+    );
+
+    // The same backends in warn mode: the good one's rules and a warning.
+    let (warn, _) = api(endpoints, PartialResponse::Warn);
+    let (status, answer) = get(&warn, "/api/v1/rules").await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        answer["warnings"],
+        serde_json::json!([format!("endpoint {}: HTTP 500: oops", failing.url)])
+    );
+    assert_eq!(
+        answer["data"]["groups"],
+        serde_json::to_value(merged_from(&[("0", good.url.as_str())])).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn when_every_backend_fails_the_request_fails_in_warn_mode_too() {
+    let failing = Backend::answering(
+        StatusCode::OK,
+        r#"{"status":"error","error":"loading"}"#,
+        None,
+    )
+    .await;
+    let hanging = Backend::hanging().await;
+    let gone = Backend::gone().await;
+    let (api, _) = api(
+        vec![
+            failing.endpoint("0", "a"),
+            hanging.endpoint("0", "b"),
+            endpoint(&gone, "1", "a"),
+        ],
+        PartialResponse::Warn,
+    );
+    for path in ["/api/v1/rules", "/api/v1/alerts"] {
+        let (status, answer) = get(&api, path).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}: {answer}");
+        assert_eq!(answer["errorType"], "unavailable", "{path}");
+        let error = answer["error"].as_str().unwrap();
+        assert!(error.starts_with("3 of 3 backends failed: "), "{error}");
+        for url in [&failing.url, &hanging.url, &gone] {
+            assert!(error.contains(url.as_str()), "{url} named: {error}");
+        }
+    }
+    assert_eq!(
+        failing.requests(),
+        ["/api/v1/rules", "/api/v1/rules?type=alert"],
+        "/api/v1/alerts asks the backends for alerting rules only"
+    );
+}
+
+#[tokio::test]
+async fn the_rules_envelope_written_group_by_group_is_prometheus_s() {
+    let data: RuleDiscovery = serde_json::from_value(serde_json::json!({
+        "groups": [{"name": "a", "file": "f", "rules": []}, {"name": "b", "file": "f", "rules": []}],
+        "groupNextToken": "t",
+    }))
+    .unwrap();
+    let expected = serde_json::json!({
+        "status": "success",
+        "data": serde_json::to_value(&data).unwrap(),
+        "warnings": ["endpoint x: down"],
+    });
+    let turns = Arc::new(tokio::sync::Semaphore::new(1));
+    let turn = turns.clone().acquire_owned().await.unwrap();
+    let response = success_rules(data, &["endpoint x: down".to_string()], turn);
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let written: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(written, expected);
+    assert_eq!(
+        turns.available_permits(),
+        1,
+        "the turn is given back once written"
+    );
+    let turn = turns.clone().acquire_owned().await.unwrap();
+    let empty = success_rules(RuleDiscovery::default(), &[], turn);
+    let body = axum::body::to_bytes(empty.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(&body[..], br#"{"status":"success","data":{"groups":[]}}"#);
+}
+
+#[test]
+fn filters_go_to_the_backends_but_not_the_page_nor_our_labels() {
+    let given = pairs(Some(
+        "type=alert&match[]=%7Bteam%3D%22a%22%7D&rule_name[]=X&group_limit=1&exclude_alerts=true",
+    ));
+    let query = parse_rules_query(&given).unwrap();
+    let sent = backend_query(&query, &given, &MergeOptions::default());
+    assert_eq!(
+        sent,
+        "type=alert&match%5B%5D=%7Bteam%3D%22a%22%7D&rule_name%5B%5D=X&exclude_alerts=true"
+    );
+    let given = pairs(Some(
+        "match[]=%7Bshard%3D%221%22%7D&match[]=%7Bteam%3D%22a%22%7D",
+    ));
+    let query = parse_rules_query(&given).unwrap();
+    assert_eq!(backend_query(&query, &given, &MergeOptions::default()), "");
+}
