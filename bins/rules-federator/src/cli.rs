@@ -4,7 +4,12 @@
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use zone_api::sprom::contract;
 use zone_operator::BaseArgs;
+
+/// The replica label of Thanos and of many Prometheus setups, removed by default beside the
+/// ShardedPrometheus one.
+const THANOS_REPLICA_LABEL: &str = "replica";
 
 /// What a request gets when some backends fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -102,11 +107,11 @@ pub struct Args {
 
     /// Labels that differ between the replicas of one shard, removed before rules and alerts
     /// are compared (repeatable).
-    #[arg(long = "replica-label", env = "REPLICA_LABELS", value_delimiter = ',', default_values_t = ["prometheus_replica".to_string(), "replica".to_string()])]
+    #[arg(long = "replica-label", env = "REPLICA_LABELS", value_delimiter = ',', default_values_t = [contract::REPLICA_EXTERNAL_LABEL.to_string(), THANOS_REPLICA_LABEL.to_string()])]
     pub replica_labels: Vec<String>,
 
     /// The label that tells the shards' rules and alerts apart; empty: none.
-    #[arg(long, env = "SHARD_LABEL", default_value = "shard")]
+    #[arg(long, env = "SHARD_LABEL", default_value = contract::SHARD_EXTERNAL_LABEL)]
     pub shard_label: String,
 }
 
@@ -114,9 +119,7 @@ impl Args {
     /// The label selector of the discovered pods, if discovery is on.
     pub fn discovery_selector(&self) -> Option<String> {
         if let Some(name) = &self.discover_sprom {
-            return Some(format!(
-                "app.kubernetes.io/instance={name},app.kubernetes.io/managed-by=shard-controller"
-            ));
+            return Some(contract::children_selector(name));
         }
         self.discover_selector.clone()
     }

@@ -7,10 +7,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
+use zone_api::sprom::contract::SHARD_POD_LABEL;
 use zone_operator::ErrorChain;
-
-/// The pod label carrying a ShardedPrometheus pod's shard.
-pub const SHARD_LABEL: &str = "zonecontrol.k8s.aws/shard";
 
 /// One Prometheus to ask.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -157,7 +155,11 @@ pub fn of_pod(pod: &Pod, port: u16) -> Option<Endpoint> {
         ip.clone()
     };
     Some(Endpoint {
-        shard: pod.labels().get(SHARD_LABEL).cloned().unwrap_or_default(),
+        shard: pod
+            .labels()
+            .get(SHARD_POD_LABEL)
+            .cloned()
+            .unwrap_or_default(),
         replica: pod.name_any(),
         url: format!("http://{host}:{port}"),
     })
@@ -198,7 +200,7 @@ mod tests {
     fn only_ready_pods_with_an_ip_are_endpoints() {
         let pod = |ready: &str, ip: Option<&str>| -> Pod {
             serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "p-shard-1-0", "labels": {SHARD_LABEL: "1"}},
+                "metadata": {"name": "p-shard-1-0", "labels": {SHARD_POD_LABEL: "1"}},
                 "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": ready}]},
             }))
             .unwrap()

@@ -45,15 +45,6 @@ pub struct MergeOptions {
     pub shard_label: Option<String>,
 }
 
-impl Default for MergeOptions {
-    fn default() -> Self {
-        Self {
-            replica_labels: vec!["prometheus_replica".to_string(), "replica".to_string()],
-            shard_label: Some("shard".to_string()),
-        }
-    }
-}
-
 /// What identifies a rule definition within a group (the shard aside).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct DefKey {
@@ -400,6 +391,15 @@ mod tests {
     use super::*;
     use crate::model::{AlertingRule, RecordingRule};
 
+    /// The sources of these tests: shards told apart by `shard`, replicas by
+    /// `prometheus_replica` or `replica`.
+    fn sharded() -> MergeOptions {
+        MergeOptions {
+            replica_labels: vec!["prometheus_replica".to_string(), "replica".to_string()],
+            shard_label: Some("shard".to_string()),
+        }
+    }
+
     fn alerting(name: &str, state: &str, last: &str, alerts: Vec<Alert>) -> Rule {
         Rule::Alerting(AlertingRule {
             state: state.into(),
@@ -513,7 +513,7 @@ mod tests {
                 ],
             )],
         );
-        let merged = merge(&[a, b], &MergeOptions::default());
+        let merged = merge(&[a, b], &sharded());
         assert_eq!(merged.len(), 1);
         let group = &merged[0];
         assert_eq!(group.rules.len(), 2, "one copy of each rule");
@@ -542,7 +542,7 @@ mod tests {
                 source("0", "a", vec![group("f", "g", T1, rules())]),
                 source("1", "b", vec![group("f", "g", T1, rules())]),
             ],
-            &MergeOptions::default(),
+            &sharded(),
         );
         let names: Vec<(String, String)> = merged[0]
             .rules
@@ -583,7 +583,7 @@ mod tests {
             ],
             &MergeOptions {
                 shard_label: None,
-                ..MergeOptions::default()
+                ..sharded()
             },
         );
         let names: Vec<&str> = merged[0].rules.iter().map(Rule::name).collect();
@@ -610,7 +610,7 @@ mod tests {
                     group("a.yaml", "g", T1, vec![rule]),
                 ],
             )],
-            &MergeOptions::default(),
+            &sharded(),
         );
         let keys: Vec<(&str, &str)> = merged
             .iter()
@@ -642,7 +642,7 @@ mod tests {
                     vec![group("f", "g", T1, vec![recording("r"), recording("r")])],
                 ),
             ],
-            &MergeOptions::default(),
+            &sharded(),
         );
         assert_eq!(merged[0].rules.len(), 2);
     }

@@ -38,6 +38,14 @@ fn world() -> impl Strategy<Value = World> {
     })
 }
 
+/// The generated sources: shards told apart by `shard`, replicas by `prometheus_replica`.
+fn sharded() -> MergeOptions {
+    MergeOptions {
+        replica_labels: vec!["prometheus_replica".to_string()],
+        shard_label: Some("shard".to_string()),
+    }
+}
+
 fn labels(pairs: &[(&str, String)]) -> Labels {
     pairs
         .iter()
@@ -94,7 +102,7 @@ fn sources(world: &World) -> Vec<Source> {
 proptest! {
     #[test]
     fn shards_stay_apart_replicas_collapse_and_order_holds(world in world()) {
-        let merged = merge(&sources(&world), &MergeOptions::default());
+        let merged = merge(&sources(&world), &sharded());
         let present: usize = world.shards.iter().map(|(mask, _)| mask.iter().filter(|m| **m).count()).sum();
         let rules: Vec<&Rule> = merged.iter().flat_map(|g| &g.rules).collect();
         // One rule per (shard, rule) pair: replicas collapse, shards do not.
@@ -147,17 +155,17 @@ proptest! {
             rules
         };
         prop_assert_eq!(
-            summary(merge(&forward, &MergeOptions::default())),
-            summary(merge(&backward, &MergeOptions::default()))
+            summary(merge(&forward, &sharded())),
+            summary(merge(&backward, &sharded()))
         );
     }
 
     #[test]
     fn merging_a_merge_changes_nothing(world in world()) {
-        let once = merge(&sources(&world), &MergeOptions::default());
+        let once = merge(&sources(&world), &sharded());
         let again = merge(
             &[Source { shard: String::new(), name: "merged".into(), groups: once.clone() }],
-            &MergeOptions::default(),
+            &sharded(),
         );
         prop_assert_eq!(again, once);
     }

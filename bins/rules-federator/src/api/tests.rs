@@ -219,7 +219,7 @@ fn filters_go_to_the_backends_but_not_the_page_nor_our_labels() {
         "type=alert&match[]=%7Bteam%3D%22a%22%7D&rule_name[]=X&group_limit=1&exclude_alerts=true",
     ));
     let query = parse_rules_query(&given).unwrap();
-    let sent = backend_query(&query, &given, &MergeOptions::default());
+    let sent = backend_query(&query, &given, &options());
     assert_eq!(
         sent,
         "type=alert&match%5B%5D=%7Bteam%3D%22a%22%7D&rule_name%5B%5D=X&exclude_alerts=true"
@@ -228,5 +228,5 @@ fn filters_go_to_the_backends_but_not_the_page_nor_our_labels() {
         "match[]=%7Bshard%3D%221%22%7D&match[]=%7Bteam%3D%22a%22%7D",
     ));
     let query = parse_rules_query(&given).unwrap();
-    assert_eq!(backend_query(&query, &given, &MergeOptions::default()), "");
+    assert_eq!(backend_query(&query, &given, &options()), "");
 }
