@@ -40,7 +40,7 @@ pub fn router(api: Arc<Api>) -> Router {
 }
 
 /// Prometheus's error envelope with its status code.
-fn error(code: StatusCode, error_type: &str, message: &str) -> Response {
+pub(crate) fn error(code: StatusCode, error_type: &str, message: &str) -> Response {
     (
         code,
         Json(json!({"status": "error", "errorType": error_type, "error": message})),

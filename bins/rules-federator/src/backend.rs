@@ -104,6 +104,39 @@ impl Backend {
         .await
     }
 
+    /// A `200` of `size` bytes of valid-looking JSON that never ends, streamed without a
+    /// Content-Length (so only counting the bytes read can stop it); gzipped when `gzip`, where
+    /// the spaces compress a thousandfold (a gzip bomb).
+    pub async fn oversized(size: usize, gzip: bool) -> Self {
+        let head = br#"{"status":"success","data":{"groups":["#;
+        let mut plain = head.to_vec();
+        plain.resize(size, b' ');
+        let body = if gzip {
+            let mut encoder =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            std::io::Write::write_all(&mut encoder, &plain).unwrap();
+            encoder.finish().unwrap()
+        } else {
+            plain
+        };
+        let body = axum::body::Bytes::from(body);
+        Self::serve(move || {
+            let chunks: Vec<_> = body
+                .chunks(64 << 10)
+                .map(|chunk| Ok::<_, std::io::Error>(body.slice_ref(chunk)))
+                .collect();
+            let mut response =
+                axum::body::Body::from_stream(futures::stream::iter(chunks)).into_response();
+            if gzip {
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_ENCODING, "gzip".parse().unwrap());
+            }
+            response
+        })
+        .await
+    }
+
     /// Takes the request and never answers (a Prometheus stuck in a long evaluation).
     pub async fn hanging() -> Self {
         let router = Router::new().fallback(std::future::pending::<()>);

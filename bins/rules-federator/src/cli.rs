@@ -20,6 +20,32 @@ pub enum PartialResponse {
     Abort,
 }
 
+/// Who may call the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Auth {
+    /// Anyone who can reach the port (keep the port private: a NetworkPolicy, a sidecar).
+    None,
+    /// A bearer token checked by a TokenReview, its user by a SubjectAccessReview (see
+    /// `--authz-resource`); 401 without a valid token, 403 without the permission.
+    Kubernetes,
+}
+
+/// A byte size: a number, optionally with Ki, Mi or Gi.
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let (number, shift) = [("Gi", 30), ("Mi", 20), ("Ki", 10)]
+        .iter()
+        .find_map(|(suffix, shift)| text.strip_suffix(suffix).map(|n| (n, *shift)))
+        .unwrap_or((text, 0));
+    let value: u64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?}: expected bytes, e.g. 67108864 or 64Mi"))?;
+    value
+        .checked_mul(1 << shift)
+        .filter(|bytes| *bytes > 0)
+        .ok_or_else(|| format!("{text:?}: out of range"))
+}
+
 /// A Prometheus-compatible rules and alerts API over many Prometheus servers: shards are kept
 /// apart, replicas of one shard deduplicated.
 #[derive(Debug, Clone, Parser)]
@@ -100,6 +126,46 @@ pub struct Args {
     /// turn.
     #[arg(long, env = "MAX_CONCURRENT_MERGES", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrent_merges: u16,
+
+    /// Bytes read from one backend's answer (compressed, as it comes), at most: past it the
+    /// backend is cut and named in a warning. The recorded Prometheus answer of the perf fixture
+    /// is ~1.4 MB plain per backend.
+    #[arg(long, env = "MAX_BACKEND_BODY_BYTES", default_value = "64Mi", value_parser = parse_bytes, value_name = "BYTES")]
+    pub max_backend_body_bytes: u64,
+
+    /// Bytes of JSON one backend's answer may come to (gunzipped or plain), at most: a gzip
+    /// bomb stops here.
+    #[arg(long, env = "MAX_BACKEND_UNCOMPRESSED_BYTES", default_value = "256Mi", value_parser = parse_bytes, value_name = "BYTES")]
+    pub max_backend_uncompressed_bytes: u64,
+
+    /// API requests served at once, at most; past it a request is answered 503 with
+    /// `Retry-After` at once (never queued: a queue would hold memory and time out anyway).
+    #[arg(long, env = "MAX_CONCURRENT_REQUESTS", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_requests: u32,
+
+    /// Who may call /api/v1/rules and /api/v1/alerts (/healthz, /readyz and /metrics stay
+    /// open: probes and scrapes).
+    #[arg(long, env = "AUTH", value_enum, default_value_t = Auth::None)]
+    pub auth: Auth,
+
+    /// With `--auth=kubernetes`: the resource attribute a caller needs `--authz-verb` on,
+    /// `namespace=N,group=G,resource=R,subresource=S,name=X` (only `resource` required).
+    /// Unset: the request's path as a non-resource URL (RBAC `nonResourceURLs`).
+    #[arg(long, env = "AUTHZ_RESOURCE", value_name = "ATTRIBUTES")]
+    pub authz_resource: Option<String>,
+
+    /// The verb a caller needs (on the resource, or on the path).
+    #[arg(long, env = "AUTHZ_VERB", default_value = "get")]
+    pub authz_verb: String,
+
+    /// How long an allowed caller's token is trusted without new reviews (a revoked
+    /// RoleBinding bites after this).
+    #[arg(long, env = "AUTH_CACHE_TTL", default_value = "1m", value_parser = zone_operator::duration::parse_duration)]
+    pub auth_cache_ttl: Duration,
+
+    /// How long a refused token stays refused without new reviews.
+    #[arg(long, env = "AUTH_DENIED_CACHE_TTL", default_value = "10s", value_parser = zone_operator::duration::parse_duration)]
+    pub auth_denied_cache_ttl: Duration,
 
     /// What a request gets when some backends fail.
     #[arg(long, env = "PARTIAL_RESPONSE", value_enum, default_value_t = PartialResponse::Warn)]
@@ -182,6 +248,24 @@ mod tests {
         if unset("SHARD_LABEL") {
             assert_eq!(defaults.shard_label, "shard");
         }
+        if unset("MAX_BACKEND_BODY_BYTES") {
+            assert_eq!(defaults.max_backend_body_bytes, 64 << 20);
+        }
+        if unset("MAX_BACKEND_UNCOMPRESSED_BYTES") {
+            assert_eq!(defaults.max_backend_uncompressed_bytes, 256 << 20);
+        }
+        if unset("MAX_CONCURRENT_REQUESTS") {
+            assert_eq!(defaults.max_concurrent_requests, 64);
+        }
+        if unset("AUTH") {
+            assert_eq!(defaults.auth, Auth::None);
+        }
+        if unset("AUTH_CACHE_TTL") {
+            assert_eq!(defaults.auth_cache_ttl, Duration::from_secs(60));
+        }
+        if unset("AUTH_DENIED_CACHE_TTL") {
+            assert_eq!(defaults.auth_denied_cache_ttl, Duration::from_secs(10));
+        }
 
         let args = Args::try_parse_from([
             "rules-federator",
@@ -200,6 +284,14 @@ mod tests {
             "--partial-response=abort",
             "--replica-label=r",
             "--shard-label=",
+            "--max-backend-body-bytes=1Mi",
+            "--max-backend-uncompressed-bytes=4096",
+            "--max-concurrent-requests=3",
+            "--auth=kubernetes",
+            "--authz-resource=resource=shardedprometheuses,subresource=alerts",
+            "--authz-verb=list",
+            "--auth-cache-ttl=30s",
+            "--auth-denied-cache-ttl=2s",
             "--kubeconfig=/dev/null",
             "--kube-context=kind",
             "--log-format",
@@ -225,6 +317,23 @@ mod tests {
         assert_eq!(args.partial_response, PartialResponse::Abort);
         assert_eq!(args.replica_labels, ["r"]);
         assert_eq!(args.shard_label, "");
+        assert_eq!(args.max_backend_body_bytes, 1 << 20);
+        assert_eq!(args.max_backend_uncompressed_bytes, 4096);
+        assert_eq!(args.max_concurrent_requests, 3);
+        assert_eq!(args.auth, Auth::Kubernetes);
+        assert_eq!(
+            args.authz_resource.as_deref(),
+            Some("resource=shardedprometheuses,subresource=alerts")
+        );
+        assert_eq!(args.authz_verb, "list");
+        assert_eq!(args.auth_cache_ttl, Duration::from_secs(30));
+        assert_eq!(args.auth_denied_cache_ttl, Duration::from_secs(2));
+        for bad in ["--max-backend-body-bytes=0", "--max-backend-body-bytes=1Ti"] {
+            assert!(
+                Args::try_parse_from(["rules-federator", bad]).is_err(),
+                "{bad}"
+            );
+        }
         assert_eq!(
             args.base.kubeconfig.as_deref(),
             Some(std::path::Path::new("/dev/null"))

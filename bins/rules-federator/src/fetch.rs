@@ -29,6 +29,10 @@ pub enum FetchError {
     Backend(String),
     #[error("bad URL {0:?}")]
     Url(String),
+    /// The answer was cut: past `--max-backend-body-bytes` (`compressed`, the bytes read) or
+    /// `--max-backend-uncompressed-bytes` (`uncompressed`, the bytes gunzipped or read plain).
+    #[error("answer over the {what} cap of {cap} bytes; cut")]
+    TooLarge { what: &'static str, cap: u64 },
 }
 
 impl FetchError {
@@ -41,6 +45,7 @@ impl FetchError {
             FetchError::BadJson(_) => "bad_json",
             FetchError::Backend(_) => "backend_error",
             FetchError::Url(_) => "url",
+            FetchError::TooLarge { .. } => "too_large",
         }
     }
 }
@@ -56,16 +61,43 @@ struct Envelope {
     error: String,
 }
 
+/// How much of one backend's answer is read, at most: a broken or hostile backend (a 200 MB
+/// answer, a gzip bomb) costs the federator these many bytes, not all its memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyCaps {
+    /// Bytes read from the connection (compressed when the backend gzips).
+    pub compressed: u64,
+    /// Bytes of JSON: gunzipped, or read plain.
+    pub uncompressed: u64,
+}
+
+impl BodyCaps {
+    /// What a read of `gzipped` or plain bytes may take before it is cut, and the cap it meets.
+    fn read_limit(self, gzipped: bool) -> (&'static str, u64) {
+        if gzipped || self.compressed <= self.uncompressed {
+            ("compressed", self.compressed)
+        } else {
+            ("uncompressed", self.uncompressed)
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Fetcher {
     client: Client<HttpConnector, Empty<Bytes>>,
     timeout: Duration,
     concurrency: usize,
+    caps: BodyCaps,
     metrics: FederatorMetrics,
 }
 
 impl Fetcher {
-    pub fn new(timeout: Duration, concurrency: usize, metrics: FederatorMetrics) -> Self {
+    pub fn new(
+        timeout: Duration,
+        concurrency: usize,
+        caps: BodyCaps,
+        metrics: FederatorMetrics,
+    ) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(timeout));
@@ -76,6 +108,7 @@ impl Fetcher {
             client,
             timeout,
             concurrency: concurrency.max(1),
+            caps,
             metrics,
         }
     }
@@ -125,18 +158,42 @@ impl Fetcher {
             .headers()
             .get(hyper::header::CONTENT_ENCODING)
             .is_some_and(|encoding| encoding.as_bytes().eq_ignore_ascii_case(b"gzip"));
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|error| FetchError::Connect(error.to_string()))?
-            .to_bytes();
+        let body = read_capped(response, self.caps.read_limit(gzipped)).await?;
         Ok(Fetched {
             status,
             gzipped,
             body,
+            uncompressed_cap: self.caps.uncompressed,
         })
     }
+}
+
+/// The body of `response`, counted as it streams in and cut (the connection dropped) once it
+/// passes `cap`, or at once when its Content-Length says it would.
+async fn read_capped(
+    response: hyper::Response<hyper::body::Incoming>,
+    (what, cap): (&'static str, u64),
+) -> Result<Bytes, FetchError> {
+    let too_large = FetchError::TooLarge { what, cap };
+    let announced = response
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|length| length.to_str().ok()?.parse::<u64>().ok());
+    if announced.is_some_and(|length| length > cap) {
+        return Err(too_large);
+    }
+    let mut body = response.into_body();
+    let mut read = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|error| FetchError::Connect(error.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            if (read.len() + data.len()) as u64 > cap {
+                return Err(too_large);
+            }
+            read.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(read))
 }
 
 /// One backend's answer as it came, still compressed: many can wait for their turn to be merged
@@ -146,6 +203,8 @@ pub struct Fetched {
     status: hyper::StatusCode,
     gzipped: bool,
     body: Bytes,
+    /// Gunzipped bytes past this are not produced (a gzip bomb stops here).
+    uncompressed_cap: u64,
 }
 
 impl Fetched {
@@ -155,11 +214,24 @@ impl Fetched {
             status,
             gzipped,
             body,
+            uncompressed_cap,
         } = self;
         let body = if gzipped {
-            let mut plain = Vec::with_capacity(body.len() * 8);
-            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut plain)
+            let expected = (body.len() as u64 * 8).min(uncompressed_cap);
+            let mut plain = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
+            // One byte past the cap tells an answer at the cap from one over it.
+            let mut capped = std::io::Read::take(
+                flate2::read::GzDecoder::new(&body[..]),
+                uncompressed_cap.saturating_add(1),
+            );
+            std::io::Read::read_to_end(&mut capped, &mut plain)
                 .map_err(|error| FetchError::BadJson(format!("bad gzip: {error}")))?;
+            if plain.len() as u64 > uncompressed_cap {
+                return Err(FetchError::TooLarge {
+                    what: "uncompressed",
+                    cap: uncompressed_cap,
+                });
+            }
             Bytes::from(plain)
         } else {
             body
@@ -189,6 +261,11 @@ mod tests {
     use crate::backend::{Backend, endpoint, rules_data};
     use axum::http::StatusCode;
 
+    const GENEROUS: BodyCaps = BodyCaps {
+        compressed: 64 << 20,
+        uncompressed: 256 << 20,
+    };
+
     async fn fetch_one(fetcher: &Fetcher, endpoint: Endpoint) -> Result<RuleDiscovery, FetchError> {
         let answers: Vec<_> = fetcher
             .rules(vec![endpoint], "/api/v1/rules")
@@ -201,7 +278,7 @@ mod tests {
     fn fetcher(timeout: Duration) -> (Fetcher, prometheus::Registry) {
         let registry = prometheus::Registry::new();
         let metrics = FederatorMetrics::register(&registry).unwrap();
-        (Fetcher::new(timeout, 4, metrics), registry)
+        (Fetcher::new(timeout, 4, GENEROUS, metrics), registry)
     }
 
     #[tokio::test]

@@ -9,6 +9,7 @@ mod backend;
 mod cli;
 mod endpoints;
 mod fetch;
+mod guard;
 mod metrics;
 mod serve;
 

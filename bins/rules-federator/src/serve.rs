@@ -5,14 +5,16 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use zone_operator::auth::{Attributes, AttributesError, KubeAuth};
 use zone_operator::metrics::MetricsError;
 use zone_operator::{Readiness, Runtime, RuntimeError, Shutdown};
 use zone_rules::MergeOptions;
 
 use crate::api::{self, Api};
-use crate::cli::Args;
+use crate::cli::{Args, Auth};
 use crate::endpoints::{Endpoint, EndpointError, Endpoints, parse_static};
-use crate::fetch::Fetcher;
+use crate::fetch::{BodyCaps, Fetcher};
+use crate::guard::{self, Guard};
 use crate::metrics::FederatorMetrics;
 
 /// The name in the user agent and the runtime's logs.
@@ -29,6 +31,8 @@ pub enum StartError {
     NoBackend,
     #[error("cannot register metrics")]
     Metrics(#[source] MetricsError),
+    #[error("--authz-resource")]
+    Authz(#[source] AttributesError),
 }
 
 /// Starts the runtime and mounts the API on it; returns the work for [`Runtime::run`]: ready
@@ -43,11 +47,13 @@ pub async fn start(
     StartError,
 > {
     let selector = args.discovery_selector();
-    // Without discovery there is nothing to ask Kubernetes: static endpoints work where no
-    // kubeconfig exists (local runs, the e2e tests, a federator outside any cluster).
-    let started = match selector {
-        Some(_) => Runtime::start_unelected(NAME, &args.base).await,
-        None => Runtime::start_unelected_without_client(NAME, &args.base).await,
+    let attributes = authz_attributes(args)?;
+    // Without discovery or reviews there is nothing to ask Kubernetes: static endpoints work
+    // where no kubeconfig exists (local runs, the e2e tests, a federator outside any cluster).
+    let started = if selector.is_some() || attributes.is_some() {
+        Runtime::start_unelected(NAME, &args.base).await
+    } else {
+        Runtime::start_unelected_without_client(NAME, &args.base).await
     };
     let mut runtime = started.map_err(|error| StartError::Runtime(Box::new(error)))?;
     let fixed = static_endpoints(args)?;
@@ -81,6 +87,10 @@ pub async fn start(
         fetcher: Fetcher::new(
             args.endpoint_timeout,
             usize::from(args.max_concurrency),
+            BodyCaps {
+                compressed: args.max_backend_body_bytes,
+                uncompressed: args.max_backend_uncompressed_bytes,
+            },
             metrics.clone(),
         ),
         options,
@@ -90,10 +100,40 @@ pub async fn start(
             args.max_concurrent_merges,
         ))),
     };
-    runtime.merge_routes(api::router(Arc::new(api)));
-    tracing::info!(address = %runtime.local_addr(), "serving /api/v1/rules, /api/v1/alerts");
+    let guard = Guard {
+        requests: Arc::new(tokio::sync::Semaphore::new(
+            usize::try_from(args.max_concurrent_requests).unwrap_or(usize::MAX),
+        )),
+        auth: attributes.map(|attributes| {
+            Arc::new(KubeAuth::new(
+                parts.client.clone(),
+                attributes,
+                args.auth_cache_ttl,
+                args.auth_denied_cache_ttl,
+            ))
+        }),
+    };
+    let authenticated = guard.auth.is_some();
+    runtime.merge_routes(guard::guarded(api::router(Arc::new(api)), Arc::new(guard)));
+    tracing::info!(address = %runtime.local_addr(), authenticated, "serving /api/v1/rules, /api/v1/alerts");
     let work = ready_until_shutdown(endpoints, parts.readiness, parts.shutdown);
     Ok((runtime, work))
+}
+
+/// What callers are authorized for, when `--auth=kubernetes`.
+fn authz_attributes(args: &Args) -> Result<Option<Attributes>, StartError> {
+    if args.auth == Auth::None {
+        return Ok(None);
+    }
+    let attributes = match &args.authz_resource {
+        Some(resource) => {
+            Attributes::parse_resource(resource, &args.authz_verb).map_err(StartError::Authz)?
+        }
+        None => Attributes::NonResource {
+            verb: args.authz_verb.clone(),
+        },
+    };
+    Ok(Some(attributes))
 }
 
 /// The `--endpoint`s; an error when there is no backend at all.

@@ -14,7 +14,8 @@
 //! - writes: status by server-side apply or by a PUT retried on conflict ([`status`]), owned
 //!   children applied and pruned ([`children`]), Events published once the status is written
 //!   ([`events`]), metrics ([`metrics`]);
-//! - HTTPS servers with certificate reload ([`https`], [`tls`]);
+//! - HTTPS servers with certificate reload ([`https`], [`tls`]), callers authenticated and
+//!   authorized by TokenReview and SubjectAccessReview ([`auth`]);
 //! - a scripted fake API server for tests (`testing`, behind the feature of that name).
 //!
 //! A binary's `main` parses its args, calls [`Runtime::start`], builds its controllers from
@@ -34,6 +35,7 @@
 //!   which provider to use.
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod children;
 pub mod cli;
 pub mod client;

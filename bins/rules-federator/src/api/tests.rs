@@ -2,8 +2,9 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use crate::backend::{Backend, endpoint, rules_data};
+use crate::backend::{Backend, RULES, endpoint, rules_data};
 use crate::endpoints::Endpoint;
+use crate::fetch::BodyCaps;
 use serde_json::Value;
 use std::time::Duration;
 use tower::ServiceExt;
@@ -12,12 +13,26 @@ use tower::ServiceExt;
 /// enough that waiting for a hanging one costs little.
 const TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The shipped defaults: far above the recorded answer.
+const DEFAULT_CAPS: BodyCaps = BodyCaps {
+    compressed: 64 << 20,
+    uncompressed: 256 << 20,
+};
+
 fn api(endpoints: Vec<Endpoint>, partial: PartialResponse) -> (Arc<Api>, prometheus::Registry) {
+    api_capped(endpoints, partial, DEFAULT_CAPS)
+}
+
+fn api_capped(
+    endpoints: Vec<Endpoint>,
+    partial: PartialResponse,
+    caps: BodyCaps,
+) -> (Arc<Api>, prometheus::Registry) {
     let registry = prometheus::Registry::new();
     let metrics = FederatorMetrics::register(&registry).unwrap();
     let api = Api {
         endpoints: Endpoints::fixed(endpoints),
-        fetcher: Fetcher::new(TIMEOUT, 8, metrics.clone()),
+        fetcher: Fetcher::new(TIMEOUT, 8, caps, metrics.clone()),
         options: options(),
         partial,
         metrics,
@@ -110,6 +125,61 @@ async fn replicas_merge_and_a_hanging_backend_is_cut_and_named_in_a_warning() {
         8,
         "four rules on each of two shards: {answer}"
     );
+}
+
+/// A backend answering more than the caps (plain, or a gzip bomb) is cut and named; the others
+/// still merge.
+#[tokio::test]
+async fn an_oversized_answer_or_a_gzip_bomb_is_cut_and_named_in_a_warning() {
+    let caps = BodyCaps {
+        compressed: 1 << 20,
+        uncompressed: 2 << 20,
+    };
+    assert!(
+        (RULES.len() as u64) < caps.compressed,
+        "the recorded answer fits"
+    );
+    let a = Backend::prometheus(true).await;
+    let other_shard = Backend::prometheus(false).await;
+    let huge = Backend::oversized(8 << 20, false).await;
+    let bomb = Backend::oversized(32 << 20, true).await;
+    let (api, registry) = api_capped(
+        vec![
+            a.endpoint("0", "a"),
+            huge.endpoint("0", "b"),
+            other_shard.endpoint("1", "a"),
+            bomb.endpoint("1", "b"),
+        ],
+        PartialResponse::Warn,
+        caps,
+    );
+    let (groups, warnings, _turn) = api.merged("").await.unwrap();
+    assert_eq!(
+        groups,
+        merged_from(&[("0", &a.url), ("1", &other_shard.url)])
+    );
+    assert_eq!(
+        warnings,
+        [
+            format!(
+                "endpoint {}: answer over the compressed cap of 1048576 bytes; cut",
+                huge.url
+            ),
+            format!(
+                "endpoint {}: answer over the uncompressed cap of 2097152 bytes; cut",
+                bomb.url
+            ),
+        ]
+    );
+    let metrics = zone_operator::metrics::exposition(&registry);
+    for url in [&huge.url, &bomb.url] {
+        assert!(
+            metrics.contains(&format!(
+                r#"zone_aware_federator_endpoint_errors_total{{endpoint="{url}",reason="too_large"}} 1"#
+            )),
+            "{metrics}"
+        );
+    }
 }
 
 #[tokio::test]
