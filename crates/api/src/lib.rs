@@ -11,6 +11,7 @@
 
 pub mod conditions;
 pub mod lenient;
+pub mod schema;
 pub mod sprom;
 pub mod units;
 pub mod validation;

@@ -9,11 +9,11 @@ use k8s_openapi::api::core::v1::{
     EmptyDirVolumeSource, PersistentVolumeClaimSpec, ResourceRequirements, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
-use crate::lenient;
+use crate::{lenient, schema};
 
 pub mod contract;
 
@@ -71,7 +71,7 @@ pub mod reason {
 /// without a usable zone are spread over all shards, or dropped); every target is scraped by
 /// exactly one shard. Scale `shards` by hand or with a HorizontalPodAutoscaler (scale
 /// subresource).
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(
     group = "zonecontrol.k8s.aws",
     version = "v1",
@@ -92,6 +92,13 @@ pub mod reason {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = crate::schema::zones_listed(),
+    validation = crate::schema::external_labels_not_reserved(),
+    validation = crate::schema::external_labels_leave_the_zone_label(),
+    validation = crate::schema::agent_remote_writes(),
+    validation = crate::schema::agent_has_no_rule_files()
+)]
 pub struct ShardedPrometheusSpec {
     /// Number of shards (1 to 1024). Each shard is a StatefulSet "<name>-shard-<i>" with its own
     /// configuration. Best a multiple of the number of zones: otherwise the zones with one shard
@@ -126,19 +133,20 @@ pub struct ShardedPrometheusSpec {
     /// after the job's own; a job may set __tmp_hash (what targets are hashed by, default
     /// __address__) or __tmp_topology (a target's zone) itself.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "raw_objects")]
+    #[schemars(schema_with = "scrape_configs_schema")]
     pub scrape_configs: Vec<serde_json::Value>,
 
     /// Labels added to every series and alert leaving Prometheus (remote write, federation,
     /// alerts). The controller sets shard, prometheus_replica and the zone label itself: those
     /// names are refused here.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = crate::schema::external_labels_are_label_names())]
     pub external_labels: BTreeMap<String, String>,
 
     /// Prometheus remote_write objects, as in prometheus.yml (url required). Required in Agent
     /// mode.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "raw_objects")]
+    #[schemars(schema_with = "remote_write_schema")]
     pub remote_write: Vec<serde_json::Value>,
 
     /// Recording and alerting rule files, from ConfigMaps of this namespace. Every shard
@@ -191,15 +199,28 @@ fn default_replicas() -> i32 {
     1
 }
 
-/// An array of free-form objects, kept as written (the API server prunes nothing inside).
-fn raw_objects(_: &mut SchemaGenerator) -> Schema {
+/// An array of free-form objects, kept as written (the API server prunes nothing inside), each
+/// with the string `key` that `rule` requires (declared, so the rule can read it).
+fn raw_objects(key: &str, rule: kube::core::Rule) -> Schema {
+    let mut item = serde_json::json!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "properties": {}
+    });
+    item["properties"][key] = serde_json::json!({"type": "string"});
+    schema::add_rules(&mut item, [rule]);
     json_schema!({
         "type": "array",
-        "items": {
-            "type": "object",
-            "x-kubernetes-preserve-unknown-fields": true
-        }
+        "items": item
     })
+}
+
+fn scrape_configs_schema(_: &mut SchemaGenerator) -> Schema {
+    raw_objects("job_name", schema::scrape_config_job_name())
+}
+
+fn remote_write_schema(_: &mut SchemaGenerator) -> Schema {
+    raw_objects("url", schema::remote_write_url())
 }
 
 /// What a Prometheus pod does: Server or Agent.
@@ -211,8 +232,14 @@ pub enum PrometheusMode {
 }
 
 /// How targets are split between shards.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = crate::schema::zones_are_label_values(),
+    validation = crate::schema::zones_unique(),
+    validation = crate::schema::zone_label_is_label_name(),
+    validation = crate::schema::zone_label_not_reserved()
+)]
 pub struct ShardingStrategy {
     /// Topology: shard i runs in zone values[i % len(values)] and scrapes the targets of that
     /// zone. Classic (alias Address): targets are spread over all shards by hash, whatever their
@@ -260,8 +287,12 @@ impl JsonSchema for ShardingMode {
 pub struct TopologySharding {
     /// The zones (values of the nodes' topology.kubernetes.io/zone label), in shard order:
     /// shard i runs in values[i % len(values)]. Required in Topology mode; ignored in Classic.
-    /// Changing the list (even appending to it) moves shards to other zones.
+    /// Changing the list (even appending to it) moves shards to other zones. At most 64 zones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = schema::MAX_ZONES),
+        inner(length(max = schema::LABEL_VALUE_MAX_LENGTH))
+    )]
     pub values: Vec<String>,
 
     /// The external label carrying the shard's zone. Default "zone"; "" adds no zone label.
@@ -278,33 +309,38 @@ pub enum ZonelessTargets {
 }
 
 /// One ConfigMap key (or all keys of a ConfigMap) holding Prometheus rule files.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RuleFileRef {
     /// Name of a ConfigMap in this namespace.
+    #[x_kube(validation = crate::schema::rule_file_config_map())]
     pub config_map: String,
 
     /// The key holding a rule file. Default: every key of the ConfigMap is a rule file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::schema::rule_file_key())]
     pub key: Option<String>,
 }
 
 /// Limits of the local storage; the oldest blocks go first when either is reached.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Retention {
     /// How long samples are kept, as a Prometheus duration: "15d", "1d12h", "6h".
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::schema::prometheus_duration("spec.retention.time"))]
     pub time: Option<String>,
 
     /// How many bytes of blocks are kept, powers of 1024: "10GB", "512MiB".
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::schema::prometheus_size())]
     pub size: Option<String>,
 }
 
 /// Where each Prometheus pod stores its data: one of volumeClaimTemplate or emptyDir.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = crate::schema::storage_one_kind())]
 pub struct PrometheusStorage {
     /// A PersistentVolumeClaim per Prometheus pod, kept across restarts and re-scheduling (and by
     /// a retained shard that is scaled up again).
@@ -348,12 +384,15 @@ pub enum WhenScaled {
 }
 
 /// How long retained shards are kept.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetainPolicy {
     /// A Prometheus duration ("7d"). Default: retention.time; without it 24h, but with only
     /// retention.size set, retained shards are kept until you delete them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::schema::prometheus_duration(
+        "spec.shardRetentionPolicy.retain.retentionPeriod"
+    ))]
     pub retention_period: Option<String>,
 }
 

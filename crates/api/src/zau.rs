@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -52,7 +52,7 @@ pub const ALARM_REASONS: [&str; 3] = [
 /// Rolls the pods of `statefulset` (update strategy `OnDelete`) zone by zone, deleting
 /// old-revision pods in batches of 1, 2, 4, … up to `maxUnavailable`, and pausing while the
 /// CloudWatch alarm `pauseRolloutAlarm` is in ALARM.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(
     group = "zonecontrol.k8s.aws",
     version = "v1",
@@ -70,22 +70,26 @@ pub const ALARM_REASONS: [&str; 3] = [
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = crate::schema::statefulset_named())]
 pub struct ZoneAwareUpdateSpec {
     /// The name of the StatefulSet (in the same namespace) this rollout applies to.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub statefulset: String,
 
-    /// Max number (or percentage of spec.replicas, rounded up) of pods unavailable at once.
+    /// Max number (or percentage of spec.replicas, rounded up) of pods unavailable at once: at
+    /// least 1 or 1%. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(
+        validation = crate::schema::max_unavailable_form(),
+        validation = crate::schema::max_unavailable_not_zero()
+    )]
     pub max_unavailable: Option<IntOrString>,
 
     /// Growth rate of the batch size, as a decimal string: batches are floor(factor^step) pods.
     /// "0" disables the growth (every batch is maxUnavailable); otherwise it must be >= 1.
     #[serde(default = "default_exponential_factor")]
-    #[schemars(
-        default = "default_exponential_factor",
-        regex(pattern = r"^[0-9]+(\.[0-9]+)?$")
-    )]
+    #[schemars(default = "default_exponential_factor")]
+    #[x_kube(validation = crate::schema::exponential_factor())]
     pub exponential_factor: String,
 
     /// Name of a CloudWatch alarm (metric or composite) that pauses the rollout while in ALARM.

@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::CustomResource;
-use schemars::JsonSchema;
+use kube::{CustomResource, KubeSchema};
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
-use crate::lenient;
+use crate::{lenient, schema};
 
 /// Condition types of a ZoneDisruptionBudget.
 pub mod condition {
@@ -33,7 +33,7 @@ pub mod reason {
 
 /// Allows evictions of the selected pods only in one zone at a time, at most `maxUnavailable`
 /// unavailable pods in that zone.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(
     group = "zonecontrol.k8s.aws",
     version = "v1",
@@ -49,18 +49,40 @@ pub mod reason {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = crate::schema::selector_not_empty())]
 pub struct ZoneDisruptionBudgetSpec {
-    /// Label query over the pods the budget protects.
+    /// Label query over the pods the budget protects (required, not empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "selector_schema")]
     pub selector: Option<LabelSelector>,
 
-    /// Max unavailable pods per zone, as a number or a percentage of all expected pods (rounded up).
+    /// Max unavailable pods per zone, as a number or a percentage of all expected pods (rounded
+    /// up). 0 or 0% freezes the workload: no running pod it selects may be evicted. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::schema::max_unavailable_form())]
     pub max_unavailable: Option<IntOrString>,
 
     /// Shadow mode: never deny, but count and report what would have been denied.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+}
+
+/// A `LabelSelector` whose `matchExpressions` items carry the rules of their operator and values
+/// (k8s-openapi owns the type, so its schema is amended here).
+fn selector_schema(generator: &mut SchemaGenerator) -> Schema {
+    let mut selector = LabelSelector::json_schema(generator);
+    selector.insert("nullable".to_string(), true.into());
+    if let Some(requirement) = selector.pointer_mut("/properties/matchExpressions/items") {
+        schema::add_rules(
+            requirement,
+            [
+                schema::selector_operator(),
+                schema::selector_values_listed(),
+                schema::selector_values_absent(),
+            ],
+        );
+    }
+    selector
 }
 
 /// Observed state; per-zone maps keyed by zone name. The Go controller's fields are unchanged.

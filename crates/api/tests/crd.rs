@@ -101,10 +101,14 @@ fn sprom_scale_subresource() {
 fn sprom_schema_keeps_raw_prometheus_config_and_bounds_shards() {
     let schema = schema_json(&crd("shardedprometheuses"));
     let spec = &schema["properties"]["spec"]["properties"];
-    for raw in ["scrapeConfigs", "remoteWrite"] {
+    // Free-form objects kept as written; only the key a rule reads is declared.
+    for (raw, key) in [("scrapeConfigs", "job_name"), ("remoteWrite", "url")] {
+        let items = &spec[raw]["items"];
+        assert_eq!(items["type"], "object", "{raw}");
+        assert_eq!(items["x-kubernetes-preserve-unknown-fields"], true, "{raw}");
         assert_eq!(
-            spec[raw]["items"],
-            serde_json::json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+            items["properties"],
+            serde_json::json!({key: {"type": "string"}}),
             "{raw}"
         );
     }
