@@ -1,8 +1,8 @@
 //! Helpers for the end-to-end tests and the perf drivers: the cluster under test, temporary
-//! namespaces, polling with a timeout, pods, nodes and zones, the API server's audit log,
-//! controller processes, TLS (a test CA, a server for webhooks), a proxy in front of webhook
-//! replicas, the perf drivers' shared measurements, and the real Prometheus (promtool, and a
-//! process per shard) run on the configs the shard controller renders.
+//! namespaces, dry-run applies, polling with a timeout, pods, nodes and zones, the API server's
+//! audit log, controller processes, TLS (a test CA, a server for webhooks), a proxy in front of
+//! webhook replicas, the perf drivers' shared measurements, and the real Prometheus (promtool, and
+//! a process per shard) run on the configs the shard controller renders.
 //!
 //! Tests are `#[ignore = "needs the local zonal cluster (make e2e)"]`, so `cargo test --workspace`
 //! stays cluster-free; `make e2e` starts the cluster and runs them with `--ignored`.
@@ -10,6 +10,7 @@
 // Test support: a failed set-up step should stop the test with its reason.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod apply;
 pub mod audit;
 pub mod cluster;
 pub mod deploy;
