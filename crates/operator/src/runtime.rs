@@ -119,6 +119,9 @@ pub struct Runtime {
     routes: ExtraRoutes,
     elector: Option<(CancellationToken, JoinHandle<Result<(), LeaderError>>)>,
     every_replica: Vec<JoinHandle<()>>,
+    /// How long the tasks of every replica get, once the server has stopped, to finish their
+    /// in-flight work before they are aborted ([`Runtime::drain_on_shutdown`]).
+    in_flight_grace: Duration,
 }
 
 impl Runtime {
@@ -173,6 +176,7 @@ impl Runtime {
         let registry = Registry::new();
         let metrics = ReconcileMetrics::register(&registry).map_err(RuntimeError::Metrics)?;
         let readiness = Readiness::new();
+        readiness.follow_shutdown(&shutdown);
         let bound = BoundServer::bind(args.listen_address)
             .await
             .map_err(RuntimeError::Bind)?;
@@ -230,6 +234,7 @@ impl Runtime {
             routes,
             elector,
             every_replica: Vec::new(),
+            in_flight_grace: Duration::ZERO,
         })
     }
 
@@ -245,7 +250,9 @@ impl Runtime {
 
     /// Starts `task` now, on every replica, leader or standby (a webhook or an API server next to
     /// leader-elected controllers). It stops when the runtime stops: it should watch
-    /// [`Shutdown`] to finish in-flight work; it is aborted once the server has stopped.
+    /// [`Shutdown`] to finish in-flight work (a server: [`Shutdown::stop_accepting`]); it is
+    /// aborted once the server has stopped, or the in-flight grace of
+    /// [`Runtime::drain_on_shutdown`] later.
     pub fn spawn_every_replica<F>(&mut self, task: F)
     where
         F: Future<Output = ()> + Send + 'static,
@@ -260,6 +267,19 @@ impl Runtime {
         self.routes.merge(routes);
     }
 
+    /// Shut down as a server behind a Service must, so no client is refused: at the trigger
+    /// `/readyz` answers 503 (always so); servers keep accepting for `delay`, long enough for
+    /// the Service's endpoints, in every client's view, to drop this replica; then they stop
+    /// accepting, and the tasks of every replica get `in_flight` to finish what they answer.
+    /// The pod's termination grace period must exceed `delay` + `in_flight` (and the
+    /// controllers' own [`CONTROLLER_GRACE`] when that is longer than `delay`). Without this
+    /// call both are 0: servers stop at the trigger, as a replica nobody calls through a
+    /// Service may.
+    pub fn drain_on_shutdown(&mut self, delay: Duration, in_flight: Duration) {
+        self.parts.shutdown.set_drain_delay(delay);
+        self.in_flight_grace = in_flight;
+    }
+
     /// Where `/healthz`, `/readyz` and `/metrics` are served.
     pub fn local_addr(&self) -> SocketAddr {
         self.address
@@ -270,9 +290,10 @@ impl Runtime {
     /// - Standby: `/readyz` says "standby" (200) until the lease is acquired or shutdown starts.
     /// - Leader: `/readyz` is 503 until the controllers call `Readiness::set_ready`.
     /// - Leadership lost: `controllers` is dropped at once and `Err(LeadershipLost)` returned.
-    /// - SIGTERM: `controllers` (which should watch `Shutdown`) gets [`CONTROLLER_GRACE`] to
-    ///   finish; then the lease is released, so the standby takes over without waiting for it to
-    ///   expire, and the server stops.
+    /// - SIGTERM: `/readyz` answers 503 at once; `controllers` (which should watch `Shutdown`)
+    ///   gets [`CONTROLLER_GRACE`] to finish; then the lease is released, so the standby takes
+    ///   over without waiting for it to expire, and the servers stop once the drain delay has
+    ///   passed ([`Runtime::drain_on_shutdown`]).
     ///
     /// `controllers` is a future, so nothing in it runs before leadership is acquired.
     pub async fn run<F, E>(self, controllers: F) -> Result<(), RuntimeError>
@@ -299,9 +320,10 @@ impl Runtime {
         outcome.and(stopped)
     }
 
-    /// Releases the lease, stops the server and waits for both. [`Runtime::run`] calls it; call
+    /// Releases the lease, stops the server (after the drain delay) and waits for both, then for
+    /// the tasks of every replica (up to the in-flight grace). [`Runtime::run`] calls it; call
     /// it directly only when not using `run`, after the controllers have stopped.
-    pub async fn stop(self) -> Result<(), RuntimeError> {
+    pub async fn stop(mut self) -> Result<(), RuntimeError> {
         let mut result = Ok(());
         if let Some((stop, task)) = self.elector {
             stop.cancel();
@@ -317,6 +339,15 @@ impl Runtime {
             Ok(Ok(())) => {}
             Ok(Err(error)) => result = result.and(Err(RuntimeError::Server(error))),
             Err(error) => result = result.and(Err(RuntimeError::ServerTask(error))),
+        }
+        // The server stopped accepting when the tasks' servers did (the same drain delay): from
+        // here they only finish the requests they hold.
+        let grace = self.in_flight_grace;
+        if !grace.is_zero() {
+            let finishing = futures::future::join_all(self.every_replica.iter_mut());
+            if tokio::time::timeout(grace, finishing).await.is_err() {
+                tracing::warn!(grace = ?grace, "tasks of every replica still running; aborting them");
+            }
         }
         for task in self.every_replica {
             task.abort();

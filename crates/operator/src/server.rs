@@ -118,7 +118,9 @@ impl BoundServer {
         self.address
     }
 
-    /// Serves until `shutdown` triggers, then finishes in-flight requests and returns.
+    /// Serves until `shutdown` triggers and its drain delay has passed
+    /// ([`Shutdown::stop_accepting`]: `/readyz` answers 503 meanwhile), then finishes in-flight
+    /// requests and returns.
     pub async fn serve(
         self,
         readiness: Readiness,
@@ -139,7 +141,7 @@ impl BoundServer {
     ) -> Result<(), ServerError> {
         tracing::info!(address = %self.address, "serving /healthz, /readyz, /metrics");
         axum::serve(self.listener, router_with(readiness, registry, extra))
-            .with_graceful_shutdown(shutdown.cancelled())
+            .with_graceful_shutdown(shutdown.stop_accepting())
             .await
             .map_err(ServerError::Serve)
     }
@@ -151,11 +153,19 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
+/// 200 or 503, and why in one line: the closed gates by name, so `kubectl get --raw` or a probe
+/// failure event says what a replica waits for.
+async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
+    let unavailable = StatusCode::SERVICE_UNAVAILABLE;
     match state.readiness.state() {
-        ReadyState::Ready => (StatusCode::OK, "ready\n"),
-        ReadyState::Standby => (StatusCode::OK, "standby\n"),
-        ReadyState::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+        ReadyState::Ready => (StatusCode::OK, "ready\n".to_owned()),
+        ReadyState::Standby => (StatusCode::OK, "standby\n".to_owned()),
+        ReadyState::NotReady => (unavailable, "not ready\n".to_owned()),
+        ReadyState::Gated => {
+            let gates = state.readiness.failing_gates().join(", ");
+            (unavailable, format!("not ready: waiting for {gates}\n"))
+        }
+        ReadyState::ShuttingDown => (unavailable, "shutting down\n".to_owned()),
     }
 }
 

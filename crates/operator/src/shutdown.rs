@@ -1,5 +1,17 @@
 //! One shutdown signal for the whole process: SIGTERM (the kubelet stopping the pod) or SIGINT
 //! (Ctrl-C) cancels a token that the server, the leader elector and the controllers all watch.
+//!
+//! Servers stop accepting a **drain delay** later ([`Shutdown::stop_accepting`]): a pod's
+//! endpoints are removed only once the deletion has reached the endpoints controller and every
+//! client's view of the Service (the API server's, for a webhook). A listener closed before that
+//! refuses connections the client still sends it, and the API server does not retry a refused
+//! webhook call. Readiness turns 503 at the trigger ([`crate::Readiness::follow_shutdown`]).
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
+use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
@@ -24,6 +36,9 @@ pub enum Signal {
 #[derive(Clone, Debug, Default)]
 pub struct Shutdown {
     token: CancellationToken,
+    /// The drain delay in milliseconds; shared, so a delay set after cloning holds for every
+    /// clone.
+    drain_delay_ms: Arc<AtomicU64>,
 }
 
 impl Shutdown {
@@ -43,6 +58,29 @@ impl Shutdown {
     /// Resolves once shutdown has started; usable as axum's or kube's graceful-shutdown future.
     pub fn cancelled(&self) -> WaitForCancellationFutureOwned {
         self.token.clone().cancelled_owned()
+    }
+
+    /// How long servers keep accepting after the trigger: [`Shutdown::stop_accepting`]. 0 (the
+    /// default) stops them at the trigger.
+    pub fn set_drain_delay(&self, delay: Duration) {
+        let millis = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.drain_delay_ms.store(millis, Ordering::Release);
+    }
+
+    pub fn drain_delay(&self) -> Duration {
+        Duration::from_millis(self.drain_delay_ms.load(Ordering::Acquire))
+    }
+
+    /// Resolves the drain delay after shutdown has started: when a server stops accepting new
+    /// connections and finishes those it has (axum's graceful-shutdown future). Every waiter
+    /// wakes at the trigger and sleeps the same delay, so they all close together.
+    pub async fn stop_accepting(self) {
+        self.token.cancelled().await;
+        let delay = self.drain_delay();
+        if !delay.is_zero() {
+            tracing::info!(delay = ?delay, "not ready; serving on until endpoints drop this replica");
+            tokio::time::sleep(delay).await;
+        }
     }
 
     /// The underlying token, for APIs that take one.
@@ -106,5 +144,23 @@ mod tests {
         shutdown.trigger();
         assert!(waiting.await.is_ok());
         assert!(shutdown.token().is_cancelled());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn listeners_close_the_drain_delay_after_the_trigger() {
+        let shutdown = Shutdown::new();
+        let closing = tokio::spawn(shutdown.clone().stop_accepting());
+        // Set after cloning: every clone shares it.
+        shutdown.set_drain_delay(Duration::from_secs(5));
+        let started = tokio::time::Instant::now();
+        shutdown.trigger();
+        assert!(closing.await.is_ok());
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+
+        let immediate = Shutdown::new();
+        immediate.trigger();
+        let started = tokio::time::Instant::now();
+        immediate.stop_accepting().await;
+        assert_eq!(started.elapsed(), Duration::ZERO, "no delay by default");
     }
 }

@@ -50,6 +50,39 @@ async fn readyz_is_503_until_set_ready() {
 }
 
 #[tokio::test]
+async fn readyz_names_the_closed_gates_and_turns_503_at_shutdown() {
+    let readiness = Readiness::new();
+    let shutdown = Shutdown::new();
+    readiness.follow_shutdown(&shutdown);
+    readiness.set_standby(true);
+    let router = router(readiness.clone(), Registry::new());
+    let listener = readiness.gate("webhook-listener");
+    let certificate = readiness.gate("webhook-certificate");
+    assert_eq!(
+        get_path(router.clone(), "/readyz").await,
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: waiting for webhook-listener, webhook-certificate\n".to_owned()
+        ),
+        "a standby whose webhook does not serve is not ready"
+    );
+    listener.open();
+    certificate.open();
+    assert_eq!(
+        get_path(router.clone(), "/readyz").await,
+        (StatusCode::OK, "standby\n".to_owned())
+    );
+    shutdown.trigger();
+    assert_eq!(
+        get_path(router, "/readyz").await,
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting down\n".to_owned()
+        )
+    );
+}
+
+#[tokio::test]
 async fn metrics_expose_what_the_binary_registered() {
     let registry = Registry::new();
     let counter = prometheus::IntCounter::new("zone_test_events_total", "test counter").unwrap();
