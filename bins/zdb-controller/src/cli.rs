@@ -122,6 +122,16 @@ pub struct Args {
     #[arg(long, env = "DECISION_DEADLINE", default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
     pub decision_deadline: Duration,
 
+    /// After SIGTERM, how long the webhook keeps accepting calls while /readyz already answers
+    /// 503: the time for the pod's removal from the webhook Service's endpoints to reach the API
+    /// server, which does not retry a refused call. Then the listener closes and the decisions
+    /// in flight get --decision-deadline (plus 1s) to be answered; the pod's
+    /// terminationGracePeriodSeconds must exceed the sum. Endpoints follow a deleted pod within
+    /// a second or two on a quiet control plane; a loaded one (and a readiness probe, for a
+    /// replica stopped without deletion) takes longer.
+    #[arg(long, env = "SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub shutdown_delay: Duration,
+
     /// How long a budget read fresh may serve to refuse further evictions it covers, while
     /// this replica's watch still holds that version (any change to the budget retires it at
     /// once). Saves a read of the budget per refused eviction during a drain; allowed evictions
@@ -173,6 +183,7 @@ mod tests {
     fn failure_policy_and_certificate_flags_parse() {
         let defaults = Args::try_parse_from(["zdb-controller"]).unwrap();
         assert_eq!(defaults.webhook_failure_policy, Policy::Fail);
+        assert_eq!(defaults.shutdown_delay, Duration::from_secs(5));
         assert_eq!(
             defaults.webhook_cert_renew_before,
             Duration::from_secs(720 * 3600)

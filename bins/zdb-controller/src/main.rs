@@ -36,6 +36,9 @@ async fn main() -> ExitCode {
         Ok((webhook, _)) => runtime.spawn_every_replica(webhook),
         Err(error) => return zone_operator::report_exit(&error),
     }
+    // The API server calls the webhook through its Service and does not retry a refused call:
+    // a terminating replica stays serving until the endpoints have dropped it.
+    runtime.drain_on_shutdown(args.shutdown_delay, webhook::in_flight_grace(&args));
     let controller = controller::run(parts, args, zdb_metrics);
     match runtime.run(controller).await {
         Ok(()) => ExitCode::SUCCESS,

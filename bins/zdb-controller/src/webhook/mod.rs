@@ -1,5 +1,12 @@
 //! The validating eviction webhook: HTTPS (rustls) on every replica, leader or not, answering
 //! AdmissionReviews for `pods/eviction` at `/validate-eviction`.
+//!
+//! The API server calls it through a Service with `failurePolicy: Fail` and does not retry a
+//! refused connection, so a replica is a ready endpoint only while it can answer: three
+//! readiness gates (caches synced, certificate loaded, listener serving), on the leader and on a
+//! standby alike. At shutdown it serves on through the drain delay, while `/readyz` already
+//! answers 503 and the endpoints drop it, then stops accepting and finishes the decisions it
+//! holds ([`zone_operator::Runtime::drain_on_shutdown`]).
 
 pub mod admission;
 mod decide;
@@ -13,6 +20,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -42,8 +50,16 @@ pub enum StartError {
     CertFlags(#[source] ValidityError),
 }
 
+/// How long, after the listener closed, the decisions in flight get to be answered: the
+/// decision deadline they are bound by, and a margin to write the answer.
+pub fn in_flight_grace(args: &Args) -> Duration {
+    args.decision_deadline + ANSWER_MARGIN
+}
+
+const ANSWER_MARGIN: Duration = Duration::from_secs(1);
+
 /// Binds the webhook's address (a bad one fails start-up) and returns the future that keeps its
-/// caches and serves; run it on every replica.
+/// caches and serves until shutdown (see the module's notes); run it on every replica.
 pub async fn start(
     parts: &RuntimeParts,
     args: &Args,
@@ -53,6 +69,10 @@ pub async fn start(
     let client = parts.client.clone();
     let source = cert_source(&client, args).map_err(StartError::CertFlags)?;
     let (listener, address) = https::bind(args.webhook_address).await?;
+    // Created before anything can be served, so /readyz names what is missing from the start.
+    let caches_gate = parts.readiness.gate("webhook-caches");
+    let certificate_gate = parts.readiness.gate("webhook-certificate");
+    let listener_gate = parts.readiness.gate("webhook-listener");
 
     let mut watches = WatchSet::<ZoneDisruptionBudget>::new();
     let zdbs = watches.keep(
@@ -74,6 +94,7 @@ pub async fn start(
         });
     }
     let zones_ready = zones.clone();
+    let zdbs_ready = zdbs.clone();
     let keeper = policy::Keeper {
         client: client.clone(),
         config_name: args.webhook_config_name.clone(),
@@ -107,23 +128,60 @@ pub async fn start(
     // Without a certificate nothing can be served, but the caches (and, on the leader, the
     // status controller) need not wait: a mounted certificate may appear later, the API server
     // may be briefly unreachable.
+    let shutdown = parts.shutdown.clone();
+    let in_flight = in_flight_grace(args);
     let serving = async move {
-        let certs = https::certificates_retrying(&client, &source).await;
-        // A pod's zone comes from the node cache: judging before it is filled would place every
-        // pod in the unknown zone.
-        if zones_ready.wait_until_ready().await.is_err() {
-            tracing::error!(
-                "the node cache stopped before its first list; the webhook is not serving"
-            );
-            return;
-        }
+        let prepared = async {
+            let certs = https::certificates_retrying(&client, &source).await;
+            certificate_gate.open();
+            // A pod's zone comes from the node cache: judging before it is filled would place
+            // every pod in the unknown zone.
+            if zones_ready.wait_until_ready().await.is_err() {
+                tracing::error!(
+                    "the node cache stopped before its first list; the webhook is not serving"
+                );
+                return None;
+            }
+            // Judging without the budgets refuses every eviction of a selected pod (fail safe,
+            // but a replica that can only refuse is no endpoint to route to).
+            if zdbs_ready.wait_until_ready().await.is_err() {
+                tracing::error!(
+                    "the budget cache stopped before its first list; the webhook is not serving"
+                );
+                return None;
+            }
+            caches_gate.open();
+            Some(certs)
+        };
+        let certs = tokio::select! {
+            certs = prepared => certs,
+            () = shutdown.clone().stop_accepting() => None,
+        };
+        let Some(certs) = certs else { return };
         tracing::info!(address = %address, path = PATH, "eviction webhook serving");
-        // The failurePolicy follows from here: this replica can now be called.
-        tokio::join!(https::serve(listener, certs, router), keeper.run());
+        listener_gate.open();
+        // The failurePolicy follows from here: this replica can now be called. The keeper runs
+        // until the listener has closed; it has nothing to finish.
+        tokio::select! {
+            () = https::serve_until(listener, certs, router, shutdown.stop_accepting(), in_flight) => {
+                tracing::info!(address = %address, "eviction webhook stopped");
+            }
+            () = keeper.run() => {}
+        }
+        // The gates close as they drop: this replica no longer serves.
+        drop((caches_gate, certificate_gate, listener_gate));
     };
+    // The caches serve the decisions until the listener has closed: they end with `serving`.
     let caches = watches.run();
     let task = async move {
-        tokio::join!(caches, serving);
+        let caches = async {
+            caches.await;
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            () = caches => {}
+            () = serving => {}
+        }
     };
     Ok((task, address))
 }
