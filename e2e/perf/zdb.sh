@@ -13,11 +13,31 @@
 # 2. Concurrency: the e2e test sending 100 concurrent evictions through a round-robin proxy to
 #    two webhook replicas, repeated E2E_ZDB_CONCURRENCY_RUNS times (20 here).
 #
+# 3. ZDB_PERF_RESTART=1 runs this alone instead: the drain storm as real evictions through the
+#    API server, judged by the deployed zdb-controller (real pods: `make deploy-local` first, or
+#    ZDB_PERF_RESTART_DEPLOY=1 here), with `kubectl rollout restart` mid-storm. Targets: no
+#    eviction failed because the webhook was unreachable (the driver's eviction errors and the
+#    API server's calling_webhook_error / fail-open counters), no budget violation. See
+#    e2e/src/bin/zdb_perf/storm/restart.rs for its ZDB_PERF_RESTART_* settings.
+#
 # Settings: the ZDB_PERF_* variables of the driver (see its header), ZDB_PERF_CONCURRENCY_RUNS
 # (20; 0 skips part 2). Prints the figures; exits non-zero when a target is missed.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 perf_setup zdb zdb_perf zdb-controller
+
+if [ "${ZDB_PERF_RESTART:-0}" = 1 ]; then
+    if [ "${ZDB_PERF_RESTART_DEPLOY:-0}" = 1 ]; then
+        run_step make --no-print-directory deploy-local
+    fi
+    echo "-- zdb webhook: drain storm through the API server during a rollout restart"
+    if run_step "$release/zdb_perf"; then
+        echo "zdb perf: restart targets met"
+        exit 0
+    fi
+    echo "zdb perf: restart targets missed" >&2
+    exit 1
+fi
 
 failed=()
 

@@ -34,7 +34,8 @@
 //! `ZDB_PERF_STORM_RATE` (`ZDB_PERF_RATE`), `ZDB_PERF_STORM_MAX_UNAVAILABLE` (1),
 //! `ZDB_PERF_STORM_RSS_MIB` (64, per replica), `ZDB_PERF_P99_MS` (10), `ZDB_PERF_RSS_MIB` (50),
 //! `ZDB_PERF_POD_TIMEOUT` (900 s), `ZDB_PERF_SAMPLES` (a file to append every request's class,
-//! send offset and latency to).
+//! send offset and latency to), `ZDB_PERF_RESTART=1` (only the storm through the API server
+//! while the deployed controller restarts: [`storm::restart`]).
 //!
 //! Exit status: 0 when the targets are met (denied, unselected and no-budget-ns p99 within
 //! `ZDB_PERF_P99_MS`; VmRSS after the measured load within `ZDB_PERF_RSS_MIB`; every answer as
@@ -1600,8 +1601,28 @@ fn merge(a: ServerSide, b: ServerSide) -> ServerSide {
     }
 }
 
+/// `ZDB_PERF_RESTART=1`: the restart storm alone ([`storm::restart`]), against the deployed
+/// controller.
+async fn run_restart(settings: Settings) -> bool {
+    let cluster = Cluster::get();
+    wait_until_no_namespace_terminates(&cluster.client().await, settings.pod_timeout).await;
+    let ns = TestNamespace::create(&cluster, "zdb-restart").await;
+    let other_ns = TestNamespace::create(&cluster, "zdb-restart-nobudget").await;
+    let perf = Perf {
+        pods: ns.api(),
+        zdbs: ns.api(),
+        ns,
+        other_ns,
+        per_set: settings.pods / settings.sets,
+        settings,
+    };
+    let restart = storm::restart::RestartSettings::from_env();
+    perf.restart_storm(&perf.settings.storm, &restart).await
+}
+
 fn main() -> ExitCode {
     let settings = Settings::from_env();
+    let restart = setting("ZDB_PERF_RESTART", 0) == 1;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -1609,12 +1630,17 @@ fn main() -> ExitCode {
     // The namespaces and the controller are dropped (deleted, killed) when `run` returns or
     // panics, or when SIGINT/SIGTERM drops it half-way.
     let ok = runtime.block_on(async {
-        until_signalled(run(settings))
-            .await
-            .unwrap_or_else(|signal| {
-                eprintln!("zdb-perf: {signal}; cleaning up");
-                false
-            })
+        let measured = async {
+            if restart {
+                run_restart(settings).await
+            } else {
+                run(settings).await
+            }
+        };
+        until_signalled(measured).await.unwrap_or_else(|signal| {
+            eprintln!("zdb-perf: {signal}; cleaning up");
+            false
+        })
     });
     if ok {
         ExitCode::SUCCESS

@@ -30,6 +30,11 @@
 //!   which would fail the eviction closed with a 500 that ends `kubectl drain`.
 //! - **Memory**: each replica's VmRSS, sampled every 100 ms, and its VmHWM.
 //! - **Flow**: allowed (recorded) evictions per second and the longest gap between two.
+//!
+//! [`restart`] runs the storm through the API server instead, while the deployed controller
+//! restarts.
+
+pub mod restart;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -462,6 +467,77 @@ fn replay(
     (starts, completed, violations)
 }
 
+/// The ledger's start: the pods and budget listed now, the pods the driver may name, and the
+/// watches feeding the ledger from those versions until `stop`.
+type LedgerStart = (
+    HashMap<String, PodState>,
+    Arc<Mutex<Targets>>,
+    Arc<Ledger>,
+    Arc<AtomicBool>,
+    [tokio::task::JoinHandle<()>; 2],
+);
+
+impl Perf {
+    async fn start_ledger(&self, selector: &str, set: &str) -> LedgerStart {
+        let list = self
+            .pods
+            .list(&ListParams::default().labels(selector))
+            .await
+            .expect("list the budget's pods");
+        let node_zones = e2e::nodes::zones(&self.ns.client, "").await;
+        let mut initial: HashMap<String, PodState> = HashMap::new();
+        for pod in &list.items {
+            let zone = pods::node_of(pod)
+                .and_then(|n| node_zones.get(n).cloned())
+                .unwrap_or_default();
+            initial.insert(
+                pod.name_any(),
+                PodState {
+                    uid: pod.uid().unwrap_or_default(),
+                    ready: pods::is_ready(pod),
+                    present: true,
+                    zone,
+                },
+            );
+        }
+        let zdb = self.zdbs.get(set).await.expect("the storm's budget");
+        let targets = Arc::new(Mutex::new(Targets {
+            ready: initial
+                .iter()
+                .filter(|(_, p)| p.ready)
+                .map(|(name, p)| (name.clone(), p.uid.clone()))
+                .collect(),
+            evicted: HashSet::new(),
+        }));
+        let ledger = Arc::new(Ledger::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let watches = [
+            tokio::spawn(follow(
+                self.pods.clone(),
+                WatchParams::default().labels(selector).timeout(290),
+                list.metadata.resource_version.clone().unwrap_or_default(),
+                0,
+                ledger.clone(),
+                stop.clone(),
+                pod_seen(&node_zones, targets.clone()),
+            )),
+            tokio::spawn(follow(
+                self.zdbs.clone(),
+                WatchParams::default()
+                    .fields(&format!("metadata.name={set}"))
+                    .timeout(290),
+                zdb.resource_version().unwrap_or_default(),
+                1,
+                ledger.clone(),
+                stop.clone(),
+                budget_seen,
+            )),
+        ];
+
+        (initial, targets, ledger, stop, watches)
+    }
+}
+
 impl Perf {
     /// Creates the storm's ReplicaSet (once) and waits until its pods are Ready.
     async fn storm_pods(&self, storm: &StormSettings) {
@@ -552,62 +628,8 @@ impl Perf {
                 .await;
         }
 
-        // The ledger: the pods and the budget from the versions listed now.
         let selector = format!("app={set}");
-        let list = self
-            .pods
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .expect("list the budget's pods");
-        let node_zones = e2e::nodes::zones(&self.ns.client, "").await;
-        let mut initial: HashMap<String, PodState> = HashMap::new();
-        for pod in &list.items {
-            let zone = pods::node_of(pod)
-                .and_then(|n| node_zones.get(n).cloned())
-                .unwrap_or_default();
-            initial.insert(
-                pod.name_any(),
-                PodState {
-                    uid: pod.uid().unwrap_or_default(),
-                    ready: pods::is_ready(pod),
-                    present: true,
-                    zone,
-                },
-            );
-        }
-        let zdb = self.zdbs.get(set).await.expect("the storm's budget");
-        let targets = Arc::new(Mutex::new(Targets {
-            ready: initial
-                .iter()
-                .filter(|(_, p)| p.ready)
-                .map(|(name, p)| (name.clone(), p.uid.clone()))
-                .collect(),
-            evicted: HashSet::new(),
-        }));
-        let ledger = Arc::new(Ledger::default());
-        let stop = Arc::new(AtomicBool::new(false));
-        let watches = [
-            tokio::spawn(follow(
-                self.pods.clone(),
-                WatchParams::default().labels(&selector).timeout(290),
-                list.metadata.resource_version.clone().unwrap_or_default(),
-                0,
-                ledger.clone(),
-                stop.clone(),
-                pod_seen(&node_zones, targets.clone()),
-            )),
-            tokio::spawn(follow(
-                self.zdbs.clone(),
-                WatchParams::default()
-                    .fields(&format!("metadata.name={set}"))
-                    .timeout(290),
-                zdb.resource_version().unwrap_or_default(),
-                1,
-                ledger.clone(),
-                stop.clone(),
-                budget_seen,
-            )),
-        ];
+        let (initial, targets, ledger, stop, watches) = self.start_ledger(&selector, set).await;
 
         let pids = [first.pid, second.pid];
         let rss_before = pids.map(|pid| memory(pid).0);
