@@ -20,6 +20,11 @@ pub enum PartialResponse {
     Abort,
 }
 
+/// The permission a caller needs by default: `get` on a subresource of ShardedPrometheus that
+/// the API server does not serve, so granting it grants nothing else.
+pub const DEFAULT_AUTHZ_RESOURCE: &str =
+    "group=zonecontrol.k8s.aws,resource=shardedprometheuses,subresource=rules";
+
 /// Who may call the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Auth {
@@ -149,10 +154,11 @@ pub struct Args {
     pub auth: Auth,
 
     /// With `--auth=kubernetes`: the resource attribute a caller needs `--authz-verb` on,
-    /// `namespace=N,group=G,resource=R,subresource=S,name=X` (only `resource` required).
-    /// Unset: the request's path as a non-resource URL (RBAC `nonResourceURLs`).
-    #[arg(long, env = "AUTHZ_RESOURCE", value_name = "ATTRIBUTES")]
-    pub authz_resource: Option<String>,
+    /// `namespace=N,group=G,resource=R,subresource=S,name=X` (only `resource` required). Never
+    /// the request's path as a non-resource URL: Kubernetes' default `system:discovery` role
+    /// lets every authenticated user `get` `/api/*`, which would include /api/v1/alerts.
+    #[arg(long, env = "AUTHZ_RESOURCE", value_name = "ATTRIBUTES", default_value = DEFAULT_AUTHZ_RESOURCE)]
+    pub authz_resource: String,
 
     /// The verb a caller needs (on the resource, or on the path).
     #[arg(long, env = "AUTHZ_VERB", default_value = "get")]
@@ -260,6 +266,9 @@ mod tests {
         if unset("AUTH") {
             assert_eq!(defaults.auth, Auth::None);
         }
+        if unset("AUTHZ_RESOURCE") {
+            assert_eq!(defaults.authz_resource, DEFAULT_AUTHZ_RESOURCE);
+        }
         if unset("AUTH_CACHE_TTL") {
             assert_eq!(defaults.auth_cache_ttl, Duration::from_secs(60));
         }
@@ -322,8 +331,8 @@ mod tests {
         assert_eq!(args.max_concurrent_requests, 3);
         assert_eq!(args.auth, Auth::Kubernetes);
         assert_eq!(
-            args.authz_resource.as_deref(),
-            Some("resource=shardedprometheuses,subresource=alerts")
+            args.authz_resource,
+            "resource=shardedprometheuses,subresource=alerts"
         );
         assert_eq!(args.authz_verb, "list");
         assert_eq!(args.auth_cache_ttl, Duration::from_secs(30));

@@ -125,15 +125,9 @@ fn authz_attributes(args: &Args) -> Result<Option<Attributes>, StartError> {
     if args.auth == Auth::None {
         return Ok(None);
     }
-    let attributes = match &args.authz_resource {
-        Some(resource) => {
-            Attributes::parse_resource(resource, &args.authz_verb).map_err(StartError::Authz)?
-        }
-        None => Attributes::NonResource {
-            verb: args.authz_verb.clone(),
-        },
-    };
-    Ok(Some(attributes))
+    Attributes::parse_resource(&args.authz_resource, &args.authz_verb)
+        .map(Some)
+        .map_err(StartError::Authz)
 }
 
 /// The `--endpoint`s; an error when there is no backend at all.
