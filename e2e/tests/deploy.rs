@@ -609,6 +609,23 @@ async fn deploy_rbac_grants_exactly_the_designed_verbs_zau_zdb_shard_federator()
         ("get", "", "secrets", other, None, false),
         ("list", "", "configmaps", other, None, false),
         ("create", "coordination.k8s.io", "leases", own, None, false),
+        // --auth=kubernetes: each caller's token and permission reviewed.
+        (
+            "create",
+            "authentication.k8s.io",
+            "tokenreviews",
+            None,
+            None,
+            true,
+        ),
+        (
+            "create",
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            None,
+            None,
+            true,
+        ),
         (
             "watch",
             "zonecontrol.k8s.aws",
