@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::Request;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tokio::task::JoinHandle;
 use zone_rules::RuleDiscovery;
@@ -65,23 +65,14 @@ impl Backend {
     /// Prometheus with [`RULES`], gzipped when `gzip` (as Prometheus answers a client that
     /// accepts it).
     pub async fn prometheus(gzip: bool) -> Self {
-        let body = if gzip {
-            let mut encoder =
-                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-            std::io::Write::write_all(&mut encoder, RULES.as_bytes()).unwrap();
-            encoder.finish().unwrap()
-        } else {
-            RULES.as_bytes().to_vec()
+        let body = match gzip {
+            true => gzipped(RULES.as_bytes(), flate2::Compression::default()),
+            false => RULES.as_bytes().to_vec(),
         };
         Self::serve(move || {
-            let mut response =
+            let response =
                 ([(header::CONTENT_TYPE, "application/json")], body.clone()).into_response();
-            if gzip {
-                response
-                    .headers_mut()
-                    .insert(header::CONTENT_ENCODING, "gzip".parse().unwrap());
-            }
-            response
+            encoded(response, gzip.then_some("gzip"))
         })
         .await
     }
@@ -92,16 +83,7 @@ impl Backend {
         body: &'static str,
         content_encoding: Option<&'static str>,
     ) -> Self {
-        Self::serve(move || {
-            let mut response = (status, body).into_response();
-            if let Some(encoding) = content_encoding {
-                response
-                    .headers_mut()
-                    .insert(header::CONTENT_ENCODING, encoding.parse().unwrap());
-            }
-            response
-        })
-        .await
+        Self::serve(move || encoded((status, body).into_response(), content_encoding)).await
     }
 
     /// A `200` of `size` bytes of valid-looking JSON that never ends, streamed without a
@@ -111,13 +93,9 @@ impl Backend {
         let head = br#"{"status":"success","data":{"groups":["#;
         let mut plain = head.to_vec();
         plain.resize(size, b' ');
-        let body = if gzip {
-            let mut encoder =
-                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-            std::io::Write::write_all(&mut encoder, &plain).unwrap();
-            encoder.finish().unwrap()
-        } else {
-            plain
+        let body = match gzip {
+            true => gzipped(&plain, flate2::Compression::fast()),
+            false => plain,
         };
         let body = axum::body::Bytes::from(body);
         Self::serve(move || {
@@ -125,14 +103,9 @@ impl Backend {
                 .chunks(64 << 10)
                 .map(|chunk| Ok::<_, std::io::Error>(body.slice_ref(chunk)))
                 .collect();
-            let mut response =
+            let response =
                 axum::body::Body::from_stream(futures::stream::iter(chunks)).into_response();
-            if gzip {
-                response
-                    .headers_mut()
-                    .insert(header::CONTENT_ENCODING, "gzip".parse().unwrap());
-            }
-            response
+            encoded(response, gzip.then_some("gzip"))
         })
         .await
     }
@@ -180,4 +153,21 @@ pub fn endpoint(url: &str, shard: &str, replica: &str) -> Endpoint {
         replica: replica.to_string(),
         url: url.to_string(),
     }
+}
+
+/// `plain`, gzipped at `level`.
+fn gzipped(plain: &[u8], level: flate2::Compression) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), level);
+    std::io::Write::write_all(&mut encoder, plain).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// `response` sent with the `Content-Encoding` `encoding`, when given.
+fn encoded(mut response: Response, encoding: Option<&'static str>) -> Response {
+    if let Some(encoding) = encoding {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding));
+    }
+    response
 }

@@ -20,13 +20,9 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = cli::Args::parse();
-    let runtime = match zone_operator::Runtime::start("zau-controller", &args.runtime).await {
-        Ok(runtime) => runtime,
-        Err(error) => return zone_operator::report_exit(&error),
-    };
-    let controller = controller::run(runtime.clone_parts(), args);
-    match runtime.run(controller).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => zone_operator::report_exit(&error),
-    }
+    let runtime = args.runtime.clone();
+    zone_operator::run_controller("zau-controller", &runtime, |parts| {
+        controller::run(parts, args)
+    })
+    .await
 }

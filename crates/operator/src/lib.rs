@@ -68,7 +68,7 @@ pub use kube::runtime::events::EventType;
 pub use leader::{LeaderElector, LeaderError, LeaderHandle, LeaderStatus, LeaseConfig};
 pub use metrics::{ControllerMetrics, ReconcileMetrics, ReconcileTimer};
 pub use readiness::Readiness;
-pub use runtime::{Runtime, RuntimeError, RuntimeParts, report_exit};
+pub use runtime::{Runtime, RuntimeError, RuntimeParts, report_exit, run_controller};
 pub use scope::ScopeArgs;
 pub use shutdown::Shutdown;
 pub use watch::InitialList;

@@ -429,3 +429,23 @@ pub fn report_exit(error: &(dyn std::error::Error + 'static)) -> ExitCode {
     }
     ExitCode::FAILURE
 }
+
+/// The whole `main` of a binary that runs one leader-elected controller: the runtime started
+/// as `controller`, then `work` (given the runtime's parts) run until shutdown; a failure of
+/// either is reported and becomes the exit code.
+pub async fn run_controller<F, Fut, E>(controller: &str, args: &RuntimeArgs, work: F) -> ExitCode
+where
+    F: FnOnce(RuntimeParts) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let runtime = match Runtime::start(controller, args).await {
+        Ok(runtime) => runtime,
+        Err(error) => return report_exit(&error),
+    };
+    let work = work(runtime.clone_parts());
+    match runtime.run(work).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => report_exit(&error),
+    }
+}
