@@ -50,6 +50,11 @@ impl Backend {
                 answer()
             }
         });
+        Self::listen(router, requests).await
+    }
+
+    /// Serves `router` on a port of its own.
+    async fn listen(router: Router, requests: Arc<Mutex<Vec<String>>>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let task = tokio::spawn(async move {
@@ -113,16 +118,7 @@ impl Backend {
     /// Takes the request and never answers (a Prometheus stuck in a long evaluation).
     pub async fn hanging() -> Self {
         let router = Router::new().fallback(std::future::pending::<()>);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, router).await.unwrap();
-        });
-        Self {
-            url,
-            requests: Arc::default(),
-            task,
-        }
+        Self::listen(router, Arc::default()).await
     }
 
     /// An address where nothing listens (a backend that went away).
