@@ -83,18 +83,12 @@ pub async fn start(
         |zdb| zdb.metadata.managed_fields = None,
     );
     let zones = watches.zones(&client, &args.scope.zone_label, initial_list);
+    // Set once the budget cache has its first list, by the serving path below: the one waiter
+    // of the store (a kube Store wakes only the last of concurrent waiters).
     let zdbs_synced = Arc::new(AtomicBool::new(false));
-    {
-        let zdbs = zdbs.clone();
-        let synced = zdbs_synced.clone();
-        tokio::spawn(async move {
-            if zdbs.wait_until_ready().await.is_ok() {
-                synced.store(true, Ordering::Release);
-            }
-        });
-    }
     let zones_ready = zones.clone();
     let zdbs_ready = zdbs.clone();
+    let synced = zdbs_synced.clone();
     let keeper = policy::Keeper {
         client: client.clone(),
         config_name: args.webhook_config_name.clone(),
@@ -150,6 +144,7 @@ pub async fn start(
                 );
                 return None;
             }
+            synced.store(true, Ordering::Release);
             caches_gate.open();
             Some(certs)
         };
