@@ -18,10 +18,7 @@ E2E_FILTER ?=
 # E2E_THREADS bounds parallel e2e tests: they share one small control plane on 2 cores.
 E2E_THREADS ?= 2
 # E2E_SKIP lists e2e tests left out of `make e2e` (substrings, e.g. E2E_SKIP=zau_leader).
-# Left out until fixed: the frozen-budget drain scenario fails on its third (maxUnavailable 2)
-# budget, whose pods are not evicted by the drain; the freeze itself is covered by
-# zdb_zero_percent_freezes_the_budget. Run it with `make e2e E2E_SKIP= E2E_FILTER=zdb_frozen`.
-E2E_SKIP ?= zdb_frozen_budgets_hold_a_drain_that_takes_other_pods
+E2E_SKIP ?=
 # PERF=<substring> runs only the matching e2e/perf/*.sh measurements.
 PERF ?=
 

@@ -536,7 +536,8 @@ async fn zdb_frozen_budgets_hold_a_drain_that_takes_other_pods() {
             )
             .await;
     }
-    let before = fixture.live_uids().await;
+    let before = fixture.live_uids_of("drain=yes").await;
+    assert_eq!(before.len(), 6, "every pod of the three sets: {before:?}");
     let client = fixture.ns.client.clone();
 
     let (success, output) = Kubectl::drain(&node.name, "drain=yes", &["--timeout=20s"])
@@ -555,7 +556,7 @@ async fn zdb_frozen_budgets_hold_a_drain_that_takes_other_pods() {
         output.contains("will retry after 5s") && output.contains("frozen (maxUnavailable 0)"),
         "refused with a 429 naming the freeze:\n{output}"
     );
-    let after = fixture.live_uids().await;
+    let after = fixture.live_uids_of("drain=yes").await;
     for frozen in ["frozen-int", "frozen-pct"] {
         for i in 0..2 {
             let pod = format!("{frozen}-{i}");
@@ -954,9 +955,14 @@ impl Fixture {
             .unwrap();
     }
 
-    /// name -> uid of the pods that are not terminating.
+    /// name -> uid of the budget's pods that are not terminating.
     async fn live_uids(&self) -> BTreeMap<String, String> {
-        self.list_pods()
+        self.live_uids_of(&format!("app={SET}")).await
+    }
+
+    /// name -> uid of the pods `selector` finds that are not terminating.
+    async fn live_uids_of(&self, selector: &str) -> BTreeMap<String, String> {
+        pods::list(&self.pods, selector)
             .await
             .iter()
             .filter(|p| !pods::is_terminating(p))
