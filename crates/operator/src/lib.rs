@@ -14,8 +14,9 @@
 //! - writes: status by server-side apply or by a PUT retried on conflict ([`status`]), owned
 //!   children applied and pruned ([`children`]), Events published once the status is written
 //!   ([`events`]), metrics ([`metrics`]);
-//! - HTTPS servers with certificate reload ([`https`], [`tls`]), callers authenticated and
-//!   authorized by TokenReview and SubjectAccessReview ([`auth`]);
+//! - HTTPS servers with certificate reload ([`https`], [`tls`]; the runtime's own port too,
+//!   [`Serving`]), callers authenticated and authorized by TokenReview and SubjectAccessReview
+//!   ([`auth`]);
 //! - a scripted fake API server for tests (`testing`, behind the feature of that name).
 //!
 //! A binary's `main` parses its args, calls [`Runtime::start`], builds its controllers from
@@ -68,7 +69,7 @@ pub use kube::runtime::events::EventType;
 pub use leader::{LeaderElector, LeaderError, LeaderHandle, LeaderStatus, LeaseConfig};
 pub use metrics::{ControllerMetrics, ReconcileMetrics, ReconcileTimer};
 pub use readiness::Readiness;
-pub use runtime::{Runtime, RuntimeError, RuntimeParts, report_exit, run_controller};
+pub use runtime::{Runtime, RuntimeError, RuntimeParts, Serving, report_exit, run_controller};
 pub use scope::ScopeArgs;
 pub use shutdown::Shutdown;
 pub use watch::InitialList;

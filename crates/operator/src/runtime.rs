@@ -30,12 +30,14 @@ use crate::{
     cli::{BaseArgs, CliError, LeaderArgs, RuntimeArgs},
     client::{self, ClientError},
     events::EventPublisher,
+    https::{self, CertSource},
     leader::{LeaderElector, LeaderError, LeaderHandle, LeaseConfig},
     metrics::{ControllerMetrics, MetricsError, ReconcileMetrics},
     readiness::Readiness,
     server::{BoundServer, ExtraRoutes, ServerError},
     shutdown::{Shutdown, ShutdownError},
     telemetry::{self, TelemetryError},
+    tls::TlsError,
     watch::InitialList,
 };
 
@@ -59,6 +61,8 @@ pub enum RuntimeError {
     Metrics(#[source] MetricsError),
     #[error("cannot start the health/metrics server")]
     Bind(#[source] ServerError),
+    #[error("cannot load the certificate to serve HTTPS with")]
+    Certificate(#[source] TlsError),
     #[error("invalid leader-election settings")]
     LeaderConfig(#[source] LeaderError),
     #[error("leadership lost; exiting so the Deployment restarts this replica as a standby")]
@@ -111,6 +115,19 @@ impl RuntimeParts {
     }
 }
 
+/// How the runtime's one port (`/healthz`, `/readyz`, `/metrics` and the binary's routes) is
+/// served.
+#[derive(Clone, Debug, Default)]
+pub enum Serving {
+    /// Plain HTTP.
+    #[default]
+    Http,
+    /// HTTPS only, with the certificate of the source, reloaded without a restart
+    /// ([`https::certificates`]; a directory is re-read every few seconds). The kubelet's probes
+    /// and Prometheus's scrapes of the port must use HTTPS too.
+    Https(CertSource),
+}
+
 /// A started runtime: server listening, signals handled, leader election running.
 pub struct Runtime {
     parts: RuntimeParts,
@@ -135,8 +152,7 @@ impl Runtime {
     /// A stateless server: the same runtime without leader election, so every replica runs the
     /// work given to [`Runtime::run`] at once (its flags are [`BaseArgs`] alone).
     pub async fn start_unelected(controller: &str, args: &BaseArgs) -> Result<Self, RuntimeError> {
-        let (identity, client, shutdown) = connect(controller, args).await?;
-        Self::assemble(controller, args, None, identity, client, shutdown).await
+        Self::start_unelected_serving(controller, args, true, Serving::Http).await
     }
 
     /// [`Runtime::start_unelected`] for a server that may have nothing to ask Kubernetes (the
@@ -146,10 +162,27 @@ impl Runtime {
         controller: &str,
         args: &BaseArgs,
     ) -> Result<Self, RuntimeError> {
-        let identity = prepare(args)?;
-        let client = client::disconnected(&format!("{controller} was started without Kubernetes"));
-        let shutdown = listen_for_signals()?;
-        Self::assemble(controller, args, None, identity, client, shutdown).await
+        Self::start_unelected_serving(controller, args, false, Serving::Http).await
+    }
+
+    /// [`Runtime::start_unelected`] when `kubernetes`, else
+    /// [`Runtime::start_unelected_without_client`], with the port served as `serving` says. A
+    /// certificate that cannot be loaded fails the start ([`RuntimeError::Certificate`]).
+    pub async fn start_unelected_serving(
+        controller: &str,
+        args: &BaseArgs,
+        kubernetes: bool,
+        serving: Serving,
+    ) -> Result<Self, RuntimeError> {
+        let (identity, client, shutdown) = if kubernetes {
+            connect(controller, args).await?
+        } else {
+            let identity = prepare(args)?;
+            let client =
+                client::disconnected(&format!("{controller} was started without Kubernetes"));
+            (identity, client, listen_for_signals()?)
+        };
+        Self::assemble(controller, args, None, &serving, identity, client, shutdown).await
     }
 
     /// Everything after the client exists: metrics, server, leader election. Separate from
@@ -162,13 +195,23 @@ impl Runtime {
         shutdown: Shutdown,
     ) -> Result<Self, RuntimeError> {
         let leader = args.leader.leader_elect.then_some(&args.leader);
-        Self::assemble(controller, &args.base, leader, identity, client, shutdown).await
+        Self::assemble(
+            controller,
+            &args.base,
+            leader,
+            &Serving::Http,
+            identity,
+            client,
+            shutdown,
+        )
+        .await
     }
 
     async fn assemble(
         controller: &str,
         args: &BaseArgs,
         leader_args: Option<&LeaderArgs>,
+        serving: &Serving,
         identity: String,
         client: Client,
         shutdown: Shutdown,
@@ -177,9 +220,17 @@ impl Runtime {
         let metrics = ReconcileMetrics::register(&registry).map_err(RuntimeError::Metrics)?;
         let readiness = Readiness::new();
         readiness.follow_shutdown(&shutdown);
-        let bound = BoundServer::bind(args.listen_address)
+        let mut bound = BoundServer::bind(args.listen_address)
             .await
             .map_err(RuntimeError::Bind)?;
+        if let Serving::Https(source) = serving {
+            // The server's TLS config takes the process-wide provider.
+            client::install_crypto_provider();
+            let certs = https::certificates(&client, source)
+                .await
+                .map_err(RuntimeError::Certificate)?;
+            bound = bound.with_tls(certs);
+        }
         let address = bound.local_addr();
 
         let (leader, elector) = if let Some(args) = leader_args {

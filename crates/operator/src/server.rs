@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use axum::{
     Router,
@@ -17,9 +18,18 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use tokio::net::TcpListener;
 
 use crate::{
+    https,
     readiness::{Readiness, ReadyState},
     shutdown::Shutdown,
+    tls::CertStore,
 };
+
+/// Over HTTPS, how long requests in flight get to finish once the listener is closed. The plain
+/// server waits for every open connection (axum's graceful shutdown closes idle ones at once);
+/// the HTTPS one waits for the first request of a connection that has completed its handshake
+/// ([`https::serve_until`]), so a client that never sends one needs a deadline. Below the
+/// kubelet's default 30 s grace period.
+const HTTPS_IN_FLIGHT: Duration = Duration::from_secs(20);
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +113,8 @@ pub fn router_with(readiness: Readiness, registry: Registry, extra: ExtraRoutes)
 pub struct BoundServer {
     listener: TcpListener,
     address: SocketAddr,
+    /// HTTPS only, with the certificate of the store at each handshake ([`BoundServer::with_tls`]).
+    tls: Option<Arc<CertStore>>,
 }
 
 impl BoundServer {
@@ -111,7 +123,19 @@ impl BoundServer {
             .await
             .map_err(|source| ServerError::Bind { address, source })?;
         let address = listener.local_addr().map_err(ServerError::LocalAddr)?;
-        Ok(Self { listener, address })
+        Ok(Self {
+            listener,
+            address,
+            tls: None,
+        })
+    }
+
+    /// Serves HTTPS only (HTTP/1.1), with the certificate `certs` holds at each handshake, so a
+    /// reloaded one is served without a restart ([`crate::https::certificates`]). A plain HTTP
+    /// request fails its handshake: probes and scrapes of this port must use HTTPS too.
+    pub fn with_tls(mut self, certs: Arc<CertStore>) -> Self {
+        self.tls = Some(certs);
+        self
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -139,11 +163,24 @@ impl BoundServer {
         shutdown: Shutdown,
         extra: ExtraRoutes,
     ) -> Result<(), ServerError> {
-        tracing::info!(address = %self.address, "serving /healthz, /readyz, /metrics");
-        axum::serve(self.listener, router_with(readiness, registry, extra))
-            .with_graceful_shutdown(shutdown.stop_accepting())
-            .await
-            .map_err(ServerError::Serve)
+        let router = router_with(readiness, registry, extra);
+        let Some(certs) = self.tls else {
+            tracing::info!(address = %self.address, scheme = "http", "serving /healthz, /readyz, /metrics");
+            return axum::serve(self.listener, router)
+                .with_graceful_shutdown(shutdown.stop_accepting())
+                .await
+                .map_err(ServerError::Serve);
+        };
+        tracing::info!(address = %self.address, scheme = "https", "serving /healthz, /readyz, /metrics");
+        https::serve_until(
+            self.listener,
+            certs,
+            router,
+            shutdown.stop_accepting(),
+            HTTPS_IN_FLIGHT,
+        )
+        .await;
+        Ok(())
     }
 }
 

@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
+use crate::tls::CertStore;
 use axum::body::Body;
 use axum::http::Request;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -191,4 +192,78 @@ async fn extra_routes_are_served_once_merged_and_never_shadow_the_runtime_s() {
         .unwrap();
     assert_eq!(post.status(), StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(get_path(served, "/live").await.0, StatusCode::NOT_FOUND);
+}
+
+/// `GET path` over HTTPS as a client trusting only `ca` (PEM) for 127.0.0.1: the whole answer.
+async fn https_get(address: SocketAddr, ca: &[u8], path: &str) -> Result<String, String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    tls.write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    // The server may close without close_notify after a complete answer.
+    let _ = tls.read_to_end(&mut answer).await;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+#[tokio::test]
+async fn with_tls_it_serves_https_only_and_stops_on_shutdown() {
+    crate::client::install_crypto_provider();
+    let now = crate::tls::unix_now();
+    let validity = crate::tls::CertValidity::default();
+    let served = crate::tls::generate("CA", "svc", "ns", validity, now, None).unwrap();
+    let other = crate::tls::generate("CA", "svc", "ns", validity, now, None).unwrap();
+    let certs = Arc::new(CertStore::new(served.pair.certified_key().unwrap()));
+    let server = BoundServer::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+        .with_tls(certs.clone());
+    let address = server.local_addr();
+    let readiness = Readiness::new();
+    let shutdown = Shutdown::new();
+    let task = tokio::spawn(server.serve(readiness.clone(), Registry::new(), shutdown.clone()));
+
+    let answer = https_get(address, &served.ca, "/healthz").await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    readiness.set_ready();
+    let answer = https_get(address, &served.ca, "/readyz").await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let mut plain = tokio::net::TcpStream::connect(address).await.unwrap();
+    plain
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    let _ = plain.read_to_end(&mut raw).await;
+    assert!(
+        !raw.starts_with(b"HTTP/1.1"),
+        "plain HTTP is not answered: {:?}",
+        String::from_utf8_lossy(&raw)
+    );
+
+    // The store is asked at every handshake: a swapped certificate is served at once.
+    assert!(https_get(address, &other.ca, "/healthz").await.is_err());
+    certs.swap(other.pair.certified_key().unwrap());
+    let answer = https_get(address, &other.ca, "/healthz").await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    shutdown.trigger();
+    task.await.unwrap().unwrap();
+    assert!(tokio::net::TcpStream::connect(address).await.is_err());
 }
