@@ -217,15 +217,7 @@ impl Fetched {
             uncompressed_cap,
         } = self;
         let body = if gzipped {
-            let expected = (body.len() as u64 * 8).min(uncompressed_cap);
-            let mut plain = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
-            // One byte past the cap tells an answer at the cap from one over it.
-            let mut capped = std::io::Read::take(
-                flate2::read::GzDecoder::new(&body[..]),
-                uncompressed_cap.saturating_add(1),
-            );
-            std::io::Read::read_to_end(&mut capped, &mut plain)
-                .map_err(|error| FetchError::BadJson(format!("bad gzip: {error}")))?;
+            let plain = gunzip_capped(&body, uncompressed_cap)?;
             if plain.len() as u64 > uncompressed_cap {
                 return Err(FetchError::TooLarge {
                     what: "uncompressed",
@@ -254,6 +246,37 @@ impl Fetched {
     }
 }
 
+/// Bytes gunzipped from `gzipped` at a time.
+const GUNZIP_CHUNK: usize = 64 << 10;
+
+/// `gzipped` gunzipped, up to one byte past `cap` (which tells an answer at the cap from one
+/// over it). The buffer grows by doubling, as `read_to_end` would, but never past `cap + 1`:
+/// doubling alone would reserve up to twice the cap (512 MiB under the 256Mi default) for an
+/// answer that ends just over a power of two.
+fn gunzip_capped(gzipped: &[u8], cap: u64) -> Result<Vec<u8>, FetchError> {
+    let limit = usize::try_from(cap.saturating_add(1)).unwrap_or(usize::MAX);
+    // A guess at the ratio of Prometheus's JSON: one allocation for most answers.
+    let expected = gzipped.len().saturating_mul(8).min(limit);
+    let mut plain = Vec::with_capacity(expected);
+    let mut decoder = flate2::read::GzDecoder::new(gzipped);
+    let mut chunk = vec![0; GUNZIP_CHUNK];
+    while plain.len() < limit {
+        let read = match std::io::Read::read(&mut decoder, &mut chunk) {
+            Ok(0) => break,
+            Ok(read) => read,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(FetchError::BadJson(format!("bad gzip: {error}"))),
+        };
+        let kept = read.min(limit - plain.len());
+        if plain.capacity() - plain.len() < kept {
+            let doubled = plain.capacity().saturating_mul(2).max(plain.len() + kept);
+            plain.reserve_exact(doubled.min(limit) - plain.len());
+        }
+        plain.extend_from_slice(&chunk[..kept]);
+    }
+    Ok(plain)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -279,6 +302,34 @@ mod tests {
         let registry = prometheus::Registry::new();
         let metrics = FederatorMetrics::register(&registry).unwrap();
         (Fetcher::new(timeout, 4, GENEROUS, metrics), registry)
+    }
+
+    /// Never more than one byte past the cap is held, whatever the answer gunzips to: an answer
+    /// just over a power of two does not double the buffer past the cap.
+    #[test]
+    fn gunzipping_never_reserves_past_the_cap() {
+        let gzip = |plain: &[u8]| {
+            let mut encoder =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            std::io::Write::write_all(&mut encoder, plain).unwrap();
+            encoder.finish().unwrap()
+        };
+        for cap in [(1 << 20) + 1, 3_000_000, (4 << 20) - 3] {
+            let over = gzip(&vec![b' '; cap as usize * 2]);
+            let plain = gunzip_capped(&over, cap).unwrap();
+            assert_eq!(plain.len() as u64, cap + 1, "cut one byte past the cap");
+            assert!(
+                plain.capacity() as u64 <= cap + 1,
+                "cap {cap}: capacity {}",
+                plain.capacity()
+            );
+            let at = gzip(&vec![b' '; cap as usize]);
+            let plain = gunzip_capped(&at, cap).unwrap();
+            assert_eq!(plain.len() as u64, cap);
+            assert!(plain.capacity() as u64 <= cap + 1, "cap {cap}");
+        }
+        let small = gzip(b"{}");
+        assert_eq!(gunzip_capped(&small, 1 << 20).unwrap(), b"{}");
     }
 
     #[tokio::test]
