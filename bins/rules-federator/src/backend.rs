@@ -1,13 +1,21 @@
-//! In-process Prometheus backends for the tests: real HTTP servers on 127.0.0.1:0, so the
-//! fetch, its timeout, gzip and the merge run as they do against Prometheus, in `cargo test`.
+//! In-process Prometheus backends for the tests: real HTTP(S) servers on 127.0.0.1:0, so the
+//! fetch, its timeout, gzip, TLS and the merge run as they do against Prometheus, in `cargo
+//! test`.
 #![allow(clippy::unwrap_used)]
 
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::task::JoinHandle;
 use zone_rules::RuleDiscovery;
 
@@ -26,8 +34,37 @@ pub fn rules_data() -> RuleDiscovery {
 /// A server; stops accepting when dropped.
 pub struct Backend {
     pub url: String,
-    requests: Arc<Mutex<Vec<String>>>,
+    requests: Arc<Mutex<Vec<Asked>>>,
     task: JoinHandle<()>,
+}
+
+/// What a backend was asked: the path and query, and the Authorization header.
+#[derive(Debug, Clone)]
+struct Asked {
+    path_and_query: String,
+    authorization: Option<String>,
+}
+
+/// Answers every request as `answer` does, recording it in `asked`.
+fn recording<F>(answer: F, asked: Arc<Mutex<Vec<Asked>>>) -> Router
+where
+    F: Fn() -> Response + Clone + Send + Sync + 'static,
+{
+    Router::new().fallback(move |request: Request| {
+        let answer = answer.clone();
+        let asked = asked.clone();
+        async move {
+            let authorization = request
+                .headers()
+                .get(header::AUTHORIZATION)
+                .map(|value| value.to_str().unwrap().to_string());
+            asked.lock().unwrap().push(Asked {
+                path_and_query: request.uri().path_and_query().unwrap().to_string(),
+                authorization,
+            });
+            answer()
+        }
+    })
 }
 
 impl Backend {
@@ -37,24 +74,69 @@ impl Backend {
         F: Fn() -> Response + Clone + Send + Sync + 'static,
     {
         let requests = Arc::new(Mutex::new(Vec::new()));
-        let asked = requests.clone();
-        let router = Router::new().fallback(move |request: Request| {
-            let answer = answer.clone();
-            let asked = asked.clone();
-            async move {
-                let uri = request.uri();
-                asked
-                    .lock()
-                    .unwrap()
-                    .push(uri.path_and_query().unwrap().to_string());
-                answer()
-            }
-        });
+        let router = recording(answer, requests.clone());
         Self::listen(router, requests).await
     }
 
+    /// Prometheus with [`RULES`] (plain) over HTTPS with `serving`, asking for a client
+    /// certificate signed by `client_ca` when given.
+    pub async fn https(serving: &Issued, client_ca: Option<&TestCa>) -> Self {
+        let body = RULES.as_bytes().to_vec();
+        let answer =
+            move || ([(header::CONTENT_TYPE, "application/json")], body.clone()).into_response();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let router = recording(answer, requests.clone());
+        let chain = vec![CertificateDer::from_pem_slice(serving.cert.as_bytes()).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(serving.key.as_bytes()).unwrap();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap();
+        let builder = match client_ca {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                roots
+                    .add(CertificateDer::from_pem_slice(ca.pem.as_bytes()).unwrap())
+                    .unwrap();
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .unwrap();
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let config = builder.with_single_cert(chain, key).unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                let service = hyper_util::service::TowerToHyperService::new(router.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(stream).await else {
+                        return;
+                    };
+                    let _ = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+                });
+            }
+        });
+        Self {
+            url,
+            requests,
+            task,
+        }
+    }
+
     /// Serves `router` on a port of its own.
-    async fn listen(router: Router, requests: Arc<Mutex<Vec<String>>>) -> Self {
+    async fn listen(router: Router, requests: Arc<Mutex<Vec<Asked>>>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let task = tokio::spawn(async move {
@@ -133,7 +215,14 @@ impl Backend {
 
     /// The path and query of every request so far.
     pub fn requests(&self) -> Vec<String> {
-        self.requests.lock().unwrap().clone()
+        let asked = self.requests.lock().unwrap();
+        asked.iter().map(|a| a.path_and_query.clone()).collect()
+    }
+
+    /// The Authorization header of every request so far.
+    pub fn authorizations(&self) -> Vec<Option<String>> {
+        let asked = self.requests.lock().unwrap();
+        asked.iter().map(|a| a.authorization.clone()).collect()
     }
 }
 
@@ -166,4 +255,67 @@ fn encoded(mut response: Response, encoding: Option<&'static str>) -> Response {
             .insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding));
     }
     response
+}
+
+/// A test CA and the certificates it signs.
+pub struct TestCa {
+    /// The CA certificate, PEM (a `--backend-ca-file`).
+    pub pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+/// A certificate and its key, PEM.
+pub struct Issued {
+    pub cert: String,
+    pub key: String,
+}
+
+impl TestCa {
+    pub fn new(name: &str) -> Self {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let cert = params.self_signed(&key).unwrap();
+        Self {
+            pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// A serving certificate for `names`.
+    pub fn serving(&self, names: &[&str]) -> Issued {
+        let names = names.iter().map(|n| (*n).to_string()).collect::<Vec<_>>();
+        self.sign(CertificateParams::new(names).unwrap())
+    }
+
+    /// A client certificate for `name`.
+    pub fn client(&self, name: &str) -> Issued {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.sign(params)
+    }
+
+    fn sign(&self, params: CertificateParams) -> Issued {
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Issued {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+}
+
+/// A new empty directory for one test's files (remove it at the end).
+pub fn temp_dir(what: &str) -> PathBuf {
+    static MADE: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "rules-federator-{what}-{}-{}",
+        std::process::id(),
+        MADE.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }

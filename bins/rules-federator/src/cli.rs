@@ -1,6 +1,7 @@
 //! Flags (each with an environment fallback): the runtime's [`BaseArgs`] and the federator's
 //! own.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
@@ -33,6 +34,23 @@ pub enum Auth {
     /// A bearer token checked by a TokenReview, its user by a SubjectAccessReview (see
     /// `--authz-resource`); 401 without a valid token, 403 without the permission.
     Kubernetes,
+}
+
+/// How Prometheus is spoken to in the discovered pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scheme {
+    Http,
+    /// TLS, verified as `--backend-ca-file` and `--backend-server-name` say.
+    Https,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
 }
 
 /// A byte size: a number, optionally with Ki, Mi or Gi.
@@ -118,6 +136,52 @@ pub struct Args {
     #[arg(long, env = "DISCOVER_PORT", default_value_t = 9090)]
     pub discover_port: u16,
 
+    /// How the discovered pods are asked: `https` when their Prometheus serves TLS (its web
+    /// config). They are dialled by IP: give `--backend-server-name` for the name their
+    /// certificate holds.
+    #[arg(long, env = "DISCOVER_SCHEME", value_enum, default_value_t = Scheme::Http)]
+    pub discover_scheme: Scheme,
+
+    /// PEM bundle of the CAs that `https://` backends' certificates are verified against,
+    /// instead of the system's.
+    #[arg(long, env = "BACKEND_CA_FILE", value_name = "FILE")]
+    pub backend_ca_file: Option<PathBuf>,
+
+    /// The client certificate (PEM chain) presented to `https://` backends that ask for one,
+    /// with `--backend-key-file`.
+    #[arg(
+        long,
+        env = "BACKEND_CERT_FILE",
+        value_name = "FILE",
+        requires = "backend_key_file"
+    )]
+    pub backend_cert_file: Option<PathBuf>,
+
+    /// The key (PEM) of `--backend-cert-file`.
+    #[arg(
+        long,
+        env = "BACKEND_KEY_FILE",
+        value_name = "FILE",
+        requires = "backend_cert_file"
+    )]
+    pub backend_key_file: Option<PathBuf>,
+
+    /// The name `https://` backends' certificates are verified for (and sent as SNI), instead
+    /// of the host dialled: discovered pods are dialled by IP.
+    #[arg(long, env = "BACKEND_SERVER_NAME", value_name = "NAME")]
+    pub backend_server_name: Option<String>,
+
+    /// A file holding a bearer token sent to every backend (`Authorization: Bearer`), re-read
+    /// every 10 s so a rotated one (a projected ServiceAccount token) is sent without a restart.
+    #[arg(long, env = "BACKEND_BEARER_TOKEN_FILE", value_name = "FILE")]
+    pub backend_bearer_token_file: Option<PathBuf>,
+
+    /// Serve the API, /healthz, /readyz and /metrics over HTTPS only, with the `tls.crt` and
+    /// `tls.key` of this directory (a mounted Secret, cert-manager's), re-read every few seconds
+    /// so a renewed certificate is served without a restart.
+    #[arg(long, env = "TLS_CERT_DIR", value_name = "DIR")]
+    pub tls_cert_dir: Option<PathBuf>,
+
     /// How long one backend may take to answer before it is cut and named in a warning.
     #[arg(long, env = "ENDPOINT_TIMEOUT", default_value = "10s", value_parser = zone_operator::duration::parse_duration)]
     pub endpoint_timeout: Duration,
@@ -188,6 +252,18 @@ pub struct Args {
 }
 
 impl Args {
+    /// The TLS files and name of the backends' flags.
+    pub fn backend_tls_files(&self) -> crate::connector::TlsFiles {
+        crate::connector::TlsFiles {
+            ca: self.backend_ca_file.clone(),
+            client: self
+                .backend_cert_file
+                .clone()
+                .zip(self.backend_key_file.clone()),
+            server_name: self.backend_server_name.clone(),
+        }
+    }
+
     /// The label selector of the discovered pods, if discovery is on.
     pub fn discovery_selector(&self) -> Option<String> {
         if let Some(name) = &self.discover_sprom {
@@ -235,6 +311,26 @@ mod tests {
         }
         if unset("DISCOVER_PORT") {
             assert_eq!(defaults.discover_port, 9090);
+        }
+        if unset("DISCOVER_SCHEME") {
+            assert_eq!(defaults.discover_scheme, Scheme::Http);
+        }
+        for (name, given) in [
+            ("BACKEND_CA_FILE", &defaults.backend_ca_file),
+            ("BACKEND_CERT_FILE", &defaults.backend_cert_file),
+            ("BACKEND_KEY_FILE", &defaults.backend_key_file),
+            (
+                "BACKEND_BEARER_TOKEN_FILE",
+                &defaults.backend_bearer_token_file,
+            ),
+            ("TLS_CERT_DIR", &defaults.tls_cert_dir),
+        ] {
+            if unset(name) {
+                assert_eq!(*given, None, "{name}");
+            }
+        }
+        if unset("BACKEND_SERVER_NAME") {
+            assert_eq!(defaults.backend_server_name, None);
         }
         if unset("ENDPOINT_TIMEOUT") {
             assert_eq!(defaults.endpoint_timeout, Duration::from_secs(10));
@@ -287,6 +383,14 @@ mod tests {
             "app=prometheus",
             "--discover-namespace=monitoring",
             "--discover-port=9091",
+            "--discover-scheme=https",
+            "--backend-ca-file=/etc/prometheus-ca/ca.crt",
+            "--backend-cert-file",
+            "/etc/federator-client/tls.crt",
+            "--backend-key-file=/etc/federator-client/tls.key",
+            "--backend-server-name=prometheus.monitoring.svc",
+            "--backend-bearer-token-file=/var/run/secrets/tokens/prometheus",
+            "--tls-cert-dir=/etc/federator-serving",
             "--endpoint-timeout=1s",
             "--max-concurrency=4",
             "--max-concurrent-merges=2",
@@ -320,6 +424,31 @@ mod tests {
         assert_eq!(args.discovery_selector().as_deref(), Some("app=prometheus"));
         assert_eq!(args.discover_namespace.as_deref(), Some("monitoring"));
         assert_eq!(args.discover_port, 9091);
+        assert_eq!(args.discover_scheme, Scheme::Https);
+        let files = args.backend_tls_files();
+        assert_eq!(
+            files.ca.as_deref(),
+            Some(std::path::Path::new("/etc/prometheus-ca/ca.crt"))
+        );
+        assert_eq!(
+            files.client,
+            Some((
+                PathBuf::from("/etc/federator-client/tls.crt"),
+                PathBuf::from("/etc/federator-client/tls.key")
+            ))
+        );
+        assert_eq!(
+            files.server_name.as_deref(),
+            Some("prometheus.monitoring.svc")
+        );
+        assert_eq!(
+            args.backend_bearer_token_file,
+            Some(PathBuf::from("/var/run/secrets/tokens/prometheus"))
+        );
+        assert_eq!(
+            args.tls_cert_dir,
+            Some(PathBuf::from("/etc/federator-serving"))
+        );
         assert_eq!(args.endpoint_timeout, Duration::from_secs(1));
         assert_eq!(args.max_concurrency, 4);
         assert_eq!(args.max_concurrent_merges, 2);
@@ -354,5 +483,14 @@ mod tests {
             Args::try_parse_from(["rules-federator", "--max-concurrency=0"]).is_err(),
             "at least one backend at a time"
         );
+        for half in ["--backend-cert-file=c", "--backend-key-file=k"] {
+            if unset("BACKEND_CERT_FILE") && unset("BACKEND_KEY_FILE") {
+                assert!(
+                    Args::try_parse_from(["rules-federator", half]).is_err(),
+                    "{half}: a client certificate needs its key, and a key its certificate"
+                );
+            }
+        }
+        assert!(Args::try_parse_from(["rules-federator", "--discover-scheme=ftp"]).is_err());
     }
 }

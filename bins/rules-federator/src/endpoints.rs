@@ -10,13 +10,15 @@ use kube::{Api, Client, ResourceExt};
 use zone_api::sprom::contract::SHARD_POD_LABEL;
 use zone_operator::ErrorChain;
 
+use crate::cli::Scheme;
+
 /// One Prometheus to ask.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Endpoint {
     /// Shard first: sources are merged in this order (it decides exact ties).
     pub shard: String,
     pub replica: String,
-    /// Base URL, no trailing slash (`http://10.0.0.1:9090`).
+    /// Base URL, no trailing slash (`http://10.0.0.1:9090`, `https://10.0.0.1:9090`).
     pub url: String,
 }
 
@@ -29,16 +31,16 @@ impl Endpoint {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EndpointError {
-    #[error("--endpoint {0:?}: only http:// URLs are supported")]
+    #[error("--endpoint {0:?}: only http:// and https:// URLs are supported")]
     Scheme(String),
     #[error("--endpoint {0:?}: unknown fragment key {1:?} (shard, replica)")]
     Fragment(String, String),
 }
 
-/// `http://host:port[/prefix][#shard=S&replica=R]`.
+/// `http[s]://host:port[/prefix][#shard=S&replica=R]`.
 pub fn parse_static(text: &str) -> Result<Endpoint, EndpointError> {
     let (url, fragment) = text.split_once('#').unwrap_or((text, ""));
-    if !url.starts_with("http://") {
+    if !url.starts_with("http://") && !url.starts_with("https://") {
         return Err(EndpointError::Scheme(text.to_string()));
     }
     let mut endpoint = Endpoint {
@@ -63,7 +65,14 @@ pub fn parse_static(text: &str) -> Result<Endpoint, EndpointError> {
 #[derive(Clone)]
 pub struct Endpoints {
     fixed: Arc<Vec<Endpoint>>,
-    pods: Option<(Store<Pod>, u16)>,
+    pods: Option<(Store<Pod>, PodPort)>,
+}
+
+/// Where Prometheus serves in a discovered pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodPort {
+    pub scheme: Scheme,
+    pub port: u16,
 }
 
 impl Endpoints {
@@ -74,14 +83,14 @@ impl Endpoints {
         }
     }
 
-    /// The static endpoints plus a watch of the pods `selector` finds in `namespace`; returns
-    /// the future that keeps the watch (run it) and the endpoints.
+    /// The static endpoints plus a watch of the pods `selector` finds in `namespace`, each
+    /// asked at `port`; returns the future that keeps the watch (run it) and the endpoints.
     pub fn discovering(
         fixed: Vec<Endpoint>,
         client: Client,
         namespace: &str,
         selector: &str,
-        port: u16,
+        port: PodPort,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let api: Api<Pod> = Api::namespaced(client, namespace);
         let (store, writer) = reflector::store();
@@ -135,7 +144,7 @@ impl Endpoints {
 }
 
 /// The endpoint of a ready pod with an IP.
-pub fn of_pod(pod: &Pod, port: u16) -> Option<Endpoint> {
+pub fn of_pod(pod: &Pod, PodPort { scheme, port }: PodPort) -> Option<Endpoint> {
     if pod.metadata.deletion_timestamp.is_some() {
         return None;
     }
@@ -161,7 +170,7 @@ pub fn of_pod(pod: &Pod, port: u16) -> Option<Endpoint> {
             .cloned()
             .unwrap_or_default(),
         replica: pod.name_any(),
-        url: format!("http://{host}:{port}"),
+        url: format!("{}://{host}:{port}", scheme.as_str()),
     })
 }
 
@@ -186,10 +195,18 @@ mod tests {
             (plain.shard.as_str(), plain.replica.as_str()),
             ("", "http://prom:9090")
         );
-        assert!(matches!(
-            parse_static("https://x"),
-            Err(EndpointError::Scheme(_))
-        ));
+        assert_eq!(
+            parse_static("https://prom.monitoring.svc:9090/#shard=0")
+                .unwrap()
+                .url,
+            "https://prom.monitoring.svc:9090"
+        );
+        for other in ["ftp://x", "prom:9090", "HTTPS//x"] {
+            assert!(
+                matches!(parse_static(other), Err(EndpointError::Scheme(_))),
+                "{other}"
+            );
+        }
         assert!(matches!(
             parse_static("http://x#zone=a"),
             Err(EndpointError::Fragment(..))
@@ -205,15 +222,27 @@ mod tests {
             }))
             .unwrap()
         };
+        let http = PodPort {
+            scheme: Scheme::Http,
+            port: 9090,
+        };
         assert_eq!(
-            of_pod(&pod("True", Some("10.0.0.5")), 9090),
+            of_pod(&pod("True", Some("10.0.0.5")), http),
             Some(Endpoint {
                 shard: "1".into(),
                 replica: "p-shard-1-0".into(),
                 url: "http://10.0.0.5:9090".into()
             })
         );
-        assert_eq!(of_pod(&pod("False", Some("10.0.0.5")), 9090), None);
-        assert_eq!(of_pod(&pod("True", None), 9090), None);
+        assert_eq!(of_pod(&pod("False", Some("10.0.0.5")), http), None);
+        assert_eq!(of_pod(&pod("True", None), http), None);
+        let https = PodPort {
+            scheme: Scheme::Https,
+            port: 9443,
+        };
+        assert_eq!(
+            of_pod(&pod("True", Some("fd00::5")), https).unwrap().url,
+            "https://[fd00::5]:9443"
+        );
     }
 }

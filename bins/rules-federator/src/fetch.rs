@@ -1,18 +1,22 @@
 //! The fan-out: one GET per backend, concurrently (bounded), each cut at its timeout.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use futures::StreamExt;
 use http_body_util::{BodyExt, Empty};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 use zone_rules::RuleDiscovery;
 
+use crate::connector::BackendTls;
 use crate::endpoints::Endpoint;
 use crate::metrics::FederatorMetrics;
+use crate::token::BearerToken;
 
 /// Why one backend gave nothing; the warning names the backend and this.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -84,33 +88,41 @@ impl BodyCaps {
 
 #[derive(Clone)]
 pub struct Fetcher {
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
     timeout: Duration,
     concurrency: usize,
     caps: BodyCaps,
     metrics: FederatorMetrics,
+    /// Sent to every backend (`--backend-bearer-token-file`).
+    token: Option<Arc<BearerToken>>,
 }
 
 impl Fetcher {
+    /// Backends reached through `tls` (`https://` ones; `http://` in plain).
     pub fn new(
         timeout: Duration,
         concurrency: usize,
         caps: BodyCaps,
         metrics: FederatorMetrics,
+        tls: &BackendTls,
     ) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(timeout));
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
-            .build(connector);
+            .build(tls.connector(timeout));
         Self {
             client,
             timeout,
             concurrency: concurrency.max(1),
             caps,
             metrics,
+            token: None,
         }
+    }
+
+    /// Sends `token` to every backend.
+    pub fn with_token(mut self, token: Option<BearerToken>) -> Self {
+        self.token = token.map(Arc::new);
+        self
     }
 
     /// `path_and_query` from every endpoint, in the endpoints' order, each answer as soon as it
@@ -143,10 +155,14 @@ impl Fetcher {
     async fn get(&self, endpoint: &Endpoint, path_and_query: &str) -> Result<Fetched, FetchError> {
         let url = format!("{}{path_and_query}", endpoint.url);
         let uri: hyper::Uri = url.parse().map_err(|_| FetchError::Url(url.clone()))?;
-        let request = hyper::Request::get(uri)
+        let mut request = hyper::Request::get(uri)
             .header(hyper::header::ACCEPT, "application/json")
             // Prometheus compresses what it sends when asked: a tenth of the bytes to move.
-            .header(hyper::header::ACCEPT_ENCODING, "gzip")
+            .header(hyper::header::ACCEPT_ENCODING, "gzip");
+        if let Some(token) = &self.token {
+            request = request.header(hyper::header::AUTHORIZATION, token.header());
+        }
+        let request = request
             .body(Empty::<Bytes>::new())
             .map_err(|_| FetchError::Url(url.clone()))?;
         let response =
@@ -301,7 +317,8 @@ mod tests {
     fn fetcher(timeout: Duration) -> (Fetcher, prometheus::Registry) {
         let registry = prometheus::Registry::new();
         let metrics = FederatorMetrics::register(&registry).unwrap();
-        (Fetcher::new(timeout, 4, GENEROUS, metrics), registry)
+        let tls = BackendTls::load(&Default::default()).unwrap();
+        (Fetcher::new(timeout, 4, GENEROUS, metrics, &tls), registry)
     }
 
     /// Never more than one byte past the cap is held, whatever the answer gunzips to: an answer

@@ -7,11 +7,13 @@ mod api;
 #[cfg(test)]
 mod backend;
 mod cli;
+mod connector;
 mod endpoints;
 mod fetch;
 mod guard;
 mod metrics;
 mod serve;
+mod token;
 
 use std::process::ExitCode;
 

@@ -1,21 +1,24 @@
 //! The federator on the shared runtime: unelected (every replica serves), connected to
-//! Kubernetes only when discovery needs it, its API on the runtime's port next to `/healthz`,
-//! `/readyz` and `/metrics`.
+//! Kubernetes only when discovery or reviews need it, its API on the runtime's port next to
+//! `/healthz`, `/readyz` and `/metrics` (over HTTPS with `--tls-cert-dir`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use zone_operator::auth::{Attributes, AttributesError, KubeAuth};
+use zone_operator::https::CertSource;
 use zone_operator::metrics::MetricsError;
-use zone_operator::{Readiness, Runtime, RuntimeError, Shutdown};
+use zone_operator::{Readiness, Runtime, RuntimeError, Serving, Shutdown};
 use zone_rules::MergeOptions;
 
 use crate::api::{self, Api};
-use crate::cli::{Args, Auth};
-use crate::endpoints::{Endpoint, EndpointError, Endpoints, parse_static};
+use crate::cli::{Args, Auth, Scheme};
+use crate::connector::{BackendTls, BackendTlsError};
+use crate::endpoints::{Endpoint, EndpointError, Endpoints, PodPort, parse_static};
 use crate::fetch::{BodyCaps, Fetcher};
 use crate::guard::{self, Guard};
 use crate::metrics::FederatorMetrics;
+use crate::token::{self, BearerToken, TokenError};
 
 /// The name in the user agent and the runtime's logs.
 const NAME: &str = "rules-federator";
@@ -33,6 +36,10 @@ pub enum StartError {
     Metrics(#[source] MetricsError),
     #[error("--authz-resource")]
     Authz(#[source] AttributesError),
+    #[error(transparent)]
+    BackendTls(#[from] BackendTlsError),
+    #[error(transparent)]
+    Token(#[from] TokenError),
 }
 
 /// Starts the runtime and mounts the API on it; returns the work for [`Runtime::run`]: ready
@@ -50,13 +57,24 @@ pub async fn start(
     let attributes = authz_attributes(args)?;
     // Without discovery or reviews there is nothing to ask Kubernetes: static endpoints work
     // where no kubeconfig exists (local runs, the e2e tests, a federator outside any cluster).
-    let started = if selector.is_some() || attributes.is_some() {
-        Runtime::start_unelected(NAME, &args.base).await
-    } else {
-        Runtime::start_unelected_without_client(NAME, &args.base).await
+    let kubernetes = selector.is_some() || attributes.is_some();
+    let serving = match &args.tls_cert_dir {
+        Some(dir) => Serving::Https(CertSource::Dir(dir.clone())),
+        None => Serving::Http,
     };
-    let mut runtime = started.map_err(|error| StartError::Runtime(Box::new(error)))?;
+    let mut runtime = Runtime::start_unelected_serving(NAME, &args.base, kubernetes, serving)
+        .await
+        .map_err(|error| StartError::Runtime(Box::new(error)))?;
     let fixed = static_endpoints(args)?;
+    let tls = BackendTls::load(&args.backend_tls_files())?;
+    let token = args
+        .backend_bearer_token_file
+        .as_deref()
+        .map(|path| BearerToken::read(path, token::RELOAD))
+        .transpose()?;
+    if token.is_some() {
+        warn_of_plain_http(&fixed, selector.is_some().then_some(args.discover_scheme));
+    }
     let parts = runtime.clone_parts();
     let metrics = FederatorMetrics::register(&parts.registry).map_err(StartError::Metrics)?;
     let endpoints = match selector {
@@ -66,14 +84,13 @@ pub async fn start(
                 .discover_namespace
                 .clone()
                 .unwrap_or_else(|| parts.client.default_namespace().to_string());
-            tracing::info!(namespace = %namespace, selector = %selector, port = args.discover_port, "discovering Prometheus pods");
-            let (endpoints, watch) = Endpoints::discovering(
-                fixed,
-                parts.client.clone(),
-                &namespace,
-                &selector,
-                args.discover_port,
-            );
+            let port = PodPort {
+                scheme: args.discover_scheme,
+                port: args.discover_port,
+            };
+            tracing::info!(namespace = %namespace, selector = %selector, scheme = port.scheme.as_str(), port = port.port, "discovering Prometheus pods");
+            let (endpoints, watch) =
+                Endpoints::discovering(fixed, parts.client.clone(), &namespace, &selector, port);
             runtime.spawn_every_replica(watch);
             endpoints
         }
@@ -92,7 +109,9 @@ pub async fn start(
                 uncompressed: args.max_backend_uncompressed_bytes,
             },
             metrics.clone(),
-        ),
+            &tls,
+        )
+        .with_token(token),
         options,
         partial: args.partial_response,
         metrics,
@@ -115,7 +134,12 @@ pub async fn start(
     };
     let authenticated = guard.auth.is_some();
     runtime.merge_routes(guard::guarded(api::router(Arc::new(api)), Arc::new(guard)));
-    tracing::info!(address = %runtime.local_addr(), authenticated, "serving /api/v1/rules, /api/v1/alerts");
+    let scheme = if args.tls_cert_dir.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    tracing::info!(address = %runtime.local_addr(), scheme, authenticated, "serving /api/v1/rules, /api/v1/alerts");
     let work = ready_until_shutdown(endpoints, parts.readiness, parts.shutdown);
     Ok((runtime, work))
 }
@@ -142,6 +166,19 @@ fn static_endpoints(args: &Args) -> Result<Vec<Endpoint>, StartError> {
         return Err(StartError::NoBackend);
     }
     Ok(fixed)
+}
+
+/// The bearer token goes to every backend: say so when some are asked in plain HTTP, where
+/// anyone on the path reads it.
+fn warn_of_plain_http(fixed: &[Endpoint], discovered: Option<Scheme>) {
+    let plain: Vec<&str> = fixed
+        .iter()
+        .filter(|e| e.url.starts_with("http://"))
+        .map(Endpoint::name)
+        .collect();
+    if !plain.is_empty() || discovered == Some(Scheme::Http) {
+        tracing::warn!(endpoints = ?plain, discovered_pods = discovered == Some(Scheme::Http), "the backends' bearer token is sent over plain HTTP");
+    }
 }
 
 /// `/readyz` turns ready once discovery has listed (at once with static endpoints only).
@@ -189,7 +226,7 @@ mod tests {
     }
 
     #[test]
-    fn it_needs_a_backend_and_takes_only_http_ones() {
+    fn it_needs_a_backend_and_takes_http_and_https_ones() {
         let none = args(&[]);
         if none.endpoints.is_empty() && none.discovery_selector().is_none() {
             assert!(matches!(
@@ -199,8 +236,9 @@ mod tests {
         }
         let discovering = args(&["--discover-sprom=prometheus"]);
         assert!(static_endpoints(&discovering).is_ok());
+        assert!(static_endpoints(&args(&["--endpoint=https://prom:9090"])).is_ok());
         assert!(matches!(
-            static_endpoints(&args(&["--endpoint=https://prom:9090"])),
+            static_endpoints(&args(&["--endpoint=prom:9090"])),
             Err(StartError::Endpoint(EndpointError::Scheme(_)))
         ));
         let fixed = static_endpoints(&args(&["--endpoint= http://prom:9090/ ", "--endpoint="]));

@@ -32,7 +32,13 @@ fn api_capped(
     let metrics = FederatorMetrics::register(&registry).unwrap();
     let api = Api {
         endpoints: Endpoints::fixed(endpoints),
-        fetcher: Fetcher::new(TIMEOUT, 8, caps, metrics.clone()),
+        fetcher: Fetcher::new(
+            TIMEOUT,
+            8,
+            caps,
+            metrics.clone(),
+            &crate::connector::BackendTls::load(&Default::default()).unwrap(),
+        ),
         options: options(),
         partial,
         metrics,
