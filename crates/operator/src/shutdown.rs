@@ -83,6 +83,32 @@ impl Shutdown {
         }
     }
 
+    /// `router`, with every response sent once shutdown has started carrying `Connection:
+    /// close`. A client that keeps connections alive (the API server calling a webhook, kube-proxy
+    /// or not) picks a connection from its pool, not an endpoint: without this it would go on
+    /// sending requests over its open connections to a replica that has left the Service, until
+    /// the listener closes them, and a request written as an idle connection closes fails
+    /// (a POST is not retried). Told to close after an answer, the client retires each connection
+    /// at its next request during the drain delay and dials again, which reaches a replica still
+    /// in the Service.
+    pub fn close_connections_while_draining(&self, router: axum::Router) -> axum::Router {
+        let shutdown = self.clone();
+        router.layer(axum::middleware::map_response(
+            move |mut response: axum::response::Response| {
+                let draining = shutdown.is_triggered();
+                async move {
+                    if draining {
+                        response.headers_mut().insert(
+                            axum::http::header::CONNECTION,
+                            axum::http::HeaderValue::from_static("close"),
+                        );
+                    }
+                    response
+                }
+            },
+        ))
+    }
+
     /// The underlying token, for APIs that take one.
     pub fn token(&self) -> CancellationToken {
         self.token.clone()
@@ -133,7 +159,64 @@ pub async fn signal_received() -> Result<Signal, ShutdownError> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
     use super::*;
+
+    /// Sends `GET /` on `stream` and reads one answer (headers and the 3-byte body `ok\n`);
+    /// the answer's header block, lower-cased.
+    async fn ask(stream: &mut tokio::net::TcpStream) -> String {
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        let mut byte = [0u8; 1];
+        while !answer.ends_with(b"\r\n\r\nok\n") {
+            assert_eq!(
+                stream.read(&mut byte).await.unwrap(),
+                1,
+                "closed mid-answer"
+            );
+            answer.push(byte[0]);
+        }
+        String::from_utf8(answer).unwrap().to_ascii_lowercase()
+    }
+
+    #[tokio::test]
+    async fn answers_while_draining_close_their_connection() {
+        let shutdown = Shutdown::new();
+        shutdown.set_drain_delay(Duration::from_secs(60));
+        let router = shutdown.close_connections_while_draining(
+            axum::Router::new().route("/", axum::routing::get(|| async { "ok\n" })),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(
+            axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown.clone().stop_accepting())
+                .into_future(),
+        );
+
+        let mut kept = tokio::net::TcpStream::connect(address).await.unwrap();
+        assert!(!ask(&mut kept).await.contains("connection: close"));
+        assert!(
+            !ask(&mut kept).await.contains("connection: close"),
+            "kept alive before the shutdown"
+        );
+        shutdown.trigger();
+        // The connection opened before the trigger is answered and then closed by the server.
+        assert!(ask(&mut kept).await.contains("connection: close"));
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), kept.read_to_end(&mut rest))
+            .await
+            .unwrap();
+        assert!(matches!(read, Ok(0)), "closed after the answer: {read:?}");
+        // New connections are still answered during the drain delay, once each.
+        let mut late = tokio::net::TcpStream::connect(address).await.unwrap();
+        assert!(ask(&mut late).await.contains("connection: close"));
+    }
 
     #[tokio::test]
     async fn trigger_wakes_every_clone() {

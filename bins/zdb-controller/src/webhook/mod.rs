@@ -117,7 +117,11 @@ pub async fn start(
         in_flight: Arc::new(tokio::sync::Semaphore::new(judge::MAX_IN_FLIGHT)),
         api_requests: Arc::new(tokio::sync::Semaphore::new(judge::MAX_API_REQUESTS)),
     });
-    let router = Router::new().route(PATH, post(validate)).with_state(judge);
+    // The API server keeps its connections to a replica alive: told to close them while this
+    // replica drains, it moves to the others before the listener closes.
+    let router = parts.shutdown.close_connections_while_draining(
+        Router::new().route(PATH, post(validate)).with_state(judge),
+    );
 
     // Without a certificate nothing can be served, but the caches (and, on the leader, the
     // status controller) need not wait: a mounted certificate may appear later, the API server
