@@ -186,7 +186,8 @@ mod tests {
 
     use super::*;
     use crate::backend::{Backend, TestCa, rules_data, temp_dir};
-    use crate::fetch::{BodyCaps, FetchError, Fetched, Fetcher};
+    use crate::body::BodyCaps;
+    use crate::fetch::{FetchError, Fetched, Fetcher};
     use crate::metrics::FederatorMetrics;
     use crate::token::BearerToken;
 

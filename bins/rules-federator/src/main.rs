@@ -6,6 +6,7 @@
 mod api;
 #[cfg(test)]
 mod backend;
+mod body;
 mod cli;
 mod connector;
 mod endpoints;

@@ -12,10 +12,11 @@ use zone_operator::{Readiness, Runtime, RuntimeError, Serving, Shutdown};
 use zone_rules::MergeOptions;
 
 use crate::api::{self, Api};
+use crate::body::BodyCaps;
 use crate::cli::{Args, Auth, Scheme};
 use crate::connector::{BackendTls, BackendTlsError};
 use crate::endpoints::{Endpoint, EndpointError, Endpoints, PodPort, parse_static};
-use crate::fetch::{BodyCaps, Fetcher};
+use crate::fetch::Fetcher;
 use crate::guard::{self, Guard};
 use crate::metrics::FederatorMetrics;
 use crate::token::{self, BearerToken, TokenError};

@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::backend::{Backend, RULES, endpoint, rules_data};
+use crate::body::BodyCaps;
 use crate::endpoints::Endpoint;
-use crate::fetch::BodyCaps;
 use serde_json::Value;
 use std::time::Duration;
 use tower::ServiceExt;
