@@ -211,7 +211,12 @@ pub struct MountedSecret {
 impl MountedSecret {
     /// The mount of `leaf` for the test of `ns`.
     pub fn new(ns: &TestNamespace, leaf: &Leaf) -> MountedSecret {
-        let dir = std::env::temp_dir().join(format!("e2e-zdb-certs-{}", ns.name));
+        Self::named(&format!("zdb-certs-{}", ns.name), leaf)
+    }
+
+    /// The mount of `leaf` in a temporary directory named after `name` (unique per test).
+    pub fn named(name: &str, leaf: &Leaf) -> MountedSecret {
+        let dir = std::env::temp_dir().join(format!("e2e-{name}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("the mount directory");
         let mut mounted = MountedSecret { dir, version: 0 };

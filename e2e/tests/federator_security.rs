@@ -1,12 +1,19 @@
 //! rules-federator fail-safe e2e: callers authenticated and authorized by the local cluster's
 //! API server (real TokenReview and SubjectAccessReview), oversized backend answers cut while the
-//! federator's memory stays bounded. (Requests past the cap: the guard's unit tests.)
+//! federator's memory stays bounded, requests past the cap refused (and an abandoned one's turn
+//! given back), HTTPS backends (CA, server name, client certificate, a rotated bearer token) and
+//! the federator's own port over HTTPS with a certificate replaced in place.
 //!
 //! With `E2E_AS_SERVICE_ACCOUNT=1` the federator runs as its shipped ServiceAccount, so the
 //! reviews also prove config/rbac grants it `create` on both.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "federator_security/tls.rs"]
+mod tls;
+
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -299,4 +306,88 @@ async fn federator_security_a_200mb_answer_and_a_gzip_bomb_are_cut_with_memory_b
     );
     // Reading both whole would take over 1.2 GB; the caps bound it to what they let through.
     assert!(peak < 700, "peak RSS {peak} MiB");
+}
+
+/// Past `--max-concurrent-requests` a request is refused at once in Prometheus's error shape;
+/// the turns come back as the held requests are answered, and at once when a client gives up.
+#[tokio::test]
+#[ignore = "needs the built binaries (make e2e); holds requests in a backend"]
+async fn federator_security_requests_past_the_cap_are_503_and_an_abandoned_one_frees_its_turn() {
+    let (release, released) = tokio::sync::watch::channel(false);
+    let asked = Arc::new(AtomicUsize::new(0));
+    let held = {
+        let asked = asked.clone();
+        let router = Router::new().fallback(move || {
+            let mut released = released.clone();
+            asked.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let _ = released.wait_for(|released| *released).await;
+                ([(header::CONTENT_TYPE, "application/json")], RULES).into_response()
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        url
+    };
+    let (_federator, port) = federator(
+        &[format!("{held}#shard=0&replica=a")],
+        // The backend's timeout far beyond the test's: a turn is given back by the answer or
+        // the client leaving, never by the timeout.
+        &["--max-concurrent-requests=2", "--endpoint-timeout=10m"],
+        &[("KUBECONFIG", "/dev/null".to_string())],
+    );
+    wait_ready(port).await;
+
+    let mut holding: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(get(port, "/api/v1/rules", None)))
+        .collect();
+    wait_for("two requests held by the backend", TIMEOUT, || async {
+        match asked.load(Ordering::SeqCst) {
+            2 => Ok(()),
+            n => Err(format!("{n} asked")),
+        }
+    })
+    .await;
+    let (code, head, body) = get(port, "/api/v1/alerts", None).await.unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(head.contains("retry-after: 1"), "{head}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"status": "error", "errorType": "unavailable", "error": "too many concurrent requests; retry later"})
+    );
+
+    // A client that gives up closes its connection: its turn is free long before the backend
+    // would time out, and the next request reaches the backend.
+    holding.pop().unwrap().abort();
+    let replacement = wait_for(
+        "the abandoned request's turn taken by another",
+        TIMEOUT,
+        || async {
+            let before = asked.load(Ordering::SeqCst);
+            let request = tokio::spawn(get(port, "/api/v1/rules", None));
+            let reached = tokio::time::timeout(TIMEOUT, async {
+                while asked.load(Ordering::SeqCst) == before && !request.is_finished() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await;
+            match (reached, request.is_finished()) {
+                (Ok(()), false) => Ok(request),
+                (_, _) => Err(format!("refused: {:?}", request.await)),
+            }
+        },
+    )
+    .await;
+
+    release.send(true).unwrap();
+    for request in holding.into_iter().chain([replacement]) {
+        let (code, _, body) = request.await.unwrap().unwrap();
+        assert_eq!(code, 200, "{body}");
+    }
+    let (code, _, body) = get(port, "/api/v1/rules", None).await.unwrap();
+    assert_eq!(code, 200, "every turn given back: {body}");
+    println!("federator cap: 2 held, the third 503 with Retry-After, an abandoned turn reused");
 }
