@@ -292,4 +292,34 @@ mod tests {
         assert_eq!(requests.available_permits(), 2, "every turn given back");
         assert_eq!(call(&router, None).await.0, StatusCode::OK);
     }
+
+    /// A client that leaves mid-request drops the request's future (hyper does, when the
+    /// connection closes): its turn is given back then, not when the backends would have
+    /// answered.
+    #[tokio::test]
+    async fn an_abandoned_request_gives_its_turn_back() {
+        let release = Arc::new(Semaphore::new(0));
+        let guard = Guard {
+            requests: Arc::new(Semaphore::new(1)),
+            auth: None,
+        };
+        let requests = guard.requests.clone();
+        let router = router(guard, Some(release));
+        let abandoned = {
+            let router = router.clone();
+            tokio::spawn(async move { call(&router, None).await.0 })
+        };
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while requests.available_permits() > 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(call(&router, None).await.0, StatusCode::SERVICE_UNAVAILABLE);
+
+        abandoned.abort();
+        assert!(abandoned.await.unwrap_err().is_cancelled());
+        assert_eq!(requests.available_permits(), 1, "the turn is back");
+    }
 }
