@@ -188,11 +188,25 @@ impl Drop for ControllerProcess {
 /// `GET http://<address><path>` over plain HTTP/1.0 (a controller's `/readyz` or `/metrics`): the
 /// status code and the body.
 pub async fn http_get_from(address: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    http_get_with_token(address, path, None).await
+}
+
+/// [`http_get_from`] with `Authorization: Bearer <token>` when a token is given.
+pub async fn http_get_with_token(
+    address: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, String), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(address)
         .await
         .map_err(|e| e.to_string())?;
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    let authorization = token
+        .map(|token| format!("Authorization: Bearer {token}\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "GET {path} HTTP/1.0\r\nHost: {address}\r\n{authorization}Connection: close\r\n\r\n"
+    );
     stream
         .write_all(request.as_bytes())
         .await

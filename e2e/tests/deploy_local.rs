@@ -463,8 +463,20 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
     // The deployed rules-federator (discovering the sample ShardedPrometheus of the victim
     // namespace) serves the rules of its shards once they run real Prometheus with a rule file,
     // shards kept apart, and follows a scale without a restart.
-    federated_rules_follow_the_sample(&victim, &real_nodes, &controller_pods["rules-federator"])
-        .await;
+    // The shipped federator authenticates its callers: Grafana's token is bound to the deployed
+    // reader ClusterRole, anonymous calls are refused.
+    let grafana = reader_token(
+        &cluster,
+        &victim,
+        &format!("zone-aware-rules-federator-reader-{suffix}"),
+    );
+    federated_rules_follow_the_sample(
+        &victim,
+        &real_nodes,
+        &controller_pods["rules-federator"],
+        &grafana,
+    )
+    .await;
 
     // Undeploy: the webhook configuration goes first, then everything else.
     deployment
@@ -489,15 +501,72 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
     .await;
 }
 
-/// The shard labels of the rule `FederatedAlways` that the federator pod `federator` serves.
-async fn federated_shards(federator: &Pod) -> Result<BTreeSet<String>, String> {
+/// A token of ServiceAccount `grafana` in the victim namespace, bound to ClusterRole `role` by a
+/// ClusterRoleBinding the namespace owns (deleting the namespace removes it, even if the test is
+/// killed).
+fn reader_token(cluster: &Cluster, victim: &TestNamespace, role: &str) -> String {
+    let kubectl_stdin = |args: &[&str], stdin: Option<&str>| {
+        let mut command = e2e::identity::kubectl(cluster);
+        command.args(args);
+        e2e::identity::run(command, stdin.map(str::as_bytes))
+    };
+    let namespace = &victim.name;
+    kubectl_stdin(
+        &["create", "serviceaccount", "grafana", "-n", namespace],
+        None,
+    );
+    let uid = kubectl_stdin(
+        &[
+            "get",
+            "namespace",
+            namespace,
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ],
+        None,
+    );
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {
+            "name": format!("{namespace}-grafana"),
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": namespace, "uid": uid}],
+        },
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": "grafana", "namespace": namespace}],
+    });
+    kubectl_stdin(&["apply", "-f", "-"], Some(&binding.to_string()));
+    kubectl_stdin(
+        &[
+            "create",
+            "token",
+            "grafana",
+            "-n",
+            namespace,
+            "--duration=1h",
+        ],
+        None,
+    )
+    .trim()
+    .to_string()
+}
+
+/// The federator pod's API address.
+fn api_address(federator: &Pod) -> Result<std::net::SocketAddr, String> {
     let ip = federator
         .status
         .as_ref()
         .and_then(|s| s.pod_ip.clone())
         .ok_or("no pod IP")?;
-    let address = format!("{ip}:9090").parse().map_err(|e| format!("{e}"))?;
-    let (code, body) = e2e::process::http_get_from(address, "/api/v1/rules").await?;
+    format!("{ip}:9090").parse().map_err(|e| format!("{e}"))
+}
+
+/// The shard labels of the rule `FederatedAlways` that the federator pod `federator` serves to
+/// the holder of `token`.
+async fn federated_shards(federator: &Pod, token: &str) -> Result<BTreeSet<String>, String> {
+    let address = api_address(federator)?;
+    let (code, body) =
+        e2e::process::http_get_with_token(address, "/api/v1/rules", Some(token)).await?;
     let value: serde_json::Value =
         serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
     if code != 200 || value.get("warnings").is_some() {
@@ -517,6 +586,7 @@ async fn federated_rules_follow_the_sample(
     victim: &TestNamespace,
     real: &RealNodes,
     federators: &[Pod],
+    token: &str,
 ) {
     let rules: Api<k8s_openapi::api::core::v1::ConfigMap> = victim.api();
     let rule_file = serde_json::from_value(json!({
@@ -540,6 +610,14 @@ async fn federated_rules_follow_the_sample(
     };
     let federator = &federators[0];
     let uid = federator.metadata.uid.clone();
+    let (code, body) =
+        e2e::process::http_get_from(api_address(federator).unwrap(), "/api/v1/rules")
+            .await
+            .unwrap();
+    assert_eq!(
+        code, 401,
+        "an anonymous call of the deployed federator: {body}"
+    );
     for shards in [2u32, 3] {
         sproms
             .patch(
@@ -554,7 +632,7 @@ async fn federated_rules_follow_the_sample(
             &format!("the deployed federator serving the rules of {shards} shards"),
             Duration::from_secs(180),
             || async {
-                let served = federated_shards(federator).await?;
+                let served = federated_shards(federator, token).await?;
                 (served == want).then_some(()).ok_or(format!("{served:?}"))
             },
         )
