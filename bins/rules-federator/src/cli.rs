@@ -237,6 +237,14 @@ pub struct Args {
     #[arg(long, env = "AUTH_DENIED_CACHE_TTL", default_value = "10s", value_parser = zone_operator::duration::parse_duration)]
     pub auth_denied_cache_ttl: Duration,
 
+    /// After SIGTERM, how long the API keeps being served while /readyz already answers 503:
+    /// the time for the pod's removal from the Service's endpoints to reach every client's
+    /// proxy. Answers meanwhile say `Connection: close`, so kept-alive clients move to another
+    /// replica; then the listener closes and the requests under way are finished. The pod's
+    /// terminationGracePeriodSeconds must exceed it plus --endpoint-timeout.
+    #[arg(long, env = "SHUTDOWN_DELAY", default_value = "5s", value_parser = zone_operator::duration::parse_duration, value_name = "DURATION")]
+    pub shutdown_delay: Duration,
+
     /// What a request gets when some backends fail.
     #[arg(long, env = "PARTIAL_RESPONSE", value_enum, default_value_t = PartialResponse::Warn)]
     pub partial_response: PartialResponse,
@@ -371,6 +379,9 @@ mod tests {
         if unset("AUTH_DENIED_CACHE_TTL") {
             assert_eq!(defaults.auth_denied_cache_ttl, Duration::from_secs(10));
         }
+        if unset("SHUTDOWN_DELAY") {
+            assert_eq!(defaults.shutdown_delay, Duration::from_secs(5));
+        }
 
         let args = Args::try_parse_from([
             "rules-federator",
@@ -405,6 +416,7 @@ mod tests {
             "--authz-verb=list",
             "--auth-cache-ttl=30s",
             "--auth-denied-cache-ttl=2s",
+            "--shutdown-delay=0s",
             "--kubeconfig=/dev/null",
             "--kube-context=kind",
             "--log-format",
@@ -466,6 +478,7 @@ mod tests {
         assert_eq!(args.authz_verb, "list");
         assert_eq!(args.auth_cache_ttl, Duration::from_secs(30));
         assert_eq!(args.auth_denied_cache_ttl, Duration::from_secs(2));
+        assert_eq!(args.shutdown_delay, Duration::ZERO);
         for bad in ["--max-backend-body-bytes=0", "--max-backend-body-bytes=1Ti"] {
             assert!(
                 Args::try_parse_from(["rules-federator", bad]).is_err(),

@@ -4,6 +4,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use zone_operator::auth::{Attributes, AttributesError, KubeAuth};
 use zone_operator::https::CertSource;
@@ -66,6 +67,8 @@ pub async fn start(
     let mut runtime = Runtime::start_unelected_serving(NAME, &args.base, kubernetes, serving)
         .await
         .map_err(|error| StartError::Runtime(Box::new(error)))?;
+    // Every replica serves behind the Service: at SIGTERM it leaves the endpoints first.
+    runtime.drain_on_shutdown(args.shutdown_delay, Duration::ZERO);
     let fixed = static_endpoints(args)?;
     let tls = BackendTls::load(&args.backend_tls_files())?;
     let token = args
@@ -271,6 +274,7 @@ mod tests {
             &endpoint,
             "--kubeconfig=/nonexistent/kubeconfig",
             "--identity=federator-0",
+            "--shutdown-delay=1s",
         ]);
         let (runtime, work) = start(&args).await.unwrap();
         let address = runtime.local_addr();
@@ -299,6 +303,11 @@ mod tests {
         );
 
         shutdown.trigger();
+        // Through the drain delay: not ready, and the API still answered (clients whose view
+        // of the Service still holds this replica).
+        assert_eq!(http_get(address, "/readyz").await.0, 503);
+        let (code, body) = http_get(address, "/api/v1/rules").await;
+        assert_eq!(code, 200, "{body}");
         let stopped = tokio::time::timeout(PATIENCE, run).await.unwrap().unwrap();
         assert!(stopped.is_ok(), "{stopped:?}");
         assert!(tokio::net::TcpStream::connect(address).await.is_err());

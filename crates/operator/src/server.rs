@@ -163,7 +163,9 @@ impl BoundServer {
         shutdown: Shutdown,
         extra: ExtraRoutes,
     ) -> Result<(), ServerError> {
-        let router = router_with(readiness, registry, extra);
+        // Behind a Service, kept-alive clients move to another replica during the drain delay.
+        let router =
+            shutdown.close_connections_while_draining(router_with(readiness, registry, extra));
         let Some(certs) = self.tls else {
             tracing::info!(address = %self.address, scheme = "http", "serving /healthz, /readyz, /metrics");
             return axum::serve(self.listener, router)
