@@ -399,7 +399,7 @@ async fn zdb_zero_percent_freezes_the_budget() {
                     && status.conditions.iter().any(|c| {
                         c.type_ == "Ready"
                             && c.status == "True"
-                            && c.reason == "BudgetFrozen"
+                            && c.reason == zone_api::zdb::reason::FROZEN
                             && c.message.contains("frozen")
                     })
             },
@@ -444,7 +444,7 @@ async fn zdb_zero_percent_freezes_the_budget() {
         .unwrap()
         .items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("BudgetFrozen"))
+        .filter(|e| e.reason.as_deref() == Some(zone_api::zdb::reason::FROZEN))
         .count();
     assert_eq!(frozen_events, 1, "one BudgetFrozen event as it froze");
 
@@ -1346,7 +1346,7 @@ impl Fixture {
                 && status
                     .conditions
                     .iter()
-                    .any(|c| c.type_ == "Ready" && c.reason == "BudgetFrozen")
+                    .any(|c| c.type_ == "Ready" && c.reason == zone_api::zdb::reason::FROZEN)
         })
         .await;
     }

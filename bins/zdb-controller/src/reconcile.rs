@@ -286,12 +286,6 @@ fn blocking(budget: &ZoneBudget) -> String {
     parts.join("; ")
 }
 
-/// The Ready reason (and the event) of a budget whose maxUnavailable is 0 or 0%: computed, and
-/// every eviction of its running pods is denied. Ready, not Invalid: a freeze is how teams stop
-/// voluntary disruption during an incident or a migration, as with a PodDisruptionBudget.
-/// (Kept here until the API crate's reason list carries it.)
-pub const FROZEN: &str = "BudgetFrozen";
-
 /// The inputs of [`compute`]: plain values.
 #[derive(Debug, Clone)]
 pub struct BudgetView<'a> {
@@ -327,12 +321,12 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
     view::apply(&budget, &records, next);
 
     view::set_disrupted(next, view.max_unavailable);
-    let was_frozen = next.true_reason(condition::READY) == Some(FROZEN);
+    let was_frozen = next.true_reason(condition::READY) == Some(reason::FROZEN);
     if budget.frozen {
         next.set_condition(
             condition::READY,
             true,
-            FROZEN,
+            reason::FROZEN,
             format!(
                 "frozen: maxUnavailable {}, every eviction of the {} expected pod(s) is denied",
                 view.max_unavailable, view.expected_total
@@ -340,7 +334,7 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
         );
         if !was_frozen {
             draft.events.normal(
-                FROZEN,
+                reason::FROZEN,
                 "Reconcile",
                 format!(
                     "maxUnavailable {}: the budget is frozen, every eviction of its running pods is denied until maxUnavailable is raised",
@@ -626,7 +620,11 @@ mod tests {
             let mut draft = Draft::default();
             compute(&view, &mut draft);
             let status = &draft.status;
-            assert_eq!(status.true_reason(condition::READY), Some(FROZEN), "{zero}");
+            assert_eq!(
+                status.true_reason(condition::READY),
+                Some(reason::FROZEN),
+                "{zero}"
+            );
             assert_eq!(status.true_reason(condition::INVALID), None, "{zero}");
             let ready = status
                 .conditions
@@ -640,7 +638,7 @@ mod tests {
             assert!(status.disruptions_allowed.values().all(|n| *n == 0));
             assert_eq!(status.desired_healthy.get("a"), Some(&1));
             let reasons: Vec<_> = draft.events.events().iter().map(|e| e.reason).collect();
-            assert_eq!(reasons, [FROZEN], "{zero}: one event as it freezes");
+            assert_eq!(reasons, [reason::FROZEN], "{zero}: one event as it freezes");
 
             // Once frozen, the next computation says nothing new; raised, it is a budget again.
             let mut again = Draft {

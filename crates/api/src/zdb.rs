@@ -29,6 +29,11 @@ pub mod reason {
     pub const COMPUTED: &str = "BudgetComputed";
     pub const ZONE_DISRUPTED: &str = "ZoneDisrupted";
     pub const NOT_DISRUPTED: &str = "NoZoneDisrupted";
+    /// The Ready reason (and the event) of a budget whose maxUnavailable is 0 or 0%: computed,
+    /// and every eviction of its running pods is denied. Ready, not Invalid: a freeze is how
+    /// teams stop voluntary disruption during an incident or a migration, as with a
+    /// PodDisruptionBudget.
+    pub const FROZEN: &str = "BudgetFrozen";
 }
 
 /// Allows evictions of the selected pods only in one zone at a time, at most `maxUnavailable`
