@@ -73,28 +73,56 @@ fn append_within(buffer: &mut Vec<u8>, data: &[u8], limit: usize) {
 /// Bytes gunzipped from `gzipped` at a time.
 const GUNZIP_CHUNK: usize = 64 << 10;
 
-/// `gzipped` gunzipped, up to one byte past `cap` (which tells an answer at the cap from one
-/// over it). The buffer grows by doubling, as `read_to_end` would, but never past `cap + 1`:
-/// doubling alone would reserve up to twice the cap (512 MiB under the 256Mi default) for an
-/// answer that ends just over a power of two.
+/// `gzipped` gunzipped, or [`FetchError::TooLarge`] once it passes `cap` bytes. The bytes go
+/// into segments, each as large as all before it (the doubling of a `Vec`, without its copies):
+/// a cut answer never holds more than the cap, where a doubling buffer would hold its old and
+/// new allocation at once (up to three times the cap's half, 384 MiB under the 256Mi default)
+/// as it grows. An answer under the cap in more than one segment is joined into one buffer.
 pub fn gunzip_capped(gzipped: &[u8], cap: u64) -> Result<Vec<u8>, FetchError> {
-    let limit = usize::try_from(cap.saturating_add(1)).unwrap_or(usize::MAX);
-    // A guess at the ratio of Prometheus's JSON: one allocation for most answers.
-    let expected = gzipped.len().saturating_mul(8).min(limit);
-    let mut plain = Vec::with_capacity(expected);
+    let limit = usize::try_from(cap).unwrap_or(usize::MAX);
+    // A guess at the ratio of Prometheus's JSON: one segment for most answers.
+    let first = gzipped.len().saturating_mul(8).clamp(1, limit.max(1));
+    let mut segments = vec![Vec::with_capacity(first)];
+    let mut total = 0usize;
     let mut decoder = flate2::read::GzDecoder::new(gzipped);
     let mut chunk = vec![0; GUNZIP_CHUNK];
-    while plain.len() < limit {
+    loop {
         let read = match std::io::Read::read(&mut decoder, &mut chunk) {
             Ok(0) => break,
             Ok(read) => read,
             Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(error) => return Err(FetchError::BadJson(format!("bad gzip: {error}"))),
         };
-        let kept = read.min(limit - plain.len());
-        append_within(&mut plain, &chunk[..kept], limit);
+        if total + read > limit {
+            return Err(FetchError::TooLarge {
+                what: "uncompressed",
+                cap,
+            });
+        }
+        let mut data = &chunk[..read];
+        while !data.is_empty() {
+            if segments
+                .last()
+                .is_none_or(|last| last.len() == last.capacity())
+            {
+                // As large as all before it, never past the cap.
+                segments.push(Vec::with_capacity(total.min(limit - total).max(1)));
+            }
+            let Some(segment) = segments.last_mut() else {
+                break;
+            };
+            let room = segment.capacity() - segment.len();
+            let (now, rest) = data.split_at(room.min(data.len()));
+            segment.extend_from_slice(now);
+            total += now.len();
+            data = rest;
+        }
     }
-    Ok(plain)
+    Ok(if segments.len() == 1 {
+        segments.pop().unwrap_or_default()
+    } else {
+        segments.concat()
+    })
 }
 
 #[cfg(test)]
@@ -120,10 +148,10 @@ mod tests {
         assert_eq!(small, b"{}");
     }
 
-    /// Never more than one byte past the cap is held, whatever the answer gunzips to: an answer
-    /// just over a power of two does not double the buffer past the cap.
+    /// An answer over the cap is refused without ever holding more than the cap; one at the
+    /// cap, or in many segments, comes out whole.
     #[test]
-    fn gunzipping_never_reserves_past_the_cap() {
+    fn gunzipping_holds_no_more_than_the_cap() {
         let gzip = |plain: &[u8]| {
             let mut encoder =
                 flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -132,17 +160,24 @@ mod tests {
         };
         for cap in [(1 << 20) + 1, 3_000_000, (4 << 20) - 3] {
             let over = gzip(&vec![b' '; cap as usize * 2]);
-            let plain = gunzip_capped(&over, cap).unwrap();
-            assert_eq!(plain.len() as u64, cap + 1, "cut one byte past the cap");
-            assert!(
-                plain.capacity() as u64 <= cap + 1,
-                "cap {cap}: capacity {}",
-                plain.capacity()
+            assert_eq!(
+                gunzip_capped(&over, cap),
+                Err(FetchError::TooLarge {
+                    what: "uncompressed",
+                    cap
+                })
             );
-            let at = gzip(&vec![b' '; cap as usize]);
-            let plain = gunzip_capped(&at, cap).unwrap();
-            assert_eq!(plain.len() as u64, cap);
-            assert!(plain.capacity() as u64 <= cap + 1, "cap {cap}");
+            let one_more = gzip(&vec![b' '; cap as usize + 1]);
+            assert!(
+                gunzip_capped(&one_more, cap).is_err(),
+                "one byte past the cap"
+            );
+            // Highly compressible: the first segment's guess is far too small, so the answer
+            // comes in many segments.
+            let plain: Vec<u8> = (0..cap).map(|i| (i % 7) as u8).collect();
+            let at = gunzip_capped(&gzip(&plain), cap).unwrap();
+            assert_eq!(at, plain, "cap {cap}");
+            assert!(at.capacity() as u64 <= cap, "cap {cap}: {}", at.capacity());
         }
         let small = gzip(b"{}");
         assert_eq!(gunzip_capped(&small, 1 << 20).unwrap(), b"{}");

@@ -185,14 +185,7 @@ impl Fetched {
             uncompressed_cap,
         } = self;
         let body = if gzipped {
-            let plain = gunzip_capped(&body, uncompressed_cap)?;
-            if plain.len() as u64 > uncompressed_cap {
-                return Err(FetchError::TooLarge {
-                    what: "uncompressed",
-                    cap: uncompressed_cap,
-                });
-            }
-            Bytes::from(plain)
+            Bytes::from(gunzip_capped(&body, uncompressed_cap)?)
         } else {
             body
         };
