@@ -214,44 +214,48 @@ async fn federator_security_https_backends_with_a_ca_file_client_certificate_and
 
     // Without the CA file the system's roots do not know the backends' CA: a warning names the
     // backend, the others still merge.
-    let (_no_ca, port) = federator(
-        &[
-            format!("{plain}#shard=0&replica=a"),
-            format!("{tls}#shard=1&replica=a"),
-        ],
-        &[&name],
-        &env,
-    );
-    wait_ready(port).await;
-    let (answer, warnings) = rules(port).await;
-    assert_eq!(shards_of_rules(&answer), [r#""Up"@"0""#]);
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(
-        warnings[0].starts_with(&format!("endpoint {tls}: cannot connect: "))
-            && warnings[0].contains("invalid peer certificate"),
-        "{warnings:?}"
-    );
+    let warning = only_the_plain_backend_merged(&plain, &tls, &[&name], &env).await;
+    assert!(warning.contains("invalid peer certificate"), "{warning}");
 
     // Without a client certificate the backend that asks for one refuses the handshake.
-    let (_no_client, port) = federator(
-        &[
-            format!("{plain}#shard=0&replica=a"),
-            format!("{mtls}#shard=1&replica=a"),
-        ],
+    let warnings = [only_the_plain_backend_merged(
+        &plain,
+        &mtls,
         &[&arg("--backend-ca-file", &ca_file), &name],
         &env,
-    );
-    wait_ready(port).await;
-    let (answer, warnings) = rules(port).await;
-    assert_eq!(shards_of_rules(&answer), [r#""Up"@"0""#]);
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(
-        warnings[0].starts_with(&format!("endpoint {mtls}: cannot connect: ")),
-        "{warnings:?}"
-    );
+    )
+    .await];
     println!(
         "federator TLS backends: unknown CA and a missing client certificate are warnings: {warnings:?}"
     );
+}
+
+/// A federator over `plain` (shard 0) and `failing` (shard 1) started with `extra`: shard 0's
+/// rule is merged and the one warning names `failing` as unreachable; that warning.
+async fn only_the_plain_backend_merged(
+    plain: &str,
+    failing: &str,
+    extra: &[&str],
+    env: &[(&str, String)],
+) -> String {
+    let (_federator, port) = federator(
+        &[
+            format!("{plain}#shard=0&replica=a"),
+            format!("{failing}#shard=1&replica=a"),
+        ],
+        extra,
+        env,
+    );
+    wait_ready(port).await;
+    let (answer, mut warnings) = rules(port).await;
+    assert_eq!(shards_of_rules(&answer), [r#""Up"@"0""#]);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let warning = warnings.remove(0);
+    assert!(
+        warning.starts_with(&format!("endpoint {failing}: cannot connect: ")),
+        "{warning}"
+    );
+    warning
 }
 
 /// `GET path` over HTTPS from the federator on `port`, trusting the CAs of `trust`: the status,
