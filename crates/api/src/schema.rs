@@ -352,12 +352,12 @@ pub fn prometheus_duration(field: &str) -> Rule {
     )))
 }
 
-/// On `retention.size`.
-pub fn prometheus_size() -> Rule {
-    Rule::new(format!("self.matches('{PROMETHEUS_SIZE}')")).message(
-        "spec.retention.size must be a Prometheus size: a number and a unit (B, KB, MB, GB, TB, \
-         PB, EB or KiB ... EiB), like 10GB",
-    )
+/// On `retention.size` and `enforcedBodySizeLimit`.
+pub fn prometheus_size(field: &str) -> Rule {
+    Rule::new(format!("self.matches('{PROMETHEUS_SIZE}')")).message(Message::Message(format!(
+        "{field} must be a Prometheus size: a number and a unit (B, KB, MB, GB, TB, PB, EB or \
+         KiB ... EiB), like 10GB"
+    )))
 }
 
 /// On `storage`.

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     EmptyDirVolumeSource, PersistentVolumeClaimSpec, ResourceRequirements, Toleration,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
@@ -16,6 +16,9 @@ use serde::{Deserialize, Serialize};
 use crate::{lenient, schema};
 
 pub mod contract;
+pub mod monitoring;
+
+pub use monitoring::{MONITORING_GROUP, Selectors, ServiceDiscoveryRole, ValidMonitoring};
 
 /// The image when `spec.image` is not set.
 pub const DEFAULT_IMAGE: &str = "quay.io/prometheus/prometheus:v3.16.0";
@@ -40,6 +43,9 @@ pub mod condition {
     pub const DEGRADED: &str = "Degraded";
     /// The spec cannot be acted on; the shards keep their last good configuration.
     pub const INVALID: &str = crate::conditions::INVALID;
+    /// Every selected ServiceMonitor, PodMonitor, ScrapeConfig and PrometheusRule is in the
+    /// shards' configuration; False lists those left out, and why.
+    pub const MONITORING_OBJECTS_ACCEPTED: &str = "MonitoringObjectsAccepted";
 }
 
 /// Condition reasons (CamelCase, stable: alerts and scripts match on them).
@@ -64,6 +70,14 @@ pub mod reason {
     pub const RETAINED_SHARDS_REUSED: &str = "RetainedShardsReused";
     /// Event: retained shards deleted at their deadline.
     pub const RETAINED_SHARDS_DELETED: &str = "RetainedShardsDeleted";
+    /// MonitoringObjectsAccepted: every selected object is in the configuration (or none is
+    /// selected).
+    pub const ALL_ACCEPTED: &str = "AllAccepted";
+    /// MonitoringObjectsAccepted False, and an event per object: objects left out.
+    pub const OBJECTS_REJECTED: &str = "ObjectsRejected";
+    /// MonitoringObjectsAccepted False: a selector is set but the API server does not serve
+    /// that monitoring.coreos.com kind (prometheus-operator's CRDs are not installed).
+    pub const KINDS_NOT_SERVED: &str = "KindsNotServed";
 }
 
 /// Runs Prometheus as `shards` StatefulSets of `replicas` pods. In Topology sharding, shard i
@@ -135,6 +149,115 @@ pub struct ShardedPrometheusSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "scrape_configs_schema")]
     pub scrape_configs: Vec<serde_json::Value>,
+
+    /// ServiceMonitors (monitoring.coreos.com/v1) to scrape, as prometheus-operator's
+    /// Prometheus selects them: unset selects none, {} selects all. Each becomes the same jobs
+    /// and target labels as upstream, with the sharding rules appended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_monitor_selector: Option<LabelSelector>,
+
+    /// Namespaces to select ServiceMonitors from: unset: this namespace only; {}: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_monitor_namespace_selector: Option<LabelSelector>,
+
+    /// PodMonitors (monitoring.coreos.com/v1) to scrape: unset selects none, {} selects all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_monitor_selector: Option<LabelSelector>,
+
+    /// Namespaces to select PodMonitors from: unset: this namespace only; {}: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_monitor_namespace_selector: Option<LabelSelector>,
+
+    /// ScrapeConfigs (monitoring.coreos.com/v1alpha1) to scrape: unset selects none, {} all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrape_config_selector: Option<LabelSelector>,
+
+    /// Namespaces to select ScrapeConfigs from: unset: this namespace only; {}: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrape_config_namespace_selector: Option<LabelSelector>,
+
+    /// PrometheusRules (monitoring.coreos.com/v1) every shard evaluates: unset selects none,
+    /// {} selects all. A rule that does not parse leaves its object out (condition + event).
+    /// Not allowed in Agent mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_selector: Option<LabelSelector>,
+
+    /// Namespaces to select PrometheusRules from: unset: this namespace only; {}: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_namespace_selector: Option<LabelSelector>,
+
+    /// The Kubernetes discovery role of ServiceMonitor jobs: Endpoints (default) or
+    /// EndpointSlice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_discovery_role: Option<ServiceDiscoveryRole>,
+
+    /// How often targets are scraped when a job does not say, a Prometheus duration. Default
+    /// 30s, as prometheus-operator's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::schema::prometheus_duration("spec.scrapeInterval"))]
+    pub scrape_interval: Option<String>,
+
+    /// How long a scrape may take when a job does not say (at most scrapeInterval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::schema::prometheus_duration("spec.scrapeTimeout"))]
+    pub scrape_timeout: Option<String>,
+
+    /// How often rules are evaluated. Default 30s, as prometheus-operator's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::schema::prometheus_duration("spec.evaluationInterval"))]
+    pub evaluation_interval: Option<String>,
+
+    /// Monitors scrape their own namespace only, whatever their namespaceSelector says.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_namespace_selectors: bool,
+
+    /// honor_labels is false on every monitor job, whatever the monitor says.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub override_honor_labels: bool,
+
+    /// honor_timestamps is false on every monitor job, whatever the monitor says.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub override_honor_timestamps: bool,
+
+    /// A label set to the monitor's (or rule's) namespace on every target and alert, which no
+    /// monitor can override.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforced_namespace_label: Option<String>,
+
+    /// The most samples per scrape any monitor job may take (the lower of this and its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub enforced_sample_limit: Option<i64>,
+
+    /// The most targets any monitor job may have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub enforced_target_limit: Option<i64>,
+
+    /// The most labels per sample any monitor job may take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub enforced_label_limit: Option<i64>,
+
+    /// The longest label name any monitor job may take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub enforced_label_name_length_limit: Option<i64>,
+
+    /// The longest label value any monitor job may take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub enforced_label_value_length_limit: Option<i64>,
+
+    /// The most dropped targets any monitor job keeps in memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub enforced_keep_dropped_targets: Option<i64>,
+
+    /// The largest uncompressed scrape body any monitor job accepts ("10MB").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::schema::prometheus_size("spec.enforcedBodySizeLimit"))]
+    pub enforced_body_size_limit: Option<String>,
 
     /// Labels added to every series and alert leaving Prometheus (remote write, federation,
     /// alerts). The controller sets shard, prometheus_replica and the zone label itself: those
@@ -333,7 +456,7 @@ pub struct Retention {
 
     /// How many bytes of blocks are kept, powers of 1024: "10GB", "512MiB".
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = crate::schema::prometheus_size())]
+    #[x_kube(validation = crate::schema::prometheus_size("spec.retention.size"))]
     pub size: Option<String>,
 }
 
@@ -469,6 +592,23 @@ pub struct ShardStatus {
     /// The shard's StatefulSet.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub stateful_set: String,
+
+    /// ServiceMonitors, PodMonitors and ScrapeConfigs in the shard's configuration.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub monitors: i32,
+
+    /// Rule groups the shard evaluates from PrometheusRules.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rule_groups: i32,
+
+    /// Selected objects left out of the shard's configuration (see condition
+    /// MonitoringObjectsAccepted).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rejected_objects: i32,
+}
+
+fn is_zero(value: &i32) -> bool {
+    *value == 0
 }
 
 /// A shard kept after a scale-down.

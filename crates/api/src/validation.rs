@@ -14,6 +14,7 @@ use zone_topology::{IntOrPercent, IntOrPercentError};
 
 use zone_topology::sharding::{self, ShardLayout, ShardingError};
 
+use crate::sprom::monitoring::{self, Selectors, ValidMonitoring};
 use crate::sprom::{
     self, PrometheusMode, PrometheusStorage, RuleFileRef, ShardingMode, WhenScaled,
     ZonelessTargets, contract,
@@ -131,6 +132,27 @@ pub enum SpecError {
     StorageBoth,
     #[error("spec.terminationGracePeriodSeconds is {0}: it must be 0 or more")]
     TerminationGracePeriod(i64),
+    #[error(
+        "spec.ruleSelector is set but mode is Agent: agents do not evaluate rules; remove \
+         ruleSelector or use mode Server"
+    )]
+    AgentWithRuleSelector,
+    #[error("{field}: {source}")]
+    Selector {
+        field: &'static str,
+        #[source]
+        source: Box<SpecError>,
+    },
+    #[error("{field} is {value}: it must be 0 or more")]
+    NegativeLimit { field: &'static str, value: i64 },
+    #[error("spec.enforcedBodySizeLimit: {value:?} is not a Prometheus size: {source}")]
+    BodySizeLimit {
+        value: String,
+        #[source]
+        source: UnitError,
+    },
+    #[error("spec.enforcedNamespaceLabel: {0:?} is not a valid label name")]
+    EnforcedNamespaceLabel(String),
 }
 
 /// A ZoneAwareUpdate spec ready to act on.
@@ -188,6 +210,8 @@ pub struct ValidSprom {
     pub tolerations: Vec<Toleration>,
     pub service_account_name: String,
     pub termination_grace_period_seconds: i64,
+    /// Monitor and rule selectors, and the knobs of the jobs made from monitors.
+    pub monitoring: ValidMonitoring,
 }
 
 impl ValidSprom {
@@ -251,6 +275,19 @@ impl ZoneDisruptionBudgetSpec {
         if !labels && expressions.is_empty() {
             return Err(SpecError::EmptySelector);
         }
+        check_selector(&selector)?;
+        Ok(ValidZdb {
+            selector,
+            max_unavailable: max_unavailable(self.max_unavailable.as_ref())?,
+        })
+    }
+}
+
+/// The operators and values of a label selector's expressions, as the API server checks them
+/// for a Deployment's selector (a custom resource's is not checked for us).
+pub fn check_selector(selector: &LabelSelector) -> Result<(), SpecError> {
+    let expressions = selector.match_expressions.as_deref().unwrap_or_default();
+    {
         for expression in expressions {
             let values = expression.values.as_deref().unwrap_or_default();
             let needs = match expression.operator.as_str() {
@@ -272,10 +309,7 @@ impl ZoneDisruptionBudgetSpec {
                 });
             }
         }
-        Ok(ValidZdb {
-            selector,
-            max_unavailable: max_unavailable(self.max_unavailable.as_ref())?,
-        })
+        Ok(())
     }
 }
 
@@ -378,11 +412,112 @@ impl ShardedPrometheusSpec {
                 sprom::DEFAULT_SERVICE_ACCOUNT,
             ),
             termination_grace_period_seconds,
+            monitoring: self.monitoring()?,
         })
     }
 }
 
 impl ShardedPrometheusSpec {
+    /// The selectors of monitoring.coreos.com objects and the knobs of the jobs made from them.
+    fn monitoring(&self) -> Result<ValidMonitoring, SpecError> {
+        let selectors = |field: &'static str,
+                         namespace_field: &'static str,
+                         selector: &Option<LabelSelector>,
+                         namespaces: &Option<LabelSelector>|
+         -> Result<Selectors, SpecError> {
+            for (field, selector) in [(field, selector), (namespace_field, namespaces)] {
+                if let Some(selector) = selector {
+                    check_selector(selector).map_err(|source| SpecError::Selector {
+                        field,
+                        source: Box::new(source),
+                    })?;
+                }
+            }
+            Ok(Selectors {
+                selector: selector.clone(),
+                namespaces: namespaces.clone(),
+            })
+        };
+        if self.mode == PrometheusMode::Agent && self.rule_selector.is_some() {
+            return Err(SpecError::AgentWithRuleSelector);
+        }
+        let limit = |field: &'static str, value: Option<i64>| -> Result<Option<u64>, SpecError> {
+            value
+                .map(|value| {
+                    u64::try_from(value).map_err(|_| SpecError::NegativeLimit { field, value })
+                })
+                .transpose()
+        };
+        let interval = |field: &'static str, value: &Option<String>| match value {
+            Some(value) => duration(field, value).map(|_| value.clone()),
+            None => Ok(monitoring::DEFAULT_INTERVAL.to_string()),
+        };
+        if let Some(timeout) = &self.scrape_timeout {
+            duration("spec.scrapeTimeout", timeout)?;
+        }
+        if let Some(size) = &self.enforced_body_size_limit {
+            parse_prometheus_size(size).map_err(|source| SpecError::BodySizeLimit {
+                value: size.clone(),
+                source,
+            })?;
+        }
+        if let Some(label) = &self.enforced_namespace_label
+            && !is_label_name(label)
+        {
+            return Err(SpecError::EnforcedNamespaceLabel(label.clone()));
+        }
+        Ok(ValidMonitoring {
+            service_monitors: selectors(
+                "spec.serviceMonitorSelector",
+                "spec.serviceMonitorNamespaceSelector",
+                &self.service_monitor_selector,
+                &self.service_monitor_namespace_selector,
+            )?,
+            pod_monitors: selectors(
+                "spec.podMonitorSelector",
+                "spec.podMonitorNamespaceSelector",
+                &self.pod_monitor_selector,
+                &self.pod_monitor_namespace_selector,
+            )?,
+            scrape_configs: selectors(
+                "spec.scrapeConfigSelector",
+                "spec.scrapeConfigNamespaceSelector",
+                &self.scrape_config_selector,
+                &self.scrape_config_namespace_selector,
+            )?,
+            rules: selectors(
+                "spec.ruleSelector",
+                "spec.ruleNamespaceSelector",
+                &self.rule_selector,
+                &self.rule_namespace_selector,
+            )?,
+            service_discovery_role: self.service_discovery_role.unwrap_or_default(),
+            scrape_interval: interval("spec.scrapeInterval", &self.scrape_interval)?,
+            scrape_timeout: self.scrape_timeout.clone(),
+            evaluation_interval: interval("spec.evaluationInterval", &self.evaluation_interval)?,
+            ignore_namespace_selectors: self.ignore_namespace_selectors,
+            override_honor_labels: self.override_honor_labels,
+            override_honor_timestamps: self.override_honor_timestamps,
+            enforced_namespace_label: self.enforced_namespace_label.clone(),
+            enforced_sample_limit: limit("spec.enforcedSampleLimit", self.enforced_sample_limit)?,
+            enforced_target_limit: limit("spec.enforcedTargetLimit", self.enforced_target_limit)?,
+            enforced_label_limit: limit("spec.enforcedLabelLimit", self.enforced_label_limit)?,
+            enforced_label_name_length_limit: limit(
+                "spec.enforcedLabelNameLengthLimit",
+                self.enforced_label_name_length_limit,
+            )?,
+            enforced_label_value_length_limit: limit(
+                "spec.enforcedLabelValueLengthLimit",
+                self.enforced_label_value_length_limit,
+            )?,
+            enforced_keep_dropped_targets: limit(
+                "spec.enforcedKeepDroppedTargets",
+                self.enforced_keep_dropped_targets,
+            )?,
+            enforced_body_size_limit: self.enforced_body_size_limit.clone(),
+        })
+    }
+
     /// The shard layout: the shard count is range-checked here, once, by the layout itself.
     fn layout(&self, zone_label: &str) -> Result<ShardLayout, SpecError> {
         let shards = u32::try_from(self.shards).map_err(|_| SpecError::Shards(self.shards))?;

@@ -114,7 +114,7 @@ fn placements() -> Vec<(&'static str, &'static str, Vec<Value>)> {
         (
             "shardedprometheuses",
             "/properties/spec/properties/retention/properties/size",
-            rules([prometheus_size()]),
+            rules([prometheus_size("spec.retention.size")]),
         ),
         (
             "shardedprometheuses",
@@ -127,6 +127,26 @@ fn placements() -> Vec<(&'static str, &'static str, Vec<Value>)> {
             "shardedprometheuses",
             "/properties/spec/properties/storage",
             rules([storage_one_kind()]),
+        ),
+        (
+            "shardedprometheuses",
+            "/properties/spec/properties/scrapeInterval",
+            rules([prometheus_duration("spec.scrapeInterval")]),
+        ),
+        (
+            "shardedprometheuses",
+            "/properties/spec/properties/scrapeTimeout",
+            rules([prometheus_duration("spec.scrapeTimeout")]),
+        ),
+        (
+            "shardedprometheuses",
+            "/properties/spec/properties/evaluationInterval",
+            rules([prometheus_duration("spec.evaluationInterval")]),
+        ),
+        (
+            "shardedprometheuses",
+            "/properties/spec/properties/enforcedBodySizeLimit",
+            rules([prometheus_size("spec.enforcedBodySizeLimit")]),
         ),
     ]
 }

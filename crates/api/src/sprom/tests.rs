@@ -114,6 +114,7 @@ fn status_writes_the_scale_fields_even_when_zero() {
             in_zone: 0,
             ready_replicas: 1,
             stateful_set: "p-shard-0".into(),
+            ..ShardStatus::default()
         }],
         ..ShardedPrometheusStatus::default()
     };

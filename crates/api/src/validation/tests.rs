@@ -130,3 +130,92 @@ fn zdb_max_unavailable_zero_is_valid() {
         SpecError::MaxUnavailable(_)
     ));
 }
+
+fn sprom(spec: serde_json::Value) -> ShardedPrometheusSpec {
+    let mut spec = spec;
+    spec["shardingStrategy"] = serde_json::json!({"mode": "Classic"});
+    serde_json::from_value(spec).expect("a spec")
+}
+
+#[test]
+fn monitoring_defaults_select_nothing_with_the_upstream_intervals() {
+    let valid = sprom(serde_json::json!({})).validate("zone").unwrap();
+    let monitoring = valid.monitoring;
+    assert!(!monitoring.selects_anything());
+    assert_eq!(monitoring.scrape_interval, "30s");
+    assert_eq!(monitoring.evaluation_interval, "30s");
+    assert_eq!(
+        monitoring.service_discovery_role,
+        crate::sprom::ServiceDiscoveryRole::Endpoints
+    );
+}
+
+#[test]
+fn monitoring_selectors_and_knobs_are_kept() {
+    let valid = sprom(serde_json::json!({
+        "serviceMonitorSelector": {},
+        "podMonitorSelector": {"matchLabels": {"team": "a"}},
+        "ruleNamespaceSelector": {"matchExpressions": [{"key": "env", "operator": "Exists"}]},
+        "serviceDiscoveryRole": "EndpointSlice",
+        "scrapeInterval": "15s",
+        "enforcedSampleLimit": 1000,
+        "enforcedBodySizeLimit": "10MB",
+    }))
+    .validate("zone")
+    .unwrap();
+    let monitoring = valid.monitoring;
+    assert!(monitoring.selects_anything());
+    assert_eq!(
+        monitoring.service_monitors.selector,
+        Some(LabelSelector::default())
+    );
+    assert_eq!(monitoring.service_monitors.namespaces, None);
+    assert!(monitoring.rules.selector.is_none() && monitoring.rules.namespaces.is_some());
+    assert_eq!(monitoring.scrape_interval, "15s");
+    assert_eq!(monitoring.enforced_sample_limit, Some(1000));
+    assert_eq!(
+        monitoring.service_discovery_role,
+        crate::sprom::ServiceDiscoveryRole::EndpointSlice
+    );
+}
+
+#[test]
+fn bad_monitoring_fields_name_the_field() {
+    let cases = [
+        (
+            serde_json::json!({"podMonitorSelector": {"matchExpressions": [{"key": "a", "operator": "Like"}]}}),
+            "spec.podMonitorSelector",
+        ),
+        (
+            serde_json::json!({"ruleNamespaceSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}),
+            "spec.ruleNamespaceSelector",
+        ),
+        (
+            serde_json::json!({"scrapeInterval": "30"}),
+            "spec.scrapeInterval",
+        ),
+        (
+            serde_json::json!({"enforcedTargetLimit": -1}),
+            "spec.enforcedTargetLimit is -1",
+        ),
+        (
+            serde_json::json!({"enforcedBodySizeLimit": "lots"}),
+            "spec.enforcedBodySizeLimit",
+        ),
+        (
+            serde_json::json!({"enforcedNamespaceLabel": "a-b"}),
+            "spec.enforcedNamespaceLabel",
+        ),
+        (
+            serde_json::json!({"mode": "Agent", "remoteWrite": [{"url": "http://x"}], "ruleSelector": {}}),
+            "spec.ruleSelector is set but mode is Agent",
+        ),
+    ];
+    for (spec, expected) in cases {
+        let error = sprom(spec.clone())
+            .validate("zone")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(expected), "{spec}: {error}");
+    }
+}

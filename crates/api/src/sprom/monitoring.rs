@@ -1,0 +1,77 @@
+//! What a ShardedPrometheus takes from prometheus-operator's `Prometheus` resource: the monitor
+//! and rule selectors and the knobs that shape the jobs generated from monitors, with the same
+//! names and semantics, so a team migrates by changing the kind.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group of ServiceMonitor, PodMonitor, ScrapeConfig and PrometheusRule.
+pub const MONITORING_GROUP: &str = "monitoring.coreos.com";
+
+/// The Kubernetes discovery role of ServiceMonitor jobs.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ServiceDiscoveryRole {
+    #[default]
+    Endpoints,
+    EndpointSlice,
+}
+
+/// A resource selector with its namespace selector, as the `Prometheus` resource pairs them.
+/// `selector` None selects nothing; `namespaces` None means the ShardedPrometheus's own
+/// namespace.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Selectors {
+    pub selector: Option<LabelSelector>,
+    pub namespaces: Option<LabelSelector>,
+}
+
+impl Selectors {
+    pub fn selects_anything(&self) -> bool {
+        self.selector.is_some()
+    }
+}
+
+/// The validated monitoring part of a spec.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ValidMonitoring {
+    pub service_monitors: Selectors,
+    pub pod_monitors: Selectors,
+    pub scrape_configs: Selectors,
+    /// Always selects nothing in Agent mode (validation refuses a rule selector there).
+    pub rules: Selectors,
+    pub service_discovery_role: ServiceDiscoveryRole,
+    /// The global scrape interval: the spec's, else prometheus-operator's 30s.
+    pub scrape_interval: String,
+    pub scrape_timeout: Option<String>,
+    /// The rule evaluation interval: the spec's, else 30s.
+    pub evaluation_interval: String,
+    pub ignore_namespace_selectors: bool,
+    pub override_honor_labels: bool,
+    pub override_honor_timestamps: bool,
+    pub enforced_namespace_label: Option<String>,
+    pub enforced_sample_limit: Option<u64>,
+    pub enforced_target_limit: Option<u64>,
+    pub enforced_label_limit: Option<u64>,
+    pub enforced_label_name_length_limit: Option<u64>,
+    pub enforced_label_value_length_limit: Option<u64>,
+    pub enforced_keep_dropped_targets: Option<u64>,
+    pub enforced_body_size_limit: Option<String>,
+}
+
+impl ValidMonitoring {
+    /// Whether any monitoring.coreos.com object can be selected.
+    pub fn selects_anything(&self) -> bool {
+        [
+            &self.service_monitors,
+            &self.pod_monitors,
+            &self.scrape_configs,
+            &self.rules,
+        ]
+        .iter()
+        .any(|selectors| selectors.selects_anything())
+    }
+}
+
+/// prometheus-operator's default global scrape and evaluation interval.
+pub const DEFAULT_INTERVAL: &str = "30s";
