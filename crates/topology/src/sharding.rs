@@ -36,6 +36,10 @@ pub const TMP_HASH: &str = "__tmp_hash";
 pub const TMP_TOPOLOGY: &str = "__tmp_topology";
 /// Internal marker: `true` when `__tmp_topology` names a zone that has a shard.
 pub const TMP_TOPOLOGY_SERVED: &str = "__tmp_topology_served";
+/// A target whose relabel rules set this label (to anything non-empty) is scraped by every
+/// shard: prometheus-operator's opt-out of sharding, for jobs each shard needs (its own
+/// Prometheus, say). The name is upstream's, so monitors written for it keep working.
+pub const TMP_DISABLE_SHARDING: &str = "__tmp_disable_sharding";
 
 /// Where a target's zone comes from, in order of precedence after a user-set `__tmp_topology`,
 /// for the default zone label `topology.kubernetes.io/zone` (see [`topology_sources`] for
@@ -291,10 +295,18 @@ impl ShardLayout {
             rules.extend(topology_detection_rules(&self.sources));
         }
         rules.extend(bucket_rules());
+        // Any value of the opt-out reads as "true" to the keep rule below.
+        rules.push(RelabelConfig::replace(
+            &[TMP_DISABLE_SHARDING],
+            ".+",
+            TMP_DISABLE_SHARDING,
+            "true",
+        ));
         let Some(zone) = self.zone(shard) else {
+            let regex = format!("true;.*|;(?:{})", bucket_regex(&self.zone_buckets(shard)));
             rules.push(RelabelConfig::keep(
-                &[TMP_HASH],
-                &bucket_regex(&self.zone_buckets(shard)),
+                &[TMP_DISABLE_SHARDING, TMP_HASH],
+                &regex,
             ));
             return rules;
         };
@@ -324,8 +336,13 @@ impl ShardLayout {
             ));
         }
         rules.push(RelabelConfig::keep(
-            &[TMP_TOPOLOGY_SERVED, TMP_TOPOLOGY, TMP_HASH],
-            &regex,
+            &[
+                TMP_DISABLE_SHARDING,
+                TMP_TOPOLOGY_SERVED,
+                TMP_TOPOLOGY,
+                TMP_HASH,
+            ],
+            &format!("true;.*|;(?:{regex})"),
         ));
         rules
     }

@@ -274,3 +274,38 @@ fn another_zone_label_is_read_from_its_meta_labels() {
         "topology_kubernetes_io_zone"
     );
 }
+
+/// prometheus-operator's opt-out: a target labelled `__tmp_disable_sharding` by its job's
+/// relabelings is scraped by every shard, in both modes; the others still by exactly one.
+#[test]
+fn disable_sharding_puts_a_target_on_every_shard() {
+    for layout in [
+        spread(7, &["A", "B", "C"]),
+        ShardLayout::classic(5).unwrap(),
+        ShardLayout::topology(4, zones(&["A", "B"]), ZonelessTargets::Drop).unwrap(),
+    ] {
+        let rules = compiled(&layout);
+        let every: Vec<u32> = (0..layout.shards()).collect();
+        for (i, zone) in ["A", "B", "Z", ""].into_iter().enumerate() {
+            let address = format!("10.0.0.{i}:9090");
+            let zone_label = format!(
+                "__meta_kubernetes_node_label_{}",
+                sanitize_label_name(ZONE_KEY)
+            );
+            let opted_out = target(
+                &address,
+                &[(&zone_label, zone), (TMP_DISABLE_SHARDING, "yes")],
+            );
+            assert_eq!(
+                keepers(&rules, &opted_out),
+                every,
+                "{layout:?} zone {zone:?}"
+            );
+            let sharded = target(&address, &[(&zone_label, zone)]);
+            assert!(
+                keepers(&rules, &sharded).len() <= 1,
+                "{layout:?} zone {zone:?}"
+            );
+        }
+    }
+}
