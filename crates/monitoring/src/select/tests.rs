@@ -29,10 +29,21 @@ fn selector(
     }
 }
 
+/// A case name, a selector, an object's labels, whether they match.
+type MatchCase<'a> = (&'a str, LabelSelector, &'a [(&'a str, &'a str)], bool);
+
+/// A case name, the resource selector, the namespace selector, the namespaces selected.
+type SelectionCase<'a> = (
+    &'a str,
+    Option<&'a LabelSelector>,
+    Option<&'a LabelSelector>,
+    Vec<&'a str>,
+);
+
 #[test]
 fn operators_and_match_labels() {
     let app_web = &[("app", "web"), ("tier", "front")][..];
-    let cases: Vec<(&str, LabelSelector, &[(&str, &str)], bool)> = vec![
+    let cases: Vec<MatchCase<'_>> = vec![
         (
             "empty selector, labels",
             selector(&[], vec![]),
@@ -381,12 +392,7 @@ fn prometheus_resource_semantics() {
         )],
     );
     let all = NAMESPACES.to_vec();
-    let cases: Vec<(
-        &str,
-        Option<&LabelSelector>,
-        Option<&LabelSelector>,
-        Vec<&str>,
-    )> = vec![
+    let cases: Vec<SelectionCase<'_>> = vec![
         ("unset selector selects nothing", None, None, vec![]),
         (
             "unset selector, even with {} namespaces",
