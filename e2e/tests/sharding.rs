@@ -1,5 +1,5 @@
 //! ShardedPrometheus e2e: the shard controller runs against the local zonal cluster, and every
-//! configuration it writes into a shard's ConfigMap is loaded, unchanged but for the
+//! configuration it writes into a shard's config Secret is loaded, unchanged but for the
 //! `kubeconfig_file` of its Kubernetes discovery, into a real Prometheus 3.16 process on
 //! 127.0.0.1. What those processes report as their active targets is the proof: every pod and
 //! static target kept by exactly one shard, zoned targets by a shard of their own zone, no shard
@@ -16,7 +16,7 @@ use e2e::workload::ZONE_LABEL;
 use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -187,7 +187,7 @@ impl Fixture {
     }
 
     /// Applies `name` with `shards` and `strategy`, and waits until the controller observed it
-    /// and wrote exactly `shards` ConfigMaps; returns their configurations by shard.
+    /// and wrote exactly `shards` config Secrets; returns their configurations by shard.
     async fn apply(&self, name: &str, shards: u32, strategy: Value) -> Vec<String> {
         let sprom = json!({
             "apiVersion": "zonecontrol.k8s.aws/v1",
@@ -209,7 +209,7 @@ impl Fixture {
             .await
             .unwrap();
         let generation = applied.metadata.generation.unwrap();
-        let config_maps: Api<ConfigMap> = self.ns.api();
+        let secrets: Api<Secret> = self.ns.api();
         wait_for(
             &format!("{name}: {shards} shard configs for generation {generation}"),
             TIMEOUT,
@@ -226,29 +226,37 @@ impl Fixture {
                     panic!("{name} is Invalid: {invalid}");
                 }
                 let selector = format!("app.kubernetes.io/instance={name}");
-                let list = config_maps
+                let list = secrets
                     .list(&ListParams::default().labels(&selector))
                     .await
                     .map_err(|e| e.to_string())?;
                 let mut configs: Vec<(u32, String)> = list
                     .items
                     .iter()
-                    .filter(|cm| cm.metadata.deletion_timestamp.is_none())
-                    .filter_map(|cm| {
-                        let index = cm.labels().get("zonecontrol.k8s.aws/shard")?.parse().ok()?;
-                        Some((index, cm.data.as_ref()?.get("prometheus.yml")?.clone()))
-                    })
+                    .filter(|secret| secret.metadata.deletion_timestamp.is_none())
+                    .filter_map(shard_config)
                     .collect();
                 configs.sort();
                 let indices: Vec<u32> = configs.iter().map(|(i, _)| *i).collect();
                 if indices != (0..shards).collect::<Vec<_>>() {
-                    return Err(format!("shard ConfigMaps {indices:?}"));
+                    return Err(format!("shard config Secrets {indices:?}"));
                 }
                 Ok(configs.into_iter().map(|(_, config)| config).collect())
             },
         )
         .await
     }
+}
+
+/// The shard index and `prometheus.yml` of a shard config Secret (None for any other Secret).
+fn shard_config(secret: &Secret) -> Option<(u32, String)> {
+    let index = secret
+        .labels()
+        .get("zonecontrol.k8s.aws/shard")?
+        .parse()
+        .ok()?;
+    let config = secret.data.as_ref()?.get("prometheus.yml")?;
+    Some((index, String::from_utf8(config.0.clone()).ok()?))
 }
 
 /// Runs one real Prometheus per shard configuration and returns what they keep (address → the
@@ -596,20 +604,17 @@ impl Fixture {
             .collect()
     }
 
-    /// The `prometheus.yml` of every shard ConfigMap of `name`, by index.
+    /// The `prometheus.yml` of every shard config Secret of `name`, by index.
     async fn shard_configs(&self, name: &str) -> BTreeMap<u32, String> {
-        let config_maps: Api<ConfigMap> = self.ns.api();
+        let secrets: Api<Secret> = self.ns.api();
         let selector = format!("app.kubernetes.io/instance={name}");
-        config_maps
+        secrets
             .list(&ListParams::default().labels(&selector))
             .await
             .unwrap()
             .items
             .iter()
-            .filter_map(|cm| {
-                let index = cm.labels().get("zonecontrol.k8s.aws/shard")?.parse().ok()?;
-                Some((index, cm.data.as_ref()?.get("prometheus.yml")?.clone()))
-            })
+            .filter_map(shard_config)
             .collect()
     }
 

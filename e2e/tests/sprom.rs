@@ -1,7 +1,8 @@
 //! ShardedPrometheus controller e2e on the local zonal cluster, as its ServiceAccount: children
-//! pinned to zones by the real scheduler, config changes reaching every shard in place, deleted
-//! children restored, invalid specs refused once without a hot loop, and Degraded reasons for a
-//! ServiceAccount that cannot discover and for zones without nodes.
+//! pinned to zones by the real scheduler, config changes reaching every shard's config Secret in
+//! place (no shard config in any ConfigMap), deleted children restored, invalid specs refused
+//! once without a hot loop, and Degraded reasons for a ServiceAccount that cannot discover and
+//! for zones without nodes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -12,7 +13,7 @@ use e2e::localstack::free_port;
 use e2e::process::{ControllerProcess, metric_sum, namespace_args};
 use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -167,27 +168,28 @@ fn spec(shards: u32, jobs: &[&str], zones: &[&str]) -> Value {
     })
 }
 
-fn config_of(cm: &ConfigMap) -> &str {
-    cm.data
+/// The `prometheus.yml` of a shard's config Secret (empty if it has none).
+fn config_of(secret: &Secret) -> String {
+    secret
+        .data
         .as_ref()
         .and_then(|d| d.get("prometheus.yml"))
-        .map_or("", String::as_str)
+        .map_or_else(String::new, |b| String::from_utf8_lossy(&b.0).into_owned())
 }
 
-async fn children(
-    ns: &TestNamespace,
-) -> (BTreeMap<String, ConfigMap>, BTreeMap<String, StatefulSet>) {
+/// The shard config Secrets and the StatefulSets of the ShardedPrometheus, by name.
+async fn children(ns: &TestNamespace) -> (BTreeMap<String, Secret>, BTreeMap<String, StatefulSet>) {
     let selector = format!("app.kubernetes.io/instance={NAME}");
     let params = ListParams::default().labels(&selector);
-    let cms: Api<ConfigMap> = ns.api();
+    let secrets: Api<Secret> = ns.api();
     let sets: Api<StatefulSet> = ns.api();
-    let cms = cms
+    let secrets = secrets
         .list(&params)
         .await
         .unwrap()
         .items
         .into_iter()
-        .map(|c| (c.name_any(), c))
+        .map(|s| (s.name_any(), s))
         .collect();
     let sets = sets
         .list(&params)
@@ -197,7 +199,30 @@ async fn children(
         .into_iter()
         .map(|s| (s.name_any(), s))
         .collect();
-    (cms, sets)
+    (secrets, sets)
+}
+
+/// Asserts that no shard config is in a ConfigMap: no `<name>-shard-<i>` ConfigMap for the
+/// `shards` shards, and no ConfigMap of the namespace with a `prometheus.yml` key.
+async fn assert_no_config_in_config_maps(ns: &TestNamespace, shards: u32) {
+    let config_maps: Api<ConfigMap> = ns.api();
+    for index in 0..shards {
+        let name = format!("{NAME}-shard-{index}");
+        assert!(
+            config_maps.get_opt(&name).await.unwrap().is_none(),
+            "a ConfigMap {name}: the shard config belongs in its Secret"
+        );
+    }
+    for config_map in config_maps.list(&ListParams::default()).await.unwrap() {
+        assert!(
+            !config_map
+                .data
+                .as_ref()
+                .is_some_and(|d| d.contains_key("prometheus.yml")),
+            "ConfigMap {} holds a prometheus.yml",
+            config_map.name_any()
+        );
+    }
 }
 
 #[tokio::test]
@@ -240,20 +265,22 @@ async fn sprom_shards_run_in_their_zones_and_follow_config_changes_in_place() {
         }
     }
 
-    // A new scrape job reaches every ConfigMap in place; no StatefulSet changes (no rollout).
+    // A new scrape job reaches every shard's config Secret in place; no StatefulSet changes (no
+    // rollout). The configs are in Secrets only: no ConfigMap holds one.
     let (_, sets_before) = children(&fx.ns).await;
     let generation = fx.apply(spec(3, &["pods", "more-pods"], &zones)).await;
     fx.wait_status("the new generation observed", generation, |_| Ok(()))
         .await;
-    let (cms, sets_after) = children(&fx.ns).await;
-    assert_eq!(cms.len(), 3);
-    for cm in cms.values() {
+    let (secrets, sets_after) = children(&fx.ns).await;
+    assert_eq!(secrets.len(), 3);
+    for secret in secrets.values() {
         assert!(
-            config_of(cm).contains("job_name: more-pods"),
+            config_of(secret).contains("job_name: more-pods"),
             "{}",
-            cm.name_any()
+            secret.name_any()
         );
     }
+    assert_no_config_in_config_maps(&fx.ns, 3).await;
     for (name, before) in &sets_before {
         let after = &sets_after[name];
         assert_eq!(
@@ -262,12 +289,12 @@ async fn sprom_shards_run_in_their_zones_and_follow_config_changes_in_place() {
         );
     }
 
-    // Deleted children come back.
-    let cm_api: Api<ConfigMap> = fx.ns.api();
+    // Deleted children come back: a shard's config Secret and another shard's StatefulSet.
+    let secret_api: Api<Secret> = fx.ns.api();
     let set_api: Api<StatefulSet> = fx.ns.api();
-    let old_cm = cms["prom-shard-1"].uid().unwrap();
+    let old_secret = secrets["prom-shard-1"].uid().unwrap();
     let old_set = sets_after["prom-shard-2"].uid().unwrap();
-    cm_api
+    secret_api
         .delete("prom-shard-1", &DeleteParams::default())
         .await
         .unwrap();
@@ -276,12 +303,12 @@ async fn sprom_shards_run_in_their_zones_and_follow_config_changes_in_place() {
         .await
         .unwrap();
     wait_for("the deleted children back", TIMEOUT, || async {
-        let (cms, sets) = children(&fx.ns).await;
-        let cm = cms.get("prom-shard-1").ok_or("no ConfigMap")?;
+        let (secrets, sets) = children(&fx.ns).await;
+        let secret = secrets.get("prom-shard-1").ok_or("no Secret")?;
         let set = sets.get("prom-shard-2").ok_or("no StatefulSet")?;
-        if cm.uid().unwrap() != old_cm
+        if secret.uid().unwrap() != old_secret
             && set.uid().unwrap() != old_set
-            && config_of(cm).contains("more-pods")
+            && config_of(secret).contains("more-pods")
         {
             Ok(())
         } else {
@@ -300,8 +327,8 @@ async fn sprom_shards_run_in_their_zones_and_follow_config_changes_in_place() {
     })
     .await;
     wait_for("shard 2 pruned", TIMEOUT, || async {
-        let (cms, sets) = children(&fx.ns).await;
-        if cms.contains_key("prom-shard-2") || sets.contains_key("prom-shard-2") {
+        let (secrets, sets) = children(&fx.ns).await;
+        if secrets.contains_key("prom-shard-2") || sets.contains_key("prom-shard-2") {
             Err("still there".to_string())
         } else {
             Ok(())
@@ -362,8 +389,8 @@ async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
     .await;
     // An invalid spec: Invalid with the reason, one event, no child changed, no hot loop. (A
     // retention Prometheus cannot represent: the CRD's schema refuses the other invalid specs.)
-    let (cms_before, sets_before) = children(&fx.ns).await;
-    assert_eq!(cms_before.len(), 3);
+    let (secrets_before, sets_before) = children(&fx.ns).await;
+    assert_eq!(secrets_before.len(), 3);
     let reconciles_before = fx.reconciles().await;
     let mut invalid = spec(3, &["pods"], &["zone-a", "zone-b", "zone-x"]);
     invalid["retention"] = json!({"time": "300y"});
@@ -415,11 +442,11 @@ async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
         "{reconciles} reconciles in 30 s of an invalid spec"
     );
     assert_eq!(invalid_events().await, 1, "one event for the invalid spec");
-    let (cms_after, sets_after) = children(&fx.ns).await;
-    for (name, cm) in &cms_before {
+    let (secrets_after, sets_after) = children(&fx.ns).await;
+    for (name, secret) in &secrets_before {
         assert_eq!(
-            cms_after[name].resource_version(),
-            cm.resource_version(),
+            secrets_after[name].resource_version(),
+            secret.resource_version(),
             "{name} unchanged by the invalid spec"
         );
     }
@@ -714,13 +741,13 @@ async fn sprom_agents_run_with_agent_flag_no_rules_their_grace_period_and_are_ne
             .ok_or(format!("{status:?}"))
     })
     .await;
-    let (cms, _) = children(&fx.ns).await;
-    for cm in cms.values() {
-        let config = config_of(cm);
+    let (secrets, _) = children(&fx.ns).await;
+    for secret in secrets.values() {
+        let config = config_of(secret);
         assert!(
             !config.contains("rule_files") && config.contains("remote_write"),
             "{}:\n{config}",
-            cm.name_any()
+            secret.name_any()
         );
     }
     // The pods themselves: `--agent`, no rule volume, the configured grace period.
@@ -757,8 +784,8 @@ async fn sprom_agents_run_with_agent_flag_no_rules_their_grace_period_and_are_ne
     })
     .await;
     wait_for("shard 2 deleted", TIMEOUT, || async {
-        let (cms, sets) = children(&fx.ns).await;
-        (!cms.contains_key("prom-shard-2") && !sets.contains_key("prom-shard-2"))
+        let (secrets, sets) = children(&fx.ns).await;
+        (!secrets.contains_key("prom-shard-2") && !sets.contains_key("prom-shard-2"))
             .then_some(())
             .ok_or("still there".to_string())
     })

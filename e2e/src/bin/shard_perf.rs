@@ -3,9 +3,9 @@
 //!
 //! 1. CPU. A ShardedPrometheus of 100 shards (Topology over the three zones, 2 replicas each) is
 //!    applied; the controller's CPU time (utime + stime from /proc) is read before and once the
-//!    status observes all 100 StatefulSets and every ConfigMap and Service exists: one
+//!    status observes all 100 StatefulSets and every config Secret and Service exists: one
 //!    reconcile + apply of 300 children, and the reconciles their watch events trigger. Then the
-//!    scrape configs change: every ConfigMap rewritten, measured the same way. Target: <= 1 s of
+//!    scrape configs change: every config Secret rewritten, measured the same way. Target: <= 1 s of
 //!    CPU for each.
 //! 2. Memory. With the 100 shards' 200 pods Ready (kwok), the controller's VmRSS is sampled every
 //!    second for 30 s, then VmHWM read. Target: <= 50 MiB.
@@ -26,7 +26,7 @@ use e2e::perf::{cpu_seconds, memory_kib, mib, setting, until_signalled};
 use e2e::process::{ControllerProcess, metric_sum, namespace_args};
 use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -114,7 +114,7 @@ async fn measure(cluster: &Cluster) -> BTreeMap<&'static str, bool> {
         .unwrap();
     let sproms: Api<ShardedPrometheus> = ns.api();
     let sets: Api<StatefulSet> = ns.api();
-    let config_maps: Api<ConfigMap> = ns.api();
+    let secrets: Api<Secret> = ns.api();
     let services: Api<Service> = ns.api();
     let count = |n: usize| {
         if n == shards as usize {
@@ -136,7 +136,7 @@ async fn measure(cluster: &Cluster) -> BTreeMap<&'static str, bool> {
             let status = sproms.get(NAME).await.map_err(|e| e.to_string())?.status;
             let observed = status.map_or(0, |s| s.shards);
             count(usize::try_from(observed).unwrap_or(0))?;
-            // Only the children: the namespace has a ConfigMap of its own (kube-root-ca.crt).
+            // Only the children, by their label.
             let params =
                 ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}"));
             count(
@@ -147,7 +147,7 @@ async fn measure(cluster: &Cluster) -> BTreeMap<&'static str, bool> {
                     .len(),
             )?;
             count(
-                config_maps
+                secrets
                     .list_metadata(&params)
                     .await
                     .map_err(|e| e.to_string())?
@@ -173,24 +173,26 @@ async fn measure(cluster: &Cluster) -> BTreeMap<&'static str, bool> {
     );
     met.insert("cpu_create", cpu <= cpu_target);
 
-    // 1b. A scrape config change: every ConfigMap rewritten in place.
+    // 1b. A scrape config change: every config Secret rewritten in place.
     let (cpu, wall) = measured_apply(
         &controller,
         &sproms,
         &spec(shards, replicas, &["pods", "more-pods"]),
-        "every ConfigMap with the new job",
+        "every config Secret with the new job",
         || async {
-            let list = config_maps
+            let list = secrets
                 .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}")))
                 .await
                 .map_err(|e| e.to_string())?;
             let updated = list
                 .items
                 .iter()
-                .filter(|cm| {
-                    cm.data
+                .filter(|secret| {
+                    secret
+                        .data
                         .as_ref()
                         .and_then(|d| d.get("prometheus.yml"))
+                        .and_then(|c| std::str::from_utf8(&c.0).ok())
                         .is_some_and(|c| c.contains("more-pods"))
                 })
                 .count();
