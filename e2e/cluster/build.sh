@@ -71,6 +71,39 @@ build_metrics_server() {
     mv "$dir/metrics-server.tmp" "$dir/metrics-server"
 }
 
+# prometheus-operator and prometheus-config-reloader: static, the operator to run on the host (the
+# oracle of the comparison tests), the reloader for a FROM-scratch image on the real nodes; and the
+# CRDs of the same tag. The version ldflags are the operator's own, so it reports its version and
+# defaults its reloader image tag from it. About 10 minutes cold on 2 cores, then cached.
+build_prometheus_operator() {
+    local dir="$ZAC_CACHE/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION" bin src
+    local module=github.com/prometheus-operator/prometheus-operator
+    local ldflags="-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_OPERATOR_VERSION#v}"
+    ldflags+=" -X github.com/prometheus/common/version.Revision=$PROMETHEUS_OPERATOR_VERSION"
+    ldflags+=" -X github.com/prometheus/common/version.Branch=HEAD"
+    ldflags+=" -X github.com/prometheus/common/version.BuildUser=zone-aware-e2e"
+    ldflags+=" -X github.com/prometheus/common/version.BuildDate=19700101-00:00:00"
+    mkdir -p "$dir"
+    for bin in prometheus-operator prometheus-config-reloader; do
+        [ -x "$dir/$bin" ] && continue
+        echo "building $bin $PROMETHEUS_OPERATOR_VERSION (a cold build takes about 10 minutes)"
+        local pkg="$module/cmd/operator"
+        [ "$bin" = prometheus-config-reloader ] && pkg="$module/cmd/prometheus-config-reloader"
+        (cd "$here/tools/prometheus-operator" && CGO_ENABLED=0 go build -trimpath \
+            -ldflags "$ldflags" -o "$dir/$bin.tmp" "$pkg") \
+            >"$dir/$bin.build.log" 2>&1 || fail "$bin" "$dir/$bin.build.log"
+        mv "$dir/$bin.tmp" "$dir/$bin"
+    done
+    [ -f "$dir/crds/.complete" ] && return 0
+    src="$(cd "$here/tools/prometheus-operator" && go list -m -f '{{.Dir}}' "$module" 2>"$dir/crds.log")" \
+        || fail "the prometheus-operator CRDs" "$dir/crds.log"
+    rm -rf "$dir/crds" && mkdir -p "$dir/crds"
+    cp "$src"/example/prometheus-operator-crd/monitoring.coreos.com_*.yaml "$dir/crds/" 2>>"$dir/crds.log" \
+        || fail "the prometheus-operator CRDs" "$dir/crds.log"
+    chmod 644 "$dir"/crds/*.yaml
+    touch "$dir/crds/.complete"
+}
+
 fail() {
     echo "cluster build: $1 failed to build; see $2" >&2
     tail -n 5 "$2" >&2 || true
@@ -82,3 +115,4 @@ build_simple kwok "$KWOK_VERSION" kwok sigs.k8s.io/kwok/cmd/kwok
 build_k8s
 build_prometheus
 build_metrics_server
+build_prometheus_operator

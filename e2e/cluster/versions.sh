@@ -8,4 +8,7 @@ LOCALSTACK_VERSION=4.12.0
 PROMETHEUS_VERSION=3.16.0
 # metrics-server for the HPA tests (tools/metrics-server/go.mod pins it).
 METRICS_SERVER_VERSION=v0.9.0
+# prometheus-operator and its config reloader, the oracle of the ShardedPrometheus comparison tests
+# (tools/prometheus-operator/go.mod pins it).
+PROMETHEUS_OPERATOR_VERSION=v0.85.0
 ZAC_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/zone-aware-controllers"
