@@ -2,8 +2,8 @@
 # Images for the real nodes, built without Docker or a registry: static binaries packed into
 # one-layer OCI image tars (images/oci-image.py) and imported into each node's containerd.
 #
-#   images.sh test-images          the pause (pod sandbox), metrics-target, Prometheus and
-#                                  metrics-server images
+#   images.sh test-images          the pause (pod sandbox), metrics-target, Prometheus,
+#                                  metrics-server and prometheus-config-reloader images
 #   images.sh project              the project's image (the Dockerfile's final stage: the static
 #                                  controller binaries, non-root) and the test images, imported
 #                                  into the running nodes
@@ -48,6 +48,13 @@ test_images() {
             --entrypoint /metrics-server --file "$METRICS_SERVER_BIN:/metrics-server:755" \
             --dir /tmp:1777 >/dev/null
     fi
+    [ -x "$CONFIG_RELOADER_BIN" ] || die "$CONFIG_RELOADER_BIN is missing (e2e/cluster/build.sh builds it)"
+    if [ ! -f "$IMAGES/config-reloader.tar" ] || [ "$CONFIG_RELOADER_BIN" -nt "$IMAGES/config-reloader.tar" ]; then
+        # As the upstream image: user nobody, at the path the operator's pods run it from.
+        oci --name "$CONFIG_RELOADER_IMAGE" --out "$IMAGES/config-reloader.tar" --user 65534:65534 \
+            --entrypoint /bin/prometheus-config-reloader \
+            --file "$CONFIG_RELOADER_BIN:/bin/prometheus-config-reloader:755" >/dev/null
+    fi
 }
 
 project_image() {
@@ -68,13 +75,13 @@ project_image() {
     for zone in "${REAL_ZONES[@]}"; do
         [ -S "$NODES/$zone/containerd.sock" ] || continue
         import "$zone" "$IMAGES/project.tar" "$IMAGES/pause.tar" "$IMAGES/metrics-target.tar" \
-            "$IMAGES/prometheus.tar" "$IMAGES/metrics-server.tar"
+            "$IMAGES/prometheus.tar" "$IMAGES/metrics-server.tar" "$IMAGES/config-reloader.tar"
         imported=$((imported + 1))
     done
     if [ "$imported" = 0 ]; then
         echo "image: $PROJECT_IMAGE and the test images written to $IMAGES (no real node running to import them into)"
     else
-        echo "image: $PROJECT_IMAGE and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE) imported into $imported real nodes"
+        echo "image: $PROJECT_IMAGE and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE, $METRICS_SERVER_IMAGE, $CONFIG_RELOADER_IMAGE) imported into $imported real nodes"
     fi
 }
 

@@ -39,6 +39,11 @@ PROMETHEUS_BIN="$ZAC_CACHE/prometheus-$PROMETHEUS_VERSION/prometheus"
 # metrics-server from build.sh's static binary: the metrics API a HorizontalPodAutoscaler reads.
 METRICS_SERVER_IMAGE="localhost/zone-aware-e2e/metrics-server:$METRICS_SERVER_VERSION"
 METRICS_SERVER_BIN="$ZAC_CACHE/metrics-server-$METRICS_SERVER_VERSION/metrics-server"
+# prometheus-operator (run on the host by the comparison tests, with its CRDs from the same tag)
+# and its config reloader, the sidecar of the operator's Prometheus pods, from build.sh.
+PROMETHEUS_OPERATOR_DIR="$ZAC_CACHE/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"
+CONFIG_RELOADER_IMAGE="localhost/zone-aware-e2e/prometheus-config-reloader:$PROMETHEUS_OPERATOR_VERSION"
+CONFIG_RELOADER_BIN="$PROMETHEUS_OPERATOR_DIR/prometheus-config-reloader"
 PROJECT_IMAGE="${LOCAL_IMG:-localhost/zone-aware-controllers:dev}"
 # Only pods that tolerate this taint (and select type=real) run on the real nodes.
 REAL_NODE_TAINT=zonecontrol.k8s.aws/real-node
