@@ -9,6 +9,16 @@ if [ -f "$HOST_OWNER_DIR/owner" ] && [ "$(cat "$HOST_OWNER_DIR/owner")" = "$STAT
     bash "$here/real-nodes.sh" down
 fi
 [ -d "$PIDS" ] || { echo "cluster-down: nothing running"; exit 0; }
+# prometheus-operator processes of the e2e tests (e2e/src/operator.rs) whose test was killed before
+# it could stop them: API clients too. Only a process still running that binary is stopped.
+for pid_file in "$PIDS"/prometheus-operator-*.pid; do
+    [ -f "$pid_file" ] || continue
+    pid="$(cat "$pid_file")"
+    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = prometheus-oper ]; then
+        kill -TERM "$pid" 2>/dev/null && echo "cluster-down: stopped a test's prometheus-operator (pid $pid)"
+    fi
+    rm -f "$pid_file"
+done
 # Reverse start order: the controllers of `make run` and other API clients first, etcd last.
 for name in "${CONTROLLERS[@]}" localstack kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
     pid_file="$PIDS/$name.pid"

@@ -18,6 +18,7 @@ pub mod identity;
 pub mod localstack;
 pub mod namespace;
 pub mod nodes;
+pub mod operator;
 pub mod perf;
 pub mod pods;
 pub mod process;
