@@ -1,0 +1,313 @@
+//! prometheus-operator v0.85 as the oracle of the ShardedPrometheus comparison: the real operator
+//! runs on the host for the test's namespace, and its Prometheus (the local Prometheus 3.16 image
+//! on a real node, with the operator's config reloader) discovers and scrapes what a
+//! ServiceMonitor selects and loads what a PrometheusRule holds; monitors and rules outside the
+//! Prometheus's selectors are left out.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use e2e::operator::{Operator, OperatorPrometheus, install_crds, monitoring_resource};
+use e2e::prometheus::Target;
+use e2e::real::RealNodes;
+use e2e::{Cluster, TestNamespace, wait_for};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+
+/// The operator's Prometheus pod starts on a real node, its reloader writes the config, and
+/// discovery delivers: tens of seconds on a loaded two-core machine.
+const TIMEOUT: Duration = Duration::from_secs(180);
+const MANAGER: &str = "e2e-oracle";
+const TARGETS: usize = 3;
+
+/// Applies a `monitoring.coreos.com/v1` object of `kind` in `ns`.
+async fn apply_monitoring(ns: &TestNamespace, kind: &str, plural: &str, object: Value) {
+    let resource = monitoring_resource(kind, plural);
+    let api: Api<DynamicObject> = Api::namespaced_with(ns.client.clone(), &ns.name, &resource);
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    let mut object = object;
+    object["apiVersion"] = json!("monitoring.coreos.com/v1");
+    object["kind"] = json!(kind);
+    api.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying {kind} {name}: {e}"));
+}
+
+fn service_monitor(name: &str, labels: Value) -> Value {
+    json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": {"app": "target"}},
+            "endpoints": [{"port": "metrics", "interval": "2s"}],
+        },
+    })
+}
+
+fn prometheus_rule(name: &str, labels: Value, group: &str, alert: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"groups": [{
+            "name": group,
+            "rules": [{
+                "alert": alert,
+                "expr": "up{job=\"target\"} == 0",
+                "for": "1m",
+                "labels": {"severity": "warning"},
+                "annotations": {"summary": "a metrics target is down"},
+            }],
+        }]},
+    })
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster with its real nodes and prometheus-operator (make e2e)"]
+async fn oracle_operator_prometheus_scrapes_a_service_monitor_and_loads_a_prometheus_rule() {
+    let cluster = Cluster::get();
+    let real = RealNodes::of(&cluster);
+    let ns = TestNamespace::create(&cluster, "oracle").await;
+    install_crds(&cluster).await;
+    // Declared after the namespace, so it stops before the namespace is deleted.
+    let mut operator = Operator::start(&cluster, &[&ns.name]).await;
+
+    // The metrics target, one pod per zone on the real nodes, behind a Service.
+    let deployments: Api<Deployment> = ns.api();
+    let target = json!({
+        "metadata": {"name": "target"},
+        "spec": {
+            "replicas": TARGETS,
+            "selector": {"matchLabels": {"app": "target"}},
+            "template": real.metrics_target_template("target"),
+        },
+    });
+    deployments
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(target).unwrap(),
+        )
+        .await
+        .unwrap();
+    let services: Api<Service> = ns.api();
+    let service = json!({
+        "metadata": {"name": "target", "labels": {"app": "target"}},
+        "spec": {
+            "selector": {"app": "target"},
+            "ports": [{"name": "metrics", "port": 8080, "targetPort": "metrics"}],
+        },
+    });
+    services
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(service).unwrap(),
+        )
+        .await
+        .unwrap();
+
+    // Selected by the Prometheus: the monitor and the rule labelled oracle=yes. The decoys select
+    // the same Service and hold a rule too, but are not labelled so.
+    let selected = json!({"oracle": "yes"});
+    let decoy = json!({"oracle": "no"});
+    apply_monitoring(
+        &ns,
+        "ServiceMonitor",
+        "servicemonitors",
+        service_monitor("target", selected.clone()),
+    )
+    .await;
+    apply_monitoring(
+        &ns,
+        "ServiceMonitor",
+        "servicemonitors",
+        service_monitor("decoy", decoy.clone()),
+    )
+    .await;
+    apply_monitoring(
+        &ns,
+        "PrometheusRule",
+        "prometheusrules",
+        prometheus_rule("target-rules", selected, "oracle", "TargetDown"),
+    )
+    .await;
+    apply_monitoring(
+        &ns,
+        "PrometheusRule",
+        "prometheusrules",
+        prometheus_rule("decoy-rules", decoy, "decoy", "DecoyDown"),
+    )
+    .await;
+
+    let prometheus = OperatorPrometheus::create(
+        &cluster,
+        &ns,
+        "oracle",
+        json!({
+            "serviceMonitorSelector": {"matchLabels": {"oracle": "yes"}},
+            "ruleSelector": {"matchLabels": {"oracle": "yes"}},
+        }),
+    )
+    .await;
+    prometheus.wait_ready(TIMEOUT).await;
+    assert!(operator.is_running(), "the operator is still running");
+
+    // Its pod runs on a real node, with the local images.
+    let pod = prometheus.pod().await.unwrap();
+    let real_nodes = e2e::real::nodes(&ns.client).await;
+    let node = e2e::pods::node_of(&pod).unwrap();
+    assert!(real_nodes.contains_key(node), "on {node}, not a real node");
+    let images: BTreeMap<String, String> = pod
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers
+        .iter()
+        .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(images["prometheus"], real.prometheus_image, "{images:?}");
+    let reloader = e2e::operator::OperatorBuild::get().config_reloader_image;
+    assert_eq!(images["config-reloader"], reloader, "{images:?}");
+
+    // The target pods, by IP.
+    let pods: Api<Pod> = ns.api();
+    let target_pods = e2e::pods::wait_available(&pods, "app=target", TARGETS, TIMEOUT).await;
+    let pod_of_ip: BTreeMap<String, String> = target_pods
+        .iter()
+        .map(|p| {
+            (
+                p.status.as_ref().unwrap().pod_ip.clone().unwrap(),
+                p.name_any(),
+            )
+        })
+        .collect();
+    assert_eq!(pod_of_ip.len(), TARGETS, "one IP per pod");
+
+    // Every target pod is an active target of the ServiceMonitor's pool, scraped up.
+    let pool = format!("serviceMonitor/{}/target/0", ns.name);
+    let targets: Vec<Target> = wait_for(
+        &format!("{TARGETS} targets of {pool} up"),
+        TIMEOUT,
+        || async {
+            let targets = prometheus.targets().await?;
+            let of_pool: Vec<Target> = targets
+                .iter()
+                .filter(|t| t.scrape_pool == pool)
+                .cloned()
+                .collect();
+            if of_pool.len() == TARGETS && of_pool.iter().all(|t| t.health == "up") {
+                Ok(targets)
+            } else {
+                let seen: Vec<(&str, &str, &str)> = targets
+                    .iter()
+                    .map(|t| {
+                        (
+                            t.scrape_pool.as_str(),
+                            t.scrape_url.as_str(),
+                            t.health.as_str(),
+                        )
+                    })
+                    .collect();
+                Err(format!("{seen:?}"))
+            }
+        },
+    )
+    .await;
+    // Only that pool: the decoy monitor is not selected.
+    let pools: Vec<&str> = targets.iter().map(|t| t.scrape_pool.as_str()).collect();
+    assert!(pools.iter().all(|p| *p == pool), "pools: {pools:?}");
+    let mut scraped_pods = Vec::new();
+    for target in &targets {
+        let labels = &target.labels;
+        let instance = &labels["instance"];
+        let ip = instance
+            .strip_suffix(":8080")
+            .unwrap_or_else(|| panic!("instance {instance} is not a pod IP on port 8080"));
+        let pod = pod_of_ip
+            .get(ip)
+            .unwrap_or_else(|| panic!("{instance} is no target pod's: {pod_of_ip:?}"));
+        assert_eq!(labels["namespace"], ns.name, "{labels:?}");
+        assert_eq!(labels["service"], "target", "{labels:?}");
+        assert_eq!(&labels["pod"], pod, "{labels:?}");
+        assert_eq!(labels["endpoint"], "metrics", "{labels:?}");
+        assert_eq!(labels["job"], "target", "{labels:?}");
+        assert_eq!(labels["container"], "target", "{labels:?}");
+        assert_eq!(
+            target.scrape_url,
+            format!("http://{ip}:8080/metrics"),
+            "{target:?}"
+        );
+        scraped_pods.push(pod.clone());
+    }
+    scraped_pods.sort();
+    let mut all_pods: Vec<String> = pod_of_ip.values().cloned().collect();
+    all_pods.sort();
+    assert_eq!(scraped_pods, all_pods, "every target pod scraped once");
+
+    // The selected rule's group is loaded, the decoy's is not.
+    let groups = wait_for("the rule group oracle loaded", TIMEOUT, || async {
+        let groups = prometheus.rule_groups().await?;
+        let loaded = groups
+            .as_array()
+            .is_some_and(|g| g.iter().any(|g| g["name"] == "oracle"));
+        if loaded {
+            Ok(groups)
+        } else {
+            Err(groups.to_string())
+        }
+    })
+    .await;
+    let groups = groups.as_array().unwrap();
+    assert_eq!(
+        groups.len(),
+        1,
+        "only the selected rule's group: {groups:?}"
+    );
+    let group = &groups[0];
+    let file = group["file"].as_str().unwrap();
+    assert!(
+        file.contains(&format!("{}-target-rules", ns.name)),
+        "the group's file {file} is the PrometheusRule's"
+    );
+    let rules = group["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(rules[0]["type"], "alerting");
+    assert_eq!(rules[0]["name"], "TargetDown");
+    assert_eq!(rules[0]["query"], "up{job=\"target\"} == 0");
+    assert_eq!(rules[0]["duration"], 60);
+    assert_eq!(rules[0]["labels"]["severity"], "warning");
+
+    // The query API: the scraped samples carry the same labels.
+    let up = wait_for("up of the targets in the TSDB", TIMEOUT, || async {
+        let data = prometheus
+            .query(&format!(
+                "up{{namespace=\"{}\", service=\"target\"}} == 1",
+                ns.name
+            ))
+            .await?;
+        match data["result"].as_array() {
+            Some(result) if result.len() == TARGETS => Ok(result.clone()),
+            _ => Err(data.to_string()),
+        }
+    })
+    .await;
+    let mut queried_pods: Vec<String> = up
+        .iter()
+        .map(|series| series["metric"]["pod"].as_str().unwrap().to_string())
+        .collect();
+    queried_pods.sort();
+    assert_eq!(queried_pods, all_pods);
+
+    // The config the operator generated is what Prometheus runs (the pool's job is in both).
+    let generated = prometheus.generated_config().await.unwrap();
+    let running = prometheus.config_yaml().await.unwrap();
+    let job_line = format!("job_name: {pool}");
+    assert!(generated.contains(&job_line), "{generated}");
+    assert!(running.contains(&job_line), "{running}");
+    assert!(!generated.contains("decoy"), "{generated}");
+    assert!(operator.is_running(), "the operator is still running");
+}
