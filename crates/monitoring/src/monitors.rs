@@ -224,6 +224,13 @@ pub struct SafeTlsConfig {
     pub max_version: Option<String>,
 }
 
+impl SafeTlsConfig {
+    /// Nothing set: upstream treats it as absent on PodMonitor and ScrapeConfig jobs.
+    pub fn is_empty(&self) -> bool {
+        *self == SafeTlsConfig::default()
+    }
+}
+
 /// [`SafeTlsConfig`] plus paths inside the Prometheus container (ServiceMonitor only).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -249,6 +256,13 @@ pub struct SafeAuthorization {
     #[serde(rename = "type")]
     pub type_: Option<String>,
     pub credentials: Option<SecretKeySelector>,
+}
+
+impl SafeAuthorization {
+    /// Neither a type nor credentials: upstream treats it as absent on jobs.
+    pub fn is_empty(&self) -> bool {
+        self.type_.as_deref().is_none_or(str::is_empty) && self.credentials.is_none()
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

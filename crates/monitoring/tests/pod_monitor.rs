@@ -216,12 +216,14 @@ fn basic_auth_oauth2_authorization_and_proxy() {
         json!({"type": "Token", "credentials": "s3cret-token"})
     );
     assert_eq!(job["proxy_url"], json!("http://p"));
-    let err = job_of("tlsConfig: {caFile: /etc/ca}").map(|j| j["tls_config"].clone());
+    let tls = job_of("tlsConfig: {caFile: /etc/ca}").map(|j| j.get("tls_config").cloned());
     assert_eq!(
-        err,
-        Ok(json!({})),
-        "PodMonitors have no file fields: caFile is ignored"
+        tls,
+        Ok(None),
+        "PodMonitors have no file fields: caFile is ignored, leaving an empty, absent tlsConfig"
     );
+    let empty = job_of("authorization: {}").unwrap();
+    assert!(!empty.contains_key("authorization"));
     let err = job_of("tlsConfig: {keySecret: {name: tls, key: tls.key}}").unwrap_err();
     assert!(err.starts_with("podMetricsEndpoints[0].tlsConfig"), "{err}");
     let err = job_of("bearerTokenSecret: {name: creds, key: missing}").unwrap_err();

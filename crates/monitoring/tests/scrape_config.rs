@@ -152,6 +152,8 @@ proxyUrl: http://proxy
     );
     assert_eq!(job["tls_config"], json!({"ca": CA, "server_name": "db"}));
     assert_eq!(job["proxy_url"], json!("http://proxy"));
+    let empty = self::job("staticConfigs: [{targets: [a:1]}]\nauthorization: {}\ntlsConfig: {}");
+    assert!(!empty.contains_key("authorization") && !empty.contains_key("tls_config"));
     let err = error(
         "authorization: {credentials: {name: creds, key: token}}\n\
          oauth2: {clientId: {secret: {name: creds, key: client-id}}, clientSecret: {name: creds, key: client-secret}, tokenUrl: http://t}",

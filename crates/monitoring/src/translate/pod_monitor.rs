@@ -198,17 +198,20 @@ fn endpoint_http(job: &mut Job, ctx: Ctx<'_>, ep: &PodMetricsEndpoint) -> Result
         .bearer_token_secret
         .as_ref()
         .filter(|s| !s.name.is_empty());
+    // Empty `authorization: {}` and `tlsConfig: {}` are absent, as upstream reads them.
+    let authorization = ep.authorization.as_ref().filter(|a| !a.is_empty());
+    let tls = ep.tls_config.as_ref().filter(|tls| !tls.is_empty());
     auth::check_exclusive(
         "authentication",
         &AuthUse {
             basic_auth: ep.basic_auth.is_some(),
             oauth2: ep.oauth2.is_some(),
-            authorization: ep.authorization.is_some(),
+            authorization: authorization.is_some(),
             bearer_token_secret: bearer_secret.is_some(),
             bearer_token_file: false,
         },
     )?;
-    if let Some(tls) = &ep.tls_config {
+    if let Some(tls) = tls {
         set(
             job,
             "tls_config",
@@ -233,7 +236,7 @@ fn endpoint_http(job: &mut Job, ctx: Ctx<'_>, ep: &PodMetricsEndpoint) -> Result
         set(job, "oauth2", auth::oauth2(ctx, "oauth2", oauth)?);
     }
     auth::proxy(ctx, "proxyConfig", &ep.proxy, job)?;
-    if let Some(authorization) = &ep.authorization {
+    if let Some(authorization) = authorization {
         set(
             job,
             "authorization",

@@ -84,11 +84,13 @@ pub(super) fn jobs(
         }
         set(&mut job, "scheme", scheme);
     }
+    // On the job (not in SD configs), empty `authorization: {}` and `tlsConfig: {}` are
+    // absent, as upstream reads them.
     let client = Client {
         basic_auth: spec.basic_auth.as_ref(),
-        authorization: spec.authorization.as_ref(),
+        authorization: spec.authorization.as_ref().filter(|a| !a.is_empty()),
         oauth2: spec.oauth2.as_ref(),
-        tls: spec.tls_config.as_ref(),
+        tls: spec.tls_config.as_ref().filter(|tls| !tls.is_empty()),
         proxy: &spec.proxy,
     };
     client.add(ctx, "", &mut job)?;

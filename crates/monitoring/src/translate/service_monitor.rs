@@ -227,6 +227,8 @@ fn endpoint_http(
         .bearer_token_secret
         .as_ref()
         .filter(|s| !s.name.is_empty());
+    // An empty `authorization: {}` is no authorization at all, as upstream reads it.
+    let authorization = ep.authorization.as_ref().filter(|a| !a.is_empty());
     if settings.deny_arbitrary_fs_access {
         let tls_files = ep.tls_config.as_ref().is_some_and(|tls| {
             [&tls.ca_file, &tls.cert_file, &tls.key_file]
@@ -246,7 +248,7 @@ fn endpoint_http(
         &AuthUse {
             basic_auth: ep.basic_auth.is_some(),
             oauth2: ep.oauth2.is_some(),
-            authorization: ep.authorization.is_some(),
+            authorization: authorization.is_some(),
             bearer_token_secret: bearer_secret.is_some(),
             bearer_token_file: bearer_file.is_some(),
         },
@@ -278,7 +280,7 @@ fn endpoint_http(
             auth::basic_auth(ctx, "basicAuth", basic)?,
         );
     }
-    if let Some(authorization) = &ep.authorization {
+    if let Some(authorization) = authorization {
         set(
             job,
             "authorization",
