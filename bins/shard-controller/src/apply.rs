@@ -5,7 +5,7 @@ use std::sync::PoisonError;
 use std::time::Instant;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
@@ -90,6 +90,9 @@ impl Writer<'_> {
                     .await
                     .map(drop)
             }
+            Child::Secret(c) => children::apply_child(&self.api(), owner, (**c).clone(), manager)
+                .await
+                .map(drop),
             Child::Service(c) => children::apply_child(&self.api(), owner, (**c).clone(), manager)
                 .await
                 .map(drop),
@@ -111,7 +114,11 @@ impl Writer<'_> {
         let (uid, wanted) = (self.owner.uid.as_str(), &plan.wanted);
         match kind {
             ChildKind::ConfigMap => {
+                let wanted = &plan.wanted_config_maps;
                 children::prune_children(&self.api::<ConfigMap>(), &selector, uid, wanted).await
+            }
+            ChildKind::Secret => {
+                children::prune_children(&self.api::<Secret>(), &selector, uid, wanted).await
             }
             ChildKind::Service => {
                 children::prune_children(&self.api::<Service>(), &selector, uid, wanted).await

@@ -1,15 +1,18 @@
 //! The build step (pure): from a valid ShardedPrometheus, the children every shard needs — a
-//! ConfigMap with its own `prometheus.yml`, a StatefulSet pinned to its zone and a headless
-//! Service — all named `<name>-shard-<i>` and labelled so the controller finds its own.
+//! Secret with its own `prometheus.yml` (it may hold credentials), a StatefulSet pinned to its
+//! zone and a headless Service — all named `<name>-shard-<i>` and labelled so the controller
+//! finds its own; and the ConfigMaps `<name>-rulefiles-<i>` of the rule files made from
+//! PrometheusRules, shared by every shard.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, SecurityContext, Service, ServicePort, ServiceSpec,
-    TopologySpreadConstraint, Volume, VolumeMount,
+    PodTemplateSpec, Probe, Secret, SecretVolumeSource, SecurityContext, Service, ServicePort,
+    ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -20,6 +23,11 @@ use zone_api::sprom::contract::{
 use zone_api::validation::{ShardStorage, ValidSprom};
 
 use crate::config::{self, CONFIG_DIR, CONFIG_KEY, ConfigError, POD_NAME_ENV, RULES_DIR};
+use crate::monitoring::Monitoring;
+
+/// A ConfigMap holds at most 1 MiB; rule files are split over ConfigMaps of at most this many
+/// bytes each, leaving room for the object's metadata.
+pub const RULE_CONFIG_MAP_BUDGET: usize = 512 * 1024;
 
 /// Annotation on every child: a digest of what the controller applied, so a reconcile that
 /// would apply the same again (a readiness change of a pod, say) skips the write.
@@ -39,13 +47,16 @@ pub struct BuildInput<'a> {
     pub name: &'a str,
     pub namespace: &'a str,
     pub valid: &'a ValidSprom,
+    /// What the selected monitoring objects add.
+    pub monitoring: &'a Monitoring,
 }
 
 /// The children of one shard.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShardChildren {
     pub index: u32,
-    pub config_map: ConfigMap,
+    /// The shard's `prometheus.yml`, in a Secret: monitors' credentials are inlined in it.
+    pub config: Secret,
     pub stateful_set: StatefulSet,
     pub service: Service,
 }
@@ -54,6 +65,8 @@ pub struct ShardChildren {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Built {
     pub shards: Vec<ShardChildren>,
+    /// The rule files made from PrometheusRules, shared by every active shard.
+    pub rule_config_maps: Vec<ConfigMap>,
     /// Scrape jobs (and roles) where the user turned node metadata off explicitly.
     pub node_metadata_disabled: Vec<String>,
 }
@@ -62,6 +75,7 @@ pub struct Built {
 pub fn build(input: &BuildInput<'_>) -> Result<Built, ConfigError> {
     let mut built = Built {
         shards: Vec::with_capacity(input.valid.shards() as usize),
+        rule_config_maps: rule_config_maps(input),
         node_metadata_disabled: Vec::new(),
     };
     for index in 0..input.valid.shards() {
@@ -79,8 +93,8 @@ pub fn shard_children(
     input: &BuildInput<'_>,
     index: u32,
 ) -> Result<(ShardChildren, Vec<String>), ConfigError> {
-    let rule_files = rule_files(input.valid);
-    let (config_map, disabled) = config_map(input, index, None, &rule_files)?;
+    let rule_files = rule_files(input);
+    let (config, disabled) = config_secret(input, index, None, &rule_files)?;
     let name = shard_name(input.name, index);
     let labels = shard_labels(input.name, index);
     let mut meta = child_meta(input, index);
@@ -116,7 +130,7 @@ pub fn shard_children(
     Ok((
         ShardChildren {
             index,
-            config_map,
+            config,
             stateful_set: with_applied_hash(stateful_set),
             service: with_applied_hash(service),
         },
@@ -124,22 +138,68 @@ pub fn shard_children(
     ))
 }
 
-/// The ConfigMap of retained shard `index`, whose zone was `zone`: a configuration that
-/// scrapes, evaluates and alerts nothing (remote write stays, so the WAL drains). Its
-/// StatefulSet and Service are left as they were.
-pub fn retained_config_map(
+/// The configuration of retained shard `index`, whose zone was `zone`: one that scrapes,
+/// evaluates and alerts nothing (remote write stays, so the WAL drains). Its StatefulSet and
+/// Service are left as they were.
+pub fn retained_config(
     input: &BuildInput<'_>,
     index: u32,
     zone: Option<&str>,
-) -> Result<ConfigMap, ConfigError> {
-    config_map(input, index, Some(zone), &[]).map(|(config_map, _)| config_map)
+) -> Result<Secret, ConfigError> {
+    config_secret(input, index, Some(zone), &[]).map(|(config, _)| config)
 }
 
-fn rule_files(valid: &ValidSprom) -> Vec<(String, Option<String>)> {
-    valid
+/// The name of the `index`th ConfigMap of rule files made from PrometheusRules.
+pub fn rule_config_map_name(name: &str, index: usize) -> String {
+    format!("{name}-rulefiles-{index}")
+}
+
+/// The ConfigMaps of the rule files made from PrometheusRules: as few as fit
+/// [`RULE_CONFIG_MAP_BUDGET`] each.
+fn rule_config_maps(input: &BuildInput<'_>) -> Vec<ConfigMap> {
+    rule_chunks(input)
+        .into_iter()
+        .enumerate()
+        .map(|(index, chunk)| {
+            let data = chunk
+                .iter()
+                .map(|file| (file.name.clone(), file.content.clone()))
+                .collect();
+            let config_map = ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(rule_config_map_name(input.name, index)),
+                    namespace: Some(input.namespace.to_string()),
+                    labels: Some(instance_labels(input.name)),
+                    ..ObjectMeta::default()
+                },
+                data: Some(data),
+                ..ConfigMap::default()
+            };
+            with_applied_hash(config_map)
+        })
+        .collect()
+}
+
+/// The rule files from PrometheusRules, packed into ConfigMap-sized chunks; none without rule
+/// files (a ShardedPrometheus selecting no rule gets no rule ConfigMap).
+fn rule_chunks<'a>(input: &BuildInput<'a>) -> Vec<Vec<&'a zone_monitoring::rules::RuleFile>> {
+    let files = &input.monitoring.rule_files;
+    if files.is_empty() {
+        return Vec::new();
+    }
+    zone_monitoring::rules::chunks(files, RULE_CONFIG_MAP_BUDGET)
+}
+
+/// The rule files every active shard loads: the spec's ConfigMap keys, then the ConfigMaps of
+/// rule files made from PrometheusRules (every key).
+fn rule_files(input: &BuildInput<'_>) -> Vec<(String, Option<String>)> {
+    let chunks = rule_chunks(input).len();
+    input
+        .valid
         .rule_files
         .iter()
         .map(|rule| (rule.config_map.clone(), rule.key.clone()))
+        .chain((0..chunks).map(|index| (rule_config_map_name(input.name, index), None)))
         .collect()
 }
 
@@ -152,35 +212,38 @@ fn child_meta(input: &BuildInput<'_>, index: u32) -> ObjectMeta {
     }
 }
 
-/// Shard `index`'s ConfigMap; `retained` (with the shard's former zone) renders one that
-/// scrapes nothing.
-fn config_map(
+/// Shard `index`'s configuration Secret; `retained` (with the shard's former zone) renders
+/// one that scrapes nothing.
+fn config_secret(
     input: &BuildInput<'_>,
     index: u32,
     retained: Option<Option<&str>>,
     rule_files: &[(String, Option<String>)],
-) -> Result<(ConfigMap, Vec<String>), ConfigError> {
+) -> Result<(Secret, Vec<String>), ConfigError> {
     let valid = input.valid;
     let rendered = config::render(&config::ShardConfig {
         layout: &valid.layout,
         shard: index,
         scrape_configs: &valid.scrape_configs,
+        monitor_jobs: &input.monitoring.jobs,
+        global: config::Global::of(&valid.monitoring),
         external_labels: &valid.external_labels,
         zone_external_label: valid.zone_external_label.as_deref(),
-        remote_write: &valid.remote_write,
+        remote_write: &input.monitoring.remote_write,
         rule_files,
         retained: retained.is_some(),
         retained_zone: retained.flatten(),
     })?;
-    let config_map = ConfigMap {
+    let secret = Secret {
         metadata: child_meta(input, index),
-        data: Some(BTreeMap::from([(CONFIG_KEY.to_string(), rendered.yaml)])),
-        ..ConfigMap::default()
+        data: Some(BTreeMap::from([(
+            CONFIG_KEY.to_string(),
+            ByteString(rendered.yaml.into_bytes()),
+        )])),
+        type_: Some("Opaque".into()),
+        ..Secret::default()
     };
-    Ok((
-        with_applied_hash(config_map),
-        rendered.node_metadata_disabled,
-    ))
+    Ok((with_applied_hash(secret), rendered.node_metadata_disabled))
 }
 
 /// `child` annotated with the digest of itself (as built, before the annotation).
@@ -214,6 +277,13 @@ pub fn applied_hash<K: kube::Resource>(child: &K) -> Option<&str> {
 }
 
 fn shard_labels(name: &str, index: u32) -> BTreeMap<String, String> {
+    let mut labels = instance_labels(name);
+    labels.insert(SHARD_POD_LABEL.to_string(), index.to_string());
+    labels
+}
+
+/// The labels of every child of the ShardedPrometheus `name`.
+fn instance_labels(name: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (
             "app.kubernetes.io/name".to_string(),
@@ -221,7 +291,6 @@ fn shard_labels(name: &str, index: u32) -> BTreeMap<String, String> {
         ),
         (INSTANCE_LABEL.to_string(), name.to_string()),
         (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
-        (SHARD_POD_LABEL.to_string(), index.to_string()),
     ])
 }
 
@@ -302,7 +371,7 @@ impl Storage {
             mounts: Vec::new(),
             claims: None,
         };
-        storage.config_map("config", name, CONFIG_DIR);
+        storage.secret("config", name, CONFIG_DIR);
         // One volume per ConfigMap, however many of its keys are listed.
         let config_maps: std::collections::BTreeSet<&String> = rule_files
             .iter()
@@ -337,6 +406,19 @@ impl Storage {
         storage
     }
 
+    /// Secret `secret` as volume `volume`, mounted read-only at `mount_path`.
+    fn secret(&mut self, volume: &str, secret: &str, mount_path: &str) {
+        self.volumes.push(Volume {
+            name: volume.to_string(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.to_string()),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        self.mount(volume, mount_path);
+    }
+
     /// ConfigMap `config_map` as volume `volume`, mounted read-only at `mount_path`.
     fn config_map(&mut self, volume: &str, config_map: &str, mount_path: &str) {
         self.volumes.push(Volume {
@@ -347,6 +429,10 @@ impl Storage {
             }),
             ..Volume::default()
         });
+        self.mount(volume, mount_path);
+    }
+
+    fn mount(&mut self, volume: &str, mount_path: &str) {
         self.mounts.push(VolumeMount {
             name: volume.to_string(),
             mount_path: mount_path.to_string(),

@@ -26,6 +26,9 @@ pub struct ShardConfig<'a> {
     pub layout: &'a ShardLayout,
     pub shard: u32,
     pub scrape_configs: &'a [Map<String, Value>],
+    /// Jobs made from monitors, after the user's: the sharding rules are appended to them too.
+    pub monitor_jobs: &'a [Map<String, Value>],
+    pub global: Global<'a>,
     pub external_labels: &'a BTreeMap<String, String>,
     /// The external label carrying the zone (None: not added).
     pub zone_external_label: Option<&'a str>,
@@ -38,6 +41,38 @@ pub struct ShardConfig<'a> {
     /// A retained shard's zone before the scale-down (the layout no longer has the shard): its
     /// series keep the zone label they were stored with.
     pub retained_zone: Option<&'a str>,
+}
+
+/// The `global` intervals, as prometheus-operator writes them for a `Prometheus`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Global<'a> {
+    pub scrape_interval: &'a str,
+    pub scrape_timeout: Option<&'a str>,
+    pub evaluation_interval: &'a str,
+}
+
+impl<'a> Global<'a> {
+    pub fn of(monitoring: &'a zone_api::sprom::ValidMonitoring) -> Global<'a> {
+        Global {
+            scrape_interval: &monitoring.scrape_interval,
+            scrape_timeout: monitoring.scrape_timeout.as_deref(),
+            evaluation_interval: &monitoring.evaluation_interval,
+        }
+    }
+
+    fn to_json(self, external_labels: BTreeMap<String, String>) -> Value {
+        let mut global = Map::new();
+        global.insert("scrape_interval".into(), json!(self.scrape_interval));
+        if let Some(timeout) = self.scrape_timeout {
+            global.insert("scrape_timeout".into(), json!(timeout));
+        }
+        global.insert(
+            "evaluation_interval".into(),
+            json!(self.evaluation_interval),
+        );
+        global.insert("external_labels".into(), json!(external_labels));
+        Value::Object(global)
+    }
 }
 
 /// The rendered file and what rendering found out about the user's configs.
@@ -119,7 +154,7 @@ pub fn render(input: &ShardConfig<'_>) -> Result<Rendered, ConfigError> {
     let mut root = Map::new();
     root.insert(
         "global".into(),
-        json!({ "external_labels": external_labels(input) }),
+        input.global.to_json(external_labels(input)),
     );
     if !input.retained {
         let (scrape_configs, disabled) = scrape_configs(input)?;
@@ -182,8 +217,9 @@ fn scrape_configs(input: &ShardConfig<'_>) -> Result<(Vec<Value>, Vec<String>), 
         .collect::<Result<_, _>>()
         .map_err(|error| ConfigError::Yaml(error.to_string()))?;
     let mut node_metadata_disabled = Vec::new();
-    let mut scrape_configs = Vec::with_capacity(input.scrape_configs.len());
-    for config in input.scrape_configs {
+    let mut scrape_configs =
+        Vec::with_capacity(input.scrape_configs.len() + input.monitor_jobs.len());
+    for config in input.scrape_configs.iter().chain(input.monitor_jobs) {
         let job = job_name(config);
         let mut config = Value::Object(config.clone());
         let metadata = attach_node_metadata(&mut config);

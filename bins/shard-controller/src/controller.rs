@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use kube::Resource;
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
 use zone_api::ShardedPrometheus;
+use zone_monitoring::resolve::Source;
 use zone_operator::controller::{self, CachesStopped};
 use zone_operator::metrics::MetricsError;
 use zone_operator::zones::NodeZones;
@@ -22,6 +23,12 @@ use zone_api::sprom::contract::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::build::{APPLIED_HASH_ANNOTATION, ZONE_ANNOTATION};
 use crate::cli::Args;
 use crate::metrics::SpromMetrics;
+use crate::monitoring::kinds::{
+    PodMonitorKind, PrometheusRuleKind, Raw, ScrapeConfigKind, ServiceMonitorKind,
+};
+use crate::monitoring::observe::{
+    Caches, Selectable, SharedIndex, affected, affected_by_namespaces,
+};
 use crate::reconcile::{self, Context};
 use crate::retention::{DELETION_DEADLINE_ANNOTATION, RETAINED_SINCE_ANNOTATION};
 
@@ -79,6 +86,51 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
 
     let children = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let mut watches = WatchSet::<ShardedPrometheus>::new();
+    let index = crate::monitoring::observe::SharedIndex::default();
+    // Namespace labels, for the namespace selectors of monitors and rules (metadata only).
+    let sproms_now = sproms.clone();
+    let namespaces = watches.watch(
+        "namespaces",
+        kube::Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+        watcher::Config::default(),
+        strip_meta,
+        move |_: &PartialObjectMeta<Namespace>| affected_by_namespaces(&sproms_now),
+    );
+    let monitoring = Caches {
+        service_monitors: watch_monitoring::<ServiceMonitorKind>(
+            &mut watches,
+            "servicemonitors",
+            scope.api(&client),
+            &sproms,
+            &namespaces,
+            &index,
+        ),
+        pod_monitors: watch_monitoring::<PodMonitorKind>(
+            &mut watches,
+            "podmonitors",
+            scope.api(&client),
+            &sproms,
+            &namespaces,
+            &index,
+        ),
+        scrape_configs: watch_monitoring::<ScrapeConfigKind>(
+            &mut watches,
+            "scrapeconfigs",
+            scope.api(&client),
+            &sproms,
+            &namespaces,
+            &index,
+        ),
+        rules: watch_monitoring::<PrometheusRuleKind>(
+            &mut watches,
+            "prometheusrules",
+            scope.api(&client),
+            &sproms,
+            &namespaces,
+            &index,
+        ),
+        namespaces,
+    };
     let stateful_sets = watches.watch(
         "statefulsets",
         scope.api::<StatefulSet>(&client),
@@ -86,15 +138,31 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         strip_stateful_set,
         owner_of,
     );
-    // Of ConfigMaps and Services the metadata is enough (a deleted one comes back; an applied
-    // hash says whether to apply again), and a ConfigMap's data is the bulk of what a watch
+    // Of Secrets, ConfigMaps and Services the metadata is enough (a deleted one comes back; an
+    // applied hash says whether to apply again), and their data is the bulk of what a watch
     // would hold.
+    let referencing = index.clone();
     let config_maps = watches.watch(
         "configmaps",
         scope.api::<PartialObjectMeta<ConfigMap>>(&client),
-        children.clone(),
+        watcher::Config::default(),
         strip_meta,
-        owner_of,
+        move |config_map: &PartialObjectMeta<ConfigMap>| {
+            owner_or_referencing(config_map, Source::ConfigMap, &referencing)
+        },
+    );
+    // Every Secret and ConfigMap, not only the children: a monitor's credentials live in
+    // Secrets (and CAs in ConfigMaps) of its namespace, and a change of one re-renders the
+    // resources whose monitors reference it.
+    let referencing = index.clone();
+    let secrets = watches.watch(
+        "secrets",
+        scope.api::<PartialObjectMeta<Secret>>(&client),
+        watcher::Config::default(),
+        strip_meta,
+        move |secret: &PartialObjectMeta<Secret>| {
+            owner_or_referencing(secret, Source::Secret, &referencing)
+        },
     );
     let services = watches.watch(
         "services",
@@ -131,6 +199,7 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         async {
             stateful_sets.wait_until_ready().await?;
             config_maps.wait_until_ready().await?;
+            secrets.wait_until_ready().await?;
             services.wait_until_ready().await?;
             zones.wait_until_ready().await
         },
@@ -147,6 +216,7 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         sproms: sproms.clone(),
         stateful_sets,
         config_maps,
+        secrets,
         services,
         applied: Default::default(),
         zones,
@@ -157,12 +227,58 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         zone_label: scope.zone_label.clone(),
         access: Default::default(),
         series: Default::default(),
+        monitoring,
+        discovery: Default::default(),
+        index,
+        last_good: Default::default(),
     });
     tracing::info!(namespace = ?scope.namespace(), "shard-controller running");
     let controller = Controller::for_stream(sprom_stream, sproms).reconcile_on(trigger_stream);
     controller::run(controller, &parts.shutdown, reconcile::reconcile, context).await;
     drive.abort();
     Ok(())
+}
+
+/// Adds the watch of a monitoring kind; its changes reconcile the resources they concern. It
+/// is not waited for: without prometheus-operator's CRDs it never syncs, and the resources
+/// selecting the kind report it instead.
+fn watch_monitoring<K: Selectable>(
+    watches: &mut WatchSet<ShardedPrometheus>,
+    name: &'static str,
+    api: kube::Api<Raw<K>>,
+    sproms: &Store<ShardedPrometheus>,
+    namespaces: &Store<PartialObjectMeta<Namespace>>,
+    index: &SharedIndex,
+) -> Store<Raw<K>> {
+    let (sproms, namespaces, index) = (sproms.clone(), namespaces.clone(), index.clone());
+    watches.watch(
+        name,
+        api,
+        watcher::Config::default(),
+        Raw::strip,
+        move |object: &Raw<K>| affected(object, &sproms, &namespaces, &index),
+    )
+}
+
+/// The resources that own `object`, or whose monitors reference it as `source`.
+fn owner_or_referencing<K: Resource>(
+    object: &K,
+    source: Source,
+    index: &SharedIndex,
+) -> Vec<ObjectRef<ShardedPrometheus>> {
+    let mut sproms = owner_of(object);
+    let meta = object.meta();
+    let (namespace, name) = (
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+    );
+    sproms.extend(
+        index
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .referencing(source, namespace, name),
+    );
+    sproms
 }
 
 /// The ShardedPrometheus that controls `child`, if any.

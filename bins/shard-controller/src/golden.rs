@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use zone_api::ShardedPrometheus;
 
 use crate::build::{self, BuildInput};
+use crate::monitoring::Monitoring;
 use crate::validate::validate;
 
 fn manifest_dir() -> PathBuf {
@@ -24,10 +25,12 @@ fn built_yaml(manifest: &Path) -> String {
         .namespace
         .clone()
         .unwrap_or_else(|| "default".into());
+    let monitoring = Monitoring::of_spec(&valid);
     let built = build::build(&BuildInput {
         name: &name,
         namespace: &namespace,
         valid: &valid,
+        monitoring: &monitoring,
     })
     .unwrap();
     let mut documents = vec![format!(
@@ -37,19 +40,19 @@ fn built_yaml(manifest: &Path) -> String {
     for shard in &built.shards {
         // The rendered prometheus.yml as a block, not an escaped string: that is what a reviewer
         // reads, and what each Prometheus shard loads.
-        let mut config_map = shard.config_map.clone();
-        let config = config_map
+        let mut secret = shard.config.clone();
+        let config = secret
             .data
             .as_mut()
             .and_then(|data| data.remove(crate::config::CONFIG_KEY))
             .unwrap();
         documents.push(format!(
-            "# shard {} ConfigMap {}\n{}",
+            "# shard {} Secret {}\n{}",
             shard.index,
             crate::config::CONFIG_KEY,
-            config
+            String::from_utf8(config.0).unwrap()
         ));
-        documents.push(serde_norway::to_string(&config_map).unwrap());
+        documents.push(serde_norway::to_string(&secret).unwrap());
         documents.push(serde_norway::to_string(&shard.stateful_set).unwrap());
         documents.push(serde_norway::to_string(&shard.service).unwrap());
     }
@@ -107,24 +110,26 @@ fn classic_shards_build_as_reviewed() {
     );
 }
 
-/// The ConfigMap of a retained shard, built from `manifest`'s spec, parsed.
+/// The configuration Secret of a retained shard, built from `manifest`'s spec, parsed.
 fn retained_config(manifest: &Path, index: u32, zone: Option<&str>) -> serde_json::Value {
     let text = std::fs::read_to_string(manifest).unwrap();
     let sprom: ShardedPrometheus = serde_norway::from_str(&text).unwrap();
     let valid = validate(&sprom, "topology.kubernetes.io/zone").unwrap();
     let name = sprom.metadata.name.clone().unwrap();
+    let monitoring = Monitoring::of_spec(&valid);
     let input = BuildInput {
         name: &name,
         namespace: "default",
         valid: &valid,
+        monitoring: &monitoring,
     };
-    let config_map = build::retained_config_map(&input, index, zone).unwrap();
+    let secret = build::retained_config(&input, index, zone).unwrap();
     assert_eq!(
-        config_map.metadata.name.as_deref(),
+        secret.metadata.name.as_deref(),
         Some(zone_api::sprom::contract::shard_name(&name, index).as_str())
     );
-    let yaml = &config_map.data.unwrap()[crate::config::CONFIG_KEY];
-    serde_norway::from_str(yaml).unwrap()
+    let yaml = &secret.data.unwrap()[crate::config::CONFIG_KEY];
+    serde_norway::from_slice(&yaml.0).unwrap()
 }
 
 #[test]

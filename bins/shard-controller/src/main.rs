@@ -11,6 +11,7 @@ mod controller;
 #[cfg(test)]
 mod golden;
 mod metrics;
+mod monitoring;
 mod observe;
 mod plan;
 mod reconcile;

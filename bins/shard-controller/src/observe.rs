@@ -13,6 +13,8 @@ use zone_api::validation::ValidSprom;
 use zone_operator::children;
 
 use crate::build::{ZONE_ANNOTATION, applied_hash};
+use crate::monitoring::Monitoring;
+use crate::monitoring::observe::ObserveError;
 use crate::reconcile::{Context, RESYNC};
 use crate::retention::{self, DELETION_DEADLINE_ANNOTATION, RETAINED_SINCE_ANNOTATION};
 
@@ -20,15 +22,17 @@ use crate::retention::{self, DELETION_DEADLINE_ANNOTATION, RETAINED_SINCE_ANNOTA
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ChildKind {
     ConfigMap,
+    Secret,
     Service,
     StatefulSet,
 }
 
 impl ChildKind {
     /// The order children of shards no longer wanted are deleted in: the pods first.
-    pub const PRUNE_ORDER: [ChildKind; 3] = [
+    pub const PRUNE_ORDER: [ChildKind; 4] = [
         ChildKind::StatefulSet,
         ChildKind::Service,
+        ChildKind::Secret,
         ChildKind::ConfigMap,
     ];
 }
@@ -48,6 +52,8 @@ pub struct Observed {
     /// Every child is applied again: a new generation, or [`RESYNC`] passed since the last
     /// full apply.
     pub full_apply: bool,
+    /// What the selected monitoring.coreos.com objects add to the shards.
+    pub monitoring: Monitoring,
 }
 
 /// A shard's StatefulSet, as the cache holds it.
@@ -89,14 +95,30 @@ impl Observed {
     }
 }
 
-/// Reads what `sprom` (valid as `valid`) needs from the caches and the access review.
-pub async fn observe(ctx: &Context, sprom: &ShardedPrometheus, valid: &ValidSprom) -> Observed {
+/// Reads what `sprom` (valid as `valid`) needs from the caches, the access review and the
+/// monitoring objects it selects (with the Secrets they reference).
+pub async fn observe(
+    ctx: &Context,
+    sprom: &ShardedPrometheus,
+    valid: &ValidSprom,
+) -> Result<Observed, ObserveError> {
+    let monitoring = crate::monitoring::observe::observe(
+        &ctx.client,
+        &ctx.monitoring,
+        &ctx.discovery,
+        &ctx.index,
+        &ctx.last_good,
+        sprom,
+        valid,
+    )
+    .await?;
     let namespace = sprom.namespace().unwrap_or_default();
     let name = sprom.name_any();
     let mut observed = Observed {
         stateful_sets: stateful_sets(&ctx.stateful_sets, sprom),
         zones_with_nodes: ctx.zones.zones_present(),
         full_apply: resync_due(ctx, sprom),
+        monitoring,
         ..Observed::default()
     };
     let children = &mut observed.children;
@@ -107,6 +129,7 @@ pub async fn observe(ctx: &Context, sprom: &ShardedPrometheus, valid: &ValidSpro
         &name,
         children,
     );
+    children_of(&ctx.secrets, ChildKind::Secret, &namespace, &name, children);
     children_of(
         &ctx.services,
         ChildKind::Service,
@@ -131,7 +154,7 @@ pub async fn observe(ctx: &Context, sprom: &ShardedPrometheus, valid: &ValidSpro
             &needed,
         )
         .await;
-    observed
+    Ok(observed)
 }
 
 /// Whether every child must be applied again, whatever the cache shows.

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use zone_api::sprom::contract::shard_name;
@@ -38,6 +38,7 @@ pub struct Target<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Child {
     ConfigMap(Box<ConfigMap>),
+    Secret(Box<Secret>),
     Service(Box<Service>),
     StatefulSet(Box<StatefulSet>),
 }
@@ -46,6 +47,7 @@ impl Child {
     pub fn kind(&self) -> ChildKind {
         match self {
             Child::ConfigMap(_) => ChildKind::ConfigMap,
+            Child::Secret(_) => ChildKind::Secret,
             Child::Service(_) => ChildKind::Service,
             Child::StatefulSet(_) => ChildKind::StatefulSet,
         }
@@ -54,6 +56,7 @@ impl Child {
     fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
         match self {
             Child::ConfigMap(child) => child.meta(),
+            Child::Secret(child) => child.meta(),
             Child::Service(child) => child.meta(),
             Child::StatefulSet(child) => child.meta(),
         }
@@ -67,6 +70,7 @@ impl Child {
     fn hash(&self) -> Option<&str> {
         match self {
             Child::ConfigMap(child) => applied_hash(&**child),
+            Child::Secret(child) => applied_hash(&**child),
             Child::Service(child) => applied_hash(&**child),
             Child::StatefulSet(child) => applied_hash(&**child),
         }
@@ -91,6 +95,9 @@ pub struct Plan {
     pub writes: Vec<Write>,
     /// The names of every child wanted (active and retained shards).
     pub wanted: BTreeSet<String>,
+    /// The names of the ConfigMaps wanted: the rule files'. A shard's own name is not one: a
+    /// ConfigMap of that name is a configuration from before configurations were Secrets.
+    pub wanted_config_maps: BTreeSet<String>,
     /// The kinds whose unwanted children are deleted, in that order.
     pub prune: Vec<ChildKind>,
     /// Every child is written: remember when, so the next reconciles may skip unchanged ones.
@@ -113,6 +120,7 @@ pub fn plan(
         name: target.name,
         namespace: target.namespace,
         valid,
+        monitoring: &observed.monitoring,
     };
     let built = build::build(&input).map_err(|error| invalid_scrape_config(&error))?;
     let policy = retention::Policy {
@@ -121,10 +129,21 @@ pub fn plan(
     };
     let fate = retention::plan(valid.shards(), policy, &observed.existing_shards(), now);
     let node_metadata_disabled = built.node_metadata_disabled.clone();
+    let wanted_config_maps: BTreeSet<String> = built
+        .rule_config_maps
+        .iter()
+        .filter_map(|config_map| config_map.metadata.name.clone())
+        .collect();
     let (writes, wanted) = writes(&input, built, &fate, observed)?;
     let prune = ChildKind::PRUNE_ORDER
         .into_iter()
-        .filter(|kind| observed.full_apply || observed.has_unwanted(*kind, &wanted))
+        .filter(|kind| {
+            let wanted = match kind {
+                ChildKind::ConfigMap => &wanted_config_maps,
+                _ => &wanted,
+            };
+            observed.full_apply || observed.has_unwanted(*kind, wanted)
+        })
         .collect();
 
     let observation = observation(target, valid, observed, &fate, &node_metadata_disabled);
@@ -140,6 +159,7 @@ pub fn plan(
     Ok(Plan {
         writes,
         wanted,
+        wanted_config_maps,
         prune,
         full_apply: observed.full_apply,
         status,
@@ -159,9 +179,12 @@ fn writes(
 ) -> Result<(Vec<Write>, BTreeSet<String>), Invalid> {
     let mut wanted = BTreeSet::new();
     let mut children = Vec::new();
+    for config_map in built.rule_config_maps {
+        children.push(Child::ConfigMap(Box::new(config_map)));
+    }
     for shard in built.shards {
         wanted.insert(shard_name(input.name, shard.index));
-        children.push(Child::ConfigMap(Box::new(shard.config_map)));
+        children.push(Child::Secret(Box::new(shard.config)));
         children.push(Child::Service(Box::new(shard.service)));
         children.push(Child::StatefulSet(Box::new(shard.stateful_set)));
     }
@@ -175,11 +198,11 @@ fn writes(
             .stateful_sets
             .get(&retained.index)
             .and_then(|sts| sts.zone.as_deref());
-        let config_map = build::retained_config_map(input, retained.index, zone)
+        let config = build::retained_config(input, retained.index, zone)
             .map_err(|error| invalid_scrape_config(&error))?;
         let name = shard_name(input.name, retained.index);
         wanted.insert(name.clone());
-        writes.extend(changed([Child::ConfigMap(Box::new(config_map))], observed));
+        writes.extend(changed([Child::Secret(Box::new(config))], observed));
         if retained.mark {
             writes.push(Write::Mark {
                 stateful_set: name,
@@ -216,6 +239,7 @@ fn observation<'a>(
         zones_with_nodes: Some(observed.zones_with_nodes.clone()),
         node_metadata_disabled,
         forbidden: &observed.forbidden,
+        monitoring: &observed.monitoring,
         retained: fate
             .retained
             .iter()

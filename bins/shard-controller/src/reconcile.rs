@@ -17,11 +17,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use zone_api::ShardedPrometheus;
 use zone_api::sprom::{ShardedPrometheusStatus, condition, reason};
@@ -35,6 +35,8 @@ use zone_operator::{
 
 use crate::access::AccessCache;
 use crate::metrics::SpromMetrics;
+use crate::monitoring::observe::ObserveError;
+use crate::monitoring::translate::LastGood;
 use crate::plan::{Plan, Target};
 
 pub use crate::plan::RESYNC;
@@ -47,6 +49,7 @@ pub struct Context {
     pub sproms: Store<ShardedPrometheus>,
     pub stateful_sets: Store<StatefulSet>,
     pub config_maps: Store<PartialObjectMeta<ConfigMap>>,
+    pub secrets: Store<PartialObjectMeta<Secret>>,
     pub services: Store<PartialObjectMeta<Service>>,
     /// Per resource, the generation and time of the last full apply: until the generation
     /// changes or [`RESYNC`] passes, children the cache shows unchanged are not written again.
@@ -61,6 +64,14 @@ pub struct Context {
     pub access: AccessCache,
     /// The resources with metric series, to drop those of deleted ones.
     pub series: ObjectSeries,
+    /// The caches of ServiceMonitors, PodMonitors, ScrapeConfigs, PrometheusRules and
+    /// namespaces.
+    pub monitoring: crate::monitoring::observe::Caches,
+    pub discovery: crate::monitoring::observe::Discovery,
+    /// What each resource selected and referenced at its last reconcile.
+    pub index: crate::monitoring::observe::SharedIndex,
+    /// The jobs each monitor of each resource last translated to.
+    pub last_good: Mutex<HashMap<ObjectRef<ShardedPrometheus>, LastGood>>,
 }
 
 impl Context {
@@ -79,6 +90,20 @@ impl Context {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .retain(|key, _| live.contains(key));
+        let alive = |sprom: &ObjectRef<ShardedPrometheus>| {
+            live.contains(&(
+                sprom.namespace.clone().unwrap_or_default(),
+                sprom.name.clone(),
+            ))
+        };
+        self.index
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(alive);
+        self.last_good
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|sprom, _| alive(sprom));
     }
 }
 
@@ -96,6 +121,8 @@ pub enum ReconcileError {
     Child(#[from] ChildError),
     #[error(transparent)]
     Status(#[from] StatusError),
+    #[error(transparent)]
+    Monitoring(#[from] ObserveError),
 }
 
 impl Failure for ReconcileError {
@@ -105,6 +132,7 @@ impl Failure for ReconcileError {
             ReconcileError::Child(ChildError::Apply { .. }) => "ApplyChild",
             ReconcileError::Child(_) => "PruneChildren",
             ReconcileError::Status(_) => "WriteStatus",
+            ReconcileError::Monitoring(_) => "ObserveMonitoring",
         }
     }
 }
@@ -182,7 +210,9 @@ async fn converge(
     target: &Target<'_>,
 ) -> Result<Plan, Stop> {
     let valid = crate::validate::validate(sprom, &ctx.zone_label)?;
-    let observed = crate::observe::observe(ctx, sprom, &valid).await;
+    let observed = crate::observe::observe(ctx, sprom, &valid)
+        .await
+        .map_err(|error| Stop::Failed(error.into()))?;
     let plan = crate::plan::plan(target, &valid, &observed, Timestamp::now())?;
     crate::apply::apply(ctx, sprom, &plan).await?;
     Ok(plan)

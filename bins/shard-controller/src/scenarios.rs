@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
@@ -25,6 +25,7 @@ const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 const SPROM: &str = "/apis/zonecontrol.k8s.aws/v1/namespaces/mon/shardedprometheuses/p";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/mon/events";
 const CONFIG_MAPS: &str = "/api/v1/namespaces/mon/configmaps";
+const SECRETS: &str = "/api/v1/namespaces/mon/secrets";
 const SERVICES: &str = "/api/v1/namespaces/mon/services";
 const STATEFUL_SETS: &str = "/apis/apps/v1/namespaces/mon/statefulsets";
 const REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
@@ -75,6 +76,18 @@ fn meta_of<K: kube::Resource>(child: &K) -> PartialObjectMeta<K> {
     child.meta().clone().into_response_partial()
 }
 
+/// Caches of monitoring objects and namespaces that hold nothing (the scenarios' resources
+/// select none).
+fn no_monitoring_objects() -> crate::monitoring::observe::Caches {
+    crate::monitoring::observe::Caches {
+        service_monitors: store_of(Vec::new()),
+        pod_monitors: store_of(Vec::new()),
+        scrape_configs: store_of(Vec::new()),
+        rules: store_of(Vec::new()),
+        namespaces: store_of(Vec::new()),
+    }
+}
+
 struct Harness {
     fake: FakeApi,
     ctx: Arc<Context>,
@@ -83,17 +96,17 @@ struct Harness {
 
 impl Harness {
     /// The controller's context over `fake`, its caches holding `stateful_sets` (and their
-    /// ConfigMaps and Services, by name).
+    /// configuration Secrets and Services, by name).
     fn new(spec: Value, stateful_sets: Vec<StatefulSet>) -> Harness {
         let (fake, client) = FakeApi::new();
         let sprom: ShardedPrometheus = serde_json::from_value(sprom_json(spec)).unwrap();
         script_defaults(&fake, &sprom);
-        let config_maps: Vec<_> = stateful_sets
+        let secrets: Vec<_> = stateful_sets
             .iter()
             .map(|sts| {
-                meta_of(&ConfigMap {
+                meta_of(&Secret {
                     metadata: sts.metadata.clone(),
-                    ..ConfigMap::default()
+                    ..Secret::default()
                 })
             })
             .collect();
@@ -111,7 +124,8 @@ impl Harness {
             client: client.clone(),
             sproms: store_of([sprom.clone()]),
             stateful_sets: store_of(stateful_sets),
-            config_maps: store_of(config_maps),
+            config_maps: store_of(Vec::<PartialObjectMeta<ConfigMap>>::new()),
+            secrets: store_of(secrets),
             services: store_of(services),
             applied: Default::default(),
             zones: NodeZones::from_store(
@@ -129,6 +143,10 @@ impl Harness {
             zone_label: ZONE_LABEL.to_string(),
             access: Default::default(),
             series: Default::default(),
+            monitoring: no_monitoring_objects(),
+            discovery: Default::default(),
+            index: Default::default(),
+            last_good: Default::default(),
         });
         Harness { fake, ctx, sprom }
     }
@@ -157,7 +175,7 @@ impl Harness {
         let method = method.clone();
         self.fake.requests().into_iter().filter(move |r| {
             r.method == method
-                && [CONFIG_MAPS, SERVICES, STATEFUL_SETS]
+                && [CONFIG_MAPS, SECRETS, SERVICES, STATEFUL_SETS]
                     .iter()
                     .any(|prefix| r.path.starts_with(prefix))
         })
@@ -185,6 +203,7 @@ impl Harness {
     fn caches_after_applies(&self) -> Harness {
         let mut stateful_sets = Vec::new();
         let mut config_maps = Vec::new();
+        let mut secrets = Vec::new();
         let mut services = Vec::new();
         for request in self.child_requests(&Method::PATCH) {
             let body = as_cached(&request.json().unwrap());
@@ -192,6 +211,8 @@ impl Harness {
                 stateful_sets.push(serde_json::from_value::<StatefulSet>(body).unwrap());
             } else if request.path.starts_with(CONFIG_MAPS) {
                 config_maps.push(meta_of(&serde_json::from_value::<ConfigMap>(body).unwrap()));
+            } else if request.path.starts_with(SECRETS) {
+                secrets.push(meta_of(&serde_json::from_value::<Secret>(body).unwrap()));
             } else {
                 services.push(meta_of(&serde_json::from_value::<Service>(body).unwrap()));
             }
@@ -201,6 +222,7 @@ impl Harness {
             sproms: self.ctx.sproms.clone(),
             stateful_sets: store_of(stateful_sets),
             config_maps: store_of(config_maps),
+            secrets: store_of(secrets),
             services: store_of(services),
             applied: std::sync::Mutex::new(self.ctx.applied.lock().unwrap().clone()),
             zones: self.ctx.zones.clone(),
@@ -211,6 +233,10 @@ impl Harness {
             zone_label: self.ctx.zone_label.clone(),
             access: Default::default(),
             series: Default::default(),
+            monitoring: no_monitoring_objects(),
+            discovery: Default::default(),
+            index: Default::default(),
+            last_good: Default::default(),
         };
         Harness {
             fake: self.fake.clone(),
@@ -241,18 +267,26 @@ fn script_defaults(fake: &FakeApi, sprom: &ShardedPrometheus) {
         });
     fake.on(Method::POST, EVENTS)
         .always_with(|request| (201, request.json().unwrap()));
-    for prefix in [CONFIG_MAPS, SERVICES, STATEFUL_SETS] {
+    for prefix in [CONFIG_MAPS, SECRETS, SERVICES, STATEFUL_SETS] {
         fake.on_prefix(Method::DELETE, prefix)
             .always(200, status_json(200, "Success", "deleted"));
     }
 }
 
-/// Lists answered with shards `indices` of every kind, controlled by the resource.
+/// Lists answered with shards `indices` of every kind, controlled by the resource (no
+/// ConfigMap: configurations are Secrets).
 fn script_lists(fake: &FakeApi, indices: &[u32]) {
-    for (prefix, kind, api_version) in [
-        (CONFIG_MAPS, "ConfigMap", "v1"),
-        (SERVICES, "Service", "v1"),
-        (STATEFUL_SETS, "StatefulSet", "apps/v1"),
+    script_lists_with_config_maps(fake, indices, &[]);
+}
+
+/// As [`script_lists`], with configuration ConfigMaps of shards `config_maps` (written before
+/// configurations were Secrets).
+fn script_lists_with_config_maps(fake: &FakeApi, indices: &[u32], config_maps: &[u32]) {
+    for (prefix, kind, api_version, indices) in [
+        (CONFIG_MAPS, "ConfigMap", "v1", config_maps),
+        (SECRETS, "Secret", "v1", indices),
+        (SERVICES, "Service", "v1", indices),
+        (STATEFUL_SETS, "StatefulSet", "apps/v1", indices),
     ] {
         let items: Vec<Value> = indices
             .iter()
@@ -281,7 +315,7 @@ fn script_applies(fake: &FakeApi, rejected: Option<&'static str>) {
             ),
         );
     }
-    for prefix in [CONFIG_MAPS, SERVICES, STATEFUL_SETS] {
+    for prefix in [CONFIG_MAPS, SECRETS, SERVICES, STATEFUL_SETS] {
         fake.on_prefix(Method::PATCH, prefix)
             .always_with(|request| {
                 let body = request.json().unwrap();
@@ -344,8 +378,9 @@ async fn a_child_rejected_by_the_api_server_is_reported_once() {
 }
 
 /// Guards: a scale-down under Delete removes the children of shards >= N, of every kind, and
-/// nothing else. Without the prune, shards 3 and 4 keep running; with a wrong wanted set, a
-/// wanted shard is deleted.
+/// nothing else but the configuration ConfigMaps written before configurations were Secrets.
+/// Without the prune, shards 3 and 4 keep running; with a wrong wanted set, a wanted shard is
+/// deleted.
 #[tokio::test]
 async fn a_delete_scale_down_prunes_only_the_shards_beyond_the_count() {
     let stateful_sets = (0..5).map(|i| cached_stateful_set(i, json!({}))).collect();
@@ -354,13 +389,15 @@ async fn a_delete_scale_down_prunes_only_the_shards_beyond_the_count() {
         stateful_sets,
     );
     script_applies(&h.fake, None);
-    script_lists(&h.fake, &[0, 1, 2, 3, 4]);
+    script_lists_with_config_maps(&h.fake, &[0, 1, 2, 3, 4], &[0, 1, 2, 3, 4]);
 
     h.reconcile().await;
-    let expected: BTreeSet<(String, String)> = ["statefulsets", "services", "configmaps"]
+    let mut expected: BTreeSet<(String, String)> = ["statefulsets", "services", "secrets"]
         .into_iter()
         .flat_map(|kind| [3, 4].map(|i| (kind.to_string(), format!("p-shard-{i}"))))
         .collect();
+    // Configurations from before they were Secrets: ConfigMaps of every shard's name go.
+    expected.extend((0..5).map(|i| ("configmaps".to_string(), format!("p-shard-{i}"))));
     assert_eq!(h.deletes(), expected);
     assert_eq!(h.statuses()[0]["shards"], 3);
 }
@@ -388,7 +425,7 @@ async fn unchanged_children_cause_no_writes_until_the_resync() {
     assert_eq!(
         warm.fake.count(&Method::GET, "/api/v1/namespaces/mon/")
             + warm.fake.count(&Method::GET, STATEFUL_SETS),
-        3,
+        4,
         "only the first reconcile's prune listed the children"
     );
 

@@ -10,6 +10,8 @@ use zone_topology::sharding::{ShardLayout, ZonelessTargets};
 
 use zone_api::sprom::contract;
 
+use crate::monitoring::Monitoring;
+
 /// What one shard's StatefulSet shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ObservedShard {
@@ -33,7 +35,12 @@ pub struct Observation<'a> {
     pub forbidden: &'a [String],
     /// The retained shards, by index (see [`crate::retention`]).
     pub retained: Vec<RetainedShard>,
+    /// What the selected monitoring objects add to every active shard, and what was left out.
+    pub monitoring: &'a Monitoring,
 }
+
+/// How many rejected objects the condition names; the rest are counted.
+pub const REJECTED_LISTED: usize = 10;
 
 /// The status `observation` gives, starting from `previous` (whose condition times carry over),
 /// and the events its changes deserve.
@@ -56,6 +63,11 @@ pub fn compute(
             in_zone: to_i32(layout.in_zone(*index)),
             ready_replicas: observed.ready_replicas,
             stateful_set: contract::shard_name(observation.name, *index),
+            monitors: to_i32(observation.monitoring.monitors),
+            rule_groups: to_i32(observation.monitoring.rule_groups),
+            rejected_objects: to_i32(
+                u32::try_from(observation.monitoring.rejected.len()).unwrap_or(u32::MAX),
+            ),
         });
     }
     status.shards = to_i32(observation.shards.len() as u32);
@@ -97,6 +109,7 @@ pub fn compute(
         );
     }
 
+    monitoring_condition(previous, observation.monitoring, &mut status, &mut events);
     let degraded = degraded_reasons(observation);
     match degraded.first() {
         None => status.set_condition(
@@ -115,6 +128,76 @@ pub fn compute(
         }
     }
     (status, events)
+}
+
+/// MonitoringObjectsAccepted: True when every selected object is in the configuration; False
+/// naming (up to [`REJECTED_LISTED`]) those left out, with a Warning event per object when the
+/// list changes, or the kinds the API server does not serve.
+fn monitoring_condition(
+    previous: &ShardedPrometheusStatus,
+    monitoring: &Monitoring,
+    status: &mut ShardedPrometheusStatus,
+    events: &mut PendingEvents,
+) {
+    let type_ = condition::MONITORING_OBJECTS_ACCEPTED;
+    let unchanged = |reason: &str, message: &str| {
+        previous
+            .condition(type_)
+            .is_some_and(|c| c.reason == reason && c.message == message)
+    };
+    if monitoring.rejected.is_empty() && monitoring.not_served.is_empty() {
+        status.set_condition(
+            type_,
+            true,
+            reason::ALL_ACCEPTED,
+            format!(
+                "{} monitors and {} rule groups in every shard's configuration",
+                monitoring.monitors, monitoring.rule_groups
+            ),
+        );
+        return;
+    }
+    if monitoring.rejected.is_empty() {
+        let message = format!(
+            "the API server does not serve {}: install prometheus-operator's CRDs to use their \
+             selectors (the other selectors work)",
+            monitoring.not_served.join(", ")
+        );
+        if !unchanged(reason::KINDS_NOT_SERVED, &message) {
+            events.warning(reason::KINDS_NOT_SERVED, "Select", message.clone());
+        }
+        status.set_condition(type_, false, reason::KINDS_NOT_SERVED, message);
+        return;
+    }
+    let listed: Vec<String> = monitoring
+        .rejected
+        .iter()
+        .take(REJECTED_LISTED)
+        .map(|r| format!("{} {}/{}: {}", r.kind, r.namespace, r.name, r.reason))
+        .collect();
+    let mut message = format!(
+        "{} selected object(s) left out of the configuration: {}",
+        monitoring.rejected.len(),
+        listed.join("; ")
+    );
+    if monitoring.rejected.len() > REJECTED_LISTED {
+        message.push_str(&format!(
+            "; and {} more",
+            monitoring.rejected.len() - REJECTED_LISTED
+        ));
+    }
+    if !monitoring.not_served.is_empty() {
+        message.push_str(&format!(
+            "; not served by the API server: {}",
+            monitoring.not_served.join(", ")
+        ));
+    }
+    if !unchanged(reason::OBJECTS_REJECTED, &message) {
+        for rejected in listed {
+            events.warning(reason::OBJECTS_REJECTED, "Translate", rejected);
+        }
+    }
+    status.set_condition(type_, false, reason::OBJECTS_REJECTED, message);
 }
 
 /// Why the shards do less than they should, most serious first: (reason, message).
@@ -218,7 +301,109 @@ mod tests {
             node_metadata_disabled: &[],
             forbidden: &[],
             retained: Vec::new(),
+            monitoring: &NO_MONITORING,
         }
+    }
+
+    static NO_MONITORING: Monitoring = Monitoring::NONE;
+
+    fn rejection(name: &str) -> zone_monitoring::Rejection {
+        zone_monitoring::Rejection {
+            kind: "ServiceMonitor",
+            namespace: "team".into(),
+            name: name.into(),
+            reason: "spec.endpoints[0].tlsConfig.ca: Secret team/ca key \"ca.crt\": not found"
+                .into(),
+        }
+    }
+
+    #[test]
+    fn rejected_objects_are_named_bounded_counted_and_warned_once() {
+        let layout = ShardLayout::classic(2).unwrap();
+        let monitoring = Monitoring {
+            monitors: 3,
+            rejected: (0..12).map(|i| rejection(&format!("m{i:02}"))).collect(),
+            ..Monitoring::default()
+        };
+        let obs = Observation {
+            monitoring: &monitoring,
+            ..observation(&layout, &[(0, 2), (1, 2)], &[])
+        };
+        let (status, events) = compute(&ShardedPrometheusStatus::default(), &obs);
+        let accepted = status
+            .condition(condition::MONITORING_OBJECTS_ACCEPTED)
+            .unwrap();
+        assert_eq!(
+            (accepted.status.as_str(), accepted.reason.as_str()),
+            ("False", reason::OBJECTS_REJECTED)
+        );
+        assert!(
+            accepted
+                .message
+                .starts_with("12 selected object(s) left out")
+        );
+        assert!(
+            accepted
+                .message
+                .contains("ServiceMonitor team/m00: spec.endpoints[0]")
+        );
+        assert!(accepted.message.contains("team/m09") && !accepted.message.contains("team/m10"));
+        assert!(
+            accepted.message.contains("and 2 more"),
+            "{}",
+            accepted.message
+        );
+        assert_eq!(events.events().len(), REJECTED_LISTED);
+        assert_eq!(status.shard_statuses[1].rejected_objects, 12);
+        assert_eq!(status.shard_statuses[1].monitors, 3);
+        let (again, events) = compute(&status, &obs);
+        assert_eq!(again, status);
+        assert!(
+            events.is_empty(),
+            "the same rejections are not warned again"
+        );
+    }
+
+    #[test]
+    fn kinds_not_served_and_all_accepted() {
+        let layout = ShardLayout::classic(1).unwrap();
+        let monitoring = Monitoring {
+            not_served: vec!["servicemonitors.monitoring.coreos.com/v1"],
+            ..Monitoring::default()
+        };
+        let obs = Observation {
+            monitoring: &monitoring,
+            ..observation(&layout, &[(0, 2)], &[])
+        };
+        let (status, events) = compute(&ShardedPrometheusStatus::default(), &obs);
+        let accepted = status
+            .condition(condition::MONITORING_OBJECTS_ACCEPTED)
+            .unwrap();
+        assert_eq!(accepted.reason, reason::KINDS_NOT_SERVED);
+        assert!(
+            accepted
+                .message
+                .contains("servicemonitors.monitoring.coreos.com/v1")
+        );
+        assert_eq!(events.events().len(), 1);
+        let monitoring = Monitoring {
+            monitors: 2,
+            rule_groups: 5,
+            ..Monitoring::default()
+        };
+        let obs = Observation {
+            monitoring: &monitoring,
+            ..observation(&layout, &[(0, 2)], &[])
+        };
+        let (status, _) = compute(&status, &obs);
+        let accepted = status
+            .condition(condition::MONITORING_OBJECTS_ACCEPTED)
+            .unwrap();
+        assert_eq!(
+            (accepted.status.as_str(), accepted.reason.as_str()),
+            ("True", reason::ALL_ACCEPTED)
+        );
+        assert_eq!(status.shard_statuses[0].rule_groups, 5);
     }
 
     #[test]

@@ -84,22 +84,19 @@ pub trait Resolver {
     fn resolve(&self, key: &KeyRef) -> Result<String, RefError>;
 }
 
+/// A Secret's or ConfigMap's data: key → bytes.
+pub type Data = BTreeMap<String, Vec<u8>>;
+
 /// What the controller read: per Secret or ConfigMap, its keys and values (`None`: it does not
 /// exist). References to objects not listed here are [`RefError::NotFound`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Values {
-    objects: BTreeMap<(Source, String, String), Option<BTreeMap<String, Vec<u8>>>>,
+    objects: BTreeMap<(Source, String, String), Option<Data>>,
 }
 
 impl Values {
     /// Records `namespace/name` of `source` with its data (`None`: it does not exist).
-    pub fn insert(
-        &mut self,
-        source: Source,
-        namespace: &str,
-        name: &str,
-        data: Option<BTreeMap<String, Vec<u8>>>,
-    ) {
+    pub fn insert(&mut self, source: Source, namespace: &str, name: &str, data: Option<Data>) {
         self.objects
             .insert((source, namespace.to_string(), name.to_string()), data);
     }

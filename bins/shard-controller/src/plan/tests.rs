@@ -119,7 +119,7 @@ fn full() -> Observed {
 }
 
 #[test]
-fn a_full_apply_writes_every_child_config_map_first_and_prunes_every_kind() {
+fn a_full_apply_writes_every_child_config_first_and_prunes_every_kind() {
     let previous = ShardedPrometheusStatus::default();
     let plan = plan(
         &target(&previous),
@@ -132,7 +132,7 @@ fn a_full_apply_writes_every_child_config_map_first_and_prunes_every_kind() {
     assert_eq!(
         kinds,
         [
-            ChildKind::ConfigMap,
+            ChildKind::Secret,
             ChildKind::Service,
             ChildKind::StatefulSet
         ]
@@ -188,7 +188,15 @@ fn unchanged_children_are_not_written_again_until_the_resync() {
 fn a_delete_scale_down_prunes_the_shards_beyond_the_new_count() {
     let after = scaled(5, 3, "Delete");
     assert!(after.writes.is_empty(), "shards 0-2 are unchanged");
-    assert_eq!(after.prune, ChildKind::PRUNE_ORDER);
+    // No rule ConfigMap was ever written: no ConfigMap to prune.
+    assert_eq!(
+        after.prune,
+        [
+            ChildKind::StatefulSet,
+            ChildKind::Service,
+            ChildKind::Secret
+        ]
+    );
     assert_eq!(
         after.wanted,
         ["p-shard-0", "p-shard-1", "p-shard-2"]
@@ -203,7 +211,7 @@ fn a_retain_scale_down_marks_and_empties_the_removed_shards() {
     let after = scaled(4, 3, "Retain");
     assert_eq!(
         applies(&after),
-        [(ChildKind::ConfigMap, "p-shard-3".to_string())]
+        [(ChildKind::Secret, "p-shard-3".to_string())]
     );
     let Some(Write::Mark {
         stateful_set,

@@ -1,0 +1,56 @@
+//! What the selected monitoring.coreos.com objects add to every shard: scrape jobs from
+//! ServiceMonitors, PodMonitors and ScrapeConfigs (credentials resolved), rule files from
+//! PrometheusRules, and what was left out. Computed once per reconcile and shared by every
+//! active shard.
+
+use serde_json::{Map, Value};
+use zone_api::validation::ValidSprom;
+use zone_monitoring::Rejection;
+use zone_monitoring::rules::RuleFile;
+
+/// The monitoring part of every active shard's configuration.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Monitoring {
+    /// Jobs made from monitors, before the sharding rules; credentials inline (the shard
+    /// configuration is a Secret).
+    pub jobs: Vec<Map<String, Value>>,
+    /// The remote_write entries with their credential references resolved.
+    pub remote_write: Vec<Map<String, Value>>,
+    /// Rule files made from PrometheusRules, stored in [`crate::build::rule_config_map_name`]
+    /// ConfigMaps.
+    pub rule_files: Vec<RuleFile>,
+    /// Monitors whose jobs are in `jobs`.
+    pub monitors: u32,
+    /// Rule groups in `rule_files`.
+    pub rule_groups: u32,
+    /// Selected objects left out, and why (bounded lists are made from it for the status).
+    pub rejected: Vec<Rejection>,
+    /// Selected kinds the API server does not serve (prometheus-operator's CRDs missing).
+    pub not_served: Vec<&'static str>,
+}
+
+impl Monitoring {
+    /// Nothing at all (tests, and statics).
+    #[cfg(test)]
+    pub const NONE: Monitoring = Monitoring {
+        jobs: Vec::new(),
+        remote_write: Vec::new(),
+        rule_files: Vec::new(),
+        monitors: 0,
+        rule_groups: 0,
+        rejected: Vec::new(),
+        not_served: Vec::new(),
+    };
+
+    /// Nothing from monitoring objects: the spec's own remote_write only.
+    pub fn of_spec(valid: &ValidSprom) -> Monitoring {
+        Monitoring {
+            remote_write: valid.remote_write.clone(),
+            ..Monitoring::default()
+        }
+    }
+}
+
+pub mod kinds;
+pub mod observe;
+pub mod translate;

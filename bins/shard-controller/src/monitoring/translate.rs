@@ -1,0 +1,231 @@
+//! The translate step (pure): the selected monitoring objects and the Secret and ConfigMap
+//! values they reference become [`Monitoring`]: jobs, rule files, counts and rejections.
+//!
+//! A monitor that cannot be translated (a malformed spec, a Secret deleted) keeps the jobs it
+//! last had, when it had any: a Secret being rotated, or a typo in one team's monitor, must not
+//! stop the scraping of its targets. It is reported either way.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use zone_api::sprom::{ServiceDiscoveryRole, ValidMonitoring};
+use zone_api::validation::ValidSprom;
+use zone_monitoring::monitors::{PodMonitorSpec, ScrapeConfigSpec, ServiceMonitorSpec};
+use zone_monitoring::resolve::{KeyRef, Resolver, Values};
+use zone_monitoring::rules::PrometheusRuleSpec;
+use zone_monitoring::translate::{self as upstream, DiscoveryRole, Job, Settings};
+use zone_monitoring::{Object, Rejection};
+
+use super::Monitoring;
+use super::kinds::{
+    Kind, PodMonitorKind, PrometheusRuleKind, Raw, ScrapeConfigKind, ServiceMonitorKind,
+};
+
+/// The objects a ShardedPrometheus selects, each list sorted by namespace and name (the order
+/// of the jobs in the configuration, as upstream's).
+#[derive(Debug, Clone, Default)]
+pub struct Selected {
+    pub service_monitors: Vec<Arc<Raw<ServiceMonitorKind>>>,
+    pub pod_monitors: Vec<Arc<Raw<PodMonitorKind>>>,
+    pub scrape_configs: Vec<Arc<Raw<ScrapeConfigKind>>>,
+    pub rules: Vec<Arc<Raw<PrometheusRuleKind>>>,
+    /// Kinds selected that the API server does not serve.
+    pub not_served: Vec<&'static str>,
+}
+
+/// A monitor: its kind, namespace and name.
+pub type MonitorKey = (&'static str, String, String);
+
+/// The jobs each monitor last translated to.
+pub type LastGood = BTreeMap<MonitorKey, Vec<Job>>;
+
+/// A kind that becomes scrape jobs.
+trait Monitor: Kind {
+    type Spec: DeserializeOwned;
+    fn references(object: &Object<Self::Spec>) -> Vec<KeyRef>;
+    fn jobs(
+        object: &Object<Self::Spec>,
+        settings: &Settings,
+        values: &dyn Resolver,
+    ) -> Result<Vec<Job>, String>;
+}
+
+impl Monitor for ServiceMonitorKind {
+    type Spec = ServiceMonitorSpec;
+    fn references(object: &Object<Self::Spec>) -> Vec<KeyRef> {
+        upstream::references_of_service_monitor(object)
+    }
+    fn jobs(o: &Object<Self::Spec>, s: &Settings, v: &dyn Resolver) -> Result<Vec<Job>, String> {
+        upstream::service_monitor(o, s, v)
+    }
+}
+
+impl Monitor for PodMonitorKind {
+    type Spec = PodMonitorSpec;
+    fn references(object: &Object<Self::Spec>) -> Vec<KeyRef> {
+        upstream::references_of_pod_monitor(object)
+    }
+    fn jobs(o: &Object<Self::Spec>, s: &Settings, v: &dyn Resolver) -> Result<Vec<Job>, String> {
+        upstream::pod_monitor(o, s, v)
+    }
+}
+
+impl Monitor for ScrapeConfigKind {
+    type Spec = ScrapeConfigSpec;
+    fn references(object: &Object<Self::Spec>) -> Vec<KeyRef> {
+        upstream::references_of_scrape_config(object)
+    }
+    fn jobs(o: &Object<Self::Spec>, s: &Settings, v: &dyn Resolver) -> Result<Vec<Job>, String> {
+        upstream::scrape_config(o, s, v)
+    }
+}
+
+/// `raw` with its spec parsed; the error names the kind's spec.
+fn parse<K: Kind, S: DeserializeOwned>(raw: &Raw<K>) -> Result<Object<S>, Rejection> {
+    let meta = &raw.metadata;
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let name = meta.name.clone().unwrap_or_default();
+    match serde_json::from_value(raw.spec.clone()) {
+        Ok(spec) => Ok(Object {
+            namespace,
+            name,
+            uid: meta.uid.clone().unwrap_or_default(),
+            labels: meta.labels.clone().unwrap_or_default(),
+            spec,
+        }),
+        Err(error) => Err(Rejection {
+            kind: K::KIND,
+            namespace,
+            name,
+            reason: format!("spec: {error}"),
+        }),
+    }
+}
+
+/// Every Secret and ConfigMap key the selected monitors reference (to read before
+/// [`translate`]).
+pub fn references(selected: &Selected) -> BTreeSet<KeyRef> {
+    fn of<K: Monitor>(objects: &[Arc<Raw<K>>], into: &mut BTreeSet<KeyRef>) {
+        for raw in objects {
+            if let Ok(object) = parse::<K, K::Spec>(raw) {
+                into.extend(K::references(&object));
+            }
+        }
+    }
+    let mut references = BTreeSet::new();
+    of(&selected.service_monitors, &mut references);
+    of(&selected.pod_monitors, &mut references);
+    of(&selected.scrape_configs, &mut references);
+    references
+}
+
+/// The Prometheus-level settings of the generated jobs.
+pub fn settings(monitoring: &ValidMonitoring) -> Settings {
+    Settings {
+        service_discovery_role: match monitoring.service_discovery_role {
+            ServiceDiscoveryRole::Endpoints => DiscoveryRole::Endpoints,
+            ServiceDiscoveryRole::EndpointSlice => DiscoveryRole::EndpointSlice,
+        },
+        scrape_interval: Some(monitoring.scrape_interval.clone()),
+        scrape_timeout: monitoring.scrape_timeout.clone(),
+        ignore_namespace_selectors: monitoring.ignore_namespace_selectors,
+        override_honor_labels: monitoring.override_honor_labels,
+        override_honor_timestamps: monitoring.override_honor_timestamps,
+        enforced_namespace_label: monitoring.enforced_namespace_label.clone(),
+        enforced_sample_limit: monitoring.enforced_sample_limit,
+        enforced_target_limit: monitoring.enforced_target_limit,
+        enforced_label_limit: monitoring.enforced_label_limit,
+        enforced_label_name_length_limit: monitoring.enforced_label_name_length_limit,
+        enforced_label_value_length_limit: monitoring.enforced_label_value_length_limit,
+        enforced_keep_dropped_targets: monitoring.enforced_keep_dropped_targets,
+        enforced_body_size_limit: monitoring.enforced_body_size_limit.clone(),
+        ..Settings::default()
+    }
+}
+
+/// What `selected` adds to the shards of `valid`, given the referenced `values` and the jobs
+/// each monitor had last time; and the jobs each monitor has now (kept for next time).
+pub fn translate(
+    valid: &ValidSprom,
+    selected: &Selected,
+    values: &Values,
+    last_good: &LastGood,
+) -> (Monitoring, LastGood) {
+    let settings = settings(&valid.monitoring);
+    let mut monitoring = Monitoring::of_spec(valid);
+    monitoring.not_served = selected.not_served.clone();
+    let mut good = LastGood::new();
+    let mut run = Translation {
+        settings: &settings,
+        values,
+        last_good,
+        monitoring: &mut monitoring,
+        good: &mut good,
+    };
+    run.monitors(&selected.service_monitors);
+    run.monitors(&selected.pod_monitors);
+    run.monitors(&selected.scrape_configs);
+    let mut rules = Vec::new();
+    for raw in &selected.rules {
+        match parse::<PrometheusRuleKind, PrometheusRuleSpec>(raw) {
+            Ok(object) => rules.push(object),
+            Err(rejection) => monitoring.rejected.push(rejection),
+        }
+    }
+    let (files, rejected) = zone_monitoring::rules::rule_files(&rules);
+    monitoring.rule_groups = files
+        .iter()
+        .map(|file| u32::try_from(file.groups).unwrap_or(u32::MAX))
+        .sum();
+    monitoring.rule_files = files;
+    monitoring.rejected.extend(rejected);
+    (monitoring, good)
+}
+
+struct Translation<'a> {
+    settings: &'a Settings,
+    values: &'a Values,
+    last_good: &'a LastGood,
+    monitoring: &'a mut Monitoring,
+    good: &'a mut LastGood,
+}
+
+impl Translation<'_> {
+    fn monitors<K: Monitor>(&mut self, objects: &[Arc<Raw<K>>]) {
+        for raw in objects {
+            let parsed = parse::<K, K::Spec>(raw);
+            let (namespace, name) = match &parsed {
+                Ok(object) => (object.namespace.clone(), object.name.clone()),
+                Err(rejection) => (rejection.namespace.clone(), rejection.name.clone()),
+            };
+            let key = (K::KIND, namespace.clone(), name.clone());
+            let jobs = parsed.and_then(|object| {
+                K::jobs(&object, self.settings, self.values).map_err(|reason| Rejection {
+                    kind: K::KIND,
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    reason,
+                })
+            });
+            match jobs {
+                Ok(jobs) => self.keep(key, jobs),
+                Err(mut rejection) => {
+                    if let Some(jobs) = self.last_good.get(&key) {
+                        rejection
+                            .reason
+                            .push_str(" (its last good jobs stay in the configuration)");
+                        self.keep(key, jobs.clone());
+                    }
+                    self.monitoring.rejected.push(rejection);
+                }
+            }
+        }
+    }
+
+    fn keep(&mut self, key: MonitorKey, jobs: Vec<Job>) {
+        self.monitoring.monitors += 1;
+        self.monitoring.jobs.extend(jobs.iter().cloned());
+        self.good.insert(key, jobs);
+    }
+}
