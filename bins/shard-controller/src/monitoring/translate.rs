@@ -229,3 +229,150 @@ impl Translation<'_> {
         self.good.insert(key, jobs);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+    use zone_api::ShardedPrometheus;
+    use zone_monitoring::resolve::Source;
+
+    use super::*;
+
+    fn valid() -> ValidSprom {
+        let sprom: ShardedPrometheus = serde_json::from_value(json!({
+            "apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ShardedPrometheus",
+            "metadata": {"name": "p", "namespace": "mon"},
+            "spec": {"shardingStrategy": {"mode": "Classic"}, "serviceMonitorSelector": {},
+                     "ruleSelector": {}},
+        }))
+        .unwrap();
+        sprom.spec.validate("zone").unwrap()
+    }
+
+    fn raw<K: Kind>(name: &str, spec: serde_json::Value) -> Arc<Raw<K>> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "team", "uid": format!("uid-{name}")},
+                "spec": spec,
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn with_basic_auth(name: &str) -> Arc<Raw<ServiceMonitorKind>> {
+        raw(
+            name,
+            json!({
+                "selector": {"matchLabels": {"app": "api"}},
+                "endpoints": [{"port": "web", "basicAuth": {
+                    "username": {"name": "creds", "key": "user"},
+                    "password": {"name": "creds", "key": "pass"},
+                }}],
+            }),
+        )
+    }
+
+    fn creds() -> Values {
+        let mut values = Values::default();
+        let data = BTreeMap::from([
+            ("user".to_string(), b"scraper".to_vec()),
+            ("pass".to_string(), b"hunter2".to_vec()),
+        ]);
+        values.insert(Source::Secret, "team", "creds", Some(data));
+        values
+    }
+
+    #[test]
+    fn a_monitor_becomes_jobs_with_its_credentials_inlined() {
+        let selected = Selected {
+            service_monitors: vec![with_basic_auth("api")],
+            ..Selected::default()
+        };
+        let references = references(&selected);
+        assert_eq!(
+            references
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            [
+                "Secret team/creds key \"pass\"",
+                "Secret team/creds key \"user\""
+            ]
+        );
+        let (monitoring, good) = translate(&valid(), &selected, &creds(), &LastGood::new());
+        assert_eq!((monitoring.monitors, monitoring.rejected.len()), (1, 0));
+        let job = &monitoring.jobs[0];
+        assert_eq!(job["job_name"], "serviceMonitor/team/api/0");
+        assert_eq!(job["basic_auth"]["password"], "hunter2");
+        assert_eq!(good.len(), 1);
+    }
+
+    #[test]
+    fn a_monitor_that_fails_keeps_its_last_good_jobs_and_is_reported() {
+        let selected = Selected {
+            service_monitors: vec![with_basic_auth("api"), with_basic_auth("new")],
+            ..Selected::default()
+        };
+        let (_, good) = translate(
+            &valid(),
+            &Selected {
+                service_monitors: vec![with_basic_auth("api")],
+                ..Selected::default()
+            },
+            &creds(),
+            &LastGood::new(),
+        );
+        // The Secret is deleted: "api" keeps what it had, "new" never had anything.
+        let (monitoring, still_good) = translate(&valid(), &selected, &Values::default(), &good);
+        assert_eq!(monitoring.monitors, 1);
+        assert_eq!(monitoring.jobs.len(), 1);
+        assert_eq!(monitoring.jobs[0]["basic_auth"]["password"], "hunter2");
+        let reasons: Vec<&str> = monitoring
+            .rejected
+            .iter()
+            .map(|r| r.reason.as_str())
+            .collect();
+        assert_eq!(reasons.len(), 2);
+        assert!(reasons[0].contains("not found") && reasons[0].contains("last good jobs stay"));
+        assert!(!reasons[1].contains("last good"), "{}", reasons[1]);
+        assert!(reasons.iter().all(|r| !r.contains("hunter2")));
+        assert_eq!(still_good.len(), 1);
+    }
+
+    #[test]
+    fn malformed_specs_and_invalid_rules_are_rejected_the_others_kept() {
+        let selected = Selected {
+            service_monitors: vec![raw("broken", json!({"endpoints": "not a list"}))],
+            rules: vec![
+                raw(
+                    "good",
+                    json!({"groups": [{"name": "g", "rules": [{"alert": "Up", "expr": "up == 0"}]}]}),
+                ),
+                raw(
+                    "bad",
+                    json!({"groups": [{"name": "g", "rules": [{"alert": "Up", "expr": "up =="}]}]}),
+                ),
+            ],
+            not_served: vec![ScrapeConfigKind::RESOURCE],
+            ..Selected::default()
+        };
+        let (monitoring, _) = translate(&valid(), &selected, &Values::default(), &LastGood::new());
+        let rejected: Vec<(&str, &str)> = monitoring
+            .rejected
+            .iter()
+            .map(|r| (r.kind, r.name.as_str()))
+            .collect();
+        assert_eq!(
+            rejected,
+            [("ServiceMonitor", "broken"), ("PrometheusRule", "bad")]
+        );
+        assert!(monitoring.rejected[0].reason.starts_with("spec: "));
+        assert_eq!(monitoring.rule_files.len(), 1);
+        assert_eq!(monitoring.rule_groups, 1);
+        assert_eq!(monitoring.not_served, [ScrapeConfigKind::RESOURCE]);
+        assert!(monitoring.jobs.is_empty());
+    }
+}
