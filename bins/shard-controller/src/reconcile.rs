@@ -210,9 +210,15 @@ async fn converge(
     target: &Target<'_>,
 ) -> Result<Plan, Stop> {
     let valid = crate::validate::validate(sprom, &ctx.zone_label)?;
-    let observed = crate::observe::observe(ctx, sprom, &valid)
-        .await
-        .map_err(|error| Stop::Failed(error.into()))?;
+    let observed =
+        crate::observe::observe(ctx, sprom, &valid)
+            .await
+            .map_err(|error| match error {
+                ObserveError::RemoteWrite(message) => {
+                    Stop::Refused(Invalid::new(reason::INVALID_REMOTE_WRITE, message))
+                }
+                error => Stop::Failed(error.into()),
+            })?;
     let plan = crate::plan::plan(target, &valid, &observed, Timestamp::now())?;
     crate::apply::apply(ctx, sprom, &plan).await?;
     Ok(plan)

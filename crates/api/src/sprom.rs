@@ -53,6 +53,8 @@ pub mod reason {
     pub const VALID: &str = "Valid";
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const INVALID_SCRAPE_CONFIG: &str = "InvalidScrapeConfig";
+    /// A remoteWrite credential reference that cannot be resolved (a Secret or key missing).
+    pub const INVALID_REMOTE_WRITE: &str = "InvalidRemoteWrite";
     /// The API server refused a child built from the spec (e.g. a storage change, which a
     /// StatefulSet's volumeClaimTemplates cannot take).
     pub const CHILD_REJECTED: &str = "ChildRejected";
@@ -267,7 +269,11 @@ pub struct ShardedPrometheusSpec {
     pub external_labels: BTreeMap<String, String>,
 
     /// Prometheus remote_write objects, as in prometheus.yml (url required). Required in Agent
-    /// mode.
+    /// mode. Credentials may be references to Secrets (and ConfigMaps) of this namespace, with
+    /// prometheus-operator's keys: basicAuth {username, password}, authorization {type,
+    /// credentials}, bearerTokenSecret, oauth2 {clientId, clientSecret, tokenUrl, ...},
+    /// tlsConfig {ca, cert, keySecret, serverName, ...}; they are resolved into the shards'
+    /// configuration Secrets and never copied into a ConfigMap.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "remote_write_schema")]
     pub remote_write: Vec<serde_json::Value>,

@@ -26,11 +26,14 @@ mod common;
 mod pod_monitor;
 mod refs;
 mod relabel;
+mod remote_write;
 mod scrape_config;
 mod service_monitor;
 mod units;
 
 use serde_json::{Map, Value};
+
+pub use remote_write::{references_of_remote_write, remote_write};
 
 use crate::Object;
 use crate::monitors::{PodMonitorSpec, ScrapeConfigSpec, ServiceMonitorSpec};

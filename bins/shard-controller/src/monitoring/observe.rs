@@ -217,6 +217,10 @@ pub enum ObserveError {
         #[source]
         source: kube::Error,
     },
+    /// A remoteWrite credential reference that cannot be resolved: the spec is refused (the
+    /// shards keep their configuration) until it can.
+    #[error("{0}")]
+    RemoteWrite(String),
     #[error("cannot ask the API server whether it serves {MONITORING_GROUP}/{version}")]
     Discovery {
         version: &'static str,
@@ -402,7 +406,8 @@ pub async fn observe(
     let own_namespace = sprom.namespace().unwrap_or_default();
     let sprom_ref = ObjectRef::from_obj(sprom);
     let selected = selected(caches, discovery, client, valid, &own_namespace).await?;
-    let references = translate::references(&selected);
+    let mut references = translate::references(&selected);
+    references.extend(translate::remote_write_references(valid, &own_namespace));
     let values = read_values(client, &references).await?;
     let previous = last_good
         .lock()
@@ -410,7 +415,8 @@ pub async fn observe(
         .get(&sprom_ref)
         .cloned()
         .unwrap_or_default();
-    let (monitoring, good) = translate::translate(valid, &selected, &values, &previous);
+    let (mut monitoring, good) = translate::translate(valid, &selected, &values, &previous);
+    let remote_write = translate::remote_write(valid, &own_namespace, &values);
     let mut used = BTreeSet::new();
     used.extend(keys(&selected.service_monitors));
     used.extend(keys(&selected.pod_monitors));
@@ -431,6 +437,7 @@ pub async fn observe(
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .insert(sprom_ref, good);
+    monitoring.remote_write = remote_write.map_err(ObserveError::RemoteWrite)?;
     Ok(monitoring)
 }
 

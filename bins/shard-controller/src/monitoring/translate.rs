@@ -144,8 +144,37 @@ pub fn settings(monitoring: &ValidMonitoring) -> Settings {
     }
 }
 
+/// Every Secret and ConfigMap key the spec's remoteWrite entries reference, in the
+/// ShardedPrometheus's `namespace`.
+pub fn remote_write_references(valid: &ValidSprom, namespace: &str) -> BTreeSet<KeyRef> {
+    valid
+        .remote_write
+        .iter()
+        .flat_map(|entry| upstream::references_of_remote_write(namespace, entry))
+        .collect()
+}
+
+/// The spec's remoteWrite entries with their credential references resolved in `namespace`;
+/// the error names the entry and the field (the shards keep their configuration).
+pub fn remote_write(
+    valid: &ValidSprom,
+    namespace: &str,
+    values: &Values,
+) -> Result<Vec<serde_json::Map<String, serde_json::Value>>, String> {
+    valid
+        .remote_write
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            let field = format!("spec.remoteWrite[{index}]");
+            upstream::remote_write(&field, namespace, entry, values)
+        })
+        .collect()
+}
+
 /// What `selected` adds to the shards of `valid`, given the referenced `values` and the jobs
-/// each monitor had last time; and the jobs each monitor has now (kept for next time).
+/// each monitor had last time; and the jobs each monitor has now (kept for next time). The
+/// remoteWrite entries are left as the spec has them (see [`remote_write`]).
 pub fn translate(
     valid: &ValidSprom,
     selected: &Selected,
