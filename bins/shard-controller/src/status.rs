@@ -10,6 +10,9 @@ use zone_topology::sharding::{ShardLayout, ZonelessTargets};
 
 use zone_api::sprom::contract;
 
+use k8s_openapi::api::core::v1::ObjectReference;
+use zone_monitoring::Rejection;
+
 use crate::monitoring::Monitoring;
 
 /// What one shard's StatefulSet shows.
@@ -169,16 +172,25 @@ fn monitoring_condition(
         status.set_condition(type_, false, reason::KINDS_NOT_SERVED, message);
         return;
     }
-    let listed: Vec<String> = monitoring
+    let listed: Vec<(String, &Rejection)> = monitoring
         .rejected
         .iter()
         .take(REJECTED_LISTED)
-        .map(|r| format!("{} {}/{}: {}", r.kind, r.namespace, r.name, r.reason))
+        .map(|r| {
+            (
+                format!("{} {}/{}: {}", r.kind, r.namespace, r.name, r.reason),
+                r,
+            )
+        })
         .collect();
     let mut message = format!(
         "{} selected object(s) left out of the configuration: {}",
         monitoring.rejected.len(),
-        listed.join("; ")
+        listed
+            .iter()
+            .map(|(text, _)| text.as_str())
+            .collect::<Vec<_>>()
+            .join("; ")
     );
     if monitoring.rejected.len() > REJECTED_LISTED {
         message.push_str(&format!(
@@ -193,11 +205,31 @@ fn monitoring_condition(
         ));
     }
     if !unchanged(reason::OBJECTS_REJECTED, &message) {
-        for rejected in listed {
-            events.warning(reason::OBJECTS_REJECTED, "Translate", rejected);
+        for (text, rejected) in listed {
+            events.warning_about(
+                object_reference(rejected),
+                reason::OBJECTS_REJECTED,
+                "Translate",
+                text,
+            );
         }
     }
     status.set_condition(type_, false, reason::OBJECTS_REJECTED, message);
+}
+
+/// A reference to a rejected monitoring object, for its event's `related`.
+fn object_reference(rejected: &Rejection) -> ObjectReference {
+    let version = match rejected.kind {
+        "ScrapeConfig" => "v1alpha1",
+        _ => "v1",
+    };
+    ObjectReference {
+        api_version: Some(format!("{}/{version}", zone_api::sprom::MONITORING_GROUP)),
+        kind: Some(rejected.kind.to_string()),
+        namespace: Some(rejected.namespace.clone()),
+        name: Some(rejected.name.clone()),
+        ..ObjectReference::default()
+    }
 }
 
 /// Why the shards do less than they should, most serious first: (reason, message).
@@ -354,6 +386,15 @@ mod tests {
             accepted.message
         );
         assert_eq!(events.events().len(), REJECTED_LISTED);
+        // One event per object, each about it: events of one reason about one resource
+        // would otherwise collapse into a single series keeping the first note.
+        let related: std::collections::BTreeSet<Option<String>> = events
+            .events()
+            .iter()
+            .map(|e| e.related.as_ref().and_then(|r| r.name.clone()))
+            .collect();
+        assert_eq!(related.len(), REJECTED_LISTED);
+        assert!(!related.contains(&None));
         assert_eq!(status.shard_statuses[1].rejected_objects, 12);
         assert_eq!(status.shard_statuses[1].monitors, 3);
         let (again, events) = compute(&status, &obs);

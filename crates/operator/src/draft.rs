@@ -14,7 +14,7 @@ pub const VALIDATE_ACTION: &str = "Validate";
 
 /// A status being built by one reconcile, and the events it will publish once it is written (an
 /// event that describes a status the API server refused would mislead).
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq)]
 pub struct Draft<S> {
     pub status: S,
     pub events: PendingEvents,

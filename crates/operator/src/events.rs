@@ -56,12 +56,29 @@ impl EventPublisher {
         action: &str,
         note: Option<&str>,
     ) -> Result<(), EventsError> {
+        self.publish_related(regarding, None, type_, reason, action, note)
+            .await
+    }
+
+    /// As [`EventPublisher::publish`], about `regarding` and `related` (another object the event
+    /// is about: a rejected monitor, say). Events are deduplicated by regarding, related, reason
+    /// and action, not by note: events of one reason about several objects need `related`, or
+    /// they collapse into one series that keeps the first note.
+    pub async fn publish_related(
+        &self,
+        regarding: &ObjectReference,
+        related: Option<&ObjectReference>,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: Option<&str>,
+    ) -> Result<(), EventsError> {
         let event = Event {
             type_,
             reason: truncate(reason, MAX_REASON_BYTES).to_owned(),
             action: truncate(action, MAX_REASON_BYTES).to_owned(),
             note: note.map(|n| truncate(n, MAX_NOTE_BYTES).to_owned()),
-            secondary: None,
+            secondary: related.cloned(),
         };
         self.recorder
             .publish(&event, regarding)
@@ -83,7 +100,7 @@ impl EventPublisher {
         action: &str,
         note: &str,
     ) {
-        self.best_effort(regarding, EventType::Normal, reason, action, note)
+        self.best_effort(regarding, None, EventType::Normal, reason, action, note)
             .await;
     }
 
@@ -95,20 +112,21 @@ impl EventPublisher {
         action: &str,
         note: &str,
     ) {
-        self.best_effort(regarding, EventType::Warning, reason, action, note)
+        self.best_effort(regarding, None, EventType::Warning, reason, action, note)
             .await;
     }
 
     async fn best_effort(
         &self,
         regarding: &ObjectReference,
+        related: Option<&ObjectReference>,
         type_: EventType,
         reason: &str,
         action: &str,
         note: &str,
     ) {
         if let Err(error) = self
-            .publish(regarding, type_, reason, action, Some(note))
+            .publish_related(regarding, related, type_, reason, action, Some(note))
             .await
         {
             tracing::warn!(error = %crate::controller::ErrorChain(&error), "event not published");
@@ -118,18 +136,20 @@ impl EventPublisher {
 
 /// Events decided during a reconcile, published once its status is written (an event that
 /// describes a status the API server refused would mislead).
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq)]
 pub struct PendingEvents {
     events: Vec<PendingEvent>,
 }
 
 /// One event of [`PendingEvents`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PendingEvent {
     pub warning: bool,
     pub reason: &'static str,
     pub action: &'static str,
     pub note: String,
+    /// Another object the event is about (see [`EventPublisher::publish_related`]).
+    pub related: Option<ObjectReference>,
 }
 
 impl PendingEvents {
@@ -141,12 +161,27 @@ impl PendingEvents {
         self.push(true, reason, action, note.into());
     }
 
+    /// A `Warning` about `related` too: one event (and series) per related object.
+    pub fn warning_about(
+        &mut self,
+        related: ObjectReference,
+        reason: &'static str,
+        action: &'static str,
+        note: impl Into<String>,
+    ) {
+        self.push(true, reason, action, note.into());
+        if let Some(event) = self.events.last_mut() {
+            event.related = Some(related);
+        }
+    }
+
     fn push(&mut self, warning: bool, reason: &'static str, action: &'static str, note: String) {
         self.events.push(PendingEvent {
             warning,
             reason,
             action,
             note,
+            related: None,
         });
     }
 
@@ -168,7 +203,14 @@ impl PendingEvents {
                 EventType::Normal
             };
             publisher
-                .best_effort(regarding, type_, event.reason, event.action, &event.note)
+                .best_effort(
+                    regarding,
+                    event.related.as_ref(),
+                    type_,
+                    event.reason,
+                    event.action,
+                    &event.note,
+                )
                 .await;
         }
     }
