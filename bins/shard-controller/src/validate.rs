@@ -1,9 +1,11 @@
 //! The validate step (pure): the spec, its shard layout and the user's scrape configs. A spec
 //! that fails here changes no child; the reason becomes the `Invalid` condition.
 
+use kube::ResourceExt;
 use zone_api::ShardedPrometheus;
 use zone_api::sprom::reason;
 use zone_api::validation::ValidSprom;
+use zone_monitoring::select::{Kind, Selection};
 use zone_operator::Invalid;
 
 use crate::config;
@@ -21,7 +23,31 @@ pub fn validate(sprom: &ShardedPrometheus, zone_label: &str) -> Result<ValidSpro
         .map_err(|error| Invalid::new(reason::INVALID_SPEC, error.to_string()))?;
     config::check_scrape_configs(&valid.scrape_configs)
         .map_err(|error| invalid_scrape_config(&error))?;
+    check_selectors(&valid, &sprom.namespace().unwrap_or_default())?;
     Ok(valid)
+}
+
+/// The monitor and rule selectors as Kubernetes would parse them (label keys and values, not
+/// only operators): a bad key must be refused, not select nothing in silence.
+fn check_selectors(valid: &ValidSprom, namespace: &str) -> Result<(), Invalid> {
+    let monitoring = &valid.monitoring;
+    for (kind, selectors) in [
+        (Kind::ServiceMonitor, &monitoring.service_monitors),
+        (Kind::PodMonitor, &monitoring.pod_monitors),
+        (Kind::ScrapeConfig, &monitoring.scrape_configs),
+        (Kind::PrometheusRule, &monitoring.rules),
+    ] {
+        let selection = Selection {
+            kind,
+            selector: selectors.selector.as_ref(),
+            namespace_selector: selectors.namespaces.as_ref(),
+            own_namespace: namespace,
+        };
+        selection
+            .validate()
+            .map_err(|error| Invalid::new(reason::INVALID_SPEC, error.to_string()))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -81,6 +107,12 @@ mod tests {
                        "scrapeConfigs": [{"job_name": "x", "relabel_configs": [{"action": "explode"}]}]}),
                 reason::INVALID_SCRAPE_CONFIG,
                 "explode",
+            ),
+            (
+                json!({"shardingStrategy": {"topology": {"values": ["a"]}},
+                       "podMonitorNamespaceSelector": {"matchLabels": {"bad key!": "x"}}}),
+                reason::INVALID_SPEC,
+                "spec.podMonitorNamespaceSelector",
             ),
         ];
         for (spec, reason, needle) in cases {

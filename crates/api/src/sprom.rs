@@ -221,8 +221,8 @@ pub struct ShardedPrometheusSpec {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub override_honor_timestamps: bool,
 
-    /// A label set to the monitor's (or rule's) namespace on every target and alert, which no
-    /// monitor can override.
+    /// A label set to the monitor's namespace on every target and series of the jobs made from
+    /// monitors, which no monitor can override. Not yet applied to PrometheusRules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforced_namespace_label: Option<String>,
 

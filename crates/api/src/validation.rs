@@ -151,6 +151,11 @@ pub enum SpecError {
         #[source]
         source: UnitError,
     },
+    #[error(
+        "spec.scrapeTimeout {timeout} is longer than the scrape interval {interval}: Prometheus \
+         would refuse the configuration"
+    )]
+    ScrapeTimeout { timeout: String, interval: String },
     #[error("spec.enforcedNamespaceLabel: {0:?} is not a valid label name")]
     EnforcedNamespaceLabel(String),
 }
@@ -453,7 +458,21 @@ impl ShardedPrometheusSpec {
             None => Ok(monitoring::DEFAULT_INTERVAL.to_string()),
         };
         if let Some(timeout) = &self.scrape_timeout {
-            duration("spec.scrapeTimeout", timeout)?;
+            let timeout_duration = duration("spec.scrapeTimeout", timeout)?;
+            let interval = match &self.scrape_interval {
+                Some(interval) => duration("spec.scrapeInterval", interval)?,
+                None => Duration::from_secs(30),
+            };
+            // Prometheus refuses the whole configuration otherwise.
+            if timeout_duration > interval {
+                return Err(SpecError::ScrapeTimeout {
+                    timeout: timeout.clone(),
+                    interval: self
+                        .scrape_interval
+                        .clone()
+                        .unwrap_or_else(|| monitoring::DEFAULT_INTERVAL.to_string()),
+                });
+            }
         }
         if let Some(size) = &self.enforced_body_size_limit {
             parse_prometheus_size(size).map_err(|source| SpecError::BodySizeLimit {

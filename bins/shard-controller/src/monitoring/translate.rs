@@ -186,6 +186,11 @@ pub fn translate(
     monitoring.not_served = selected.not_served.clone();
     let mut good = LastGood::new();
     let mut run = Translation {
+        user_jobs: valid
+            .scrape_configs
+            .iter()
+            .filter_map(|config| config.get("job_name")?.as_str().map(str::to_string))
+            .collect(),
         settings: &settings,
         values,
         last_good,
@@ -213,6 +218,9 @@ pub fn translate(
 }
 
 struct Translation<'a> {
+    /// The job names of the spec's own scrape configs: a monitor's job of the same name would
+    /// make Prometheus refuse the whole configuration.
+    user_jobs: BTreeSet<String>,
     settings: &'a Settings,
     values: &'a Values,
     last_good: &'a LastGood,
@@ -230,12 +238,22 @@ impl Translation<'_> {
             };
             let key = (K::KIND, namespace.clone(), name.clone());
             let jobs = parsed.and_then(|object| {
-                K::jobs(&object, self.settings, self.values).map_err(|reason| Rejection {
+                let reject = |reason| Rejection {
                     kind: K::KIND,
                     namespace: namespace.clone(),
                     name: name.clone(),
                     reason,
-                })
+                };
+                let jobs = K::jobs(&object, self.settings, self.values).map_err(reject)?;
+                match jobs.iter().find_map(|job| {
+                    let job = job.get("job_name")?.as_str()?;
+                    self.user_jobs.contains(job).then_some(job)
+                }) {
+                    Some(clash) => Err(reject(format!(
+                        "job {clash:?} is also one of spec.scrapeConfigs: rename that one"
+                    ))),
+                    None => Ok(jobs),
+                }
             });
             match jobs {
                 Ok(jobs) => self.keep(key, jobs),
@@ -369,6 +387,32 @@ mod tests {
         assert!(!reasons[1].contains("last good"), "{}", reasons[1]);
         assert!(reasons.iter().all(|r| !r.contains("hunter2")));
         assert_eq!(still_good.len(), 1);
+    }
+
+    #[test]
+    fn a_monitor_whose_job_the_spec_already_has_is_rejected() {
+        let sprom: ShardedPrometheus = serde_json::from_value(json!({
+            "apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ShardedPrometheus",
+            "metadata": {"name": "p", "namespace": "mon"},
+            "spec": {"shardingStrategy": {"mode": "Classic"}, "serviceMonitorSelector": {},
+                     "scrapeConfigs": [{"job_name": "serviceMonitor/team/api/0"}]},
+        }))
+        .unwrap();
+        let valid = sprom.spec.validate("zone").unwrap();
+        let selected = Selected {
+            service_monitors: vec![with_basic_auth("api")],
+            ..Selected::default()
+        };
+        let (monitoring, _) = translate(&valid, &selected, &creds(), &LastGood::new());
+        assert!(monitoring.jobs.is_empty());
+        assert_eq!(monitoring.rejected.len(), 1);
+        assert!(
+            monitoring.rejected[0]
+                .reason
+                .contains("\"serviceMonitor/team/api/0\" is also one of spec.scrapeConfigs"),
+            "{:?}",
+            monitoring.rejected
+        );
     }
 
     #[test]
