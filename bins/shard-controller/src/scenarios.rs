@@ -76,6 +76,28 @@ fn meta_of<K: kube::Resource>(child: &K) -> PartialObjectMeta<K> {
     child.meta().clone().into_response_partial()
 }
 
+/// Caches of monitoring objects whose watches never list: prometheus-operator's CRDs are not
+/// installed. The writers are leaked so the stores stay unsynced, as a watch retrying a missing
+/// resource leaves them.
+fn unlisted_monitoring_objects() -> crate::monitoring::observe::Caches {
+    fn unsynced<K>() -> kube::runtime::reflector::Store<K>
+    where
+        K: kube::Resource + Clone + 'static,
+        K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+    {
+        let (store, writer) = kube::runtime::reflector::store();
+        std::mem::forget(writer);
+        store
+    }
+    crate::monitoring::observe::Caches {
+        service_monitors: unsynced(),
+        pod_monitors: unsynced(),
+        scrape_configs: unsynced(),
+        rules: unsynced(),
+        namespaces: store_of(Vec::new()),
+    }
+}
+
 /// Caches of monitoring objects and namespaces that hold nothing (the scenarios' resources
 /// select none).
 fn no_monitoring_objects() -> crate::monitoring::observe::Caches {
@@ -531,4 +553,56 @@ async fn a_forbidden_service_account_degrades_and_requeues() {
         h.event_reasons()
             .contains(&"ServiceAccountForbidden".to_string())
     );
+}
+
+/// Guards: a cluster without prometheus-operator's CRDs still gets its shards. A resource
+/// selecting ServiceMonitors and PrometheusRules asks discovery once (404: the group is not
+/// served), applies every shard from its inline scrape configs, and says which kinds are not
+/// served in MonitoringObjectsAccepted. Without the discovery check it would wait for caches
+/// that never sync and create no shard.
+#[tokio::test]
+async fn without_the_monitoring_crds_the_shards_run_and_the_kinds_are_reported() {
+    let mut h = Harness::new(
+        json!({"shards": 3, "serviceMonitorSelector": {}, "ruleSelector": {}}),
+        Vec::new(),
+    );
+    let mut ctx = Arc::into_inner(h.ctx).unwrap();
+    ctx.monitoring = unlisted_monitoring_objects();
+    h.ctx = Arc::new(ctx);
+    h.fake
+        .on(Method::GET, "/apis/monitoring.coreos.com/v1")
+        .always(
+            404,
+            status_json(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ),
+        );
+    script_applies(&h.fake, None);
+    script_lists(&h.fake, &[]);
+
+    h.reconcile().await;
+    assert_eq!(h.applies().len(), 9, "every shard's children are applied");
+    let status = &h.statuses()[0];
+    let accepted = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "MonitoringObjectsAccepted")
+        .unwrap();
+    assert_eq!(accepted["status"], "False");
+    assert_eq!(accepted["reason"], "KindsNotServed");
+    let message = accepted["message"].as_str().unwrap();
+    assert!(
+        message.contains("servicemonitors.monitoring.coreos.com/v1")
+            && message.contains("prometheusrules.monitoring.coreos.com/v1"),
+        "{message}"
+    );
+    assert_eq!(
+        h.fake.count(&Method::GET, "/apis/monitoring.coreos.com/v1"),
+        1,
+        "discovery is asked once and its answer cached"
+    );
+    assert!(h.event_reasons().contains(&"KindsNotServed".to_string()));
 }

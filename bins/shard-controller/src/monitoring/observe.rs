@@ -284,19 +284,13 @@ async fn select<K: Selectable>(
     if selectors.selector.is_none() {
         return Ok(Some(Vec::new()));
     }
-    if store.wait_until_ready().now_or_never().is_none() {
+    if !synced(store) {
         return match discovery.serves::<K>(client).await? {
             true => Err(ObserveError::NotSynced(K::RESOURCE.to_string())),
             false => Ok(None),
         };
     }
-    if selectors.namespaces.is_some()
-        && caches
-            .namespaces
-            .wait_until_ready()
-            .now_or_never()
-            .is_none()
-    {
+    if selectors.namespaces.is_some() && !synced(&caches.namespaces) {
         return Err(ObserveError::NotSynced("namespaces".to_string()));
     }
     let selection = Selection {
@@ -318,6 +312,14 @@ async fn select<K: Selectable>(
         .collect();
     selected.sort_by_key(|object| (object.namespace(), object.name_any()));
     Ok(Some(selected))
+}
+
+/// Whether `store` holds its initial list (a store whose watch stopped does not).
+fn synced<K: kube::Resource + Clone>(store: &Store<K>) -> bool
+where
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
 }
 
 /// Everything `sprom` selects.
