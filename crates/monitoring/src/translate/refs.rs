@@ -41,6 +41,29 @@ impl<'a> Refs<'a> {
         }
     }
 
+    /// Every credential of one HTTP client (a job, an endpoint or an SD config).
+    pub fn client(
+        &mut self,
+        basic: Option<&BasicAuth>,
+        authorization: Option<&SafeAuthorization>,
+        oauth2: Option<&OAuth2>,
+        tls: Option<&SafeTlsConfig>,
+        proxy: &ProxyConfig,
+    ) {
+        self.basic_auth(basic);
+        self.authorization(authorization);
+        self.oauth2(oauth2);
+        self.tls(tls);
+        self.proxy(proxy);
+    }
+
+    /// A `bearerTokenSecret`, unless it names no Secret (upstream's empty default).
+    pub fn bearer_token(&mut self, secret: Option<&SecretKeySelector>) {
+        if let Some(secret) = secret.filter(|s| !s.name.is_empty()) {
+            self.secret(secret);
+        }
+    }
+
     pub fn basic_auth(&mut self, auth: Option<&BasicAuth>) {
         if let Some(auth) = auth {
             self.secret(&auth.username);

@@ -179,14 +179,7 @@ pub(super) fn jobs(
 pub(super) fn references(obj: &Object<ScrapeConfigSpec>) -> Vec<KeyRef> {
     let spec = &obj.spec;
     let mut refs = Refs::new(&obj.namespace);
-    let mut client = |basic, authorization, oauth2, tls, proxy| {
-        refs.basic_auth(basic);
-        refs.authorization(authorization);
-        refs.oauth2(oauth2);
-        refs.tls(tls);
-        refs.proxy(proxy);
-    };
-    client(
+    refs.client(
         spec.basic_auth.as_ref(),
         spec.authorization.as_ref(),
         spec.oauth2.as_ref(),
@@ -194,19 +187,21 @@ pub(super) fn references(obj: &Object<ScrapeConfigSpec>) -> Vec<KeyRef> {
         &spec.proxy,
     );
     for c in &spec.http_sd_configs {
-        client(
-            c.basic_auth.as_ref(),
+        let (basic, oauth2) = (c.basic_auth.as_ref(), c.oauth2.as_ref());
+        refs.client(
+            basic,
             c.authorization.as_ref(),
-            c.oauth2.as_ref(),
+            oauth2,
             c.tls_config.as_ref(),
             &c.proxy,
         );
     }
     for c in &spec.kubernetes_sd_configs {
-        client(
-            c.basic_auth.as_ref(),
+        let (basic, oauth2) = (c.basic_auth.as_ref(), c.oauth2.as_ref());
+        refs.client(
+            basic,
             c.authorization.as_ref(),
-            c.oauth2.as_ref(),
+            oauth2,
             c.tls_config.as_ref(),
             &c.proxy,
         );

@@ -37,18 +37,14 @@ pub(super) fn jobs(
 pub(super) fn references(obj: &Object<ServiceMonitorSpec>) -> Vec<KeyRef> {
     let mut refs = Refs::new(&obj.namespace);
     for endpoint in &obj.spec.endpoints {
-        if let Some(secret) = endpoint
-            .bearer_token_secret
-            .as_ref()
-            .filter(|s| !s.name.is_empty())
-        {
-            refs.secret(secret);
-        }
-        refs.basic_auth(endpoint.basic_auth.as_ref());
-        refs.authorization(endpoint.authorization.as_ref());
-        refs.oauth2(endpoint.oauth2.as_ref());
-        refs.tls(endpoint.tls_config.as_ref().map(|tls| &tls.safe));
-        refs.proxy(&endpoint.proxy);
+        refs.bearer_token(endpoint.bearer_token_secret.as_ref());
+        refs.client(
+            endpoint.basic_auth.as_ref(),
+            endpoint.authorization.as_ref(),
+            endpoint.oauth2.as_ref(),
+            endpoint.tls_config.as_ref().map(|tls| &tls.safe),
+            &endpoint.proxy,
+        );
     }
     refs.into_vec()
 }
