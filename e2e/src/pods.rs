@@ -186,3 +186,22 @@ pub async fn ready_at_revision(
         .filter(|p| is_ready(p) && at_revision(p, revision))
         .count())
 }
+
+/// Asserts that `pod` is still the same pod (same uid) and that none of its containers
+/// restarted: a configuration change reached it in place.
+pub async fn assert_unchanged_and_not_restarted(pods: &Api<Pod>, pod: &Pod) {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let now = pods
+        .get(&name)
+        .await
+        .unwrap_or_else(|e| panic!("reading pod {name}: {e}"));
+    assert_eq!(now.metadata.uid, pod.metadata.uid, "{name} was replaced");
+    let restarts: i32 = now
+        .status
+        .and_then(|s| s.container_statuses)
+        .unwrap_or_default()
+        .iter()
+        .map(|c| c.restart_count)
+        .sum();
+    assert_eq!(restarts, 0, "{name} restarted");
+}

@@ -760,17 +760,7 @@ async fn oracle_sharded_prometheus_matches_the_operator_target_for_target() {
     .await;
     compare_targets(&prometheus, &fx, &zones, 4).await;
     for pod in &before {
-        let now = pods.get(&pod.name_any()).await.unwrap();
-        assert_eq!(now.uid(), pod.uid(), "{} was replaced", pod.name_any());
-        let restarts: i32 = now
-            .status
-            .unwrap()
-            .container_statuses
-            .unwrap_or_default()
-            .iter()
-            .map(|c| c.restart_count)
-            .sum();
-        assert_eq!(restarts, 0, "{} restarted", pod.name_any());
+        e2e::pods::assert_unchanged_and_not_restarted(&pods, pod).await;
     }
     for (i, before) in set_generations.iter().enumerate() {
         let after = sets

@@ -692,17 +692,7 @@ async fn sprom_real_prometheus_pods_scrape_the_targets_of_their_own_zone() {
             },
         )
         .await;
-        let now = pods.get(&pod.name_any()).await.unwrap();
-        assert_eq!(now.uid(), pod.uid(), "the same pod");
-        let restarts: i32 = now
-            .status
-            .unwrap()
-            .container_statuses
-            .unwrap_or_default()
-            .iter()
-            .map(|c| c.restart_count)
-            .sum();
-        assert_eq!(restarts, 0, "{} restarted", pod.name_any());
+        e2e::pods::assert_unchanged_and_not_restarted(&pods, pod).await;
     }
     for (i, before) in generations.iter().enumerate() {
         let after = sets
