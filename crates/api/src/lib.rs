@@ -13,7 +13,8 @@ pub mod conditions;
 pub mod lenient;
 pub mod schema;
 pub mod sprom;
-pub mod units;
+/// Prometheus durations and sizes, shared with the translation of monitoring objects.
+pub use zone_topology::units;
 pub mod validation;
 pub mod zau;
 pub mod zdb;

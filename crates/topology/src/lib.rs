@@ -11,6 +11,7 @@ pub mod int_or_percent;
 pub mod relabel;
 pub mod rollout;
 pub mod sharding;
+pub mod units;
 pub mod zone;
 
 pub use int_or_percent::{IntOrPercent, IntOrPercentError};

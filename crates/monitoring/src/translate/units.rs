@@ -6,44 +6,11 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-static DURATION: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    Regex::new(
-        r"^(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?(?:([0-9]+)ms)?$",
-    )
-    .ok()
-});
-
 /// A Prometheus duration (`1h30m`, `15s`, `0`), in milliseconds. Empty is invalid.
 pub fn duration_ms(text: &str) -> Result<u128, String> {
-    if text == "0" {
-        return Ok(0);
-    }
-    let invalid = || format!("{text:?} is not a valid duration");
-    let captures = DURATION
-        .as_ref()
-        .and_then(|re| re.captures(text))
-        .filter(|_| !text.is_empty())
-        .ok_or_else(invalid)?;
-    const UNITS: [u128; 7] = [
-        365 * 24 * 3_600_000,
-        7 * 24 * 3_600_000,
-        24 * 3_600_000,
-        3_600_000,
-        60_000,
-        1_000,
-        1,
-    ];
-    let mut total: u128 = 0;
-    for (index, unit) in UNITS.iter().enumerate() {
-        if let Some(found) = captures.get(index + 1) {
-            let value: u128 = found.as_str().parse().map_err(|_| invalid())?;
-            total = value
-                .checked_mul(*unit)
-                .and_then(|ms| total.checked_add(ms))
-                .ok_or_else(invalid)?;
-        }
-    }
-    Ok(total)
+    zone_topology::units::parse_prometheus_duration(text)
+        .map(|duration| duration.as_millis())
+        .map_err(|error| format!("{text:?} is not a valid duration: {error}"))
 }
 
 static BYTE_SIZE: LazyLock<Option<Regex>> =

@@ -217,15 +217,15 @@ fn invalid_specs_name_the_group_and_the_rule() {
                 for_: Some("5 minutes".to_string()),
                 ..alerting("Down", "up == 0")
             }),
-            "group \"api\", rule 2 (alert \"Down\"): for: unknown unit \" minutes\" in duration \
-             \"5 minutes\"",
+            "group \"api\", rule 2 (alert \"Down\"): for: \"5 minutes\" is not a Prometheus \
+             duration",
         ),
         (
             second_rule(Rule {
                 keep_firing_for: Some(String::new()),
                 ..alerting("Down", "up == 0")
             }),
-            "rule 2 (alert \"Down\"): keep_firing_for: empty duration string",
+            "rule 2 (alert \"Down\"): keep_firing_for: \"\" is not a Prometheus duration: it is empty",
         ),
         (
             second_rule(Rule {
@@ -280,15 +280,15 @@ fn invalid_specs_name_the_group_and_the_rule() {
         ),
         (
             with_group(|group| group.interval = Some("1.5m".to_string())),
-            "group \"api\": interval: unknown unit \".\" in duration \"1.5m\"",
+            "group \"api\": interval: \"1.5m\" is not a Prometheus duration",
         ),
         (
             with_group(|group| group.query_offset = Some(String::new())),
-            "group \"api\": query_offset: empty duration string",
+            "group \"api\": query_offset: \"\" is not a Prometheus duration: it is empty",
         ),
         (
             with_group(|group| group.query_offset = Some("-1m".to_string())),
-            "group \"api\": query_offset: not a valid duration string: \"-1m\"",
+            "group \"api\": query_offset: \"-1m\" is not a Prometheus duration",
         ),
         (
             with_group(|group| group.limit = Some(-1)),
