@@ -261,3 +261,23 @@ pub(crate) fn enforced_namespace(
     });
     (!excluded).then(|| constant(label, namespace))
 }
+
+/// `metric_relabel_configs`: the object's `metricRelabelings` (checked, named by `field`), then
+/// the enforced namespace label; absent when both are empty, as upstream writes it.
+pub(crate) fn metric_relabelings(
+    job: &mut Job,
+    field: &str,
+    user: &[crate::monitors::RelabelConfig],
+    enforced: Option<Rule>,
+) -> Result<(), String> {
+    let mut rules = super::relabel::user_rules(field, user)?;
+    rules.extend(enforced);
+    if !rules.is_empty() {
+        set(
+            job,
+            "metric_relabel_configs",
+            super::relabel::to_json(&rules),
+        );
+    }
+    Ok(())
+}

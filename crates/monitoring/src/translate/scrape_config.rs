@@ -144,15 +144,12 @@ pub(super) fn jobs(
         rules.extend(enforced.clone());
     }
     set(&mut job, "relabel_configs", relabel::to_json(&rules));
-    let mut metric_rules = relabel::user_rules("metricRelabelings", &spec.metric_relabel_configs)?;
-    metric_rules.extend(enforced);
-    if !metric_rules.is_empty() {
-        set(
-            &mut job,
-            "metric_relabel_configs",
-            relabel::to_json(&metric_rules),
-        );
-    }
+    common::metric_relabelings(
+        &mut job,
+        "metricRelabelings",
+        &spec.metric_relabel_configs,
+        enforced,
+    )?;
     if let Some(scheme) = &spec.name_validation_scheme {
         set(
             &mut job,

@@ -188,15 +188,12 @@ fn job(
         spec.body_size_limit.as_deref(),
         settings.enforced_body_size_limit.as_deref(),
     )?;
-    let mut metric_rules = relabel::user_rules("metricRelabelings", &ep.metric_relabel_configs)?;
-    metric_rules.extend(enforced);
-    if !metric_rules.is_empty() {
-        set(
-            &mut job,
-            "metric_relabel_configs",
-            relabel::to_json(&metric_rules),
-        );
-    }
+    common::metric_relabelings(
+        &mut job,
+        "metricRelabelings",
+        &ep.metric_relabel_configs,
+        enforced,
+    )?;
     Ok(job)
 }
 
