@@ -408,7 +408,8 @@ pub async fn observe(
     let own_namespace = sprom.namespace().unwrap_or_default();
     let sprom_ref = ObjectRef::from_obj(sprom);
     let selected = selected(caches, discovery, client, valid, &own_namespace).await?;
-    let mut references = translate::references(&selected);
+    let parsed = translate::Parsed::of(&selected);
+    let mut references = parsed.references();
     references.extend(translate::remote_write_references(valid, &own_namespace));
     let values = read_values(client, &references).await?;
     let previous = last_good
@@ -417,7 +418,7 @@ pub async fn observe(
         .get(&sprom_ref)
         .cloned()
         .unwrap_or_default();
-    let (mut monitoring, good) = translate::translate(valid, &selected, &values, &previous);
+    let (mut monitoring, good) = translate::translate(valid, &parsed, &values, &previous);
     let remote_write = translate::remote_write(valid, &own_namespace, &values);
     let mut used = BTreeSet::new();
     used.extend(keys(&selected.service_monitors));

@@ -103,21 +103,46 @@ fn parse<K: Kind, S: DeserializeOwned>(raw: &Raw<K>) -> Result<Object<S>, Reject
     }
 }
 
-/// Every Secret and ConfigMap key the selected monitors reference (to read before
-/// [`translate`]).
-pub fn references(selected: &Selected) -> BTreeSet<KeyRef> {
-    fn of<K: Monitor>(objects: &[Arc<Raw<K>>], into: &mut BTreeSet<KeyRef>) {
-        for raw in objects {
-            if let Ok(object) = parse::<K, K::Spec>(raw) {
-                into.extend(K::references(&object));
-            }
+/// A parsed object, or why its spec does not parse.
+type ParsedObject<S> = Result<Object<S>, Rejection>;
+
+/// The selected objects with their specs parsed, once per reconcile: what they reference is
+/// read from them, then they are translated.
+pub struct Parsed {
+    service_monitors: Vec<ParsedObject<ServiceMonitorSpec>>,
+    pod_monitors: Vec<ParsedObject<PodMonitorSpec>>,
+    scrape_configs: Vec<ParsedObject<ScrapeConfigSpec>>,
+    rules: Vec<ParsedObject<PrometheusRuleSpec>>,
+    not_served: Vec<&'static str>,
+}
+
+impl Parsed {
+    pub fn of(selected: &Selected) -> Parsed {
+        fn all<K: Kind, S: DeserializeOwned>(objects: &[Arc<Raw<K>>]) -> Vec<ParsedObject<S>> {
+            objects.iter().map(|raw| parse::<K, S>(raw)).collect()
+        }
+        Parsed {
+            service_monitors: all(&selected.service_monitors),
+            pod_monitors: all(&selected.pod_monitors),
+            scrape_configs: all(&selected.scrape_configs),
+            rules: all(&selected.rules),
+            not_served: selected.not_served.clone(),
         }
     }
-    let mut references = BTreeSet::new();
-    of(&selected.service_monitors, &mut references);
-    of(&selected.pod_monitors, &mut references);
-    of(&selected.scrape_configs, &mut references);
-    references
+
+    /// Every Secret and ConfigMap key the monitors reference (to read before [`translate`]).
+    pub fn references(&self) -> BTreeSet<KeyRef> {
+        fn of<K: Monitor>(objects: &[ParsedObject<K::Spec>], into: &mut BTreeSet<KeyRef>) {
+            for object in objects.iter().flatten() {
+                into.extend(K::references(object));
+            }
+        }
+        let mut references = BTreeSet::new();
+        of::<ServiceMonitorKind>(&self.service_monitors, &mut references);
+        of::<PodMonitorKind>(&self.pod_monitors, &mut references);
+        of::<ScrapeConfigKind>(&self.scrape_configs, &mut references);
+        references
+    }
 }
 
 /// The Prometheus-level settings of the generated jobs.
@@ -177,7 +202,7 @@ pub fn remote_write(
 /// remoteWrite entries are left as the spec has them (see [`remote_write`]).
 pub fn translate(
     valid: &ValidSprom,
-    selected: &Selected,
+    selected: &Parsed,
     values: &Values,
     last_good: &LastGood,
 ) -> (Monitoring, LastGood) {
@@ -197,14 +222,14 @@ pub fn translate(
         monitoring: &mut monitoring,
         good: &mut good,
     };
-    run.monitors(&selected.service_monitors);
-    run.monitors(&selected.pod_monitors);
-    run.monitors(&selected.scrape_configs);
+    run.monitors::<ServiceMonitorKind>(&selected.service_monitors);
+    run.monitors::<PodMonitorKind>(&selected.pod_monitors);
+    run.monitors::<ScrapeConfigKind>(&selected.scrape_configs);
     let mut rules = Vec::new();
-    for raw in &selected.rules {
-        match parse::<PrometheusRuleKind, PrometheusRuleSpec>(raw) {
-            Ok(object) => rules.push(object),
-            Err(rejection) => monitoring.rejected.push(rejection),
+    for parsed in &selected.rules {
+        match parsed {
+            Ok(object) => rules.push(object.clone()),
+            Err(rejection) => monitoring.rejected.push(rejection.clone()),
         }
     }
     let (files, rejected) = zone_monitoring::rules::rule_files(&rules);
@@ -229,32 +254,34 @@ struct Translation<'a> {
 }
 
 impl Translation<'_> {
-    fn monitors<K: Monitor>(&mut self, objects: &[Arc<Raw<K>>]) {
-        for raw in objects {
-            let parsed = parse::<K, K::Spec>(raw);
-            let (namespace, name) = match &parsed {
+    fn monitors<K: Monitor>(&mut self, objects: &[ParsedObject<K::Spec>]) {
+        for parsed in objects {
+            let (namespace, name) = match parsed {
                 Ok(object) => (object.namespace.clone(), object.name.clone()),
                 Err(rejection) => (rejection.namespace.clone(), rejection.name.clone()),
             };
             let key = (K::KIND, namespace.clone(), name.clone());
-            let jobs = parsed.and_then(|object| {
-                let reject = |reason| Rejection {
-                    kind: K::KIND,
-                    namespace: namespace.clone(),
-                    name: name.clone(),
-                    reason,
-                };
-                let jobs = K::jobs(&object, self.settings, self.values).map_err(reject)?;
-                match jobs.iter().find_map(|job| {
-                    let job = job.get("job_name")?.as_str()?;
-                    self.user_jobs.contains(job).then_some(job)
-                }) {
-                    Some(clash) => Err(reject(format!(
-                        "job {clash:?} is also one of spec.scrapeConfigs: rename that one"
-                    ))),
-                    None => Ok(jobs),
-                }
-            });
+            let jobs = parsed
+                .as_ref()
+                .map_err(Rejection::clone)
+                .and_then(|object| {
+                    let reject = |reason| Rejection {
+                        kind: K::KIND,
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                        reason,
+                    };
+                    let jobs = K::jobs(object, self.settings, self.values).map_err(reject)?;
+                    match jobs.iter().find_map(|job| {
+                        let job = job.get("job_name")?.as_str()?;
+                        self.user_jobs.contains(job).then_some(job)
+                    }) {
+                        Some(clash) => Err(reject(format!(
+                            "job {clash:?} is also one of spec.scrapeConfigs: rename that one"
+                        ))),
+                        None => Ok(jobs),
+                    }
+                });
             match jobs {
                 Ok(jobs) => self.keep(key, jobs),
                 Err(mut rejection) => {
@@ -338,7 +365,7 @@ mod tests {
             service_monitors: vec![with_basic_auth("api")],
             ..Selected::default()
         };
-        let references = references(&selected);
+        let references = Parsed::of(&selected).references();
         assert_eq!(
             references
                 .iter()
@@ -349,7 +376,8 @@ mod tests {
                 "Secret team/creds key \"user\""
             ]
         );
-        let (monitoring, good) = translate(&valid(), &selected, &creds(), &LastGood::new());
+        let (monitoring, good) =
+            translate(&valid(), &Parsed::of(&selected), &creds(), &LastGood::new());
         assert_eq!((monitoring.monitors, monitoring.rejected.len()), (1, 0));
         let job = &monitoring.jobs[0];
         assert_eq!(job["job_name"], "serviceMonitor/team/api/0");
@@ -365,15 +393,16 @@ mod tests {
         };
         let (_, good) = translate(
             &valid(),
-            &Selected {
+            &Parsed::of(&Selected {
                 service_monitors: vec![with_basic_auth("api")],
                 ..Selected::default()
-            },
+            }),
             &creds(),
             &LastGood::new(),
         );
         // The Secret is deleted: "api" keeps what it had, "new" never had anything.
-        let (monitoring, still_good) = translate(&valid(), &selected, &Values::default(), &good);
+        let (monitoring, still_good) =
+            translate(&valid(), &Parsed::of(&selected), &Values::default(), &good);
         assert_eq!(monitoring.monitors, 1);
         assert_eq!(monitoring.jobs.len(), 1);
         assert_eq!(monitoring.jobs[0]["basic_auth"]["password"], "hunter2");
@@ -403,7 +432,7 @@ mod tests {
             service_monitors: vec![with_basic_auth("api")],
             ..Selected::default()
         };
-        let (monitoring, _) = translate(&valid, &selected, &creds(), &LastGood::new());
+        let (monitoring, _) = translate(&valid, &Parsed::of(&selected), &creds(), &LastGood::new());
         assert!(monitoring.jobs.is_empty());
         assert_eq!(monitoring.rejected.len(), 1);
         assert!(
@@ -432,7 +461,12 @@ mod tests {
             not_served: vec![ScrapeConfigKind::RESOURCE],
             ..Selected::default()
         };
-        let (monitoring, _) = translate(&valid(), &selected, &Values::default(), &LastGood::new());
+        let (monitoring, _) = translate(
+            &valid(),
+            &Parsed::of(&selected),
+            &Values::default(),
+            &LastGood::new(),
+        );
         let rejected: Vec<(&str, &str)> = monitoring
             .rejected
             .iter()
