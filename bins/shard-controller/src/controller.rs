@@ -130,6 +130,7 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
             &index,
         ),
         namespaces,
+        values: Default::default(),
     };
     let stateful_sets = watches.watch(
         "statefulsets",

@@ -102,16 +102,7 @@ pub async fn observe(
     sprom: &ShardedPrometheus,
     valid: &ValidSprom,
 ) -> Result<Observed, ObserveError> {
-    let monitoring = crate::monitoring::observe::observe(
-        &ctx.client,
-        &ctx.monitoring,
-        &ctx.discovery,
-        &ctx.index,
-        &ctx.last_good,
-        sprom,
-        valid,
-    )
-    .await?;
+    let monitoring = crate::monitoring::observe::observe(ctx, sprom, valid).await?;
     let namespace = sprom.namespace().unwrap_or_default();
     let name = sprom.name_any();
     let mut observed = Observed {

@@ -95,6 +95,7 @@ fn unlisted_monitoring_objects() -> crate::monitoring::observe::Caches {
         scrape_configs: unsynced(),
         rules: unsynced(),
         namespaces: store_of(Vec::new()),
+        values: Default::default(),
     }
 }
 
@@ -107,6 +108,7 @@ fn no_monitoring_objects() -> crate::monitoring::observe::Caches {
         scrape_configs: store_of(Vec::new()),
         rules: store_of(Vec::new()),
         namespaces: store_of(Vec::new()),
+        values: Default::default(),
     }
 }
 

@@ -15,14 +15,15 @@ use kube::{Api, Client, ResourceExt};
 use zone_api::ShardedPrometheus;
 use zone_api::sprom::{MONITORING_GROUP, Selectors, ShardedPrometheusSpec};
 use zone_api::validation::ValidSprom;
-use zone_monitoring::resolve::{Source, Values};
+use zone_monitoring::resolve::{Data, Source, Values};
 use zone_monitoring::select::{self, Selection};
 
 use super::Monitoring;
 use super::kinds::{
     Kind, PodMonitorKind, PrometheusRuleKind, Raw, ScrapeConfigKind, ServiceMonitorKind,
 };
-use super::translate::{self, LastGood, Selected};
+use super::translate::{self, Selected};
+use crate::reconcile::Context;
 
 /// How long an answer of the API server's discovery (is a kind served?) is trusted.
 const DISCOVERY_CACHE_FOR: Duration = Duration::from_secs(30);
@@ -87,6 +88,8 @@ pub struct Caches {
     pub scrape_configs: Store<Raw<ScrapeConfigKind>>,
     pub rules: Store<Raw<PrometheusRuleKind>>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// Referenced Secrets and ConfigMaps already read.
+    pub values: ValueCache,
 }
 
 /// What each ShardedPrometheus used at its last reconcile: the objects it selected and the
@@ -348,14 +351,59 @@ async fn selected(
 }
 
 /// Reads the Secrets and ConfigMaps holding `references` (each once).
+/// The data of referenced Secrets and ConfigMaps, with the resourceVersion it was read at. A
+/// reconcile (a pod turning Ready, say) reads again only what the metadata watch shows changed.
+#[derive(Default)]
+pub struct ValueCache {
+    /// Secret or ConfigMap → the resourceVersion read and its data.
+    read: Mutex<HashMap<Named, (String, Data)>>,
+}
+
+/// A Secret or ConfigMap: its kind, namespace and name.
+type Named = (Source, String, String);
+
+impl ValueCache {
+    fn get(&self, key: &Named, version: Option<&str>) -> Option<Data> {
+        let read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+        let (at, data) = read.get(key)?;
+        (Some(at.as_str()) == version).then(|| data.clone())
+    }
+
+    fn put(&self, key: Named, version: Option<String>, data: &Option<Data>) {
+        let mut read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+        match (version, data) {
+            (Some(version), Some(data)) => read.insert(key, (version, data.clone())),
+            _ => read.remove(&key),
+        };
+    }
+
+    /// Forgets what no resource references any more.
+    fn retain(&self, referenced: impl Fn(&Named) -> bool) {
+        let mut read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+        read.retain(|key, _| referenced(key));
+    }
+}
+
+/// The resourceVersion the metadata watches show for a Secret or ConfigMap.
+type Versions<'a> = &'a (dyn Fn(Source, &str, &str) -> Option<String> + Sync);
+
+/// Reads the Secrets and ConfigMaps holding `references` (each once), from `cache` when
+/// `versions` shows they did not change since.
 async fn read_values(
     client: &Client,
     references: &BTreeSet<zone_monitoring::resolve::KeyRef>,
+    versions: Versions<'_>,
+    cache: &ValueCache,
 ) -> Result<Values, ObserveError> {
     let mut values = Values::default();
     for reference in references {
         let (source, namespace, name) = (reference.source, &reference.namespace, &reference.name);
         if values.contains(source, namespace, name) {
+            continue;
+        }
+        let key = (source, namespace.clone(), name.clone());
+        if let Some(data) = cache.get(&key, versions(source, namespace, name).as_deref()) {
+            values.insert(source, namespace, name, Some(data));
             continue;
         }
         let read = |source: kube::Error| ObserveError::Read {
@@ -364,54 +412,69 @@ async fn read_values(
             name: name.clone(),
             source,
         };
-        let data = match source {
+        let (version, data): (Option<String>, Option<Data>) = match source {
             Source::Secret => Api::<Secret>::namespaced(client.clone(), namespace)
                 .get_opt(name)
                 .await
                 .map_err(read)?
-                .map(|secret| {
-                    secret
-                        .data
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(key, value)| (key, value.0))
-                        .collect()
+                .map_or((None, None), |secret| {
+                    let data = secret.data.unwrap_or_default().into_iter();
+                    let data = data.map(|(key, value)| (key, value.0)).collect();
+                    (secret.metadata.resource_version, Some(data))
                 }),
             Source::ConfigMap => Api::<ConfigMap>::namespaced(client.clone(), namespace)
                 .get_opt(name)
                 .await
                 .map_err(read)?
-                .map(|config_map| {
+                .map_or((None, None), |config_map| {
                     let text = config_map.data.unwrap_or_default().into_iter();
                     let binary = config_map.binary_data.unwrap_or_default().into_iter();
-                    text.map(|(key, value)| (key, value.into_bytes()))
+                    let data = text
+                        .map(|(key, value)| (key, value.into_bytes()))
                         .chain(binary.map(|(key, value)| (key, value.0)))
-                        .collect()
+                        .collect();
+                    (config_map.metadata.resource_version, Some(data))
                 }),
         };
+        cache.put(key, version, &data);
         values.insert(source, namespace, name, data);
     }
     Ok(values)
 }
 
-/// What `sprom` takes from monitoring objects; records what it used in `index` and the jobs
-/// each monitor had in `last_good`.
+/// What `sprom` takes from monitoring objects; records what it used in the context's index and
+/// the jobs each monitor had in its last good jobs.
 pub async fn observe(
-    client: &Client,
-    caches: &Caches,
-    discovery: &Discovery,
-    index: &SharedIndex,
-    last_good: &Mutex<HashMap<ObjectRef<ShardedPrometheus>, LastGood>>,
+    ctx: &Context,
     sprom: &ShardedPrometheus,
     valid: &ValidSprom,
 ) -> Result<Monitoring, ObserveError> {
+    let (client, caches, discovery, index, last_good) = (
+        &ctx.client,
+        &ctx.monitoring,
+        &ctx.discovery,
+        &ctx.index,
+        &ctx.last_good,
+    );
+    let versions = |source: Source, namespace: &str, name: &str| match source {
+        Source::Secret => {
+            let secret = ctx.secrets.get(&ObjectRef::new(name).within(namespace))?;
+            secret.metadata.resource_version.clone()
+        }
+        Source::ConfigMap => {
+            let config_map = ctx
+                .config_maps
+                .get(&ObjectRef::new(name).within(namespace))?;
+            config_map.metadata.resource_version.clone()
+        }
+    };
     let own_namespace = sprom.namespace().unwrap_or_default();
     let sprom_ref = ObjectRef::from_obj(sprom);
     let selected = selected(caches, discovery, client, valid, &own_namespace).await?;
     let parsed = translate::Parsed::of(&selected);
     let mut references = parsed.references();
     references.extend(translate::remote_write_references(valid, &own_namespace));
-    let values = read_values(client, &references).await?;
+    let values = read_values(client, &references, &versions, &caches.values).await?;
     let previous = last_good
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -435,6 +498,9 @@ pub async fn observe(
                 .map(|r| (r.source, r.namespace, r.name))
                 .collect(),
         );
+        caches
+            .values
+            .retain(|key| index.referenced.values().any(|keys| keys.contains(key)));
     }
     last_good
         .lock()
@@ -454,4 +520,29 @@ fn keys<K: Kind>(
             object.name_any(),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cached_values_serve_only_the_version_they_were_read_at() {
+        let cache = ValueCache::default();
+        let key = (Source::Secret, "team".to_string(), "creds".to_string());
+        let data = Data::from([("pass".to_string(), b"hunter2".to_vec())]);
+        cache.put(key.clone(), Some("7".into()), &Some(data.clone()));
+        assert_eq!(cache.get(&key, Some("7")), Some(data.clone()));
+        assert_eq!(
+            cache.get(&key, Some("8")),
+            None,
+            "changed since: read again"
+        );
+        assert_eq!(cache.get(&key, None), None, "not in the watch: read again");
+        cache.put(key.clone(), None, &None);
+        assert_eq!(cache.get(&key, Some("7")), None, "gone: forgotten");
+        cache.put(key.clone(), Some("9".into()), &Some(data));
+        cache.retain(|_| false);
+        assert_eq!(cache.get(&key, Some("9")), None, "no longer referenced");
+    }
 }
