@@ -5,8 +5,11 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::apps::v1::StatefulSetPersistentVolumeClaimRetentionPolicy;
 use k8s_openapi::api::core::v1::{
-    EmptyDirVolumeSource, PersistentVolumeClaimSpec, ResourceRequirements, Toleration,
+    Affinity, Container, EmptyDirVolumeSource, LocalObjectReference, PersistentVolumeClaimSpec,
+    PodSecurityContext, ResourceRequirements, SecurityContext, Toleration,
+    TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
@@ -15,8 +18,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::{lenient, schema};
 
+pub mod alerting;
 pub mod contract;
 pub mod monitoring;
+
+pub use alerting::{AlertingSpec, AlertmanagerEndpoints};
 
 pub use monitoring::{MONITORING_GROUP, Selectors, ServiceDiscoveryRole, ValidMonitoring};
 
@@ -46,6 +52,11 @@ pub mod condition {
     /// Every selected ServiceMonitor, PodMonitor, ScrapeConfig and PrometheusRule is in the
     /// shards' configuration; False lists those left out, and why.
     pub const MONITORING_OBJECTS_ACCEPTED: &str = "MonitoringObjectsAccepted";
+    /// Every ready Prometheus pod of every active shard runs the configuration the controller
+    /// applied; False names the shards whose Prometheus refused it or still runs an older one.
+    pub const CONFIG_LOADED: &str = "ConfigLoaded";
+    /// spec.paused is set: nothing is changed until it is cleared.
+    pub const PAUSED: &str = "Paused";
 }
 
 /// Condition reasons (CamelCase, stable: alerts and scripts match on them).
@@ -80,6 +91,20 @@ pub mod reason {
     /// MonitoringObjectsAccepted False: a selector is set but the API server does not serve
     /// that monitoring.coreos.com kind (prometheus-operator's CRDs are not installed).
     pub const KINDS_NOT_SERVED: &str = "KindsNotServed";
+    /// ConfigLoaded True: every probed pod runs the applied configuration.
+    pub const CONFIG_LOADED: &str = "Loaded";
+    /// ConfigLoaded False: a shard's Prometheus refused the configuration (its last reload
+    /// failed); it keeps running the previous one.
+    pub const RELOAD_FAILED: &str = "ReloadFailed";
+    /// ConfigLoaded False: a shard's Prometheus still runs another configuration than the one
+    /// applied, longer than the time a mounted Secret takes to reach a pod.
+    pub const CONFIG_NOT_LOADED: &str = "ConfigNotLoaded";
+    /// ConfigLoaded Unknown: no pod could be asked (none running, or none answered).
+    pub const NOT_PROBED: &str = "NotProbed";
+    /// Paused True.
+    pub const PAUSED: &str = "Paused";
+    /// Paused False.
+    pub const NOT_PAUSED: &str = "NotPaused";
 }
 
 /// Runs Prometheus as `shards` StatefulSets of `replicas` pods. In Topology sharding, shard i
@@ -318,6 +343,107 @@ pub struct ShardedPrometheusSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub termination_grace_period_seconds: Option<i64>,
+
+    /// Where the shards send their alerts (Server mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alerting: Option<AlertingSpec>,
+
+    /// Nothing is changed while set: the shards keep running as they are, a changed spec
+    /// (shards included) is applied once unpaused; condition Paused says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+
+    /// The pods' security context. Default: Pod Security "restricted" (non-root as the image's
+    /// nobody user, seccomp RuntimeDefault); given, it replaces the default whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<PodSecurityContext>,
+
+    /// The Prometheus container's security context. Default: "restricted" (no privilege
+    /// escalation, every capability dropped, read-only root filesystem); given, it replaces the
+    /// default whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_security_context: Option<SecurityContext>,
+
+    /// The pods' affinity. In Topology sharding the shard's zone stays pinned by nodeSelector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+
+    /// Added to the controller's own constraint (a shard's replicas on different nodes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+
+    /// The pods' priority class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+
+    /// Secrets to pull the images with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+
+    /// Labels and annotations added to the pods. The controller's own labels
+    /// (app.kubernetes.io/name, app.kubernetes.io/instance, app.kubernetes.io/managed-by,
+    /// zonecontrol.k8s.aws/shard) cannot be overridden.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_metadata: Option<PodMetadata>,
+
+    /// Extra Prometheus flags ("--name=value"). Flags the controller sets (config file,
+    /// auto-reload, listen address, storage path and retention, agent, features) are refused:
+    /// use their fields.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub additional_args: Vec<Argument>,
+
+    /// Prometheus feature flags (--enable-feature).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(min = 1)))]
+    pub enable_features: Vec<String>,
+
+    /// Containers added to the pods (a Thanos sidecar, an authentication proxy); one named
+    /// "prometheus" is merged into the controller's Prometheus container instead (fields given
+    /// replace the controller's; env, ports and volumeMounts are merged by name/path).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<Container>,
+
+    /// Init containers of the pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub init_containers: Vec<Container>,
+
+    /// Volumes added to the pods (names "config", "data" and "rules-*" are the controller's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
+
+    /// Mounts added to the Prometheus container.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volume_mounts: Vec<VolumeMount>,
+
+    /// What happens to the PersistentVolumeClaims of storage.volumeClaimTemplate when a
+    /// shard's StatefulSet is deleted (whenDeleted: a shard removed by a Delete scale-down, or
+    /// the ShardedPrometheus deleted) or scaled (whenScaled: replicas reduced). Retain (the
+    /// default) or Delete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim_retention_policy:
+        Option<StatefulSetPersistentVolumeClaimRetentionPolicy>,
+}
+
+/// Labels and annotations of the pods.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodMetadata {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// One extra command-line flag of Prometheus.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Argument {
+    /// The flag without its dashes, e.g. "query.max-concurrency".
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Its value; empty for a flag that takes none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 fn default_shards() -> i32 {

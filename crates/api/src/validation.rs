@@ -4,8 +4,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::StatefulSetPersistentVolumeClaimRetentionPolicy;
 use k8s_openapi::api::core::v1::{
-    EmptyDirVolumeSource, PersistentVolumeClaimSpec, ResourceRequirements, Toleration,
+    Affinity, Container, EmptyDirVolumeSource, LocalObjectReference, PersistentVolumeClaimSpec,
+    PodSecurityContext, ResourceRequirements, SecurityContext, Toleration,
+    TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -158,6 +161,31 @@ pub enum SpecError {
     ScrapeTimeout { timeout: String, interval: String },
     #[error("spec.enforcedNamespaceLabel: {0:?} is not a valid label name")]
     EnforcedNamespaceLabel(String),
+    #[error(
+        "spec.additionalArgs: --{0} is set by the controller; use its field instead (see the \
+         ShardedPrometheus reference)"
+    )]
+    ReservedArgument(String),
+    #[error(
+        "spec.additionalArgs[{0}]: the name is empty or starts with '-': give it without dashes"
+    )]
+    ArgumentName(usize),
+    #[error("spec.enableFeatures[{0}] is empty or contains a comma: one feature per entry")]
+    FeatureName(usize),
+    #[error("spec.podMetadata.labels: {0:?} is set by the controller and cannot be overridden")]
+    ReservedPodLabel(String),
+    #[error("spec.volumes: {0:?} is a volume name of the controller's: choose another name")]
+    ReservedVolume(String),
+    #[error("spec.{field}[{index}] has no name")]
+    ContainerName { field: &'static str, index: usize },
+    #[error("spec.{field}: container {name:?} is listed twice")]
+    DuplicateContainer { field: &'static str, name: String },
+    #[error("spec.persistentVolumeClaimRetentionPolicy.{field} is {value:?}: Retain or Delete")]
+    PvcRetention { field: &'static str, value: String },
+    #[error("spec.alerting is set but mode is Agent: agents evaluate no rules and send no alerts")]
+    AgentWithAlerting,
+    #[error("spec.alerting.alertmanagers[{index}]: {message}")]
+    Alertmanager { index: usize, message: String },
 }
 
 /// A ZoneAwareUpdate spec ready to act on.
@@ -217,7 +245,60 @@ pub struct ValidSprom {
     pub termination_grace_period_seconds: i64,
     /// Monitor and rule selectors, and the knobs of the jobs made from monitors.
     pub monitoring: ValidMonitoring,
+    /// Where the shards send alerts; None when no Alertmanager is given (or in Agent mode).
+    pub alerting: Option<sprom::AlertingSpec>,
+    /// Nothing is changed while set.
+    pub paused: bool,
+    /// The pod template options, checked (reserved flags, labels, volume and container names).
+    pub pod: PodOptions,
 }
+
+/// The pod template options of a ShardedPrometheus, as given (each checked).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodOptions {
+    pub security_context: Option<PodSecurityContext>,
+    pub container_security_context: Option<SecurityContext>,
+    pub affinity: Option<Affinity>,
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    pub priority_class_name: Option<String>,
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    pub pod_metadata: sprom::PodMetadata,
+    /// `--name[=value]` flags, none of [`RESERVED_FLAGS`].
+    pub additional_args: Vec<String>,
+    pub enable_features: Vec<String>,
+    pub containers: Vec<Container>,
+    pub init_containers: Vec<Container>,
+    pub volumes: Vec<Volume>,
+    pub volume_mounts: Vec<VolumeMount>,
+    pub pvc_retention: Option<StatefulSetPersistentVolumeClaimRetentionPolicy>,
+}
+
+/// Prometheus flags the controller sets itself; `additionalArgs` may not name them.
+pub const RESERVED_FLAGS: &[&str] = &[
+    "config.file",
+    "config.auto-reload",
+    "config.auto-reload-interval",
+    "web.listen-address",
+    "storage.tsdb.path",
+    "storage.tsdb.retention.time",
+    "storage.tsdb.retention.size",
+    "storage.agent.path",
+    "agent",
+    "enable-feature",
+];
+
+/// Pod labels the controller sets; `podMetadata.labels` may not name them.
+pub const RESERVED_POD_LABELS: &[&str] = &[
+    "app.kubernetes.io/name",
+    contract::INSTANCE_LABEL,
+    contract::MANAGED_BY_LABEL,
+    contract::SHARD_POD_LABEL,
+];
+
+/// Volume names the controller gives the pods' own volumes (and the prefix of the rule
+/// ConfigMaps' volumes).
+pub const RESERVED_VOLUMES: &[&str] = &["config", "data"];
+pub const RULE_VOLUME_PREFIX: &str = "rules-";
 
 impl ValidSprom {
     /// The number of active shards.
@@ -418,11 +499,164 @@ impl ShardedPrometheusSpec {
             ),
             termination_grace_period_seconds,
             monitoring: self.monitoring()?,
+            alerting: self.alerting()?,
+            paused: self.paused,
+            pod: self.pod_options()?,
         })
     }
 }
 
 impl ShardedPrometheusSpec {
+    /// The alerting section, each Alertmanager entry checked: a Service (name and port) or
+    /// static addresses, scheme http or https, API version V2, a valid timeout.
+    fn alerting(&self) -> Result<Option<sprom::AlertingSpec>, SpecError> {
+        let Some(alerting) = &self.alerting else {
+            return Ok(None);
+        };
+        if alerting.alertmanagers.is_empty() {
+            return Ok(None);
+        }
+        if self.mode == PrometheusMode::Agent {
+            return Err(SpecError::AgentWithAlerting);
+        }
+        for (index, am) in alerting.alertmanagers.iter().enumerate() {
+            let bad = |message: String| SpecError::Alertmanager { index, message };
+            match (&am.name, am.static_addresses.is_empty()) {
+                (Some(name), true) if !name.is_empty() => {
+                    if am.port.is_none() {
+                        return Err(bad("name is set without port: name the Service port".into()));
+                    }
+                }
+                (None, false) => {
+                    for address in &am.static_addresses {
+                        if address.is_empty() || address.contains('/') {
+                            return Err(bad(format!(
+                                "staticAddresses: {address:?} is not host:port (scheme and \
+                                 pathPrefix are fields of their own)"
+                            )));
+                        }
+                    }
+                }
+                (Some(_), false) => {
+                    return Err(bad(
+                        "set either name (a Service) or staticAddresses, not both".into(),
+                    ));
+                }
+                _ => {
+                    return Err(bad(
+                        "set name and port (a Service) or staticAddresses".into()
+                    ));
+                }
+            }
+            if let Some(scheme) = &am.scheme
+                && !["http", "https", "HTTP", "HTTPS"].contains(&scheme.as_str())
+            {
+                return Err(bad(format!("scheme {scheme:?} is not http or https")));
+            }
+            if let Some(version) = &am.api_version
+                && !version.eq_ignore_ascii_case("v2")
+            {
+                return Err(bad(format!(
+                    "apiVersion {version:?}: Prometheus 3 speaks the Alertmanager API V2 only"
+                )));
+            }
+            if let Some(timeout) = &am.timeout {
+                parse_prometheus_duration(timeout)
+                    .map_err(|error| bad(format!("timeout {timeout:?}: {error}")))?;
+            }
+        }
+        Ok(Some(alerting.clone()))
+    }
+
+    /// The pod template options, checked.
+    fn pod_options(&self) -> Result<PodOptions, SpecError> {
+        let mut additional_args = Vec::with_capacity(self.additional_args.len());
+        for (index, argument) in self.additional_args.iter().enumerate() {
+            let name = argument.name.as_str();
+            if name.is_empty() || name.starts_with('-') || name.contains('=') {
+                return Err(SpecError::ArgumentName(index));
+            }
+            let flag = name.strip_prefix("no-").unwrap_or(name);
+            if RESERVED_FLAGS.contains(&flag) {
+                return Err(SpecError::ReservedArgument(name.to_string()));
+            }
+            additional_args.push(match &argument.value {
+                Some(value) if !value.is_empty() => format!("--{name}={value}"),
+                _ => format!("--{name}"),
+            });
+        }
+        for (index, feature) in self.enable_features.iter().enumerate() {
+            if feature.trim().is_empty() || feature.contains(',') {
+                return Err(SpecError::FeatureName(index));
+            }
+        }
+        let pod_metadata = self.pod_metadata.clone().unwrap_or_default();
+        for label in pod_metadata.labels.keys() {
+            if RESERVED_POD_LABELS.contains(&label.as_str()) {
+                return Err(SpecError::ReservedPodLabel(label.clone()));
+            }
+        }
+        for volume in &self.volumes {
+            if RESERVED_VOLUMES.contains(&volume.name.as_str())
+                || volume.name.starts_with(RULE_VOLUME_PREFIX)
+            {
+                return Err(SpecError::ReservedVolume(volume.name.clone()));
+            }
+        }
+        for (field, containers) in [
+            ("containers", &self.containers),
+            ("initContainers", &self.init_containers),
+        ] {
+            let mut names = BTreeSet::new();
+            for (index, container) in containers.iter().enumerate() {
+                if container.name.is_empty() {
+                    return Err(SpecError::ContainerName { field, index });
+                }
+                if !names.insert(container.name.as_str()) {
+                    return Err(SpecError::DuplicateContainer {
+                        field,
+                        name: container.name.clone(),
+                    });
+                }
+            }
+        }
+        if let Some(policy) = &self.persistent_volume_claim_retention_policy {
+            for (field, value) in [
+                ("whenDeleted", &policy.when_deleted),
+                ("whenScaled", &policy.when_scaled),
+            ] {
+                if let Some(value) = value
+                    && value != "Retain"
+                    && value != "Delete"
+                {
+                    return Err(SpecError::PvcRetention {
+                        field,
+                        value: value.clone(),
+                    });
+                }
+            }
+        }
+        Ok(PodOptions {
+            security_context: self.security_context.clone(),
+            container_security_context: self.container_security_context.clone(),
+            affinity: self.affinity.clone(),
+            topology_spread_constraints: self.topology_spread_constraints.clone(),
+            priority_class_name: self
+                .priority_class_name
+                .clone()
+                .filter(|name| !name.is_empty()),
+            image_pull_secrets: self.image_pull_secrets.clone(),
+            pod_metadata,
+            additional_args,
+            enable_features: self.enable_features.clone(),
+            containers: self.containers.clone(),
+            init_containers: self.init_containers.clone(),
+            volumes: self.volumes.clone(),
+            volume_mounts: self.volume_mounts.clone(),
+            pvc_retention: self.persistent_volume_claim_retention_policy.clone(),
+        })
+    }
+
     /// The selectors of monitoring.coreos.com objects and the knobs of the jobs made from them.
     fn monitoring(&self) -> Result<ValidMonitoring, SpecError> {
         let selectors = |field: &'static str,
