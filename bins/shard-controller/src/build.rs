@@ -230,6 +230,7 @@ fn config_secret(
         external_labels: &valid.external_labels,
         zone_external_label: valid.zone_external_label.as_deref(),
         remote_write: &input.monitoring.remote_write,
+        alerting: input.monitoring.alerting.as_ref(),
         rule_files,
         retained: retained.is_some(),
         retained_zone: retained.flatten(),

@@ -33,6 +33,8 @@ pub struct ShardConfig<'a> {
     /// The external label carrying the zone (None: not added).
     pub zone_external_label: Option<&'a str>,
     pub remote_write: &'a [Map<String, Value>],
+    /// The `alerting` section; left out of a retained shard's file.
+    pub alerting: Option<&'a Map<String, Value>>,
     /// ConfigMap name → keys to load (empty: every key), mounted under [`RULES_DIR`].
     pub rule_files: &'a [(String, Option<String>)],
     /// A retained shard: it serves queries over its data and drains its WAL through
@@ -165,6 +167,9 @@ pub fn render(input: &ShardConfig<'_>) -> Result<Rendered, ConfigError> {
                 "rule_files".into(),
                 json!(rule_file_globs(input.rule_files)),
             );
+        }
+        if let Some(alerting) = input.alerting {
+            root.insert("alerting".into(), Value::Object(alerting.clone()));
         }
     }
     if !input.remote_write.is_empty() {

@@ -16,6 +16,9 @@ pub struct Monitoring {
     pub jobs: Vec<Map<String, Value>>,
     /// The remote_write entries with their credential references resolved.
     pub remote_write: Vec<Map<String, Value>>,
+    /// The `alerting` section (Alertmanagers and alert relabelling), credentials resolved;
+    /// None without `spec.alerting`.
+    pub alerting: Option<Map<String, Value>>,
     /// Rule files made from PrometheusRules, stored in [`crate::build::rule_config_map_name`]
     /// ConfigMaps.
     pub rule_files: Vec<RuleFile>,
@@ -35,6 +38,7 @@ impl Monitoring {
     pub const NONE: Monitoring = Monitoring {
         jobs: Vec::new(),
         remote_write: Vec::new(),
+        alerting: None,
         rule_files: Vec::new(),
         monitors: 0,
         rule_groups: 0,

@@ -186,8 +186,24 @@ pub async fn reconcile(
         previous: &previous,
     };
     let api: Api<ShardedPrometheus> = Api::namespaced(ctx.client.clone(), &namespace);
+    if sprom.spec.paused {
+        let status = paused(&previous);
+        write_status(
+            &ctx,
+            &api,
+            &sprom,
+            &previous,
+            status,
+            PendingEvents::default(),
+        )
+        .await?;
+        return Ok(Action::requeue(RESYNC));
+    }
     match converge(&ctx, &sprom, &target).await {
-        Ok(plan) => {
+        Ok(mut plan) => {
+            plan.status
+                .conditions
+                .retain(|condition| condition.type_ != condition::PAUSED);
             ctx.sprom_metrics
                 .observe(&namespace, &name, &plan.status, plan.next_deletion);
             ctx.series.note(&namespace, &name, []);
@@ -222,6 +238,21 @@ async fn converge(
     let plan = crate::plan::plan(target, &valid, &observed, Timestamp::now())?;
     crate::apply::apply(ctx, sprom, &plan).await?;
     Ok(plan)
+}
+
+/// The status while `spec.paused` is set: what was observed last, unchanged (observedGeneration
+/// included: the spec is not acted on), and `Paused`.
+fn paused(previous: &ShardedPrometheusStatus) -> ShardedPrometheusStatus {
+    use zone_api::conditions::Conditions;
+    let mut status = previous.clone();
+    status.set_condition(
+        condition::PAUSED,
+        true,
+        reason::PAUSED,
+        "spec.paused is set: no shard, configuration or retained shard is changed until it is \
+         cleared",
+    );
+    status
 }
 
 /// What an invalid spec blocks: no shard is changed.
