@@ -9,18 +9,19 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, Secret, SecretVolumeSource, SecurityContext, Service, ServicePort,
-    ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
+    PodTemplateSpec, Probe, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, Service,
+    ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::Value;
 use zone_api::sprom::PrometheusMode;
 use zone_api::sprom::contract::{
     INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SHARD_POD_LABEL, shard_name,
 };
-use zone_api::validation::{ShardStorage, ValidSprom};
+use zone_api::validation::{PROMETHEUS_CONTAINER, ShardStorage, ValidSprom};
 
 use crate::config::{self, CONFIG_DIR, CONFIG_KEY, ConfigError, POD_NAME_ENV, RULES_DIR};
 use crate::monitoring::Monitoring;
@@ -39,6 +40,7 @@ pub const WEB_PORT: i32 = 9090;
 /// The Prometheus image's `nobody` user, which owns the data directory.
 const PROMETHEUS_UID: i64 = 65534;
 const DATA_VOLUME: &str = "data";
+
 const DATA_DIR: &str = "/prometheus";
 
 /// What the build step needs besides the resource's spec.
@@ -307,7 +309,8 @@ fn stateful_set_spec(
         (INSTANCE_LABEL.to_string(), input.name.to_string()),
         (SHARD_POD_LABEL.to_string(), index.to_string()),
     ]);
-    let storage = Storage::of(name, rule_files, &valid.storage);
+    let pod = &valid.pod;
+    let storage = Storage::of(name, rule_files, &valid.storage, &pod.volumes);
     let node_selector = valid.layout.node_selector(index, &valid.node_selector);
     StatefulSetSpec {
         replicas: Some(i32::try_from(valid.replicas).unwrap_or(i32::MAX)),
@@ -320,40 +323,146 @@ fn stateful_set_spec(
         },
         template: PodTemplateSpec {
             metadata: Some(ObjectMeta {
-                labels: Some(labels.clone()),
+                labels: Some(
+                    pod.pod_metadata
+                        .labels
+                        .clone()
+                        .into_iter()
+                        .chain(labels.clone())
+                        .collect(),
+                ),
+                annotations: (!pod.pod_metadata.annotations.is_empty())
+                    .then(|| pod.pod_metadata.annotations.clone()),
                 ..ObjectMeta::default()
             }),
             spec: Some(PodSpec {
-                containers: vec![prometheus_container(valid, storage.mounts)],
+                containers: containers(valid, storage.mounts),
+                init_containers: non_empty(pod.init_containers.clone()),
                 volumes: Some(storage.volumes),
                 node_selector: (!node_selector.is_empty()).then_some(node_selector),
                 tolerations: (!valid.tolerations.is_empty()).then(|| valid.tolerations.clone()),
                 service_account_name: Some(valid.service_account_name.clone()),
                 termination_grace_period_seconds: Some(valid.termination_grace_period_seconds),
-                security_context: Some(PodSecurityContext {
-                    run_as_user: Some(PROMETHEUS_UID),
-                    run_as_group: Some(PROMETHEUS_UID),
-                    run_as_non_root: Some(true),
-                    fs_group: Some(PROMETHEUS_UID),
-                    ..PodSecurityContext::default()
-                }),
-                // The replicas of a shard on different nodes of its zone, where there are any.
-                topology_spread_constraints: Some(vec![TopologySpreadConstraint {
-                    max_skew: 1,
-                    topology_key: "kubernetes.io/hostname".into(),
-                    when_unsatisfiable: "ScheduleAnyway".into(),
-                    label_selector: Some(LabelSelector {
-                        match_labels: Some(selector_labels),
-                        ..LabelSelector::default()
-                    }),
-                    ..TopologySpreadConstraint::default()
-                }]),
+                security_context: Some(
+                    pod.security_context
+                        .clone()
+                        .unwrap_or_else(restricted_pod_security_context),
+                ),
+                affinity: pod.affinity.clone(),
+                priority_class_name: pod.priority_class_name.clone(),
+                image_pull_secrets: non_empty(pod.image_pull_secrets.clone()),
+                // The replicas of a shard on different nodes of its zone, where there are any;
+                // then the user's.
+                topology_spread_constraints: Some(
+                    std::iter::once(TopologySpreadConstraint {
+                        max_skew: 1,
+                        topology_key: "kubernetes.io/hostname".into(),
+                        when_unsatisfiable: "ScheduleAnyway".into(),
+                        label_selector: Some(LabelSelector {
+                            match_labels: Some(selector_labels),
+                            ..LabelSelector::default()
+                        }),
+                        ..TopologySpreadConstraint::default()
+                    })
+                    .chain(pod.topology_spread_constraints.iter().cloned())
+                    .collect(),
+                ),
                 ..PodSpec::default()
             }),
         },
         volume_claim_templates: storage.claims,
+        persistent_volume_claim_retention_policy: pod.pvc_retention.clone(),
         ..StatefulSetSpec::default()
     }
+}
+
+fn non_empty<T>(items: Vec<T>) -> Option<Vec<T>> {
+    (!items.is_empty()).then_some(items)
+}
+
+/// Pod Security "restricted" at the pod level: non-root as the image's nobody user (which
+/// owns the data directory), the runtime's default seccomp profile.
+fn restricted_pod_security_context() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_user: Some(PROMETHEUS_UID),
+        run_as_group: Some(PROMETHEUS_UID),
+        run_as_non_root: Some(true),
+        fs_group: Some(PROMETHEUS_UID),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..SeccompProfile::default()
+        }),
+        ..PodSecurityContext::default()
+    }
+}
+
+/// Pod Security "restricted" for the Prometheus container: no privilege escalation, every
+/// capability dropped, a read-only root filesystem (Prometheus writes to its data volume only).
+fn restricted_container_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..SeccompProfile::default()
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+/// The Prometheus container, with the user's container of the same name merged into it, then
+/// the user's other containers in their order.
+fn containers(valid: &ValidSprom, mounts: Vec<VolumeMount>) -> Vec<Container> {
+    let mut prometheus = prometheus_container(valid, mounts);
+    let mut others = Vec::new();
+    for container in &valid.pod.containers {
+        if container.name == PROMETHEUS_CONTAINER {
+            prometheus = merge_container(prometheus, container);
+        } else {
+            others.push(container.clone());
+        }
+    }
+    std::iter::once(prometheus).chain(others).collect()
+}
+
+/// `ours` with the fields `theirs` sets replacing ours, except the lists that Kubernetes merges
+/// by key (env and ports by name, volumeMounts by mountPath): there an entry of theirs replaces
+/// ours of the same key and the others are appended.
+fn merge_container(ours: Container, theirs: &Container) -> Container {
+    let (Ok(Value::Object(mut merged)), Ok(Value::Object(overrides))) =
+        (serde_json::to_value(&ours), serde_json::to_value(theirs))
+    else {
+        return ours;
+    };
+    for (field, value) in overrides {
+        let key = match field.as_str() {
+            "env" | "ports" => Some("name"),
+            "volumeMounts" => Some("mountPath"),
+            _ => None,
+        };
+        let merged_value = match (key, merged.remove(&field), value) {
+            (Some(key), Some(Value::Array(mut items)), Value::Array(additions)) => {
+                for addition in additions {
+                    let same = items.iter().position(|item| {
+                        item.get(key).is_some() && item.get(key) == addition.get(key)
+                    });
+                    match same {
+                        Some(index) => items[index] = addition,
+                        None => items.push(addition),
+                    }
+                }
+                Value::Array(items)
+            }
+            (_, _, value) => value,
+        };
+        merged.insert(field, merged_value);
+    }
+    serde_json::from_value(Value::Object(merged)).unwrap_or(ours)
 }
 
 /// A shard pod's volumes: its configuration, the rule ConfigMaps and its data.
@@ -366,7 +475,12 @@ struct Storage {
 }
 
 impl Storage {
-    fn of(name: &str, rule_files: &[(String, Option<String>)], data: &ShardStorage) -> Storage {
+    fn of(
+        name: &str,
+        rule_files: &[(String, Option<String>)],
+        data: &ShardStorage,
+        extra: &[Volume],
+    ) -> Storage {
         let mut storage = Storage {
             volumes: Vec::new(),
             mounts: Vec::new(),
@@ -404,6 +518,7 @@ impl Storage {
                 }]);
             }
         }
+        storage.volumes.extend(extra.iter().cloned());
         storage
     }
 
@@ -465,6 +580,15 @@ fn prometheus_container(valid: &ValidSprom, mounts: Vec<VolumeMount>) -> Contain
             args.push(format!("--storage.agent.path={DATA_DIR}"));
         }
     }
+    if !valid.pod.enable_features.is_empty() {
+        args.push(format!(
+            "--enable-feature={}",
+            valid.pod.enable_features.join(",")
+        ));
+    }
+    args.extend(valid.pod.additional_args.iter().cloned());
+    let mut mounts = mounts;
+    mounts.extend(valid.pod.volume_mounts.iter().cloned());
     let probe = |path: &str| Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_string()),
@@ -475,7 +599,7 @@ fn prometheus_container(valid: &ValidSprom, mounts: Vec<VolumeMount>) -> Contain
         ..Probe::default()
     };
     Container {
-        name: "prometheus".into(),
+        name: PROMETHEUS_CONTAINER.into(),
         image: Some(valid.image.clone()),
         args: Some(args),
         env: Some(vec![EnvVar {
@@ -501,11 +625,13 @@ fn prometheus_container(valid: &ValidSprom, mounts: Vec<VolumeMount>) -> Contain
         }),
         resources: valid.resources.clone(),
         volume_mounts: Some(mounts),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            ..SecurityContext::default()
-        }),
+        security_context: Some(
+            valid
+                .pod
+                .container_security_context
+                .clone()
+                .unwrap_or_else(restricted_container_security_context),
+        ),
         ..Container::default()
     }
 }

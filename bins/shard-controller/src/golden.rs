@@ -110,6 +110,15 @@ fn classic_shards_build_as_reviewed() {
     );
 }
 
+#[test]
+fn every_pod_template_option_builds_as_reviewed() {
+    let root = manifest_dir().join("fixtures");
+    check(
+        &root.join("pod-template.yaml"),
+        &root.join("pod-template.golden.yaml"),
+    );
+}
+
 /// The configuration Secret of a retained shard, built from `manifest`'s spec, parsed.
 fn retained_config(manifest: &Path, index: u32, zone: Option<&str>) -> serde_json::Value {
     let text = std::fs::read_to_string(manifest).unwrap();

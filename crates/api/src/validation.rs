@@ -178,6 +178,11 @@ pub enum SpecError {
     ReservedVolume(String),
     #[error("spec.{field}[{index}] has no name")]
     ContainerName { field: &'static str, index: usize },
+    #[error(
+        "spec.containers: the \"prometheus\" entry sets args or command, which the controller \
+         owns: use additionalArgs and enableFeatures"
+    )]
+    PrometheusContainerArgs,
     #[error("spec.{field}: container {name:?} is listed twice")]
     DuplicateContainer { field: &'static str, name: String },
     #[error("spec.persistentVolumeClaimRetentionPolicy.{field} is {value:?}: Retain or Delete")]
@@ -272,6 +277,10 @@ pub struct PodOptions {
     pub volume_mounts: Vec<VolumeMount>,
     pub pvc_retention: Option<StatefulSetPersistentVolumeClaimRetentionPolicy>,
 }
+
+/// The name of the Prometheus container: a `spec.containers` entry of this name is merged into
+/// it.
+pub const PROMETHEUS_CONTAINER: &str = "prometheus";
 
 /// Prometheus flags the controller sets itself; `additionalArgs` may not name them.
 pub const RESERVED_FLAGS: &[&str] = &[
@@ -611,6 +620,12 @@ impl ShardedPrometheusSpec {
             for (index, container) in containers.iter().enumerate() {
                 if container.name.is_empty() {
                     return Err(SpecError::ContainerName { field, index });
+                }
+                if field == "containers"
+                    && container.name == PROMETHEUS_CONTAINER
+                    && (container.args.is_some() || container.command.is_some())
+                {
+                    return Err(SpecError::PrometheusContainerArgs);
                 }
                 if !names.insert(container.name.as_str()) {
                     return Err(SpecError::DuplicateContainer {
