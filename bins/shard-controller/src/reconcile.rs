@@ -233,6 +233,9 @@ async fn converge(
                 ObserveError::RemoteWrite(message) => {
                     Stop::Refused(Invalid::new(reason::INVALID_REMOTE_WRITE, message))
                 }
+                ObserveError::Alerting(message) => {
+                    Stop::Refused(Invalid::new(reason::INVALID_ALERTING, message))
+                }
                 error => Stop::Failed(error.into()),
             })?;
     let plan = crate::plan::plan(target, &valid, &observed, Timestamp::now())?;

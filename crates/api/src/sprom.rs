@@ -66,6 +66,9 @@ pub mod reason {
     pub const INVALID_SCRAPE_CONFIG: &str = "InvalidScrapeConfig";
     /// A remoteWrite credential reference that cannot be resolved (a Secret or key missing).
     pub const INVALID_REMOTE_WRITE: &str = "InvalidRemoteWrite";
+    /// An Alertmanager entry of spec.alerting that cannot be translated: a credential reference
+    /// that cannot be resolved (a Secret or key missing), malformed credentials or relabel rules.
+    pub const INVALID_ALERTING: &str = "InvalidAlerting";
     /// The API server refused a child built from the spec (e.g. a storage change, which a
     /// StatefulSet's volumeClaimTemplates cannot take).
     pub const CHILD_REJECTED: &str = "ChildRejected";

@@ -1,4 +1,5 @@
-//! ServiceMonitor, PodMonitor and ScrapeConfig → Prometheus `scrape_configs` entries, as
+//! ServiceMonitor, PodMonitor and ScrapeConfig → Prometheus `scrape_configs` entries (and a
+//! ShardedPrometheus's `remoteWrite` and `alerting` with their references resolved), as
 //! prometheus-operator v0.85 generates them for Prometheus v3 (same job names, same relabelling
 //! rules in the same order, hence the same target labels), for a `Prometheus` without
 //! scrape classes.
@@ -21,6 +22,7 @@
 //! - A missing Secret/ConfigMap key is an error naming the field, never a silently dropped
 //!   credential.
 
+mod alerting;
 mod auth;
 mod common;
 mod pod_monitor;
@@ -33,6 +35,9 @@ mod units;
 
 use serde_json::{Map, Value};
 
+pub use alerting::{
+    AlertingSettings, AlertingSpec, AlertmanagerEndpoints, alerting, references_of_alerting,
+};
 pub use remote_write::{references_of_remote_write, remote_write};
 
 use crate::Object;

@@ -224,6 +224,11 @@ pub enum ObserveError {
     /// shards keep their configuration) until it can.
     #[error("{0}")]
     RemoteWrite(String),
+    /// An Alertmanager entry of spec.alerting that cannot be translated (a credential reference
+    /// that cannot be resolved, malformed credentials or rules): the spec is refused until it
+    /// can, as for remoteWrite.
+    #[error("{0}")]
+    Alerting(String),
     #[error("cannot ask the API server whether it serves {MONITORING_GROUP}/{version}")]
     Discovery {
         version: &'static str,
@@ -474,6 +479,7 @@ pub async fn observe(
     let parsed = translate::Parsed::of(&selected);
     let mut references = parsed.references();
     references.extend(translate::remote_write_references(valid, &own_namespace));
+    references.extend(translate::alerting_references(valid, &own_namespace));
     let values = read_values(client, &references, &versions, &caches.values).await?;
     let previous = last_good
         .lock()
@@ -483,6 +489,7 @@ pub async fn observe(
         .unwrap_or_default();
     let (mut monitoring, good) = translate::translate(valid, &parsed, &values, &previous);
     let remote_write = translate::remote_write(valid, &own_namespace, &values);
+    let alerting = translate::alerting(valid, &own_namespace, &values);
     let mut used = BTreeSet::new();
     used.extend(keys(&selected.service_monitors));
     used.extend(keys(&selected.pod_monitors));
@@ -507,6 +514,7 @@ pub async fn observe(
         .unwrap_or_else(PoisonError::into_inner)
         .insert(sprom_ref, good);
     monitoring.remote_write = remote_write.map_err(ObserveError::RemoteWrite)?;
+    monitoring.alerting = alerting.map_err(ObserveError::Alerting)?;
     Ok(monitoring)
 }
 

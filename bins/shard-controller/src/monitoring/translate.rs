@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
-use zone_api::sprom::{ServiceDiscoveryRole, ValidMonitoring};
+use zone_api::sprom::{ServiceDiscoveryRole, ValidMonitoring, contract};
 use zone_api::validation::ValidSprom;
 use zone_monitoring::monitors::{PodMonitorSpec, ScrapeConfigSpec, ServiceMonitorSpec};
 use zone_monitoring::resolve::{KeyRef, Resolver, Values};
@@ -145,13 +145,18 @@ impl Parsed {
     }
 }
 
+/// The role Services are discovered with (`serviceDiscoveryRole`).
+fn discovery_role(monitoring: &ValidMonitoring) -> DiscoveryRole {
+    match monitoring.service_discovery_role {
+        ServiceDiscoveryRole::Endpoints => DiscoveryRole::Endpoints,
+        ServiceDiscoveryRole::EndpointSlice => DiscoveryRole::EndpointSlice,
+    }
+}
+
 /// The Prometheus-level settings of the generated jobs.
 pub fn settings(monitoring: &ValidMonitoring) -> Settings {
     Settings {
-        service_discovery_role: match monitoring.service_discovery_role {
-            ServiceDiscoveryRole::Endpoints => DiscoveryRole::Endpoints,
-            ServiceDiscoveryRole::EndpointSlice => DiscoveryRole::EndpointSlice,
-        },
+        service_discovery_role: discovery_role(monitoring),
         scrape_interval: Some(monitoring.scrape_interval.clone()),
         scrape_timeout: monitoring.scrape_timeout.clone(),
         ignore_namespace_selectors: monitoring.ignore_namespace_selectors,
@@ -197,9 +202,53 @@ pub fn remote_write(
         .collect()
 }
 
+/// The spec's alerting in the translation's shape; None without Alertmanagers (or in Agent
+/// mode, where validation leaves it out).
+fn alerting_spec(valid: &ValidSprom) -> Result<Option<upstream::AlertingSpec>, String> {
+    let Some(alerting) = &valid.alerting else {
+        return Ok(None);
+    };
+    serde_json::to_value(alerting)
+        .and_then(serde_json::from_value)
+        .map(Some)
+        .map_err(|error| format!("spec.alerting: {error}"))
+}
+
+/// Every Secret and ConfigMap key the spec's Alertmanager entries reference, in the
+/// ShardedPrometheus's `namespace`.
+pub fn alerting_references(valid: &ValidSprom, namespace: &str) -> BTreeSet<KeyRef> {
+    match alerting_spec(valid) {
+        Ok(Some(spec)) => upstream::references_of_alerting(namespace, &spec)
+            .into_iter()
+            .collect(),
+        _ => BTreeSet::new(),
+    }
+}
+
+/// The shards' `alerting` section: the spec's Alertmanagers with their credential references
+/// resolved in `namespace`, the replica label dropped from alerts; None without
+/// `spec.alerting`. The error names the entry and the field (the shards keep their
+/// configuration).
+pub fn alerting(
+    valid: &ValidSprom,
+    namespace: &str,
+    values: &Values,
+) -> Result<Option<serde_json::Map<String, serde_json::Value>>, String> {
+    let Some(spec) = alerting_spec(valid)? else {
+        return Ok(None);
+    };
+    let settings = upstream::AlertingSettings {
+        namespace,
+        service_discovery_role: discovery_role(&valid.monitoring),
+        replica_label: contract::REPLICA_EXTERNAL_LABEL,
+    };
+    upstream::alerting(&spec, &settings, values).map(Some)
+}
+
 /// What `selected` adds to the shards of `valid`, given the referenced `values` and the jobs
 /// each monitor had last time; and the jobs each monitor has now (kept for next time). The
-/// remoteWrite entries are left as the spec has them (see [`remote_write`]).
+/// remoteWrite entries are left as the spec has them (see [`remote_write`]), and there is no
+/// alerting section (see [`alerting`]).
 pub fn translate(
     valid: &ValidSprom,
     selected: &Parsed,
@@ -481,5 +530,145 @@ mod tests {
         assert_eq!(monitoring.rule_groups, 1);
         assert_eq!(monitoring.not_served, [ScrapeConfigKind::RESOURCE]);
         assert!(monitoring.jobs.is_empty());
+    }
+
+    /// `fixtures/alerting.yaml`: the ShardedPrometheus, valid, and the Secrets and ConfigMaps
+    /// that follow it, as the controller reads them.
+    fn alerting_fixture() -> (ValidSprom, String, Values) {
+        use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+        use serde::Deserialize;
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/alerting.yaml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut documents = serde_norway::Deserializer::from_str(&text)
+            .map(|document| serde_json::Value::deserialize(document).unwrap());
+        let sprom: ShardedPrometheus = serde_json::from_value(documents.next().unwrap()).unwrap();
+        let namespace = sprom.metadata.namespace.clone().unwrap();
+        let mut values = Values::default();
+        for document in documents {
+            match document["kind"].as_str() {
+                Some("Secret") => {
+                    let secret: Secret = serde_json::from_value(document).unwrap();
+                    let data = secret.string_data.unwrap_or_default().into_iter();
+                    let data = data.map(|(key, value)| (key, value.into_bytes())).collect();
+                    let name = secret.metadata.name.unwrap();
+                    values.insert(Source::Secret, &namespace, &name, Some(data));
+                }
+                Some("ConfigMap") => {
+                    let config_map: ConfigMap = serde_json::from_value(document).unwrap();
+                    let data = config_map.data.unwrap_or_default().into_iter();
+                    let data = data.map(|(key, value)| (key, value.into_bytes())).collect();
+                    let name = config_map.metadata.name.unwrap();
+                    values.insert(Source::ConfigMap, &namespace, &name, Some(data));
+                }
+                other => panic!("unexpected kind {other:?}"),
+            }
+        }
+        let valid = crate::validate::validate(&sprom, "topology.kubernetes.io/zone").unwrap();
+        (valid, namespace, values)
+    }
+
+    /// The `prometheus.yml` of a config Secret.
+    fn prometheus_yml(secret: &k8s_openapi::api::core::v1::Secret) -> String {
+        let data = secret.data.as_ref().unwrap();
+        String::from_utf8(data[crate::config::CONFIG_KEY].0.clone()).unwrap()
+    }
+
+    /// The rendered configuration of every active shard of `fixtures/alerting.yaml`, and of its
+    /// shard 2 once retained, compared with `fixtures/alerting.golden.yaml`
+    /// (`UPDATE_GOLDEN=1` rewrites it; review the diff).
+    #[test]
+    fn alerting_renders_into_every_active_shard_as_reviewed() {
+        let (valid, namespace, values) = alerting_fixture();
+        let mut monitoring = Monitoring::of_spec(&valid);
+        monitoring.alerting = alerting(&valid, &namespace, &values).unwrap();
+        let input = crate::build::BuildInput {
+            name: "alerting",
+            namespace: &namespace,
+            valid: &valid,
+            monitoring: &monitoring,
+        };
+        let built = crate::build::build(&input).unwrap();
+        let mut documents: Vec<String> = built
+            .shards
+            .iter()
+            .map(|shard| {
+                format!(
+                    "# shard {} {}\n{}",
+                    shard.index,
+                    crate::config::CONFIG_KEY,
+                    prometheus_yml(&shard.config)
+                )
+            })
+            .collect();
+        let retained = crate::build::retained_config(&input, 2, Some("zone-a")).unwrap();
+        documents.push(format!(
+            "# retained shard 2 {}\n{}",
+            crate::config::CONFIG_KEY,
+            prometheus_yml(&retained)
+        ));
+        let actual = documents.join("---\n");
+        let golden = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/alerting.golden.yaml");
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(golden, &actual).unwrap();
+        }
+        let expected = std::fs::read_to_string(golden).unwrap_or_default();
+        assert!(
+            actual == expected,
+            "{golden} differs (run with UPDATE_GOLDEN=1 and review the diff):\n{actual}"
+        );
+
+        for shard in &built.shards {
+            let config: serde_json::Value =
+                serde_norway::from_str(&prometheus_yml(&shard.config)).unwrap();
+            assert_eq!(
+                config["alerting"],
+                serde_json::Value::Object(monitoring.alerting.clone().unwrap()),
+                "every active shard sends the same alerts"
+            );
+        }
+        let retained: serde_json::Value =
+            serde_norway::from_str(&prometheus_yml(&retained)).unwrap();
+        assert!(retained.get("alerting").is_none(), "{retained}");
+    }
+
+    #[test]
+    fn alerting_references_are_read_and_resolved_in_the_sharded_prometheus_namespace() {
+        let (valid, namespace, values) = alerting_fixture();
+        let references: Vec<String> = alerting_references(&valid, &namespace)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            references,
+            [
+                "Secret observability/alertmanager-auth key \"password\"",
+                "Secret observability/alertmanager-auth key \"username\"",
+                "ConfigMap observability/alertmanager-ca key \"ca.crt\"",
+            ]
+        );
+        let section = alerting(&valid, &namespace, &values).unwrap().unwrap();
+        let service = &section["alertmanagers"][0];
+        assert_eq!(service["basic_auth"]["password"], "example-password");
+        assert_eq!(
+            service["kubernetes_sd_configs"],
+            json!([{"role": "endpointslice", "namespaces": {"names": ["monitoring"]}}])
+        );
+        assert_eq!(
+            section["alert_relabel_configs"][0],
+            json!({"action": "labeldrop", "regex": "prometheus_replica"})
+        );
+    }
+
+    #[test]
+    fn an_unresolvable_alerting_reference_is_an_error_naming_the_field_and_no_spec_no_section() {
+        let (fixture, namespace, _) = alerting_fixture();
+        let error = alerting(&fixture, &namespace, &Values::default()).unwrap_err();
+        assert_eq!(
+            error,
+            "spec.alerting.alertmanagers[0].basicAuth.username: Secret \
+             observability/alertmanager-auth key \"username\": not found"
+        );
+        assert_eq!(alerting(&valid(), "mon", &Values::default()), Ok(None));
+        assert!(alerting_references(&valid(), "mon").is_empty());
     }
 }
