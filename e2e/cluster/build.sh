@@ -105,6 +105,43 @@ build_prometheus_operator() {
     touch "$dir/crds/.complete"
 }
 
+# Alertmanager: static, for a FROM-scratch image on the real nodes (the alerting tests' receiver
+# of the shards' alerts); amtool is not needed. The module as the proxy serves it lacks the web UI's
+# built assets (ui/app/dist, made by npm for upstream's releases) that ui/web.go embeds, and the go
+# command refuses an -overlay into the module cache: so it is built from a copy of the module (a
+# `replace` in a copy of our go.mod) with a one-page placeholder as the UI. The API (/api/v2) is
+# whole. 155 s cold on 2 busy cores (an empty Go build cache), then cached.
+build_alertmanager() {
+    local dir="$ZAC_CACHE/alertmanager-$ALERTMANAGER_VERSION" src
+    local module=github.com/prometheus/alertmanager
+    [ -x "$dir/alertmanager" ] && return 0
+    local ldflags="-s -w -X github.com/prometheus/common/version.Version=${ALERTMANAGER_VERSION#v}"
+    ldflags+=" -X github.com/prometheus/common/version.Revision=$ALERTMANAGER_VERSION"
+    ldflags+=" -X github.com/prometheus/common/version.Branch=HEAD"
+    ldflags+=" -X github.com/prometheus/common/version.BuildUser=zone-aware-e2e"
+    ldflags+=" -X github.com/prometheus/common/version.BuildDate=19700101-00:00:00"
+    mkdir -p "$dir"
+    echo "building alertmanager $ALERTMANAGER_VERSION (a cold build takes about 3 minutes)"
+    {
+        src="$(cd "$here/tools/alertmanager" && go mod download -json "$module" >/dev/null \
+            && go list -m -f '{{.Dir}}' "$module")" &&
+        rm -rf "$dir/src" "$dir/mod" && mkdir -p "$dir/mod" && cp -R "$src" "$dir/src" &&
+        chmod -R u+w "$dir/src" &&
+        mkdir -p "$dir/src/ui/app/dist/elm" "$dir/src/ui/app/dist/mantine" &&
+        for ui in elm mantine; do
+            printf '%s\n' '<!doctype html><title>Alertmanager</title>' \
+                '<p>This build has no web UI; its API is at <a href="api/v2/status">/api/v2</a>.</p>' \
+                >"$dir/src/ui/app/dist/$ui/index.html"
+        done &&
+        cp "$here/tools/alertmanager/go.mod" "$here/tools/alertmanager/go.sum" "$dir/mod/" &&
+        printf '\nreplace %s => %s\n' "$module" "$dir/src" >>"$dir/mod/go.mod" &&
+        (cd "$here/tools/alertmanager" && CGO_ENABLED=0 go build -modfile "$dir/mod/go.mod" \
+            -trimpath -ldflags "$ldflags" -o "$dir/alertmanager.tmp" "$module/cmd/alertmanager")
+    } >"$dir/alertmanager.build.log" 2>&1 || fail alertmanager "$dir/alertmanager.build.log"
+    mv "$dir/alertmanager.tmp" "$dir/alertmanager"
+    rm -rf "$dir/src" "$dir/mod"
+}
+
 fail() {
     echo "cluster build: $1 failed to build; see $2" >&2
     tail -n 5 "$2" >&2 || true
@@ -117,3 +154,4 @@ build_k8s
 build_prometheus
 build_metrics_server
 build_prometheus_operator
+build_alertmanager

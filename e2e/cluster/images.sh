@@ -3,7 +3,8 @@
 # one-layer OCI image tars (images/oci-image.py) and imported into each node's containerd.
 #
 #   images.sh test-images          the pause (pod sandbox), metrics-target, Prometheus,
-#                                  metrics-server and prometheus-config-reloader images
+#                                  Alertmanager, metrics-server and prometheus-config-reloader
+#                                  images
 #   images.sh project              the project's image (the Dockerfile's final stage: the static
 #                                  controller binaries, non-root) and the test images, imported
 #                                  into the running nodes
@@ -41,6 +42,13 @@ test_images() {
             --entrypoint /bin/prometheus --file "$PROMETHEUS_BIN:/bin/prometheus:755" \
             --dir /prometheus:1777 >/dev/null
     fi
+    [ -x "$ALERTMANAGER_BIN" ] || die "$ALERTMANAGER_BIN is missing (e2e/cluster/build.sh builds it)"
+    if [ ! -f "$IMAGES/alertmanager.tar" ] || [ "$ALERTMANAGER_BIN" -nt "$IMAGES/alertmanager.tar" ]; then
+        # As the upstream image: user nobody, the binary as the entrypoint, a writable data dir.
+        oci --name "$ALERTMANAGER_IMAGE" --out "$IMAGES/alertmanager.tar" --user 65534:65534 \
+            --entrypoint /bin/alertmanager --file "$ALERTMANAGER_BIN:/bin/alertmanager:755" \
+            --dir /alertmanager:1777 >/dev/null
+    fi
     [ -x "$METRICS_SERVER_BIN" ] || die "$METRICS_SERVER_BIN is missing (e2e/cluster/build.sh builds it)"
     if [ ! -f "$IMAGES/metrics-server.tar" ] || [ "$METRICS_SERVER_BIN" -nt "$IMAGES/metrics-server.tar" ]; then
         # Its self-signed serving certificate goes to /tmp (--cert-dir).
@@ -75,13 +83,14 @@ project_image() {
     for zone in "${REAL_ZONES[@]}"; do
         [ -S "$NODES/$zone/containerd.sock" ] || continue
         import "$zone" "$IMAGES/project.tar" "$IMAGES/pause.tar" "$IMAGES/metrics-target.tar" \
-            "$IMAGES/prometheus.tar" "$IMAGES/metrics-server.tar" "$IMAGES/config-reloader.tar"
+            "$IMAGES/prometheus.tar" "$IMAGES/alertmanager.tar" "$IMAGES/metrics-server.tar" \
+            "$IMAGES/config-reloader.tar"
         imported=$((imported + 1))
     done
     if [ "$imported" = 0 ]; then
         echo "image: $PROJECT_IMAGE and the test images written to $IMAGES (no real node running to import them into)"
     else
-        echo "image: $PROJECT_IMAGE and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE, $METRICS_SERVER_IMAGE, $CONFIG_RELOADER_IMAGE) imported into $imported real nodes"
+        echo "image: $PROJECT_IMAGE and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE, $ALERTMANAGER_IMAGE, $METRICS_SERVER_IMAGE, $CONFIG_RELOADER_IMAGE) imported into $imported real nodes"
     fi
 }
 

@@ -36,6 +36,9 @@ METRICS_TARGET_IMAGE=localhost/zone-aware-e2e/metrics-target:e2e
 # Prometheus from build.sh's static binary, for the shard controller's pods on the real nodes.
 PROMETHEUS_IMAGE="localhost/zone-aware-e2e/prometheus:v$PROMETHEUS_VERSION"
 PROMETHEUS_BIN="$ZAC_CACHE/prometheus-$PROMETHEUS_VERSION/prometheus"
+# Alertmanager from build.sh's static binary: the alerting tests' receiver of the shards' alerts.
+ALERTMANAGER_IMAGE="localhost/zone-aware-e2e/alertmanager:$ALERTMANAGER_VERSION"
+ALERTMANAGER_BIN="$ZAC_CACHE/alertmanager-$ALERTMANAGER_VERSION/alertmanager"
 # metrics-server from build.sh's static binary: the metrics API a HorizontalPodAutoscaler reads.
 METRICS_SERVER_IMAGE="localhost/zone-aware-e2e/metrics-server:$METRICS_SERVER_VERSION"
 METRICS_SERVER_BIN="$ZAC_CACHE/metrics-server-$METRICS_SERVER_VERSION/metrics-server"

@@ -248,7 +248,8 @@ up() { # api-port
     for zone in "${REAL_ZONES[@]}"; do
         wait_until "node-$zone" 60 test -S "$NODES/$zone/containerd.sock"
         bash "$here/images.sh" import "$zone" "$IMAGES/pause.tar" "$IMAGES/metrics-target.tar" \
-            "$IMAGES/prometheus.tar" "$IMAGES/metrics-server.tar" "$IMAGES/config-reloader.tar"
+            "$IMAGES/prometheus.tar" "$IMAGES/alertmanager.tar" "$IMAGES/metrics-server.tar" \
+            "$IMAGES/config-reloader.tar"
     done
     for zone in "${REAL_ZONES[@]}"; do
         wait_until "node-$zone" 120 kubectl wait --for=condition=Ready "node/$(node_of "$zone")" --timeout=2s

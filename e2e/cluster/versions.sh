@@ -11,4 +11,6 @@ METRICS_SERVER_VERSION=v0.9.0
 # prometheus-operator and its config reloader, the oracle of the ShardedPrometheus comparison tests
 # (tools/prometheus-operator/go.mod pins it).
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
+# Alertmanager, the receiver of the alerting tests (tools/alertmanager/go.mod pins it).
+ALERTMANAGER_VERSION=v0.35.0
 ZAC_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/zone-aware-controllers"

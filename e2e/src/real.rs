@@ -19,6 +19,8 @@ pub struct RealNodes {
     pub project_image: String,
     /// Prometheus 3.16, static, from e2e/cluster/build.sh.
     pub prometheus_image: String,
+    /// Alertmanager 0.35, static, from e2e/cluster/build.sh.
+    pub alertmanager_image: String,
 }
 
 impl RealNodes {
@@ -38,6 +40,7 @@ impl RealNodes {
             metrics_target_image: var("E2E_METRICS_TARGET_IMAGE"),
             project_image: var("E2E_PROJECT_IMAGE"),
             prometheus_image: var("E2E_PROMETHEUS_IMAGE"),
+            alertmanager_image: var("E2E_ALERTMANAGER_IMAGE"),
         }
     }
 
