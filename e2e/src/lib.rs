@@ -2,7 +2,8 @@
 //! namespaces, dry-run applies, polling with a timeout, pods, nodes and zones, the API server's
 //! audit log, controller processes, TLS (a test CA, a server for webhooks), a proxy in front of
 //! webhook replicas, the perf drivers' shared measurements, and the real Prometheus (promtool, and
-//! a process per shard) run on the configs the shard controller renders.
+//! a process per shard) run on the configs the shard controller renders, and a real Alertmanager
+//! with a webhook receiver in the test process.
 //!
 //! Tests are `#[ignore = "needs the local zonal cluster (make e2e)"]`, so `cargo test --workspace`
 //! stays cluster-free; `make e2e` starts the cluster and runs them with `--ignored`.
@@ -10,6 +11,7 @@
 // Test support: a failed set-up step should stop the test with its reason.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod alertmanager;
 pub mod apply;
 pub mod audit;
 pub mod cluster;
