@@ -1107,3 +1107,261 @@ async fn sprom_federator_discovers_the_shards_and_follows_a_scale_without_restar
         assert_eq!(federator.pid(), pid);
     }
 }
+
+/// Labels the test namespace to enforce Pod Security `restricted`, and proves the API server
+/// enforces it: a pod with no security context is refused (dry run).
+async fn enforce_restricted(fx: &Fixture, image: &str) {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(fx.ns.client.clone());
+    let labels = json!({"metadata": {"labels": {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }}});
+    namespaces
+        .patch(&fx.ns.name, &PatchParams::default(), &Patch::Merge(&labels))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = fx.ns.api();
+    let bare = json!({
+        "metadata": {"name": "bare"},
+        "spec": {"containers": [{"name": "c", "image": image}]},
+    });
+    let refused = pods
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            },
+            &serde_json::from_value(bare).unwrap(),
+        )
+        .await
+        .expect_err("a pod without a security context is refused in a restricted namespace");
+    assert!(
+        refused.to_string().contains("restricted"),
+        "refused for another reason: {refused}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster with its real nodes (make e2e)"]
+async fn sprom_shards_run_in_a_restricted_namespace_with_a_sidecar_beside_prometheus() {
+    let cluster = Cluster::get();
+    let real = e2e::real::RealNodes::of(&cluster);
+    let fx = Fixture::new("sprom-restricted").await;
+    fx.prometheus_service_account().await;
+    enforce_restricted(&fx, &real.metrics_target_image).await;
+
+    // The sidecar is the metrics target (it serves on 8080 beside Prometheus's 9090), restricted
+    // itself: no escalation, no capability.
+    let generation = fx
+        .apply(json!({
+            "shards": 3,
+            "image": real.prometheus_image,
+            "nodeSelector": {"type": "real"},
+            "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
+            "shardingStrategy": {"topology": {"values": ["zone-a", "zone-b", "zone-c"]}},
+            // Every shard scrapes its own pod's sidecar: a static target, kept on every shard
+            // (not hashed to one) by prometheus-operator's opt-out label.
+            "scrapeConfigs": [{"job_name": "sidecar", "scrape_interval": "2s",
+                "static_configs": [{"targets": ["localhost:8080"],
+                    "labels": {"__tmp_disable_sharding": "true"}}]}],
+            "podMetadata": {"labels": {"team": "observability"}},
+            "containers": [{
+                "name": "sidecar",
+                "image": real.metrics_target_image,
+                "imagePullPolicy": "Never",
+                "args": ["serve"],
+                "ports": [{"name": "sidecar", "containerPort": 8080}],
+                "securityContext": {
+                    "allowPrivilegeEscalation": false,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+            }],
+        }))
+        .await;
+    fx.wait_status(
+        "3 ready shards in the restricted namespace",
+        generation,
+        |s| {
+            let status = s.status.as_ref().unwrap();
+            (status.ready_shards == 3)
+                .then_some(())
+                .ok_or(format!("{} ready shards", status.ready_shards))
+        },
+    )
+    .await;
+    let pods: Api<Pod> = fx.ns.api();
+    let shard_pods = pods
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}")))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(shard_pods.len(), 3);
+    for pod in &shard_pods {
+        let name = pod.name_any();
+        assert_eq!(
+            pod.labels().get("team").map(String::as_str),
+            Some("observability")
+        );
+        let spec = pod.spec.as_ref().unwrap();
+        let seccomp = spec
+            .security_context
+            .as_ref()
+            .and_then(|sc| sc.seccomp_profile.as_ref())
+            .map(|profile| profile.type_.as_str());
+        assert_eq!(seccomp, Some("RuntimeDefault"), "{name}");
+        // Both containers run (not only started): every container ready.
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|status| status.container_statuses.clone())
+            .unwrap_or_default();
+        let running: Vec<(&str, bool)> = statuses
+            .iter()
+            .map(|status| (status.name.as_str(), status.ready))
+            .collect();
+        assert_eq!(running, [("prometheus", true), ("sidecar", true)], "{name}");
+        // Prometheus scrapes the sidecar through localhost: the two share the pod.
+        let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
+        wait_for(&format!("{name} scraping its sidecar"), TIMEOUT, || async {
+            let scraped = pod_targets(&ip, "sidecar").await?;
+            if scraped.values().any(|health| health == "up") {
+                Ok(())
+            } else {
+                Err(format!("{scraped:?}"))
+            }
+        })
+        .await;
+    }
+}
+
+/// The PersistentVolumeClaims of shard `index` (one per replica).
+async fn claims_of_shard(ns: &TestNamespace, index: u32) -> Vec<String> {
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = ns.api();
+    let prefix = format!("data-{NAME}-shard-{index}-");
+    claims
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|claim| claim.metadata.deletion_timestamp.is_none())
+        .map(|claim| claim.name_any())
+        .filter(|name| name.starts_with(&prefix))
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn sprom_paused_changes_nothing_and_deleted_shards_take_their_claims_along() {
+    let fx = Fixture::new("sprom-paused").await;
+    fx.prometheus_service_account().await;
+    let zones = ["zone-a", "zone-b", "zone-c"];
+    let with = |shards: u32, paused: bool| {
+        let mut spec = spec(shards, &["pods"], &zones);
+        spec["storage"] = json!({"volumeClaimTemplate": {"spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+        }}});
+        spec["persistentVolumeClaimRetentionPolicy"] = json!({"whenDeleted": "Delete"});
+        spec["shardRetentionPolicy"] = json!({"whenScaled": "Delete"});
+        spec["paused"] = json!(paused);
+        spec
+    };
+    let generation = fx.apply(with(3, false)).await;
+    fx.wait_status("3 shards", generation, |s| {
+        let shards = s.status.as_ref().map_or(0, |s| s.shards);
+        (shards == 3)
+            .then_some(())
+            .ok_or(format!("{shards} shards"))
+    })
+    .await;
+    // The StatefulSet controller creates each replica's claim before its pod.
+    let replicas = with(3, false)["replicas"].as_u64().unwrap() as usize;
+    for index in 0..3 {
+        wait_for(&format!("shard {index}'s claims"), TIMEOUT, || async {
+            let claims = claims_of_shard(&fx.ns, index).await;
+            (claims.len() == replicas)
+                .then_some(())
+                .ok_or(format!("{claims:?}"))
+        })
+        .await;
+    }
+
+    // Paused, with a scale-down and a new job: Paused is reported and nothing changes.
+    let (secrets_before, sets_before) = children(&fx.ns).await;
+    let mut paused = with(2, true);
+    paused["scrapeConfigs"] = spec(2, &["pods", "more"], &zones)["scrapeConfigs"].clone();
+    let paused_generation = fx.apply(paused).await;
+    let reconciles = fx.reconciles().await;
+    wait_for("Paused reported", TIMEOUT, || async {
+        let sprom = fx.sproms.get(NAME).await.map_err(|e| e.to_string())?;
+        let status = sprom.status.unwrap_or_default();
+        match status.true_reason(condition::PAUSED) {
+            Some(reason::PAUSED) => Ok(status),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // More reconciles, triggered by a change to each shard's StatefulSet: still nothing
+    // changes.
+    let sets: Api<StatefulSet> = fx.ns.api();
+    for i in 0..3 {
+        let mut set = sets.get(&format!("{NAME}-shard-{i}")).await.unwrap();
+        set.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert("e2e/touch".into(), "1".into());
+        // A child event triggers a reconcile of the paused resource.
+        sets.replace(&set.name_any(), &PostParams::default(), &set)
+            .await
+            .unwrap();
+    }
+    wait_for("reconciles of the paused resource", TIMEOUT, || async {
+        let now = fx.reconciles().await;
+        (now >= reconciles + 3.0)
+            .then_some(())
+            .ok_or(format!("{now} reconciles, {reconciles} before"))
+    })
+    .await;
+    let (secrets_after, sets_after) = children(&fx.ns).await;
+    assert_eq!(
+        sets_after.keys().collect::<Vec<_>>(),
+        sets_before.keys().collect::<Vec<_>>(),
+        "no shard deleted while paused"
+    );
+    for (name, secret) in &secrets_after {
+        assert_eq!(
+            config_of(secret),
+            config_of(&secrets_before[name]),
+            "{name}'s configuration unchanged while paused"
+        );
+    }
+    let status = fx.sproms.get(NAME).await.unwrap().status.unwrap();
+    assert!(
+        status.observed_generation < paused_generation,
+        "the paused spec is not observed as acted on"
+    );
+    assert_eq!(claims_of_shard(&fx.ns, 2).await.len(), replicas);
+
+    // Unpaused: shard 2 is deleted (Delete scale-down) and its claim with it; the others stay.
+    let generation = fx.apply(with(2, false)).await;
+    fx.wait_status("2 shards", generation, |s| {
+        let status = s.status.as_ref().unwrap();
+        (status.shards == 2 && status.condition(condition::PAUSED).is_none())
+            .then_some(())
+            .ok_or(format!("{} shards, {:?}", status.shards, status.conditions))
+    })
+    .await;
+    wait_for("shard 2's claim deleted", TIMEOUT, || async {
+        let claims = claims_of_shard(&fx.ns, 2).await;
+        claims.is_empty().then_some(()).ok_or(format!("{claims:?}"))
+    })
+    .await;
+    for index in 0..2 {
+        assert_eq!(
+            claims_of_shard(&fx.ns, index).await.len(),
+            replicas,
+            "shard {index}'s claims stay"
+        );
+    }
+}
