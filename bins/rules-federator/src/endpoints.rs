@@ -96,7 +96,7 @@ impl Endpoints {
         let (store, writer) = reflector::store();
         let config = watcher::Config::default().labels(selector);
         let stream = watcher(api, config)
-            .default_backoff()
+            .backoff(zone_operator::backoff::WatchBackoff::default())
             .modify(|pod| {
                 pod.managed_fields_mut().clear();
                 pod.annotations_mut().clear();

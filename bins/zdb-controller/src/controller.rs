@@ -44,7 +44,7 @@ pub async fn run(
 
     let (zdbs, zdb_writer) = reflector::store();
     let zdb_stream = watcher(scope.api(&client), watcher::Config::default())
-        .default_backoff()
+        .backoff(zone_operator::backoff::WatchBackoff::default())
         .reflect(zdb_writer)
         .applied_objects();
 

@@ -37,6 +37,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod backoff;
 pub mod children;
 pub mod cli;
 pub mod client;

@@ -4,7 +4,7 @@
 //! reconcile never runs on a cache older than the event that caused it (the Controller's own
 //! `watches` would race a separate store). Objects are stripped before they are stored (a pod's
 //! managed fields and most of its spec are never read, and 3,000 pods would keep them all), a
-//! watch error is logged and retried with the default backoff.
+//! watch error is logged and retried with [`crate::backoff::WatchBackoff`].
 //!
 //! ```no_run
 //! # use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -71,7 +71,7 @@ where
     let (store, writer) = reflector::store();
     let touched = watcher(api, config)
         .modify(strip)
-        .default_backoff()
+        .backoff(crate::backoff::WatchBackoff::default())
         .reflect(writer)
         .touched_objects()
         .filter_map(move |result| ready(log_watch_error(cache, result)));

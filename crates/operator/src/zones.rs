@@ -36,7 +36,7 @@ impl NodeZones {
             initial_list.config(),
         )
         .modify(move |node| strip_node(node, &label))
-        .default_backoff()
+        .backoff(crate::backoff::WatchBackoff::default())
         .reflect(writer)
         .touched_objects()
         .filter_map(|result| ready(log_watch_error("nodes", result)))
