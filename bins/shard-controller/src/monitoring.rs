@@ -30,6 +30,9 @@ pub struct Monitoring {
     pub rejected: Vec<Rejection>,
     /// Selected kinds the API server does not serve (prometheus-operator's CRDs missing).
     pub not_served: Vec<&'static str>,
+    /// What Prometheus would refuse in the rule files of `spec.ruleFiles` (ConfigMaps the pods
+    /// mount as they are): one line per file.
+    pub rule_file_problems: Vec<String>,
 }
 
 impl Monitoring {
@@ -44,6 +47,7 @@ impl Monitoring {
         rule_groups: 0,
         rejected: Vec::new(),
         not_served: Vec::new(),
+        rule_file_problems: Vec::new(),
     };
 
     /// Nothing from monitoring objects: the spec's own remote_write only.

@@ -101,6 +101,13 @@ impl Values {
             .insert((source, namespace.to_string(), name.to_string()), data);
     }
 
+    /// The data of `namespace/name` of `source`: None when it was not read or does not exist.
+    pub fn data(&self, source: Source, namespace: &str, name: &str) -> Option<&Data> {
+        self.objects
+            .get(&(source, namespace.to_string(), name.to_string()))
+            .and_then(Option::as_ref)
+    }
+
     /// Whether `namespace/name` of `source` was read (present or not).
     pub fn contains(&self, source: Source, namespace: &str, name: &str) -> bool {
         self.objects

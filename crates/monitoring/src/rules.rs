@@ -72,6 +72,15 @@ pub fn rule_file(obj: &Object<PrometheusRuleSpec>) -> Result<RuleFile, Rejection
     })
 }
 
+/// Ok, or why Prometheus would refuse `text` as a rule file (the file's YAML shape, then the
+/// checks a PrometheusRule gets: rulefmt and PromQL): for the rule files users keep in
+/// ConfigMaps, which reach the pods without the controller writing them.
+pub fn check_rule_file(text: &str) -> Result<(), String> {
+    let spec: PrometheusRuleSpec = serde_norway::from_str(text)
+        .map_err(|error| format!("not a Prometheus rule file: {error}"))?;
+    validate::spec(&spec)
+}
+
 /// The rule files of `objects` and the rejected objects, both ordered by namespace, then name
 /// (then uid), whatever order the objects were listed in, so the generated ConfigMaps only
 /// change when the rules do.

@@ -480,6 +480,7 @@ pub async fn observe(
     let mut references = parsed.references();
     references.extend(translate::remote_write_references(valid, &own_namespace));
     references.extend(translate::alerting_references(valid, &own_namespace));
+    references.extend(translate::rule_file_references(valid, &own_namespace));
     let values = read_values(client, &references, &versions, &caches.values).await?;
     let previous = last_good
         .lock()
@@ -490,6 +491,7 @@ pub async fn observe(
     let (mut monitoring, good) = translate::translate(valid, &parsed, &values, &previous);
     let remote_write = translate::remote_write(valid, &own_namespace, &values);
     let alerting = translate::alerting(valid, &own_namespace, &values);
+    monitoring.rule_file_problems = translate::rule_file_problems(valid, &own_namespace, &values);
     let mut used = BTreeSet::new();
     used.extend(keys(&selected.service_monitors));
     used.extend(keys(&selected.pod_monitors));

@@ -174,6 +174,57 @@ pub fn settings(monitoring: &ValidMonitoring) -> Settings {
     }
 }
 
+/// The ConfigMaps of `spec.ruleFiles` (one reference each, whatever keys are listed), read so
+/// their rule files are checked before Prometheus loads them.
+pub fn rule_file_references(valid: &ValidSprom, namespace: &str) -> BTreeSet<KeyRef> {
+    valid
+        .rule_files
+        .iter()
+        .map(|rule| KeyRef {
+            source: zone_monitoring::resolve::Source::ConfigMap,
+            namespace: namespace.to_string(),
+            name: rule.config_map.clone(),
+            key: rule.key.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// What Prometheus would refuse in the rule files of `spec.ruleFiles`, one line per file:
+/// `ConfigMap <name> key <key>: <problem>`. A missing ConfigMap or key is a problem too (the
+/// pods cannot mount it). Keys starting with a dot are not rule files (the mount's glob skips
+/// them).
+pub fn rule_file_problems(valid: &ValidSprom, namespace: &str, values: &Values) -> Vec<String> {
+    let mut problems = Vec::new();
+    for rule in &valid.rule_files {
+        let name = &rule.config_map;
+        let Some(data) = values.data(zone_monitoring::resolve::Source::ConfigMap, namespace, name)
+        else {
+            problems.push(format!("ConfigMap {name}: not found"));
+            continue;
+        };
+        let keys: Vec<&String> = match &rule.key {
+            Some(key) if !data.contains_key(key) => {
+                problems.push(format!("ConfigMap {name} key {key}: not found"));
+                continue;
+            }
+            Some(key) => vec![key],
+            None => data.keys().filter(|key| !key.starts_with('.')).collect(),
+        };
+        for key in keys {
+            let Some(bytes) = data.get(key) else {
+                continue;
+            };
+            let checked = std::str::from_utf8(bytes)
+                .map_err(|_| "not UTF-8 text".to_string())
+                .and_then(zone_monitoring::rules::check_rule_file);
+            if let Err(problem) = checked {
+                problems.push(format!("ConfigMap {name} key {key}: {problem}"));
+            }
+        }
+    }
+    problems
+}
+
 /// Every Secret and ConfigMap key the spec's remoteWrite entries reference, in the
 /// ShardedPrometheus's `namespace`.
 pub fn remote_write_references(valid: &ValidSprom, namespace: &str) -> BTreeSet<KeyRef> {
@@ -670,5 +721,52 @@ mod tests {
         );
         assert_eq!(alerting(&valid(), "mon", &Values::default()), Ok(None));
         assert!(alerting_references(&valid(), "mon").is_empty());
+    }
+
+    #[test]
+    fn rule_files_of_config_maps_are_checked_file_by_file() {
+        let mut valid = valid();
+        valid.rule_files = serde_json::from_value(json!([
+            {"configMap": "alerts"},
+            {"configMap": "recording", "key": "rules.yaml"},
+            {"configMap": "recording", "key": "gone.yaml"},
+            {"configMap": "missing"},
+        ]))
+        .unwrap();
+        let refs = rule_file_references(&valid, "mon");
+        assert_eq!(
+            refs.iter()
+                .map(|r| r.name.as_str())
+                .collect::<BTreeSet<_>>(),
+            BTreeSet::from(["alerts", "missing", "recording"])
+        );
+        let good = b"groups:\n- name: g\n  rules:\n  - record: a:b\n    expr: sum(up)\n".to_vec();
+        let bad = b"groups:\n- name: g\n  rules:\n  - alert: A\n    expr: sum(up\n".to_vec();
+        let mut values = Values::default();
+        values.insert(
+            Source::ConfigMap,
+            "mon",
+            "alerts",
+            Some(BTreeMap::from([
+                ("good.yaml".to_string(), good.clone()),
+                ("bad.yaml".to_string(), bad),
+                ("..data".to_string(), b"not rules".to_vec()),
+            ])),
+        );
+        values.insert(
+            Source::ConfigMap,
+            "mon",
+            "recording",
+            Some(BTreeMap::from([("rules.yaml".to_string(), good)])),
+        );
+        values.insert(Source::ConfigMap, "mon", "missing", None);
+        let problems = rule_file_problems(&valid, "mon", &values);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(
+            problems[0].starts_with("ConfigMap alerts key bad.yaml: group \"g\", rule 1"),
+            "{problems:?}"
+        );
+        assert_eq!(problems[1], "ConfigMap recording key gone.yaml: not found");
+        assert_eq!(problems[2], "ConfigMap missing: not found");
     }
 }

@@ -334,3 +334,23 @@ fn parse_errors_carry_the_parser_message() {
         format!("group \"api\", rule 2 (alert \"Broken\"): expr: {message}")
     );
 }
+
+#[test]
+fn rule_files_from_config_maps_are_checked_as_prometheus_loads_them() {
+    use crate::rules::check_rule_file;
+    let good = "groups:\n- name: up\n  rules:\n  - alert: Down\n    expr: up == 0\n    for: 5m\n";
+    assert_eq!(check_rule_file(good), Ok(()));
+    assert_eq!(check_rule_file(""), Ok(()), "an empty file has no group");
+    let bad_expr = "groups:\n- name: up\n  rules:\n  - alert: Down\n    expr: up ==\n";
+    let error = check_rule_file(bad_expr).unwrap_err();
+    assert!(
+        error.starts_with("group \"up\", rule 1 (alert \"Down\"): expr"),
+        "{error}"
+    );
+    let not_yaml = "groups: [\n";
+    let error = check_rule_file(not_yaml).unwrap_err();
+    assert!(error.starts_with("not a Prometheus rule file"), "{error}");
+    let bad_for =
+        "groups:\n- name: up\n  rules:\n  - alert: Down\n    expr: up == 0\n    for: soon\n";
+    assert!(check_rule_file(bad_for).unwrap_err().contains("for"));
+}
