@@ -2,8 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::core::Rule;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -14,7 +15,8 @@ use crate::lenient;
 pub mod condition {
     /// Old-revision pods remain and the controller is working through them.
     pub const PROGRESSING: &str = "Progressing";
-    /// The rollout is held (alarm in ALARM, alarm unreadable, or dry run).
+    /// The rollout is held: alarm in ALARM or unreadable, matching alerts firing or the alert
+    /// gate unreadable, `spec.paused`, a bake between zones, or a dry run.
     pub const PAUSED: &str = "Paused";
     /// Every pod runs the update revision and is Ready.
     pub const COMPLETE: &str = "Complete";
@@ -37,9 +39,32 @@ pub mod reason {
     pub const ALARM_FIRING: &str = "AlarmFiring";
     pub const ALARM_NOT_FOUND: &str = "AlarmNotFound";
     pub const ALARM_UNAVAILABLE: &str = "AlarmUnavailable";
+    /// Alerts matching `spec.alertGate.matchers` fire (or are pending, with includePending).
+    pub const ALERT_FIRING: &str = "AlertFiring";
+    /// The alert gate gave no clear answer (unreachable, non-2xx, timeout, unparsable, its
+    /// Secret or Service unreadable): paused to be safe.
+    pub const ALERT_GATE_UNAVAILABLE: &str = "AlertGateUnavailable";
+    /// `spec.paused` is set.
+    pub const MANUALLY_PAUSED: &str = "ManuallyPaused";
+    /// A zone completed less than `spec.bakeTime` ago: the next zone waits.
+    pub const BAKING: &str = "Baking";
     pub const DRY_RUN: &str = "DryRun";
     pub const NOT_PAUSED: &str = "NotPaused";
     pub const PAUSED: &str = "Paused";
+}
+
+/// What can hold a rollout, as `status.pausedBy` names them (comma-joined, in this order).
+pub mod pause_source {
+    /// `pauseRolloutAlarm` in ALARM, missing or unreadable.
+    pub const ALARM: &str = "Alarm";
+    /// `alertGate`: matching alerts, or no clear answer.
+    pub const ALERT: &str = "Alert";
+    /// `spec.paused`.
+    pub const MANUAL: &str = "Manual";
+    /// `spec.bakeTime` after a completed zone.
+    pub const BAKE: &str = "Bake";
+    /// Every source, in the order `pausedBy` lists them.
+    pub const ORDER: [&str; 4] = [ALARM, ALERT, MANUAL, BAKE];
 }
 
 /// Alarm-related pause reasons (they set `pausedRollout`).
@@ -67,6 +92,7 @@ pub const ALARM_REASONS: [&str; 3] = [
     printcolumn = r#"{"name":"Step","type":"integer","jsonPath":".status.updateStep"}"#,
     printcolumn = r#"{"name":"Old","type":"integer","jsonPath":".status.totalOldReplicas"}"#,
     printcolumn = r#"{"name":"Paused","type":"boolean","jsonPath":".status.pausedRollout"}"#,
+    printcolumn = r#"{"name":"Paused By","type":"string","jsonPath":".status.pausedBy"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -96,13 +122,158 @@ pub struct ZoneAwareUpdateSpec {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub pause_rollout_alarm: String,
 
-    /// Ignore pauseRolloutAlarm.
+    /// Ignore pauseRolloutAlarm, and alertGate: neither pauses the rollout (the gate is not
+    /// polled).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ignore_alarm: bool,
 
     /// Plan and report (status, events) without deleting any pod.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+
+    /// A Prometheus-compatible alerts API (Prometheus, the rules-federator) whose matching alerts
+    /// pause the rollout. No clear answer pauses too (fail safe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert_gate: Option<AlertGate>,
+
+    /// After a zone completes (all its pods updated and Ready), the next zone's first removal
+    /// waits this long (a Prometheus duration such as 5m); the alarm and the alert gate are
+    /// still watched meanwhile. The last zone needs no bake.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bake_time: Option<String>,
+
+    /// Manual pause: no pod is removed after the current batch while set; unset to resume.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+}
+
+/// `spec.alertGate`: where to read alerts, which of them pause the rollout, and how often.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = alert_gate_one_target())]
+pub struct AlertGate {
+    /// Base URL of the alerts API, e.g. http://prometheus.monitoring:9090. Exactly one of url
+    /// and service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+
+    /// A Service of the cluster, resolved through its EndpointSlices: a ready endpoint address
+    /// is dialled directly. Exactly one of url and service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<GateService>,
+
+    /// http (default) or https, with service. A url carries its own scheme.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<GateScheme>,
+
+    /// Prefix of the API path; the request is <base><pathPrefix>api/v1/alerts. Default "/".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_prefix: Option<String>,
+
+    /// TLS of an https endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_config: Option<GateTlsConfig>,
+
+    /// A Secret key (in the ZoneAwareUpdate's namespace) whose value is sent as
+    /// `Authorization: Bearer <token>`, e.g. a ServiceAccount token the rules-federator's
+    /// --auth=kubernetes accepts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer_token_secret: Option<SecretKeyRef>,
+
+    /// A PromQL selector of the alerts that pause, e.g. {severity="critical", app="web"}: at
+    /// least one matcher; =, !=, =~ and !~.
+    pub matchers: String,
+
+    /// Pending alerts (their `for` not yet elapsed) pause too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub include_pending: bool,
+
+    /// Any (default): any matching alert pauses. RolloutZone: only alerts whose zone label is
+    /// the zone being rolled out, or that carry no zone label.
+    #[serde(default)]
+    pub zone_scope: ZoneScope,
+
+    /// The alert label holding the zone, for zoneScope RolloutZone. Default "zone".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_label: Option<String>,
+
+    /// How often the alerts are read while a rollout is in progress: a duration from 1s to 5m.
+    /// Default 10s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_interval: Option<String>,
+
+    /// How long one request may take, at most pollInterval. Default 5s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+}
+
+/// A Service whose endpoints serve the alerts API.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GateService {
+    /// Default: the ZoneAwareUpdate's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+
+    pub name: String,
+
+    /// The port, by number (dialled on the endpoint addresses) or by name (looked up in the
+    /// EndpointSlices' ports).
+    pub port: IntOrString,
+}
+
+/// The scheme of a Service's endpoints.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum GateScheme {
+    #[default]
+    Http,
+    Https,
+}
+
+/// Which matching alerts pause a rollout.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ZoneScope {
+    /// Any matching alert.
+    #[default]
+    Any,
+    /// Matching alerts of the zone being rolled out, and those without a zone label.
+    RolloutZone,
+}
+
+/// TLS of an https alerts endpoint.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GateTlsConfig {
+    /// PEM CA bundle (a Secret key in the ZoneAwareUpdate's namespace) the server's certificate
+    /// is verified against. Default: the system's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret: Option<SecretKeyRef>,
+
+    /// The name the certificate is verified for (and sent as SNI). Default: the url's host, or
+    /// <name>.<namespace>.svc for a service (its endpoints are dialled by IP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+
+    /// Do not verify the server's certificate (testing only: anyone on the path can read the
+    /// token and forge the answer).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure_skip_verify: bool,
+}
+
+/// A key of a Secret in the ZoneAwareUpdate's namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub struct SecretKeyRef {
+    pub name: String,
+    pub key: String,
+}
+
+/// On `spec.alertGate`: it names one place to ask.
+pub fn alert_gate_one_target() -> Rule {
+    Rule::new("has(self.url) != has(self.service)")
+        .message(kube::core::Message::Message(
+            crate::SpecError::GateTarget.to_string(),
+        ))
 }
 
 fn default_exponential_factor() -> String {
@@ -145,9 +316,26 @@ pub struct ZoneAwareUpdateStatus {
     #[serde(default, deserialize_with = "lenient::or_default")]
     pub deleted_replicas: i32,
 
-    /// Whether the rollout is paused by its alarm.
+    /// Whether the rollout is paused, by any source (see pausedBy).
     #[serde(default, deserialize_with = "lenient::or_default")]
     pub paused_rollout: bool,
+
+    /// What holds the rollout, comma-joined in this order: Alarm, Alert, Manual, Bake; empty
+    /// when nothing does.
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub paused_by: String,
+
+    /// While baking after a completed zone: when the next zone may start.
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub next_zone_not_before: Option<Time>,
 
     /// The zone being updated.
     #[serde(

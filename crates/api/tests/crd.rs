@@ -53,7 +53,15 @@ fn printer_columns() {
     };
     assert_eq!(
         columns("zoneawareupdates"),
-        ["StatefulSet", "Zone", "Step", "Old", "Paused", "Age"]
+        [
+            "StatefulSet",
+            "Zone",
+            "Step",
+            "Old",
+            "Paused",
+            "Paused By",
+            "Age"
+        ]
     );
     assert_eq!(
         columns("zonedisruptionbudgets"),
@@ -159,6 +167,8 @@ fn schemas_carry_the_go_field_names_and_types() {
         "updateStep",
         "deletedReplicas",
         "pausedRollout",
+        "pausedBy",
+        "nextZoneNotBefore",
         "conditions",
         "observedGeneration",
     ] {

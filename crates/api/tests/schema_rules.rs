@@ -44,6 +44,11 @@ fn placements() -> Vec<(&'static str, &'static str, Vec<Value>)> {
             "/properties/spec/properties/exponentialFactor",
             rules([exponential_factor()]),
         ),
+        (
+            "zoneawareupdates",
+            "/properties/spec/properties/alertGate",
+            rules([zone_api::zau::alert_gate_one_target()]),
+        ),
         ("zonedisruptionbudgets", SPEC, rules([selector_not_empty()])),
         // 0 is a valid budget (a freeze): no zero rule here.
         (

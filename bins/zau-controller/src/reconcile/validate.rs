@@ -82,6 +82,9 @@ mod tests {
             statefulset: "web".into(),
             exponential_factor: 2.0,
             max_unavailable,
+            alert_gate: None,
+            bake_time: None,
+            paused: false,
         }
     }
 
