@@ -1,20 +1,28 @@
 //! A tiny Prometheus scrape target for pods on the local zonal cluster's real nodes.
 //!
-//! `metrics-target serve [ADDR]` answers `GET /metrics` (text exposition format: a request counter
-//! and an info series naming the pod, node and zone from the environment) and `GET /healthz`.
+//! `metrics-target serve [ADDR]` answers `GET /metrics` (text exposition format: a request counter,
+//! an info series naming the pod, node and zone from the environment, and the application error
+//! counter `app_errors_total`) and `GET /healthz`.
 //! `metrics-target fetch URL` GETs an `http://` URL and prints the body: run with `kubectl exec`,
 //! it shows that one pod reaches another across nodes. std only, so it builds static in seconds.
+//!
+//! `app_errors_total` grows at `ERRORS_PER_SECOND` (default 0: it stays 0), so a pod template
+//! with that variable set is a faulty revision: `rate(app_errors_total[...]) > 0` for its pods.
+//! `PUT /errors?per_second=N` changes the rate from then on (the counter keeps its value), as a
+//! fault that ends without the pod being replaced.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
 /// A client that never finishes its request does not hold a thread for ever.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// The environment variable of the rate at which `app_errors_total` grows, errors per second.
+const ERRORS_ENV: &str = "ERRORS_PER_SECOND";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -35,17 +43,81 @@ fn main() -> ExitCode {
     }
 }
 
-type Counts = Arc<Mutex<BTreeMap<String, u64>>>;
+/// A counter of errors growing at a rate that may change: its value is what it had when the rate
+/// last changed plus the rate times the time since. It never decreases.
+#[derive(Debug, Clone, Copy)]
+struct ErrorCounter {
+    at_change: f64,
+    since: Instant,
+    per_second: f64,
+}
+
+impl ErrorCounter {
+    fn new(per_second: f64, now: Instant) -> ErrorCounter {
+        ErrorCounter {
+            at_change: 0.0,
+            since: now,
+            per_second,
+        }
+    }
+
+    fn value(&self, now: Instant) -> f64 {
+        self.at_change + self.per_second * now.saturating_duration_since(self.since).as_secs_f64()
+    }
+
+    fn set_rate(&mut self, per_second: f64, now: Instant) {
+        self.at_change = self.value(now);
+        self.since = now;
+        self.per_second = per_second;
+    }
+}
+
+/// A rate of errors per second: a finite number, not negative.
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate >= 0.0 => Ok(rate),
+        _ => Err(format!(
+            "{text:?} is not a rate of errors per second (a number >= 0)"
+        )),
+    }
+}
+
+/// The rate of [`ERRORS_ENV`]: 0 when unset or empty.
+fn rate_from_env(value: Option<&str>) -> Result<f64, String> {
+    match value {
+        None => Ok(0.0),
+        Some(text) if text.trim().is_empty() => Ok(0.0),
+        Some(text) => parse_rate(text).map_err(|e| format!("{ERRORS_ENV}: {e}")),
+    }
+}
+
+struct State {
+    /// Requests of /metrics answered, by path.
+    requests: BTreeMap<String, u64>,
+    errors: ErrorCounter,
+}
+
+impl State {
+    fn new(errors_per_second: f64) -> State {
+        State {
+            requests: BTreeMap::new(),
+            errors: ErrorCounter::new(errors_per_second, Instant::now()),
+        }
+    }
+}
+
+type Shared = Arc<Mutex<State>>;
 
 fn serve(addr: &str) -> Result<(), String> {
+    let rate = rate_from_env(std::env::var(ERRORS_ENV).ok().as_deref())?;
     let listener = TcpListener::bind(addr).map_err(|e| format!("binding {addr}: {e}"))?;
-    eprintln!("metrics-target: serving on {addr}");
-    let counts: Counts = Arc::default();
+    eprintln!("metrics-target: serving on {addr}, {rate} errors per second");
+    let state: Shared = Arc::new(Mutex::new(State::new(rate)));
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
-        let counts = counts.clone();
+        let state = state.clone();
         std::thread::spawn(move || {
-            if let Err(e) = answer(stream, &counts) {
+            if let Err(e) = answer(stream, &state) {
                 eprintln!("metrics-target: {e}");
             }
         });
@@ -53,7 +125,16 @@ fn serve(addr: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn answer(stream: TcpStream, counts: &Counts) -> std::io::Result<()> {
+/// `per_second=N` of a query string.
+fn rate_in_query(query: &str) -> Result<f64, String> {
+    query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("per_second="))
+        .ok_or_else(|| "the query needs per_second=N".to_string())
+        .and_then(parse_rate)
+}
+
+fn answer(stream: TcpStream, state: &Shared) -> std::io::Result<()> {
     stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
     let mut reader = BufReader::new(stream.try_clone()?);
@@ -65,22 +146,38 @@ fn answer(stream: TcpStream, counts: &Counts) -> std::io::Result<()> {
         header.clear();
     }
     let mut parts = request_line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = path.split('?').next().unwrap_or("");
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let lock = || {
+        state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    };
     let (status, content_type, body) = match (method, path) {
         ("GET", "/metrics") => {
-            let mut counts = counts
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            *counts.entry(path.to_string()).or_default() += 1;
-            ("200 OK", "text/plain; version=0.0.4", exposition(&counts))
+            let mut state = lock();
+            *state.requests.entry(path.to_string()).or_default() += 1;
+            let body = exposition(&state.requests, state.errors.value(Instant::now()));
+            ("200 OK", "text/plain; version=0.0.4", body)
         }
         ("GET", "/healthz") => ("200 OK", "text/plain", "ok\n".to_string()),
-        ("GET", _) => ("404 Not Found", "text/plain", "not found\n".to_string()),
+        ("PUT", "/errors") => match rate_in_query(query) {
+            Ok(rate) => {
+                lock().errors.set_rate(rate, Instant::now());
+                eprintln!("metrics-target: now {rate} errors per second");
+                (
+                    "200 OK",
+                    "text/plain",
+                    format!("{rate} errors per second\n"),
+                )
+            }
+            Err(reason) => ("400 Bad Request", "text/plain", format!("{reason}\n")),
+        },
+        ("GET" | "PUT", _) => ("404 Not Found", "text/plain", "not found\n".to_string()),
         _ => (
             "405 Method Not Allowed",
             "text/plain",
-            "GET only\n".to_string(),
+            "GET, or PUT /errors\n".to_string(),
         ),
     };
     let mut stream = stream;
@@ -92,7 +189,7 @@ fn answer(stream: TcpStream, counts: &Counts) -> std::io::Result<()> {
     stream.flush()
 }
 
-fn exposition(counts: &BTreeMap<String, u64>) -> String {
+fn exposition(counts: &BTreeMap<String, u64>, errors: f64) -> String {
     let var = |name: &str| std::env::var(name).unwrap_or_default();
     let mut text = String::from(
         "# HELP metrics_target_info The pod serving these metrics.\n# TYPE metrics_target_info gauge\n",
@@ -111,6 +208,9 @@ fn exposition(counts: &BTreeMap<String, u64>) -> String {
             escape(path)
         ));
     }
+    text.push_str("# HELP app_errors_total Errors of the application since the process started.\n");
+    text.push_str("# TYPE app_errors_total counter\n");
+    text.push_str(&format!("app_errors_total {errors}\n"));
     text
 }
 
@@ -156,16 +256,41 @@ fn fetch(url: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn serves_metrics_and_fetch_reads_them() {
+    /// A server on 127.0.0.1 answering `requests` connections, with errors at `rate`.
+    fn server(rate: f64, requests: usize) -> std::net::SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let counts: Counts = Arc::default();
+        let state: Shared = Arc::new(Mutex::new(State::new(rate)));
         std::thread::spawn(move || {
-            for stream in listener.incoming().take(2) {
-                answer(stream.unwrap(), &counts).unwrap();
+            for stream in listener.incoming().take(requests) {
+                answer(stream.unwrap(), &state).unwrap();
             }
         });
+        addr
+    }
+
+    /// `METHOD path` over HTTP/1.0: the status line and the body.
+    fn request(addr: std::net::SocketAddr, method: &str, path: &str) -> (String, String) {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        write!(stream, "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        (head.lines().next().unwrap().to_string(), body.to_string())
+    }
+
+    /// The value of the unlabelled sample `metric` in a text exposition.
+    fn sample(text: &str, metric: &str) -> f64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{metric} ")))
+            .unwrap_or_else(|| panic!("no {metric} in {text}"))
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn serves_metrics_and_fetch_reads_them() {
+        let addr = server(0.0, 2);
         fetch(&format!("http://{addr}/metrics")).unwrap();
         let missing = fetch(&format!("http://{addr}/nope")).unwrap_err();
         assert!(missing.contains("404"), "{missing}");
@@ -174,8 +299,71 @@ mod tests {
     #[test]
     fn exposition_counts_requests_and_escapes_labels() {
         let counts = BTreeMap::from([("/metrics".to_string(), 3)]);
-        let text = exposition(&counts);
+        let text = exposition(&counts, 2.5);
         assert!(text.contains("metrics_target_requests_total{path=\"/metrics\"} 3\n"));
+        assert!(text.contains("# TYPE app_errors_total counter\napp_errors_total 2.5\n"));
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn the_error_counter_grows_at_its_rate_and_keeps_its_value_when_the_rate_changes() {
+        let start = Instant::now();
+        let at = |seconds: f64| start + Duration::from_secs_f64(seconds);
+        let mut counter = ErrorCounter::new(2.0, start);
+        assert_eq!(counter.value(at(0.0)), 0.0);
+        assert_eq!(counter.value(at(1.5)), 3.0);
+        counter.set_rate(0.0, at(2.0));
+        assert_eq!(counter.value(at(2.0)), 4.0);
+        assert_eq!(counter.value(at(60.0)), 4.0, "a rate of 0 stops it");
+        counter.set_rate(1.0, at(60.0));
+        assert_eq!(counter.value(at(61.0)), 5.0, "it goes on from its value");
+        // A counter whose rate was never set stays 0: a healthy revision.
+        assert_eq!(ErrorCounter::new(0.0, start).value(at(3600.0)), 0.0);
+    }
+
+    #[test]
+    fn the_rate_comes_from_the_environment_and_refuses_nonsense() {
+        assert_eq!(rate_from_env(None), Ok(0.0));
+        assert_eq!(rate_from_env(Some("")), Ok(0.0));
+        assert_eq!(rate_from_env(Some(" 2.5 ")), Ok(2.5));
+        for bad in ["-1", "NaN", "inf", "many"] {
+            let error = rate_from_env(Some(bad)).unwrap_err();
+            assert!(error.starts_with("ERRORS_PER_SECOND: "), "{error}");
+        }
+        assert_eq!(rate_in_query("x=1&per_second=7"), Ok(7.0));
+        assert!(rate_in_query("rate=7").is_err());
+    }
+
+    #[test]
+    fn put_errors_changes_the_rate_of_the_served_counter() {
+        let addr = server(0.0, 8);
+        let (status, body) = request(addr, "GET", "/metrics");
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert_eq!(sample(&body, "app_errors_total"), 0.0);
+        assert_eq!(
+            request(addr, "PUT", "/errors?per_second=1000000").0,
+            "HTTP/1.1 200 OK"
+        );
+        let grown = sample(&request(addr, "GET", "/metrics").1, "app_errors_total");
+        assert!(grown > 0.0, "{grown}");
+        assert_eq!(
+            request(addr, "PUT", "/errors?per_second=0").0,
+            "HTTP/1.1 200 OK"
+        );
+        let stopped = sample(&request(addr, "GET", "/metrics").1, "app_errors_total");
+        assert!(
+            stopped >= grown,
+            "a counter never decreases: {stopped} < {grown}"
+        );
+        let later = sample(&request(addr, "GET", "/metrics").1, "app_errors_total");
+        assert_eq!(later, stopped, "a rate of 0 stops it");
+        assert_eq!(
+            request(addr, "PUT", "/errors").0,
+            "HTTP/1.1 400 Bad Request"
+        );
+        assert_eq!(
+            request(addr, "POST", "/errors?per_second=1").0,
+            "HTTP/1.1 405 Method Not Allowed"
+        );
     }
 }
