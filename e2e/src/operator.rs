@@ -13,12 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -34,11 +31,7 @@ const MANAGER: &str = "e2e-prometheus-operator";
 pub const PROMETHEUS_VERSION: &str = "v3.16.0";
 
 /// The ServiceAccount of the operator's Prometheus pods in a test namespace.
-pub const SERVICE_ACCOUNT: &str = "prometheus";
-
-/// The ClusterRole (config/prometheus/cluster-role.yaml) that ServiceAccount is bound to: what
-/// Kubernetes service discovery reads.
-const DISCOVERY_CLUSTER_ROLE: &str = "zone-aware-prometheus";
+pub use crate::prometheus::SERVICE_ACCOUNT;
 
 /// How long the operator gets to serve `/healthz` after it started.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -288,51 +281,6 @@ pub fn monitoring_resource(kind: &str, plural: &str) -> ApiResource {
     )
 }
 
-/// The ServiceAccount [`SERVICE_ACCOUNT`] in `namespace`, bound by a ClusterRoleBinding named
-/// `binding` to the ClusterRole of config/prometheus/cluster-role.yaml (applied here too):
-/// discovery in every namespace and of nodes, as a monitor's namespace selector or
-/// `attachMetadata` may need. Idempotent (server-side apply). The binding is deleted when the
-/// returned guard drops.
-pub async fn discovery_service_account(
-    cluster: &Cluster,
-    client: &Client,
-    namespace: &str,
-    binding: &str,
-) -> DeleteOnDrop {
-    let role = crate::deploy::repo_root().join("config/prometheus/cluster-role.yaml");
-    let mut kubectl = crate::identity::kubectl(cluster);
-    kubectl
-        .args(["apply", "--server-side", "--field-manager", MANAGER, "-f"])
-        .arg(&role);
-    crate::identity::run(kubectl, None);
-    let apply = PatchParams::apply(MANAGER).force();
-    let account = json!({
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {"name": SERVICE_ACCOUNT},
-    });
-    Api::<ServiceAccount>::namespaced(client.clone(), namespace)
-        .patch(SERVICE_ACCOUNT, &apply, &Patch::Apply(&account))
-        .await
-        .unwrap_or_else(|e| panic!("applying ServiceAccount {namespace}/{SERVICE_ACCOUNT}: {e}"));
-    let binding_object = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": binding},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": DISCOVERY_CLUSTER_ROLE},
-        "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}],
-    });
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .patch(binding, &apply, &Patch::Apply(&binding_object))
-        .await
-        .unwrap_or_else(|e| panic!("applying ClusterRoleBinding {binding}: {e}"));
-    DeleteOnDrop::new::<ClusterRoleBinding>(
-        cluster.config().await,
-        binding,
-        DeleteParams::default(),
-    )
-}
-
 /// A `Prometheus` object of the operator in a test namespace (1 shard, 1 replica, the local
 /// Prometheus 3.16 image on a real node, discovering as [`SERVICE_ACCOUNT`]), and its pod's API.
 pub struct OperatorPrometheus {
@@ -374,7 +322,7 @@ impl OperatorPrometheus {
         spec: Value,
     ) -> OperatorPrometheus {
         let real = RealNodes::of(cluster);
-        let binding = discovery_service_account(
+        let binding = crate::prometheus::discovery_service_account(
             cluster,
             &ns.client,
             &ns.name,

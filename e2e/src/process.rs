@@ -197,6 +197,17 @@ pub async fn http_get_with_token(
     path: &str,
     token: Option<&str>,
 ) -> Result<(u16, String), String> {
+    http_request(address, "GET", path, token).await
+}
+
+/// `<method> http://<address><path>` without a body over plain HTTP/1.0, with
+/// `Authorization: Bearer <token>` when a token is given: the status code and the body.
+pub async fn http_request(
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, String), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(address)
         .await
@@ -205,7 +216,7 @@ pub async fn http_get_with_token(
         .map(|token| format!("Authorization: Bearer {token}\r\n"))
         .unwrap_or_default();
     let request = format!(
-        "GET {path} HTTP/1.0\r\nHost: {address}\r\n{authorization}Connection: close\r\n\r\n"
+        "{method} {path} HTTP/1.0\r\nHost: {address}\r\n{authorization}Connection: close\r\n\r\n"
     );
     stream
         .write_all(request.as_bytes())

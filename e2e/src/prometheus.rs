@@ -16,9 +16,15 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client};
 use serde::Deserialize;
+use serde_json::json;
 
-use crate::wait_for;
+use crate::cluster::DeleteOnDrop;
+use crate::{Cluster, TestNamespace, wait_for};
 
 /// How long a Prometheus gets to answer `/-/ready`: it replays an (empty) TSDB and loads its
 /// config first, a few seconds on a loaded two-core machine.
@@ -212,9 +218,73 @@ impl TargetsRead {
     }
 }
 
+/// The ServiceAccount of the Prometheus pods in a test namespace (a ShardedPrometheus's default
+/// `serviceAccountName`, and the one the operator's Prometheus objects are given).
+pub const SERVICE_ACCOUNT: &str = "prometheus";
+
+/// The ClusterRole (config/prometheus/cluster-role.yaml) that ServiceAccount is bound to: what
+/// Kubernetes service discovery reads.
+const DISCOVERY_CLUSTER_ROLE: &str = "zone-aware-prometheus";
+
+/// The field manager of the ServiceAccount, its binding and the ClusterRole.
+const MANAGER: &str = "e2e-prometheus";
+
+/// [`discovery_service_account`] in the test namespace, bound by the ClusterRoleBinding
+/// `<namespace>-prometheus`: what the Prometheus pods of a ShardedPrometheus in `ns` need to
+/// discover their targets and the nodes' zones. The binding is deleted when the guard drops.
+pub async fn service_account(ns: &TestNamespace) -> DeleteOnDrop {
+    let binding = format!("{}-prometheus", ns.name);
+    discovery_service_account(&Cluster::get(), &ns.client, &ns.name, &binding).await
+}
+
+/// The ServiceAccount [`SERVICE_ACCOUNT`] in `namespace`, bound by a ClusterRoleBinding named
+/// `binding` to the ClusterRole of config/prometheus/cluster-role.yaml (applied here too):
+/// discovery in every namespace and of nodes, as a monitor's namespace selector or
+/// `attachMetadata` may need. Idempotent (server-side apply). The binding is deleted when the
+/// returned guard drops.
+pub async fn discovery_service_account(
+    cluster: &Cluster,
+    client: &Client,
+    namespace: &str,
+    binding: &str,
+) -> DeleteOnDrop {
+    let role = crate::deploy::repo_root().join("config/prometheus/cluster-role.yaml");
+    let mut kubectl = crate::identity::kubectl(cluster);
+    kubectl
+        .args(["apply", "--server-side", "--field-manager", MANAGER, "-f"])
+        .arg(&role);
+    crate::identity::run(kubectl, None);
+    let apply = PatchParams::apply(MANAGER).force();
+    let account = json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": SERVICE_ACCOUNT},
+    });
+    Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .patch(SERVICE_ACCOUNT, &apply, &Patch::Apply(&account))
+        .await
+        .unwrap_or_else(|e| panic!("applying ServiceAccount {namespace}/{SERVICE_ACCOUNT}: {e}"));
+    let binding_object = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": binding},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": DISCOVERY_CLUSTER_ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}],
+    });
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(binding, &apply, &Patch::Apply(&binding_object))
+        .await
+        .unwrap_or_else(|e| panic!("applying ClusterRoleBinding {binding}: {e}"));
+    DeleteOnDrop::new::<ClusterRoleBinding>(
+        cluster.config().await,
+        binding,
+        DeleteParams::default(),
+    )
+}
+
 /// `s` percent-encoded for a URL's query string: everything but RFC 3986's unreserved
 /// characters, so PromQL's `+`, `{`, `"` and spaces arrive as written.
-fn url_encode(s: &str) -> String {
+pub fn url_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for byte in s.bytes() {
         if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {

@@ -16,9 +16,8 @@ use e2e::localstack::free_port;
 use e2e::process::{ControllerProcess, namespace_args};
 use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use zone_api::ShardedPrometheus;
@@ -52,47 +51,7 @@ impl Fixture {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let controller = ControllerProcess::start("shard-controller", &args, &[]);
 
-        let role = std::fs::read_to_string(
-            e2e::deploy::repo_root().join("config/prometheus/cluster-role.yaml"),
-        )
-        .unwrap();
-        let mut kubectl = e2e::identity::kubectl(&cluster);
-        kubectl.args([
-            "apply",
-            "--server-side",
-            "--field-manager",
-            MANAGER,
-            "-f",
-            "-",
-        ]);
-        e2e::identity::run(kubectl, Some(role.as_bytes()));
-        let accounts: Api<ServiceAccount> = ns.api();
-        accounts
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": "prometheus"}})).unwrap(),
-            )
-            .await
-            .unwrap();
-        let bindings: Api<ClusterRoleBinding> = Api::all(ns.client.clone());
-        let name = format!("{}-prometheus", ns.name);
-        let binding = json!({
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "zone-aware-prometheus"},
-            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": ns.name}],
-        });
-        bindings
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(binding).unwrap(),
-            )
-            .await
-            .unwrap();
-        let binding = DeleteOnDrop::new::<ClusterRoleBinding>(
-            cluster.config().await,
-            &name,
-            DeleteParams::default(),
-        );
+        let binding = e2e::prometheus::service_account(&ns).await;
         Fixture {
             sproms: ns.api(),
             ns,

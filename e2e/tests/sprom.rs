@@ -13,9 +13,8 @@ use e2e::localstack::free_port;
 use e2e::process::{ControllerProcess, metric_sum, namespace_args};
 use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -99,57 +98,11 @@ impl Fixture {
         metric_sum(self.metrics_port, "zone_aware_reconciliations_total", None).await
     }
 
-    /// The Prometheus ServiceAccount, allowed to discover through the shipped ClusterRole.
+    /// The Prometheus ServiceAccount, allowed to discover through the shipped ClusterRole (the
+    /// binding is deleted with the fixture).
     async fn prometheus_service_account(&self) {
-        let role = std::fs::read_to_string(
-            e2e::deploy::repo_root().join("config/prometheus/cluster-role.yaml"),
-        )
-        .unwrap();
-        e2e::identity::run(
-            {
-                let mut kubectl = e2e::identity::kubectl(&Cluster::get());
-                kubectl.args([
-                    "apply",
-                    "--server-side",
-                    "--field-manager",
-                    MANAGER,
-                    "-f",
-                    "-",
-                ]);
-                kubectl
-            },
-            Some(role.as_bytes()),
-        );
-        let accounts: Api<ServiceAccount> = self.ns.api();
-        accounts
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": "prometheus"}})).unwrap(),
-            )
-            .await
-            .unwrap();
-        // Discovery over every namespace, with node metadata: a ClusterRoleBinding, deleted
-        // with the fixture.
-        let bindings: Api<ClusterRoleBinding> = Api::all(self.ns.client.clone());
-        let name = format!("{}-prometheus", self.ns.name);
-        let binding = json!({
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "zone-aware-prometheus"},
-            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": self.ns.name}],
-        });
-        bindings
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(binding).unwrap(),
-            )
-            .await
-            .unwrap();
-        let config = Cluster::get().config().await;
-        *self.binding.lock().unwrap() = Some(DeleteOnDrop::new::<ClusterRoleBinding>(
-            config,
-            &name,
-            DeleteParams::default(),
-        ));
+        let binding = e2e::prometheus::service_account(&self.ns).await;
+        *self.binding.lock().unwrap() = Some(binding);
     }
 }
 
