@@ -10,6 +10,7 @@ use zone_operator::metrics::MetricsError;
 
 use crate::alarm::AlarmChecker;
 use crate::cli::Args;
+use crate::gate::GatePolls;
 use crate::metrics::ZauMetrics;
 use crate::reconcile::{self, Context, Settings};
 use crate::watches;
@@ -53,11 +54,15 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         field_manager: scope.field_manager(&parts.controller),
     };
     tracing::info!(settings = ?settings, namespace = ?scope.namespace(), "zau-controller running");
+    // A changed alert gate answer reconciles the rollouts reading it at once.
+    let (gate_triggers, gate_changes) = futures::channel::mpsc::unbounded();
+    let gates = GatePolls::new(Some(gate_triggers), Some(zau_metrics.gate_polls()));
     let context = Arc::new(Context {
         client: parts.client.clone(),
         zaus: zaus.clone(),
         caches,
         alarms: Arc::new(AlarmChecker::new(args.cloudwatch_endpoint.clone())),
+        gates,
         events: parts.events.clone(),
         leader: parts.leader.clone(),
         metrics: parts.controller_metrics(),
@@ -67,7 +72,9 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         series: Default::default(),
     });
 
-    let controller = Controller::for_stream(zau_stream, zaus).reconcile_on(trigger_stream);
+    let controller = Controller::for_stream(zau_stream, zaus)
+        .reconcile_on(trigger_stream)
+        .reconcile_on(gate_changes);
     controller::run(controller, &parts.shutdown, reconcile::reconcile, context).await;
     Ok(())
 }

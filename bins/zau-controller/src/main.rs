@@ -5,6 +5,7 @@
 mod alarm;
 mod cli;
 mod controller;
+mod gate;
 mod metrics;
 mod pods;
 mod reconcile;

@@ -3,6 +3,7 @@
 
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 use zone_api::ZoneAwareUpdateStatus;
+use zone_api::zau::pause_source;
 use zone_operator::metrics::{MetricsError, create};
 
 const PREFIX: &str = "zone_aware_zau";
@@ -14,6 +15,7 @@ pub struct ZauMetrics {
     removed_total: IntCounterVec,
     old_replicas: IntGaugeVec,
     paused: IntGaugeVec,
+    gate_polls: IntCounterVec,
 }
 
 fn gauge(
@@ -67,10 +69,29 @@ impl ZauMetrics {
             paused: gauge(
                 registry,
                 "paused",
-                "1 while the rollout is paused by its alarm (firing, missing or unreadable).",
-                &object,
+                "1 while the rollout is held by this source (Alarm, Alert, Manual, Bake), as \
+                 status.pausedBy lists them.",
+                &["namespace", "name", "source"],
+            )?,
+            gate_polls: create(
+                registry,
+                "alert_gate_polls_total",
+                IntCounterVec::new(
+                    Opts::new(
+                        "alert_gate_polls_total",
+                        "Requests to alert gate endpoints, by endpoint URL and result (ok, \
+                         timeout, connect, status, bad_json, error_answer, too_large, tls, url).",
+                    )
+                    .namespace(PREFIX),
+                    &["endpoint", "result"],
+                ),
             )?,
         })
+    }
+
+    /// The counter the alert gate's poller increments.
+    pub fn gate_polls(&self) -> IntCounterVec {
+        self.gate_polls.clone()
     }
 
     /// Publishes the status of one ZoneAwareUpdate.
@@ -82,9 +103,12 @@ impl ZauMetrics {
         self.deleted
             .with_label_values(&object)
             .set(i64::from(status.deleted_replicas));
-        self.paused
-            .with_label_values(&object)
-            .set(i64::from(status.paused_rollout));
+        for source in pause_source::ORDER {
+            let held = status.paused_by.split(',').any(|s| s == source);
+            self.paused
+                .with_label_values(&[namespace, name, source])
+                .set(i64::from(held));
+        }
         for (zone, old) in &status.old_replicas {
             self.old_replicas
                 .with_label_values(&[namespace, name, zone.as_str()])
@@ -103,7 +127,9 @@ impl ZauMetrics {
         let object = [namespace, name];
         let _ = self.step.remove_label_values(&object);
         let _ = self.deleted.remove_label_values(&object);
-        let _ = self.paused.remove_label_values(&object);
+        for source in pause_source::ORDER {
+            let _ = self.paused.remove_label_values(&[namespace, name, source]);
+        }
         let _ = self.removed_total.remove_label_values(&object);
         for zone in zones {
             let _ = self
@@ -129,6 +155,7 @@ mod tests {
             update_step: 3,
             deleted_replicas: 4,
             paused_rollout: true,
+            paused_by: "Alert,Bake".to_string(),
             old_replicas: [("zone-a".to_string(), 2), ("zone-b".to_string(), 4)].into(),
             ..ZoneAwareUpdateStatus::default()
         };
@@ -136,7 +163,28 @@ mod tests {
         metrics.removed("apps", "web", 4);
         let text = zone_operator::metrics::exposition(&registry);
         assert!(text.contains(r#"zone_aware_zau_update_step{name="web",namespace="apps"} 3"#));
-        assert!(text.contains(r#"zone_aware_zau_paused{name="web",namespace="apps"} 1"#));
+        assert!(
+            text.contains(r#"zone_aware_zau_paused{name="web",namespace="apps",source="Alert"} 1"#)
+        );
+        assert!(
+            text.contains(r#"zone_aware_zau_paused{name="web",namespace="apps",source="Bake"} 1"#)
+        );
+        assert!(
+            text.contains(r#"zone_aware_zau_paused{name="web",namespace="apps",source="Alarm"} 0"#)
+        );
+        assert!(
+            text.contains(
+                r#"zone_aware_zau_paused{name="web",namespace="apps",source="Manual"} 0"#
+            )
+        );
+        metrics
+            .gate_polls()
+            .with_label_values(&["http://f:9090/api/v1/alerts", "ok"])
+            .inc();
+        let text = zone_operator::metrics::exposition(&registry);
+        assert!(text.contains(
+            r#"zone_aware_zau_alert_gate_polls_total{endpoint="http://f:9090/api/v1/alerts",result="ok"} 1"#
+        ));
         assert!(text.contains(
             r#"zone_aware_zau_old_replicas{name="web",namespace="apps",zone="zone-b"} 4"#
         ));

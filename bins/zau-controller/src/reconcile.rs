@@ -2,11 +2,12 @@
 //!
 //! 1. **observe** ([`observe`]): read the StatefulSet and its pods from the caches, once the
 //!    spec and the StatefulSet pass the pure checks of [`validate`];
-//! 2. **plan** (pure, [`plan`]): `zone_topology::rollout` and the status it implies, the pause
-//!    the alarm's state implies;
-//! 3. **apply** ([`apply`]): ask the alarm, remove one batch through the Eviction API, or record
-//!    completion on the StatefulSet;
-//! 4. **status** ([`status`]): what the action changed (pure), then the status written when it
+//! 2. **plan** (pure, [`plan`]): `zone_topology::rollout` and the status it implies;
+//! 3. **pause** ([`pause`]): ask what may hold the rollout (the alarm, the alert gate,
+//!    `spec.paused`, a bake between zones) and record it (pure);
+//! 4. **apply** ([`apply`]): remove one batch through the Eviction API, or record completion on
+//!    the StatefulSet;
+//! 5. **status** ([`status`]): what the action changed (pure), then the status written when it
 //!    changed, with the events and metrics.
 //!
 //! What a reconcile works with, and remembers between reconciles, is in [`context`].
@@ -14,6 +15,7 @@
 mod apply;
 mod context;
 mod observe;
+mod pause;
 mod plan;
 mod status;
 mod validate;

@@ -23,6 +23,7 @@ use zone_operator::{ControllerMetrics, EventPublisher, LeaderHandle, NodeZones};
 
 use crate::alarm::{AlarmSource, AlarmState};
 use crate::cli::PodRemoval;
+use crate::gate::GatePolls;
 use crate::metrics::ZauMetrics;
 use crate::pods::{self, POD_INDEX_LABEL, REVISION_LABEL};
 use crate::reconcile::{Context, Settings, reconcile};
@@ -41,18 +42,23 @@ const STATEFULSET: &str = "/apis/apps/v1/namespaces/apps/statefulsets/web";
 const STATEFULSET_STATUS: &str = "/apis/apps/v1/namespaces/apps/statefulsets/web/status";
 const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/zone-system/leases/zau-controller";
 
-/// An alarm source that answers one scripted state and records the alarms asked for.
+/// An alarm source that answers a scripted state and records the alarms asked for.
 struct ScriptedAlarm {
-    state: AlarmState,
+    state: Mutex<AlarmState>,
     asked: Mutex<Vec<String>>,
 }
 
 impl ScriptedAlarm {
     fn new(state: AlarmState) -> Arc<Self> {
         Arc::new(Self {
-            state,
+            state: Mutex::new(state),
             asked: Mutex::new(Vec::new()),
         })
+    }
+
+    /// What the alarm answers from now on.
+    fn set(&self, state: AlarmState) {
+        *self.state.lock().unwrap() = state;
     }
 
     fn asked(&self) -> Vec<String> {
@@ -63,7 +69,7 @@ impl ScriptedAlarm {
 impl AlarmSource for ScriptedAlarm {
     fn alarm_state<'a>(&'a self, name: &'a str) -> BoxFuture<'a, AlarmState> {
         self.asked.lock().unwrap().push(name.to_owned());
-        let state = self.state.clone();
+        let state = self.state.lock().unwrap().clone();
         Box::pin(async move { state })
     }
 }
@@ -71,13 +77,21 @@ impl AlarmSource for ScriptedAlarm {
 /// The ZoneAwareUpdate: factor 2, maxUnavailable 4, rolling `web`. Its status says revision
 /// `web-2` is being rolled out in zone-a at step 1, so the next batch is 2^1 = 2 pods.
 fn zau(alarm: Option<&str>) -> ZoneAwareUpdate {
+    zau_with(match alarm {
+        Some(alarm) => json!({"pauseRolloutAlarm": alarm}),
+        None => json!({}),
+    })
+}
+
+/// [`zau`] with these spec fields added.
+fn zau_with(extra: Value) -> ZoneAwareUpdate {
     let mut spec = json!({
         "statefulset": "web",
         "maxUnavailable": 4,
         "exponentialFactor": "2",
     });
-    if let Some(alarm) = alarm {
-        spec["pauseRolloutAlarm"] = json!(alarm);
+    for (key, value) in extra.as_object().unwrap() {
+        spec[key] = value.clone();
     }
     serde_json::from_value(json!({
         "apiVersion": "zonecontrol.k8s.aws/v1",
@@ -129,6 +143,11 @@ fn statefulset_json(resource_version: &str) -> Value {
 
 /// Pod `web-<ordinal>` at `revision`, Ready, on node-a (zone-a).
 fn pod(ordinal: u32, revision: &str) -> Pod {
+    pod_on(ordinal, revision, "node-a", true)
+}
+
+/// Pod `web-<ordinal>` at `revision` on `node` (node-a is in zone-a, node-b in zone-b).
+fn pod_on(ordinal: u32, revision: &str, node: &str, ready: bool) -> Pod {
     serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -141,11 +160,11 @@ fn pod(ordinal: u32, revision: &str) -> Pod {
                 "uid": "sts-uid", "controller": true,
             }],
         },
-        "spec": {"nodeName": "node-a", "containers": [{"name": "web", "image": "web"}]},
+        "spec": {"nodeName": node, "containers": [{"name": "web", "image": "web"}]},
         "status": {
             "phase": "Running",
             "conditions": [{
-                "type": "Ready", "status": "True",
+                "type": "Ready", "status": if ready { "True" } else { "False" },
                 "lastTransitionTime": "2026-01-01T00:00:00Z",
             }],
         },
@@ -154,17 +173,27 @@ fn pod(ordinal: u32, revision: &str) -> Pod {
 }
 
 fn caches(pod_revision: &str) -> Caches {
+    caches_of((0..4).map(|ordinal| pod(ordinal, pod_revision)))
+}
+
+/// The caches with these pods (and nodes node-a in zone-a, node-b in zone-b).
+fn caches_of(pods: impl IntoIterator<Item = Pod>) -> Caches {
     let mut set: StatefulSet = serde_json::from_value(statefulset_json("10")).unwrap();
     pods::strip_statefulset(&mut set);
-    let pods = (0..4).map(|ordinal| {
-        let mut pod = pod(ordinal, pod_revision);
+    let pods = pods.into_iter().map(|mut pod| {
         pods::strip_pod(&mut pod);
         pod
     });
     Caches {
         statefulsets: store_of([set]),
         pods: store_of(pods),
-        zones: NodeZones::from_store(store_of([zoned_node("node-a", "zone-a")]), ZONE_LABEL),
+        zones: NodeZones::from_store(
+            store_of([
+                zoned_node("node-a", "zone-a"),
+                zoned_node("node-b", "zone-b"),
+            ]),
+            ZONE_LABEL,
+        ),
     }
 }
 
@@ -218,12 +247,32 @@ fn context(
     alarms: Arc<dyn AlarmSource>,
     leader: LeaderHandle,
 ) -> Arc<Context> {
+    context_with(
+        client,
+        zau,
+        caches,
+        alarms,
+        leader,
+        GatePolls::new(None, None),
+    )
+}
+
+/// [`context`] with these alert gate polls (kept across reconciles by the caller).
+fn context_with(
+    client: kube::Client,
+    zau: &ZoneAwareUpdate,
+    caches: Caches,
+    alarms: Arc<dyn AlarmSource>,
+    leader: LeaderHandle,
+    gates: GatePolls,
+) -> Arc<Context> {
     let registry = prometheus::Registry::new();
     Arc::new(Context {
         client: client.clone(),
         zaus: store_of([zau.clone()]),
         caches,
         alarms,
+        gates,
         events: EventPublisher::new(client, "zau-controller", "test"),
         leader,
         metrics: ControllerMetrics::new(&registry, "zau-controller").unwrap(),
@@ -351,6 +400,7 @@ async fn a_firing_alarm_pauses_without_evicting() {
     );
     let status = written_status(&fake);
     assert_eq!(status["pausedRollout"], true);
+    assert_eq!(status["pausedBy"], "Alarm");
     let paused = condition(&status, "Paused");
     assert_eq!(paused["status"], "True");
     assert_eq!(paused["reason"], "AlarmFiring");
@@ -507,3 +557,5 @@ async fn a_lease_still_held_lets_the_batch_go() {
     assert_eq!(status["deletedReplicas"], 2);
     assert_eq!(action, Action::requeue(POLL));
 }
+
+mod pauses;

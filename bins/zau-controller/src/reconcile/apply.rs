@@ -3,6 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Action;
@@ -16,8 +19,7 @@ use zone_topology::rollout::{Batch, Plan, RolloutPod};
 
 use super::context::Expected;
 use super::observe::Observed;
-use super::{Draft, ReconcileError, Step, plan, status as record};
-use crate::alarm::AlarmState;
+use super::{Draft, ReconcileError, Step, pause, status as record};
 use crate::removal::{self, Removal};
 
 /// A budget refused an eviction (429): try again after this long. Disruption budgets are not
@@ -36,11 +38,14 @@ impl Step<'_> {
         in_progress: bool,
         draft: &mut Draft,
     ) -> Result<Action, ReconcileError> {
-        let poll = Action::requeue(self.ctx.settings.alarm_poll_interval);
-        let status = &mut draft.status;
+        let poll = Action::requeue(self.poll_interval(observed));
         match plan {
-            Plan::Complete => self.complete(&observed.set, draft).await,
+            Plan::Complete => {
+                self.ctx.gates.forget(&ObjectRef::from_obj(self.zau));
+                self.complete(&observed.set, draft).await
+            }
             Plan::Wait(why) => {
+                let status = &mut draft.status;
                 status.set_condition(
                     condition::PROGRESSING,
                     true,
@@ -53,7 +58,25 @@ impl Step<'_> {
                     reason::IN_PROGRESS,
                     "old-revision or unready pods remain",
                 );
-                self.leave_dry_run(status);
+                if in_progress {
+                    // Pods are being replaced: what would hold the next batch is recorded now,
+                    // so a pause shows as soon as its cause does. A bake under way stays.
+                    let now = Timestamp::now();
+                    let zone = draft.status.current_zone.clone();
+                    let bake = draft
+                        .status
+                        .next_zone_not_before
+                        .as_ref()
+                        .and_then(|until| {
+                            pause::bake_hold(zone.as_deref().unwrap_or_default(), until.0, now)
+                        });
+                    let zones = pause::scope_zones(zone.as_deref(), bake.is_some(), &draft.status);
+                    let holds = self
+                        .holds(observed, zones, false, bake.map(|(hold, _)| hold))
+                        .await;
+                    pause::record(&self.zau.spec, self.previous, &holds, false, draft);
+                }
+                self.leave_dry_run(&mut draft.status);
                 Ok(match observed.soonest_available {
                     Some(rest) => Action::requeue(rest),
                     None if in_progress => poll,
@@ -61,30 +84,69 @@ impl Step<'_> {
                 })
             }
             Plan::Remove(batch) => {
-                status.set_condition(
+                draft.status.set_condition(
                     condition::COMPLETE,
                     false,
                     reason::IN_PROGRESS,
                     "old-revision pods remain",
                 );
-                let alarm = self.alarm_state().await;
-                if let Some(action) =
-                    plan::alarm_decision(&self.zau.spec, self.previous, &alarm, draft, poll.clone())
-                {
-                    tracing::info!(zau = %self.zau.name_any(), reason = ?draft.status.true_reason(condition::PAUSED), "rollout paused");
-                    return Ok(action);
+                let (bake, bake_left) = self.bake(observed, &batch, &mut draft.status);
+                let zones = pause::scope_zones(
+                    Some(&batch.zone.to_string()),
+                    draft.status.next_zone_not_before.is_some(),
+                    &draft.status,
+                );
+                let holds = self.holds(observed, zones, true, bake).await;
+                if pause::record(&self.zau.spec, self.previous, &holds, true, draft) {
+                    tracing::info!(zau = %self.zau.name_any(), paused_by = %draft.status.paused_by, "rollout paused");
+                    let wait = bake_left.map_or(self.poll_interval(observed), |left| {
+                        // Just past the bake's end (the status stores it to the second).
+                        left.saturating_add(Duration::from_millis(100))
+                            .min(self.poll_interval(observed))
+                    });
+                    return Ok(Action::requeue(wait));
                 }
                 if self.zau.spec.dry_run {
                     self.dry_run(&batch, draft);
-                    return Ok(if self.zau.spec.pause_rollout_alarm.is_empty() {
-                        Action::await_change()
-                    } else {
-                        poll
-                    });
+                    return Ok(
+                        if self.zau.spec.pause_rollout_alarm.is_empty()
+                            && observed.valid.alert_gate.is_none()
+                        {
+                            Action::await_change()
+                        } else {
+                            poll
+                        },
+                    );
                 }
                 self.leave_dry_run(&mut draft.status);
-                self.remove_batch(&batch, &observed.planned, draft).await
+                self.remove_batch(&batch, &observed.planned, poll, draft)
+                    .await
             }
+        }
+    }
+
+    /// The bake before `batch`: `status.nextZoneNotBefore` set when the batch starts a zone
+    /// after another completed (kept from the status when the bake began earlier), cleared
+    /// otherwise; the hold and the time left while it runs.
+    fn bake(
+        &self,
+        observed: &Observed,
+        batch: &Batch,
+        status: &mut ZoneAwareUpdateStatus,
+    ) -> (Option<pause::Hold>, Option<Duration>) {
+        let bake_time = observed.valid.bake_time;
+        let update_revision = status.update_revision.clone();
+        let due = pause::bake_due(bake_time, batch, &observed.planned, &update_revision);
+        let Some(bake_time) = bake_time.filter(|_| due) else {
+            status.next_zone_not_before = None;
+            return (None, None);
+        };
+        let now = Timestamp::now();
+        let until = pause::bake_until(self.previous.next_zone_not_before.as_ref(), now, bake_time);
+        status.next_zone_not_before = Some(Time(until));
+        match pause::bake_hold(&batch.zone.to_string(), until, now) {
+            Some((hold, left)) => (Some(hold), Some(left)),
+            None => (None, None),
         }
     }
 
@@ -93,16 +155,6 @@ impl Step<'_> {
         if !self.zau.spec.dry_run && status.true_reason(condition::PAUSED) == Some(reason::DRY_RUN)
         {
             status.set_condition(condition::PAUSED, false, reason::NOT_PAUSED, "");
-        }
-    }
-
-    /// The pause alarm's state; not asked when there is none or it is ignored.
-    async fn alarm_state(&self) -> AlarmState {
-        let alarm = self.zau.spec.pause_rollout_alarm.trim();
-        if alarm.is_empty() || self.zau.spec.ignore_alarm {
-            AlarmState::Clear
-        } else {
-            self.ctx.alarms.alarm_state(alarm).await
         }
     }
 
@@ -125,6 +177,7 @@ impl Step<'_> {
         &self,
         batch: &Batch,
         planned: &[RolloutPod],
+        poll: Action,
         draft: &mut Draft,
     ) -> Result<Action, ReconcileError> {
         // A Lease is not a fence: read it fresh right before acting.
@@ -136,10 +189,12 @@ impl Step<'_> {
             .map_err(ReconcileError::Leader)?
         {
             tracing::warn!(zau = %self.zau.name_any(), "not the leader any more; batch not removed");
-            return Ok(Action::requeue(self.ctx.settings.alarm_poll_interval));
+            return Ok(poll);
         }
         let (removed, outcome) = self.remove_pods(batch).await;
         if !removed.is_empty() {
+            // The zone has started: its bake (if any) is over.
+            draft.status.next_zone_not_before = None;
             let zone = batch.zone.to_string();
             let zone_changed = self.ctx.remember(self.uid, |m| {
                 let changed = m.last_batch_zone.as_deref() != Some(zone.as_str());
@@ -152,7 +207,7 @@ impl Step<'_> {
             record::record_batch(batch, planned, &removed, zone_changed, draft);
         }
         match outcome? {
-            None => Ok(Action::requeue(self.ctx.settings.alarm_poll_interval)),
+            None => Ok(poll),
             Some(message) => {
                 tracing::info!(zau = %self.zau.name_any(), zone = %batch.zone, "eviction refused: {message}");
                 record::record_refusal(batch, removed.len(), &message, draft);

@@ -12,8 +12,9 @@ use zone_operator::controller::ReconcileContext;
 use zone_operator::metrics::ObjectSeries;
 use zone_operator::{ControllerMetrics, EventPublisher, LeaderHandle};
 
-use crate::alarm::AlarmSource;
+use crate::alarm::{AlarmSource, AlarmState};
 use crate::cli::PodRemoval;
+use crate::gate::{Endpoint, GatePolls};
 use crate::metrics::ZauMetrics;
 use crate::watches::Caches;
 
@@ -34,6 +35,8 @@ pub struct Context {
     pub zaus: Store<ZoneAwareUpdate>,
     pub caches: Caches,
     pub alarms: Arc<dyn AlarmSource>,
+    /// The alert gates' answers, one per endpoint, shared by every rollout.
+    pub gates: GatePolls,
     pub events: EventPublisher,
     pub leader: LeaderHandle,
     pub metrics: ControllerMetrics,
@@ -58,6 +61,20 @@ pub struct Memory {
     pub(super) last_batch_zone: Option<String>,
     /// Last dry-run batch reported (one event per distinct plan).
     pub(super) last_dry_run: Option<Vec<String>>,
+    /// The alarm's last state and when it was read: while pods are being replaced (no batch
+    /// due) it is reused for an alarm poll interval; a due batch always reads it fresh.
+    pub(super) alarm: Option<(Instant, AlarmState)>,
+    /// The alert gate's endpoint as last resolved (Service address, Secrets), for the gate it
+    /// was resolved from; resolved again after a poll interval or a failed connection.
+    pub(super) gate_endpoint: Option<ResolvedGate>,
+}
+
+/// An alert gate's endpoint, resolved at `at`.
+#[derive(Clone)]
+pub(super) struct ResolvedGate {
+    pub(super) gate: zone_api::validation::ValidAlertGate,
+    pub(super) at: Instant,
+    pub(super) endpoint: Endpoint,
 }
 
 /// A pod removed by the controller, until the cache shows it terminating or replaced.

@@ -18,6 +18,7 @@ use zone_topology::rollout::RolloutPod;
 
 use super::Step;
 use super::validate::{self, Target};
+use crate::gate::Selector;
 use crate::pods;
 
 /// After a removal, the cache must show the pod terminating (or replaced) before the next plan;
@@ -28,6 +29,8 @@ const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
 /// What observing found: the StatefulSet and its pods as the planner sees them.
 pub(super) struct Observed {
     pub(super) valid: ValidZau,
+    /// `spec.alertGate.matchers`, parsed (when there is a gate).
+    pub(super) selector: Option<Selector>,
     pub(super) set: Arc<StatefulSet>,
     pub(super) target: Target,
     /// The StatefulSet's pods in the cache.
@@ -41,6 +44,7 @@ impl Step<'_> {
     /// Reads the caches: the spec must be valid and name an OnDelete StatefulSet.
     pub(super) fn observe(&self) -> Result<Observed, Invalid> {
         let valid = validate::spec(self.zau)?;
+        let selector = validate::gate_selector(&valid)?;
         let set = self
             .ctx
             .caches
@@ -73,6 +77,7 @@ impl Step<'_> {
         }
         Ok(Observed {
             valid,
+            selector,
             set,
             target,
             cached,

@@ -124,6 +124,8 @@ pub fn record_complete(previous: &ZoneAwareUpdateStatus, draft: &mut Draft) {
     }
     let next = &mut draft.status;
     next.paused_rollout = false;
+    next.paused_by.clear();
+    next.next_zone_not_before = None;
     next.set_condition(condition::COMPLETE, true, reason::ROLLOUT_COMPLETE, message);
     next.set_condition(condition::PROGRESSING, false, reason::ROLLOUT_COMPLETE, "");
     next.set_condition(condition::PAUSED, false, reason::NOT_PAUSED, "");

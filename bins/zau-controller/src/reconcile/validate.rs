@@ -7,6 +7,8 @@ use zone_api::{ValidZau, ZoneAwareUpdate};
 use zone_operator::{Blocked, Invalid};
 use zone_topology::rollout;
 
+use crate::gate::Selector;
+
 /// What an invalid spec stops: the reconcile waits for a change of the spec (or of the
 /// StatefulSet, which is watched).
 pub(super) const BLOCKED: Blocked = Blocked {
@@ -20,6 +22,20 @@ pub fn spec(zau: &ZoneAwareUpdate) -> Result<ValidZau, Invalid> {
         reason: reason::INVALID_SPEC,
         message: error.to_string(),
     })
+}
+
+/// The alert gate's matchers, parsed (the API crate checks the rest of the gate).
+pub fn gate_selector(valid: &ValidZau) -> Result<Option<Selector>, Invalid> {
+    valid
+        .alert_gate
+        .as_ref()
+        .map(|gate| {
+            Selector::parse(&gate.matchers).map_err(|error| Invalid {
+                reason: reason::INVALID_SPEC,
+                message: format!("spec.alertGate.matchers: {error}"),
+            })
+        })
+        .transpose()
 }
 
 /// The StatefulSet as the planner needs it.
