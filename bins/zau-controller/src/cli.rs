@@ -18,7 +18,9 @@ pub enum PodRemoval {
 
 /// Rolls OnDelete StatefulSets zone by zone for ZoneAwareUpdate objects
 /// (zonecontrol.k8s.aws/v1): old-revision pods are removed in batches of 1, 2, 4, ... up to
-/// maxUnavailable, one zone at a time, pausing while a CloudWatch alarm is in ALARM.
+/// maxUnavailable, one zone at a time, pausing while a CloudWatch alarm is in ALARM or matching
+/// Prometheus alerts fire (spec.alertGate), between zones (spec.bakeTime) and on request
+/// (spec.paused).
 #[derive(Debug, Parser)]
 #[command(name = "zau-controller", version)]
 pub struct Args {
@@ -28,9 +30,10 @@ pub struct Args {
     #[command(flatten)]
     pub scope: ScopeArgs,
 
-    /// While a rollout has old-revision pods left, how often its pauseRolloutAlarm is read
-    /// (CloudWatch DescribeAlarms) and the rollout re-examined. Nothing else is polled: pods,
-    /// StatefulSets and ZoneAwareUpdates are watched.
+    /// While a rollout has old-revision pods left, how often it is re-examined and its
+    /// pauseRolloutAlarm read (CloudWatch DescribeAlarms). A rollout with an alertGate is
+    /// re-examined at the gate's pollInterval when that is shorter. Pods, StatefulSets and
+    /// ZoneAwareUpdates are watched, not polled.
     #[arg(long, env = "ALARM_POLL_INTERVAL", default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
     pub alarm_poll_interval: Duration,
 

@@ -1,5 +1,6 @@
 //! The ZoneAwareUpdate controller: rolls OnDelete StatefulSets zone by zone in exponentially
-//! growing batches, through the Eviction API, pausing while a CloudWatch alarm fires.
+//! growing batches, through the Eviction API, pausing while a CloudWatch alarm or matching
+//! Prometheus alerts fire, between zones for a bake time, and on request.
 #![forbid(unsafe_code)]
 
 mod alarm;
