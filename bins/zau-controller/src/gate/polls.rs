@@ -127,22 +127,21 @@ impl GatePolls {
                     })
                 }
             };
-            let shorter = entry
-                .subscribers
-                .values()
-                .all(|s| interval < s.interval || timeout < s.timeout);
-            let new = entry
-                .subscribers
-                .insert(
-                    zau,
-                    Subscriber {
-                        interval,
-                        timeout,
-                        seen: Instant::now(),
-                    },
-                )
-                .is_none();
-            if new && shorter {
+            // The task sleeps for the current smallest interval: a reader asking for less (a
+            // new one, or one whose spec changed) wakes it to poll sooner.
+            let interval_now = entry.subscribers.values().map(|s| s.interval).min();
+            let timeout_now = entry.subscribers.values().map(|s| s.timeout).min();
+            entry.subscribers.insert(
+                zau,
+                Subscriber {
+                    interval,
+                    timeout,
+                    seen: Instant::now(),
+                },
+            );
+            if interval_now.is_none_or(|now| interval < now)
+                || timeout_now.is_none_or(|now| timeout < now)
+            {
                 entry.wake.notify_one();
             }
             entry.answers.clone()

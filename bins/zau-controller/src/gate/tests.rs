@@ -325,3 +325,27 @@ async fn an_endpoint_nobody_reads_stops_being_polled() {
     tokio::time::sleep(INTERVAL * 3).await; // an observation window, not synchronisation
     assert_eq!(server.seen().len(), after, "polled with nobody reading");
 }
+
+/// A reader whose own interval shrinks (its spec changed) speeds the polls up at once too.
+#[tokio::test]
+async fn a_reader_shortening_its_interval_wakes_the_poller() {
+    let server = AlertServer::start(quiet()).await;
+    let shared = endpoint(&server.base("http"));
+    let polls = GatePolls::new(None, None);
+    let _ = polls
+        .answer(&shared, zau("a"), Duration::from_secs(10), TIMEOUT)
+        .await;
+    assert_eq!(server.seen().len(), 1);
+    let _ = polls
+        .answer(
+            &shared,
+            zau("a"),
+            Duration::from_millis(100),
+            Duration::from_millis(100),
+        )
+        .await;
+    eventually("polls every 100 ms", Duration::from_secs(3), || {
+        server.seen().len() >= 4
+    })
+    .await;
+}

@@ -142,7 +142,8 @@ impl Step<'_> {
             return (None, None);
         };
         let now = Timestamp::now();
-        let until = pause::bake_until(self.previous.next_zone_not_before.as_ref(), now, bake_time);
+        // The draft's: the previous status's, unless a new revision cleared it.
+        let until = pause::bake_until(status.next_zone_not_before.as_ref(), now, bake_time);
         status.next_zone_not_before = Some(Time(until));
         match pause::bake_hold(&batch.zone.to_string(), until, now) {
             Some((hold, left)) => (Some(hold), Some(left)),
