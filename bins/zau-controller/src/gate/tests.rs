@@ -194,14 +194,14 @@ async fn readers_of_one_endpoint_share_its_polls() {
     let _ = polls.answer(&shared, zau("a"), INTERVAL, TIMEOUT).await;
     let _ = polls.answer(&shared, zau("b"), INTERVAL, TIMEOUT).await;
     let seen = server.seen();
-    // From the second request on: the first one also made the client.
-    for pair in seen[1..].windows(2) {
-        let gap = pair[1].at - pair[0].at;
-        assert!(
-            gap >= INTERVAL - Duration::from_millis(60),
-            "polls {gap:?} apart, interval {INTERVAL:?}"
-        );
-    }
+    // From the second request on (the first one also made the client), on average: a request
+    // that reaches the server late shortens one gap, never the average of several.
+    let gaps = u32::try_from(seen.len() - 2).unwrap();
+    let average = (seen[seen.len() - 1].at - seen[1].at) / gaps;
+    assert!(
+        average >= INTERVAL - Duration::from_millis(50),
+        "polls {average:?} apart on average, interval {INTERVAL:?}"
+    );
     assert_eq!(polls.polled(), 1);
 
     let other = Endpoint {
