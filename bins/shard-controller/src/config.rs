@@ -88,35 +88,129 @@ pub struct Rendered {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    #[error("spec.scrapeConfigs job {job:?}: relabel_configs must be a list of relabel rules")]
-    RelabelNotAList { job: String },
-    #[error("spec.scrapeConfigs job {job:?}: relabel_configs[{index}]: {message}")]
+    #[error("spec.scrapeConfigs job {job:?}: {field} must be a list of relabel rules")]
+    RelabelNotAList { job: String, field: &'static str },
+    #[error("spec.scrapeConfigs job {job:?}: {field}[{index}]: {message}")]
     BadRelabel {
         job: String,
+        field: &'static str,
         index: usize,
         message: String,
     },
     #[error("spec.scrapeConfigs job {job:?}: kubernetes_sd_configs must be a list")]
     SdNotAList { job: String },
+    #[error("spec.scrapeConfigs job {job:?}: {field} {value}: {message}")]
+    BadDuration {
+        job: String,
+        field: &'static str,
+        value: String,
+        message: String,
+    },
+    #[error(
+        "spec.scrapeConfigs job {job:?}: scrape_timeout {timeout:?} is longer than the scrape \
+         interval {interval:?}{global}; Prometheus refuses that",
+        global = if *global_interval { " (the global one)" } else { "" }
+    )]
+    TimeoutAboveInterval {
+        job: String,
+        timeout: String,
+        interval: String,
+        global_interval: bool,
+    },
     #[error("cannot write the Prometheus configuration: {0}")]
     Yaml(String),
 }
 
-/// Checks what the controller touches in the user's scrape configs: relabel rules that parse
-/// with Prometheus's semantics (actions, regexes) and discovery lists that are lists. The error
-/// names the job and the rule, so the `Invalid` condition says what to fix.
-pub fn check_scrape_configs(configs: &[Map<String, Value>]) -> Result<(), ConfigError> {
+/// Where the rules of a scrape job live: before the scrape (the controller appends the shard's
+/// rules there) and after it, on each sample.
+const RELABEL: &str = "relabel_configs";
+const METRIC_RELABEL: &str = "metric_relabel_configs";
+
+/// Checks in the user's scrape configs what the controller touches and what Prometheus would
+/// refuse that can be decided without Prometheus: relabel and metric relabel rules that parse
+/// with Prometheus's semantics (actions, regexes), discovery lists that are lists, and
+/// `scrape_interval` / `scrape_timeout` that are Prometheus durations, the timeout no longer
+/// than the interval (the job's, else `global`'s). The error names the job and the field, so the
+/// `Invalid` condition says what to fix. Unknown keys pass: newer Prometheus versions (the image
+/// is the user's choice) know keys this controller does not, and a refused reload is reported by
+/// `ConfigLoaded`.
+pub fn check_scrape_configs(
+    configs: &[Map<String, Value>],
+    global: &Global<'_>,
+) -> Result<(), ConfigError> {
     for config in configs {
         let job = job_name(config);
-        user_relabel_rules(config, &job)?;
+        relabel_rules(config, &job, RELABEL)?;
+        relabel_rules(config, &job, METRIC_RELABEL)?;
         if config
             .get("kubernetes_sd_configs")
             .is_some_and(|sd| !sd.is_array())
         {
             return Err(ConfigError::SdNotAList { job });
         }
+        check_intervals(config, &job, global)?;
     }
     Ok(())
+}
+
+/// A job's `scrape_interval` and `scrape_timeout`, as Prometheus checks them: durations, and an
+/// explicit timeout no longer than the interval in effect. A timeout left out is lowered by
+/// Prometheus to a shorter interval, so only an explicit one is compared.
+fn check_intervals(
+    config: &Map<String, Value>,
+    job: &str,
+    global: &Global<'_>,
+) -> Result<(), ConfigError> {
+    let interval = job_duration(config, job, "scrape_interval")?;
+    let timeout = job_duration(config, job, "scrape_timeout")?;
+    let (Some((timeout_text, timeout)), global_interval) = (timeout, interval.is_none()) else {
+        return Ok(());
+    };
+    let (interval_text, interval) = match interval {
+        Some(interval) => interval,
+        // The global interval was checked with the spec.
+        None => match zone_api::parse_prometheus_duration(global.scrape_interval) {
+            Ok(parsed) => (global.scrape_interval.to_string(), parsed),
+            Err(_) => return Ok(()),
+        },
+    };
+    if timeout > interval {
+        return Err(ConfigError::TimeoutAboveInterval {
+            job: job.to_string(),
+            timeout: timeout_text,
+            interval: interval_text,
+            global_interval,
+        });
+    }
+    Ok(())
+}
+
+/// The job's `field` as a duration: `None` when unset, null or zero (Prometheus then uses the
+/// global one).
+fn job_duration(
+    config: &Map<String, Value>,
+    job: &str,
+    field: &'static str,
+) -> Result<Option<(String, std::time::Duration)>, ConfigError> {
+    let bad = |value: &Value, message: String| ConfigError::BadDuration {
+        job: job.to_string(),
+        field,
+        value: value.to_string(),
+        message,
+    };
+    let text = match config.get(field) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(text)) => text,
+        Some(other) => {
+            return Err(bad(
+                other,
+                "not a duration: write it with a unit, as a string (\"30s\")".to_string(),
+            ));
+        }
+    };
+    let duration = zone_api::parse_prometheus_duration(text)
+        .map_err(|error| bad(&Value::String(text.clone()), error.to_string()))?;
+    Ok((!duration.is_zero()).then(|| (text.clone(), duration)))
 }
 
 fn job_name(config: &Map<String, Value>) -> String {
@@ -127,19 +221,26 @@ fn job_name(config: &Map<String, Value>) -> String {
         .to_string()
 }
 
-fn user_relabel_rules(config: &Map<String, Value>, job: &str) -> Result<Vec<Value>, ConfigError> {
-    let rules = match config.get("relabel_configs") {
+/// The job's rules under `field` (`relabel_configs` or `metric_relabel_configs`), each checked.
+fn relabel_rules(
+    config: &Map<String, Value>,
+    job: &str,
+    field: &'static str,
+) -> Result<Vec<Value>, ConfigError> {
+    let rules = match config.get(field) {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(rules)) => rules.clone(),
         Some(_) => {
             return Err(ConfigError::RelabelNotAList {
                 job: job.to_string(),
+                field,
             });
         }
     };
     for (index, rule) in rules.iter().enumerate() {
         let bad = |message: String| ConfigError::BadRelabel {
             job: job.to_string(),
+            field,
             index,
             message,
         };
@@ -237,9 +338,9 @@ fn scrape_configs(input: &ShardConfig<'_>) -> Result<(Vec<Value>, Vec<String>), 
         let Value::Object(mut config) = config else {
             continue;
         };
-        let mut relabel = user_relabel_rules(&config, &job)?;
+        let mut relabel = relabel_rules(&config, &job, RELABEL)?;
         relabel.extend(sharding.iter().cloned());
-        config.insert("relabel_configs".into(), Value::Array(relabel));
+        config.insert(RELABEL.into(), Value::Array(relabel));
         scrape_configs.push(Value::Object(config));
     }
     Ok((scrape_configs, node_metadata_disabled))

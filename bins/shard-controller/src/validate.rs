@@ -21,8 +21,11 @@ pub fn validate(sprom: &ShardedPrometheus, zone_label: &str) -> Result<ValidSpro
         .spec
         .validate(zone_label)
         .map_err(|error| Invalid::new(reason::INVALID_SPEC, error.to_string()))?;
-    config::check_scrape_configs(&valid.scrape_configs)
-        .map_err(|error| invalid_scrape_config(&error))?;
+    config::check_scrape_configs(
+        &valid.scrape_configs,
+        &config::Global::of(&valid.monitoring),
+    )
+    .map_err(|error| invalid_scrape_config(&error))?;
     check_selectors(&valid, &sprom.namespace().unwrap_or_default())?;
     Ok(valid)
 }
@@ -110,6 +113,42 @@ mod tests {
             ),
             (
                 json!({"shardingStrategy": {"topology": {"values": ["a"]}},
+                       "scrapeConfigs": [{"job_name": "x", "metric_relabel_configs": [{"regex": "(", "action": "drop"}]}]}),
+                reason::INVALID_SCRAPE_CONFIG,
+                "job \"x\": metric_relabel_configs[0]",
+            ),
+            (
+                json!({"shardingStrategy": {"topology": {"values": ["a"]}},
+                       "scrapeConfigs": [{"job_name": "x", "metric_relabel_configs": {"action": "drop"}}]}),
+                reason::INVALID_SCRAPE_CONFIG,
+                "job \"x\": metric_relabel_configs must be a list",
+            ),
+            (
+                json!({"shardingStrategy": {"topology": {"values": ["a"]}},
+                       "scrapeConfigs": [{"job_name": "x", "scrape_interval": "1.5s"}]}),
+                reason::INVALID_SCRAPE_CONFIG,
+                "job \"x\": scrape_interval \"1.5s\"",
+            ),
+            (
+                json!({"shardingStrategy": {"topology": {"values": ["a"]}},
+                       "scrapeConfigs": [{"job_name": "x", "scrape_timeout": 30}]}),
+                reason::INVALID_SCRAPE_CONFIG,
+                "job \"x\": scrape_timeout 30: not a duration",
+            ),
+            (
+                json!({"shardingStrategy": {"topology": {"values": ["a"]}},
+                       "scrapeConfigs": [{"job_name": "x", "scrape_interval": "10s", "scrape_timeout": "20s"}]}),
+                reason::INVALID_SCRAPE_CONFIG,
+                "job \"x\": scrape_timeout \"20s\" is longer than the scrape interval \"10s\";",
+            ),
+            (
+                json!({"shardingStrategy": {"topology": {"values": ["a"]}}, "scrapeInterval": "15s",
+                       "scrapeConfigs": [{"job_name": "x", "scrape_timeout": "1m"}]}),
+                reason::INVALID_SCRAPE_CONFIG,
+                "interval \"15s\" (the global one)",
+            ),
+            (
+                json!({"shardingStrategy": {"topology": {"values": ["a"]}},
                        "podMonitorNamespaceSelector": {"matchLabels": {"bad key!": "x"}}}),
                 reason::INVALID_SPEC,
                 "spec.podMonitorNamespaceSelector",
@@ -123,6 +162,24 @@ mod tests {
                 "{needle:?} in {}",
                 invalid.message
             );
+        }
+    }
+
+    #[test]
+    fn what_prometheus_accepts_passes_unknown_keys_included() {
+        for job in [
+            // A job interval below the global timeout: Prometheus lowers the timeout.
+            json!({"job_name": "x", "scrape_interval": "5s"}),
+            json!({"job_name": "x", "scrape_interval": "1m", "scrape_timeout": "1m"}),
+            json!({"job_name": "x", "scrape_interval": "0s", "scrape_timeout": "10s"}),
+            json!({"job_name": "x", "scrape_interval": null}),
+            json!({"job_name": "x", "metric_relabel_configs": [{"source_labels": ["__name__"], "regex": "go_.*", "action": "drop"}]}),
+            // Prometheus refuses it; the controller cannot know every key of every version.
+            json!({"job_name": "x", "scrape_intervall": "5s"}),
+        ] {
+            let spec = json!({"shardingStrategy": {"topology": {"values": ["a"]}},
+                              "scrapeConfigs": [job.clone()]});
+            assert!(validate(&sprom_with(spec), ZONE).is_ok(), "{job}");
         }
     }
 
