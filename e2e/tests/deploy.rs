@@ -661,7 +661,12 @@ async fn deploy_rbac_grants_exactly_the_designed_verbs_zau_zdb_shard_federator()
         ),
         ("list", "", "nodes", None, None, true),
         ("patch", "", "nodes", None, None, false),
-        ("list", "", "pods", None, None, false),
+        // Its Prometheus pods are read (the ConfigLoaded prober), never changed.
+        ("list", "", "pods", None, None, true),
+        ("watch", "", "pods", other, None, true),
+        ("get", "", "pods", other, None, false),
+        ("delete", "", "pods", other, None, false),
+        ("create", "", "pods/exec", other, None, false),
         (
             "create",
             "authorization.k8s.io",

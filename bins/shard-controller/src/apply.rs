@@ -19,8 +19,9 @@ use crate::plan::{Child, Plan, Write};
 use crate::reconcile::Context;
 use crate::retention;
 
-/// Makes the plan's writes and prunes; on success after a full apply, remembers it so that the
-/// next reconciles of the same generation skip the children the cache shows unchanged.
+/// Makes the plan's writes and prunes, after recording each active shard's configuration for
+/// the prober; on success after a full apply, remembers it so that the next reconciles of
+/// the same generation skip the children the cache shows unchanged.
 pub async fn apply(
     ctx: &Context,
     sprom: &ShardedPrometheus,
@@ -34,6 +35,10 @@ pub async fn apply(
         namespace: &namespace,
         owner: &owner,
     };
+    // Recorded before the writes: the grace of a changed configuration starts now, and one a
+    // failed write left out is still the one the shards should run.
+    ctx.config_health
+        .record_applied(&namespace, &name, &plan.configs);
     for write in &plan.writes {
         match write {
             Write::Apply(child) => writer.apply(child).await?,

@@ -1,7 +1,10 @@
 //! Command-line flags of the ShardedPrometheus controller (the shared runtime flags are
 //! flattened in).
 
+use std::time::Duration;
+
 use clap::Parser;
+use zone_operator::duration::parse_duration;
 use zone_operator::{RuntimeArgs, ScopeArgs};
 
 /// Runs ShardedPrometheus resources (zonecontrol.k8s.aws/v1): per shard a StatefulSet of
@@ -15,6 +18,14 @@ pub struct Args {
 
     #[command(flatten)]
     pub scope: ScopeArgs,
+
+    /// How long after a shard's configuration changed its Prometheus pods may still run the
+    /// previous one before the status says so (ConfigLoaded False, reason ConfigNotLoaded): the
+    /// kubelet copies a changed Secret into a pod at its next sync of the pod (syncFrequency, 1m
+    /// by default) and Prometheus re-reads the file every 30s. Raise it with the kubelets'
+    /// syncFrequency.
+    #[arg(long, env = "CONFIG_LOAD_GRACE", default_value = "3m", value_parser = parse_duration, value_name = "DURATION")]
+    pub config_load_grace: Duration,
 }
 
 #[cfg(test)]
@@ -31,9 +42,12 @@ mod tests {
             args.scope.field_manager("shard-controller"),
             "shard-controller"
         );
+        assert_eq!(args.config_load_grace, crate::health::DEFAULT_GRACE);
         let args =
             Args::try_parse_from(["shard-controller", "--watch-namespace", "monitoring"]).unwrap();
         assert_eq!(args.scope.namespace(), Some("monitoring"));
+        let args = Args::try_parse_from(["shard-controller", "--config-load-grace", "5m"]).unwrap();
+        assert_eq!(args.config_load_grace, Duration::from_secs(300));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
 use kube::Resource;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -22,6 +22,7 @@ use zone_api::sprom::contract::{MANAGED_BY, MANAGED_BY_LABEL};
 
 use crate::build::{APPLIED_HASH_ANNOTATION, ZONE_ANNOTATION};
 use crate::cli::Args;
+use crate::health::{self, ConfigHealth, Prober};
 use crate::metrics::SpromMetrics;
 use crate::monitoring::kinds::{
     PodMonitorKind, PrometheusRuleKind, Raw, ScrapeConfigKind, ServiceMonitorKind,
@@ -191,6 +192,16 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
             .map(|sprom| ObjectRef::from_obj(sprom.as_ref()))
             .collect::<Vec<_>>()
     }));
+    // The shards' Prometheus pods, for the prober that asks them which configuration they run
+    // (labels, phase and IP only); their answers, when they change, reconcile the resource.
+    let pods = watches.keep(
+        "pods",
+        scope.api::<Pod>(&client),
+        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
+        health::strip_pod,
+    );
+    let (probe_triggers, probed) = futures::channel::mpsc::unbounded();
+    watches.trigger(probed.map(|sprom| vec![sprom]));
     let (drive, trigger_stream) = watches.start();
     let drive = tokio::spawn(drive);
 
@@ -232,10 +243,22 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         discovery: Default::default(),
         index,
         last_good: Default::default(),
+        config_health: ConfigHealth::new(args.config_load_grace),
     });
+    let prober = tokio::spawn(
+        Prober {
+            health: context.config_health.clone(),
+            sproms: sproms.clone(),
+            pods,
+            metrics: context.sprom_metrics.clone(),
+            triggers: probe_triggers,
+        }
+        .run(),
+    );
     tracing::info!(namespace = ?scope.namespace(), "shard-controller running");
     let controller = Controller::for_stream(sprom_stream, sproms).reconcile_on(trigger_stream);
     controller::run(controller, &parts.shutdown, reconcile::reconcile, context).await;
+    prober.abort();
     drive.abort();
     Ok(())
 }

@@ -10,6 +10,7 @@ mod config;
 mod controller;
 #[cfg(test)]
 mod golden;
+mod health;
 mod metrics;
 mod monitoring;
 mod observe;

@@ -11,6 +11,7 @@ const PREFIX: &str = "zone_aware_sprom";
 pub struct SpromMetrics {
     shards: IntGaugeVec,
     next_deletion: IntGaugeVec,
+    config_loaded: IntGaugeVec,
 }
 
 impl SpromMetrics {
@@ -40,7 +41,34 @@ impl SpromMetrics {
                     &["namespace", "name"],
                 ),
             )?,
+            config_loaded: create(
+                registry,
+                "shard_config_loaded",
+                IntGaugeVec::new(
+                    Opts::new(
+                        "shard_config_loaded",
+                        "Whether the Prometheus pods of an active shard run the configuration applied to it: 1 yes (or still within the grace after a change), 0 one refused it or runs another past the grace (ConfigLoaded False); absent when no pod of the shard answered.",
+                    )
+                    .namespace(PREFIX),
+                    &["namespace", "name", "shard"],
+                ),
+            )?,
         })
+    }
+
+    /// Whether shard `index` runs its applied configuration; `None` drops the series.
+    pub fn config_loaded(&self, namespace: &str, name: &str, index: u32, loaded: Option<bool>) {
+        let shard = index.to_string();
+        let labels = [namespace, name, shard.as_str()];
+        match loaded {
+            Some(loaded) => self
+                .config_loaded
+                .with_label_values(&labels)
+                .set(i64::from(loaded)),
+            None => {
+                let _ = self.config_loaded.remove_label_values(&labels);
+            }
+        }
     }
 
     pub fn observe(

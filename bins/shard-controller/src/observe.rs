@@ -13,6 +13,7 @@ use zone_api::validation::ValidSprom;
 use zone_operator::children;
 
 use crate::build::{ZONE_ANNOTATION, applied_hash};
+use crate::health::ConfigObservation;
 use crate::monitoring::Monitoring;
 use crate::monitoring::observe::ObserveError;
 use crate::reconcile::{Context, RESYNC};
@@ -54,6 +55,8 @@ pub struct Observed {
     pub full_apply: bool,
     /// What the selected monitoring.coreos.com objects add to the shards.
     pub monitoring: Monitoring,
+    /// The configurations applied to the shards, and what their Prometheus pods answered.
+    pub config: ConfigObservation,
 }
 
 /// A shard's StatefulSet, as the cache holds it.
@@ -110,6 +113,7 @@ pub async fn observe(
         zones_with_nodes: ctx.zones.zones_present(),
         full_apply: resync_due(ctx, sprom),
         monitoring,
+        config: ctx.config_health.observe(&namespace, &name),
         ..Observed::default()
     };
     let children = &mut observed.children;

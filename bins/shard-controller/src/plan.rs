@@ -16,6 +16,9 @@ use zone_api::validation::ValidSprom;
 use zone_operator::{Invalid, PendingEvents};
 
 use crate::build::{self, BuildInput, applied_hash};
+use crate::config::CONFIG_KEY;
+use crate::health::verdict::{self, ShardConfig};
+use crate::health::{AppliedConfig, ConfigObservation, Fingerprint};
 use crate::observe::{ChildKind, Observed};
 use crate::retention;
 use crate::status::{Observation, ObservedShard};
@@ -107,6 +110,9 @@ pub struct Plan {
     pub requeue_after: Duration,
     /// The earliest deadline of a retained shard.
     pub next_deletion: Option<Timestamp>,
+    /// The configuration of each active shard, for the prober to compare with what its pods
+    /// run (recorded once applied).
+    pub configs: BTreeMap<u32, AppliedConfig>,
 }
 
 /// Plans the reconcile of `target`, whose spec is `valid`, given what was `observed` at `now`.
@@ -134,6 +140,8 @@ pub fn plan(
         .iter()
         .filter_map(|config_map| config_map.metadata.name.clone())
         .collect();
+    let configs = applied_configs(&built, observed);
+    let config_loaded = config_verdicts(&configs, &observed.config);
     let (writes, wanted) = writes(&input, built, &fate, observed)?;
     let prune = ChildKind::PRUNE_ORDER
         .into_iter()
@@ -146,16 +154,23 @@ pub fn plan(
         })
         .collect();
 
-    let observation = observation(target, valid, observed, &fate, &node_metadata_disabled);
+    let next_config_check = config_loaded.as_deref().and_then(verdict::next_change);
+    let mut observation = observation(target, valid, observed, &fate, &node_metadata_disabled);
+    observation.config = config_loaded;
     let (status, mut events) = crate::status::compute(target.previous, &observation);
     let new_generation = target.previous.observed_generation != target.generation;
     retention_events(&fate, policy, new_generation, &mut events);
     // Nothing is watched that tells of an RBAC fix: look again once the answer expires. A
     // retained shard's deadline is a wake-up of its own: no polling for it.
-    let resync = match observed.forbidden.is_empty() {
+    let mut resync = match observed.forbidden.is_empty() {
         true => RESYNC,
         false => crate::access::CACHE_FOR,
     };
+    // A pod still on the previous configuration turns into ConfigNotLoaded when the grace ends,
+    // with no event to tell: look again then (a second later, past the boundary).
+    if let Some(left) = next_config_check {
+        resync = resync.min(left + Duration::from_secs(1));
+    }
     Ok(Plan {
         writes,
         wanted,
@@ -166,7 +181,74 @@ pub fn plan(
         events,
         requeue_after: fate.requeue_after.map_or(resync, |due| due.min(resync)),
         next_deletion: fate.next_deadline(),
+        configs,
     })
+}
+
+/// The fingerprint of each active shard's configuration as built, and whether its Secret in
+/// the cluster differs.
+fn applied_configs(built: &build::Built, observed: &Observed) -> BTreeMap<u32, AppliedConfig> {
+    built
+        .shards
+        .iter()
+        .map(|shard| {
+            let yaml = shard
+                .config
+                .data
+                .as_ref()
+                .and_then(|data| data.get(CONFIG_KEY))
+                .and_then(|bytes| std::str::from_utf8(&bytes.0).ok());
+            let name = shard.config.metadata.name.as_deref().unwrap_or_default();
+            let config = AppliedConfig {
+                fingerprint: yaml.and_then(|yaml| Fingerprint::of_yaml(yaml).ok()),
+                secret_changed: !observed.unchanged(
+                    ChildKind::Secret,
+                    name,
+                    applied_hash(&shard.config),
+                ),
+            };
+            (shard.index, config)
+        })
+        .collect()
+}
+
+/// The verdict on every probed pod of every active shard; `None` until the prober has asked
+/// them all once (the condition stays as it was).
+fn config_verdicts(
+    configs: &BTreeMap<u32, AppliedConfig>,
+    observation: &ConfigObservation,
+) -> Option<Vec<ShardConfig>> {
+    if !observation.probed {
+        return None;
+    }
+    let verdicts = configs
+        .iter()
+        .map(|(index, config)| {
+            let recorded = observation
+                .applied
+                .get(index)
+                .map(|(fingerprint, age)| (fingerprint, *age));
+            let built = config.fingerprint.as_ref();
+            let since = verdict::since_change(recorded, built, config.secret_changed);
+            let pods = observation
+                .pods
+                .get(index)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            ShardConfig {
+                index: *index,
+                pods: pods
+                    .iter()
+                    .map(|probe| {
+                        let verdict =
+                            verdict::pod_verdict(&probe.answer, built, since, observation.grace);
+                        (probe.pod.clone(), verdict)
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    Some(verdicts)
 }
 
 /// The writes of the active shards' children, then the retention marks and the retained
@@ -240,6 +322,7 @@ fn observation<'a>(
         node_metadata_disabled,
         forbidden: &observed.forbidden,
         monitoring: &observed.monitoring,
+        config: None,
         retained: fate
             .retained
             .iter()

@@ -72,6 +72,9 @@ pub struct Context {
     pub index: crate::monitoring::observe::SharedIndex,
     /// The jobs each monitor of each resource last translated to.
     pub last_good: Mutex<HashMap<ObjectRef<ShardedPrometheus>, LastGood>>,
+    /// The configuration applied to each shard, and what its Prometheus pods answer about the
+    /// one they run (shared with the prober).
+    pub config_health: crate::health::ConfigHealth,
 }
 
 impl Context {

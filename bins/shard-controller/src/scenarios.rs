@@ -171,6 +171,7 @@ impl Harness {
             discovery: Default::default(),
             index: Default::default(),
             last_good: Default::default(),
+            config_health: Default::default(),
         });
         Harness { fake, ctx, sprom }
     }
@@ -261,6 +262,7 @@ impl Harness {
             discovery: Default::default(),
             index: Default::default(),
             last_good: Default::default(),
+            config_health: Default::default(),
         };
         Harness {
             fake: self.fake.clone(),

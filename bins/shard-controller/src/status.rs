@@ -13,6 +13,7 @@ use zone_api::sprom::contract;
 use k8s_openapi::api::core::v1::ObjectReference;
 use zone_monitoring::Rejection;
 
+use crate::health::verdict::{self, ShardConfig};
 use crate::monitoring::Monitoring;
 
 /// What one shard's StatefulSet shows.
@@ -40,6 +41,9 @@ pub struct Observation<'a> {
     pub retained: Vec<RetainedShard>,
     /// What the selected monitoring objects add to every active shard, and what was left out.
     pub monitoring: &'a Monitoring,
+    /// The verdicts on the active shards' Prometheus pods (`None`: not asked yet since the
+    /// controller started; `ConfigLoaded` stays as it was).
+    pub config: Option<Vec<ShardConfig>>,
 }
 
 /// How many rejected objects the condition names; the rest are counted.
@@ -113,6 +117,9 @@ pub fn compute(
     }
 
     monitoring_condition(previous, observation.monitoring, &mut status, &mut events);
+    if let Some(shards) = &observation.config {
+        config_condition(previous, shards, layout, &mut status, &mut events);
+    }
     let degraded = degraded_reasons(observation);
     match degraded.first() {
         None => status.set_condition(
@@ -215,6 +222,41 @@ fn monitoring_condition(
         }
     }
     status.set_condition(type_, false, reason::OBJECTS_REJECTED, message);
+}
+
+/// ConfigLoaded ([`verdict::config_loaded`]), with a Warning event when it turns False or
+/// changes its reason while False (not for every new message: pods refuse one after another as
+/// the kubelets copy the Secret).
+fn config_condition(
+    previous: &ShardedPrometheusStatus,
+    shards: &[ShardConfig],
+    layout: &ShardLayout,
+    status: &mut ShardedPrometheusStatus,
+    events: &mut PendingEvents,
+) {
+    let type_ = condition::CONFIG_LOADED;
+    let loaded = verdict::config_loaded(shards, |index| layout.zone(index));
+    let value = match loaded.status {
+        Some(true) => "True",
+        Some(false) => "False",
+        None => "Unknown",
+    };
+    let was_reported = previous
+        .condition(type_)
+        .is_some_and(|c| c.status == value && c.reason == loaded.reason);
+    if loaded.status == Some(false) && !was_reported {
+        events.warning(loaded.reason, "LoadConfig", loaded.message.clone());
+    }
+    let mut new = zone_api::conditions::new(
+        type_,
+        loaded.status.unwrap_or(false),
+        loaded.reason,
+        loaded.message,
+        status.generation(),
+        zone_api::conditions::now(),
+    );
+    new.status = value.to_string();
+    zone_api::conditions::set(status.conditions_mut(), new);
 }
 
 /// A reference to a rejected monitoring object, for its event's `related`.
@@ -334,6 +376,7 @@ mod tests {
             forbidden: &[],
             retained: Vec::new(),
             monitoring: &NO_MONITORING,
+            config: None,
         }
     }
 

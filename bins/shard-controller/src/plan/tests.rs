@@ -352,3 +352,135 @@ fn retention_events_say_what_happened_to_which_shards() {
         assert!(events.events().iter().all(|e| e.action != "PolicyChange"));
     }
 }
+
+/// What the prober saw: each shard's applied configuration changed `age` ago, its one pod
+/// answered `answers[i]`.
+fn probed(
+    plan: &Plan,
+    age: Duration,
+    answers: [crate::health::verdict::Answer; 3],
+) -> crate::health::ConfigObservation {
+    use crate::health::verdict::PodProbe;
+    let applied = plan
+        .configs
+        .iter()
+        .map(|(index, config)| (*index, (config.fingerprint.clone().unwrap(), Some(age))))
+        .collect();
+    let pods = answers
+        .into_iter()
+        .enumerate()
+        .map(|(index, answer)| {
+            let index = index as u32;
+            let pod = format!("p-shard-{index}-0");
+            (index, vec![PodProbe { pod, answer }])
+        })
+        .collect();
+    crate::health::ConfigObservation {
+        probed: true,
+        grace: Duration::from_secs(150),
+        applied,
+        pods,
+    }
+}
+
+#[test]
+fn config_loaded_follows_the_pods_answers_and_the_grace_of_a_change() {
+    use crate::health::verdict::Answer;
+    let spec = three_zones(3, "Delete");
+    let first = planned(&spec, &full());
+    assert_eq!(
+        first.status.condition(condition::CONFIG_LOADED),
+        None,
+        "left as it was until the prober asked the pods once"
+    );
+    // Each shard's configuration is its own (its shard label, its share of the targets).
+    let runs = |shard: u32| Answer::Running {
+        served: first.configs[&shard].fingerprint.clone().unwrap(),
+    };
+    let other = || Answer::Running {
+        served: Fingerprint::of_yaml("scrape_configs:\n- job_name: old\n").unwrap(),
+    };
+    let refused = || Answer::Refused {
+        last_config_time: Some("2026-01-01T11:00:00Z".into()),
+    };
+    let mut observed = applied(&first);
+
+    // Shard 1 still runs another configuration, 10 s after the change: loading, True, and a
+    // look again when its grace ends.
+    observed.config = probed(&first, Duration::from_secs(10), [runs(0), other(), runs(2)]);
+    let loading = planned(&spec, &observed);
+    let loaded = loading.status.condition(condition::CONFIG_LOADED).unwrap();
+    assert_eq!(
+        (loaded.status.as_str(), loaded.reason.as_str()),
+        ("True", reason::CONFIG_LOADED)
+    );
+    assert!(loaded.message.starts_with("2 of 3"), "{}", loaded.message);
+    assert_eq!(loading.requeue_after, Duration::from_secs(141));
+    assert!(loading.events.is_empty());
+
+    // Past the grace: ConfigNotLoaded, with one Warning.
+    observed.config = probed(
+        &first,
+        Duration::from_secs(600),
+        [runs(0), other(), runs(2)],
+    );
+    let stale = planned(&spec, &observed);
+    let not_loaded = stale.status.condition(condition::CONFIG_LOADED).unwrap();
+    assert_eq!(
+        (not_loaded.status.as_str(), not_loaded.reason.as_str()),
+        ("False", reason::CONFIG_NOT_LOADED)
+    );
+    assert!(
+        not_loaded
+            .message
+            .starts_with("shard 1 (b): pod p-shard-1-0 still run(s) another configuration"),
+        "{}",
+        not_loaded.message
+    );
+    assert_eq!(stale.requeue_after, RESYNC);
+
+    // Refused by two shards: ReloadFailed naming both, one Warning; the same again, none.
+    observed.config = probed(
+        &first,
+        Duration::from_secs(10),
+        [refused(), runs(1), refused()],
+    );
+    let failed = planned(&spec, &observed);
+    let reload = failed.status.condition(condition::CONFIG_LOADED).unwrap();
+    assert_eq!(
+        (reload.status.as_str(), reload.reason.as_str()),
+        ("False", reason::RELOAD_FAILED)
+    );
+    assert!(
+        reload
+            .message
+            .contains("shard 0 (a): pod p-shard-0-0 refused")
+    );
+    assert!(
+        reload
+            .message
+            .contains("shard 2 (c): pod p-shard-2-0 refused")
+    );
+    let warnings: Vec<_> = failed
+        .events
+        .events()
+        .iter()
+        .filter(|e| e.reason == reason::RELOAD_FAILED)
+        .collect();
+    assert_eq!(warnings.len(), 1);
+    assert!(warnings[0].warning);
+    let again = plan(&target(&failed.status), &spec, &observed, now()).unwrap();
+    assert!(
+        again
+            .events
+            .events()
+            .iter()
+            .all(|e| e.reason != reason::RELOAD_FAILED),
+        "no second event while it stays ReloadFailed"
+    );
+    // Available is about serving: the shards keep theirs.
+    assert_eq!(
+        failed.status.true_reason(condition::AVAILABLE),
+        Some(reason::SHARDS_READY)
+    );
+}
