@@ -2,14 +2,24 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 
 use http_body_util::Full;
+use hyper::body::Bytes;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use serde_json::json;
+use zone_api::ShardedPrometheus;
+use zone_api::sprom::contract::{self, INSTANCE_LABEL};
 use zone_operator::testing::store_of;
 
+use super::prober::{HttpClient, probe, targets};
+use super::verdict::{Answer, ProbeError};
 use super::*;
 
 const ONE_JOB: &str = "scrape_configs:\n- job_name: a\n";
