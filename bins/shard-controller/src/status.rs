@@ -46,6 +46,9 @@ pub struct Observation<'a> {
     pub config: Option<Vec<ShardConfig>>,
 }
 
+/// How many rule file problems Degraded names; the rest are counted.
+pub const RULE_FILE_PROBLEMS_LISTED: usize = 5;
+
 /// How many rejected objects the condition names; the rest are counted.
 pub const REJECTED_LISTED: usize = 10;
 
@@ -278,6 +281,28 @@ fn object_reference(rejected: &Rejection) -> ObjectReference {
 fn degraded_reasons(observation: &Observation<'_>) -> Vec<(&'static str, String)> {
     let layout = observation.layout;
     let mut reasons = Vec::new();
+    let problems = &observation.monitoring.rule_file_problems;
+    if !problems.is_empty() {
+        let listed: Vec<&str> = problems
+            .iter()
+            .take(RULE_FILE_PROBLEMS_LISTED)
+            .map(String::as_str)
+            .collect();
+        let more = problems.len().saturating_sub(RULE_FILE_PROBLEMS_LISTED);
+        reasons.push((
+            reason::INVALID_RULE_FILES,
+            format!(
+                "Prometheus would refuse these rule files, and with them the whole configuration \
+                 (the shards keep running their previous one): {}{}",
+                listed.join("; "),
+                if more > 0 {
+                    format!("; and {more} more")
+                } else {
+                    String::new()
+                }
+            ),
+        ));
+    }
     if !observation.forbidden.is_empty() {
         reasons.push((
             reason::SERVICE_ACCOUNT_FORBIDDEN,
@@ -590,5 +615,42 @@ mod tests {
             degraded.message,
             "shards per zone differ (a: 2, b: 1, c: 1); 3 or 6 shards would be even"
         );
+    }
+
+    #[test]
+    fn rule_files_prometheus_would_refuse_come_first_and_are_bounded() {
+        let layout =
+            ShardLayout::topology(3, zones(&["a", "b", "c"]), ZonelessTargets::Spread).unwrap();
+        let monitoring = Monitoring {
+            rule_file_problems: (0..7)
+                .map(|i| format!("ConfigMap rules key r{i}.yaml: group \"g\", rule 1: expr"))
+                .collect(),
+            ..Monitoring::default()
+        };
+        let forbidden = ["list nodes".to_string()];
+        let obs = Observation {
+            monitoring: &monitoring,
+            forbidden: &forbidden,
+            ..observation(&layout, &[(0, 1), (1, 1), (2, 1)], &["a", "b", "c"])
+        };
+        let (status, events) = compute(&ShardedPrometheusStatus::default(), &obs);
+        let degraded = status.condition(condition::DEGRADED).unwrap();
+        assert_eq!(degraded.reason, reason::INVALID_RULE_FILES);
+        assert!(
+            degraded.message.contains("key r4.yaml") && !degraded.message.contains("key r5.yaml"),
+            "{}",
+            degraded.message
+        );
+        assert!(
+            degraded.message.contains("; and 2 more"),
+            "{}",
+            degraded.message
+        );
+        assert!(
+            degraded.message.contains("cannot list nodes"),
+            "{}",
+            degraded.message
+        );
+        assert_eq!(events.events().len(), 1);
     }
 }

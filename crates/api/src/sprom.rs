@@ -78,6 +78,10 @@ pub mod reason {
     pub const ZONES_WITHOUT_SHARD: &str = "ZonesWithoutShard";
     pub const ZONES_WITHOUT_NODES: &str = "ZonesWithoutNodes";
     pub const NODE_METADATA_DISABLED: &str = "NodeMetadataDisabled";
+    /// Degraded: a rule file of a `spec.ruleFiles` ConfigMap has a problem Prometheus would
+    /// refuse (it then keeps its whole previous configuration), or the ConfigMap or key is
+    /// missing.
+    pub const INVALID_RULE_FILES: &str = "InvalidRuleFiles";
     pub const SERVICE_ACCOUNT_FORBIDDEN: &str = "ServiceAccountForbidden";
     pub const AS_EXPECTED: &str = "AsExpected";
     /// Events: shards kept after a scale-down (or kept past a switch to Delete).
