@@ -661,11 +661,15 @@ async fn deploy_rbac_grants_exactly_the_designed_verbs_zau_zdb_shard_federator()
         ),
         ("list", "", "nodes", None, None, true),
         ("patch", "", "nodes", None, None, false),
-        // Its Prometheus pods are read (the ConfigLoaded prober), never changed.
+        // Its Prometheus pods are read (the ConfigLoaded prober) and annotated with their
+        // configuration's digest (so the kubelet copies a changed Secret at once), never
+        // deleted or created.
         ("list", "", "pods", None, None, true),
         ("watch", "", "pods", other, None, true),
+        ("patch", "", "pods", other, None, true),
         ("get", "", "pods", other, None, false),
         ("delete", "", "pods", other, None, false),
+        ("create", "", "pods", other, None, false),
         ("create", "", "pods/exec", other, None, false),
         (
             "create",

@@ -35,6 +35,8 @@ pub const RULE_CONFIG_MAP_BUDGET: usize = 512 * 1024;
 pub const APPLIED_HASH_ANNOTATION: &str = "zonecontrol.k8s.aws/applied-hash";
 /// Annotation on a Topology shard's StatefulSet: the shard's zone.
 pub const ZONE_ANNOTATION: &str = "zonecontrol.k8s.aws/zone";
+/// How often Prometheus checks its configuration and rule files for a change.
+pub const AUTO_RELOAD_INTERVAL: &str = "10s";
 /// Prometheus listens here in every pod.
 pub const WEB_PORT: i32 = 9090;
 /// The Prometheus image's `nobody` user, which owns the data directory.
@@ -561,8 +563,10 @@ impl Storage {
 fn prometheus_container(valid: &ValidSprom, mounts: Vec<VolumeMount>) -> Container {
     let mut args = vec![
         format!("--config.file={CONFIG_DIR}/{CONFIG_KEY}"),
-        // Prometheus re-reads the mounted ConfigMap itself: no sidecar, no restart.
+        // Prometheus re-reads the mounted Secret itself: no sidecar, no restart. It checks the
+        // files every 10 s (its default is 30 s): a changed configuration is live sooner.
         "--config.auto-reload".to_string(),
+        format!("--config.auto-reload-interval={AUTO_RELOAD_INTERVAL}"),
         format!("--web.listen-address=:{WEB_PORT}"),
     ];
     match valid.mode {

@@ -20,11 +20,11 @@ pub struct Args {
     pub scope: ScopeArgs,
 
     /// How long after a shard's configuration changed its Prometheus pods may still run the
-    /// previous one before the status says so (ConfigLoaded False, reason ConfigNotLoaded): the
-    /// kubelet copies a changed Secret into a pod at its next sync of the pod (syncFrequency, 1m
-    /// by default) and Prometheus re-reads the file every 30s. Raise it with the kubelets'
-    /// syncFrequency.
-    #[arg(long, env = "CONFIG_LOAD_GRACE", default_value = "3m", value_parser = parse_duration, value_name = "DURATION")]
+    /// previous one before the status says so (ConfigLoaded False, reason ConfigNotLoaded). The
+    /// controller annotates the pods so the kubelet copies the new Secret at once, and
+    /// Prometheus re-reads the file every 10s: about 10 s in all. Without the annotation (pods
+    /// not patchable) the kubelet's next sync of the pod (syncFrequency, 1m by default) decides.
+    #[arg(long, env = "CONFIG_LOAD_GRACE", default_value = "2m", value_parser = parse_duration, value_name = "DURATION")]
     pub config_load_grace: Duration,
 }
 

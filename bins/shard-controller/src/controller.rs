@@ -230,6 +230,7 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         config_maps,
         secrets,
         services,
+        pods: pods.clone(),
         applied: Default::default(),
         zones,
         events: parts.events.clone(),

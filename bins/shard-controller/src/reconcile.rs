@@ -51,6 +51,8 @@ pub struct Context {
     pub config_maps: Store<PartialObjectMeta<ConfigMap>>,
     pub secrets: Store<PartialObjectMeta<Secret>>,
     pub services: Store<PartialObjectMeta<Service>>,
+    /// The shards' Prometheus pods (labels, phase, IP and the config digest annotation).
+    pub pods: Store<k8s_openapi::api::core::v1::Pod>,
     /// Per resource, the generation and time of the last full apply: until the generation
     /// changes or [`RESYNC`] passes, children the cache shows unchanged are not written again.
     pub applied: Mutex<HashMap<(String, String), (i64, Instant)>>,

@@ -151,6 +151,7 @@ impl Harness {
             config_maps: store_of(Vec::<PartialObjectMeta<ConfigMap>>::new()),
             secrets: store_of(secrets),
             services: store_of(services),
+            pods: store_of(Vec::<k8s_openapi::api::core::v1::Pod>::new()),
             applied: Default::default(),
             zones: NodeZones::from_store(
                 store_of([
@@ -249,6 +250,7 @@ impl Harness {
             config_maps: store_of(config_maps),
             secrets: store_of(secrets),
             services: store_of(services),
+            pods: self.ctx.pods.clone(),
             applied: std::sync::Mutex::new(self.ctx.applied.lock().unwrap().clone()),
             zones: self.ctx.zones.clone(),
             events: self.ctx.events.clone(),

@@ -41,7 +41,11 @@ pub(super) struct Target {
 pub fn strip_pod(pod: &mut Pod) {
     let meta = &mut pod.metadata;
     meta.managed_fields = None;
-    meta.annotations = None;
+    // Only the digest of the configuration the pod was last nudged with.
+    meta.annotations = meta.annotations.take().and_then(|mut annotations| {
+        let digest = annotations.remove(crate::apply::CONFIG_DIGEST_ANNOTATION)?;
+        Some([(crate::apply::CONFIG_DIGEST_ANNOTATION.to_string(), digest)].into())
+    });
     meta.owner_references = None;
     pod.spec = None;
     pod.status = pod.status.take().map(|status| PodStatus {
