@@ -242,6 +242,8 @@ pub struct ServiceAccountIdentity {
     path: String,
     /// A namespace made for this identity (when the process named none), deleted on drop.
     owned_namespace: Option<String>,
+    /// What the rendering appended to every name of the shipped RBAC.
+    suffix: String,
 }
 
 impl ServiceAccountIdentity {
@@ -311,6 +313,7 @@ impl ServiceAccountIdentity {
             cluster_kubeconfig: cluster.kubeconfig.clone(),
             path: path_with_cluster_tools(cluster),
             owned_namespace: None,
+            suffix,
         }
     }
 
@@ -349,6 +352,12 @@ impl ServiceAccountIdentity {
             identity.owned_namespace = Some(namespace);
         }
         Some(identity)
+    }
+
+    /// The name an object of the shipped RBAC named `shipped` was given for this identity (e.g.
+    /// a ClusterRole the docs tell users to bind themselves).
+    pub fn rendered_name(&self, shipped: &str) -> String {
+        format!("{shipped}{}", self.suffix)
     }
 
     /// `system:serviceaccount:<namespace>:<name>`, the user the API server sees.

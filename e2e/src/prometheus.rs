@@ -7,6 +7,9 @@
 //! The binaries are Prometheus 3.16 built by `e2e/cluster/build.sh` into its cache (the version
 //! and cache directory are those of `e2e/cluster/versions.sh`), or those in `PROMETHEUS_BIN_DIR`.
 //! Tests that run them are `#[ignore]`d like the other e2e tests.
+//!
+//! Also the ServiceAccount the Prometheus pods of a test namespace discover as
+//! ([`service_account`]), for the tests that run Prometheus in pods on the real nodes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
