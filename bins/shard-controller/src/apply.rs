@@ -155,7 +155,7 @@ impl Writer<'_> {
             [contract::INSTANCE_LABEL, contract::SHARD_POD_LABEL]
                 .iter()
                 .all(|key| {
-                    labels.get(*key).is_some()
+                    labels.contains_key(*key)
                         && pod_labels.and_then(|l| l.get(*key)) == labels.get(*key)
                 })
         };
