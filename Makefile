@@ -10,7 +10,7 @@ CARGO ?= cargo
 # The controller binaries (bins/<name>/), one a line in bins.txt: what `make run` builds and
 # starts, `make image` and the Dockerfile pack, `make build-static` checks.
 BINS := $(shell cat bins.txt)
-# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, deploy, deploy_local, oracle, sharding, smoke, sprom, zau, zau_gate, zdb).
+# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, crd_validation, deploy, deploy_local, federator, federator_security, oracle, sharding, smoke, sprom, sprom_health, zau, zau_gate, zdb).
 E2E_SUITE ?=
 # E2E_FILTER=<substring> runs only the e2e tests whose function name contains it (in every suite,
 # or in E2E_SUITE's).
