@@ -80,7 +80,7 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         scope.api::<ShardedPrometheus>(&client),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(zone_operator::backoff::WatchBackoff::default())
     .reflect(sprom_writer)
     .applied_objects()
     .predicate_filter(predicates::generation, Default::default());

@@ -33,7 +33,7 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
     // generation keeps them from triggering another reconcile. Pods and the StatefulSet (watched
     // below) trigger everything else.
     let zau_stream = watcher(scope.api(&parts.client), watcher::Config::default())
-        .default_backoff()
+        .backoff(zone_operator::backoff::WatchBackoff::default())
         .reflect(zau_writer)
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
