@@ -138,8 +138,9 @@ pub fn bake_until(recorded: Option<&Time>, now: Timestamp, bake_time: Duration) 
     let from_now = now
         .checked_add(SignedDuration::try_from(bake_time).unwrap_or(SignedDuration::MAX))
         .unwrap_or(Timestamp::MAX);
-    // To the second, as the API server stores it.
-    let from_now = Timestamp::from_second(from_now.as_second()).unwrap_or(from_now);
+    // To the second, as the API server stores it: rounded up, so the bake never ends early.
+    let seconds = from_now.as_second() + i64::from(from_now.subsec_nanosecond() > 0);
+    let from_now = Timestamp::from_second(seconds).unwrap_or(from_now);
     match recorded {
         Some(Time(recorded)) => (*recorded).min(from_now),
         None => from_now,

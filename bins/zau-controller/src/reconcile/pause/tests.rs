@@ -329,6 +329,9 @@ fn the_bake_runs_from_the_recorded_time() {
     let five = Duration::from_secs(300);
     let until = bake_until(None, now, five);
     assert_eq!(until.as_second() - now.as_second(), 300);
+    // A fraction of a second rounds up: stored to the second, the bake never ends early.
+    let later = Timestamp::new(1_800_000_000, 400_000_000).unwrap();
+    assert_eq!(bake_until(None, later, five).as_second(), 1_800_000_301);
     // Recorded earlier: kept (a reconcile later does not restart the bake).
     let recorded = Time(Timestamp::from_second(1_800_000_100).unwrap());
     assert_eq!(bake_until(Some(&recorded), now, five), recorded.0);
