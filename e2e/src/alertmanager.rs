@@ -171,30 +171,13 @@ impl Alertmanager {
     /// `POST /api/v2/alerts` of `alerts` (a JSON array of `{labels, annotations, startsAt,
     /// endsAt}`), as a Prometheus would send them.
     pub async fn post_alerts(&self, alerts: &Value) -> Result<(), String> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let body = alerts.to_string();
-        let address = self.address();
-        let mut stream = tokio::net::TcpStream::connect(address)
-            .await
-            .map_err(|e| e.to_string())?;
-        let request = format!(
-            "POST /api/v2/alerts HTTP/1.0\r\nHost: {address}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut raw = Vec::new();
-        stream
-            .read_to_end(&mut raw)
-            .await
-            .map_err(|e| e.to_string())?;
-        let text = String::from_utf8_lossy(&raw);
-        match text.split_whitespace().nth(1) {
-            Some("200") => Ok(()),
-            _ => Err(text.into_owned()),
+        let (code, answer) =
+            crate::process::http_send(self.address(), "POST", "/api/v2/alerts", None, Some(&body))
+                .await?;
+        match code {
+            200 => Ok(()),
+            _ => Err(format!("HTTP {code}: {answer}")),
         }
     }
 

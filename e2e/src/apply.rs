@@ -116,3 +116,29 @@ pub async fn assert_crds_current(client: &Client) {
         );
     }
 }
+
+/// Server-side applies the ShardedPrometheus `name` with `spec` as `manager` (forcing conflicts,
+/// as a test owns its objects): the generation the API server gave it.
+pub async fn sprom(
+    api: &Api<zone_api::ShardedPrometheus>,
+    name: &str,
+    manager: &str,
+    spec: Value,
+) -> i64 {
+    let object = serde_json::json!({
+        "apiVersion": "zonecontrol.k8s.aws/v1",
+        "kind": "ShardedPrometheus",
+        "metadata": {"name": name},
+        "spec": spec,
+    });
+    api.patch(
+        name,
+        &kube::api::PatchParams::apply(manager).force(),
+        &kube::api::Patch::Apply(&object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying ShardedPrometheus {name}: {e}"))
+    .metadata
+    .generation
+    .unwrap_or_else(|| panic!("ShardedPrometheus {name} has no generation"))
+}

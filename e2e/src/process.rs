@@ -208,6 +208,17 @@ pub async fn http_request(
     path: &str,
     token: Option<&str>,
 ) -> Result<(u16, String), String> {
+    http_send(address, method, path, token, None).await
+}
+
+/// As [`http_request`], with a JSON body when one is given.
+pub async fn http_send(
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    json: Option<&str>,
+) -> Result<(u16, String), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(address)
         .await
@@ -215,8 +226,16 @@ pub async fn http_request(
     let authorization = token
         .map(|token| format!("Authorization: Bearer {token}\r\n"))
         .unwrap_or_default();
+    let body = json
+        .map(|json| {
+            format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{json}",
+                json.len()
+            )
+        })
+        .unwrap_or_else(|| "\r\n".to_string());
     let request = format!(
-        "{method} {path} HTTP/1.0\r\nHost: {address}\r\n{authorization}Connection: close\r\n\r\n"
+        "{method} {path} HTTP/1.0\r\nHost: {address}\r\n{authorization}Connection: close\r\n{body}"
     );
     stream
         .write_all(request.as_bytes())

@@ -17,7 +17,7 @@ use e2e::process::{ControllerProcess, namespace_args};
 use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use zone_api::ShardedPrometheus;
@@ -61,23 +61,7 @@ impl Fixture {
     }
 
     async fn apply(&self, spec: Value) -> i64 {
-        let sprom = json!({
-            "apiVersion": "zonecontrol.k8s.aws/v1",
-            "kind": "ShardedPrometheus",
-            "metadata": {"name": NAME},
-            "spec": spec,
-        });
-        self.sproms
-            .patch(
-                NAME,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&sprom),
-            )
-            .await
-            .unwrap()
-            .metadata
-            .generation
-            .unwrap()
+        e2e::apply::sprom(&self.sproms, NAME, MANAGER, spec).await
     }
 }
 

@@ -574,23 +574,7 @@ async fn oracle_sharded_prometheus_matches_the_operator_target_for_target() {
             spec[key] = value;
         }
         let sproms = sproms.clone();
-        async move {
-            let object = json!({
-                "apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ShardedPrometheus",
-                "metadata": {"name": SPROM}, "spec": spec,
-            });
-            sproms
-                .patch(
-                    SPROM,
-                    &PatchParams::apply(MANAGER).force(),
-                    &Patch::Apply(&object),
-                )
-                .await
-                .unwrap()
-                .metadata
-                .generation
-                .unwrap()
-        }
+        async move { e2e::apply::sprom(&sproms, SPROM, MANAGER, spec).await }
     };
     let generation = apply(3).await;
     let ready = |shards: i32, generation: i64| {

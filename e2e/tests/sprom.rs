@@ -56,23 +56,7 @@ impl Fixture {
     }
 
     async fn apply(&self, spec: Value) -> i64 {
-        let sprom = json!({
-            "apiVersion": "zonecontrol.k8s.aws/v1",
-            "kind": "ShardedPrometheus",
-            "metadata": {"name": NAME},
-            "spec": spec,
-        });
-        self.sproms
-            .patch(
-                NAME,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&sprom),
-            )
-            .await
-            .unwrap()
-            .metadata
-            .generation
-            .unwrap()
+        e2e::apply::sprom(&self.sproms, NAME, MANAGER, spec).await
     }
 
     /// Waits until the controller observed `generation` and `check` accepts the resource.
