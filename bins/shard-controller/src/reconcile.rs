@@ -334,4 +334,30 @@ mod tests {
             "no second event for the same complaint"
         );
     }
+
+    #[test]
+    fn a_paused_resource_keeps_its_observed_status_and_says_paused() {
+        let previous = ShardedPrometheusStatus {
+            observed_generation: 4,
+            shards: 3,
+            ready_shards: 2,
+            ..ShardedPrometheusStatus::default()
+        };
+        let status = paused(&previous);
+        assert_eq!(
+            (
+                status.observed_generation,
+                status.shards,
+                status.ready_shards
+            ),
+            (4, 3, 2),
+            "nothing observed anew, the paused spec not acted on"
+        );
+        let condition = status.condition(condition::PAUSED).unwrap();
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("True", reason::PAUSED)
+        );
+        assert_eq!(paused(&status), status, "a second reconcile writes nothing");
+    }
 }
