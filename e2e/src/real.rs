@@ -84,3 +84,33 @@ impl RealNodes {
 pub async fn nodes(client: &kube::Client) -> BTreeMap<String, String> {
     crate::nodes::zones(client, "type=real").await
 }
+
+impl RealNodes {
+    /// Creates the Deployment `app` of `replicas` metrics targets (see
+    /// [`RealNodes::metrics_target_template`]) in `ns` and waits until every pod is available.
+    pub async fn run_metrics_targets(
+        &self,
+        ns: &crate::TestNamespace,
+        app: &str,
+        replicas: usize,
+        timeout: std::time::Duration,
+    ) -> Vec<k8s_openapi::api::core::v1::Pod> {
+        let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> = ns.api();
+        let deployment = json!({
+            "metadata": {"name": app},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": app}},
+                "template": self.metrics_target_template(app),
+            },
+        });
+        let deployment = serde_json::from_value(deployment)
+            .unwrap_or_else(|e| panic!("the metrics-target Deployment {app}: {e}"));
+        deployments
+            .create(&kube::api::PostParams::default(), &deployment)
+            .await
+            .unwrap_or_else(|e| panic!("creating the Deployment {app}: {e}"));
+        let pods = ns.api();
+        crate::pods::wait_available(&pods, &format!("app={app}"), replicas, timeout).await
+    }
+}

@@ -15,7 +15,6 @@ use e2e::cluster::DeleteOnDrop;
 use e2e::localstack::free_port;
 use e2e::process::{ControllerProcess, namespace_args};
 use e2e::{Cluster, TestNamespace, wait_for};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -206,25 +205,9 @@ async fn alerting_one_notification_per_shard_alert_from_both_replicas_then_resol
         receiver.url()
     );
 
-    // The metrics target, one pod per zone.
-    let deployments: Api<Deployment> = fx.ns.api();
-    let target = json!({
-        "metadata": {"name": "target"},
-        "spec": {
-            "replicas": 3,
-            "selector": {"matchLabels": {"app": "target"}},
-            "template": real.metrics_target_template("target"),
-        },
-    });
-    deployments
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(target).unwrap(),
-        )
-        .await
-        .unwrap();
+    // The metrics target on the real nodes, spread evenly over the zones.
+    let targets = real.run_metrics_targets(&fx.ns, "target", 3, TIMEOUT).await;
     let pods: Api<Pod> = fx.ns.api();
-    let targets = e2e::pods::wait_available(&pods, "app=target", 3, TIMEOUT).await;
     let real_zones = e2e::real::nodes(&client).await;
     let zone_of = |pod: &Pod| real_zones[e2e::pods::node_of(pod).unwrap()].clone();
     let mut target_zones: Vec<String> = targets.iter().map(zone_of).collect();

@@ -476,25 +476,9 @@ async fn sprom_real_prometheus_pods_scrape_the_targets_of_their_own_zone() {
     let fx = Fixture::new("sprom-real").await;
     fx.prometheus_service_account().await;
 
-    // The metrics target, two pods per zone on the real nodes.
-    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = fx.ns.api();
-    let target = json!({
-        "metadata": {"name": "target"},
-        "spec": {
-            "replicas": 6,
-            "selector": {"matchLabels": {"app": "target"}},
-            "template": real.metrics_target_template("target"),
-        },
-    });
-    deployments
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(target).unwrap(),
-        )
-        .await
-        .unwrap();
+    // The metrics target on the real nodes, spread evenly over the zones.
+    let targets = real.run_metrics_targets(&fx.ns, "target", 6, TIMEOUT).await;
     let pods: Api<Pod> = fx.ns.api();
-    let targets = e2e::pods::wait_available(&pods, "app=target", 6, TIMEOUT).await;
     let real_zones = e2e::real::nodes(&fx.ns.client).await;
     let mut targets_of_zone: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
     for pod in &targets {
