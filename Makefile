@@ -59,8 +59,36 @@ bins-check: ## Fail when bins.txt and the directories of bins/ disagree
 	present="$$(for dir in bins/*/; do basename "$$dir"; done | sort | tr '\n' ' ')"; \
 	[ "$$listed" = "$$present" ] || { echo "bins-check: bins.txt lists: $$listed; bins/ holds: $$present" >&2; exit 1; }
 
+##@ Monitoring mixin (monitoring/: alerts, recording rules, dashboards)
+
+# jsonnet and promtool, built from their Go modules and cached by version (e2e/cluster/build.sh).
+TOOLS_CACHE := $(shell source e2e/cluster/versions.sh && echo "$$ZAC_CACHE")
+JSONNET = $(TOOLS_CACHE)/jsonnet-$(shell source e2e/cluster/versions.sh && echo "$$JSONNET_VERSION")/jsonnet
+PROMTOOL = $(TOOLS_CACHE)/prometheus-$(shell source e2e/cluster/versions.sh && echo "$$PROMETHEUS_VERSION")/promtool
+
+.PHONY: monitoring-tools
+monitoring-tools: ## Build (cached) jsonnet and promtool
+	bash e2e/cluster/build.sh monitoring
+
+.PHONY: mixin
+mixin: monitoring-tools ## Render the mixin: monitoring/generated/ and config/monitoring/prometheus-rule.yaml
+	$(JSONNET) -J monitoring -c -m . -S monitoring/render.jsonnet >/dev/null
+
+.PHONY: mixin-check
+mixin-check: monitoring-tools ## The rendered mixin is up to date, its rules and dashboard queries parse, its promtool tests pass
+	@out="$$(mktemp -d)"; trap 'rm -rf "$$out"' EXIT; \
+	$(JSONNET) -J monitoring -c -m "$$out" -S monitoring/render.jsonnet >/dev/null; \
+	for file in $$(cd "$$out" && find . -type f | sort); do \
+		cmp -s "$$out/$$file" "$$file" || { echo "mixin-check: $${file#./} is not what monitoring/ renders: run \`make mixin\`" >&2; exit 1; }; \
+	done; \
+	stale="$$(comm -13 <(cd "$$out" && find monitoring/generated -type f | sort) <(find monitoring/generated -type f | sort))"; \
+	[ -z "$$stale" ] || { echo "mixin-check: not rendered by monitoring/ any more: $$stale" >&2; exit 1; }; \
+	$(JSONNET) -J monitoring monitoring/dashboard-queries.jsonnet >"$$out/dashboard-queries.json"; \
+	$(PROMTOOL) check rules monitoring/generated/alerts.yaml monitoring/generated/rules.yaml "$$out/dashboard-queries.json"; \
+	$(PROMTOOL) test rules monitoring/generated/tests.yaml
+
 .PHONY: test
-test: lint crds-check bins-check unit ## Everything CI checks before the e2e tests
+test: lint crds-check bins-check mixin-check unit ## Everything CI checks before the e2e tests
 
 .PHONY: bench
 bench: ## Criterion benchmarks (sharding: 1,000,000 targets)

@@ -148,6 +148,13 @@ fail() {
     exit 1
 }
 
+# `build.sh` builds everything; `build.sh monitoring` only what `make test` needs to check the
+# monitoring mixin (promtool and jsonnet).
+if [ "${1:-all}" = monitoring ]; then
+    build_prometheus
+    build_simple jsonnet "$JSONNET_VERSION" jsonnet github.com/google/go-jsonnet/cmd/jsonnet
+    exit 0
+fi
 build_simple etcd "$ETCD_VERSION" etcd .
 build_simple kwok "$KWOK_VERSION" kwok sigs.k8s.io/kwok/cmd/kwok
 build_k8s
@@ -155,3 +162,4 @@ build_prometheus
 build_metrics_server
 build_prometheus_operator
 build_alertmanager
+build_simple jsonnet "$JSONNET_VERSION" jsonnet github.com/google/go-jsonnet/cmd/jsonnet

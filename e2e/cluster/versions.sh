@@ -13,4 +13,6 @@ METRICS_SERVER_VERSION=v0.9.0
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
 # Alertmanager, the receiver of the alerting tests (tools/alertmanager/go.mod pins it).
 ALERTMANAGER_VERSION=v0.35.0
+# jsonnet (go-jsonnet), which renders the monitoring mixin (tools/jsonnet/go.mod pins it).
+JSONNET_VERSION=v0.22.0
 ZAC_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/zone-aware-controllers"
