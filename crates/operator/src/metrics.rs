@@ -1,4 +1,5 @@
-//! Reconcile metrics shared by every controller, labelled by controller name.
+//! Reconcile metrics shared by every controller, labelled by controller name, and the other
+//! metrics every binary serves ([`register_common`]).
 //!
 //! Labels stay bounded: `controller` is one of a handful of names and `reason` must be an error
 //! *kind* (a variant name), never an object or pod name.
@@ -9,6 +10,12 @@ use std::sync::{Mutex, PoisonError};
 use prometheus::{
     Histogram, HistogramOpts, HistogramTimer, IntCounter, IntCounterVec, Opts, Registry,
     core::Collector,
+};
+
+mod common;
+
+pub use common::{
+    CommonMetrics, LeaderMetrics, Profile, REVISION, VERSION, build_info_name, register_common,
 };
 
 /// Prefix of every metric this crate registers.

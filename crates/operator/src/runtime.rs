@@ -32,7 +32,7 @@ use crate::{
     events::EventPublisher,
     https::{self, CertSource},
     leader::{LeaderElector, LeaderError, LeaderHandle, LeaseConfig},
-    metrics::{ControllerMetrics, MetricsError, ReconcileMetrics},
+    metrics::{self, ControllerMetrics, MetricsError, Profile, ReconcileMetrics},
     readiness::Readiness,
     server::{BoundServer, ExtraRoutes, ServerError},
     shutdown::{Shutdown, ShutdownError},
@@ -182,7 +182,11 @@ impl Runtime {
                 client::disconnected(&format!("{controller} was started without Kubernetes"));
             (identity, client, listen_for_signals()?)
         };
-        Self::assemble(controller, args, None, &serving, identity, client, shutdown).await
+        let profile = Profile::Server;
+        Self::assemble(
+            controller, args, None, profile, &serving, identity, client, shutdown,
+        )
+        .await
     }
 
     /// Everything after the client exists: metrics, server, leader election. Separate from
@@ -199,6 +203,7 @@ impl Runtime {
             controller,
             &args.base,
             leader,
+            Profile::Controllers,
             &Serving::Http,
             identity,
             client,
@@ -207,17 +212,23 @@ impl Runtime {
         .await
     }
 
+    /// `profile` decides the common metrics ([`metrics::register_common`]): a stateless server
+    /// ([`Runtime::start_unelected`]) reports no leadership; controllers, elected or not, do.
+    #[allow(clippy::too_many_arguments)]
     async fn assemble(
         controller: &str,
         args: &BaseArgs,
         leader_args: Option<&LeaderArgs>,
+        profile: Profile,
         serving: &Serving,
         identity: String,
         client: Client,
         shutdown: Shutdown,
     ) -> Result<Self, RuntimeError> {
         let registry = Registry::new();
-        let metrics = ReconcileMetrics::register(&registry).map_err(RuntimeError::Metrics)?;
+        let common = metrics::register_common(&registry, controller, profile)
+            .map_err(RuntimeError::Metrics)?;
+        let metrics = common.reconcile;
         let readiness = Readiness::new();
         readiness.follow_shutdown(&shutdown);
         let mut bound = BoundServer::bind(args.listen_address)
@@ -257,6 +268,10 @@ impl Runtime {
             tracing::info!("no leader election: every replica acts");
             (LeaderHandle::unelected(), None)
         };
+        if let Some(leader_metrics) = common.leader {
+            // Ends once leadership does (or at once without election).
+            let _follows = tokio::spawn(leader_metrics.follow(leader.clone()));
+        }
 
         let routes = ExtraRoutes::default();
         let server = tokio::spawn(bound.serve_with(

@@ -26,6 +26,9 @@
 //! - **Recorded requests.** Every request, matched or not, is kept in arrival order:
 //!   [`FakeApi::requests`], [`FakeApi::count`], [`FakeApi::unmatched`].
 //!
+//! Also here for the binaries' tests: [`served_metric_families`], the metric families a registry
+//! serves through the runtime's real `/metrics`.
+//!
 //! ```
 //! use k8s_openapi::api::core::v1::Pod;
 //! use zone_operator::testing::{FakeApi, Method, status_json};
@@ -65,6 +68,9 @@ use serde_json::{Value, json};
 
 /// The HTTP method type rules match on, re-exported so tests need no `http` dependency.
 pub use axum::http::Method;
+
+mod served;
+pub use served::served_metric_families;
 
 /// A cache (reflector store) holding `objects`, filled the way a reflector fills it: the caches
 /// a reconcile reads, for a scenario.

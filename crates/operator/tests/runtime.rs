@@ -58,6 +58,22 @@ async fn runtime(api: &FakeLeaseApi, extra: &[&str]) -> Runtime {
     .unwrap()
 }
 
+/// Waits until `registry` serves `series` (the leader series follow the Lease from a task of
+/// their own).
+async fn served_soon(registry: &prometheus::Registry, series: &str) {
+    let served = tokio::time::timeout(PATIENCE, async {
+        while !zone_operator::metrics::exposition(registry).contains(series) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        served.is_ok(),
+        "{series} not served: {}",
+        zone_operator::metrics::exposition(registry)
+    );
+}
+
 fn held_by(holder: &str) -> Lease {
     Lease {
         metadata: ObjectMeta {
@@ -109,6 +125,15 @@ async fn standby_then_leader_then_graceful_shutdown() {
         (200, "standby\n".into())
     );
     assert_eq!(http_get(address, "/healthz").await.0, 200);
+    let (_, metrics) = http_get(address, "/metrics").await;
+    assert!(
+        metrics.contains("zone_aware_leader{controller=\"zau-controller\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("zone_aware_leader_transitions_total{controller=\"zau-controller\"} 0")
+    );
+    assert!(metrics.contains("zau_controller_build_info{"));
 
     // The other replica releases: we lead, start the controllers, and are not ready until synced.
     let mut released = api.lease().unwrap();
@@ -134,6 +159,16 @@ async fn standby_then_leader_then_graceful_shutdown() {
         metrics.contains("zone_aware_reconciliations_total{controller=\"zau-controller\"} 1"),
         "{metrics}"
     );
+    served_soon(
+        &parts.registry,
+        "zone_aware_leader{controller=\"zau-controller\"} 1",
+    )
+    .await;
+    served_soon(
+        &parts.registry,
+        "zone_aware_leader_transitions_total{controller=\"zau-controller\"} 1",
+    )
+    .await;
 
     parts.shutdown.trigger();
     tokio::time::timeout(PATIENCE, run)
@@ -179,6 +214,17 @@ async fn losing_the_lease_stops_the_controllers() {
         "everything else is told to stop too"
     );
     assert_eq!(api.holder().as_deref(), Some("a"));
+    // A lost lease turns the gauge back to 0; the acquisition stays counted.
+    served_soon(
+        &parts.registry,
+        "zone_aware_leader{controller=\"zau-controller\"} 0",
+    )
+    .await;
+    served_soon(
+        &parts.registry,
+        "zone_aware_leader_transitions_total{controller=\"zau-controller\"} 1",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -186,6 +232,14 @@ async fn without_election_controllers_start_at_once_and_errors_surface() {
     let api = FakeLeaseApi::new();
     let runtime = runtime(&api, &["--leader-elect=false"]).await;
     assert!(runtime.parts().leader.is_leader());
+    let (_, metrics) = http_get(runtime.local_addr(), "/metrics").await;
+    assert!(
+        metrics.contains("zone_aware_leader{controller=\"zau-controller\"} 1"),
+        "every replica acts, so every replica leads: {metrics}"
+    );
+    assert!(
+        metrics.contains("zone_aware_leader_transitions_total{controller=\"zau-controller\"} 0")
+    );
     let controllers = async { Err::<(), _>(std::io::Error::other("watch failed")) };
     let result = tokio::time::timeout(PATIENCE, runtime.run(controllers))
         .await
@@ -274,6 +328,14 @@ async fn an_unelected_server_without_a_client_serves_its_routes_on_the_runtime_p
         .unwrap();
     let address = runtime.local_addr();
     assert_eq!(http_get(address, "/api/v1/rules").await.0, 404);
+    let (_, metrics) = http_get(address, "/metrics").await;
+    assert!(metrics.contains("server_build_info{"), "{metrics}");
+    assert!(
+        !metrics.contains("zone_aware_leader"),
+        "a stateless server has no leader"
+    );
+    #[cfg(target_os = "linux")]
+    assert!(metrics.contains("# TYPE process_resident_memory_bytes gauge"));
     runtime.merge_routes(
         axum::Router::new().route("/api/v1/rules", axum::routing::get(|| async { "rules\n" })),
     );
