@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+pub mod mixin;
 pub mod monitors;
 pub mod resolve;
 pub mod rules;
