@@ -8,6 +8,8 @@
 
 FROM docker.io/library/rust:1.95-bookworm AS build
 ARG TARGET=x86_64-unknown-linux-gnu
+# The git commit the binaries report as <binary>_build_info{revision} (`make docker-build` gives it).
+ARG ZONE_AWARE_REVISION=unknown
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

@@ -10,6 +10,10 @@ CARGO ?= cargo
 # The controller binaries (bins/<name>/), one a line in bins.txt: what `make run` builds and
 # starts, `make image` and the Dockerfile pack, `make build-static` checks.
 BINS := $(shell cat bins.txt)
+# The git commit the release binaries report as <binary>_build_info{revision} ("unknown" outside
+# a git checkout). Given to the image and static builds only: in every build it would recompile
+# the runtime crate at each commit.
+ZONE_AWARE_REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 # E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, crd_validation, deploy, deploy_local, federator, federator_security, oracle, sharding, smoke, sprom, sprom_health, zau, zau_gate, zdb).
 E2E_SUITE ?=
 # E2E_FILTER=<substring> runs only the e2e tests whose function name contains it (in every suite,
@@ -116,7 +120,8 @@ run: local-crds ## Local zonal cluster, CRDs, and the controllers on namespace d
 
 .PHONY: image
 image: ## The project's image without Docker (static binaries, non-root), imported into the real nodes
-	LOCAL_IMG='$(LOCAL_IMG)' BINS='$(BINS)' STATIC_TARGET='$(STATIC_TARGET)' bash e2e/cluster/images.sh project
+	ZONE_AWARE_REVISION='$(ZONE_AWARE_REVISION)' LOCAL_IMG='$(LOCAL_IMG)' BINS='$(BINS)' \
+		STATIC_TARGET='$(STATIC_TARGET)' bash e2e/cluster/images.sh project
 
 .PHONY: e2e
 e2e: local-crds image ## End-to-end tests against the local zonal cluster (E2E_SUITE=file, E2E_FILTER=substring)

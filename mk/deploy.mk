@@ -73,7 +73,7 @@ undeploy-local: ## make undeploy of what deploy-local installed
 
 .PHONY: docker-build
 docker-build: ## Build the image IMG with every binary (needs a Docker engine)
-	$(DOCKER) build -t $(IMG) .
+	$(DOCKER) build --build-arg ZONE_AWARE_REVISION='$(ZONE_AWARE_REVISION)' -t $(IMG) .
 
 .PHONY: docker-push
 docker-push: ## Push the image IMG
@@ -81,8 +81,8 @@ docker-push: ## Push the image IMG
 
 .PHONY: build-static
 build-static: ## Release binaries statically linked (what the Dockerfile builds), checked with file/ldd
-	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release --locked \
-		--target $(STATIC_TARGET) $(addprefix -p ,$(BINS))
+	ZONE_AWARE_REVISION='$(ZONE_AWARE_REVISION)' RUSTFLAGS="-C target-feature=+crt-static" \
+		$(CARGO) build --release --locked --target $(STATIC_TARGET) $(addprefix -p ,$(BINS))
 	@dir="$${CARGO_TARGET_DIR:-target}/$(STATIC_TARGET)/release"; \
 	for bin in $(BINS); do \
 		file "$$dir/$$bin"; \
