@@ -340,6 +340,33 @@ mod tests {
         }
     }
 
+    /// Every alert's runbook_url leads to a section of docs/runbooks.md with the four parts.
+    #[test]
+    fn every_alert_has_a_runbook_section() {
+        let text =
+            std::fs::read_to_string(repository().join("monitoring/generated/alerts.yaml")).unwrap();
+        let alerts: RuleFile = serde_norway::from_str(&text).unwrap();
+        let runbooks = std::fs::read_to_string(repository().join("docs/runbooks.md")).unwrap();
+        let names: BTreeSet<String> = alerts
+            .groups
+            .into_iter()
+            .flat_map(|group| group.rules)
+            .filter_map(|rule| rule.alert)
+            .collect();
+        assert!(names.len() > 15, "{names:?}");
+        for name in names {
+            let heading = format!("\n## {name}\n");
+            let start = runbooks
+                .find(&heading)
+                .unwrap_or_else(|| panic!("docs/runbooks.md has no section `## {name}`"));
+            let body = &runbooks[start + heading.len()..];
+            let section = &body[..body.find("\n## ").unwrap_or(body.len())];
+            for part in ["**Symptom.**", "**Impact.**", "**Diagnosis.**", "**Fix.**"] {
+                assert!(section.contains(part), "the runbook of {name} lacks {part}");
+            }
+        }
+    }
+
     /// The shard controller accepts the mixin's rules as a user's rule file.
     #[test]
     fn the_rendered_rules_pass_the_rule_file_checks() {
