@@ -13,6 +13,9 @@ const PREFIX: &str = "zone_aware_zdb";
 /// anything near the webhook's timeout (5 s) becomes a failed eviction.
 const LATENCY_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0];
 
+/// Evictions one status write records: one alone, up to a queue's worth in a storm.
+const BATCH_BUCKETS: [f64; 7] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
+
 /// Why the webhook answered as it did (the `reason` label).
 pub mod reason {
     pub const NO_BUDGET: &str = "NoBudget";
@@ -42,6 +45,7 @@ pub mod reason {
 pub struct ZdbMetrics {
     shed: IntCounterVec,
     conflict_retries: prometheus::IntCounter,
+    batch_size: Histogram,
     queue_depth: IntGaugeVec,
     decisions: IntCounterVec,
     latency: Histogram,
@@ -59,7 +63,7 @@ impl ZdbMetrics {
                 IntCounterVec::new(
                     Opts::new(
                         "webhook_shed_total",
-                        "Evictions refused at once under overload, by why: InFlight (too many decisions in this replica), QueueFull or NoTimeLeft (the budget's queue of writers).",
+                        "Evictions refused at once under overload, by why: InFlight (too many decisions in this replica), QueueFull or NoTimeLeft (the budget's queue of evictions to record).",
                     )
                     .namespace(PREFIX),
                     &["why"],
@@ -71,9 +75,21 @@ impl ZdbMetrics {
                 prometheus::IntCounter::with_opts(
                     Opts::new(
                         "webhook_conflict_retries_total",
-                        "Status writes of an allowed eviction that lost to another writer (another replica) and were decided again.",
+                        "Status writes of a batch of allowed evictions that lost to another writer (another replica, the status controller); the batch is decided again on the winner's version.",
                     )
                     .namespace(PREFIX),
+                ),
+            )?,
+            batch_size: create(
+                registry,
+                "webhook_batch_size",
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "webhook_batch_size",
+                        "Evictions recorded by one successful status write (group commit).",
+                    )
+                    .namespace(PREFIX)
+                    .buckets(BATCH_BUCKETS.to_vec()),
                 ),
             )?,
             queue_depth: create(
@@ -82,7 +98,7 @@ impl ZdbMetrics {
                 IntGaugeVec::new(
                     Opts::new(
                         "webhook_queue_depth",
-                        "Decisions of a budget waiting for or holding its writer's turn in this replica.",
+                        "Evictions of a budget waiting for (or in) its next status write in this replica.",
                     )
                     .namespace(PREFIX),
                     &["namespace", "name"],
@@ -172,6 +188,11 @@ impl ZdbMetrics {
 
     pub fn conflict_retry(&self) {
         self.conflict_retries.inc();
+    }
+
+    /// A status write that recorded `records` evictions at once.
+    pub fn batch_written(&self, records: usize) {
+        self.batch_size.observe(records as f64);
     }
 
     /// The depth of a budget's queue; an empty queue loses its series.

@@ -218,16 +218,16 @@ async fn a_status_conflict_rereads_and_keeps_the_webhooks_record() {
     assert!(fake.unmatched().is_empty(), "{:?}", fake.unmatched());
 }
 
-/// A burst of evictions of one budget in one replica: the decisions that would record one take
-/// the budget's writer's turn one after another, and each starts from what the previous one
-/// wrote. With maxUnavailable 1, the first is recorded and the others are refused from its
-/// write, without a single status write losing with 409.
+/// A burst of evictions of one budget in one replica: the decisions that would record one are
+/// queued for the budget's next write and decided together (group commit), a later batch on
+/// what the earlier one wrote. With maxUnavailable 1, the first is recorded and the others are
+/// refused, without a single status write losing with 409.
 ///
 /// Without the per-budget queue every decision reads the same version, decides to record, and
 /// PUTs it: one wins and the others get 409 and start again (the conflict storm of a drain), and
 /// the test fails on the count of status writes.
 #[tokio::test]
-async fn a_burst_on_one_budget_takes_turns_without_conflicts() {
+async fn a_burst_on_one_budget_is_decided_together_without_conflicts() {
     use std::sync::Mutex;
     use std::time::Duration;
 

@@ -1,7 +1,8 @@
 //! Judging one eviction. Linearizable across replicas: the decision is made from the budget
 //! object and the pod, both read fresh, and an allowed eviction is recorded by a PUT of the
-//! budget's status carrying the resourceVersion that was read. Two replicas deciding at once
-//! cannot both succeed; the loser re-reads, sees the winner's record and decides again.
+//! budget's status carrying the resourceVersion it was decided on (with the other evictions of
+//! its batch, see `commit.rs`). Two replicas deciding at once cannot both succeed; the loser
+//! re-reads, sees the winner's records and decides its batch again.
 //!
 //! The two reads run at once when the budget can be guessed before the pod is read (see
 //! [`BudgetGuesses`]): a decision then waits for one round trip to the API server, not two.
@@ -102,7 +103,7 @@ pub struct Judge {
     /// Budgets read (or written) fresh a moment ago, for refusals within `denial_ttl`.
     pub recent: RecentBudgets,
     pub denial_ttl: Duration,
-    /// One writer at a time per budget in this replica.
+    /// The evictions of each budget waiting for its next status write in this replica.
     pub queues: Arc<BudgetQueues>,
     /// Permits for the decisions in flight ([`MAX_IN_FLIGHT`]).
     pub in_flight: Arc<tokio::sync::Semaphore>,
@@ -177,7 +178,7 @@ impl Judge {
     /// timeout, which fails closed with a 500 that ends `kubectl drain`. An abandoned decision
     /// may have recorded the eviction; the record is harmless (the retried eviction finds it and
     /// is allowed, or it expires).
-    pub async fn judge(&self, eviction: &Eviction) -> Verdict {
+    pub async fn judge(self: &Arc<Self>, eviction: &Eviction) -> Verdict {
         let Ok(_permit) = self.in_flight.try_acquire() else {
             self.metrics.shed("InFlight");
             return denied(
@@ -203,7 +204,7 @@ impl Judge {
         }
     }
 
-    async fn judge_unbounded(&self, eviction: &Eviction) -> Verdict {
+    async fn judge_unbounded(self: &Arc<Self>, eviction: &Eviction) -> Verdict {
         let namespace = eviction.namespace.as_str();
         let candidates = match self.candidates(namespace).await {
             Ok(candidates) => candidates,
@@ -347,7 +348,7 @@ mod tests {
         let client = Client::try_from(config).unwrap();
         let (zdbs, _zdb_writer) = reflector::store::<ZoneDisruptionBudget>();
         let (nodes, _node_writer) = reflector::store::<PartialObjectMeta<Node>>();
-        let judge = Judge {
+        let judge = Arc::new(Judge {
             client: client.clone(),
             zdbs,
             zdbs_synced: Arc::new(AtomicBool::new(false)),
@@ -362,7 +363,7 @@ mod tests {
             queues: Arc::default(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
             api_requests: Arc::new(tokio::sync::Semaphore::new(MAX_API_REQUESTS)),
-        };
+        });
         let started = Instant::now();
         let verdict = judge
             .judge(&Eviction {
@@ -458,7 +459,7 @@ mod tests {
     fn judge_of(
         client: Client,
         budget: &ZoneDisruptionBudget,
-    ) -> (Judge, reflector::store::Writer<ZoneDisruptionBudget>) {
+    ) -> (Arc<Judge>, reflector::store::Writer<ZoneDisruptionBudget>) {
         use kube::api::ObjectMeta;
         use kube::core::PartialObjectMetaExt;
         use kube::runtime::watcher;
@@ -472,7 +473,7 @@ mod tests {
         }
         .into_response_partial::<Node>();
         node_writer.apply_watcher_event(&watcher::Event::Apply(node));
-        let judge = Judge {
+        let judge = Arc::new(Judge {
             client: client.clone(),
             zdbs,
             zdbs_synced: Arc::new(AtomicBool::new(true)),
@@ -487,7 +488,7 @@ mod tests {
             queues: Arc::default(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
             api_requests: Arc::new(tokio::sync::Semaphore::new(MAX_API_REQUESTS)),
-        };
+        });
         (judge, zdb_writer)
     }
 

@@ -9,6 +9,8 @@
 //! holds ([`zone_operator::Runtime::drain_on_shutdown`]).
 
 pub mod admission;
+mod batch;
+mod commit;
 mod decide;
 pub mod guess;
 pub mod judge;
