@@ -14,6 +14,9 @@ CERT_MANAGER ?= 0
 # ZAU_POD_REMOVAL=delete: zau-controller deletes pods (bypassing disruption budgets) instead of
 # evicting them, with the extra RBAC that needs.
 ZAU_POD_REMOVAL ?= evict
+# MONITORING=1: a PodMonitor per binary and the mixin's PrometheusRule (config/monitoring/), for
+# a Prometheus that reads prometheus-operator's objects; needs their CRDs in the cluster.
+MONITORING ?= 0
 KUBECTL ?= kubectl
 DOCKER ?= docker
 # Field manager of everything deploy applies (server-side apply).
@@ -21,12 +24,13 @@ DEPLOY_FIELD_MANAGER := zone-aware-deploy
 STATIC_TARGET ?= x86_64-unknown-linux-gnu
 
 DEPLOY_COMPONENTS := $(if $(filter 1 true yes,$(CERT_MANAGER)),config/certmanager) \
-	$(if $(filter delete,$(ZAU_POD_REMOVAL)),config/rbac/pod-delete)
+	$(if $(filter delete,$(ZAU_POD_REMOVAL)),config/rbac/pod-delete) \
+	$(if $(filter 1 true yes,$(MONITORING)),config/monitoring)
 RENDER := NAMESPACE='$(NAMESPACE)' IMG='$(IMG)' DEPLOY_BASE='$(DEPLOY_BASE)' \
 	DEPLOY_COMPONENTS='$(strip $(DEPLOY_COMPONENTS))' KUBECTL='$(KUBECTL)' bash mk/render-deploy.sh
 
 .PHONY: manifests
-manifests: ## Print what `make deploy` applies (IMG, NAMESPACE, CERT_MANAGER, ZAU_POD_REMOVAL)
+manifests: ## Print what `make deploy` applies (IMG, NAMESPACE, CERT_MANAGER, ZAU_POD_REMOVAL, MONITORING)
 	@$(RENDER)
 
 .PHONY: install
