@@ -17,10 +17,13 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// The runtime's name for this binary: Lease, user agent, `zdb_controller_build_info`.
+const NAME: &str = "zdb-controller";
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = cli::Args::parse();
-    let mut runtime = match zone_operator::Runtime::start("zdb-controller", &args.runtime).await {
+    let mut runtime = match zone_operator::Runtime::start(NAME, &args.runtime).await {
         Ok(runtime) => runtime,
         Err(error) => return zone_operator::report_exit(&error),
     };

@@ -1,6 +1,8 @@
 //! Budget and webhook metrics. Labels stay bounded: a decision's `reason` is one of a fixed set,
 //! budgets are labelled by namespace/name (one series per CR and zone), never by pod.
 
+use std::collections::BTreeMap;
+
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
 use zone_api::ZoneDisruptionBudgetStatus;
 use zone_operator::metrics::{MetricsError, create};
@@ -15,6 +17,9 @@ const LATENCY_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.
 
 /// Evictions one status write records: one alone, up to a queue's worth in a storm.
 const BATCH_BUCKETS: [f64; 7] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
+
+/// Why an eviction was shed (the `why` label of `webhook_shed_total`), as the webhook says it.
+const SHED_WHY: [&str; 3] = ["InFlight", "QueueFull", "NoTimeLeft"];
 
 /// Why the webhook answered as it did (the `reason` label).
 pub mod reason {
@@ -50,13 +55,14 @@ pub struct ZdbMetrics {
     decisions: IntCounterVec,
     latency: Histogram,
     allowed: IntGaugeVec,
+    unavailable: IntGaugeVec,
     shadow_denials: IntCounterVec,
     failure_policy: IntGaugeVec,
 }
 
 impl ZdbMetrics {
     pub fn register(registry: &Registry) -> Result<Self, MetricsError> {
-        Ok(Self {
+        let metrics = Self {
             shed: create(
                 registry,
                 "webhook_shed_total",
@@ -164,7 +170,25 @@ impl ZdbMetrics {
                     &["policy"],
                 ),
             )?,
-        })
+            unavailable: create(
+                registry,
+                "unavailable_pods",
+                IntGaugeVec::new(
+                    Opts::new(
+                        "unavailable_pods",
+                        "Pods a ZoneDisruptionBudget counts as disrupted per zone: unhealthy, missing or evicted and not yet replaced (status.currentUnhealthy); above 0 the zone is disrupted and evictions elsewhere wait.",
+                    )
+                    .namespace(PREFIX),
+                    &["namespace", "name", "zone"],
+                ),
+            )?,
+        };
+        // Closed label sets: their series exist at 0 before the first shed or configuration read.
+        for why in SHED_WHY {
+            metrics.shed.with_label_values(&[why]);
+        }
+        metrics.failure_policies(&[]);
+        Ok(metrics)
     }
 
     /// The policies of the configuration's webhooks, as read.
@@ -182,6 +206,7 @@ impl ZdbMetrics {
         self.decisions.with_label_values(&[result, reason]).inc();
     }
 
+    /// One eviction shed; `why` is one of [`SHED_WHY`].
     pub fn shed(&self, why: &'static str) {
         self.shed.with_label_values(&[why]).inc();
     }
@@ -216,7 +241,8 @@ impl ZdbMetrics {
             .inc();
     }
 
-    /// Publishes one budget's disruptionsAllowed; zones no longer present lose their series.
+    /// Publishes one budget's disruptionsAllowed and currentUnhealthy; zones no longer present
+    /// lose their series.
     pub fn observe(
         &self,
         namespace: &str,
@@ -224,27 +250,73 @@ impl ZdbMetrics {
         previous: Option<&ZoneDisruptionBudgetStatus>,
         status: &ZoneDisruptionBudgetStatus,
     ) {
-        if let Some(previous) = previous {
-            for zone in previous.disruptions_allowed.keys() {
-                if !status.disruptions_allowed.contains_key(zone) {
-                    let _ = self.allowed.remove_label_values(&[namespace, name, zone]);
+        type PerZone = fn(&ZoneDisruptionBudgetStatus) -> &BTreeMap<String, i32>;
+        let gauges: [(&IntGaugeVec, PerZone); 2] = [
+            (&self.allowed, |s| &s.disruptions_allowed),
+            (&self.unavailable, |s| &s.current_unhealthy),
+        ];
+        for (gauge, per_zone) in gauges {
+            let now = per_zone(status);
+            for zone in previous.map(per_zone).into_iter().flat_map(BTreeMap::keys) {
+                if !now.contains_key(zone) {
+                    let _ = gauge.remove_label_values(&[namespace, name, zone]);
                 }
             }
+            for (zone, value) in now {
+                gauge
+                    .with_label_values(&[namespace, name, zone])
+                    .set(i64::from(*value));
+            }
         }
-        for (zone, allowed) in &status.disruptions_allowed {
-            self.allowed
-                .with_label_values(&[namespace, name, zone])
-                .set(i64::from(*allowed));
-        }
+    }
+
+    /// The zones `status` has series for (to drop them with the budget).
+    pub fn zones(status: &ZoneDisruptionBudgetStatus) -> impl Iterator<Item = &str> {
+        status
+            .disruptions_allowed
+            .keys()
+            .chain(status.current_unhealthy.keys())
+            .map(String::as_str)
     }
 
     /// Drops the series of a deleted budget.
     pub fn forget(&self, namespace: &str, name: &str, zones: &[String]) {
         for zone in zones {
             let _ = self.allowed.remove_label_values(&[namespace, name, zone]);
+            let _ = self
+                .unavailable
+                .remove_label_values(&[namespace, name, zone]);
         }
         let _ = self.shadow_denials.remove_label_values(&[namespace, name]);
     }
+}
+
+/// The metric families this binary's `/metrics` serves: the runtime's common families and
+/// [`ZdbMetrics`], registered as `main` registers them, every labelled family with one sample
+/// series (a family without a series is not served), read over HTTP from the runtime's server.
+/// For tests that compare them with the names dashboards and alerts use.
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+pub(crate) fn served_metric_families() -> std::collections::BTreeSet<String> {
+    use zone_operator::metrics::{Profile, register_common};
+    let registry = Registry::new();
+    let common = register_common(&registry, crate::NAME, Profile::Controllers)
+        .expect("the runtime's metrics register");
+    common
+        .reconcile
+        .controller(crate::NAME)
+        .reconcile_failure("Sample");
+    let metrics = ZdbMetrics::register(&registry).expect("the budget metrics register");
+    metrics.decision(false, reason::ZONE_BUDGET_EXHAUSTED);
+    metrics.queue_depth("apps", "web", 1);
+    metrics.shadow_denial("apps", "web");
+    let status = ZoneDisruptionBudgetStatus {
+        disruptions_allowed: BTreeMap::from([("zone-a".to_owned(), 1)]),
+        current_unhealthy: BTreeMap::from([("zone-a".to_owned(), 0)]),
+        ..Default::default()
+    };
+    metrics.observe("apps", "web", None, &status);
+    zone_operator::testing::served_metric_families(&registry).expect("/metrics answers")
 }
 
 #[cfg(test)]
@@ -279,5 +351,80 @@ mod tests {
         metrics.observe("apps", "web", Some(&status), &shrunk);
         let text = zone_operator::metrics::exposition(&registry);
         assert!(!text.contains(r#"zone="zone-b""#));
+    }
+
+    #[test]
+    fn unavailable_pods_follow_the_status_and_go_with_the_budget() {
+        let registry = Registry::new();
+        let metrics = ZdbMetrics::register(&registry).unwrap();
+        let status = ZoneDisruptionBudgetStatus {
+            disruptions_allowed: BTreeMap::from([("zone-a".into(), 0), ("zone-b".into(), 0)]),
+            current_unhealthy: BTreeMap::from([("zone-a".into(), 2), ("zone-b".into(), 0)]),
+            ..Default::default()
+        };
+        metrics.observe("apps", "web", None, &status);
+        let text = zone_operator::metrics::exposition(&registry);
+        assert!(text.contains(
+            r#"zone_aware_zdb_unavailable_pods{name="web",namespace="apps",zone="zone-a"} 2"#
+        ));
+        assert!(text.contains(
+            r#"zone_aware_zdb_unavailable_pods{name="web",namespace="apps",zone="zone-b"} 0"#
+        ));
+        let shrunk = ZoneDisruptionBudgetStatus {
+            disruptions_allowed: BTreeMap::from([("zone-a".into(), 1)]),
+            current_unhealthy: BTreeMap::from([("zone-a".into(), 0)]),
+            ..Default::default()
+        };
+        metrics.observe("apps", "web", Some(&status), &shrunk);
+        let text = zone_operator::metrics::exposition(&registry);
+        assert!(text.contains(
+            r#"zone_aware_zdb_unavailable_pods{name="web",namespace="apps",zone="zone-a"} 0"#
+        ));
+        assert!(!text.contains(r#"zone="zone-b""#), "{text}");
+        let zones: Vec<String> = ZdbMetrics::zones(&shrunk).map(str::to_owned).collect();
+        metrics.forget("apps", "web", &zones);
+        let text = zone_operator::metrics::exposition(&registry);
+        assert!(!text.contains(r#"namespace="apps""#), "{text}");
+    }
+
+    #[test]
+    fn closed_label_sets_exist_at_zero_from_the_start() {
+        let registry = Registry::new();
+        ZdbMetrics::register(&registry).unwrap();
+        let text = zone_operator::metrics::exposition(&registry);
+        for why in SHED_WHY {
+            assert!(
+                text.contains(&format!(
+                    r#"zone_aware_zdb_webhook_shed_total{{why="{why}"}} 0"#
+                )),
+                "{text}"
+            );
+        }
+        for policy in ["Fail", "Ignore"] {
+            assert!(text.contains(&format!(
+                r#"zone_aware_zdb_webhook_failure_policy{{policy="{policy}"}} 0"#
+            )));
+        }
+    }
+
+    #[test]
+    fn the_binary_serves_the_runtime_s_families_and_its_own() {
+        let served = served_metric_families();
+        let mut expected = vec![
+            "zdb_controller_build_info",
+            "zone_aware_leader",
+            "zone_aware_leader_transitions_total",
+            "zone_aware_reconcile_failures_total",
+            "zone_aware_zdb_unavailable_pods",
+            "zone_aware_zdb_disruptions_allowed",
+            "zone_aware_zdb_webhook_decisions_total",
+            "zone_aware_zdb_webhook_queue_depth",
+        ];
+        if cfg!(target_os = "linux") {
+            expected.push("process_cpu_seconds_total");
+        }
+        for family in expected {
+            assert!(served.contains(family), "{family} not served: {served:?}");
+        }
     }
 }

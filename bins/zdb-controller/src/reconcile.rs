@@ -151,15 +151,8 @@ pub async fn reconcile(
         written.then_some(&computed.previous),
         &computed.status,
     );
-    ctx.series.note(
-        &namespace,
-        &name,
-        computed
-            .status
-            .disruptions_allowed
-            .keys()
-            .map(String::as_str),
-    );
+    ctx.series
+        .note(&namespace, &name, ZdbMetrics::zones(&computed.status));
     if let Some(stored) = replaced.stored {
         computed
             .events
