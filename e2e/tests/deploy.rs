@@ -19,6 +19,7 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DynamicObject, EvictParams, ListParams, PostParams};
 use kube::{Api, Client};
@@ -85,6 +86,62 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
             "{kind}/{name} was not created"
         );
     }
+
+    // Namespace editors may create and change the three kinds, viewers only read them: the
+    // aggregated ClusterRoles reach the built-in `edit` and `view` (the controller manager's
+    // aggregation controller fills them in, so this polls).
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &victim.name);
+    for (user, role) in [("alice", "edit"), ("bob", "view")] {
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": format!("{user}-{role}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }))
+        .unwrap();
+        bindings
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+    }
+    let here = Some(victim.name.as_str());
+    let user_cases = [
+        ("alice", "create", "zoneawareupdates", here, true),
+        ("alice", "update", "zonedisruptionbudgets", here, true),
+        ("alice", "delete", "shardedprometheuses", here, true),
+        (
+            "alice",
+            "create",
+            "zoneawareupdates",
+            Some("some-app"),
+            false,
+        ),
+        ("alice", "update", "shardedprometheuses/status", here, false),
+        ("bob", "list", "zonedisruptionbudgets", here, true),
+        ("bob", "get", "shardedprometheuses/status", here, true),
+        ("bob", "watch", "zoneawareupdates", here, true),
+        ("bob", "create", "zonedisruptionbudgets", here, false),
+        ("bob", "delete", "shardedprometheuses", here, false),
+    ];
+    wait_for(
+        "the aggregated roles in edit and view",
+        Duration::from_secs(60),
+        || async {
+            let mut wrong = Vec::new();
+            for (user, verb, resource, ns, expected) in user_cases {
+                if user_allowed(&client, user, verb, resource, ns).await != expected {
+                    wrong.push(format!(
+                        "{user} {verb} {resource} in {ns:?}: not {expected}"
+                    ));
+                }
+            }
+            if wrong.is_empty() {
+                Ok(())
+            } else {
+                Err(wrong.join("; "))
+            }
+        },
+    )
+    .await;
 
     // The controllers' pods are scheduled onto the kwok nodes, one zone each at most twice.
     let nodes = e2e::nodes::zones(&client, "type=kwok").await;
@@ -282,6 +339,42 @@ type AccessCase<'a> = (
     Option<&'a str>,
     bool,
 );
+
+/// Whether the user `user` (no groups but `system:authenticated`) may `verb` the
+/// `zonecontrol.k8s.aws` resource, asked through a SubjectAccessReview.
+async fn user_allowed(
+    client: &Client,
+    user: &str,
+    verb: &str,
+    resource: &str,
+    namespace: Option<&str>,
+) -> bool {
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, s)) => (r, Some(s.to_string())),
+        None => (resource, None),
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.into()),
+            groups: Some(vec!["system:authenticated".into()]),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some("zonecontrol.k8s.aws".into()),
+                resource: Some(resource.into()),
+                subresource,
+                namespace: namespace.map(str::to_string),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    let answer = Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap();
+    answer.status.unwrap().allowed
+}
 
 /// Whether `identity` may `verb` the resource, asked through a SubjectAccessReview.
 async fn allowed(
