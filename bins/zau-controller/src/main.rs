@@ -19,12 +19,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// The runtime's name for this binary: Lease, user agent, `zau_controller_build_info`.
+const NAME: &str = "zau-controller";
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = cli::Args::parse();
     let runtime = args.runtime.clone();
-    zone_operator::run_controller("zau-controller", &runtime, |parts| {
-        controller::run(parts, args)
-    })
-    .await
+    zone_operator::run_controller(NAME, &runtime, |parts| controller::run(parts, args)).await
 }

@@ -16,6 +16,8 @@ pub struct ZauMetrics {
     old_replicas: IntGaugeVec,
     paused: IntGaugeVec,
     gate_polls: IntCounterVec,
+    in_progress: IntGaugeVec,
+    last_progress: IntGaugeVec,
 }
 
 fn gauge(
@@ -86,6 +88,21 @@ impl ZauMetrics {
                     &["endpoint", "result"],
                 ),
             )?,
+            in_progress: gauge(
+                registry,
+                "rollout_in_progress",
+                "1 while old-revision pods remain (status.totalOldReplicas above 0), paused or \
+                 not; 0 once every pod runs the update revision.",
+                &object,
+            )?,
+            last_progress: gauge(
+                registry,
+                "last_progress_timestamp_seconds",
+                "When the rollout last progressed (Unix time): it started, a batch was removed, \
+                 or fewer old-revision pods remain. Until then, when this replica first \
+                 reconciled it (after a restart or a leader change).",
+                &object,
+            )?,
         })
     }
 
@@ -94,9 +111,25 @@ impl ZauMetrics {
         self.gate_polls.clone()
     }
 
-    /// Publishes the status of one ZoneAwareUpdate.
-    pub fn observe(&self, namespace: &str, name: &str, status: &ZoneAwareUpdateStatus) {
+    /// Publishes the status of one ZoneAwareUpdate, written by a reconcile that started from
+    /// `previous`, at `now` (Unix seconds).
+    pub fn observe(
+        &self,
+        namespace: &str,
+        name: &str,
+        previous: &ZoneAwareUpdateStatus,
+        status: &ZoneAwareUpdateStatus,
+        now: i64,
+    ) {
         let object = [namespace, name];
+        self.in_progress
+            .with_label_values(&object)
+            .set(i64::from(status.total_old_replicas > 0));
+        let last_progress = self.last_progress.with_label_values(&object);
+        // 0: a series new to this process, whose last progress it cannot know.
+        if progressed(previous, status) || last_progress.get() == 0 {
+            last_progress.set(now);
+        }
         self.step
             .with_label_values(&object)
             .set(i64::from(status.update_step));
@@ -116,10 +149,14 @@ impl ZauMetrics {
         }
     }
 
-    pub fn removed(&self, namespace: &str, name: &str, pods: usize) {
+    /// A batch of `pods` removed at `now` (Unix seconds): progress.
+    pub fn removed(&self, namespace: &str, name: &str, pods: usize, now: i64) {
         self.removed_total
             .with_label_values(&[namespace, name])
             .inc_by(u64::try_from(pods).unwrap_or(u64::MAX));
+        self.last_progress
+            .with_label_values(&[namespace, name])
+            .set(now);
     }
 
     /// Drops the series of a deleted ZoneAwareUpdate.
@@ -131,12 +168,52 @@ impl ZauMetrics {
             let _ = self.paused.remove_label_values(&[namespace, name, source]);
         }
         let _ = self.removed_total.remove_label_values(&object);
+        let _ = self.in_progress.remove_label_values(&object);
+        let _ = self.last_progress.remove_label_values(&object);
         for zone in zones {
             let _ = self
                 .old_replicas
                 .remove_label_values(&[namespace, name, zone.as_str()]);
         }
     }
+}
+
+/// Whether a reconcile from `previous` to `next` moved the rollout on: it started (old-revision
+/// pods where there were none, or a new update revision with old pods) or fewer old pods remain.
+fn progressed(previous: &ZoneAwareUpdateStatus, next: &ZoneAwareUpdateStatus) -> bool {
+    let started = next.total_old_replicas > 0
+        && (previous.total_old_replicas == 0 || previous.update_revision != next.update_revision);
+    started || next.total_old_replicas < previous.total_old_replicas
+}
+
+/// The metric families this binary's `/metrics` serves: the runtime's common families and
+/// [`ZauMetrics`], registered as `main` registers them, every labelled family with one sample
+/// series (a family without a series is not served), read over HTTP from the runtime's server.
+/// For tests that compare them with the names dashboards and alerts use.
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+pub(crate) fn served_metric_families() -> std::collections::BTreeSet<String> {
+    use zone_operator::metrics::{Profile, register_common};
+    let registry = Registry::new();
+    let common = register_common(&registry, crate::NAME, Profile::Controllers)
+        .expect("the runtime's metrics register");
+    common
+        .reconcile
+        .controller(crate::NAME)
+        .reconcile_failure("Sample");
+    let metrics = ZauMetrics::register(&registry).expect("the rollout metrics register");
+    let status = ZoneAwareUpdateStatus {
+        old_replicas: [("zone-a".to_owned(), 1)].into(),
+        total_old_replicas: 1,
+        ..ZoneAwareUpdateStatus::default()
+    };
+    metrics.observe("apps", "web", &ZoneAwareUpdateStatus::default(), &status, 1);
+    metrics.removed("apps", "web", 1, 2);
+    metrics
+        .gate_polls()
+        .with_label_values(&["http://federator:9090/api/v1/alerts", "ok"])
+        .inc();
+    zone_operator::testing::served_metric_families(&registry).expect("/metrics answers")
 }
 
 #[cfg(test)]
@@ -159,8 +236,14 @@ mod tests {
             old_replicas: [("zone-a".to_string(), 2), ("zone-b".to_string(), 4)].into(),
             ..ZoneAwareUpdateStatus::default()
         };
-        metrics.observe("apps", "web", &status);
-        metrics.removed("apps", "web", 4);
+        metrics.observe(
+            "apps",
+            "web",
+            &ZoneAwareUpdateStatus::default(),
+            &status,
+            100,
+        );
+        metrics.removed("apps", "web", 4, 200);
         let text = zone_operator::metrics::exposition(&registry);
         assert!(text.contains(r#"zone_aware_zau_update_step{name="web",namespace="apps"} 3"#));
         assert!(
@@ -194,5 +277,117 @@ mod tests {
         metrics.forget("apps", "web", &["zone-a".to_string(), "zone-b".to_string()]);
         let text = zone_operator::metrics::exposition(&registry);
         assert!(!text.contains(r#"namespace="apps""#));
+    }
+
+    fn status(revision: &str, old: i32) -> ZoneAwareUpdateStatus {
+        ZoneAwareUpdateStatus {
+            update_revision: revision.into(),
+            total_old_replicas: old,
+            ..ZoneAwareUpdateStatus::default()
+        }
+    }
+
+    #[test]
+    fn progress_is_a_start_or_fewer_old_pods() {
+        // (case, previous, next, progressed)
+        let cases = [
+            ("started", status("web-1", 0), status("web-2", 6), true),
+            (
+                "a new revision mid-rollout",
+                status("web-2", 4),
+                status("web-3", 6),
+                true,
+            ),
+            (
+                "fewer old pods",
+                status("web-2", 6),
+                status("web-2", 4),
+                true,
+            ),
+            ("finished", status("web-2", 1), status("web-2", 0), true),
+            ("stuck", status("web-2", 4), status("web-2", 4), false),
+            (
+                "more old pods (a scale-up)",
+                status("web-2", 4),
+                status("web-2", 5),
+                false,
+            ),
+            (
+                "nothing to do",
+                status("web-2", 0),
+                status("web-2", 0),
+                false,
+            ),
+        ];
+        for (case, previous, next, expected) in cases {
+            assert_eq!(progressed(&previous, &next), expected, "{case}");
+        }
+    }
+
+    #[test]
+    fn last_progress_moves_only_on_progress_and_rollout_in_progress_follows_old_pods() {
+        let registry = Registry::new();
+        let metrics = ZauMetrics::register(&registry).unwrap();
+        let series = |text: &str, family: &str| {
+            let prefix = format!(r#"zone_aware_zau_{family}{{name="web",namespace="apps"}} "#);
+            text.lines()
+                .find_map(|line| line.strip_prefix(prefix.as_str()))
+                .map(str::to_owned)
+        };
+        // First seen mid-rollout, nothing moved: the time it was first seen.
+        metrics.observe("apps", "web", &status("web-2", 4), &status("web-2", 4), 100);
+        let text = zone_operator::metrics::exposition(&registry);
+        assert_eq!(series(&text, "rollout_in_progress").as_deref(), Some("1"));
+        assert_eq!(
+            series(&text, "last_progress_timestamp_seconds").as_deref(),
+            Some("100")
+        );
+        // Stuck: the time stays.
+        metrics.observe("apps", "web", &status("web-2", 4), &status("web-2", 4), 160);
+        let text = zone_operator::metrics::exposition(&registry);
+        assert_eq!(
+            series(&text, "last_progress_timestamp_seconds").as_deref(),
+            Some("100")
+        );
+        // A batch removed.
+        metrics.removed("apps", "web", 2, 170);
+        let text = zone_operator::metrics::exposition(&registry);
+        assert_eq!(
+            series(&text, "last_progress_timestamp_seconds").as_deref(),
+            Some("170")
+        );
+        // The last old pod replaced.
+        metrics.observe("apps", "web", &status("web-2", 1), &status("web-2", 0), 230);
+        let text = zone_operator::metrics::exposition(&registry);
+        assert_eq!(series(&text, "rollout_in_progress").as_deref(), Some("0"));
+        assert_eq!(
+            series(&text, "last_progress_timestamp_seconds").as_deref(),
+            Some("230")
+        );
+        metrics.forget("apps", "web", &[]);
+        let text = zone_operator::metrics::exposition(&registry);
+        assert_eq!(series(&text, "rollout_in_progress"), None);
+        assert_eq!(series(&text, "last_progress_timestamp_seconds"), None);
+    }
+
+    #[test]
+    fn the_binary_serves_the_runtime_s_families_and_its_own() {
+        let served = served_metric_families();
+        let mut expected = vec![
+            "zau_controller_build_info",
+            "zone_aware_leader",
+            "zone_aware_leader_transitions_total",
+            "zone_aware_reconcile_failures_total",
+            "zone_aware_zau_rollout_in_progress",
+            "zone_aware_zau_last_progress_timestamp_seconds",
+            "zone_aware_zau_paused",
+            "zone_aware_zau_old_replicas",
+        ];
+        if cfg!(target_os = "linux") {
+            expected.push("process_cpu_seconds_total");
+        }
+        for family in expected {
+            assert!(served.contains(family), "{family} not served: {served:?}");
+        }
     }
 }

@@ -104,7 +104,7 @@ pub async fn reconcile(
         outcome?;
         return Err(error.into());
     }
-    status::publish(&ctx, &zau, &namespace, draft).await;
+    status::publish(&ctx, &zau, &namespace, &previous, draft).await;
     outcome
 }
 

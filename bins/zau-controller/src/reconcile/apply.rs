@@ -202,9 +202,12 @@ impl Step<'_> {
                 m.last_batch_zone = Some(zone.clone());
                 changed
             });
-            self.ctx
-                .zau_metrics
-                .removed(self.namespace, &self.zau.name_any(), removed.len());
+            self.ctx.zau_metrics.removed(
+                self.namespace,
+                &self.zau.name_any(),
+                removed.len(),
+                Timestamp::now().as_second(),
+            );
             record::record_batch(batch, planned, &removed, zone_changed, draft);
         }
         match outcome? {

@@ -1,6 +1,7 @@
 //! **status** (pure, then written): what a removed batch, a refused eviction or a finished
 //! rollout change in the status, and the write of the status with its metrics and events.
 
+use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Resource, ResourceExt};
 use zone_api::conditions::Conditions;
 use zone_api::zau::{condition, reason};
@@ -32,11 +33,19 @@ pub(super) async fn write(
     Ok(())
 }
 
-/// The metrics of the status, then the events of the reconcile (once its status is written, or
-/// did not change).
-pub(super) async fn publish(ctx: &Context, zau: &ZoneAwareUpdate, namespace: &str, draft: Draft) {
+/// The metrics of the status (reached from `previous`), then the events of the reconcile (once
+/// its status is written, or did not change).
+pub(super) async fn publish(
+    ctx: &Context,
+    zau: &ZoneAwareUpdate,
+    namespace: &str,
+    previous: &ZoneAwareUpdateStatus,
+    draft: Draft,
+) {
     let name = zau.name_any();
-    ctx.zau_metrics.observe(namespace, &name, &draft.status);
+    let now = Timestamp::now().as_second();
+    ctx.zau_metrics
+        .observe(namespace, &name, previous, &draft.status, now);
     ctx.series.note(
         namespace,
         &name,
