@@ -26,12 +26,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// The runtime's name for this binary: Lease, user agent, `shard_controller_build_info`.
+const NAME: &str = "shard-controller";
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = cli::Args::parse();
     let runtime = args.runtime.clone();
-    zone_operator::run_controller("shard-controller", &runtime, |parts| {
-        controller::run(parts, args)
-    })
-    .await
+    zone_operator::run_controller(NAME, &runtime, |parts| controller::run(parts, args)).await
 }

@@ -1,4 +1,8 @@
-//! ShardedPrometheus metrics, one series per resource (namespace/name) and state.
+//! ShardedPrometheus metrics, one series per resource (namespace/name) and state, shard or
+//! zone.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::jiff::Timestamp;
 use prometheus::{IntGaugeVec, Opts, Registry};
@@ -12,7 +16,14 @@ pub struct SpromMetrics {
     shards: IntGaugeVec,
     next_deletion: IntGaugeVec,
     config_loaded: IntGaugeVec,
+    zone_shards: IntGaugeVec,
+    /// The zones each resource has `zone_shards` series for, to drop those of a zone that lost
+    /// its nodes, of a resource switched to Classic, or deleted.
+    zones_exported: Arc<Mutex<ZonesOf>>,
 }
+
+/// Per resource (namespace, name), zones.
+type ZonesOf = BTreeMap<(String, String), BTreeSet<String>>;
 
 impl SpromMetrics {
     pub fn register(registry: &Registry) -> Result<Self, MetricsError> {
@@ -53,7 +64,66 @@ impl SpromMetrics {
                     &["namespace", "name", "shard"],
                 ),
             )?,
+            zone_shards: create(
+                registry,
+                "zone_shards",
+                IntGaugeVec::new(
+                    Opts::new(
+                        "zone_shards",
+                        "Active shards of a ShardedPrometheus (Topology sharding) pinned to each zone that has nodes; 0: the zone's targets have no shard of their own. Not served in Classic sharding.",
+                    )
+                    .namespace(PREFIX),
+                    &["namespace", "name", "zone"],
+                ),
+            )?,
+            zones_exported: Arc::default(),
         })
+    }
+
+    /// The active shards (`status.shardStatuses`) of each zone of `zones_with_nodes`; `None`
+    /// (Classic sharding) leaves none. Zones no longer given lose their series.
+    pub fn zone_shards(
+        &self,
+        namespace: &str,
+        name: &str,
+        zones_with_nodes: Option<&BTreeSet<String>>,
+        status: &ShardedPrometheusStatus,
+    ) {
+        let shards: BTreeMap<&str, usize> = zones_with_nodes
+            .into_iter()
+            .flatten()
+            .map(|zone| {
+                let pinned = status
+                    .shard_statuses
+                    .iter()
+                    .filter(|shard| shard.zone == *zone)
+                    .count();
+                (zone.as_str(), pinned)
+            })
+            .collect();
+        let mut exported = self
+            .zones_exported
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let key = (namespace.to_owned(), name.to_owned());
+        for zone in exported.get(&key).into_iter().flatten() {
+            if !shards.contains_key(zone.as_str()) {
+                let _ = self
+                    .zone_shards
+                    .remove_label_values(&[namespace, name, zone]);
+            }
+        }
+        for (zone, count) in &shards {
+            self.zone_shards
+                .with_label_values(&[namespace, name, zone])
+                .set(i64::try_from(*count).unwrap_or(i64::MAX));
+        }
+        let zones: BTreeSet<String> = shards.into_keys().map(str::to_owned).collect();
+        if zones.is_empty() {
+            exported.remove(&key);
+        } else {
+            exported.insert(key, zones);
+        }
     }
 
     /// Whether shard `index` runs its applied configuration; `None` drops the series.
@@ -103,5 +173,105 @@ impl SpromMetrics {
             let _ = self.shards.remove_label_values(&[namespace, name, state]);
         }
         let _ = self.next_deletion.remove_label_values(&[namespace, name]);
+        self.zone_shards(namespace, name, None, &ShardedPrometheusStatus::default());
+    }
+}
+
+/// The metric families this binary's `/metrics` serves: the runtime's common families and
+/// [`SpromMetrics`], registered as `main` registers them, every labelled family with one sample
+/// series (a family without a series is not served), read over HTTP from the runtime's server.
+/// For tests that compare them with the names dashboards and alerts use.
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+pub(crate) fn served_metric_families() -> BTreeSet<String> {
+    use zone_operator::metrics::{Profile, register_common};
+    let registry = Registry::new();
+    let common = register_common(&registry, crate::NAME, Profile::Controllers)
+        .expect("the runtime's metrics register");
+    common
+        .reconcile
+        .controller(crate::NAME)
+        .reconcile_failure("Sample");
+    let metrics =
+        SpromMetrics::register(&registry).expect("the ShardedPrometheus metrics register");
+    let status = ShardedPrometheusStatus::default();
+    metrics.observe("monitoring", "k8s", &status, Some(Timestamp::UNIX_EPOCH));
+    metrics.config_loaded("monitoring", "k8s", 0, Some(true));
+    let zones = BTreeSet::from(["zone-a".to_owned()]);
+    metrics.zone_shards("monitoring", "k8s", Some(&zones), &status);
+    zone_operator::testing::served_metric_families(&registry).expect("/metrics answers")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use zone_api::sprom::ShardStatus;
+
+    fn shard(index: i32, zone: &str) -> ShardStatus {
+        ShardStatus {
+            index,
+            zone: zone.into(),
+            ..ShardStatus::default()
+        }
+    }
+
+    #[test]
+    fn zone_shards_count_the_active_shards_of_each_zone_with_nodes() {
+        let registry = Registry::new();
+        let metrics = SpromMetrics::register(&registry).unwrap();
+        let status = ShardedPrometheusStatus {
+            shard_statuses: vec![shard(0, "a"), shard(1, "b"), shard(2, "a")],
+            ..ShardedPrometheusStatus::default()
+        };
+        let with_nodes = BTreeSet::from(["a", "b", "c"].map(String::from));
+        metrics.zone_shards("mon", "k8s", Some(&with_nodes), &status);
+        let text = zone_operator::metrics::exposition(&registry);
+        for (zone, shards) in [("a", 2), ("b", 1), ("c", 0)] {
+            assert!(
+                text.contains(&format!(
+                    r#"zone_aware_sprom_zone_shards{{name="k8s",namespace="mon",zone="{zone}"}} {shards}"#
+                )),
+                "{text}"
+            );
+        }
+
+        // Zone c lost its nodes: its series goes.
+        let with_nodes = BTreeSet::from(["a", "b"].map(String::from));
+        metrics.zone_shards("mon", "k8s", Some(&with_nodes), &status);
+        let text = zone_operator::metrics::exposition(&registry);
+        assert!(!text.contains(r#"zone="c""#), "{text}");
+        assert!(text.contains(r#"zone="b""#));
+
+        // Classic sharding: none.
+        metrics.zone_shards("mon", "k8s", None, &status);
+        let text = zone_operator::metrics::exposition(&registry);
+        assert!(!text.contains("zone_aware_sprom_zone_shards{"), "{text}");
+
+        // A deleted resource loses them too.
+        metrics.zone_shards("mon", "k8s", Some(&with_nodes), &status);
+        metrics.forget("mon", "k8s");
+        let text = zone_operator::metrics::exposition(&registry);
+        assert!(!text.contains(r#"namespace="mon""#), "{text}");
+    }
+
+    #[test]
+    fn the_binary_serves_the_runtime_s_families_and_its_own() {
+        let served = served_metric_families();
+        let mut expected = vec![
+            "shard_controller_build_info",
+            "zone_aware_leader",
+            "zone_aware_leader_transitions_total",
+            "zone_aware_reconcile_failures_total",
+            "zone_aware_sprom_zone_shards",
+            "zone_aware_sprom_shards",
+            "zone_aware_sprom_shard_config_loaded",
+        ];
+        if cfg!(target_os = "linux") {
+            expected.push("process_cpu_seconds_total");
+        }
+        for family in expected {
+            assert!(served.contains(family), "{family} not served: {served:?}");
+        }
     }
 }

@@ -24,7 +24,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use zone_api::ShardedPrometheus;
-use zone_api::sprom::{ShardedPrometheusStatus, condition, reason};
+use zone_api::sprom::{ShardedPrometheusStatus, ShardingMode, condition, reason};
 use zone_operator::children::ChildError;
 use zone_operator::controller::{Failure, ReconcileContext};
 use zone_operator::metrics::ObjectSeries;
@@ -211,6 +211,14 @@ pub async fn reconcile(
                 .retain(|condition| condition.type_ != condition::PAUSED);
             ctx.sprom_metrics
                 .observe(&namespace, &name, &plan.status, plan.next_deletion);
+            let topology = sprom.spec.sharding_strategy.mode == ShardingMode::Topology;
+            let zones_with_nodes = topology.then(|| ctx.zones.zones_present());
+            ctx.sprom_metrics.zone_shards(
+                &namespace,
+                &name,
+                zones_with_nodes.as_ref(),
+                &plan.status,
+            );
             ctx.series.note(&namespace, &name, []);
             write_status(&ctx, &api, &sprom, &previous, plan.status, plan.events).await?;
             Ok(Action::requeue(plan.requeue_after))
