@@ -14,7 +14,7 @@ BINS := $(shell cat bins.txt)
 # a git checkout). Given to the image and static builds only: in every build it would recompile
 # the runtime crate at each commit.
 ZONE_AWARE_REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, crd_validation, deploy, deploy_local, federator, federator_security, oracle, sharding, smoke, sprom, sprom_health, zau, zau_gate, zdb).
+# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, crd_validation, deploy, deploy_local, federator, federator_security, monitoring, oracle, sharding, smoke, sprom, sprom_health, zau, zau_gate, zdb).
 E2E_SUITE ?=
 # E2E_FILTER=<substring> runs only the e2e tests whose function name contains it (in every suite,
 # or in E2E_SUITE's).
@@ -91,8 +91,20 @@ mixin-check: monitoring-tools ## The rendered mixin is up to date, its rules and
 	$(PROMTOOL) check rules monitoring/generated/alerts.yaml monitoring/generated/rules.yaml "$$out/dashboard-queries.json"; \
 	$(PROMTOOL) test rules monitoring/generated/tests.yaml
 
+##@ Supply chain
+
+CARGO_MACHETE_VERSION := 0.9.2
+CARGO_MACHETE = $(TOOLS_CACHE)/cargo-machete-$(CARGO_MACHETE_VERSION)/bin/cargo-machete
+
+$(CARGO_MACHETE):
+	$(CARGO) install cargo-machete --locked --version $(CARGO_MACHETE_VERSION) --root $(TOOLS_CACHE)/cargo-machete-$(CARGO_MACHETE_VERSION)
+
+.PHONY: deps-check
+deps-check: $(CARGO_MACHETE) ## No declared dependency is unused (cargo-machete, cached by version)
+	$(CARGO_MACHETE) --with-metadata
+
 .PHONY: test
-test: lint crds-check bins-check mixin-check unit ## Everything CI checks before the e2e tests
+test: lint crds-check bins-check mixin-check deps-check unit ## Everything CI checks before the e2e tests
 
 .PHONY: bench
 bench: ## Criterion benchmarks (sharding: 1,000,000 targets)
