@@ -236,6 +236,7 @@ impl Api {
 }
 
 pub async fn rules(State(api): State<Arc<Api>>, RawQuery(query): RawQuery) -> Response {
+    let started = Instant::now();
     let given = pairs(query.as_deref());
     let response = match parse_rules_query(&given) {
         Err(bad) => error(StatusCode::BAD_REQUEST, "bad_data", &bad.0),
@@ -247,6 +248,9 @@ pub async fn rules(State(api): State<Arc<Api>>, RawQuery(query): RawQuery) -> Re
             Ok((groups, warnings, turn)) => match query.apply(groups) {
                 Err(bad) => error(StatusCode::BAD_REQUEST, "bad_data", &bad.0),
                 Ok(data) => {
+                    if !warnings.is_empty() {
+                        api.metrics.partial_response("rules");
+                    }
                     api.metrics.served("groups", data.groups.len());
                     api.metrics
                         .served("rules", data.groups.iter().map(|g| g.rules.len()).sum());
@@ -256,19 +260,25 @@ pub async fn rules(State(api): State<Arc<Api>>, RawQuery(query): RawQuery) -> Re
         },
     };
     api.metrics.request("rules", response.status().as_u16());
+    api.metrics.request_duration("rules", started.elapsed());
     response
 }
 
 pub async fn alerts(State(api): State<Arc<Api>>) -> Response {
+    let started = Instant::now();
     let response = match api.merged("type=alert").await {
         Err(response) => response,
         Ok((groups, warnings, _turn)) => {
             let data = zone_rules::into_alerts(groups);
+            if !warnings.is_empty() {
+                api.metrics.partial_response("alerts");
+            }
             api.metrics.served("alerts", data.alerts.len());
             success(&data, &warnings)
         }
     };
     api.metrics.request("alerts", response.status().as_u16());
+    api.metrics.request_duration("alerts", started.elapsed());
     response
 }
 

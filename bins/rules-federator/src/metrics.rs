@@ -10,6 +10,13 @@ use zone_operator::metrics::{MetricsError, create};
 
 const PREFIX: &str = "zone_aware_federator";
 
+/// The API handlers (the `handler` label).
+pub const HANDLERS: [&str; 2] = ["rules", "alerts"];
+
+/// An API answer takes one backend round-trip and a merge: tens of milliseconds, seconds for
+/// hundreds of backends; past the clients' timeouts (30 s) nobody waits for it.
+const REQUEST_BUCKETS: [f64; 11] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
 #[derive(Clone)]
 pub struct FederatorMetrics {
     endpoint_seconds: HistogramVec,
@@ -17,6 +24,8 @@ pub struct FederatorMetrics {
     merge_seconds: Histogram,
     served: IntGaugeVec,
     requests: IntCounterVec,
+    request_seconds: HistogramVec,
+    partial: IntCounterVec,
 }
 
 impl FederatorMetrics {
@@ -24,7 +33,7 @@ impl FederatorMetrics {
         let buckets = vec![
             0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
         ];
-        Ok(Self {
+        let metrics = Self {
             endpoint_seconds: create(
                 registry,
                 "endpoint_request_duration_seconds",
@@ -83,7 +92,38 @@ impl FederatorMetrics {
                     &["handler", "code"],
                 ),
             )?,
-        })
+            request_seconds: create(
+                registry,
+                "request_duration_seconds",
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "request_duration_seconds",
+                        "Time to answer one API request, by handler, until the answer starts.",
+                    )
+                    .namespace(PREFIX)
+                    .buckets(REQUEST_BUCKETS.to_vec()),
+                    &["handler"],
+                ),
+            )?,
+            partial: create(
+                registry,
+                "partial_responses_total",
+                IntCounterVec::new(
+                    Opts::new(
+                        "partial_responses_total",
+                        "Successful API answers missing at least one backend (it gave nothing; the answer's warnings name it), by handler.",
+                    )
+                    .namespace(PREFIX),
+                    &["handler"],
+                ),
+            )?,
+        };
+        // Every handler's series exist before its first request.
+        for handler in HANDLERS {
+            metrics.request_seconds.with_label_values(&[handler]);
+            metrics.partial.with_label_values(&[handler]);
+        }
+        Ok(metrics)
     }
 
     /// One backend request, and why it gave nothing when it did not.
@@ -113,9 +153,90 @@ impl FederatorMetrics {
             .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
+    /// How long an API request took until its answer started.
+    pub fn request_duration(&self, handler: &str, took: Duration) {
+        self.request_seconds
+            .with_label_values(&[handler])
+            .observe(took.as_secs_f64());
+    }
+
+    /// A successful answer without what at least one backend should have given.
+    pub fn partial_response(&self, handler: &str) {
+        self.partial.with_label_values(&[handler]).inc();
+    }
+
     pub fn request(&self, handler: &str, code: u16) {
         self.requests
             .with_label_values(&[handler, &code.to_string()])
             .inc();
+    }
+}
+
+/// The metric families this binary's `/metrics` serves: the runtime's common families (of a
+/// server: no leader) and [`FederatorMetrics`], registered as `main` registers them, every
+/// labelled family with one sample series (a family without a series is not served), read over
+/// HTTP from the runtime's server. The reconcile families are registered but, the federator
+/// reconciling nothing, never served. For tests that compare them with the names dashboards and
+/// alerts use.
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+pub(crate) fn served_metric_families() -> std::collections::BTreeSet<String> {
+    use zone_operator::metrics::{Profile, register_common};
+    let registry = Registry::new();
+    register_common(&registry, crate::serve::NAME, Profile::Server)
+        .expect("the runtime's metrics register");
+    let metrics = FederatorMetrics::register(&registry).expect("the federator metrics register");
+    let endpoint = "http://prometheus-0.prometheus:9090";
+    metrics.endpoint_request(endpoint, Duration::from_millis(5), Some("timeout"));
+    metrics.merged(Duration::from_millis(1));
+    metrics.served("rules", 1);
+    metrics.request("rules", 200);
+    zone_operator::testing::served_metric_families(&registry).expect("/metrics answers")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn every_handler_has_its_series_from_the_start() {
+        let registry = Registry::new();
+        FederatorMetrics::register(&registry).unwrap();
+        let text = zone_operator::metrics::exposition(&registry);
+        for handler in HANDLERS {
+            assert!(
+                text.contains(&format!(
+                    r#"zone_aware_federator_partial_responses_total{{handler="{handler}"}} 0"#
+                )),
+                "{text}"
+            );
+            assert!(text.contains(&format!(
+                r#"zone_aware_federator_request_duration_seconds_count{{handler="{handler}"}} 0"#
+            )));
+        }
+    }
+
+    #[test]
+    fn the_binary_serves_the_runtime_s_families_and_its_own() {
+        let served = served_metric_families();
+        let mut expected = vec![
+            "rules_federator_build_info",
+            "zone_aware_federator_request_duration_seconds",
+            "zone_aware_federator_partial_responses_total",
+            "zone_aware_federator_requests_total",
+            "zone_aware_federator_endpoint_errors_total",
+        ];
+        if cfg!(target_os = "linux") {
+            expected.push("process_cpu_seconds_total");
+        }
+        for family in expected {
+            assert!(served.contains(family), "{family} not served: {served:?}");
+        }
+        assert!(
+            !served.contains("zone_aware_leader"),
+            "a server reports no leadership"
+        );
+        assert!(!served.contains("zone_aware_reconciliations_total"));
     }
 }

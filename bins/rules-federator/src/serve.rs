@@ -23,7 +23,7 @@ use crate::metrics::FederatorMetrics;
 use crate::token::{self, BearerToken, TokenError};
 
 /// The name in the user agent and the runtime's logs.
-const NAME: &str = "rules-federator";
+pub(crate) const NAME: &str = "rules-federator";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

@@ -131,6 +131,14 @@ async fn replicas_merge_and_a_hanging_backend_is_cut_and_named_in_a_warning() {
         8,
         "four rules on each of two shards: {answer}"
     );
+    let text = zone_operator::metrics::exposition(&registry);
+    assert!(
+        text.contains(r#"zone_aware_federator_partial_responses_total{handler="rules"} 1"#),
+        "an answer without the hanging backend's rules is partial: {text}"
+    );
+    assert!(
+        text.contains(r#"zone_aware_federator_request_duration_seconds_count{handler="rules"} 1"#)
+    );
 }
 
 /// A backend answering more than the caps (plain, or a gzip bomb) is cut and named; the others
@@ -193,11 +201,16 @@ async fn abort_fails_the_request_naming_the_failed_backend() {
     let good = Backend::prometheus(true).await;
     let failing = Backend::answering(StatusCode::INTERNAL_SERVER_ERROR, "oops", None).await;
     let endpoints = vec![good.endpoint("0", "a"), failing.endpoint("0", "b")];
-    let (abort, _) = api(endpoints.clone(), PartialResponse::Abort);
+    let (abort, abort_registry) = api(endpoints.clone(), PartialResponse::Abort);
     let (status, answer) = get(&abort, "/api/v1/rules").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
     assert_eq!(answer["status"], "error");
     assert_eq!(answer["errorType"], "unavailable");
+    let text = zone_operator::metrics::exposition(&abort_registry);
+    assert!(
+        text.contains(r#"zone_aware_federator_partial_responses_total{handler="rules"} 0"#),
+        "a failed request is no partial answer: {text}"
+    );
     assert_eq!(
         answer["error"],
         format!(
