@@ -15,4 +15,6 @@ PROMETHEUS_OPERATOR_VERSION=v0.85.0
 ALERTMANAGER_VERSION=v0.35.0
 # jsonnet (go-jsonnet), which renders the monitoring mixin (tools/jsonnet/go.mod pins it).
 JSONNET_VERSION=v0.22.0
+# helm, the chart check and the helm e2e test (tools/helm/go.mod pins it).
+HELM_VERSION=v3.22.0
 ZAC_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/zone-aware-controllers"
