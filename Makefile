@@ -14,7 +14,7 @@ BINS := $(shell cat bins.txt)
 # a git checkout). Given to the image and static builds only: in every build it would recompile
 # the runtime crate at each commit.
 ZONE_AWARE_REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, crd_validation, deploy, deploy_local, federator, federator_security, monitoring, oracle, sharding, smoke, sprom, sprom_health, zau, zau_gate, zdb).
+# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, crd_validation, deploy, deploy_local, federator, federator_security, helm, monitoring, oracle, sharding, smoke, sprom, sprom_health, zau, zau_gate, zdb).
 E2E_SUITE ?=
 # E2E_FILTER=<substring> runs only the e2e tests whose function name contains it (in every suite,
 # or in E2E_SUITE's).
@@ -45,13 +45,20 @@ lint: ## cargo fmt --check and clippy with warnings denied
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+# The Helm chart installs the same CRDs from its crds/ (copies: a chart is packaged alone).
+CHART := charts/zone-aware-controllers
+CRD_FILES = $(wildcard config/crd/zonecontrol.k8s.aws_*.yaml)
+
 .PHONY: crds
-crds: ## Regenerate config/crd/ from the Rust types
+crds: ## Regenerate config/crd/ from the Rust types, and the chart's copies in crds/
 	$(CARGO) run --quiet -p zone-api --bin crdgen -- --out config/crd
+	rm -f $(CHART)/crds/*.yaml
+	cp $(CRD_FILES) $(CHART)/crds/
 
 .PHONY: crds-check
-crds-check: ## Fail when config/crd/ drifted from the Rust types
+crds-check: ## Fail when config/crd/ drifted from the Rust types, or the chart's crds/ from config/crd/
 	$(CARGO) run --quiet -p zone-api --bin crdgen -- --out config/crd --check
+	@diff -r --exclude=kustomization.yaml config/crd $(CHART)/crds >/dev/null || { echo "crds-check: $(CHART)/crds/ is not config/crd/: run \`make crds\`" >&2; exit 1; }
 
 .PHONY: unit
 unit: ## Unit and property tests of the whole workspace
@@ -75,8 +82,9 @@ monitoring-tools: ## Build (cached) jsonnet and promtool
 	bash e2e/cluster/build.sh monitoring
 
 .PHONY: mixin
-mixin: monitoring-tools ## Render the mixin: monitoring/generated/ and config/monitoring/prometheus-rule.yaml
+mixin: monitoring-tools ## Render the mixin: monitoring/generated/ and config/monitoring/prometheus-rule.yaml (and the chart's copy)
 	$(JSONNET) -J monitoring -c -m . -S monitoring/render.jsonnet >/dev/null
+	cp config/monitoring/prometheus-rule.yaml $(CHART)/files/prometheus-rule.yaml
 
 .PHONY: mixin-check
 mixin-check: monitoring-tools ## The rendered mixin is up to date, its rules and dashboard queries parse, its promtool tests pass
@@ -91,6 +99,25 @@ mixin-check: monitoring-tools ## The rendered mixin is up to date, its rules and
 	$(PROMTOOL) check rules monitoring/generated/alerts.yaml monitoring/generated/rules.yaml "$$out/dashboard-queries.json"; \
 	$(PROMTOOL) test rules monitoring/generated/tests.yaml
 
+##@ Helm chart (charts/zone-aware-controllers: the same objects as config/, docs/helm.md)
+
+HELM = $(TOOLS_CACHE)/helm-$(shell source e2e/cluster/versions.sh && echo "$$HELM_VERSION")/helm
+# The cluster's kubectl (its kustomize renders config/), built from the same cache as the cluster.
+CHART_KUBECTL = $(TOOLS_CACHE)/k8s-$(shell source e2e/cluster/versions.sh && echo "$$K8S_VERSION")/kubectl
+
+.PHONY: chart-tools
+chart-tools: ## Build (cached) helm and kubectl
+	bash e2e/cluster/build.sh chart
+
+.PHONY: chart-check
+chart-check: chart-tools ## The chart renders what config/ renders, object by object (defaults, and every option of make deploy); helm lint
+	$(HELM) lint --strict $(CHART)
+	python3 mk/chart-check.py --helm $(HELM) --kubectl $(CHART_KUBECTL)
+
+.PHONY: chart-version
+chart-version: ## Set the chart's version and appVersion: make chart-version VERSION=x.y.z
+	bash mk/chart-version.sh '$(VERSION)'
+
 ##@ Supply chain
 
 CARGO_MACHETE_VERSION := 0.9.2
@@ -104,7 +131,7 @@ deps-check: $(CARGO_MACHETE) ## No declared dependency is unused (cargo-machete,
 	$(CARGO_MACHETE) --with-metadata
 
 .PHONY: test
-test: lint crds-check bins-check mixin-check deps-check unit ## Everything CI checks before the e2e tests
+test: lint crds-check bins-check mixin-check chart-check deps-check unit ## Everything CI checks before the e2e tests
 
 .PHONY: bench
 bench: ## Criterion benchmarks (sharding: 1,000,000 targets)
@@ -136,7 +163,7 @@ image: ## The project's image without Docker (static binaries, non-root), import
 		STATIC_TARGET='$(STATIC_TARGET)' bash e2e/cluster/images.sh project
 
 .PHONY: e2e
-e2e: local-crds image ## End-to-end tests against the local zonal cluster (E2E_SUITE=file, E2E_FILTER=substring)
+e2e: local-crds image chart-tools ## End-to-end tests against the local zonal cluster (E2E_SUITE=file, E2E_FILTER=substring)
 	# The same cargo selection as `make test` (the workspace with its test targets): one set of
 	# features, so the dependencies are compiled once, not once per selection.
 	$(CARGO) build --workspace --all-targets

@@ -1,0 +1,227 @@
+{{/*
+Prefix of the cluster-scoped names: clusterScopedPrefix, else the release name, except that the
+release named after the chart gets `zone-aware`, the prefix `make deploy` uses (so the default
+release renders config/default's names).
+*/}}
+{{- define "zac.prefix" -}}
+{{- if .Values.clusterScopedPrefix -}}
+{{- .Values.clusterScopedPrefix | trunc 40 | trimSuffix "-" -}}
+{{- else if eq .Release.Name .Chart.Name -}}
+zone-aware
+{{- else -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The ValidatingWebhookConfiguration's name (zdb-controller patches it, by name). */}}
+{{- define "zac.webhookConfigName" -}}
+{{ include "zac.prefix" . }}-eviction-webhook
+{{- end -}}
+
+{{/*
+Labels of every object: config/default's part-of, Helm's bookkeeping, commonLabels.
+*/}}
+{{- define "zac.labels" -}}
+app.kubernetes.io/part-of: zone-aware-controllers
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The image, by digest when one is given. */}}
+{{- define "zac.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Pod template metadata of a binary: its name and component labels (the selector's and
+config/manager's), commonLabels, podAnnotations. Call with (dict "root" $ "name" N "component" C).
+*/}}
+{{- define "zac.podMetadata" -}}
+{{- $root := .root -}}
+metadata:
+  labels:
+    app.kubernetes.io/name: {{ .name }}
+    app.kubernetes.io/component: {{ .component }}
+    {{- with $root.Values.commonLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with $root.Values.podAnnotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
+
+{{/*
+What every pod shares: the non-root security context, the spread over zones and the scheduling
+values. Call with (dict "root" $ "name" N).
+*/}}
+{{- define "zac.podScheduling" -}}
+{{- $root := .root -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  seccompProfile:
+    type: RuntimeDefault
+topologySpreadConstraints:
+- maxSkew: 1
+  topologyKey: topology.kubernetes.io/zone
+  whenUnsatisfiable: ScheduleAnyway
+  labelSelector:
+    matchLabels:
+      app.kubernetes.io/name: {{ .name }}
+{{- with $root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $root.Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $root.Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $root.Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $root.Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The container's security context (read-only root, no capability). */}}
+{{- define "zac.containerSecurity" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities:
+    drop: [ALL]
+{{- end -}}
+
+{{/* POD_NAME and POD_NAMESPACE from the downward API (Lease holder identity and namespace). */}}
+{{- define "zac.podEnv" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+{{- end -}}
+
+{{/*
+A binary's ServiceAccount. Call with (dict "root" $ "name" N "values" V).
+*/}}
+{{- define "zac.serviceAccount" -}}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "zac.labels" .root | nindent 4 }}
+  {{- with .values.serviceAccount.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
+
+{{/*
+The headless `<binary>-metrics` Service of a binary. Call with
+(dict "root" $ "name" N "port" P "targetPort" T).
+*/}}
+{{- define "zac.metricsService" -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ .name }}-metrics
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    app.kubernetes.io/name: {{ .name }}
+    app.kubernetes.io/component: metrics
+    {{- include "zac.labels" .root | nindent 4 }}
+spec:
+  clusterIP: None
+  selector:
+    app.kubernetes.io/name: {{ .name }}
+  ports:
+  - name: metrics
+    port: {{ .port }}
+    targetPort: {{ .targetPort }}
+    protocol: TCP
+{{- end -}}
+
+{{/*
+The leader-election Role and RoleBinding of a controller (named `<binary>-leader-election`, or
+`role` when given). Call with (dict "root" $ "name" N ["role" R] ["extraRules" YAML]).
+*/}}
+{{- define "zac.leaderRole" -}}
+{{- $role := .role | default (printf "%s-leader-election" .name) -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $role }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "zac.labels" .root | nindent 4 }}
+rules:
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [create]
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  resourceNames: [{{ .name }}]
+  verbs: [get, update]
+{{- with .extraRules }}
+{{ . }}
+{{- end }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $role }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "zac.labels" .root | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ $role }}
+subjects:
+- kind: ServiceAccount
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+{{- end -}}
+
+{{/*
+A ClusterRoleBinding of a binary's ServiceAccount to the ClusterRole of the same name. Call with
+(dict "root" $ "name" N "role" R).
+*/}}
+{{- define "zac.clusterRoleBinding" -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ .role }}
+  labels:
+    {{- include "zac.labels" .root | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ .role }}
+subjects:
+- kind: ServiceAccount
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+{{- end -}}

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""The Helm chart and config/ may not drift: `make chart-check`.
+
+For each scenario, renders the chart (`helm template`) and what `make deploy` applies
+(mk/render-deploy.sh: config/default through kustomize, with the same namespace, image and
+components) and compares them object by object: kind/namespace/name -> the object, after removing
+only the bookkeeping labels Helm and kustomize add. config/default's Namespace is left out (Helm
+installs into the release namespace, which it does not own: docs/helm.md says how to label it).
+Prints the first differing object and field, and exits 1.
+
+Also checks that the chart's copies of generated files (crds/, files/prometheus-rule.yaml) are
+byte for byte those of config/.
+"""
+
+import argparse
+import filecmp
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "charts" / "zone-aware-controllers"
+RELEASE = "zone-aware-controllers"
+NAMESPACE = "zone-aware-system"
+PYYAML = "6.0.3"
+
+# Labels that say who rendered an object, not what it is.
+BOOKKEEPING_LABELS = {
+    "helm.sh/chart",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+}
+
+# (name, helm --set values, config/ components): the defaults, and every optional component of
+# `make deploy` against the chart values that stand for it.
+SCENARIOS = [
+    ("defaults", [], []),
+    (
+        "options (MONITORING=1 CERT_MANAGER=1 ZAU_POD_REMOVAL=delete)",
+        [
+            "monitoring.enabled=true",
+            "webhook.certificate.mode=certManager",
+            "zauController.podRemoval=delete",
+        ],
+        ["config/certmanager", "config/rbac/pod-delete", "config/monitoring"],
+    ),
+]
+
+# The chart's copies of files generated into config/, and the target that writes both.
+COPIES = [
+    (f"crds/{path.name}", f"config/crd/{path.name}", "make crds")
+    for path in sorted((ROOT / "config" / "crd").glob("zonecontrol.k8s.aws_*.yaml"))
+] + [("files/prometheus-rule.yaml", "config/monitoring/prometheus-rule.yaml", "make mixin")]
+
+
+def load_yaml_module():
+    """PyYAML, or a copy installed once into the tools cache (works where pip --user may not)."""
+    try:
+        import yaml
+
+        return yaml
+    except ImportError:
+        pass
+    cache = Path(os.environ.get("ZAC_CACHE", Path.home() / ".cache" / "zone-aware-controllers"))
+    target = cache / f"pyyaml-{PYYAML}"
+    if not (target / "yaml").is_dir():
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target),
+             f"pyyaml=={PYYAML}"],
+            check=True,
+        )
+    sys.path.insert(0, str(target))
+    import yaml
+
+    return yaml
+
+
+yaml = load_yaml_module()
+
+
+def run(command, env=None):
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"chart-check: {' '.join(command)} failed:\n{result.stderr}")
+    return result.stdout
+
+
+def chart_image():
+    """The image the chart renders by default: repository:appVersion."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    image = values["image"]
+    if image.get("digest"):
+        return f"{image['repository']}@{image['digest']}"
+    return f"{image['repository']}:{image.get('tag') or chart['appVersion']}"
+
+
+def render_chart(helm, sets):
+    command = [helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    for value in sets:
+        command += ["--set", value]
+    return run(command)
+
+
+def render_config(kubectl, components):
+    env = dict(os.environ)
+    env.update(
+        NAMESPACE=NAMESPACE,
+        IMG=chart_image(),
+        DEPLOY_BASE="config/default",
+        DEPLOY_COMPONENTS=" ".join(components),
+        KUBECTL=kubectl,
+    )
+    return run(["bash", "mk/render-deploy.sh"], env=env)
+
+
+def strip_bookkeeping(obj):
+    labels = obj.get("metadata", {}).get("labels")
+    if isinstance(labels, dict):
+        for label in BOOKKEEPING_LABELS:
+            labels.pop(label, None)
+        if not labels:
+            del obj["metadata"]["labels"]
+    return obj
+
+
+def objects_by_key(text, side):
+    objects = {}
+    for obj in yaml.safe_load_all(text):
+        if not obj:
+            continue
+        meta = obj.get("metadata", {})
+        key = (obj.get("kind"), meta.get("namespace") or "", meta.get("name"))
+        if key in objects:
+            sys.exit(f"chart-check: {side} renders {format_key(key)} twice")
+        objects[key] = strip_bookkeeping(obj)
+    return objects
+
+
+def format_key(key):
+    kind, namespace, name = key
+    return f"{kind} {namespace + '/' if namespace else ''}{name}"
+
+
+def first_difference(chart, config, path=""):
+    """The path of the first field where the two differ, with both values; None if equal."""
+    if isinstance(chart, dict) and isinstance(config, dict):
+        for field in sorted(set(chart) | set(config)):
+            here = f"{path}.{field}" if path else field
+            if field not in chart:
+                return here, "<absent>", config[field]
+            if field not in config:
+                return here, chart[field], "<absent>"
+            found = first_difference(chart[field], config[field], here)
+            if found:
+                return found
+        return None
+    if isinstance(chart, list) and isinstance(config, list):
+        for index, (a, b) in enumerate(zip(chart, config)):
+            found = first_difference(a, b, f"{path}[{index}]")
+            if found:
+                return found
+        if len(chart) != len(config):
+            index = min(len(chart), len(config))
+            return (
+                f"{path}[{index}]",
+                chart[index] if index < len(chart) else "<absent>",
+                config[index] if index < len(config) else "<absent>",
+            )
+        return None
+    if chart != config:
+        return path, chart, config
+    return None
+
+
+def show(value):
+    if isinstance(value, (dict, list)):
+        return "\n" + yaml.safe_dump(value, sort_keys=True).rstrip()
+    return repr(value)
+
+
+def compare(name, chart_text, config_text):
+    chart = objects_by_key(chart_text, "the chart")
+    config = objects_by_key(config_text, "config/")
+    namespaces = [key for key in config if key[0] == "Namespace"]
+    if namespaces != [("Namespace", "", NAMESPACE)]:
+        return f"config/ renders the Namespaces {namespaces}, expected only {NAMESPACE}"
+    del config[namespaces[0]]
+    for key in sorted(set(chart) | set(config), key=lambda k: tuple(map(str, k))):
+        if key not in config:
+            return f"{format_key(key)}: rendered by the chart only"
+        if key not in chart:
+            return f"{format_key(key)}: rendered by config/ only"
+        found = first_difference(chart[key], config[key])
+        if found:
+            field, in_chart, in_config = found
+            return (
+                f"{format_key(key)}: field {field} differs\n"
+                f"  chart:   {show(in_chart)}\n  config/: {show(in_config)}"
+            )
+    print(f"chart-check: {name}: the chart and config/ render the same {len(chart)} objects")
+    return None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--helm", required=True)
+    parser.add_argument("--kubectl", required=True)
+    args = parser.parse_args()
+
+    for copy, original, target in COPIES:
+        if not (CHART / copy).is_file() or not filecmp.cmp(CHART / copy, ROOT / original, shallow=False):
+            sys.exit(f"chart-check: charts/zone-aware-controllers/{copy} is not {original}: run `{target}`")
+    extra = {p.name for p in (CHART / "crds").iterdir()} - {Path(c).name for c, _, _ in COPIES if c.startswith("crds/")}
+    if extra:
+        sys.exit(f"chart-check: charts/zone-aware-controllers/crds/ holds {sorted(extra)}, not in config/crd/")
+
+    failed = False
+    for name, sets, components in SCENARIOS:
+        difference = compare(name, render_chart(args.helm, sets), render_config(args.kubectl, components))
+        if difference:
+            print(f"chart-check: {name}: the chart and config/ differ: {difference}", file=sys.stderr)
+            failed = True
+    if failed:
+        print(
+            "chart-check: change charts/zone-aware-controllers/templates and config/ together "
+            "(docs/helm.md)",
+            file=sys.stderr,
+        )
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
