@@ -1,0 +1,151 @@
+//! The real `helm` from a test: the binary `e2e/cluster/build.sh chart` caches, the chart
+//! (`E2E_HELM_CHART`, e.g. the package `make release` writes to dist/, or charts/ packaged here),
+//! and a release that is uninstalled if the test ends before it uninstalled it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::Cluster;
+use crate::deploy::repo_root;
+use crate::identity;
+
+/// `$ZAC_CACHE/helm-$HELM_VERSION/helm` of e2e/cluster/versions.sh (`make chart-tools` builds it).
+pub fn binary() -> PathBuf {
+    let mut command = Command::new("bash");
+    command.arg("-c").arg(
+        "source e2e/cluster/versions.sh && printf '%s' \"$ZAC_CACHE/helm-$HELM_VERSION/helm\"",
+    );
+    command.current_dir(repo_root());
+    let path = PathBuf::from(identity::run(command, None));
+    assert!(
+        path.is_file(),
+        "{} missing: build it with `make chart-tools`",
+        path.display()
+    );
+    path
+}
+
+/// The chart package to install: `E2E_HELM_CHART` when set, else charts/zone-aware-controllers
+/// packaged into `dir`.
+pub fn chart(dir: &Path) -> PathBuf {
+    if let Some(chart) = std::env::var_os("E2E_HELM_CHART").filter(|c| !c.is_empty()) {
+        return PathBuf::from(chart);
+    }
+    let mut command = Command::new(binary());
+    command
+        .arg("package")
+        .arg(repo_root().join("charts/zone-aware-controllers"))
+        .arg("--destination")
+        .arg(dir);
+    identity::run(command, None);
+    let packaged: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("the package directory")
+        .filter_map(|entry| Some(entry.ok()?.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "tgz"))
+        .collect();
+    match packaged.as_slice() {
+        [chart] => chart.clone(),
+        other => panic!("helm package wrote {other:?}"),
+    }
+}
+
+/// A release of a test: its name and namespace, and a temporary directory for the chart package
+/// and values files. Dropped before [`Release::uninstall`] (a failed test), it uninstalls.
+pub struct Release<'a> {
+    cluster: &'a Cluster,
+    pub name: String,
+    pub namespace: String,
+    pub dir: PathBuf,
+    installed: bool,
+}
+
+impl<'a> Release<'a> {
+    pub fn new(cluster: &'a Cluster, name: &str, namespace: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("e2e-helm-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("the release's temporary directory");
+        Release {
+            cluster,
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            dir,
+            installed: false,
+        }
+    }
+
+    /// `helm <args>` against the cluster, in the release's namespace; stdout, or a panic with
+    /// stderr.
+    pub fn helm(&self, args: &[&str]) -> String {
+        let mut command = Command::new(binary());
+        command
+            .env("PATH", identity::path_with_cluster_tools(self.cluster))
+            // No state of the user's helm (repositories, plugins, cache) is read or written.
+            .env("HELM_CONFIG_HOME", self.dir.join("config"))
+            .env("HELM_CACHE_HOME", self.dir.join("cache"))
+            .env("HELM_DATA_HOME", self.dir.join("data"))
+            .arg("--kubeconfig")
+            .arg(&self.cluster.kubeconfig)
+            .arg("--namespace")
+            .arg(&self.namespace)
+            .args(args);
+        identity::run(command, None)
+    }
+
+    /// Writes `values` (JSON is YAML) into the release's directory and returns its path.
+    pub fn values_file(&self, file: &str, values: &Value) -> String {
+        let path = self.dir.join(file);
+        std::fs::write(&path, values.to_string()).expect("writing the values file");
+        path.display().to_string()
+    }
+
+    /// `helm install` of `chart` with the values file, waiting for the Deployments.
+    pub fn install(&mut self, chart: &Path, values: &str) -> String {
+        self.installed = true;
+        let chart = chart.display().to_string();
+        self.helm(&[
+            "install",
+            &self.name,
+            &chart,
+            "--values",
+            values,
+            "--wait",
+            "--timeout",
+            "5m",
+        ])
+    }
+
+    /// `helm upgrade` to `chart` with exactly these values files (no value of the last release is
+    /// reused), waiting for the Deployments.
+    pub fn upgrade(&self, chart: &Path, values: &[&str]) -> String {
+        let chart = chart.display().to_string();
+        let mut args = vec!["upgrade", &self.name, &chart, "--wait", "--timeout", "5m"];
+        for file in values {
+            args.extend(["--values", file]);
+        }
+        self.helm(&args)
+    }
+
+    /// `helm uninstall`, waiting until its objects are gone.
+    pub fn uninstall(&mut self) -> String {
+        let out = self.helm(&["uninstall", &self.name, "--wait", "--timeout", "3m"]);
+        self.installed = false;
+        out
+    }
+
+    /// The objects of the release's current revision (`helm get manifest`).
+    pub fn manifest(&self) -> Vec<Value> {
+        identity::yaml_to_json(&self.helm(&["get", "manifest", &self.name]))
+    }
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        if self.installed {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.helm(&["uninstall", &self.name, "--ignore-not-found", "--wait"])
+            }));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,370 @@
+//! The Helm chart with the real `helm` on the local zonal cluster: `helm install` of the packaged
+//! chart (`E2E_HELM_CHART`, e.g. the one `make release` wrote to dist/; else charts/ packaged
+//! here) runs the project's image (`make image`) as real pods on the real nodes, the samples
+//! reach their status and the eviction webhook judges evictions; `helm upgrade` with fewer
+//! replicas and a binary disabled leaves exactly the new revision's objects; `helm uninstall`
+//! removes every object of the release and neither the CRDs nor the users' objects.
+//!
+//! Isolation from the tests running next to it: the release has its own namespace, its
+//! cluster-scoped objects carry the release name (the chart's prefix), and the controllers and
+//! the webhook are limited to the test's namespace (`watchNamespace`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use e2e::deploy::{Identity, apply_samples, dynamic_api, identities, status_of};
+use e2e::helm::{self, Release};
+use e2e::quota::PodQuota;
+use e2e::real::RealNodes;
+use e2e::{Cluster, TestNamespace, nodes, pods, wait_for};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+/// `name[:tag]` of an image reference (a registry port such as host:5000/name is not a tag).
+fn split_image(image: &str) -> (&str, &str) {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    if last.contains(':') {
+        image.rsplit_once(':').unwrap()
+    } else {
+        (image, "latest")
+    }
+}
+
+/// Waits until the webhook configuration `name` is at failurePolicy Fail: a zdb-controller replica
+/// serves with a certificate its caBundle trusts. From then on, an eviction it does not answer
+/// fails (500) instead of being let through.
+async fn wait_for_fail_policy(client: &Client, name: &str) {
+    let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    wait_for(
+        "the failurePolicy moved to Fail by a replica",
+        TIMEOUT,
+        || async {
+            let configuration = webhooks.get(name).await.map_err(|e| e.to_string())?;
+            let webhook = &configuration.webhooks.unwrap_or_default()[0];
+            let bundle = webhook.client_config.ca_bundle.as_ref().map(|b| b.0.len());
+            match webhook.failure_policy.as_deref() {
+                Some("Fail") if bundle.unwrap_or(0) > 0 => Ok(()),
+                other => Err(format!(
+                    "failurePolicy {other:?}, caBundle {bundle:?} bytes"
+                )),
+            }
+        },
+    )
+    .await;
+}
+
+/// Waits until every object of `ids` exists (`present`) or is gone (`!present`).
+async fn wait_all(client: &Client, ids: &[Identity], present: bool, what: &str) {
+    let mut apis = Vec::new();
+    for (api_version, kind, namespace, name) in ids {
+        let api = dynamic_api(client, api_version, kind, namespace.as_deref()).await;
+        apis.push((api, format!("{kind} {name}"), name.as_str()));
+    }
+    wait_for(what, TIMEOUT, || async {
+        let mut wrong = Vec::new();
+        for (api, what, name) in &apis {
+            let found = api.get_opt(name).await.map_err(|e| e.to_string())?;
+            if found.is_some() != present {
+                wrong.push(what.as_str());
+            }
+        }
+        if wrong.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("not yet: {wrong:?}"))
+        }
+    })
+    .await;
+}
+
+/// The release's pods of `binary`, once exactly `count` of them exist and are available.
+async fn wait_binary_pods(pods_api: &Api<Pod>, binary: &str, count: usize) -> Vec<Pod> {
+    let selector = format!("app.kubernetes.io/name={binary}");
+    wait_for(
+        &format!("exactly {count} available pods of {binary}"),
+        TIMEOUT,
+        || async {
+            let list = pods_api
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| e.to_string())?;
+            let available = list.items.iter().filter(|p| pods::is_available(p)).count();
+            if list.items.len() == count && available == count {
+                Ok(list.items)
+            } else {
+                Err(format!("{} pods, {available} available", list.items.len()))
+            }
+        },
+    )
+    .await
+}
+
+/// A budgeted eviction judged by the webhook: answered (allowed, or refused by the budget with
+/// 429), never failed by a webhook that could not be called.
+fn assert_judged(answer: &Result<(), (u16, String)>) {
+    if let Err((code, message)) = answer {
+        assert_eq!(*code, 429, "the eviction was not judged: {message}");
+        assert!(message.contains("admission webhook"), "{message}");
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
+async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
+    let cluster = Cluster::get();
+    let real = RealNodes::of(&cluster);
+    let victim = TestNamespace::create(&cluster, "helm").await;
+    let client = victim.client.clone();
+    let suffix = victim.suffix().to_string();
+    // The release's namespace, labelled as docs/helm.md says: out of the eviction webhook (its
+    // own replicas stay evictable while it is down) and Pod Security restricted.
+    let home = TestNamespace::create(&cluster, "helm-release").await;
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            &home.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {
+                "zonecontrol.k8s.aws/eviction-webhook": "disabled",
+                "pod-security.kubernetes.io/enforce": "restricted",
+            }}})),
+        )
+        .await
+        .unwrap();
+
+    let mut release = Release::new(&cluster, &format!("zac-{suffix}"), &home.name);
+    let chart = helm::chart(&release.dir);
+    let (repository, tag) = split_image(&real.project_image);
+    let values = json!({
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "nodeSelector": {"type": "real"},
+        "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
+        "watchNamespace": victim.name,
+        "rulesFederator": {"discoverNamespace": victim.name},
+        "commonLabels": {"zonecontrol.k8s.aws/e2e": "true"},
+    });
+    let first_values = release.values_file("values.yaml", &values);
+
+    // Install: every binary Ready on the real nodes, two replicas each, from the project's image.
+    let started = Instant::now();
+    eprintln!("{}", release.install(&chart, &first_values));
+    let installed = identities(&release.manifest());
+    let real_nodes = e2e::real::nodes(&client).await;
+    let home_pods: Api<Pod> = home.api();
+    for binary in e2e::deploy::controllers() {
+        for pod in wait_binary_pods(&home_pods, &binary, 2).await {
+            let node = pods::node_of(&pod).unwrap();
+            assert!(real_nodes.contains_key(node), "{binary} on {node}");
+            let container = &pod.spec.as_ref().unwrap().containers[0];
+            assert_eq!(
+                container.image.as_deref(),
+                Some(real.project_image.as_str())
+            );
+            assert_eq!(container.image_pull_policy.as_deref(), Some("Never"));
+            assert_eq!(
+                pod.metadata.labels.as_ref().unwrap()["zonecontrol.k8s.aws/e2e"],
+                "true",
+                "commonLabels on the pods"
+            );
+        }
+    }
+    let webhook_name = format!("zac-{suffix}-eviction-webhook");
+    assert!(
+        installed
+            .iter()
+            .any(|id| id.1 == "ValidatingWebhookConfiguration" && id.3 == webhook_name),
+        "the cluster-scoped names carry the release name: {installed:?}"
+    );
+    wait_for_fail_policy(&client, &webhook_name).await;
+    eprintln!(
+        "helm install: every binary Ready, the webhook serving, after {:?}",
+        started.elapsed()
+    );
+
+    // The samples reach their status under the release's controllers (their pods are on kwok).
+    let started = Instant::now();
+    apply_samples(&cluster, &victim.name);
+    let zdbs = dynamic_api(
+        &client,
+        "zonecontrol.k8s.aws/v1",
+        "ZoneDisruptionBudget",
+        Some(&victim.name),
+    )
+    .await;
+    let zaus = dynamic_api(
+        &client,
+        "zonecontrol.k8s.aws/v1",
+        "ZoneAwareUpdate",
+        Some(&victim.name),
+    )
+    .await;
+    let sproms = dynamic_api(
+        &client,
+        "zonecontrol.k8s.aws/v1",
+        "ShardedPrometheus",
+        Some(&victim.name),
+    )
+    .await;
+    e2e::deploy::wait_for_sample_budget(&zdbs).await;
+    wait_for("the sample ZAU's status", TIMEOUT, || async {
+        let status = status_of(&zaus, "web").await?;
+        if status["updateRevision"].is_string()
+            && status["currentRevision"] == status["updateRevision"]
+        {
+            Ok(())
+        } else {
+            Err(status.to_string())
+        }
+    })
+    .await;
+    // Available with three shards; Degraded only because its ServiceAccount is not bound to the
+    // release's prometheus ClusterRole.
+    wait_for(
+        "the sample ShardedPrometheus Available",
+        TIMEOUT,
+        || async {
+            let status = status_of(&sproms, "prometheus").await?;
+            let condition = |type_: &str| {
+                status["conditions"]
+                    .as_array()
+                    .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
+                    .unwrap_or_default()
+            };
+            if condition("Available")["status"] == "True"
+                && status["shards"] == 3
+                && condition("Degraded")["reason"] == "ServiceAccountForbidden"
+            {
+                Ok(())
+            } else {
+                Err(status.to_string())
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "the samples reached their status after {:?}",
+        started.elapsed()
+    );
+
+    // The webhook judges budgeted evictions: one zone may be disrupted, a second is refused.
+    let victim_pods: Api<Pod> = victim.api();
+    let zone_of = nodes::pod_zones(&victim_pods, "app=web").await;
+    let in_zone = |zone: &str| {
+        zone_of
+            .iter()
+            .find(|(_, z)| *z == zone)
+            .map(|(name, _)| name.clone())
+            .unwrap()
+    };
+    let count = victim_pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    // One pod fewer than now: the evicted pod's replacement waits until the quota goes.
+    let quota = PodQuota::hold(&victim, count - 1).await;
+    pods::evict(&victim_pods, &in_zone("zone-a"), false)
+        .await
+        .expect("the first zone's eviction is allowed");
+    let (code, message) = pods::evict(&victim_pods, &in_zone("zone-b"), false)
+        .await
+        .expect_err("a second zone is refused while zone-a is disrupted");
+    assert_eq!(code, 429, "{message}");
+    assert!(
+        message.contains("admission webhook") && message.contains("zone-a"),
+        "{message}"
+    );
+    quota.release().await;
+
+    // Upgrade: zdb-controller down to one replica, the rules-federator disabled.
+    let started = Instant::now();
+    let mut changed = values.clone();
+    changed["zdbController"] = json!({"replicas": 1});
+    changed["rulesFederator"]["enabled"] = json!(false);
+    let second_values = release.values_file("values-upgrade.yaml", &changed);
+    eprintln!("{}", release.upgrade(&chart, &[&second_values]));
+    let upgraded = identities(&release.manifest());
+    let removed: Vec<Identity> = installed
+        .iter()
+        .filter(|id| !upgraded.contains(id))
+        .cloned()
+        .collect();
+    let names: BTreeSet<&str> = removed.iter().map(|id| id.3.as_str()).collect();
+    assert!(
+        !removed.is_empty() && removed.iter().all(|id| id.3.contains("rules-federator")),
+        "the upgrade removes the federator's objects, only them: {names:?}"
+    );
+    assert!(
+        removed.iter().any(|id| id.1 == "Deployment")
+            && removed.iter().any(|id| id.1 == "ClusterRole"),
+        "{names:?}"
+    );
+    wait_all(&client, &removed, false, "the federator's objects gone").await;
+    wait_all(&client, &upgraded, true, "every object of the new revision").await;
+    let deployments: Api<Deployment> = home.api();
+    let zdb = deployments.get("zdb-controller").await.unwrap();
+    assert_eq!(zdb.spec.unwrap().replicas, Some(1));
+    wait_binary_pods(&home_pods, "zdb-controller", 1).await;
+    wait_binary_pods(&home_pods, "rules-federator", 0).await;
+    for binary in ["zau-controller", "shard-controller"] {
+        wait_binary_pods(&home_pods, binary, 2).await;
+    }
+    let status: Value =
+        serde_json::from_str(&release.helm(&["status", &release.name, "-o", "json"])).unwrap();
+    assert_eq!(status["version"], 2);
+    assert_eq!(status["info"]["status"], "deployed");
+    // The upgrade left the live failurePolicy and caBundle (zdb-controller's fields) alone, and
+    // the one replica judges (a dry run: nothing recorded).
+    wait_for_fail_policy(&client, &webhook_name).await;
+    assert_judged(&pods::evict(&victim_pods, &in_zone("zone-b"), true).await);
+    eprintln!(
+        "helm upgrade applied and settled after {:?}",
+        started.elapsed()
+    );
+
+    // Uninstall: every object of the release goes; the CRDs and the users' objects stay.
+    let started = Instant::now();
+    eprintln!("{}", release.uninstall());
+    wait_all(
+        &client,
+        &upgraded,
+        false,
+        "every object of the release gone",
+    )
+    .await;
+    wait_for("the release's pods gone", TIMEOUT, || async {
+        let left = home_pods
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .len();
+        (left == 0).then_some(()).ok_or(format!("{left} pods left"))
+    })
+    .await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in [
+        "zoneawareupdates.zonecontrol.k8s.aws",
+        "zonedisruptionbudgets.zonecontrol.k8s.aws",
+        "shardedprometheuses.zonecontrol.k8s.aws",
+    ] {
+        assert!(crds.get_opt(crd).await.unwrap().is_some(), "{crd} kept");
+    }
+    for (api, name) in [(&zdbs, "web"), (&zaus, "web"), (&sproms, "prometheus")] {
+        assert!(
+            api.get_opt(name).await.unwrap().is_some(),
+            "the user's {name} kept"
+        );
+    }
+    let releases = release.helm(&["list", "--all", "-q"]);
+    assert!(releases.trim().is_empty(), "releases left: {releases}");
+    eprintln!("helm uninstall done after {:?}", started.elapsed());
+}
