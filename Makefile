@@ -130,8 +130,25 @@ $(CARGO_MACHETE):
 deps-check: $(CARGO_MACHETE) ## No declared dependency is unused (cargo-machete, cached by version)
 	$(CARGO_MACHETE) --with-metadata
 
+CARGO_DENY_VERSION := 0.20.2
+CARGO_DENY = $(TOOLS_CACHE)/cargo-deny-$(CARGO_DENY_VERSION)/bin/cargo-deny
+# Where cargo-deny keeps the RustSec advisory database it fetches.
+ADVISORY_DBS := $(or $(CARGO_HOME),$(HOME)/.cargo)/advisory-dbs
+
+$(CARGO_DENY):
+	$(CARGO) install cargo-deny --locked --version $(CARGO_DENY_VERSION) --root $(TOOLS_CACHE)/cargo-deny-$(CARGO_DENY_VERSION)
+
+.PHONY: deny
+deny: $(CARGO_DENY) ## cargo deny (deny.toml): licenses, duplicate versions, sources, and RustSec advisories
+	$(CARGO_DENY) --offline check bans licenses sources
+	@if $(CARGO_DENY) fetch db >/dev/null 2>&1 || ls -d $(ADVISORY_DBS)/*/crates >/dev/null 2>&1; then \
+		$(CARGO_DENY) --offline check advisories; \
+	else \
+		echo "deny: advisories NOT checked: the RustSec database (github.com/RustSec/advisory-db) cannot be fetched from this machine and none is cached in $(ADVISORY_DBS)" >&2; \
+	fi
+
 .PHONY: test
-test: lint crds-check bins-check mixin-check chart-check deps-check unit ## Everything CI checks before the e2e tests
+test: lint crds-check bins-check mixin-check chart-check deps-check deny unit ## Everything CI checks before the e2e tests
 
 .PHONY: bench
 bench: ## Criterion benchmarks (sharding: 1,000,000 targets)

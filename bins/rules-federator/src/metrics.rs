@@ -26,6 +26,7 @@ pub struct FederatorMetrics {
     requests: IntCounterVec,
     request_seconds: HistogramVec,
     partial: IntCounterVec,
+    shared: IntCounterVec,
 }
 
 impl FederatorMetrics {
@@ -117,6 +118,18 @@ impl FederatorMetrics {
                     &["handler"],
                 ),
             )?,
+            shared: create(
+                registry,
+                "shared_requests_total",
+                IntCounterVec::new(
+                    Opts::new(
+                        "shared_requests_total",
+                        "API requests answered by a merge another identical request started, by handler.",
+                    )
+                    .namespace(PREFIX),
+                    &["handler"],
+                ),
+            )?,
         };
         // Every handler's series exist before its first request.
         for handler in HANDLERS {
@@ -170,6 +183,11 @@ impl FederatorMetrics {
             .with_label_values(&[handler, &code.to_string()])
             .inc();
     }
+
+    /// A request that joined the merge of an identical one under way.
+    pub fn shared(&self, handler: &str) {
+        self.shared.with_label_values(&[handler]).inc();
+    }
 }
 
 /// The metric families this binary's `/metrics` serves: the runtime's common families (of a
@@ -191,6 +209,7 @@ pub(crate) fn served_metric_families() -> std::collections::BTreeSet<String> {
     metrics.merged(Duration::from_millis(1));
     metrics.served("rules", 1);
     metrics.request("rules", 200);
+    metrics.shared("rules");
     zone_operator::testing::served_metric_families(&registry).expect("/metrics answers")
 }
 
@@ -239,4 +258,21 @@ mod tests {
         );
         assert!(!served.contains("zone_aware_reconciliations_total"));
     }
+}
+
+/// Every metric of this binary the monitoring mixin (monitoring/, rendered to
+/// monitoring/generated/) reads in an alert, a recording rule or a dashboard is served by its
+/// real `/metrics`: a renamed metric fails here, not on the pager.
+#[cfg(test)]
+#[test]
+fn every_metric_the_mixin_reads_is_served() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let served = served_metric_families();
+    let missing = zone_monitoring::mixin::unserved(root, crate::serve::NAME, &served)
+        .unwrap_or_else(|error| panic!("reading the mixin: {error}"));
+    assert!(
+        missing.is_empty(),
+        "the mixin reads metrics {} does not serve: {missing:#?}\nit serves: {served:#?}",
+        crate::serve::NAME
+    );
 }

@@ -391,3 +391,20 @@ mod tests {
         }
     }
 }
+
+/// Every metric of this binary the monitoring mixin (monitoring/, rendered to
+/// monitoring/generated/) reads in an alert, a recording rule or a dashboard is served by its
+/// real `/metrics`: a renamed metric fails here, not on the pager.
+#[cfg(test)]
+#[test]
+fn every_metric_the_mixin_reads_is_served() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let served = served_metric_families();
+    let missing = zone_monitoring::mixin::unserved(root, crate::NAME, &served)
+        .unwrap_or_else(|error| panic!("reading the mixin: {error}"));
+    assert!(
+        missing.is_empty(),
+        "the mixin reads metrics {} does not serve: {missing:#?}\nit serves: {served:#?}",
+        crate::NAME
+    );
+}

@@ -87,6 +87,22 @@ pub fn served(name: &str, families: &BTreeSet<String>) -> bool {
         })
 }
 
+/// The names of `binary` ([`owners`]) the rendered mixin under `root` reads and `families` (the
+/// binary's `/metrics`) does not serve, each with where it is read.
+pub fn unserved(
+    root: &Path,
+    binary: &str,
+    families: &BTreeSet<String>,
+) -> Result<BTreeMap<String, BTreeSet<String>>, String> {
+    let mixin = read(root)?;
+    Ok(mixin
+        .owned_by(binary)
+        .into_iter()
+        .filter(|(name, _)| !served(name, families))
+        .map(|(name, places)| (name.to_owned(), places.clone()))
+        .collect())
+}
+
 /// What the rendered mixin reads and records.
 #[derive(Debug, Default)]
 pub struct MixinMetrics {
