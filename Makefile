@@ -114,6 +114,13 @@ chart-check: chart-tools ## The chart renders what config/ renders, object by ob
 	$(HELM) lint --strict $(CHART)
 	python3 mk/chart-check.py --helm $(HELM) --kubectl $(CHART_KUBECTL)
 
+# The repository the released image is pushed to; install.yaml and the chart pin it by digest.
+RELEASE_IMAGE ?= ghcr.io/zone-aware-controllers/zone-aware-controllers
+
+.PHONY: release
+release: chart-tools ## dist/: image index (amd64+arm64), install.yaml, crds.yaml, chart, SBOM, checksums (VERSION=x.y.z)
+	VERSION='$(VERSION)' RELEASE_IMAGE='$(RELEASE_IMAGE)' KUBECTL='$(CHART_KUBECTL)' HELM='$(HELM)' bash mk/release.sh
+
 .PHONY: chart-version
 chart-version: ## Set the chart's version and appVersion: make chart-version VERSION=x.y.z
 	bash mk/chart-version.sh '$(VERSION)'
