@@ -41,13 +41,80 @@ pub struct RuleGroup {
     pub last_evaluation: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Read through [`AnyRule`], not serde's internally tagged enums: those buffer every rule in a
+/// generic tree first, twice the allocations on the federator's hottest path.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type")]
 pub enum Rule {
     #[serde(rename = "alerting")]
     Alerting(AlertingRule),
     #[serde(rename = "recording")]
     Recording(RecordingRule),
+}
+
+/// Either kind of rule, its fields read in one pass whatever their order; `type` says which.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AnyRule {
+    #[serde(rename = "type")]
+    kind: String,
+    state: Option<String>,
+    name: String,
+    query: String,
+    #[serde(default)]
+    duration: f64,
+    #[serde(default)]
+    keep_firing_for: f64,
+    #[serde(default, deserialize_with = "null_as_empty")]
+    labels: Labels,
+    #[serde(default, deserialize_with = "null_as_empty")]
+    annotations: Labels,
+    #[serde(default)]
+    alerts: Option<Vec<Alert>>,
+    health: String,
+    #[serde(default)]
+    last_error: String,
+    #[serde(default)]
+    evaluation_time: f64,
+    #[serde(default)]
+    last_evaluation: String,
+}
+
+impl<'de> Deserialize<'de> for Rule {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let any = AnyRule::deserialize(deserializer)?;
+        match any.kind.as_str() {
+            "alerting" => Ok(Rule::Alerting(AlertingRule {
+                state: any
+                    .state
+                    .ok_or_else(|| serde::de::Error::missing_field("state"))?,
+                name: any.name,
+                query: any.query,
+                duration: any.duration,
+                keep_firing_for: any.keep_firing_for,
+                labels: any.labels,
+                annotations: any.annotations,
+                alerts: any.alerts,
+                health: any.health,
+                last_error: any.last_error,
+                evaluation_time: any.evaluation_time,
+                last_evaluation: any.last_evaluation,
+            })),
+            "recording" => Ok(Rule::Recording(RecordingRule {
+                name: any.name,
+                query: any.query,
+                labels: any.labels,
+                health: any.health,
+                last_error: any.last_error,
+                evaluation_time: any.evaluation_time,
+                last_evaluation: any.last_evaluation,
+            })),
+            other => Err(serde::de::Error::unknown_variant(
+                other,
+                &["alerting", "recording"],
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -186,6 +253,41 @@ mod tests {
         let written = serde_json::to_value(&rules).unwrap();
         assert_eq!(written["groups"][0]["rules"][0]["type"], "alerting");
         assert!(written.get("groupNextToken").is_none());
+    }
+
+    /// Either kind of rule reads with its fields in any order; a rule without its kind, an
+    /// unknown kind or an alert without its state is refused.
+    #[test]
+    fn rules_read_whatever_the_order_of_their_fields() {
+        let alerting: Rule = serde_json::from_str(
+            r#"{"name":"x","type":"alerting","query":"1","health":"ok","state":"firing","alerts":[]}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(&alerting, Rule::Alerting(r) if r.state == "firing" && r.alerts == Some(vec![]))
+        );
+        let recording: Rule = serde_json::from_str(
+            r#"{"query":"1","health":"ok","name":"r","type":"recording","labels":{"a":"b"}}"#,
+        )
+        .unwrap();
+        assert!(matches!(&recording, Rule::Recording(r) if r.name == "r" && r.labels.len() == 1));
+        for (bad, error) in [
+            (
+                r#"{"name":"x","query":"1","health":"ok"}"#,
+                "missing field `type`",
+            ),
+            (
+                r#"{"type":"other","name":"x","query":"1","health":"ok"}"#,
+                "unknown variant `other`, expected `alerting` or `recording`",
+            ),
+            (
+                r#"{"type":"alerting","name":"x","query":"1","health":"ok"}"#,
+                "missing field `state`",
+            ),
+        ] {
+            let refused = serde_json::from_str::<Rule>(bad).unwrap_err().to_string();
+            assert!(refused.starts_with(error), "{bad}: {refused}");
+        }
     }
 
     #[test]
