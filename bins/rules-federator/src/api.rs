@@ -1,4 +1,6 @@
-//! `/api/v1/rules` and `/api/v1/alerts`, answered as Prometheus answers them.
+//! `/api/v1/rules` and `/api/v1/alerts`, answered as Prometheus answers them. Requests that
+//! ask the same thing at once share one fetch, merge and written answer ([`crate::flight`]);
+//! the merge runs on every core ([`crate::merge`]).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,17 +9,19 @@ use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
-use futures::StreamExt;
+use axum::{Extension, Json, Router};
+use futures::{FutureExt, StreamExt};
 use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
-use zone_rules::{
-    MergeOptions, Merger, RuleDiscovery, RuleGroup, RulesQuery, Source, parse_rules_query,
-};
+use zone_rules::{MergeOptions, RulesQuery, parse_rules_query};
 
+use crate::answer::{self, Answer};
 use crate::cli::PartialResponse;
 use crate::endpoints::Endpoints;
 use crate::fetch::Fetcher;
+use crate::flight::{Flights, Joined};
+use crate::guard::Caller;
+use crate::merge::{Cores, Merged, merge};
 use crate::metrics::FederatorMetrics;
 
 pub struct Api {
@@ -27,8 +31,25 @@ pub struct Api {
     pub partial: PartialResponse,
     pub metrics: FederatorMetrics,
     /// Turns to merge (`--max-concurrent-merges`): a merge and the answer it builds are most of
-    /// a request's memory.
+    /// a request's memory. Requests that share a merge take one turn.
     pub merges: Arc<tokio::sync::Semaphore>,
+    /// Where decoding and writing run, one job per core at a time.
+    pub cores: Cores,
+    pub flights: Flights<FlightKey, Arc<Answer>>,
+}
+
+/// What requests must have in common to share an answer: the handler, every parameter (the
+/// page too) and the caller. The answer does not depend on who asks today (the backends are
+/// asked with the federator's own credentials, and every caller let in may read all of it),
+/// but a caller never receives an answer computed for another: a future per-caller view cannot
+/// leak through the sharing. Grafana's data source asks as one ServiceAccount for all its
+/// viewers, so a dashboard's panels still share.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FlightKey {
+    handler: &'static str,
+    params: Vec<(String, String)>,
+    /// The user the API server vouched for (`--auth=kubernetes`); `None` without it.
+    caller: Option<String>,
 }
 
 /// `/api/v1/rules` and `/api/v1/alerts` over `api`, to serve next to the runtime's routes.
@@ -44,89 +65,6 @@ pub(crate) fn error(code: StatusCode, error_type: &str, message: &str) -> Respon
     (
         code,
         Json(json!({"status": "error", "errorType": error_type, "error": message})),
-    )
-        .into_response()
-}
-
-/// Prometheus's success envelope.
-#[derive(serde::Serialize)]
-struct Success<'a, T> {
-    status: &'static str,
-    data: &'a T,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    warnings: &'a [String],
-}
-
-/// The success envelope around `data`, written straight to bytes (the merged answer of 100
-/// backends is tens of megabytes: no intermediate JSON tree).
-fn success<T: serde::Serialize>(data: &T, warnings: &[String]) -> Response {
-    let body = Success {
-        status: "success",
-        data,
-        warnings,
-    };
-    match serde_json::to_vec(&body) {
-        Ok(bytes) => (
-            StatusCode::OK,
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            bytes,
-        )
-            .into_response(),
-        Err(e) => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            &e.to_string(),
-        ),
-    }
-}
-
-/// The success envelope of `/api/v1/rules`, streamed: each group is written and dropped as the
-/// client takes the answer, so the merged groups and their JSON are never both held whole, and
-/// the merge turn (`turn`) is given back once the last group is written.
-fn success_rules(data: RuleDiscovery, warnings: &[String], turn: OwnedSemaphorePermit) -> Response {
-    let RuleDiscovery {
-        groups,
-        group_next_token,
-    } = data;
-    let mut tail = b"]".to_vec();
-    let written = (|| -> Result<(), serde_json::Error> {
-        if !group_next_token.is_empty() {
-            tail.extend_from_slice(br#","groupNextToken":"#);
-            serde_json::to_writer(&mut tail, &group_next_token)?;
-        }
-        tail.push(b'}');
-        if !warnings.is_empty() {
-            tail.extend_from_slice(br#","warnings":"#);
-            serde_json::to_writer(&mut tail, warnings)?;
-        }
-        tail.push(b'}');
-        Ok(())
-    })();
-    if let Err(e) = written {
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            &e.to_string(),
-        );
-    }
-    let head = futures::stream::once(std::future::ready(Ok::<_, serde_json::Error>(
-        axum::body::Bytes::from_static(br#"{"status":"success","data":{"groups":["#),
-    )));
-    let body = futures::stream::iter(groups.into_iter().enumerate()).map(|(i, group)| {
-        let mut out = Vec::new();
-        if i > 0 {
-            out.push(b',');
-        }
-        serde_json::to_writer(&mut out, &group).map(|()| axum::body::Bytes::from(out))
-    });
-    let end = futures::stream::once(async move {
-        drop(turn);
-        Ok(axum::body::Bytes::from(tail))
-    });
-    (
-        StatusCode::OK,
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        axum::body::Body::from_stream(head.chain(body).chain(end)),
     )
         .into_response()
 }
@@ -165,118 +103,167 @@ fn backend_query(query: &RulesQuery, given: &[(String, String)], options: &Merge
 }
 
 impl Api {
-    /// Every backend's rules for `backend_query`, merged; with the warnings of the failed
-    /// backends, or the error that ends the request (`abort`, or no backend at all answered
-    /// while some failed).
+    /// Every backend's rules for `backend_query`, merged, with the warnings of the failed
+    /// backends; or the answer that ends the request (`abort`, or no backend at all answered
+    /// while some failed). The merge turn comes with the groups: the caller keeps it until
+    /// the answer is sent.
     ///
-    /// Every backend is asked at once and its answer kept as it came (compressed, small); then,
-    /// in its turn (`merges`), each answer is decoded and folded into the merge, in endpoint
-    /// order, and dropped. The turn is returned with the groups: the caller keeps it until the
-    /// answer is written.
-    async fn merged(
-        &self,
-        backend_query: &str,
-    ) -> Result<(Vec<RuleGroup>, Vec<String>, OwnedSemaphorePermit), Response> {
+    /// Every backend is asked at once. Answers that come before the turn wait compressed; from
+    /// the turn on they are decoded on every core and folded in, in endpoint order.
+    async fn merged(&self, backend_query: &str) -> Result<(Merged, OwnedSemaphorePermit), Answer> {
         let path = if backend_query.is_empty() {
             "/api/v1/rules".to_string()
         } else {
             format!("/api/v1/rules?{backend_query}")
         };
         let endpoints = self.endpoints.current();
-        let fetched: Vec<_> = self.fetcher.rules(endpoints, &path).collect().await;
-        let Ok(turn) = self.merges.clone().acquire_owned().await else {
-            return Err(error(
+        let mut fetched = std::pin::pin!(self.fetcher.rules(endpoints, &path));
+        let mut early = Vec::new();
+        let mut all_in = false;
+        let turn = {
+            let acquire = self.merges.clone().acquire_owned();
+            let mut acquire = std::pin::pin!(acquire);
+            loop {
+                tokio::select! {
+                    turn = &mut acquire => break turn,
+                    next = fetched.next(), if !all_in => match next {
+                        Some(answer) => early.push(answer),
+                        None => all_in = true,
+                    },
+                }
+            }
+        };
+        let Ok(turn) = turn else {
+            return Err(Answer::error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
                 "shutting down",
             ));
         };
         let started = Instant::now();
-        let mut merger = Merger::new(self.options.clone());
-        let mut answered = 0usize;
-        let mut warnings = Vec::new();
-        for (endpoint, fetched) in fetched {
-            let answer = fetched.and_then(|fetched| {
-                fetched.decode().inspect_err(|why| {
-                    self.metrics.endpoint_error(endpoint.name(), why.kind());
-                })
-            });
-            match answer {
-                Ok(data) => {
-                    answered += 1;
-                    merger.add(Source {
-                        shard: endpoint.shard.clone(),
-                        name: endpoint.url.clone(),
-                        groups: data.groups,
-                    });
-                }
-                Err(why) => {
-                    tracing::warn!(endpoint = %endpoint.url, error = %why, "backend failed");
-                    warnings.push(format!("endpoint {}: {why}", endpoint.url));
-                }
-            }
-        }
-        if !warnings.is_empty() && (self.partial == PartialResponse::Abort || answered == 0) {
+        let answers = futures::stream::iter(early).chain(fetched);
+        let merged = merge(answers, &self.cores, &self.options, &self.metrics).await?;
+        let failed = merged.warnings.len();
+        if failed > 0 && (self.partial == PartialResponse::Abort || merged.answered == 0) {
             let message = format!(
-                "{} of {} backends failed: {}",
-                warnings.len(),
-                warnings.len() + answered,
-                warnings.join("; ")
+                "{failed} of {} backends failed: {}",
+                failed + merged.answered,
+                merged.warnings.join("; ")
             );
-            return Err(error(
+            return Err(Answer::error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
                 &message,
             ));
         }
-        let groups = merger.finish();
         self.metrics.merged(started.elapsed());
-        Ok((groups, warnings, turn))
+        Ok((merged, turn))
+    }
+
+    /// The answer to `/api/v1/rules` with `query` (`given`, as read).
+    async fn rules_answer(&self, query: RulesQuery, given: &[(String, String)]) -> Answer {
+        let (merged, turn) = match self
+            .merged(&backend_query(&query, given, &self.options))
+            .await
+        {
+            Ok(merged) => merged,
+            Err(answer) => return answer,
+        };
+        let Merged {
+            groups, warnings, ..
+        } = merged;
+        let data = match self.cores.run(move || query.apply(groups)).await {
+            Ok(Ok(data)) => data,
+            Ok(Err(bad)) => return Answer::error(StatusCode::BAD_REQUEST, "bad_data", &bad.0),
+            Err(pool) => return pool.into(),
+        };
+        self.metrics.served("groups", data.groups.len());
+        self.metrics
+            .served("rules", data.groups.iter().map(|g| g.rules.len()).sum());
+        Answer::rules(data, &warnings, &self.cores, turn).await
+    }
+
+    /// The answer to `/api/v1/alerts`.
+    async fn alerts_answer(&self) -> Answer {
+        let (merged, turn) = match self.merged("type=alert").await {
+            Ok(merged) => merged,
+            Err(answer) => return answer,
+        };
+        let Merged {
+            groups, warnings, ..
+        } = merged;
+        let data = match self
+            .cores
+            .run(move || zone_rules::into_alerts(groups))
+            .await
+        {
+            Ok(data) => data,
+            Err(pool) => return pool.into(),
+        };
+        self.metrics.served("alerts", data.alerts.len());
+        Answer::alerts(data.alerts, &warnings, &self.cores, turn).await
+    }
+
+    #[cfg(test)]
+    fn flights_under_way(&self) -> usize {
+        self.flights.under_way()
+    }
+
+    /// The answer of the flight of `key`, joined or started with `work`.
+    async fn shared<F>(self: &Arc<Self>, key: FlightKey, work: F) -> Response
+    where
+        F: Future<Output = Answer> + Send + 'static,
+    {
+        let handler = key.handler;
+        let (joined, answer) = self.flights.join(key, move || work.map(Arc::new).boxed());
+        if joined == Joined::Shared {
+            self.metrics.shared(handler);
+        }
+        let answer = answer.await;
+        // Counted per request, as requests_total is: the share of answers seen incomplete.
+        if answer.partial {
+            self.metrics.partial_response(handler);
+        }
+        answer::response(answer)
     }
 }
 
-pub async fn rules(State(api): State<Arc<Api>>, RawQuery(query): RawQuery) -> Response {
+pub async fn rules(
+    State(api): State<Arc<Api>>,
+    caller: Option<Extension<Caller>>,
+    RawQuery(query): RawQuery,
+) -> Response {
     let started = Instant::now();
     let given = pairs(query.as_deref());
     let response = match parse_rules_query(&given) {
         Err(bad) => error(StatusCode::BAD_REQUEST, "bad_data", &bad.0),
-        Ok(query) => match api
-            .merged(&backend_query(&query, &given, &api.options))
-            .await
-        {
-            Err(response) => response,
-            Ok((groups, warnings, turn)) => match query.apply(groups) {
-                Err(bad) => error(StatusCode::BAD_REQUEST, "bad_data", &bad.0),
-                Ok(data) => {
-                    if !warnings.is_empty() {
-                        api.metrics.partial_response("rules");
-                    }
-                    api.metrics.served("groups", data.groups.len());
-                    api.metrics
-                        .served("rules", data.groups.iter().map(|g| g.rules.len()).sum());
-                    success_rules(data, &warnings, turn)
-                }
-            },
-        },
+        Ok(query) => {
+            let key = FlightKey {
+                handler: "rules",
+                params: given.clone(),
+                caller: caller.map(|Extension(Caller(user))| user),
+            };
+            let flown = api.clone();
+            let work = async move { flown.rules_answer(query, &given).await };
+            api.shared(key, work).await
+        }
     };
     api.metrics.request("rules", response.status().as_u16());
     api.metrics.request_duration("rules", started.elapsed());
     response
 }
 
-pub async fn alerts(State(api): State<Arc<Api>>) -> Response {
+/// `/api/v1/alerts` takes no parameter: every request of one caller shares.
+pub async fn alerts(State(api): State<Arc<Api>>, caller: Option<Extension<Caller>>) -> Response {
     let started = Instant::now();
-    let response = match api.merged("type=alert").await {
-        Err(response) => response,
-        Ok((groups, warnings, _turn)) => {
-            let data = zone_rules::into_alerts(groups);
-            if !warnings.is_empty() {
-                api.metrics.partial_response("alerts");
-            }
-            api.metrics.served("alerts", data.alerts.len());
-            success(&data, &warnings)
-        }
+    let key = FlightKey {
+        handler: "alerts",
+        params: Vec::new(),
+        caller: caller.map(|Extension(Caller(user))| user),
     };
+    let flown = api.clone();
+    let work = async move { flown.alerts_answer().await };
+    let response = api.shared(key, work).await;
     api.metrics.request("alerts", response.status().as_u16());
     api.metrics.request_duration("alerts", started.elapsed());
     response

@@ -164,6 +164,41 @@ impl Backend {
         .await
     }
 
+    /// Answers `body` (JSON), gzipped when `gzip`.
+    pub async fn json(body: &str, gzip: bool) -> Self {
+        let body = match gzip {
+            true => gzipped(body.as_bytes(), flate2::Compression::fast()),
+            false => body.as_bytes().to_vec(),
+        };
+        Self::serve(move || {
+            let response =
+                ([(header::CONTENT_TYPE, "application/json")], body.clone()).into_response();
+            encoded(response, gzip.then_some("gzip"))
+        })
+        .await
+    }
+
+    /// Prometheus with [`RULES`] that takes each request at once (it is counted in
+    /// [`Backend::requests`]) and answers it once `release` gives a permit: a slow backend
+    /// whose answer the test lets go.
+    pub async fn gated(release: Arc<tokio::sync::Semaphore>) -> Self {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let asked = requests.clone();
+        let router = Router::new().fallback(move |request: Request| {
+            let release = release.clone();
+            let asked = asked.clone();
+            async move {
+                asked.lock().unwrap().push(Asked {
+                    path_and_query: request.uri().path_and_query().unwrap().to_string(),
+                    authorization: None,
+                });
+                release.acquire().await.unwrap().forget();
+                ([(header::CONTENT_TYPE, "application/json")], RULES).into_response()
+            }
+        });
+        Self::listen(router, requests).await
+    }
+
     /// Answers `status` with `body`, sent as `content_encoding` says when given.
     pub async fn answering(
         status: StatusCode,

@@ -20,6 +20,10 @@ use crate::api::error;
 /// takes a fraction of that.
 const RETRY_AFTER_SECONDS: &str = "1";
 
+/// The user the API server vouched for, on a request let in by `--auth=kubernetes`.
+#[derive(Debug, Clone)]
+pub struct Caller(pub String);
+
 pub struct Guard {
     /// Requests served at once, at most (`--max-concurrent-requests`).
     pub requests: Arc<Semaphore>,
@@ -34,7 +38,7 @@ pub fn guarded(router: Router, guard: Arc<Guard>) -> Router {
 
 /// The turn is taken before the caller is reviewed: reviews are API requests, and an anonymous
 /// flood of made-up tokens must be bounded like any other load.
-async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+async fn check(State(guard): State<Arc<Guard>>, mut request: Request, next: Next) -> Response {
     let Ok(turn) = guard.requests.clone().try_acquire_owned() else {
         tracing::debug!(path = %request.uri().path(), "too many concurrent requests; refused");
         return retry_later(error(
@@ -51,6 +55,7 @@ async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
         match auth.check(authorization, request.uri().path()).await {
             Decision::Allowed { user } => {
                 tracing::debug!(user = %user, path = %request.uri().path(), "caller allowed");
+                request.extensions_mut().insert(Caller(user));
             }
             Decision::Unauthenticated(why) => {
                 let mut refused = error(StatusCode::UNAUTHORIZED, "unauthorized", &why);
@@ -222,6 +227,36 @@ mod tests {
         assert_eq!(code, StatusCode::OK, "{body}");
         assert_eq!(body["status"], "success");
         assert!(fake.unmatched().is_empty());
+    }
+
+    /// The handler learns who was let in (the API shares answers only within one caller).
+    #[tokio::test]
+    async fn the_user_let_in_goes_to_the_handler() {
+        let (_fake, client) = fake_api();
+        let api = Router::new().route(
+            "/api/v1/alerts",
+            get(|caller: Option<axum::Extension<Caller>>| async move {
+                let user = caller.map(|axum::Extension(Caller(user))| user);
+                axum::Json(json!({"status": "success", "caller": user}))
+            }),
+        );
+        let router = guarded(api, Arc::new(authenticating(client)));
+        let (code, _, body) = call(&router, Some("grafana-token")).await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+        assert_eq!(body["caller"], "system:serviceaccount:monitoring:grafana");
+        let open = guarded(
+            Router::new().route(
+                "/api/v1/alerts",
+                get(|caller: Option<axum::Extension<Caller>>| async move {
+                    axum::Json(json!({"caller": caller.is_some()}))
+                }),
+            ),
+            Arc::new(Guard {
+                requests: Arc::new(Semaphore::new(1)),
+                auth: None,
+            }),
+        );
+        assert_eq!(call(&open, None).await.2["caller"], false);
     }
 
     #[tokio::test]

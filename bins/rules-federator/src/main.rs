@@ -3,6 +3,7 @@
 //! and deduplicated by `zone-rules`. Stateless: every replica serves.
 #![forbid(unsafe_code)]
 
+mod answer;
 mod api;
 #[cfg(test)]
 mod backend;
@@ -11,7 +12,9 @@ mod cli;
 mod connector;
 mod endpoints;
 mod fetch;
+mod flight;
 mod guard;
+mod merge;
 mod metrics;
 mod serve;
 mod token;

@@ -18,7 +18,9 @@ use crate::cli::{Args, Auth, Scheme};
 use crate::connector::{BackendTls, BackendTlsError};
 use crate::endpoints::{Endpoint, EndpointError, Endpoints, PodPort, parse_static};
 use crate::fetch::Fetcher;
+use crate::flight::Flights;
 use crate::guard::{self, Guard};
+use crate::merge::Cores;
 use crate::metrics::FederatorMetrics;
 use crate::token::{self, BearerToken, TokenError};
 
@@ -122,6 +124,8 @@ pub async fn start(
         merges: Arc::new(tokio::sync::Semaphore::new(usize::from(
             args.max_concurrent_merges,
         ))),
+        cores: Cores::of_machine(),
+        flights: Flights::default(),
     };
     let guard = Guard {
         requests: Arc::new(tokio::sync::Semaphore::new(

@@ -8,6 +8,7 @@ use crate::endpoints::Endpoint;
 use serde_json::Value;
 use std::time::Duration;
 use tower::ServiceExt;
+use zone_rules::{RuleGroup, Source};
 
 /// Long enough for a backend on this machine to answer under a loaded test run, short
 /// enough that waiting for a hanging one costs little.
@@ -43,6 +44,8 @@ fn api_capped(
         partial,
         metrics,
         merges: Arc::new(tokio::sync::Semaphore::new(1)),
+        cores: Cores::new(2),
+        flights: Flights::default(),
     };
     (Arc::new(api), registry)
 }
@@ -98,7 +101,15 @@ async fn replicas_merge_and_a_hanging_backend_is_cut_and_named_in_a_warning() {
         ],
         PartialResponse::Warn,
     );
-    let (groups, warnings, turn) = api.merged("").await.unwrap();
+    let Ok((
+        Merged {
+            groups, warnings, ..
+        },
+        turn,
+    )) = api.merged("").await
+    else {
+        panic!("no merge")
+    };
     // The merge turn (one here) is held until the answer is written.
     drop(turn);
     assert_eq!(
@@ -167,7 +178,15 @@ async fn an_oversized_answer_or_a_gzip_bomb_is_cut_and_named_in_a_warning() {
         PartialResponse::Warn,
         caps,
     );
-    let (groups, warnings, _turn) = api.merged("").await.unwrap();
+    let Ok((
+        Merged {
+            groups, warnings, ..
+        },
+        _turn,
+    )) = api.merged("").await
+    else {
+        panic!("no merge")
+    };
     assert_eq!(
         groups,
         merged_from(&[("0", &a.url), ("1", &other_shard.url)])
@@ -268,40 +287,6 @@ async fn when_every_backend_fails_the_request_fails_in_warn_mode_too() {
     );
 }
 
-#[tokio::test]
-async fn the_rules_envelope_written_group_by_group_is_prometheus_s() {
-    let data: RuleDiscovery = serde_json::from_value(serde_json::json!({
-        "groups": [{"name": "a", "file": "f", "rules": []}, {"name": "b", "file": "f", "rules": []}],
-        "groupNextToken": "t",
-    }))
-    .unwrap();
-    let expected = serde_json::json!({
-        "status": "success",
-        "data": serde_json::to_value(&data).unwrap(),
-        "warnings": ["endpoint x: down"],
-    });
-    let turns = Arc::new(tokio::sync::Semaphore::new(1));
-    let turn = turns.clone().acquire_owned().await.unwrap();
-    let response = success_rules(data, &["endpoint x: down".to_string()], turn);
-    assert_eq!(response.status(), StatusCode::OK);
-    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    let written: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(written, expected);
-    assert_eq!(
-        turns.available_permits(),
-        1,
-        "the turn is given back once written"
-    );
-    let turn = turns.clone().acquire_owned().await.unwrap();
-    let empty = success_rules(RuleDiscovery::default(), &[], turn);
-    let body = axum::body::to_bytes(empty.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    assert_eq!(&body[..], br#"{"status":"success","data":{"groups":[]}}"#);
-}
-
 #[test]
 fn filters_go_to_the_backends_but_not_the_page_nor_our_labels() {
     let given = pairs(Some(
@@ -318,4 +303,160 @@ fn filters_go_to_the_backends_but_not_the_page_nor_our_labels() {
     ));
     let query = parse_rules_query(&given).unwrap();
     assert_eq!(backend_query(&query, &given, &options()), "");
+}
+
+/// `GET path` as `caller` (the user the guard let in, when any): status and body.
+async fn get_as(api: &Arc<Api>, path: &str, caller: Option<&str>) -> (StatusCode, Vec<u8>) {
+    let mut request = axum::http::Request::get(path);
+    if let Some(user) = caller {
+        request = request.extension(Caller(user.to_string()));
+    }
+    let response = router(api.clone())
+        .oneshot(request.body(axum::body::Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, body.to_vec())
+}
+
+/// Waits (yielding to the requests and backends under way) until `done`.
+async fn until(what: &str, done: impl Fn() -> bool) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !done() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what}"));
+}
+
+fn shared_count(registry: &prometheus::Registry, handler: &str) -> usize {
+    let text = zone_operator::metrics::exposition(registry);
+    let line = format!(r#"zone_aware_federator_shared_requests_total{{handler="{handler}"}} "#);
+    text.lines()
+        .find_map(|l| l.strip_prefix(line.as_str()))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Two backends that answer only when the test lets them.
+async fn gated_backends() -> (Arc<tokio::sync::Semaphore>, Vec<Backend>) {
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let backends = vec![
+        Backend::gated(release.clone()).await,
+        Backend::gated(release.clone()).await,
+    ];
+    (release, backends)
+}
+
+/// A request identical to one under way (same path, parameters and caller) joins it: every
+/// backend is asked once and both get the same answer.
+#[tokio::test]
+async fn identical_requests_at_once_share_one_fetch_of_each_backend() {
+    let (release, backends) = gated_backends().await;
+    let (api, registry) = api(
+        vec![
+            backends[0].endpoint("0", "a"),
+            backends[1].endpoint("1", "a"),
+        ],
+        PartialResponse::Warn,
+    );
+    for (path, caller) in [
+        ("/api/v1/rules?type=alert", None),
+        (
+            "/api/v1/alerts",
+            Some("system:serviceaccount:monitoring:grafana"),
+        ),
+    ] {
+        let asked = |n: usize| backends.iter().all(|b| b.requests().len() == n);
+        let before = backends[0].requests().len();
+        let handler = if path.contains("rules") {
+            "rules"
+        } else {
+            "alerts"
+        };
+        let first = tokio::spawn({
+            let api = api.clone();
+            async move { get_as(&api, path, caller).await }
+        });
+        until("the first request reaches every backend", || {
+            asked(before + 1)
+        })
+        .await;
+        let second = tokio::spawn({
+            let api = api.clone();
+            async move { get_as(&api, path, caller).await }
+        });
+        until("the second request joins the first", || {
+            shared_count(&registry, handler) == 1
+        })
+        .await;
+        release.add_permits(2);
+        let (first, second) = (first.await.unwrap(), second.await.unwrap());
+        assert_eq!(first.0, StatusCode::OK);
+        assert_eq!(first, second, "{path}: one answer for both");
+        assert!(asked(before + 1), "{path}: each backend asked once");
+        let answer: Value = serde_json::from_slice(&first.1).unwrap();
+        assert_eq!(answer["status"], "success", "{answer}");
+
+        // Once answered, the next identical request fetches afresh.
+        release.add_permits(2);
+        assert_eq!(get_as(&api, path, caller).await.0, StatusCode::OK);
+        assert!(asked(before + 2), "{path}: asked again after the answer");
+    }
+}
+
+/// Requests that differ in a parameter, or come from different callers, never share: each is
+/// fetched and merged for itself.
+#[tokio::test]
+async fn other_parameters_or_another_caller_fetch_for_themselves() {
+    let (release, backends) = gated_backends().await;
+    let (api, registry) = api(
+        vec![
+            backends[0].endpoint("0", "a"),
+            backends[1].endpoint("1", "a"),
+        ],
+        PartialResponse::Warn,
+    );
+    let grafana = "system:serviceaccount:monitoring:grafana";
+    let requests = [
+        ("/api/v1/rules", Some(grafana)),
+        ("/api/v1/rules?type=alert", Some(grafana)),
+        ("/api/v1/rules?type=alert&group_limit=1", Some(grafana)),
+        ("/api/v1/rules", Some("system:serviceaccount:apps:web")),
+        ("/api/v1/rules", None),
+    ];
+    let under_way: Vec<_> = requests
+        .iter()
+        .map(|&(path, caller)| {
+            let api = api.clone();
+            tokio::spawn(async move { get_as(&api, path, caller).await })
+        })
+        .collect();
+    until("every request reaches every backend", || {
+        backends
+            .iter()
+            .all(|b| b.requests().len() == requests.len())
+    })
+    .await;
+    // And the one that repeats the first joins it.
+    let repeated = tokio::spawn({
+        let api = api.clone();
+        async move { get_as(&api, "/api/v1/rules", Some(grafana)).await }
+    });
+    until("the repeated request joins", || {
+        shared_count(&registry, "rules") == 1
+    })
+    .await;
+    release.add_permits(2 * requests.len());
+    for request in under_way {
+        assert_eq!(request.await.unwrap().0, StatusCode::OK);
+    }
+    assert_eq!(repeated.await.unwrap().0, StatusCode::OK);
+    for backend in &backends {
+        assert_eq!(backend.requests().len(), requests.len(), "one fetch each");
+    }
+    assert_eq!(api.flights_under_way(), 0);
 }

@@ -1,0 +1,344 @@
+//! One request's merge on every core. The backends' answers are decoded (gunzipped, parsed) on
+//! a pool of [`Cores`] as they arrive, several at once, and folded in endpoint order into one
+//! [`Merger`] per partition of the groups, each on a thread of its own: groups merge
+//! independently of each other, and every partition sees every answer in the same order, so the
+//! result is the one a single merger folding the answers one by one would give.
+//!
+//! Memory stays bounded: answers wait compressed until a decode is free; a few decoded ones at
+//! most wait for their turn to be folded ([`LOOK_AHEAD`], [`FOLD_QUEUE`]), and each is dropped
+//! once folded.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use zone_rules::{MergeOptions, Merger, RuleDiscovery, RuleGroup, Source};
+
+use crate::endpoints::Endpoint;
+use crate::fetch::{FetchError, Fetched};
+use crate::metrics::FederatorMetrics;
+
+/// Decoded answers waiting for their turn to be folded, per core: enough to keep every core
+/// decoding while a slower answer before them is still being decoded.
+const LOOK_AHEAD: usize = 2;
+
+/// Answers queued for each partition's merger.
+const FOLD_QUEUE: usize = 2;
+
+/// The CPU work of every request (decoding an answer, writing part of the merged one) runs on
+/// the blocking pool, at most one job per core at a time: concurrent requests share the cores
+/// instead of each taking all of them.
+#[derive(Clone)]
+pub struct Cores {
+    permits: Arc<Semaphore>,
+    count: usize,
+}
+
+/// What went wrong on the pool: a job that panicked, or the runtime shutting down.
+#[derive(Debug, thiserror::Error)]
+#[error("merge failed: {0}")]
+pub struct PoolError(String);
+
+impl Cores {
+    /// `count` jobs at once (at least one).
+    pub fn new(count: usize) -> Self {
+        let count = count.max(1);
+        Self {
+            permits: Arc::new(Semaphore::new(count)),
+            count,
+        }
+    }
+
+    /// As many as the machine (or the container's CPU quota) has.
+    pub fn of_machine() -> Self {
+        Self::new(std::thread::available_parallelism().map_or(1, usize::from))
+    }
+
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// `job` on the blocking pool once a core is free.
+    pub async fn run<T, F>(&self, job: F) -> Result<T, PoolError>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let permit: OwnedSemaphorePermit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| PoolError(e.to_string()))?;
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            job()
+        })
+        .await
+        .map_err(|e| PoolError(e.to_string()))
+    }
+}
+
+/// The merge of every backend that answered, and a warning for each that did not.
+#[derive(Debug, Default)]
+pub struct Merged {
+    /// Sorted by file and name.
+    pub groups: Vec<RuleGroup>,
+    pub warnings: Vec<String>,
+    pub answered: usize,
+}
+
+/// The partition of a group: by its key, so every backend's copy of it meets in one merger.
+fn partition(group: &RuleGroup, partitions: usize) -> usize {
+    let mut hasher = DefaultHasher::new();
+    (&group.file, &group.name).hash(&mut hasher);
+    usize::try_from(hasher.finish() % partitions as u64).unwrap_or(0)
+}
+
+/// `data`'s groups by partition, each in the order the backend gave them.
+fn split(data: RuleDiscovery, partitions: usize) -> Vec<Vec<RuleGroup>> {
+    let mut parts: Vec<Vec<RuleGroup>> = (0..partitions).map(|_| Vec::new()).collect();
+    for group in data.groups {
+        let index = partition(&group, partitions);
+        parts[index].push(group);
+    }
+    parts
+}
+
+/// Merges `fetched` (every endpoint's answer, in endpoint order: it decides exact ties).
+pub async fn merge(
+    fetched: impl Stream<Item = (Endpoint, Result<Fetched, FetchError>)>,
+    cores: &Cores,
+    options: &MergeOptions,
+    metrics: &FederatorMetrics,
+) -> Result<Merged, PoolError> {
+    let partitions = cores.count();
+    let (queues, folds): (Vec<_>, Vec<_>) = (0..partitions)
+        .map(|_| {
+            let (queue, mut answers) = tokio::sync::mpsc::channel::<Source>(FOLD_QUEUE);
+            let options = options.clone();
+            // A thread per partition, mostly waiting for answers: the decoding is the work.
+            let fold = tokio::task::spawn_blocking(move || {
+                let mut merger = Merger::new(options);
+                while let Some(source) = answers.blocking_recv() {
+                    merger.add(source);
+                }
+                merger.finish()
+            });
+            (queue, fold)
+        })
+        .unzip();
+    let mut decoded = std::pin::pin!(
+        fetched
+            .map(|(endpoint, fetched)| async move {
+                let decoded = match fetched {
+                    Ok(fetched) => match cores
+                        .run(move || fetched.decode().map(|data| split(data, partitions)))
+                        .await
+                    {
+                        Ok(decoded) => decoded.map_err(|why| (why, true)),
+                        Err(pool) => return Err(pool),
+                    },
+                    Err(why) => Err((why, false)),
+                };
+                Ok((endpoint, decoded))
+            })
+            .buffered(partitions * LOOK_AHEAD)
+    );
+    let mut merged = Merged::default();
+    while let Some(next) = decoded.next().await {
+        let (endpoint, decoded) = next?;
+        match decoded {
+            Ok(parts) => {
+                merged.answered += 1;
+                for (queue, groups) in queues.iter().zip(parts) {
+                    let source = Source {
+                        shard: endpoint.shard.clone(),
+                        name: endpoint.url.clone(),
+                        groups,
+                    };
+                    if queue.send(source).await.is_err() {
+                        return Err(PoolError("a merger stopped".to_string()));
+                    }
+                }
+            }
+            Err((why, came)) => {
+                // What never came was counted by the fetch; what came and could not be read,
+                // here.
+                if came {
+                    metrics.endpoint_error(endpoint.name(), why.kind());
+                }
+                tracing::warn!(endpoint = %endpoint.url, error = %why, "backend failed");
+                merged
+                    .warnings
+                    .push(format!("endpoint {}: {why}", endpoint.url));
+            }
+        }
+    }
+    drop(queues);
+    for fold in folds {
+        let groups = fold.await.map_err(|e| PoolError(e.to_string()))?;
+        merged.groups.extend(groups);
+    }
+    merged
+        .groups
+        .sort_by(|a, b| (&a.file, &a.name).cmp(&(&b.file, &b.name)));
+    Ok(merged)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::backend::{Backend, endpoint, rules_data};
+    use crate::body::BodyCaps;
+    use crate::connector::BackendTls;
+    use crate::fetch::Fetcher;
+    use std::time::Duration;
+    use zone_rules::{Rule, merge as merge_serially};
+
+    fn metrics() -> FederatorMetrics {
+        FederatorMetrics::register(&prometheus::Registry::new()).unwrap()
+    }
+
+    fn options() -> MergeOptions {
+        MergeOptions {
+            replica_labels: vec!["prometheus_replica".into(), "replica".into()],
+            shard_label: Some("shard".into()),
+        }
+    }
+
+    /// Backend `index`'s answer: the recorded groups, copied under many names (so they spread
+    /// over every partition), with states, evaluation times and a rule order that differ from
+    /// one backend to the next (so the winners of the deduplication, the group metadata and the
+    /// merged order depend on which answer is folded first).
+    fn answer(index: usize) -> RuleDiscovery {
+        let recorded = rules_data();
+        let mut groups = Vec::new();
+        for copy in 0..30 {
+            for group in &recorded.groups {
+                let mut group = group.clone();
+                group.name = format!("{}-{copy}", group.name);
+                group.file = format!("/rules/team-{}.yaml", copy % 3);
+                // The same time on every backend of one parity: exact ties for the first
+                // backend of them to win.
+                group.last_evaluation = format!("2026-01-01T00:00:0{}Z", index % 2);
+                group.evaluation_time = index as f64;
+                if (index + copy).is_multiple_of(3) {
+                    group.rules.reverse();
+                }
+                for rule in &mut group.rules {
+                    if let Rule::Alerting(rule) = rule
+                        && (index + copy).is_multiple_of(4)
+                    {
+                        rule.state = "inactive".into();
+                        rule.alerts = Some(Vec::new());
+                    }
+                }
+                groups.push(group);
+            }
+        }
+        RuleDiscovery {
+            groups,
+            group_next_token: String::new(),
+        }
+    }
+
+    /// The answers of many backends (three shards, several replicas each, gzipped and not),
+    /// decoded in parallel and merged in partitions, give exactly what the serial merge gives,
+    /// whatever the number of cores.
+    #[tokio::test]
+    async fn the_parallel_merge_is_the_serial_one() {
+        let mut backends = Vec::new();
+        let mut sources = Vec::new();
+        let mut endpoints = Vec::new();
+        for index in 0..9 {
+            let body = serde_json::json!({"status": "success", "data": answer(index)});
+            let backend = Backend::json(&body.to_string(), index % 2 == 0).await;
+            let shard = (index % 3).to_string();
+            endpoints.push(endpoint(&backend.url, &shard, &index.to_string()));
+            sources.push(Source {
+                shard,
+                name: backend.url.clone(),
+                groups: answer(index).groups,
+            });
+            backends.push(backend);
+        }
+        let serial = merge_serially(&sources, &options());
+        assert_eq!(serial.len(), 30, "groups");
+        let caps = BodyCaps {
+            compressed: 64 << 20,
+            uncompressed: 256 << 20,
+        };
+        let tls = BackendTls::load(&Default::default()).unwrap();
+        let fetcher = Fetcher::new(Duration::from_secs(30), 4, caps, metrics(), &tls);
+        for cores in [1, 2, 3, 8] {
+            let cores = Cores::new(cores);
+            let fetched = fetcher.rules(endpoints.clone(), "/api/v1/rules");
+            let merged = merge(fetched, &cores, &options(), &metrics())
+                .await
+                .unwrap();
+            assert_eq!(merged.answered, 9);
+            assert!(merged.warnings.is_empty(), "{:?}", merged.warnings);
+            assert!(
+                merged.groups == serial,
+                "{} cores: the parallel merge differs from the serial one",
+                cores.count()
+            );
+        }
+    }
+
+    #[test]
+    fn every_copy_of_a_group_goes_to_one_partition() {
+        let data = answer(0);
+        let count = data.groups.len();
+        let parts = split(data, 3);
+        assert_eq!(parts.iter().map(Vec::len).sum::<usize>(), count);
+        assert!(parts.iter().all(|part| !part.is_empty()), "spread");
+        for (index, part) in parts.iter().enumerate() {
+            for group in part {
+                assert_eq!(partition(group, 3), index);
+            }
+        }
+        let again = split(answer(1), 3);
+        for (a, b) in parts.iter().zip(&again) {
+            let names = |part: &[RuleGroup]| -> Vec<String> {
+                part.iter()
+                    .map(|g| format!("{}/{}", g.file, g.name))
+                    .collect()
+            };
+            assert_eq!(names(a), names(b), "the same groups, whatever the backend");
+        }
+    }
+
+    /// A failed backend is named and skipped in every partition; the others still merge.
+    #[tokio::test]
+    async fn a_backend_that_fails_is_named_once() {
+        let good = Backend::prometheus(true).await;
+        let gone = Backend::gone().await;
+        let tls = BackendTls::load(&Default::default()).unwrap();
+        let caps = BodyCaps {
+            compressed: 1 << 20,
+            uncompressed: 1 << 20,
+        };
+        let fetcher = Fetcher::new(Duration::from_secs(30), 4, caps, metrics(), &tls);
+        let endpoints = vec![good.endpoint("0", "a"), endpoint(&gone, "0", "b")];
+        let fetched = fetcher.rules(endpoints, "/api/v1/rules");
+        let merged = merge(fetched, &Cores::new(2), &options(), &metrics())
+            .await
+            .unwrap();
+        assert_eq!(merged.answered, 1);
+        assert_eq!(merged.warnings.len(), 1, "{:?}", merged.warnings);
+        assert!(merged.warnings[0].starts_with(&format!("endpoint {gone}: cannot connect")));
+        let serial = merge_serially(
+            &[Source {
+                shard: "0".into(),
+                name: good.url.clone(),
+                groups: rules_data().groups,
+            }],
+            &options(),
+        );
+        assert_eq!(merged.groups, serial);
+    }
+}
