@@ -86,20 +86,37 @@ where
 
 /// Decides `candidates` in order on budget `zdb` (named `name`), each on the status holding the
 /// records of those allowed before it; `at` is the time of the records.
+///
+/// A pod named twice in a batch (a client that resent its eviction before the first answer) is
+/// recorded once, and the second request rides on the same record: it too is allowed only once
+/// the write has stored it. Answered at once as a retry of a recorded eviction, it would be
+/// allowed on a record that a failed write never stored.
 pub fn fold(name: &str, zdb: &ZoneDisruptionBudget, candidates: &[Candidate], at: &Time) -> Folded {
     let mut status = zdb.status.clone().unwrap_or_default();
-    let mut recorded = false;
+    // Pods recorded by this batch, and where.
+    let mut recorded: Vec<(&str, Zone)> = Vec::new();
     let outcomes = candidates
         .iter()
         .map(|candidate| {
+            let earlier = recorded
+                .iter()
+                .find(|(pod, _)| *pod == candidate.pod)
+                .map(|(_, zone)| zone.clone());
+            if let Some(zone) = earlier
+                && !candidate.dry_run
+            {
+                return Assessment::Record { zone };
+            }
             let outcome = assess(name, zdb, &mut status, candidate, at);
-            recorded |= matches!(outcome, Assessment::Record { .. });
+            if let Assessment::Record { zone } = &outcome {
+                recorded.push((&candidate.pod, zone.clone()));
+            }
             outcome
         })
         .collect();
     Folded {
         outcomes,
-        status: recorded.then_some(status),
+        status: (!recorded.is_empty()).then_some(status),
     }
 }
 
@@ -325,8 +342,9 @@ pub(super) mod tests {
     }
 
     /// Each candidate sees the records of those before it: the same pod twice is recorded
-    /// once, and the second answer is the retry's; a pod already down is allowed unrecorded;
-    /// a dry run is decided on the batch's records and records nothing.
+    /// once, and the second waits for the same write (it is not a retry of a stored record);
+    /// a pod already down is allowed unrecorded; a dry run is decided on the batch's records
+    /// and records nothing.
     #[test]
     fn later_candidates_see_the_earlier_records() {
         let zdb = budget(IntOrPercent::Int(2), [0; 3], [0; 3]);
@@ -345,10 +363,7 @@ pub(super) mod tests {
         let folded = fold("web", &zdb, &candidates, &at());
         let a = Zone::known("zone-a");
         assert_eq!(folded.outcomes[0], Assessment::Record { zone: a.clone() });
-        assert_eq!(
-            folded.outcomes[1],
-            Assessment::Allow(reason::ALREADY_RECORDED)
-        );
+        assert_eq!(folded.outcomes[1], Assessment::Record { zone: a.clone() });
         assert!(
             matches!(&folded.outcomes[2], Assessment::Refuse { reason, .. } if *reason == reason::OTHER_ZONE_DISRUPTED),
             "{:?}",

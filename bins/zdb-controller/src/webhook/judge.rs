@@ -34,8 +34,9 @@ use crate::webhook::recent::RecentBudgets;
 /// this is far above what they need; it binds when decisions wait for their budget's turn.
 pub const MAX_IN_FLIGHT: usize = 64;
 
-/// API requests (reads and status writes) the decisions of one replica make at once, at most;
-/// the others wait for a slot, in order. The client keeps one connection per request in flight
+/// API requests (the reads) the decisions of one replica make at once, at most; the others
+/// wait for a slot, in order. The committers' status writes, one at a time per budget, go past
+/// them (see `commit.rs`). The client keeps one connection per request in flight
 /// (HTTP/1.1), each with its TLS state and buffers, and keeps it after the burst: without this
 /// bound a storm opened a connection for nearly every decision in flight. A drain's refusals take
 /// about one request each, a few milliseconds, so at 200 evictions/s a few slots are busy.
