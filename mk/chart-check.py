@@ -88,13 +88,13 @@ def run(command, env=None):
 
 
 def chart_image():
-    """The image the chart renders by default: repository:appVersion."""
+    """The image the chart renders by default: repository:v<appVersion>."""
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     image = values["image"]
     if image.get("digest"):
         return f"{image['repository']}@{image['digest']}"
-    return f"{image['repository']}:{image.get('tag') or chart['appVersion']}"
+    return f"{image['repository']}:{image.get('tag') or 'v' + str(chart['appVersion'])}"
 
 
 def render_chart(helm, sets):

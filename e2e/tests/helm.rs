@@ -143,7 +143,8 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
     let chart = helm::chart(&release.dir);
     let (repository, tag) = split_image(&real.project_image);
     let values = json!({
-        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        // A released chart pins its image by digest: the digest must go for the local image.
+        "image": {"repository": repository, "tag": tag, "digest": "", "pullPolicy": "Never"},
         "nodeSelector": {"type": "real"},
         "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
         "watchNamespace": victim.name,
