@@ -29,11 +29,18 @@
 //! - **Every answer in time**: before the API server's webhook timeout (`timeoutSeconds` 5),
 //!   which would fail the eviction closed with a 500 that ends `kubectl drain`.
 //! - **Memory**: each replica's VmRSS, sampled every 100 ms, and its VmHWM.
-//! - **Flow**: allowed (recorded) evictions per second and the longest gap between two.
+//! - **Flow**: allowed (recorded) evictions per second and the longest gap between two. With a
+//!   percentage budget (a zone may go at once) at least `ZDB_PERF_STORM_MIN_RATE` (50/s); with a
+//!   count, about maxUnavailable per replacement cycle (the median time from a record to the new
+//!   pod Ready): at least `ZDB_PERF_STORM_MIN_PER_CYCLE` (0.7) of it.
+//! - **Latency**: p99 of the answers within `ZDB_PERF_STORM_P99_MS` (250 ms).
 //!
-//! [`restart`] runs the storm through the API server instead, while the deployed controller
-//! restarts.
+//! [`native`] runs the same storm against a native PodDisruptionBudget (`ZDB_PERF_STORM_NATIVE`,
+//! "100%"), and the ZDB storm of the same maxUnavailable must allow at least
+//! `ZDB_PERF_STORM_NATIVE_FACTOR` (2) times its rate. [`restart`] runs the storm through the API
+//! server instead, while the deployed controller restarts.
 
+pub mod native;
 pub mod restart;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -70,28 +77,47 @@ pub struct StormSettings {
     /// One storm per value, each on a budget recreated with it.
     pub max_unavailable: Vec<String>,
     pub rss_mib: f64,
+    /// Allowed evictions per second at least, with a percentage budget.
+    pub min_rate: f64,
+    /// Allowed evictions per replacement cycle at least, as a share of a count budget.
+    pub min_per_cycle: f64,
+    /// p99 of the answers at most (ms).
+    pub p99_ms: f64,
+    /// maxUnavailable values of the native PodDisruptionBudget storms.
+    pub native: Vec<String>,
+    /// The ZDB's allowed rate over the native one's, at least.
+    pub native_factor: f64,
+}
+
+fn values(setting_name: &str, default: &str) -> Vec<String> {
+    let list: String = setting(setting_name, default.to_string());
+    let values: Vec<String> = list
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect();
+    for value in &values {
+        assert!(
+            limit(value, 100).is_some(),
+            "{setting_name}: {value:?} is neither a count nor a percentage"
+        );
+    }
+    values
 }
 
 impl StormSettings {
     pub fn from_env(rate: u32) -> StormSettings {
-        let budgets: String = setting("ZDB_PERF_STORM_MAX_UNAVAILABLE", "1,100%".to_string());
-        let max_unavailable: Vec<String> = budgets
-            .split(',')
-            .map(|v| v.trim().to_string())
-            .filter(|v| !v.is_empty())
-            .collect();
-        for value in &max_unavailable {
-            assert!(
-                limit(value, 100).is_some(),
-                "ZDB_PERF_STORM_MAX_UNAVAILABLE: {value:?} is neither a count nor a percentage"
-            );
-        }
         StormSettings {
             seconds: setting("ZDB_PERF_STORM_SECONDS", 30),
             pods: setting("ZDB_PERF_STORM_PODS", 300),
             rate: setting("ZDB_PERF_STORM_RATE", rate),
-            max_unavailable,
+            max_unavailable: values("ZDB_PERF_STORM_MAX_UNAVAILABLE", "1,100%"),
             rss_mib: setting("ZDB_PERF_STORM_RSS_MIB", 64.0),
+            min_rate: setting("ZDB_PERF_STORM_MIN_RATE", 50.0),
+            min_per_cycle: setting("ZDB_PERF_STORM_MIN_PER_CYCLE", 0.7),
+            p99_ms: setting("ZDB_PERF_STORM_P99_MS", 250.0),
+            native: values("ZDB_PERF_STORM_NATIVE", "100%"),
+            native_factor: setting("ZDB_PERF_STORM_NATIVE_FACTOR", 2.0),
         }
     }
 }
@@ -868,8 +894,33 @@ impl Perf {
 }
 
 impl StormResult {
-    fn percentile(&self, p: f64) -> f64 {
+    pub fn percentile(&self, p: f64) -> f64 {
         quantile(&self.latencies, p / 100.0)
+    }
+
+    /// Disruptions recorded (the ledger's starts) per second of the storm.
+    pub fn allowed_per_second(&self) -> f64 {
+        self.starts as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Allowed evictions per replacement cycle: per median time from a record to the new pod
+    /// Ready.
+    fn per_cycle(&self) -> f64 {
+        let mut durations = self.completed.clone();
+        durations.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        self.allowed_per_second() * quantile(&durations, 0.5)
+    }
+
+    /// Evictions recorded per status write, from both replicas' batch histograms.
+    fn per_write(&self) -> (f64, f64) {
+        let sum = |key: &str| -> f64 {
+            self.server
+                .iter()
+                .flatten()
+                .filter_map(|s| s.decisions.get(key))
+                .sum()
+        };
+        (sum("batch-records"), sum("batch-writes"))
     }
 
     pub fn report(&self, storm: &StormSettings) {
@@ -901,6 +952,12 @@ impl StormResult {
             quantile(&durations, 0.5),
             durations.last().copied().unwrap_or(f64::NAN),
             self.delete_errors,
+        );
+        let (records, writes) = self.per_write();
+        println!(
+            "  group commit: {records} evictions recorded by {writes} status writes ({:.1} per write); {:.2} allowed per replacement cycle",
+            records / writes.max(1.0),
+            self.per_cycle(),
         );
         println!(
             "  budget violations (ledger of the pod and budget watches, in resourceVersion order): {}",
@@ -947,6 +1004,27 @@ impl StormResult {
         }
         if self.starts == 0 {
             problems.push("no eviction was allowed".to_string());
+        }
+        let p99 = self.percentile(99.0);
+        if p99.is_nan() || p99 > storm.p99_ms {
+            problems.push(format!("p99 {} ms > {} ms", fmt_ms(p99), storm.p99_ms));
+        }
+        if self.max_unavailable.ends_with('%') {
+            let rate = self.allowed_per_second();
+            if rate < storm.min_rate {
+                problems.push(format!(
+                    "{rate:.1} allowed/s < {} allowed/s",
+                    storm.min_rate
+                ));
+            }
+        } else if let Some(count) = limit(&self.max_unavailable, 0) {
+            let per_cycle = self.per_cycle();
+            let wanted = storm.min_per_cycle * count as f64;
+            if per_cycle.is_nan() || per_cycle < wanted {
+                problems.push(format!(
+                    "{per_cycle:.2} allowed per replacement cycle < {wanted:.2}"
+                ));
+            }
         }
         // The ledger saw every record the webhooks say they wrote, and at most those plus the
         // decisions abandoned at the deadline (whose write may still have landed).
