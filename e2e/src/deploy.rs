@@ -198,6 +198,8 @@ pub struct TestDeploy<'a> {
     overlay: Overlay,
     namespace: String,
     img: String,
+    /// More make variables of every target (e.g. `MONITORING=1`).
+    vars: Vec<(String, String)>,
     undeployed: bool,
 }
 
@@ -211,19 +213,34 @@ impl<'a> TestDeploy<'a> {
             overlay,
             namespace: namespace.to_string(),
             img: img.to_string(),
+            vars: Vec::new(),
             undeployed: false,
         }
+    }
+
+    /// Passes `name=value` to every make target of this deployment (deploy, manifests and the
+    /// undeploy of a drop alike), e.g. `MONITORING=1`.
+    pub fn with_var(mut self, name: &str, value: &str) -> Self {
+        self.vars.push((name.to_string(), value.to_string()));
+        self
     }
 
     /// `make <target>` with NAMESPACE, IMG and DEPLOY_BASE of this deployment.
     pub fn make(&self, target: &str) -> String {
         let base = self.overlay.path.display().to_string();
-        let vars = [
+        let mut vars = vec![
             ("NAMESPACE", self.namespace.as_str()),
             ("IMG", self.img.as_str()),
             ("DEPLOY_BASE", base.as_str()),
         ];
+        vars.extend(self.vars.iter().map(|(n, v)| (n.as_str(), v.as_str())));
         make(self.cluster, target, &vars)
+    }
+
+    /// `make undeploy` (the webhook configuration first); nothing is left for the drop to undo.
+    pub fn undeploy(&mut self) {
+        self.make("undeploy");
+        self.undeployed = true;
     }
 
     /// The objects `make deploy` applies, from `make manifests`.
@@ -280,6 +297,56 @@ impl Drop for TestDeploy<'_> {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.make("undeploy")));
         }
     }
+}
+
+/// A token of ServiceAccount `grafana` in the victim namespace, bound to ClusterRole `role` (a
+/// deployed `zone-aware-rules-federator-reader-<suffix>`) by a ClusterRoleBinding the namespace
+/// owns (deleting the namespace removes it, even if the test is killed).
+pub fn reader_token(cluster: &Cluster, victim: &crate::TestNamespace, role: &str) -> String {
+    let kubectl_stdin = |args: &[&str], stdin: Option<&str>| {
+        let mut command = identity::kubectl(cluster);
+        command.args(args);
+        identity::run(command, stdin.map(str::as_bytes))
+    };
+    let namespace = &victim.name;
+    kubectl_stdin(
+        &["create", "serviceaccount", "grafana", "-n", namespace],
+        None,
+    );
+    let uid = kubectl_stdin(
+        &[
+            "get",
+            "namespace",
+            namespace,
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ],
+        None,
+    );
+    let binding = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {
+            "name": format!("{namespace}-grafana"),
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": namespace, "uid": uid}],
+        },
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": "grafana", "namespace": namespace}],
+    });
+    kubectl_stdin(&["apply", "-f", "-"], Some(&binding.to_string()));
+    kubectl_stdin(
+        &[
+            "create",
+            "token",
+            "grafana",
+            "-n",
+            namespace,
+            "--duration=1h",
+        ],
+        None,
+    )
+    .trim()
+    .to_string()
 }
 
 /// `kubectl apply --server-side -k config/samples` into `namespace`.

@@ -3,7 +3,7 @@
 //! audit log, controller processes, TLS (a test CA, a server for webhooks), a proxy in front of
 //! webhook replicas, the perf drivers' shared measurements, and the real Prometheus (promtool, and
 //! a process per shard) run on the configs the shard controller renders, and a real Alertmanager
-//! with a webhook receiver in the test process.
+//! with a webhook receiver in the test process, and the monitoring mixin rendered by jsonnet.
 //!
 //! Tests are `#[ignore = "needs the local zonal cluster (make e2e)"]`, so `cargo test --workspace`
 //! stays cluster-free; `make e2e` starts the cluster and runs them with `--ignored`.
@@ -19,6 +19,7 @@ pub mod deploy;
 pub mod helm;
 pub mod identity;
 pub mod localstack;
+pub mod mixin;
 pub mod namespace;
 pub mod nodes;
 pub mod operator;

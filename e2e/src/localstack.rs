@@ -55,6 +55,46 @@ pub async fn put_alarm(cloudwatch: &aws_sdk_cloudwatch::Client, name: &str) {
         .expect("PutMetricAlarm");
 }
 
+/// Creates (or replaces) the metric alarm `name` like [`put_alarm`], with missing data treated
+/// as breaching: LocalStack's own evaluation (once a period, a minute) finds no data and keeps it
+/// in ALARM (a plain alarm set to ALARM turns INSUFFICIENT_DATA then), for a test that needs it
+/// firing for longer than a minute.
+pub async fn put_breaching_alarm(cloudwatch: &aws_sdk_cloudwatch::Client, name: &str) {
+    cloudwatch
+        .put_metric_alarm()
+        .alarm_name(name)
+        .namespace("e2e")
+        .metric_name("errors")
+        .statistic(Statistic::Sum)
+        .period(60)
+        .evaluation_periods(1)
+        .threshold(1.0)
+        .comparison_operator(ComparisonOperator::GreaterThanOrEqualToThreshold)
+        .treat_missing_data("breaching")
+        .send()
+        .await
+        .expect("PutMetricAlarm");
+}
+
+/// Deletes the alarm `name` from `Drop` (which cannot be async): on a thread of its own with
+/// its own runtime and client. Errors are ignored, as in any clean-up.
+pub fn delete_alarm_blocking(endpoint: &str, name: &str) {
+    let (endpoint, name) = (endpoint.to_string(), name.to_string());
+    let handle = std::thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        runtime.block_on(async move {
+            let cloudwatch = crate::cluster::cloudwatch_at(&endpoint).await;
+            let _ = cloudwatch.delete_alarms().alarm_names(name).send().await;
+        });
+    });
+    let _ = handle.join();
+}
+
 /// Sets the state of the alarm `name`.
 pub async fn set_alarm(cloudwatch: &aws_sdk_cloudwatch::Client, name: &str, state: StateValue) {
     cloudwatch

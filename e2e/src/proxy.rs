@@ -26,8 +26,14 @@ impl RoundRobinProxy {
 
     /// As [`RoundRobinProxy::start`], on a given port (0: any free one).
     pub async fn start_on(port: u16, backends: Vec<SocketAddr>) -> RoundRobinProxy {
+        Self::start_at(SocketAddr::from(([127, 0, 0, 1], port)), backends).await
+    }
+
+    /// As [`RoundRobinProxy::start`], listening on `address` (port 0: any free one): the host's
+    /// own address lets the pods of the real nodes reach a service that listens on 127.0.0.1.
+    pub async fn start_at(address: SocketAddr, backends: Vec<SocketAddr>) -> RoundRobinProxy {
         assert!(!backends.is_empty(), "a proxy needs at least one backend");
-        let listener = TcpListener::bind(("127.0.0.1", port))
+        let listener = TcpListener::bind(address)
             .await
             .expect("bind the proxy port");
         let addr = listener.local_addr().expect("proxy address");

@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use e2e::deploy::{
-    Overlay, TestDeploy, apply_samples, dynamic_api, identities, status_of, wait_for_sample_budget,
+    Overlay, TestDeploy, apply_samples, dynamic_api, identities, reader_token, status_of,
+    wait_for_sample_budget,
 };
 use e2e::quota::PodQuota;
 use e2e::real::RealNodes;
@@ -499,56 +500,6 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
         },
     )
     .await;
-}
-
-/// A token of ServiceAccount `grafana` in the victim namespace, bound to ClusterRole `role` by a
-/// ClusterRoleBinding the namespace owns (deleting the namespace removes it, even if the test is
-/// killed).
-fn reader_token(cluster: &Cluster, victim: &TestNamespace, role: &str) -> String {
-    let kubectl_stdin = |args: &[&str], stdin: Option<&str>| {
-        let mut command = e2e::identity::kubectl(cluster);
-        command.args(args);
-        e2e::identity::run(command, stdin.map(str::as_bytes))
-    };
-    let namespace = &victim.name;
-    kubectl_stdin(
-        &["create", "serviceaccount", "grafana", "-n", namespace],
-        None,
-    );
-    let uid = kubectl_stdin(
-        &[
-            "get",
-            "namespace",
-            namespace,
-            "-o",
-            "jsonpath={.metadata.uid}",
-        ],
-        None,
-    );
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {
-            "name": format!("{namespace}-grafana"),
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": namespace, "uid": uid}],
-        },
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-        "subjects": [{"kind": "ServiceAccount", "name": "grafana", "namespace": namespace}],
-    });
-    kubectl_stdin(&["apply", "-f", "-"], Some(&binding.to_string()));
-    kubectl_stdin(
-        &[
-            "create",
-            "token",
-            "grafana",
-            "-n",
-            namespace,
-            "--duration=1h",
-        ],
-        None,
-    )
-    .trim()
-    .to_string()
 }
 
 /// The federator pod's API address.

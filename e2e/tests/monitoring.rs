@@ -1,0 +1,787 @@
+//! The controllers monitored by the project's own stack: `make deploy MONITORING=1` of config/local
+//! (the controllers as real pods on the real nodes, a PodMonitor per binary, the mixin's
+//! PrometheusRule), a ShardedPrometheus of real Prometheus pods (one shard per zone) that selects
+//! the monitors and the rules, and the deployed rules-federator in front of its shards. The
+//! mixin's rules are rendered by jsonnet with a test setting (`zauPausedTooLongFor: "30s"`) and
+//! replace the committed PrometheusRule.
+//!
+//! - `ZoneAwareWebhookDown` fires through the federator once the zdb-controller Deployment is
+//!   scaled to 0 (measured from the moment no zdb pod is left), and resolves when it is back;
+//! - `ZoneAwareRolloutPausedTooLong` fires for a ZoneAwareUpdate its CloudWatch alarm pauses.
+//!
+//! Isolation: every deployed name carries the test's suffix; zdb-controller and zau-controller
+//! watch only the test namespace (the webhook selects only it, so a zdb-controller scaled to 0
+//! refuses no eviction elsewhere); shard-controller and the federator watch the controllers'
+//! namespace, where the monitors, the rule and the ShardedPrometheus are.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use aws_sdk_cloudwatch::types::StateValue;
+use e2e::cluster::cleanup_blocking;
+use e2e::deploy::{Overlay, TestDeploy, controllers, make, reader_token};
+use e2e::localstack::{delete_alarm_blocking, put_breaching_alarm, set_alarm};
+use e2e::operator::monitoring_resource;
+use e2e::process::{http_get_from, http_get_with_token};
+use e2e::proxy::RoundRobinProxy;
+use e2e::real::RealNodes;
+use e2e::workload::{spread_statefulset, to_statefulset, zone_aware_update};
+use e2e::{Cluster, TestNamespace, identity, pods, wait_for};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use zone_api::{ShardedPrometheus, ZoneAwareUpdate};
+
+/// The ShardedPrometheus; the shipped federator discovers this name (`--discover-sprom`).
+const SPROM: &str = "prometheus";
+const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
+/// The shards' scrape and evaluation interval.
+const INTERVAL: Duration = Duration::from_secs(10);
+const INTERVAL_SPEC: &str = "10s";
+/// The labels of every object of config/monitoring/, which the ShardedPrometheus selects by.
+const PART_OF: (&str, &str) = ("app.kubernetes.io/part-of", "zone-aware-controllers");
+const COMPONENT: (&str, &str) = ("app.kubernetes.io/component", "monitoring");
+/// The PrometheusRule of config/monitoring/ (and of the mixin's jsonnet).
+const RULE: &str = "zone-aware-controllers";
+/// The mixin's settings for this test, as jsonnet.
+const MIXIN_CONFIG: &str = r#"{zauPausedTooLongFor: "30s"}"#;
+const WEBHOOK_DOWN: &str = "ZoneAwareWebhookDown";
+/// The `for` of ZoneAwareWebhookDown (the mixin's default).
+const WEBHOOK_DOWN_FOR: Duration = Duration::from_secs(120);
+const PAUSED_TOO_LONG: &str = "ZoneAwareRolloutPausedTooLong";
+/// The `for` of ZoneAwareRolloutPausedTooLong under [`MIXIN_CONFIG`].
+const PAUSED_TOO_LONG_FOR: Duration = Duration::from_secs(30);
+const MANAGER: &str = "e2e-monitoring";
+const TIMEOUT: Duration = Duration::from_secs(240);
+const IMG: &str = "registry.invalid/zone-aware-controllers:e2e";
+
+fn part_of_and_component() -> Value {
+    json!({PART_OF.0: PART_OF.1, COMPONENT.0: COMPONENT.1})
+}
+
+/// The port each binary's metrics are served on (container port name): the federator serves
+/// them on its API port.
+fn metrics_port(binary: &str) -> &'static str {
+    match binary {
+        "rules-federator" => "http",
+        _ => "metrics",
+    }
+}
+
+/// `make manifests MONITORING=1`: a PodMonitor per binary (job label = the binary's name, every
+/// shard scrapes every pod) and the PrometheusRule, in the deploy namespace, with the labels a
+/// Prometheus selects them by; a headless `<binary>-metrics` Service per binary on a container
+/// port of its Deployment. All of it accepted by the API server (the prometheus-operator v0.85
+/// CRDs validate the monitors and the rule).
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn monitoring_component_renders_monitors_rule_and_metrics_services() {
+    let cluster = Cluster::get();
+    e2e::operator::install_crds(&cluster).await;
+    let ns = TestNamespace::create(&cluster, "monitoring-render").await;
+    let rendered = make(
+        &cluster,
+        "manifests",
+        &[("NAMESPACE", &ns.name), ("IMG", IMG), ("MONITORING", "1")],
+    );
+    let objects = identity::yaml_to_json(&rendered);
+    let find = |kind: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind}/{name} rendered"))
+    };
+    let labels = part_of_and_component();
+    for binary in controllers() {
+        let monitor = find("PodMonitor", &binary);
+        assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
+        assert_eq!(monitor["metadata"]["namespace"], ns.name.as_str());
+        for (key, value) in labels.as_object().unwrap() {
+            assert_eq!(
+                &monitor["metadata"]["labels"][key], value,
+                "{binary}: {key}"
+            );
+        }
+        let spec = &monitor["spec"];
+        assert_eq!(spec["jobLabel"], "app.kubernetes.io/name");
+        assert_eq!(
+            spec["selector"],
+            json!({"matchLabels": {"app.kubernetes.io/name": binary}})
+        );
+        let endpoints = spec["podMetricsEndpoints"].as_array().unwrap();
+        assert_eq!(endpoints.len(), 1, "{binary}");
+        assert_eq!(endpoints[0]["port"], metrics_port(&binary));
+        assert_eq!(endpoints[0]["path"], "/metrics");
+        assert!(
+            endpoints[0]["relabelings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["targetLabel"] == "__tmp_disable_sharding"
+                    && r["replacement"] == "true"
+                    && r["action"] == "replace"),
+            "{binary}: every shard scrapes every pod"
+        );
+
+        // The Deployment's container has the port the PodMonitor and the Service name.
+        let deployment = find("Deployment", &binary);
+        let ports = &deployment["spec"]["template"]["spec"]["containers"][0]["ports"];
+        let container_port = ports
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == metrics_port(&binary))
+            .unwrap_or_else(|| panic!("{binary} has no port {}", metrics_port(&binary)));
+        let service = find("Service", &format!("{binary}-metrics"));
+        assert_eq!(service["metadata"]["namespace"], ns.name.as_str());
+        assert_eq!(service["spec"]["clusterIP"], "None");
+        assert_eq!(
+            service["spec"]["selector"],
+            json!({"app.kubernetes.io/name": binary})
+        );
+        assert_eq!(
+            service["spec"]["ports"],
+            json!([{"name": "metrics", "port": container_port["containerPort"], "targetPort": metrics_port(&binary), "protocol": "TCP"}])
+        );
+    }
+    let rule = find("PrometheusRule", RULE);
+    assert_eq!(rule["metadata"]["namespace"], ns.name.as_str());
+    for (key, value) in labels.as_object().unwrap() {
+        assert_eq!(&rule["metadata"]["labels"][key], value, "{key}");
+    }
+
+    // The API server accepts the monitoring objects and the Services (in the test namespace:
+    // a dry run cannot create the deploy namespace).
+    let mut accepted: Vec<Value> = objects
+        .iter()
+        .filter(|o| {
+            matches!(o["kind"].as_str(), Some("PodMonitor" | "PrometheusRule"))
+                || (o["kind"] == "Service"
+                    && o["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.ends_with("-metrics")))
+        })
+        .cloned()
+        .collect();
+    assert_eq!(accepted.len(), 2 * controllers().len() + 1);
+    for object in &mut accepted {
+        object["metadata"]["namespace"] = json!(ns.name);
+    }
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": accepted});
+    let mut command = identity::kubectl(&cluster);
+    command.args(["apply", "--server-side", "--dry-run=server", "-f", "-"]);
+    let output = identity::run(command, Some(list.to_string().as_bytes()));
+    for binary in controllers() {
+        for what in [
+            format!("podmonitor.monitoring.coreos.com/{binary} serverside-applied"),
+            format!("service/{binary}-metrics serverside-applied"),
+        ] {
+            assert!(output.contains(&what), "{what}: {output}");
+        }
+    }
+    assert!(
+        output.contains(&format!(
+            "prometheusrule.monitoring.coreos.com/{RULE} serverside-applied"
+        )),
+        "{output}"
+    );
+}
+
+/// Patches of the test overlay: a container argument of a Deployment, or an environment variable.
+fn arg_patch(deployment: &str, arg: &str) -> String {
+    format!(
+        r#"- target:
+    kind: Deployment
+    name: {deployment}
+  patch: |-
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: {arg}
+"#
+    )
+}
+
+fn env_patch(deployment: &str, name: &str, value: &str) -> String {
+    format!(
+        r#"- target:
+    kind: Deployment
+    name: {deployment}
+  patch: |-
+    - op: add
+      path: /spec/template/spec/containers/0/env/-
+      value: {{name: {name}, value: "{value}"}}
+"#
+    )
+}
+
+/// The host's address as the real nodes' pods reach it: a real node's InternalIP (the kubelets
+/// run on this host).
+async fn host_address(client: &Client) -> IpAddr {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes
+        .list(&ListParams::default().labels("type=real"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .next()
+        .expect("a real node");
+    node.status
+        .and_then(|s| s.addresses)
+        .into_iter()
+        .flatten()
+        .find(|a| a.type_ == "InternalIP")
+        .expect("the real node's InternalIP")
+        .address
+        .parse()
+        .unwrap()
+}
+
+/// The Deployment `name` at `replicas`.
+async fn scale(deployments: &Api<Deployment>, name: &str, replicas: i32) {
+    deployments
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("scaling {name} to {replicas}: {e}"));
+}
+
+/// Scales a Deployment back to `replicas` when dropped: a test that stopped zdb-controller must
+/// not leave the eviction webhook (failurePolicy Fail) without a replica.
+struct RestoreScale {
+    config: kube::Config,
+    namespace: String,
+    name: String,
+    replicas: i32,
+}
+
+impl Drop for RestoreScale {
+    fn drop(&mut self) {
+        let (namespace, name, replicas) =
+            (self.namespace.clone(), self.name.clone(), self.replicas);
+        cleanup_blocking(self.config.clone(), move |client| async move {
+            let deployments: Api<Deployment> = Api::namespaced(client, &namespace);
+            let _ = deployments
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+                )
+                .await;
+        });
+    }
+}
+
+/// Deletes a CloudWatch alarm of the cluster's LocalStack when dropped.
+struct DeleteAlarm {
+    endpoint: String,
+    name: String,
+}
+
+impl Drop for DeleteAlarm {
+    fn drop(&mut self) {
+        delete_alarm_blocking(&self.endpoint, &self.name);
+    }
+}
+
+/// The deployed federator's API, as a reader of the federated rules and alerts.
+struct Federator {
+    address: SocketAddr,
+    token: String,
+}
+
+impl Federator {
+    /// The answer's `data`; an answer with warnings (a shard that did not answer) is not one.
+    async fn get(&self, path: &str) -> Result<Value, String> {
+        let (code, body) = http_get_with_token(self.address, path, Some(&self.token)).await?;
+        let value: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+        if code != 200 || value.get("warnings").is_some() {
+            return Err(format!("{code}: {body}"));
+        }
+        Ok(value["data"].clone())
+    }
+
+    /// The instances of alert `name` the federator serves (pending and firing), each with the
+    /// shard label.
+    async fn alerts(&self, name: &str) -> Result<Vec<Value>, String> {
+        let data = self.get("/api/v1/alerts").await?;
+        Ok(data["alerts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| a["labels"]["alertname"] == name)
+            .cloned()
+            .collect())
+    }
+
+    /// Waits until `name` fires, on at least one shard, for an instance with all of `labels`; the
+    /// firing instances then.
+    async fn wait_firing(&self, name: &str, labels: &Value, timeout: Duration) -> Vec<Value> {
+        wait_for(
+            &format!("{name} firing at the federator"),
+            timeout,
+            || async {
+                let alerts = self.alerts(name).await?;
+                let firing: Vec<Value> = alerts
+                    .iter()
+                    .filter(|a| a["state"] == "firing" && has_labels(a, labels))
+                    .cloned()
+                    .collect();
+                if firing.is_empty() {
+                    Err(format!("{alerts:?}"))
+                } else {
+                    Ok(firing)
+                }
+            },
+        )
+        .await
+    }
+
+    /// Waits until no instance of `name` is pending or firing on any shard.
+    async fn wait_inactive(&self, name: &str, timeout: Duration) {
+        wait_for(&format!("no {name} at the federator"), timeout, || async {
+            let alerts = self.alerts(name).await?;
+            if alerts.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{alerts:?}"))
+            }
+        })
+        .await;
+    }
+}
+
+fn has_labels(alert: &Value, labels: &Value) -> bool {
+    labels
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(key, value)| &alert["labels"][key] == value)
+}
+
+fn shards_of(alerts: &[Value]) -> BTreeSet<String> {
+    alerts
+        .iter()
+        .filter_map(|a| a["labels"]["shard"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// A shard's Prometheus pod and its API.
+struct Shard {
+    index: String,
+    address: SocketAddr,
+}
+
+impl Shard {
+    /// The instant vector of `promql` as `(labels, value)`.
+    async fn query(&self, promql: &str) -> Result<Vec<(Value, f64)>, String> {
+        let path = format!(
+            "/api/v1/query?query={}",
+            e2e::prometheus::url_encode(promql)
+        );
+        let (code, body) = http_get_from(self.address, &path).await?;
+        let value: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+        if code != 200 {
+            return Err(format!("{code}: {body}"));
+        }
+        Ok(value["data"]["result"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|sample| {
+                let number = sample["value"][1]
+                    .as_str()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(f64::NAN);
+                (sample["metric"].clone(), number)
+            })
+            .collect())
+    }
+}
+
+/// Seconds, for the printed figures.
+fn secs(duration: Duration) -> f64 {
+    duration.as_secs_f64()
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
+async fn monitoring_mixin_alerts_fire_through_the_federator_webhook_down_and_rollout_paused() {
+    let cluster = Cluster::get();
+    let real = RealNodes::of(&cluster);
+    e2e::operator::install_crds(&cluster).await;
+    // The mixin rendered first: without it there is nothing to prove.
+    let mut rule = e2e::mixin::prometheus_rule(MIXIN_CONFIG);
+    let groups = e2e::mixin::group_names(&rule);
+    assert!(!groups.is_empty(), "the mixin renders no rule group");
+
+    let victim = TestNamespace::create(&cluster, "monitoring").await;
+    let client = victim.client.clone();
+    let suffix = victim.suffix().to_string();
+    // The controllers' namespace, apart from the test namespace (`e2e-monitoring-<suffix>`).
+    let namespace = format!("e2e-monitored-{suffix}");
+
+    // CloudWatch (LocalStack, on the host's 127.0.0.1) for the zau-controller pods, through a
+    // proxy on the host's address.
+    let localstack: SocketAddr = cluster
+        .aws_endpoint()
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .expect("LocalStack's endpoint is http://<ip>:<port>");
+    let proxy = RoundRobinProxy::start_at(
+        SocketAddr::new(host_address(&client).await, 0),
+        vec![localstack],
+    )
+    .await;
+    let cloudwatch_for_pods = format!("http://{}", proxy.addr);
+
+    let mut patches = String::new();
+    for binary in ["zau-controller", "zdb-controller"] {
+        patches += &arg_patch(binary, &format!("--watch-namespace={}", victim.name));
+    }
+    patches += &arg_patch("zau-controller", "--alarm-poll-interval=2s");
+    for (name, value) in [
+        ("AWS_ENDPOINT_URL", cloudwatch_for_pods.as_str()),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+    ] {
+        patches += &env_patch("zau-controller", name, value);
+    }
+    patches += &arg_patch(
+        "shard-controller",
+        &format!("--watch-namespace={namespace}"),
+    );
+    patches += &arg_patch(
+        "rules-federator",
+        &format!("--discover-namespace={namespace}"),
+    );
+    let overlay = Overlay::new("config/local", &suffix, &victim.name, &patches);
+    let mut deployment = TestDeploy::new(&cluster, overlay, &namespace, &real.project_image)
+        .with_var("MONITORING", "1");
+    deployment.make("deploy");
+
+    let deployed_pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let mut controller_pods = BTreeMap::new();
+    for binary in controllers() {
+        let selector = format!("app.kubernetes.io/name={binary}");
+        let ready = pods::wait_available(&deployed_pods, &selector, 2, TIMEOUT).await;
+        controller_pods.insert(binary, ready);
+    }
+
+    // The mixin's rules with the test's settings, in place of the committed PrometheusRule that
+    // `make deploy MONITORING=1` applied (replaced whole, so none of its rules stay).
+    let rules: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &namespace,
+        &monitoring_resource("PrometheusRule", "prometheusrules"),
+    );
+    let committed = rules
+        .get(RULE)
+        .await
+        .expect("make deploy MONITORING=1 applied the committed PrometheusRule");
+    rule["metadata"]["namespace"] = json!(namespace);
+    rule["metadata"]["resourceVersion"] = json!(committed.resource_version());
+    let rule: DynamicObject = serde_json::from_value(rule).unwrap();
+    rules
+        .replace(RULE, &PostParams::default(), &rule)
+        .await
+        .expect("replacing the PrometheusRule with the test's rendering");
+
+    // The ShardedPrometheus: one shard per zone on the real nodes, selecting the component's
+    // PodMonitors and PrometheusRule (namespace selectors unset: its own namespace).
+    let _discovery = e2e::prometheus::discovery_service_account(
+        &cluster,
+        &client,
+        &namespace,
+        &format!("{namespace}-prometheus"),
+    )
+    .await;
+    let sproms: Api<ShardedPrometheus> = Api::namespaced(client.clone(), &namespace);
+    let selector = json!({"matchLabels": part_of_and_component()});
+    let generation = e2e::apply::sprom(
+        &sproms,
+        SPROM,
+        MANAGER,
+        json!({
+            "shards": 3,
+            "image": real.prometheus_image,
+            "nodeSelector": {"type": "real"},
+            "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
+            "shardingStrategy": {"topology": {"values": ZONES}},
+            "serviceAccountName": e2e::prometheus::SERVICE_ACCOUNT,
+            "scrapeInterval": INTERVAL_SPEC,
+            "evaluationInterval": INTERVAL_SPEC,
+            "podMonitorSelector": selector,
+            "ruleSelector": selector,
+        }),
+    )
+    .await;
+    wait_for("3 ready shards", TIMEOUT, || async {
+        let status = sproms
+            .get(SPROM)
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        if status.observed_generation == generation && status.ready_shards == 3 {
+            Ok(())
+        } else {
+            Err(format!("{status:?}"))
+        }
+    })
+    .await;
+    let shards: Vec<Shard> = pods::list(
+        &deployed_pods,
+        &format!("app.kubernetes.io/instance={SPROM}"),
+    )
+    .await
+    .iter()
+    .map(|pod| Shard {
+        index: pod.labels()["zonecontrol.k8s.aws/shard"].clone(),
+        address: format!(
+            "{}:9090",
+            pod.status.as_ref().unwrap().pod_ip.as_ref().unwrap()
+        )
+        .parse()
+        .unwrap(),
+    })
+    .collect();
+    assert_eq!(shards.len(), 3, "one Prometheus pod per shard");
+
+    // Every shard scrapes both pods of every binary (the PodMonitors' __tmp_disable_sharding),
+    // under job="<binary>" (their jobLabel).
+    let want: BTreeMap<String, f64> = controllers().into_iter().map(|b| (b, 2.0)).collect();
+    for shard in &shards {
+        wait_for(
+            &format!("shard {} scraping both pods of every binary", shard.index),
+            TIMEOUT,
+            || async {
+                let up: BTreeMap<String, f64> = shard
+                    .query("count by (job) (up == 1)")
+                    .await?
+                    .into_iter()
+                    .filter_map(|(labels, n)| Some((labels["job"].as_str()?.to_string(), n)))
+                    .collect();
+                if up == want {
+                    Ok(())
+                } else {
+                    Err(format!("{up:?}"))
+                }
+            },
+        )
+        .await;
+    }
+
+    // The federator serves the mixin's groups of every shard.
+    let federator_pod = &controller_pods["rules-federator"][0];
+    let federator = Federator {
+        address: format!(
+            "{}:9090",
+            federator_pod
+                .status
+                .as_ref()
+                .unwrap()
+                .pod_ip
+                .as_ref()
+                .unwrap()
+        )
+        .parse()
+        .unwrap(),
+        token: reader_token(
+            &cluster,
+            &victim,
+            &format!("zone-aware-rules-federator-reader-{suffix}"),
+        ),
+    };
+    let want_groups: BTreeSet<(String, String)> = shards
+        .iter()
+        .flat_map(|s| groups.iter().map(|g| (s.index.clone(), g.clone())))
+        .collect();
+    wait_for(
+        "the federator serving the mixin's groups of every shard",
+        TIMEOUT,
+        || async {
+            let data = federator.get("/api/v1/rules").await?;
+            let served: BTreeSet<(String, String)> = data["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|group| {
+                    let name = group["name"].as_str().unwrap_or_default().to_string();
+                    group["rules"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(move |r| r["labels"]["shard"].as_str().map(str::to_string))
+                        .map(move |shard| (shard, name.clone()))
+                })
+                .collect();
+            let missing: Vec<_> = want_groups.difference(&served).collect();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("missing (shard, group): {missing:?}"))
+            }
+        },
+    )
+    .await;
+
+    rollout_paused_by_its_alarm_raises_paused_too_long(&cluster, &victim, &federator).await;
+
+    webhook_down_fires_and_resolves(&cluster, &client, &namespace, &suffix, &federator).await;
+
+    deployment.undeploy();
+    drop(proxy);
+}
+
+/// A ZoneAwareUpdate in the middle of a rollout whose CloudWatch alarm is in ALARM:
+/// `ZoneAwareRolloutPausedTooLong{namespace, name, source="Alarm"}` fires at the federator within
+/// its `for` (30 s here) plus an evaluation and a scrape interval of the pause.
+async fn rollout_paused_by_its_alarm_raises_paused_too_long(
+    cluster: &Cluster,
+    victim: &TestNamespace,
+    federator: &Federator,
+) {
+    let cloudwatch = cluster.cloudwatch().await;
+    let alarm = format!("{}-paused", victim.name);
+    put_breaching_alarm(&cloudwatch, &alarm).await;
+    let _alarm = DeleteAlarm {
+        endpoint: cluster.aws_endpoint(),
+        name: alarm.clone(),
+    };
+    set_alarm(&cloudwatch, &alarm, StateValue::Alarm).await;
+
+    // Three kwok pods at revision 1, then revision 2 to roll out.
+    let sets: Api<StatefulSet> = victim.api();
+    let mut manifest = spread_statefulset("web", 3, "registry.invalid/web:1");
+    manifest["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+    sets.create(&PostParams::default(), &to_statefulset(manifest))
+        .await
+        .unwrap();
+    let victim_pods: Api<Pod> = victim.api();
+    pods::wait_available(&victim_pods, "app=web", 3, TIMEOUT).await;
+    e2e::workload::set_image(&sets, "web", "registry.invalid/web:2", TIMEOUT).await;
+    let zaus: Api<ZoneAwareUpdate> = victim.api();
+    zaus.create(
+        &PostParams::default(),
+        &zone_aware_update(
+            "web",
+            json!({"statefulset": "web", "maxUnavailable": 1, "pauseRolloutAlarm": alarm}),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_for("the rollout paused by its alarm", TIMEOUT, || async {
+        let status = zaus
+            .get("web")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        if status.paused_by.split(',').any(|s| s == "Alarm") {
+            Ok(())
+        } else {
+            Err(format!("{status:?}"))
+        }
+    })
+    .await;
+    let paused = Instant::now();
+
+    let labels = json!({"namespace": victim.name, "name": "web", "source": "Alarm"});
+    let firing = federator
+        .wait_firing(PAUSED_TOO_LONG, &labels, TIMEOUT)
+        .await;
+    let fired = paused.elapsed();
+    eprintln!(
+        "{PAUSED_TOO_LONG} (for {PAUSED_TOO_LONG_FOR:?}) firing at the federator {:.1} s after the \
+         ZoneAwareUpdate's status said paused by Alarm, on shard(s) {:?}",
+        secs(fired),
+        shards_of(&firing)
+    );
+    let bound = PAUSED_TOO_LONG_FOR + INTERVAL + INTERVAL;
+    assert!(
+        fired <= bound,
+        "{PAUSED_TOO_LONG} fired {fired:?} after the pause, over {bound:?} (for + an evaluation + a scrape)"
+    );
+}
+
+/// zdb-controller scaled to 0: `ZoneAwareWebhookDown` fires at the federator within its `for`
+/// plus an evaluation and a scrape interval of the last pod's end; scaled back to 2 it resolves
+/// (is neither pending nor firing on any shard).
+async fn webhook_down_fires_and_resolves(
+    cluster: &Cluster,
+    client: &Client,
+    namespace: &str,
+    suffix: &str,
+    federator: &Federator,
+) {
+    // Not pending or firing while zdb-controller serves (it may have been pending before the
+    // shards first scraped it).
+    federator.wait_inactive(WEBHOOK_DOWN, TIMEOUT).await;
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let zdb = format!("zdb-controller-{suffix}");
+    let _restore = RestoreScale {
+        config: cluster.config().await,
+        namespace: namespace.to_string(),
+        name: zdb.clone(),
+        replicas: 2,
+    };
+    let zdb_pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let selector = "app.kubernetes.io/name=zdb-controller";
+    let scaled = Instant::now();
+    scale(&deployments, &zdb, 0).await;
+    wait_for("no zdb-controller pod left", TIMEOUT, || async {
+        let left = zdb_pods
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .len();
+        if left == 0 {
+            Ok(())
+        } else {
+            Err(format!("{left} pods"))
+        }
+    })
+    .await;
+    let gone = Instant::now();
+    let labels = json!({"job": "zdb-controller"});
+    let firing = federator
+        .wait_firing(WEBHOOK_DOWN, &labels, WEBHOOK_DOWN_FOR + TIMEOUT)
+        .await;
+    let fired = gone.elapsed();
+    eprintln!(
+        "{WEBHOOK_DOWN} (for {WEBHOOK_DOWN_FOR:?}, evaluation and scrape every {INTERVAL:?}) firing \
+         at the federator {:.1} s after the last zdb-controller pod was gone ({:.1} s after the \
+         scale to 0), on shard(s) {:?}",
+        secs(fired),
+        secs(gone - scaled),
+        shards_of(&firing)
+    );
+    let bound = WEBHOOK_DOWN_FOR + INTERVAL + INTERVAL;
+    assert!(
+        fired <= bound,
+        "{WEBHOOK_DOWN} fired {fired:?} after the last pod was gone, over {bound:?} (for + an evaluation + a scrape)"
+    );
+
+    let restored = Instant::now();
+    scale(&deployments, &zdb, 2).await;
+    pods::wait_available(&zdb_pods, selector, 2, TIMEOUT).await;
+    let ready = Instant::now();
+    federator.wait_inactive(WEBHOOK_DOWN, TIMEOUT).await;
+    eprintln!(
+        "{WEBHOOK_DOWN} gone from the federator's alerts {:.1} s after the scale back to 2 ({:.1} s \
+         after both pods were Ready)",
+        secs(restored.elapsed()),
+        secs(ready.elapsed())
+    );
+}
