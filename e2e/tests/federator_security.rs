@@ -344,8 +344,10 @@ async fn federator_security_requests_past_the_cap_are_503_and_an_abandoned_one_f
     );
     wait_ready(port).await;
 
-    let mut holding: Vec<_> = (0..2)
-        .map(|_| tokio::spawn(get(port, "/api/v1/rules", None)))
+    // Different requests: identical ones at once would share one fetch and one turn.
+    let mut holding: Vec<_> = ["/api/v1/rules", "/api/v1/rules?type=alert"]
+        .into_iter()
+        .map(|path| tokio::spawn(get(port, path, None)))
         .collect();
     wait_for("two requests held by the backend", TIMEOUT, || async {
         match asked.load(Ordering::SeqCst) {
@@ -370,7 +372,7 @@ async fn federator_security_requests_past_the_cap_are_503_and_an_abandoned_one_f
         TIMEOUT,
         || async {
             let before = asked.load(Ordering::SeqCst);
-            let request = tokio::spawn(get(port, "/api/v1/rules", None));
+            let request = tokio::spawn(get(port, "/api/v1/rules?type=record", None));
             let reached = tokio::time::timeout(TIMEOUT, async {
                 while asked.load(Ordering::SeqCst) == before && !request.is_finished() {
                     tokio::time::sleep(Duration::from_millis(10)).await;
