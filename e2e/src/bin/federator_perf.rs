@@ -10,12 +10,15 @@
 //!    collapses (at 100 backends the merged answer holds 100,000 rules).
 //! 3. For 100 and 10 backends (big answer) and 10 backends (small answer), a fresh federator
 //!    answers `/api/v1/rules`, `/api/v1/alerts` and a filtered `/api/v1/rules` one request at a
-//!    time, then four at a time: latency p50/p99, the federator's CPU seconds per request, and
-//!    its peak RSS (VmHWM) over the scenario.
+//!    time (`x1`), then four identical ones at a time (`x4`, as the panels of one dashboard
+//!    opened by several people: they share one merge), then four different ones at a time
+//!    (`mixed x4`: rules, alerts, filtered, recording rules; each merged for itself): latency
+//!    p50/p99, the federator's CPU seconds per request, and its peak RSS (VmHWM) over the
+//!    scenario.
 //!
-//! Targets (one `/api/v1/rules` at a time): 100 backends p50 <= 1.5 s, <= 1.5 CPU-seconds per
-//! request, peak RSS <= 512 MiB; 10 backends p50 <= 150 ms; the small answer at 10 backends p99
-//! <= 50 ms.
+//! Targets (`/api/v1/rules`): 100 backends one at a time p50 <= 600 ms and <= 1.5 CPU-seconds
+//! per request, four at a time p50 <= 1.2 s, peak RSS <= 512 MiB over the whole scenario; 10
+//! backends p50 <= 150 ms; the small answer at 10 backends p99 <= 50 ms.
 //!
 //! Settings (environment): `FED_PERF_REQUESTS_100` (10), `FED_PERF_REQUESTS_10` (40).
 //!
@@ -268,9 +271,46 @@ const PATHS: [(&str, &str); 3] = [
     ),
 ];
 
-/// One scenario with a fresh federator; returns (p50, p99, cpu per request, peak RSS MiB) of
-/// `/api/v1/rules` one at a time.
-async fn scenario(label: &str, endpoints: &[String], requests: usize) -> (f64, f64, f64, f64) {
+/// Four different requests, sent together: nothing to share.
+const MIXED: [&str; 4] = [
+    "/api/v1/rules",
+    "/api/v1/alerts",
+    "/api/v1/rules?type=alert&match[]=%7Bseverity%3D%22page%22%7D",
+    "/api/v1/rules?type=record",
+];
+
+/// `rounds` times the [`MIXED`] requests together: the latency of every request.
+async fn measure_mixed(pid: u32, port: u16, rounds: usize) -> Figures {
+    let cpu_before = cpu_seconds(pid);
+    let mut latencies = Vec::new();
+    for _ in 0..rounds {
+        let results = futures::future::join_all(MIXED.map(|path| fetch(port, path))).await;
+        for ((code, _, took), path) in results.into_iter().zip(MIXED) {
+            assert_eq!(code, 200, "{path}");
+            latencies.push(took.as_secs_f64());
+        }
+    }
+    latencies.sort_by(f64::total_cmp);
+    #[allow(clippy::cast_precision_loss)]
+    let cpu_per_request = (cpu_seconds(pid) - cpu_before) / latencies.len() as f64;
+    Figures {
+        p50: quantile(&latencies, 0.5),
+        p99: quantile(&latencies, 0.99),
+        cpu_per_request,
+        bytes: 0,
+    }
+}
+
+/// What a scenario is judged by: `/api/v1/rules` one and four at a time, and the peak RSS.
+#[derive(Default)]
+struct Headline {
+    x1: Option<Figures>,
+    x4: Option<Figures>,
+    peak_rss_mib: f64,
+}
+
+/// One scenario with a fresh federator.
+async fn scenario(label: &str, endpoints: &[String], requests: usize) -> Headline {
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let env = [
@@ -295,7 +335,7 @@ async fn scenario(label: &str, endpoints: &[String], requests: usize) -> (f64, f
     // One request first: connections made, allocator warmed, as in steady use.
     let (code, _, _) = fetch(port, "/api/v1/rules").await;
     assert_eq!(code, 200);
-    let mut headline = (0.0, 0.0, 0.0, 0.0);
+    let mut headline = Headline::default();
     for parallel in [1, 4] {
         for (name, path) in PATHS {
             let figures = measure(pid, port, path, requests, parallel).await;
@@ -306,16 +346,26 @@ async fn scenario(label: &str, endpoints: &[String], requests: usize) -> (f64, f
                 figures.cpu_per_request,
                 figures.bytes as f64 / 1e6
             );
-            if parallel == 1 && name == "rules" {
-                headline = (figures.p50, figures.p99, figures.cpu_per_request, 0.0);
+            if name == "rules" {
+                match parallel {
+                    1 => headline.x1 = Some(figures),
+                    _ => headline.x4 = Some(figures),
+                }
             }
         }
         let (_, hwm) = memory_kib(pid).unwrap_or((0, 0));
         println!("{label}: peak RSS after x{parallel}: {:.1} MiB", mib(hwm));
     }
+    let mixed = measure_mixed(pid, port, requests.div_ceil(4).max(2)).await;
+    println!(
+        "{label}: mixed    x4: p50 {:>7.1} ms, p99 {:>7.1} ms, {:.3} CPU-s/request",
+        mixed.p50 * 1000.0,
+        mixed.p99 * 1000.0,
+        mixed.cpu_per_request,
+    );
     let (_, hwm) = memory_kib(pid).unwrap_or((0, 0));
     println!("{label}: peak RSS {:.1} MiB", mib(hwm));
-    headline.3 = mib(hwm);
+    headline.peak_rss_mib = mib(hwm);
     headline
 }
 
@@ -323,6 +373,7 @@ async fn run() -> bool {
     let recorded = record().await;
     let mut ok = true;
     let mut check = |what: &str, value: f64, target: f64, unit: &str| {
+        // NaN (not measured) misses.
         let met = value <= target;
         println!(
             "target {what}: {value:.3} {unit} (<= {target} {unit}) {}",
@@ -330,28 +381,57 @@ async fn run() -> bool {
         );
         ok &= met;
     };
+    let nan = || Figures {
+        p50: f64::NAN,
+        p99: f64::NAN,
+        cpu_per_request: f64::NAN,
+        bytes: 0,
+    };
     let big_100 = backends(&recorded, 200, 50).await;
-    let (p50, _, cpu, rss) = scenario(
+    let headline = scenario(
         "100 backends",
         &big_100,
         setting("FED_PERF_REQUESTS_100", 10),
     )
     .await;
-    check("100 backends p50", p50, 1.5, "s");
-    check("100 backends CPU per request", cpu, 1.5, "s");
-    check("100 backends peak RSS", rss, 512.0, "MiB");
+    let (x1, x4) = (
+        headline.x1.unwrap_or_else(nan),
+        headline.x4.unwrap_or_else(nan),
+    );
+    check("100 backends p50, one at a time", x1.p50, 0.6, "s");
+    check("100 backends CPU per request", x1.cpu_per_request, 1.5, "s");
+    check("100 backends p50, four at a time", x4.p50, 1.2, "s");
+    check("100 backends peak RSS", headline.peak_rss_mib, 512.0, "MiB");
     let big_10 = backends(&recorded, 200, 5).await;
-    let (p50, _, _, _) =
-        scenario("10 backends", &big_10, setting("FED_PERF_REQUESTS_10", 40)).await;
-    check("10 backends p50", p50, 0.150, "s");
+    let headline = scenario("10 backends", &big_10, setting("FED_PERF_REQUESTS_10", 40)).await;
+    check(
+        "10 backends p50",
+        headline.x1.unwrap_or_else(nan).p50,
+        0.150,
+        "s",
+    );
     let small_10 = backends(&recorded, 20, 5).await;
-    let (_, p99, _, _) = scenario(
+    let headline = scenario(
         "10 backends, small",
         &small_10,
         setting("FED_PERF_REQUESTS_10", 40),
     )
     .await;
-    check("10 backends small p99", p99, 0.050, "s");
+    check(
+        "10 backends small p99",
+        headline.x1.unwrap_or_else(nan).p99,
+        0.050,
+        "s",
+    );
+    // Other work on the machine inflates every figure: say how busy it was.
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "load at the end: {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     ok
 }
 
