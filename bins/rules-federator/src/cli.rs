@@ -190,9 +190,10 @@ pub struct Args {
     #[arg(long, env = "MAX_CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrency: u16,
 
-    /// Merges at once, at most. A request's backends are asked at once and their answers kept
-    /// compressed; the merge (and the answer it builds, most of a request's memory) waits for a
-    /// turn.
+    /// Different merges at once, at most. A request's backends are asked at once and their
+    /// answers kept compressed; the merge (and the answer it builds, most of a request's memory)
+    /// waits for a turn. Identical requests at once share one merge and one turn; each merge
+    /// already uses every core, so a second one at once shares the cores and doubles the memory.
     #[arg(long, env = "MAX_CONCURRENT_MERGES", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrent_merges: u16,
 
