@@ -9,11 +9,18 @@
 #                                  controller binaries, non-root) and the test images, imported
 #                                  into the running nodes
 #   images.sh import ZONE TAR...   import image tars into one node's containerd
+#   images.sh multiarch OUT NAME   the project's image for linux/amd64 and linux/arm64: one
+#                                  OCI image index in an image-layout tar OUT, named NAME
+#                                  (nothing imported); the last line printed is the index's
+#                                  digest (docs/release.md)
+#   images.sh static ARCH          the static controller binaries for ARCH (amd64, arm64); the
+#                                  last line printed is their directory
 #
 # Env: BINS (the controller binaries, default: those of bins.txt), CARGO,
-# CARGO_TARGET_DIR, STATIC_TARGET.
+# CARGO_TARGET_DIR, STATIC_TARGET (the single-platform image's).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+die() { echo "image: $*" >&2; exit 1; }
 
 cargo="${CARGO:-cargo}"
 target="${STATIC_TARGET:-x86_64-unknown-linux-gnu}"
@@ -21,8 +28,66 @@ release="${CARGO_TARGET_DIR:-$TOP/target}/$target/release"
 oci() { python3 "$here/images/oci-image.py" "$@"; }
 
 static_build() { # packages...
+    static_build_for "$target" "$@"
+}
+
+static_build_for() { # rust-target packages...
+    local rust_target="$1"
+    shift
     RUSTFLAGS="-C target-feature=+crt-static" "$cargo" build --quiet --release --locked \
-        --target "$target" "${@/#/--package=}" || die "the static build of $* failed"
+        --target "$rust_target" "${@/#/--package=}" || die "the static build ($rust_target) of $* failed"
+}
+
+# The Rust target of each platform of the multi-arch image (its OCI architecture name).
+rust_target_of() { # arch
+    case "$1" in
+    amd64) echo x86_64-unknown-linux-gnu ;;
+    arm64) echo aarch64-unknown-linux-gnu ;;
+    *) die "no Rust target for the architecture $1 (amd64 or arm64)" ;;
+    esac
+}
+
+# arm64 from this x86_64 host: Debian's cross gcc is the linker and the C compiler of the crates
+# with C inside (aws-lc-sys, ring, libmimalloc-sys), and its libc6-dev-arm64-cross holds the
+# static glibc that +crt-static links (zig's glibc targets cannot link glibc statically).
+arm64_toolchain() {
+    local log="$ZAC_CACHE/arm64-toolchain.log"
+    mkdir -p "$ZAC_CACHE"
+    if ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
+        echo "image: adding the Rust target aarch64-unknown-linux-gnu" >&2
+        rustup target add aarch64-unknown-linux-gnu >"$log" 2>&1 \
+            || die "rustup target add aarch64-unknown-linux-gnu failed; see $log"
+    fi
+    if ! command -v aarch64-linux-gnu-gcc >/dev/null || [ ! -f /usr/aarch64-linux-gnu/lib/libc.a ]; then
+        echo "image: installing gcc-aarch64-linux-gnu libc6-dev-arm64-cross (Debian packages) for arm64" >&2
+        { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+            --no-install-recommends gcc-aarch64-linux-gnu libc6-dev-arm64-cross; } >"$log" 2>&1 \
+            || die "installing the arm64 cross toolchain failed; see $log"
+    fi
+    # Only the aarch64 target's: the host build (build scripts, proc macros) is untouched.
+    export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+    export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
+    export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
+}
+
+# The static controller binaries for one architecture; prints their directory.
+static_arch() { # arch
+    local rust_target
+    rust_target="$(rust_target_of "$1")"
+    [ "$1" = arm64 ] && arm64_toolchain
+    static_build_for "$rust_target" ${BINS:-${CONTROLLERS[*]}}
+    echo "${CARGO_TARGET_DIR:-$TOP/target}/$rust_target/release"
+}
+
+# As distroless/static:nonroot: users, CA certificates (the AWS SDK's HTTPS), a /tmp. Writes the
+# passwd and group files into DIR; sets BASE_LAYER to the oci-image.py arguments of the lot.
+base_layer() { # dir
+    printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$1/passwd"
+    printf 'root:x:0:\nnonroot:x:65532:\n' >"$1/group"
+    BASE_LAYER=(--user 65532:65532
+        --file "$1/passwd:/etc/passwd" --file "$1/group:/etc/group"
+        --file /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt
+        --dir /tmp:1777 --dir /home/nonroot:755)
 }
 
 test_images() {
@@ -70,14 +135,9 @@ project_image() {
     static_build "${bins[@]}"
     for bin in "${bins[@]}"; do files+=(--file "$release/$bin:/$bin:755"); done
     mkdir -p "$IMAGES"
-    # As distroless/static:nonroot: users, CA certificates (the AWS SDK's HTTPS), a /tmp.
-    printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$IMAGES/passwd"
-    printf 'root:x:0:\nnonroot:x:65532:\n' >"$IMAGES/group"
-    oci --name "$PROJECT_IMAGE" --out "$IMAGES/project.tar" --user 65532:65532 \
-        --entrypoint "/${bins[0]}" "${files[@]}" \
-        --file "$IMAGES/passwd:/etc/passwd" --file "$IMAGES/group:/etc/group" \
-        --file /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt \
-        --dir /tmp:1777 --dir /home/nonroot:755
+    base_layer "$IMAGES"
+    oci --name "$PROJECT_IMAGE" --out "$IMAGES/project.tar" "${BASE_LAYER[@]}" \
+        --entrypoint "/${bins[0]}" "${files[@]}"
     test_images
     local zone imported=0
     for zone in "${REAL_ZONES[@]}"; do
@@ -94,6 +154,26 @@ project_image() {
     fi
 }
 
+# The release image: the project's image for both platforms under one image index, layers
+# gzipped (it is pushed to a registry, not imported here). The local cluster keeps the amd64
+# image of project_image.
+multiarch_image() { # out name
+    local out="${1:-}" name="${2:-}" bins=(${BINS:-${CONTROLLERS[*]}}) args=() arch dir bin work
+    [ -n "$out" ] && [ -n "$name" ] || { echo "usage: $0 multiarch OUT.tar NAME" >&2; exit 2; }
+    work="$(mktemp -d)"
+    trap 'rm -rf "$work"' EXIT
+    base_layer "$work"
+    for arch in amd64 arm64; do
+        dir="$(static_arch "$arch" | tail -n 1)"
+        args+=(--platform "$arch")
+        for bin in "${bins[@]}"; do args+=(--arch-file "$arch:$dir/$bin:/$bin:755"); done
+    done
+    mkdir -p "$(dirname "$out")"
+    oci --name "$name" --out "$out" --gzip "${BASE_LAYER[@]}" --entrypoint "/${bins[0]}" "${args[@]}"
+    # Refuses a blob that does not match its digest or a binary of the other architecture.
+    oci --inspect "$out" >/dev/null || die "the image index $out does not check out"
+}
+
 import() { # zone tar...
     local zone="$1" tar
     shift
@@ -107,5 +187,7 @@ case "${1:-}" in
 test-images) test_images ;;
 project) project_image ;;
 import) shift; import "$@" ;;
-*) echo "usage: $0 test-images|project|import ZONE TAR..." >&2; exit 2 ;;
+multiarch) shift; multiarch_image "$@" ;;
+static) static_arch "${2:-}" ;;
+*) echo "usage: $0 test-images|project|import ZONE TAR...|multiarch OUT.tar NAME|static ARCH" >&2; exit 2 ;;
 esac
