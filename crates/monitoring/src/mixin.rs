@@ -103,6 +103,19 @@ pub fn unserved(
         .collect())
 }
 
+/// Ok, or the message naming what [`unserved`] finds (the names, where each is read, and what
+/// `families` holds): each binary's test of its `/metrics` against the mixin.
+pub fn check_served(root: &Path, binary: &str, families: &BTreeSet<String>) -> Result<(), String> {
+    let missing =
+        unserved(root, binary, families).map_err(|error| format!("reading the mixin: {error}"))?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "the mixin reads metrics {binary} does not serve: {missing:#?}\nit serves: {families:#?}"
+    ))
+}
+
 /// What the rendered mixin reads and records.
 #[derive(Debug, Default)]
 pub struct MixinMetrics {
