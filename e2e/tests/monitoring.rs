@@ -116,6 +116,8 @@ async fn monitoring_component_renders_monitors_rule_and_metrics_services() {
         assert_eq!(endpoints.len(), 1, "{binary}");
         assert_eq!(endpoints[0]["port"], metrics_port(&binary));
         assert_eq!(endpoints[0]["path"], "/metrics");
+        // The series' own namespace (of a ZAU, a budget) wins over the pod's.
+        assert_eq!(endpoints[0]["honorLabels"], true, "{binary}");
         assert!(
             endpoints[0]["relabelings"]
                 .as_array()
@@ -636,7 +638,8 @@ async fn monitoring_mixin_alerts_fire_through_the_federator_webhook_down_and_rol
 
     rollout_paused_by_its_alarm_raises_paused_too_long(&cluster, &victim, &federator).await;
 
-    webhook_down_fires_and_resolves(&cluster, &client, &namespace, &suffix, &federator).await;
+    webhook_down_fires_and_resolves(&cluster, &client, &namespace, &suffix, &shards, &federator)
+        .await;
 
     deployment.undeploy();
     drop(proxy);
@@ -714,13 +717,15 @@ async fn rollout_paused_by_its_alarm_raises_paused_too_long(
 }
 
 /// zdb-controller scaled to 0: `ZoneAwareWebhookDown` fires at the federator within its `for`
-/// plus an evaluation and a scrape interval of the last pod's end; scaled back to 2 it resolves
-/// (is neither pending nor firing on any shard).
+/// plus an evaluation and a scrape interval of a shard no longer seeing it up (its input gone;
+/// from the last pod's end that adds Prometheus's discovery of the deletion, printed); scaled
+/// back to 2 it resolves (is neither pending nor firing on any shard).
 async fn webhook_down_fires_and_resolves(
     cluster: &Cluster,
     client: &Client,
     namespace: &str,
     suffix: &str,
+    shards: &[Shard],
     federator: &Federator,
 ) {
     // Not pending or firing while zdb-controller serves (it may have been pending before the
@@ -754,23 +759,58 @@ async fn webhook_down_fires_and_resolves(
     })
     .await;
     let gone = Instant::now();
-    let labels = json!({"job": "zdb-controller"});
+    let gone_at = k8s_openapi::jiff::Timestamp::now();
+    // The alert's input gone: a shard no longer has `up{job="zdb-controller"} == 1` (its target
+    // dropped once discovery saw the pods deleted, the series marked stale).
+    let down_on = wait_for("a shard without zdb-controller up", TIMEOUT, || async {
+        for shard in shards {
+            if shard
+                .query(r#"up{job="zdb-controller"} == 1"#)
+                .await?
+                .is_empty()
+            {
+                return Ok(shard.index.clone());
+            }
+        }
+        Err("every shard still has it up".to_string())
+    })
+    .await;
+    let down = Instant::now();
+    // absent() of a comparison carries no label of its selector: the alert has only its own.
+    let labels = json!({});
     let firing = federator
         .wait_firing(WEBHOOK_DOWN, &labels, WEBHOOK_DOWN_FOR + TIMEOUT)
         .await;
-    let fired = gone.elapsed();
+    let fired = down.elapsed();
+    // When the first shard found it pending, by its own clock.
+    let pending_after = firing
+        .iter()
+        .filter_map(|a| {
+            a["activeAt"]
+                .as_str()?
+                .parse::<k8s_openapi::jiff::Timestamp>()
+                .ok()
+        })
+        .min()
+        .map_or(f64::NAN, |active_at| {
+            active_at.duration_since(gone_at).as_secs_f64()
+        });
     eprintln!(
         "{WEBHOOK_DOWN} (for {WEBHOOK_DOWN_FOR:?}, evaluation and scrape every {INTERVAL:?}) firing \
-         at the federator {:.1} s after the last zdb-controller pod was gone ({:.1} s after the \
-         scale to 0), on shard(s) {:?}",
+         at the federator {:.1} s after shard {down_on} stopped seeing zdb-controller up, {:.1} s \
+         after the last zdb-controller pod was gone (the scale to 0 {:.1} s before that; the \
+         target dropped {:.1} s after it; pending {pending_after:.1} s after it), on shard(s) {:?}",
         secs(fired),
+        secs(gone.elapsed()),
         secs(gone - scaled),
+        secs(down - gone),
         shards_of(&firing)
     );
     let bound = WEBHOOK_DOWN_FOR + INTERVAL + INTERVAL;
     assert!(
         fired <= bound,
-        "{WEBHOOK_DOWN} fired {fired:?} after the last pod was gone, over {bound:?} (for + an evaluation + a scrape)"
+        "{WEBHOOK_DOWN} fired {fired:?} after a shard stopped seeing zdb-controller up, over \
+         {bound:?} (for + an evaluation + a scrape)"
     );
 
     let restored = Instant::now();
