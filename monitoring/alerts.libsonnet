@@ -243,11 +243,17 @@ local alert(c, name, expr, forDuration, severity, summary, description) = {
           alert(
             c,
             'ZoneAwareShardConfigNotLoaded',
-            'min by (namespace, name, shard) (zone_aware_sprom_shard_config_loaded{%(shardSelector)s}) == 0' % c,
+            // The shard's index as `sprom_shard`: a sharded Prometheus and the rules-federator
+            // set their own `shard` label (the shard that fired) on every alert.
+            |||
+              min by (namespace, name, sprom_shard) (
+                label_replace(zone_aware_sprom_shard_config_loaded{%(shardSelector)s}, "sprom_shard", "$1", "shard", "(.*)")
+              ) == 0
+            ||| % c,
             c.shardConfigNotLoadedFor,
             'warning',
-            'Shard {{ $labels.shard }} of {{ $labels.namespace }}/{{ $labels.name }} does not run its configuration.',
-            'A Prometheus pod of shard {{ $labels.shard }} of {{ $labels.namespace }}/{{ $labels.name }} refused the configuration applied to it, or still runs another one, for %(shardConfigNotLoadedFor)s. It scrapes and evaluates with its previous configuration.' % c,
+            'Shard {{ $labels.sprom_shard }} of {{ $labels.namespace }}/{{ $labels.name }} does not run its configuration.',
+            'A Prometheus pod of shard {{ $labels.sprom_shard }} of {{ $labels.namespace }}/{{ $labels.name }} refused the configuration applied to it, or still runs another one, for %(shardConfigNotLoadedFor)s. It scrapes and evaluates with its previous configuration.' % c,
           ),
         ],
       },

@@ -257,7 +257,7 @@ local tests = [
     ['zone_aware_sprom_shard_config_loaded{%s, namespace="monitoring", name="k8s", shard="0"}' % shard, '1x30'],
   ], [
     ['5m', 'ZoneAwareShardConfigNotLoaded', []],
-    ['15m', 'ZoneAwareShardConfigNotLoaded', [firing('ZoneAwareShardConfigNotLoaded', { namespace: 'monitoring', name: 'k8s', shard: '1' })]],
+    ['15m', 'ZoneAwareShardConfigNotLoaded', [firing('ZoneAwareShardConfigNotLoaded', { namespace: 'monitoring', name: 'k8s', sprom_shard: '1' })]],
   ]),
   test('every shard runs its configuration', [
     ['zone_aware_sprom_shard_config_loaded{%s, namespace="monitoring", name="k8s", shard="1"}' % shard, '1x30'],
