@@ -161,7 +161,8 @@ multiarch_image() { # out name
     local out="${1:-}" name="${2:-}" bins=(${BINS:-${CONTROLLERS[*]}}) args=() arch dir bin work
     [ -n "$out" ] && [ -n "$name" ] || { echo "usage: $0 multiarch OUT.tar NAME" >&2; exit 2; }
     work="$(mktemp -d)"
-    trap 'rm -rf "$work"' EXIT
+    # Expanded now: $work is local, gone when the EXIT trap runs.
+    trap "rm -rf '$work'" EXIT
     base_layer "$work"
     for arch in amd64 arm64; do
         dir="$(static_arch "$arch" | tail -n 1)"
