@@ -438,21 +438,33 @@ mod tests {
         assert_eq!(fake.requests_to(&Method::PUT, BUDGET_STATUS).len(), 1);
     }
 
-    /// A write lost to another writer: the budget is read again and the whole batch decided on
-    /// the winner's version, which recorded an eviction in zone-b meanwhile: every member of
-    /// zone-a is refused, nothing more is written.
-    #[tokio::test]
-    async fn a_lost_write_decides_the_batch_again_on_the_winner_s_version() {
-        let zdb = budget(IntOrPercent::Percent(100), [0; 3], [0; 3]);
-        let mut winner = budget(IntOrPercent::Percent(100), [0, 1, 0], [0, 1, 0]);
+    /// The API server after another writer stored `winner` (at resourceVersion 8): status
+    /// writes over an older version conflict, a read of the budget gets `winner`; and a judge
+    /// whose cache still holds `cached`. The stored budget is returned too.
+    fn lost_to(
+        cached: &ZoneDisruptionBudget,
+        mut winner: ZoneDisruptionBudget,
+    ) -> (FakeApi, Arc<Judge>, Arc<Mutex<Value>>) {
         winner.metadata.resource_version = Some("8".into());
         let (fake, client) = FakeApi::new();
         let stored = Arc::new(Mutex::new(serde_json::to_value(&winner).unwrap()));
         optimistic_status_writes(&fake, stored.clone());
         fake.on(Method::GET, BUDGET)
             .always(200, serde_json::to_value(&winner).unwrap());
+        (fake, judge(client, cached), stored)
+    }
+
+    /// A write lost to another writer: the budget is read again and the whole batch decided on
+    /// the winner's version, which recorded an eviction in zone-b meanwhile: every member of
+    /// zone-a is refused, nothing more is written.
+    #[tokio::test]
+    async fn a_lost_write_decides_the_batch_again_on_the_winner_s_version() {
+        let zdb = budget(IntOrPercent::Percent(100), [0; 3], [0; 3]);
         // The watch has not seen the winner's write yet.
-        let judge = judge(client, &zdb);
+        let (fake, judge, _) = lost_to(
+            &zdb,
+            budget(IntOrPercent::Percent(100), [0, 1, 0], [0, 1, 0]),
+        );
         let verdicts = commit_batch(
             &judge,
             &zdb,
@@ -475,14 +487,8 @@ mod tests {
     #[tokio::test]
     async fn a_batch_decided_again_keeps_to_what_the_winner_left() {
         let zdb = budget(IntOrPercent::Int(2), [0; 3], [0; 3]);
-        let mut winner = budget(IntOrPercent::Int(2), [1, 0, 0], [1, 0, 0]);
-        winner.metadata.resource_version = Some("8".into());
-        let (fake, client) = FakeApi::new();
-        let stored = Arc::new(Mutex::new(serde_json::to_value(&winner).unwrap()));
-        optimistic_status_writes(&fake, stored.clone());
-        fake.on(Method::GET, BUDGET)
-            .always(200, serde_json::to_value(&winner).unwrap());
-        let judge = judge(client, &zdb);
+        let (fake, judge, stored) =
+            lost_to(&zdb, budget(IntOrPercent::Int(2), [1, 0, 0], [1, 0, 0]));
         let verdicts = commit_batch(
             &judge,
             &zdb,
@@ -509,14 +515,7 @@ mod tests {
     #[tokio::test]
     async fn a_lost_write_without_time_left_answers_every_member_429() {
         let zdb = budget(IntOrPercent::Percent(100), [0; 3], [0; 3]);
-        let mut winner = zdb.clone();
-        winner.metadata.resource_version = Some("8".into());
-        let (fake, client) = FakeApi::new();
-        let stored = Arc::new(Mutex::new(serde_json::to_value(&winner).unwrap()));
-        optimistic_status_writes(&fake, stored);
-        fake.on(Method::GET, BUDGET)
-            .always(200, serde_json::to_value(&winner).unwrap());
-        let judge = judge(client, &zdb);
+        let (fake, judge, _) = lost_to(&zdb, zdb.clone());
         let verdicts = commit_batch(
             &judge,
             &zdb,
