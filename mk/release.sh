@@ -44,12 +44,7 @@ pinned="$repository:v$version@$digest"
 
 echo "release $version: install.yaml (image $pinned)"
 "$kubectl" kustomize config/crd >"$dist/crds.yaml"
-{
-    cat "$dist/crds.yaml"
-    echo "---"
-    NAMESPACE=zone-aware-system IMG="$pinned" DEPLOY_BASE=config/default DEPLOY_COMPONENTS="" \
-        KUBECTL="$kubectl" bash mk/render-deploy.sh
-} >"$dist/install.yaml"
+IMG="$pinned" KUBECTL="$kubectl" bash mk/install-yaml.sh >"$dist/install.yaml"
 grep -q "image: $pinned" "$dist/install.yaml" || die "install.yaml does not pin $pinned"
 
 echo "release $version: Helm chart"
