@@ -9,6 +9,9 @@
 #                                  controller binaries, non-root) and the test images, imported
 #                                  into the running nodes
 #   images.sh import ZONE TAR...   import image tars into one node's containerd
+#   images.sh import-pinned TAR REF
+#                                  a release's image tar into every real node, also under the
+#                                  NAME@DIGEST of REF (NAME:TAG@DIGEST, as install.yaml pins it)
 #   images.sh multiarch OUT NAME   the project's image for linux/amd64 and linux/arm64: one
 #                                  OCI image index in an image-layout tar OUT, named NAME
 #                                  (nothing imported); the last line printed is the index's
@@ -184,11 +187,30 @@ import() { # zone tar...
     done
 }
 
+# A released image (`make release`'s OCI tar, named NAME:TAG) into every real node, also under
+# NAME@DIGEST: the reference install.yaml and the release chart pin, which the kubelet asks the
+# node's containerd for as is (the nodes pull nothing).
+import_pinned() { # tar name:tag@digest
+    local tar="${1:-}" pinned="${2:-}" named repository digest zone
+    [ -f "$tar" ] && [[ "$pinned" == *@sha256:* ]] \
+        || { echo "usage: $0 import-pinned TAR NAME:TAG@sha256:DIGEST" >&2; exit 2; }
+    named="${pinned%@*}" digest="${pinned#*@}"
+    repository="${named%:*}"
+    for zone in "${REAL_ZONES[@]}"; do
+        import "$zone" "$tar"
+        ctr --address "$NODES/$zone/containerd.sock" --namespace k8s.io images tag --force \
+            "$named" "$repository@$digest" >>"$LOGS/import-$zone.log" 2>&1 \
+            || die "tagging $named as $repository@$digest in $zone failed; see $LOGS/import-$zone.log"
+    done
+    echo "image: $pinned imported into ${#REAL_ZONES[@]} real nodes"
+}
+
 case "${1:-}" in
 test-images) test_images ;;
 project) project_image ;;
 import) shift; import "$@" ;;
+import-pinned) shift; import_pinned "$@" ;;
 multiarch) shift; multiarch_image "$@" ;;
 static) static_arch "${2:-}" ;;
-*) echo "usage: $0 test-images|project|import ZONE TAR...|multiarch OUT.tar NAME|static ARCH" >&2; exit 2 ;;
+*) echo "usage: $0 test-images|project|import ZONE TAR...|import-pinned TAR NAME:TAG@DIGEST|multiarch OUT.tar NAME|static ARCH" >&2; exit 2 ;;
 esac

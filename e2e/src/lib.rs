@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod deploy;
 pub mod helm;
 pub mod identity;
+pub mod installed;
 pub mod localstack;
 pub mod mixin;
 pub mod namespace;

@@ -11,110 +11,22 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use e2e::deploy::{Identity, apply_samples, dynamic_api, identities, status_of};
+use e2e::deploy::{Identity, apply_samples, dynamic_api, identities};
 use e2e::helm::{self, Release};
-use e2e::quota::PodQuota;
+use e2e::installed::{
+    TIMEOUT, assert_judged, assert_webhook_judges, split_image, wait_all, wait_binary_pods,
+    wait_for_fail_policy, wait_for_samples,
+};
 use e2e::real::RealNodes;
-use e2e::{Cluster, TestNamespace, nodes, pods, wait_for};
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use e2e::{Cluster, TestNamespace, pods, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::{Api, Client};
 use serde_json::{Value, json};
-
-const TIMEOUT: Duration = Duration::from_secs(180);
-
-/// `name[:tag]` of an image reference (a registry port such as host:5000/name is not a tag).
-fn split_image(image: &str) -> (&str, &str) {
-    let last = image.rsplit('/').next().unwrap_or(image);
-    if last.contains(':') {
-        image.rsplit_once(':').unwrap()
-    } else {
-        (image, "latest")
-    }
-}
-
-/// Waits until the webhook configuration `name` is at failurePolicy Fail: a zdb-controller replica
-/// serves with a certificate its caBundle trusts. From then on, an eviction it does not answer
-/// fails (500) instead of being let through.
-async fn wait_for_fail_policy(client: &Client, name: &str) {
-    let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    wait_for(
-        "the failurePolicy moved to Fail by a replica",
-        TIMEOUT,
-        || async {
-            let configuration = webhooks.get(name).await.map_err(|e| e.to_string())?;
-            let webhook = &configuration.webhooks.unwrap_or_default()[0];
-            let bundle = webhook.client_config.ca_bundle.as_ref().map(|b| b.0.len());
-            match webhook.failure_policy.as_deref() {
-                Some("Fail") if bundle.unwrap_or(0) > 0 => Ok(()),
-                other => Err(format!(
-                    "failurePolicy {other:?}, caBundle {bundle:?} bytes"
-                )),
-            }
-        },
-    )
-    .await;
-}
-
-/// Waits until every object of `ids` exists (`present`) or is gone (`!present`).
-async fn wait_all(client: &Client, ids: &[Identity], present: bool, what: &str) {
-    let mut apis = Vec::new();
-    for (api_version, kind, namespace, name) in ids {
-        let api = dynamic_api(client, api_version, kind, namespace.as_deref()).await;
-        apis.push((api, format!("{kind} {name}"), name.as_str()));
-    }
-    wait_for(what, TIMEOUT, || async {
-        let mut wrong = Vec::new();
-        for (api, what, name) in &apis {
-            let found = api.get_opt(name).await.map_err(|e| e.to_string())?;
-            if found.is_some() != present {
-                wrong.push(what.as_str());
-            }
-        }
-        if wrong.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("not yet: {wrong:?}"))
-        }
-    })
-    .await;
-}
-
-/// The release's pods of `binary`, once exactly `count` of them exist and are available.
-async fn wait_binary_pods(pods_api: &Api<Pod>, binary: &str, count: usize) -> Vec<Pod> {
-    let selector = format!("app.kubernetes.io/name={binary}");
-    wait_for(
-        &format!("exactly {count} available pods of {binary}"),
-        TIMEOUT,
-        || async {
-            let list = pods_api
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .map_err(|e| e.to_string())?;
-            let available = list.items.iter().filter(|p| pods::is_available(p)).count();
-            if list.items.len() == count && available == count {
-                Ok(list.items)
-            } else {
-                Err(format!("{} pods, {available} available", list.items.len()))
-            }
-        },
-    )
-    .await
-}
-
-/// A budgeted eviction judged by the webhook: answered (allowed, or refused by the budget with
-/// 429), never failed by a webhook that could not be called.
-fn assert_judged(answer: &Result<(), (u16, String)>) {
-    if let Err((code, message)) = answer {
-        assert_eq!(*code, 429, "the eviction was not judged: {message}");
-        assert!(message.contains("admission webhook"), "{message}");
-    }
-}
 
 #[tokio::test]
 #[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
@@ -192,98 +104,20 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
     // The samples reach their status under the release's controllers (their pods are on kwok).
     let started = Instant::now();
     apply_samples(&cluster, &victim.name);
-    let zdbs = dynamic_api(
-        &client,
-        "zonecontrol.k8s.aws/v1",
-        "ZoneDisruptionBudget",
-        Some(&victim.name),
-    )
-    .await;
-    let zaus = dynamic_api(
-        &client,
-        "zonecontrol.k8s.aws/v1",
-        "ZoneAwareUpdate",
-        Some(&victim.name),
-    )
-    .await;
-    let sproms = dynamic_api(
-        &client,
-        "zonecontrol.k8s.aws/v1",
-        "ShardedPrometheus",
-        Some(&victim.name),
-    )
-    .await;
-    e2e::deploy::wait_for_sample_budget(&zdbs).await;
-    wait_for("the sample ZAU's status", TIMEOUT, || async {
-        let status = status_of(&zaus, "web").await?;
-        if status["updateRevision"].is_string()
-            && status["currentRevision"] == status["updateRevision"]
-        {
-            Ok(())
-        } else {
-            Err(status.to_string())
-        }
-    })
-    .await;
-    // Available with three shards; Degraded only because its ServiceAccount is not bound to the
-    // release's prometheus ClusterRole.
-    wait_for(
-        "the sample ShardedPrometheus Available",
-        TIMEOUT,
-        || async {
-            let status = status_of(&sproms, "prometheus").await?;
-            let condition = |type_: &str| {
-                status["conditions"]
-                    .as_array()
-                    .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
-                    .unwrap_or_default()
-            };
-            if condition("Available")["status"] == "True"
-                && status["shards"] == 3
-                && condition("Degraded")["reason"] == "ServiceAccountForbidden"
-            {
-                Ok(())
-            } else {
-                Err(status.to_string())
-            }
-        },
-    )
-    .await;
+    wait_for_samples(&client, &victim.name).await;
     eprintln!(
         "the samples reached their status after {:?}",
         started.elapsed()
     );
 
     // The webhook judges budgeted evictions: one zone may be disrupted, a second is refused.
+    let zone_of = assert_webhook_judges(&victim).await;
+    let in_zone_b = zone_of
+        .iter()
+        .find(|(_, zone)| *zone == "zone-b")
+        .map(|(name, _)| name.clone())
+        .unwrap();
     let victim_pods: Api<Pod> = victim.api();
-    let zone_of = nodes::pod_zones(&victim_pods, "app=web").await;
-    let in_zone = |zone: &str| {
-        zone_of
-            .iter()
-            .find(|(_, z)| *z == zone)
-            .map(|(name, _)| name.clone())
-            .unwrap()
-    };
-    let count = victim_pods
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .len();
-    // One pod fewer than now: the evicted pod's replacement waits until the quota goes.
-    let quota = PodQuota::hold(&victim, count - 1).await;
-    pods::evict(&victim_pods, &in_zone("zone-a"), false)
-        .await
-        .expect("the first zone's eviction is allowed");
-    let (code, message) = pods::evict(&victim_pods, &in_zone("zone-b"), false)
-        .await
-        .expect_err("a second zone is refused while zone-a is disrupted");
-    assert_eq!(code, 429, "{message}");
-    assert!(
-        message.contains("admission webhook") && message.contains("zone-a"),
-        "{message}"
-    );
-    quota.release().await;
 
     // Upgrade: zdb-controller down to one replica, the rules-federator disabled.
     let started = Instant::now();
@@ -325,7 +159,7 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
     // The upgrade left the live failurePolicy and caBundle (zdb-controller's fields) alone, and
     // the one replica judges (a dry run: nothing recorded).
     wait_for_fail_policy(&client, &webhook_name).await;
-    assert_judged(&pods::evict(&victim_pods, &in_zone("zone-b"), true).await);
+    assert_judged(&pods::evict(&victim_pods, &in_zone_b, true).await);
     eprintln!(
         "helm upgrade applied and settled after {:?}",
         started.elapsed()
@@ -359,10 +193,15 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
     ] {
         assert!(crds.get_opt(crd).await.unwrap().is_some(), "{crd} kept");
     }
-    for (api, name) in [(&zdbs, "web"), (&zaus, "web"), (&sproms, "prometheus")] {
+    for (kind, name) in [
+        ("ZoneDisruptionBudget", "web"),
+        ("ZoneAwareUpdate", "web"),
+        ("ShardedPrometheus", "prometheus"),
+    ] {
+        let api = dynamic_api(&client, "zonecontrol.k8s.aws/v1", kind, Some(&victim.name)).await;
         assert!(
             api.get_opt(name).await.unwrap().is_some(),
-            "the user's {name} kept"
+            "the user's {kind} {name} kept"
         );
     }
     let releases = release.helm(&["list", "--all", "-q"]);

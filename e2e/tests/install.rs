@@ -1,0 +1,319 @@
+//! `kubectl apply --server-side -f install.yaml` does what `make deploy` does. The file is a
+//! release's (`E2E_INSTALL_YAML`, e.g. dist/install.yaml of `make release`, whose image tar beside
+//! it is imported into the real nodes under the digest the file pins), else mk/install-yaml.sh
+//! rendered here for the project's image (`make image`). The file holds exactly the CRDs and the
+//! objects `make manifests` renders for the same image; applied, the controllers run on the real
+//! nodes, the webhook judges evictions and the samples reach their status; removed as
+//! docs/release.md says (the webhook configuration first, then everything labelled
+//! part-of=zone-aware-controllers), nothing of it is left but the CRDs and the users' objects.
+//!
+//! Isolation: install.yaml installs cluster-wide under fixed names (its webhook selects every
+//! namespace not labelled out, its controllers watch every namespace). This suite is one test in
+//! its own test binary, and cargo runs test binaries one after another, so no other test runs
+//! beside it; it refuses a cluster where install.yaml's names are taken (not fresh), and removes
+//! what it applied also when it fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use e2e::deploy::{Identity, apply_samples, dynamic_api, identities, make, repo_root};
+use e2e::identity::{self, yaml_to_json};
+use e2e::installed::{
+    TIMEOUT, assert_webhook_judges, wait_all, wait_binary_pods, wait_for_fail_policy,
+    wait_for_samples,
+};
+use e2e::real::RealNodes;
+use e2e::{Cluster, TestNamespace, pods};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use serde_json::{Value, json};
+
+const NAMESPACE: &str = "zone-aware-system";
+const PART_OF: &str = "app.kubernetes.io/part-of=zone-aware-controllers";
+
+/// `kubectl <args>` against the cluster; stdout, or a panic with stderr.
+fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
+    let mut command = identity::kubectl(cluster);
+    command.args(args);
+    identity::run(command, None)
+}
+
+/// The install.yaml under test and the image it runs: the release's file (its image tar, found
+/// beside it, imported into every real node), or one rendered into `dir` for the project's image.
+fn install_yaml(cluster: &Cluster, real: &RealNodes, dir: &Path) -> (PathBuf, String) {
+    if let Some(file) = std::env::var_os("E2E_INSTALL_YAML").filter(|f| !f.is_empty()) {
+        let file = PathBuf::from(file);
+        let text = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("E2E_INSTALL_YAML {}: {e}", file.display()));
+        let images: std::collections::BTreeSet<String> = yaml_to_json(&text)
+            .iter()
+            .filter(|o| o["kind"] == "Deployment")
+            .flat_map(|o| {
+                o["spec"]["template"]["spec"]["containers"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|c| c["image"].as_str().map(str::to_string))
+            .collect();
+        let [image] = images
+            .into_iter()
+            .collect::<Vec<_>>()
+            .try_into()
+            .unwrap_or_else(|images: Vec<String>| {
+                panic!("install.yaml runs one image, not {images:?}")
+            });
+        let folder = file.parent().unwrap_or(Path::new("."));
+        let tars: Vec<PathBuf> = std::fs::read_dir(folder)
+            .expect("the release's directory")
+            .filter_map(|entry| Some(entry.ok()?.path()))
+            .filter(|path| path.to_string_lossy().ends_with(".oci.tar"))
+            .collect();
+        let [tar] = tars.as_slice() else {
+            panic!(
+                "one image tar (*.oci.tar) beside {}, not {tars:?}",
+                file.display()
+            );
+        };
+        let mut command = Command::new("bash");
+        command
+            .current_dir(repo_root())
+            .arg("e2e/cluster/images.sh")
+            .arg("import-pinned")
+            .arg(tar)
+            .arg(&image);
+        eprintln!("{}", identity::run(command, None).trim());
+        return (file, image);
+    }
+    let image = real.project_image.clone();
+    let mut command = Command::new("bash");
+    command
+        .current_dir(repo_root())
+        .env("PATH", identity::path_with_cluster_tools(cluster))
+        .env("IMG", &image)
+        .arg("mk/install-yaml.sh");
+    let file = dir.join("install.yaml");
+    std::fs::write(&file, identity::run(command, None)).expect("writing install.yaml");
+    (file, image)
+}
+
+/// Orders objects for an order-free comparison.
+fn sorted(mut objects: Vec<Value>) -> Vec<Value> {
+    objects.sort_by_key(|o| {
+        format!(
+            "{}/{}/{}/{}",
+            o["apiVersion"], o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]
+        )
+    });
+    objects
+}
+
+/// Removes what install.yaml applied as docs/release.md says; on drop too (a failed test), so the
+/// cluster-wide webhook never outlives the test.
+struct Installed<'a> {
+    cluster: &'a Cluster,
+    file: PathBuf,
+    applied: bool,
+}
+
+impl Installed<'_> {
+    fn remove(&mut self) {
+        let file = self.file.display().to_string();
+        kubectl(
+            self.cluster,
+            &[
+                "delete",
+                "validatingwebhookconfiguration",
+                "-l",
+                PART_OF,
+                "--wait=true",
+            ],
+        );
+        kubectl(
+            self.cluster,
+            &[
+                "delete",
+                "-f",
+                &file,
+                "-l",
+                PART_OF,
+                "--ignore-not-found",
+                "--wait=true",
+                "--timeout=180s",
+            ],
+        );
+        self.applied = false;
+    }
+}
+
+impl Drop for Installed<'_> {
+    fn drop(&mut self) {
+        if self.applied {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.remove()));
+        }
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
+async fn install_yaml_applied_does_what_make_deploy_does() {
+    let cluster = Cluster::get();
+    let real = RealNodes::of(&cluster);
+    let victim = TestNamespace::create(&cluster, "install").await;
+    let client = victim.client.clone();
+    let dir = std::env::temp_dir().join(format!("e2e-install-{}", victim.suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (file, image) = install_yaml(&cluster, &real, &dir);
+    let text = std::fs::read_to_string(&file).unwrap();
+
+    // The file: the CRDs of config/crd, then exactly what `make deploy` applies for this image.
+    let (crds, objects): (Vec<Value>, Vec<Value>) = yaml_to_json(&text)
+        .into_iter()
+        .partition(|o| o["kind"] == "CustomResourceDefinition");
+    let mut render = identity::kubectl(&cluster);
+    render.arg("kustomize").arg(repo_root().join("config/crd"));
+    assert_eq!(
+        sorted(crds),
+        sorted(yaml_to_json(&identity::run(render, None))),
+        "install.yaml's CRDs are config/crd's"
+    );
+    let deployed = yaml_to_json(&make(
+        &cluster,
+        "manifests",
+        &[("NAMESPACE", NAMESPACE), ("IMG", &image)],
+    ));
+    assert_eq!(
+        sorted(objects.clone()),
+        sorted(deployed),
+        "install.yaml's objects are those of `make deploy NAMESPACE={NAMESPACE} IMG={image}`"
+    );
+    let ids: Vec<Identity> = identities(&objects);
+    assert!(
+        ids.iter()
+            .all(|(_, kind, ..)| kind != "CustomResourceDefinition")
+            && objects.iter().all(|o| {
+                o["metadata"]["labels"]["app.kubernetes.io/part-of"] == "zone-aware-controllers"
+            }),
+        "every object but the CRDs is labelled {PART_OF} (the removal selects it)"
+    );
+    // A fresh cluster: none of its names is taken.
+    for (api_version, kind, namespace, name) in &ids {
+        let api = dynamic_api(&client, api_version, kind, namespace.as_deref()).await;
+        assert!(
+            api.get_opt(name).await.unwrap().is_none(),
+            "{kind} {name} exists already: the cluster is not fresh"
+        );
+    }
+
+    // Applied as the README says.
+    let started = Instant::now();
+    let mut installed = Installed {
+        cluster: &cluster,
+        file: file.clone(),
+        applied: true,
+    };
+    eprintln!(
+        "{}",
+        kubectl(
+            &cluster,
+            &["apply", "--server-side", "-f", &file.display().to_string()]
+        )
+    );
+    wait_all(&client, &ids, true, "every object of install.yaml").await;
+    // The local cluster's kwok nodes run no containers: the Deployments go to its real nodes
+    // (what config/local adds to config/default), the only change to what install.yaml applied.
+    let placement = json!([
+        {"op": "add", "path": "/spec/template/spec/tolerations",
+         "value": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}]},
+        {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {"type": "real"}},
+    ])
+    .to_string();
+    for binary in e2e::deploy::controllers() {
+        kubectl(
+            &cluster,
+            &[
+                "patch",
+                "deployment",
+                &binary,
+                "-n",
+                NAMESPACE,
+                "--type",
+                "json",
+                "-p",
+                &placement,
+            ],
+        );
+    }
+    let home_pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let real_nodes = e2e::real::nodes(&client).await;
+    for binary in e2e::deploy::controllers() {
+        for pod in wait_binary_pods(&home_pods, &binary, 2).await {
+            let node = pods::node_of(&pod).unwrap();
+            assert!(real_nodes.contains_key(node), "{binary} on {node}");
+            let container = &pod.spec.as_ref().unwrap().containers[0];
+            assert_eq!(container.image.as_deref(), Some(image.as_str()));
+        }
+    }
+    let webhook = ids
+        .iter()
+        .find(|(_, kind, ..)| kind == "ValidatingWebhookConfiguration")
+        .map(|(.., name)| name.clone())
+        .expect("install.yaml has the eviction webhook");
+    wait_for_fail_policy(&client, &webhook).await;
+    eprintln!(
+        "install.yaml applied: every binary Ready on the real nodes ({image}), the webhook \
+         serving, after {:?}",
+        started.elapsed()
+    );
+
+    // The samples under the installed controllers, and the webhook judging their evictions.
+    let started = Instant::now();
+    apply_samples(&cluster, &victim.name);
+    wait_for_samples(&client, &victim.name).await;
+    assert_webhook_judges(&victim).await;
+    eprintln!(
+        "the samples reached their status, the webhook judged, after {:?}",
+        started.elapsed()
+    );
+
+    // Removed: everything install.yaml applied but the CRDs; the users' objects stay.
+    let started = Instant::now();
+    installed.remove();
+    wait_all(&client, &ids, false, "every object of install.yaml gone").await;
+    e2e::wait_for("the controllers' pods gone", TIMEOUT, || async {
+        let left = home_pods
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .len();
+        (left == 0).then_some(()).ok_or(format!("{left} pods left"))
+    })
+    .await;
+    for crd in identities(&yaml_to_json(&text))
+        .into_iter()
+        .filter(|(_, kind, ..)| kind == "CustomResourceDefinition")
+    {
+        let api = dynamic_api(&client, &crd.0, &crd.1, None).await;
+        assert!(
+            api.get_opt(&crd.3).await.unwrap().is_some(),
+            "{} kept",
+            crd.3
+        );
+    }
+    for (kind, name) in [
+        ("ZoneDisruptionBudget", "web"),
+        ("ZoneAwareUpdate", "web"),
+        ("ShardedPrometheus", "prometheus"),
+    ] {
+        let api = dynamic_api(&client, "zonecontrol.k8s.aws/v1", kind, Some(&victim.name)).await;
+        assert!(
+            api.get_opt(name).await.unwrap().is_some(),
+            "the user's {kind} {name} kept"
+        );
+    }
+    eprintln!("install.yaml removed after {:?}", started.elapsed());
+    let _ = std::fs::remove_dir_all(&dir);
+}
