@@ -379,3 +379,31 @@ pub async fn wait_for_sample_budget(zdbs: &Api<DynamicObject>) {
     )
     .await;
 }
+
+/// Waits until the sample ShardedPrometheus `prometheus` is Available with three shards, one per
+/// zone (kwok marks their pods Ready), and Degraded only because its ServiceAccount is bound to no
+/// prometheus ClusterRole.
+pub async fn wait_for_sample_sprom(sproms: &Api<DynamicObject>) {
+    crate::wait_for(
+        "the sample ShardedPrometheus Available",
+        Duration::from_secs(180),
+        || async {
+            let status = status_of(sproms, "prometheus").await?;
+            let condition = |type_: &str| {
+                status["conditions"]
+                    .as_array()
+                    .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
+                    .unwrap_or_default()
+            };
+            if condition("Available")["status"] == "True"
+                && status["shards"] == 3
+                && condition("Degraded")["reason"] == "ServiceAccountForbidden"
+            {
+                Ok(())
+            } else {
+                Err(status.to_string())
+            }
+        },
+    )
+    .await;
+}

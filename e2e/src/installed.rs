@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, Client};
 
-use crate::deploy::{Identity, dynamic_api, status_of, wait_for_sample_budget};
+use crate::deploy::{
+    Identity, dynamic_api, status_of, wait_for_sample_budget, wait_for_sample_sprom,
+};
 use crate::quota::PodQuota;
 use crate::{TestNamespace, nodes, pods, wait_for};
 
@@ -128,35 +130,26 @@ pub async fn wait_for_samples(client: &Client, namespace: &str) {
         }
     })
     .await;
-    wait_for(
-        "the sample ShardedPrometheus Available",
-        TIMEOUT,
-        || async {
-            let status = status_of(&sproms, "prometheus").await?;
-            let condition = |type_: &str| {
-                status["conditions"]
-                    .as_array()
-                    .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
-                    .unwrap_or_default()
-            };
-            if condition("Available")["status"] == "True"
-                && status["shards"] == 3
-                && condition("Degraded")["reason"] == "ServiceAccountForbidden"
-            {
-                Ok(())
-            } else {
-                Err(status.to_string())
-            }
-        },
-    )
-    .await;
+    wait_for_sample_sprom(&sproms).await;
 }
 
 /// The webhook judges the sample budget's evictions in `victim`: one zone may be disrupted, a
 /// second is refused (429, naming the disrupted zone). Returns the zone of each sample pod.
 pub async fn assert_webhook_judges(victim: &TestNamespace) -> BTreeMap<String, String> {
+    let zone_of = nodes::pod_zones(&victim.api(), "app=web").await;
+    assert_webhook_judges_pods(victim, &zone_of).await;
+    zone_of
+}
+
+/// The webhook judges evictions of the pods of `zone_of` (pod name to zone) in `victim`, which a
+/// budget with one disruption per zone selects: a zone-a pod's eviction is allowed, a zone-b
+/// pod's refused with 429 naming zone-a. The evicted pod's replacement waits (a pod quota) until
+/// the refusal is seen.
+pub async fn assert_webhook_judges_pods(
+    victim: &TestNamespace,
+    zone_of: &BTreeMap<String, String>,
+) {
     let victim_pods: Api<Pod> = victim.api();
-    let zone_of = nodes::pod_zones(&victim_pods, "app=web").await;
     let in_zone = |zone: &str| {
         zone_of
             .iter()
@@ -184,5 +177,48 @@ pub async fn assert_webhook_judges(victim: &TestNamespace) -> BTreeMap<String, S
         "{message}"
     );
     quota.release().await;
-    zone_of
+}
+
+/// After an uninstall: no pod left in the installation's namespace (`home_pods`), the three CRDs
+/// and the samples in `victim` (the users' objects) still there.
+pub async fn assert_only_crds_and_samples_left(
+    client: &Client,
+    home_pods: &Api<Pod>,
+    victim: &str,
+) {
+    wait_for("the installation's pods gone", TIMEOUT, || async {
+        let left = home_pods
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .len();
+        (left == 0).then_some(()).ok_or(format!("{left} pods left"))
+    })
+    .await;
+    let crds = dynamic_api(
+        client,
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        None,
+    )
+    .await;
+    for crd in [
+        "zoneawareupdates.zonecontrol.k8s.aws",
+        "zonedisruptionbudgets.zonecontrol.k8s.aws",
+        "shardedprometheuses.zonecontrol.k8s.aws",
+    ] {
+        assert!(crds.get_opt(crd).await.unwrap().is_some(), "{crd} kept");
+    }
+    for (kind, name) in [
+        ("ZoneDisruptionBudget", "web"),
+        ("ZoneAwareUpdate", "web"),
+        ("ShardedPrometheus", "prometheus"),
+    ] {
+        let api = dynamic_api(client, "zonecontrol.k8s.aws/v1", kind, Some(victim)).await;
+        assert!(
+            api.get_opt(name).await.unwrap().is_some(),
+            "the user's {kind} {name} kept"
+        );
+    }
 }

@@ -227,7 +227,7 @@ pub const SERVICE_ACCOUNT: &str = "prometheus";
 
 /// The ClusterRole (config/prometheus/cluster-role.yaml) that ServiceAccount is bound to: what
 /// Kubernetes service discovery reads.
-const DISCOVERY_CLUSTER_ROLE: &str = "zone-aware-prometheus";
+pub const DISCOVERY_CLUSTER_ROLE: &str = "zone-aware-prometheus";
 
 /// The field manager of the ServiceAccount, its binding and the ClusterRole.
 const MANAGER: &str = "e2e-prometheus";

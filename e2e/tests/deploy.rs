@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use e2e::deploy::{
     Overlay, TestDeploy, apply_samples, dynamic_api, identities, make, status_of,
-    wait_for_sample_budget,
+    wait_for_sample_budget, wait_for_sample_sprom,
 };
 use e2e::identity::{self, ServiceAccountIdentity};
 use e2e::{Cluster, TestNamespace, pods, wait_for};
@@ -1015,30 +1015,7 @@ async fn deploy_samples_reach_their_status_zau_zdb_sprom() {
         Some(&ns.name),
     )
     .await;
-    wait_for(
-        "the sample ShardedPrometheus Available",
-        Duration::from_secs(120),
-        || async {
-            let status = status_of(&sproms, "prometheus").await?;
-            let condition = |type_: &str| {
-                status["conditions"]
-                    .as_array()
-                    .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
-                    .unwrap_or_default()
-            };
-            let available = condition("Available");
-            let degraded = condition("Degraded");
-            if available["status"] == "True"
-                && status["shards"] == 3
-                && degraded["reason"] == "ServiceAccountForbidden"
-            {
-                Ok(())
-            } else {
-                Err(status.to_string())
-            }
-        },
-    )
-    .await;
+    wait_for_sample_sprom(&sproms).await;
 
     // A new revision of the sample StatefulSet is rolled out zone by zone to completion.
     let sets = dynamic_api(&client, "apps/v1", "StatefulSet", Some(&ns.name)).await;

@@ -433,33 +433,7 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
 
     // The deployed webhook, called through its Service: a zone-a pod held missing refuses a
     // zone-b eviction with 429.
-    let count = victim_pods
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .len();
-    // One pod fewer than now: the evicted pod's replacement waits until the quota goes.
-    let quota = PodQuota::hold(&victim, count - 1).await;
-    let in_zone = |zone: &str| {
-        zone_of_pod
-            .iter()
-            .find(|(_, z)| *z == zone)
-            .map(|(name, _)| name.clone())
-            .unwrap()
-    };
-    pods::evict(&victim_pods, &in_zone("zone-a"), false)
-        .await
-        .expect("the first zone's eviction is allowed");
-    let (code, message) = pods::evict(&victim_pods, &in_zone("zone-b"), false)
-        .await
-        .expect_err("a second zone is refused while zone-a is disrupted");
-    assert_eq!(code, 429, "{message}");
-    assert!(
-        message.contains("admission webhook") && message.contains("zone-a"),
-        "{message}"
-    );
-    quota.release().await;
+    e2e::installed::assert_webhook_judges_pods(&victim, &zone_of_pod).await;
 
     // The deployed rules-federator (discovering the sample ShardedPrometheus of the victim
     // namespace) serves the rules of its shards once they run real Prometheus with a rule file,

@@ -13,19 +13,18 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use e2e::deploy::{Identity, apply_samples, dynamic_api, identities};
+use e2e::deploy::{Identity, apply_samples, identities};
 use e2e::helm::{self, Release};
 use e2e::installed::{
-    TIMEOUT, assert_judged, assert_webhook_judges, split_image, wait_all, wait_binary_pods,
-    wait_for_fail_policy, wait_for_samples,
+    assert_judged, assert_only_crds_and_samples_left, assert_webhook_judges, split_image, wait_all,
+    wait_binary_pods, wait_for_fail_policy, wait_for_samples,
 };
 use e2e::real::RealNodes;
-use e2e::{Cluster, TestNamespace, pods, wait_for};
+use e2e::{Cluster, TestNamespace, pods};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -175,35 +174,7 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
         "every object of the release gone",
     )
     .await;
-    wait_for("the release's pods gone", TIMEOUT, || async {
-        let left = home_pods
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?
-            .items
-            .len();
-        (left == 0).then_some(()).ok_or(format!("{left} pods left"))
-    })
-    .await;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in [
-        "zoneawareupdates.zonecontrol.k8s.aws",
-        "zonedisruptionbudgets.zonecontrol.k8s.aws",
-        "shardedprometheuses.zonecontrol.k8s.aws",
-    ] {
-        assert!(crds.get_opt(crd).await.unwrap().is_some(), "{crd} kept");
-    }
-    for (kind, name) in [
-        ("ZoneDisruptionBudget", "web"),
-        ("ZoneAwareUpdate", "web"),
-        ("ShardedPrometheus", "prometheus"),
-    ] {
-        let api = dynamic_api(&client, "zonecontrol.k8s.aws/v1", kind, Some(&victim.name)).await;
-        assert!(
-            api.get_opt(name).await.unwrap().is_some(),
-            "the user's {kind} {name} kept"
-        );
-    }
+    assert_only_crds_and_samples_left(&client, &home_pods, &victim.name).await;
     let releases = release.helm(&["list", "--all", "-q"]);
     assert!(releases.trim().is_empty(), "releases left: {releases}");
     eprintln!("helm uninstall done after {:?}", started.elapsed());
