@@ -407,3 +407,23 @@ pub async fn wait_for_sample_sprom(sproms: &Api<DynamicObject>) {
     )
     .await;
 }
+
+/// Waits until the sample ZoneAwareUpdate `web` reports its revisions, the current one the update
+/// one (nothing to roll).
+pub async fn wait_for_sample_zau(zaus: &Api<DynamicObject>) {
+    crate::wait_for(
+        "the sample ZAU's status",
+        Duration::from_secs(180),
+        || async {
+            let status = status_of(zaus, "web").await?;
+            if status["updateRevision"].is_string()
+                && status["currentRevision"] == status["updateRevision"]
+            {
+                Ok(())
+            } else {
+                Err(status.to_string())
+            }
+        },
+    )
+    .await;
+}

@@ -12,7 +12,7 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 
 use crate::deploy::{
-    Identity, dynamic_api, status_of, wait_for_sample_budget, wait_for_sample_sprom,
+    Identity, dynamic_api, wait_for_sample_budget, wait_for_sample_sprom, wait_for_sample_zau,
 };
 use crate::quota::PodQuota;
 use crate::{TestNamespace, nodes, pods, wait_for};
@@ -119,17 +119,7 @@ pub async fn wait_for_samples(client: &Client, namespace: &str) {
     let zaus = api("ZoneAwareUpdate").await;
     let sproms = api("ShardedPrometheus").await;
     wait_for_sample_budget(&zdbs).await;
-    wait_for("the sample ZAU's status", TIMEOUT, || async {
-        let status = status_of(&zaus, "web").await?;
-        if status["updateRevision"].is_string()
-            && status["currentRevision"] == status["updateRevision"]
-        {
-            Ok(())
-        } else {
-            Err(status.to_string())
-        }
-    })
-    .await;
+    wait_for_sample_zau(&zaus).await;
     wait_for_sample_sprom(&sproms).await;
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use e2e::deploy::{
     Overlay, TestDeploy, apply_samples, dynamic_api, identities, reader_token, status_of,
-    wait_for_sample_budget,
+    wait_for_sample_budget, wait_for_sample_zau,
 };
 use e2e::quota::PodQuota;
 use e2e::real::RealNodes;
@@ -240,21 +240,7 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
     )
     .await;
     wait_for_sample_budget(&zdbs).await;
-    wait_for(
-        "the sample ZAU's status",
-        Duration::from_secs(60),
-        || async {
-            let status = status_of(&zaus, "web").await?;
-            if status["updateRevision"].is_string()
-                && status["currentRevision"] == status["updateRevision"]
-            {
-                Ok(())
-            } else {
-                Err(status.to_string())
-            }
-        },
-    )
-    .await;
+    wait_for_sample_zau(&zaus).await;
 
     // Kill the zau-controller leader: its standby takes the Lease.
     let leader = lease_holder(&leases, "zau-controller").await.unwrap();
