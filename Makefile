@@ -23,6 +23,11 @@ E2E_FILTER ?=
 E2E_THREADS ?= 2
 # E2E_SKIP lists e2e tests left out of `make e2e` (substrings, e.g. E2E_SKIP=zau_leader).
 E2E_SKIP ?=
+# E2E_LANES suites run at once (e2e/run_suites.py): they mostly wait on the cluster. The suites
+# of E2E_EXCLUSIVE install the whole project (cluster-wide webhooks and ClusterRoles, fixed
+# namespaces) and run first, each alone.
+E2E_LANES ?= 2
+E2E_EXCLUSIVE ?= deploy deploy_local helm install
 # PERF=<substring> runs only the matching e2e/perf/*.sh measurements.
 PERF ?=
 
@@ -184,7 +189,7 @@ run: local-crds ## Local zonal cluster, CRDs, and the controllers on namespace d
 .PHONY: image
 image: ## The project's image without Docker (static binaries, non-root), imported into the real nodes
 	ZONE_AWARE_REVISION='$(ZONE_AWARE_REVISION)' LOCAL_IMG='$(LOCAL_IMG)' BINS='$(BINS)' \
-		STATIC_TARGET='$(STATIC_TARGET)' bash e2e/cluster/images.sh project
+		STATIC_TARGET='$(STATIC_TARGET)' IMAGE_PROFILE='$(IMAGE_PROFILE)' bash e2e/cluster/images.sh project
 
 # The multi-arch image's OCI layout tar and name (`make release` writes its own into dist/).
 MULTIARCH_TAR ?= target/image/zone-aware-controllers.oci.tar
@@ -200,12 +205,22 @@ image-multiarch: ## The image for linux/amd64 and linux/arm64: one OCI image ind
 check-arm64: ## The arm64 binaries run under qemu-user-static: --help, a rules-federator merge (not in CI)
 	ZONE_AWARE_REVISION='$(ZONE_AWARE_REVISION)' BINS='$(BINS)' bash mk/check-arm64.sh
 
+# The e2e tests' image: the same static build and image as `make image`, unoptimised (Cargo.toml's
+# e2e-image profile): a third of a cold release build. `make release`'s image is checked with
+# E2E_INSTALL_YAML / E2E_HELM_CHART (docs/release.md).
+e2e: IMAGE_PROFILE = e2e-image
+
 .PHONY: e2e
 e2e: local-crds image chart-tools ## End-to-end tests against the local zonal cluster (E2E_SUITE=file, E2E_FILTER=substring)
 	# The same cargo selection as `make test` (the workspace with its test targets): one set of
 	# features, so the dependencies are compiled once, not once per selection.
 	$(CARGO) build --workspace --all-targets
-	$(CARGO) test --workspace $(if $(E2E_SUITE),--test $(E2E_SUITE),--tests) -- --ignored --test-threads=$(E2E_THREADS) $(E2E_FILTER) $(addprefix --skip ,$(E2E_SKIP))
+ifneq ($(E2E_SUITE),)
+	$(CARGO) test --workspace --test $(E2E_SUITE) -- --ignored --test-threads=$(E2E_THREADS) $(E2E_FILTER) $(addprefix --skip ,$(E2E_SKIP))
+else
+	CARGO='$(CARGO)' python3 e2e/run_suites.py --lanes $(E2E_LANES) --threads $(E2E_THREADS) \
+		$(addprefix --exclusive ,$(E2E_EXCLUSIVE)) $(if $(E2E_FILTER),--filter '$(E2E_FILTER)') $(addprefix --skip ,$(E2E_SKIP))
+endif
 
 .PHONY: perf
 perf: cluster-up ## Long measurements from e2e/perf/ (not in CI; PERF=substring selects)

@@ -20,25 +20,30 @@
 #                                  last line printed is their directory
 #
 # Env: BINS (the controller binaries, default: those of bins.txt), CARGO,
-# CARGO_TARGET_DIR, STATIC_TARGET (the single-platform image's).
+# CARGO_TARGET_DIR, STATIC_TARGET and IMAGE_PROFILE (the single-platform image's Rust target and
+# cargo profile; `make e2e` builds with the unoptimised e2e-image profile, the multi-arch image is
+# always a release build).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 die() { echo "image: $*" >&2; exit 1; }
 
 cargo="${CARGO:-cargo}"
 target="${STATIC_TARGET:-x86_64-unknown-linux-gnu}"
-release="${CARGO_TARGET_DIR:-$TOP/target}/$target/release"
+profile="${IMAGE_PROFILE:-release}"
+# cargo's output directory of the profile: dev's is debug, every other's its name.
+release="${CARGO_TARGET_DIR:-$TOP/target}/$target/$([ "$profile" = dev ] && echo debug || echo "$profile")"
 oci() { python3 "$here/images/oci-image.py" "$@"; }
 
 static_build() { # packages...
-    static_build_for "$target" "$@"
+    static_build_for "$target" "$profile" "$@"
 }
 
-static_build_for() { # rust-target packages...
-    local rust_target="$1"
-    shift
-    RUSTFLAGS="-C target-feature=+crt-static" "$cargo" build --quiet --release --locked \
-        --target "$rust_target" "${@/#/--package=}" || die "the static build ($rust_target) of $* failed"
+static_build_for() { # rust-target profile packages...
+    local rust_target="$1" cargo_profile="$2"
+    shift 2
+    RUSTFLAGS="-C target-feature=+crt-static" "$cargo" build --quiet --profile "$cargo_profile" --locked \
+        --target "$rust_target" "${@/#/--package=}" \
+        || die "the static build ($rust_target, profile $cargo_profile) of $* failed"
 }
 
 # The Rust target of each platform of the multi-arch image (its OCI architecture name).
@@ -78,7 +83,7 @@ static_arch() { # arch
     local rust_target
     rust_target="$(rust_target_of "$1")"
     [ "$1" = arm64 ] && arm64_toolchain
-    static_build_for "$rust_target" ${BINS:-${CONTROLLERS[*]}}
+    static_build_for "$rust_target" release ${BINS:-${CONTROLLERS[*]}}
     echo "${CARGO_TARGET_DIR:-$TOP/target}/$rust_target/release"
 }
 

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Runs the workspace's test binaries' ignored (e2e) tests, several binaries at a time.
+
+`cargo test` runs its test binaries one after another, and the e2e suites spend most of their
+time waiting on the cluster (pods starting, rollouts, scrapes), so on two cores a second lane
+nearly halves the e2e stage. The suites that install the whole project (cluster-wide webhooks,
+ClusterRoles, fixed namespaces: --exclusive) run first, each alone; the rest share LANES lanes,
+the longest first (durations of earlier runs are kept in the target dir).
+
+Every binary's output is printed whole when it ends, with cargo's `Running` line before it, so
+logs read as cargo's and `test result:` lines can be summed. Exit status 1 when any binary failed
+(all of them are run), 2 when the build failed.
+
+    run_suites.py [--lanes N] [--threads N] [--filter SUBSTRING] [--skip SUBSTRING]...
+                  [--exclusive SUITE]...
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+
+def build(cargo: str) -> list[dict]:
+    """The test executables of `cargo test --workspace --tests`, built, in cargo's order."""
+    proc = subprocess.Popen(
+        [cargo, "test", "--workspace", "--tests", "--no-run", "--message-format=json-render-diagnostics"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    found = []
+    for line in proc.stdout:
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if msg.get("reason") != "compiler-artifact" or not msg.get("executable"):
+            continue
+        if not msg.get("profile", {}).get("test"):
+            continue
+        target = msg["target"]
+        package = Path(msg["manifest_path"]).parent
+        kind = target["kind"][0]
+        src = Path(target["src_path"])
+        label = f"{'unittests' if kind != 'test' else 'tests'} {src.relative_to(package)} ({package.name})"
+        found.append({
+            "name": target["name"],
+            "kind": kind,
+            "package_dir": str(package),
+            "executable": msg["executable"],
+            "label": label,
+        })
+    if proc.wait() != 0:
+        sys.exit(2)
+    return found
+
+
+class Runner:
+    def __init__(self, args, durations: dict):
+        self.args = args
+        self.durations = durations
+        self.failed: list[str] = []
+        self.lock = threading.Lock()
+        self.children: set[subprocess.Popen] = set()
+
+    def key(self, t: dict) -> str:
+        # The package's directory name, not its path: a clone elsewhere shares the durations.
+        return f"{Path(t['package_dir']).name}:{t['kind']}:{t['name']}"
+
+    def run(self, t: dict) -> None:
+        cmd = [t["executable"], "--ignored", f"--test-threads={self.args.threads}"]
+        if self.args.filter:
+            cmd.append(self.args.filter)
+        for s in self.args.skip:
+            cmd += ["--skip", s]
+        env = dict(os.environ, CARGO_MANIFEST_DIR=t["package_dir"])
+        t0 = time.monotonic()
+        with tempfile.TemporaryFile(mode="w+") as log:
+            child = subprocess.Popen(cmd, cwd=t["package_dir"], env=env, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+            with self.lock:
+                self.children.add(child)
+            rc = child.wait()
+            took = time.monotonic() - t0
+            log.seek(0)
+            out = log.read()
+        with self.lock:
+            self.children.discard(child)
+            self.durations[self.key(t)] = took
+            print(f"     Running {t['label']} ({t['executable']})", flush=True)
+            sys.stdout.write(out)
+            print(f"== {t['label']}: {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {took:.1f} s", flush=True)
+            if rc != 0:
+                self.failed.append(t["label"])
+
+    def lanes(self, tests: list[dict], n: int) -> None:
+        queue = list(tests)
+        take = threading.Lock()
+
+        def lane():
+            while True:
+                with take:
+                    if not queue:
+                        return
+                    t = queue.pop(0)
+                self.run(t)
+
+        threads = [threading.Thread(target=lane) for _ in range(max(1, n))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+
+    def stop(self, *_):
+        with self.lock:
+            for child in self.children:
+                try:
+                    os.killpg(child.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        sys.exit(130)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lanes", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--filter", default="")
+    p.add_argument("--skip", action="append", default=[])
+    p.add_argument("--exclusive", action="append", default=[])
+    args = p.parse_args()
+
+    cargo = os.environ.get("CARGO", "cargo")
+    target_dir = Path(os.environ.get("CARGO_TARGET_DIR", "target"))
+    durations_file = target_dir / "e2e-suite-durations.json"
+    try:
+        durations = json.loads(durations_file.read_text())
+    except (OSError, ValueError):
+        durations = {}
+
+    tests = build(cargo)
+    runner = Runner(args, durations)
+    signal.signal(signal.SIGTERM, runner.stop)
+    signal.signal(signal.SIGINT, runner.stop)
+
+    exclusive = [t for t in tests if t["kind"] == "test" and t["name"] in args.exclusive]
+    shared = [t for t in tests if t not in exclusive]
+    # Longest first (unknown ones count as long): the lanes end close together.
+    shared.sort(key=lambda t: -durations.get(runner.key(t), float("inf")))
+
+    t0 = time.monotonic()
+    for t in exclusive:
+        runner.run(t)
+    runner.lanes(shared, args.lanes)
+    try:
+        target_dir.mkdir(parents=True, exist_ok=True)
+        durations_file.write_text(json.dumps(runner.durations, indent=1, sort_keys=True))
+    except OSError as e:
+        print(f"run_suites: durations not kept: {e}", file=sys.stderr)
+    took = time.monotonic() - t0
+    if runner.failed:
+        print(f"run_suites: {len(runner.failed)} of {len(tests)} test binaries failed in {took:.0f} s: "
+              + ", ".join(runner.failed), file=sys.stderr)
+        return 1
+    print(f"run_suites: {len(tests)} test binaries passed in {took:.0f} s ({args.lanes} lanes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
