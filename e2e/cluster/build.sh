@@ -20,13 +20,15 @@ build_k8s() { # [binary...] (default: all five)
         ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
         ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
     done
-    for bin in "${missing[@]}"; do
-        echo "building $bin $K8S_VERSION (cold builds take several minutes)"
-        (cd "$here/tools/kubernetes" && go build -trimpath -ldflags "$ldflags" \
-            -o "$dir/$bin.tmp" "k8s.io/kubernetes/cmd/$bin") >"$dir/$bin.build.log" 2>&1 \
-            || fail "$bin" "$dir/$bin.build.log"
-        mv "$dir/$bin.tmp" "$dir/$bin"
-    done
+    # One go build for all of them: their common packages are compiled once and one binary's
+    # link overlaps the others' compiles.
+    echo "building ${missing[*]} $K8S_VERSION (cold builds take several minutes)"
+    rm -rf "$dir/.tmp" && mkdir -p "$dir/.tmp"
+    (cd "$here/tools/kubernetes" && go build -trimpath -ldflags "$ldflags" \
+        -o "$dir/.tmp/" "${missing[@]/#/k8s.io/kubernetes/cmd/}") >"$dir/build.log" 2>&1 \
+        || fail "${missing[*]}" "$dir/build.log"
+    for bin in "${missing[@]}"; do mv "$dir/.tmp/$bin" "$dir/$bin"; done
+    rmdir "$dir/.tmp"
 }
 
 build_simple() { # name version module-dir package
@@ -56,14 +58,16 @@ build_prometheus() {
     if [ "$(cat "$dir/.tags" 2>/dev/null)" != "$PROMETHEUS_TAGS" ]; then
         rm -f "$dir/prometheus" "$dir/promtool"
     fi
-    for bin in prometheus promtool; do
-        [ -x "$dir/$bin" ] && continue
-        echo "building $bin $PROMETHEUS_VERSION (tags $PROMETHEUS_TAGS; a cold build takes about 5 minutes)"
-        (cd "$here/tools/prometheus" && CGO_ENABLED=0 go build -trimpath -tags "$PROMETHEUS_TAGS" \
-            -ldflags "$ldflags" -o "$dir/$bin.tmp" "github.com/prometheus/prometheus/cmd/$bin") \
-            >"$dir/$bin.build.log" 2>&1 || fail "$bin" "$dir/$bin.build.log"
-        mv "$dir/$bin.tmp" "$dir/$bin"
-    done
+    [ -x "$dir/prometheus" ] && [ -x "$dir/promtool" ] && return 0
+    # Both in one go build (their common packages compiled once, the links overlapping).
+    echo "building prometheus and promtool $PROMETHEUS_VERSION (tags $PROMETHEUS_TAGS; a cold build takes about 5 minutes)"
+    rm -rf "$dir/.tmp" && mkdir -p "$dir/.tmp"
+    (cd "$here/tools/prometheus" && CGO_ENABLED=0 go build -trimpath -tags "$PROMETHEUS_TAGS" \
+        -ldflags "$ldflags" -o "$dir/.tmp/" github.com/prometheus/prometheus/cmd/prometheus \
+        github.com/prometheus/prometheus/cmd/promtool) >"$dir/build.log" 2>&1 \
+        || fail "prometheus and promtool" "$dir/build.log"
+    mv "$dir/.tmp/prometheus" "$dir/.tmp/promtool" "$dir/"
+    rmdir "$dir/.tmp"
     echo "$PROMETHEUS_TAGS" >"$dir/.tags"
 }
 
@@ -95,16 +99,18 @@ build_prometheus_operator() {
     ldflags+=" -X github.com/prometheus/common/version.BuildUser=zone-aware-e2e"
     ldflags+=" -X github.com/prometheus/common/version.BuildDate=19700101-00:00:00"
     mkdir -p "$dir"
-    for bin in prometheus-operator prometheus-config-reloader; do
-        [ -x "$dir/$bin" ] && continue
-        echo "building $bin $PROMETHEUS_OPERATOR_VERSION (a cold build of both takes about 4 minutes)"
-        local pkg="$module/cmd/operator"
-        [ "$bin" = prometheus-config-reloader ] && pkg="$module/cmd/prometheus-config-reloader"
+    if [ ! -x "$dir/prometheus-operator" ] || [ ! -x "$dir/prometheus-config-reloader" ]; then
+        # Both in one go build (cmd/operator's binary is named operator).
+        echo "building prometheus-operator and prometheus-config-reloader $PROMETHEUS_OPERATOR_VERSION (a cold build of both takes about 4 minutes)"
+        rm -rf "$dir/.tmp" && mkdir -p "$dir/.tmp"
         (cd "$here/tools/prometheus-operator" && CGO_ENABLED=0 go build -trimpath \
-            -ldflags "$ldflags" -o "$dir/$bin.tmp" "$pkg") \
-            >"$dir/$bin.build.log" 2>&1 || fail "$bin" "$dir/$bin.build.log"
-        mv "$dir/$bin.tmp" "$dir/$bin"
-    done
+            -ldflags "$ldflags" -o "$dir/.tmp/" "$module/cmd/operator" \
+            "$module/cmd/prometheus-config-reloader") >"$dir/build.log" 2>&1 \
+            || fail "prometheus-operator and prometheus-config-reloader" "$dir/build.log"
+        mv "$dir/.tmp/operator" "$dir/prometheus-operator"
+        mv "$dir/.tmp/prometheus-config-reloader" "$dir/"
+        rmdir "$dir/.tmp"
+    fi
     [ -f "$dir/crds/.complete" ] && return 0
     src="$(cd "$here/tools/prometheus-operator" && go list -m -f '{{.Dir}}' "$module" 2>"$dir/crds.log")" \
         || fail "the prometheus-operator CRDs" "$dir/crds.log"
@@ -185,8 +191,10 @@ fail() {
 }
 
 # `build.sh` builds everything; `build.sh monitoring` only what `make test` needs to check the
-# monitoring mixin (promtool and jsonnet); `build.sh chart` only what it needs to check the Helm
-# chart against config/ (helm, and kubectl for its kustomize).
+# monitoring mixin (promtool and jsonnet); `build.sh chart` what it needs to check the Helm chart
+# against config/ (helm, and kubectl for its kustomize) and the cluster's other Kubernetes
+# binaries with kubectl: one go build compiles their common packages once (6.1 min cold for the
+# five, against 2.5 min for kubectl alone and 6.2 for the other four).
 case "${1:-all}" in
 monitoring)
     build_prometheus
@@ -195,7 +203,7 @@ monitoring)
     ;;
 chart)
     build_helm
-    build_k8s kubectl
+    build_k8s
     exit 0
     ;;
 all) ;;
