@@ -208,8 +208,8 @@ check-arm64: ## The arm64 binaries run under qemu-user-static: --help, a rules-f
 	ZONE_AWARE_REVISION='$(ZONE_AWARE_REVISION)' BINS='$(BINS)' bash mk/check-arm64.sh
 
 # The e2e tests' image: the same static build and image as `make image`, unoptimised (Cargo.toml's
-# e2e-image profile): a third of a cold release build. `make release`'s image is checked with
-# E2E_INSTALL_YAML / E2E_HELM_CHART (docs/release.md).
+# e2e-image profile): about a quarter of a cold release build. `make release`'s image is checked
+# with E2E_INSTALL_YAML / E2E_HELM_CHART (docs/release.md).
 e2e: IMAGE_PROFILE = e2e-image
 
 .PHONY: e2e
