@@ -69,8 +69,10 @@ EOF
 "$helm" lint --strict "$chart" >/dev/null || die "helm lint of the release chart failed"
 "$helm" package "$chart" --destination "$dist" >/dev/null
 [ -f "$dist/zone-aware-controllers-$version.tgz" ] || die "helm package wrote no zone-aware-controllers-$version.tgz"
+# With a digest in its values the chart names the image repository@digest (the tag is ignored).
 "$helm" template zone-aware-controllers "$dist/zone-aware-controllers-$version.tgz" \
-    -n zone-aware-system | grep -q "image: $pinned" || die "the packaged chart does not pin $pinned"
+    -n zone-aware-system | grep -q "image: $repository@$digest" \
+    || die "the packaged chart does not pin $repository@$digest"
 
 echo "release $version: SBOM"
 python3 mk/sbom.py --version "$version" --bins "$(tr '\n' ' ' <bins.txt)" >"$dist/sbom.cdx.json"
