@@ -31,7 +31,7 @@ cargo="${CARGO:-cargo}"
 target="${STATIC_TARGET:-x86_64-unknown-linux-gnu}"
 profile="${IMAGE_PROFILE:-release}"
 # cargo's output directory of the profile: dev's is debug, every other's its name.
-release="${CARGO_TARGET_DIR:-$TOP/target}/$target/$([ "$profile" = dev ] && echo debug || echo "$profile")"
+bin_dir="${CARGO_TARGET_DIR:-$TOP/target}/$target/$([ "$profile" = dev ] && echo debug || echo "$profile")"
 oci() { python3 "$here/images/oci-image.py" "$@"; }
 
 static_build() { # packages...
@@ -106,7 +106,7 @@ test_images() {
         --entrypoint /pause --file "$IMAGES/pause:/pause:755" >/dev/null
     static_build metrics-target
     oci --name "$METRICS_TARGET_IMAGE" --out "$IMAGES/metrics-target.tar" --user 65532:65532 \
-        --entrypoint /metrics-target --file "$release/metrics-target:/metrics-target:755" >/dev/null
+        --entrypoint /metrics-target --file "$bin_dir/metrics-target:/metrics-target:755" >/dev/null
     # As the upstream image runs it: user nobody, the binary as the entrypoint. Rebuilt only when
     # the binary changed (it is 100 MB).
     [ -x "$PROMETHEUS_BIN" ] || die "$PROMETHEUS_BIN is missing (e2e/cluster/build.sh builds it)"
@@ -141,7 +141,7 @@ test_images() {
 project_image() {
     local bins=(${BINS:-${CONTROLLERS[*]}}) files=() bin
     static_build "${bins[@]}"
-    for bin in "${bins[@]}"; do files+=(--file "$release/$bin:/$bin:755"); done
+    for bin in "${bins[@]}"; do files+=(--file "$bin_dir/$bin:/$bin:755"); done
     mkdir -p "$IMAGES"
     base_layer "$IMAGES"
     oci --name "$PROJECT_IMAGE" --out "$IMAGES/project.tar" "${BASE_LAYER[@]}" \

@@ -357,24 +357,41 @@ pub fn apply_samples(cluster: &Cluster, namespace: &str) {
     identity::run(command, None);
 }
 
+/// Waits (up to `timeout`) until the status of the object `name` of `api` satisfies `done`; the
+/// last status seen is the reason given on timeout.
+async fn wait_for_status(
+    what: &str,
+    api: &Api<DynamicObject>,
+    name: &str,
+    timeout: Duration,
+    done: impl Fn(&Value) -> bool,
+) {
+    crate::wait_for(what, timeout, || async {
+        let status = status_of(api, name).await?;
+        if done(&status) {
+            Ok(())
+        } else {
+            Err(status.to_string())
+        }
+    })
+    .await;
+}
+
 /// Waits until the sample ZoneDisruptionBudget `web` expects and counts its six pods, two per zone,
 /// and allows one disruption in each zone.
 pub async fn wait_for_sample_budget(zdbs: &Api<DynamicObject>) {
     let per_zone = serde_json::json!({"zone-a": 2, "zone-b": 2, "zone-c": 2});
     let allowed = serde_json::json!({"zone-a": 1, "zone-b": 1, "zone-c": 1});
-    crate::wait_for(
+    let timeout = Duration::from_secs(90);
+    wait_for_status(
         "the sample ZDB's per-zone status",
-        Duration::from_secs(90),
-        || async {
-            let status = status_of(zdbs, "web").await?;
-            if status["expectedPods"] == per_zone
+        zdbs,
+        "web",
+        timeout,
+        |status| {
+            status["expectedPods"] == per_zone
                 && status["currentHealthy"] == per_zone
                 && status["disruptionsAllowed"] == allowed
-            {
-                Ok(())
-            } else {
-                Err(status.to_string())
-            }
         },
     )
     .await;
@@ -384,25 +401,21 @@ pub async fn wait_for_sample_budget(zdbs: &Api<DynamicObject>) {
 /// zone (kwok marks their pods Ready), and Degraded only because its ServiceAccount is bound to no
 /// prometheus ClusterRole.
 pub async fn wait_for_sample_sprom(sproms: &Api<DynamicObject>) {
-    crate::wait_for(
+    wait_for_status(
         "the sample ShardedPrometheus Available",
+        sproms,
+        "prometheus",
         Duration::from_secs(180),
-        || async {
-            let status = status_of(sproms, "prometheus").await?;
+        |status| {
             let condition = |type_: &str| {
                 status["conditions"]
                     .as_array()
                     .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
                     .unwrap_or_default()
             };
-            if condition("Available")["status"] == "True"
+            condition("Available")["status"] == "True"
                 && status["shards"] == 3
                 && condition("Degraded")["reason"] == "ServiceAccountForbidden"
-            {
-                Ok(())
-            } else {
-                Err(status.to_string())
-            }
         },
     )
     .await;
@@ -411,19 +424,10 @@ pub async fn wait_for_sample_sprom(sproms: &Api<DynamicObject>) {
 /// Waits until the sample ZoneAwareUpdate `web` reports its revisions, the current one the update
 /// one (nothing to roll).
 pub async fn wait_for_sample_zau(zaus: &Api<DynamicObject>) {
-    crate::wait_for(
-        "the sample ZAU's status",
-        Duration::from_secs(180),
-        || async {
-            let status = status_of(zaus, "web").await?;
-            if status["updateRevision"].is_string()
-                && status["currentRevision"] == status["updateRevision"]
-            {
-                Ok(())
-            } else {
-                Err(status.to_string())
-            }
-        },
-    )
+    let timeout = Duration::from_secs(180);
+    wait_for_status("the sample ZAU's status", zaus, "web", timeout, |status| {
+        status["updateRevision"].is_string()
+            && status["currentRevision"] == status["updateRevision"]
+    })
     .await;
 }
