@@ -79,9 +79,32 @@ const GUNZIP_CHUNK: usize = 64 << 10;
 /// new allocation at once (up to three times the cap's half, 384 MiB under the 256Mi default)
 /// as it grows. An answer under the cap in more than one segment is joined into one buffer.
 pub fn gunzip_capped(gzipped: &[u8], cap: u64) -> Result<Vec<u8>, FetchError> {
+    // The size the gzip trailer announces (ISIZE, the last four bytes): one segment of exactly
+    // the answer's size, nothing to join. It is only a hint, checked by the decoder at the end
+    // (a hostile backend can announce anything): it is bounded by deflate's largest ratio, and
+    // the segments and the cap hold whatever comes. Without one, a guess at the ratio of
+    // Prometheus's JSON.
+    let announced = gzipped
+        .len()
+        .checked_sub(4)
+        .and_then(|at| <[u8; 4]>::try_from(&gzipped[at..]).ok())
+        .map(|size| u32::from_le_bytes(size) as usize)
+        .filter(|&size| size > 0)
+        .map(|size| size.min(gzipped.len().saturating_mul(MAX_DEFLATE_RATIO)));
+    gunzip_in_segments(
+        gzipped,
+        cap,
+        announced.unwrap_or_else(|| gzipped.len().saturating_mul(8)),
+    )
+}
+
+/// Deflate's largest compression ratio (a run of one byte): no honest answer gunzips to more.
+const MAX_DEFLATE_RATIO: usize = 1032;
+
+/// [`gunzip_capped`] with a first segment of `first` bytes.
+fn gunzip_in_segments(gzipped: &[u8], cap: u64, first: usize) -> Result<Vec<u8>, FetchError> {
     let limit = usize::try_from(cap).unwrap_or(usize::MAX);
-    // A guess at the ratio of Prometheus's JSON: one segment for most answers.
-    let first = gzipped.len().saturating_mul(8).clamp(1, limit.max(1));
+    let first = first.clamp(1, limit.max(1));
     let mut segments = vec![Vec::with_capacity(first)];
     let mut total = 0usize;
     let mut decoder = flate2::read::GzDecoder::new(gzipped);
@@ -172,12 +195,15 @@ mod tests {
                 gunzip_capped(&one_more, cap).is_err(),
                 "one byte past the cap"
             );
-            // Highly compressible: the first segment's guess is far too small, so the answer
-            // comes in many segments.
+            // In one segment of the size the trailer announces, or in many from a first one
+            // far too small (as when there is no size to go by).
             let plain: Vec<u8> = (0..cap).map(|i| (i % 7) as u8).collect();
             let at = gunzip_capped(&gzip(&plain), cap).unwrap();
             assert_eq!(at, plain, "cap {cap}");
-            assert!(at.capacity() as u64 <= cap, "cap {cap}: {}", at.capacity());
+            assert_eq!(at.capacity() as u64, cap, "one segment of the announced size");
+            let pieced = gunzip_in_segments(&gzip(&plain), cap, 1000).unwrap();
+            assert_eq!(pieced, plain, "cap {cap}");
+            assert!(pieced.capacity() as u64 <= cap, "cap {cap}: {}", pieced.capacity());
         }
         let small = gzip(b"{}");
         assert_eq!(gunzip_capped(&small, 1 << 20).unwrap(), b"{}");

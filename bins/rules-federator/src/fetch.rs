@@ -189,7 +189,11 @@ impl Fetched {
         } else {
             body
         };
-        let envelope: Result<Envelope, _> = serde_json::from_slice(&body);
+        // The text checked as UTF-8 once, in one pass, rather than string by string.
+        let envelope: Result<Envelope, _> = match std::str::from_utf8(&body) {
+            Ok(text) => serde_json::from_str(text),
+            Err(error) => Err(serde::de::Error::custom(format!("not UTF-8: {error}"))),
+        };
         match envelope {
             Ok(Envelope {
                 status: ok,

@@ -21,6 +21,7 @@
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, Hash, Hasher};
 
 use crate::model::{Alert, Labels, Rule, RuleGroup};
 
@@ -45,11 +46,14 @@ pub struct MergeOptions {
     pub shard_label: Option<String>,
 }
 
-/// What identifies a rule definition within a group (the shard aside).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// What identifies a rule definition within a group (the shard aside), held once per group:
+/// the copies of every source are looked up by [`fingerprint`] and compared field by field
+/// against it ([`DefKey::is`]), never cloned into a key of their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct DefKey {
     alerting: bool,
     name: String,
+    /// Without the replica labels.
     labels: Vec<(String, String)>,
     query: String,
     duration_bits: u64,
@@ -57,11 +61,132 @@ struct DefKey {
     occurrence: usize,
 }
 
+/// A definition's number within its group: definitions are numbered in the order they are
+/// first seen, which is the order's tie-break.
+type DefId = usize;
+
+/// The fields of `rule` that identify it: (alerting, name, query, `for` as bits).
+fn identity(rule: &Rule) -> (bool, &str, &str, u64) {
+    match rule {
+        Rule::Alerting(r) => (true, &r.name, &r.query, r.duration.to_bits()),
+        Rule::Recording(r) => (false, &r.name, &r.query, 0.0f64.to_bits()),
+    }
+}
+
+impl DefKey {
+    /// Whether `rule`'s `occurrence`-th copy in one group of one source is this definition.
+    fn is(&self, rule: &Rule, occurrence: usize, options: &MergeOptions) -> bool {
+        let (alerting, name, query, duration_bits) = identity(rule);
+        self.occurrence == occurrence
+            && self.alerting == alerting
+            && self.duration_bits == duration_bits
+            && self.name == name
+            && self.query == query
+            && self
+                .labels
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_str()))
+                .eq(kept_labels(rule, options))
+    }
+
+    fn of(rule: &Rule, occurrence: usize, options: &MergeOptions) -> Self {
+        let (alerting, name, query, duration_bits) = identity(rule);
+        Self {
+            alerting,
+            name: name.to_string(),
+            labels: kept_labels(rule, options)
+                .map(|(name, value)| (name.to_string(), value.to_string()))
+                .collect(),
+            query: query.to_string(),
+            duration_bits,
+            occurrence,
+        }
+    }
+}
+
+/// `rule`'s labels without the replica labels.
+fn kept_labels<'a>(
+    rule: &'a Rule,
+    options: &'a MergeOptions,
+) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+    rule.labels()
+        .iter()
+        .filter(|(name, _)| !is_replica_label(name, options))
+}
+
+fn is_replica_label(name: &str, options: &MergeOptions) -> bool {
+    options.replica_labels.iter().any(|replica| replica == name)
+}
+
+/// The hash of the definition `rule`'s `occurrence`-th copy is: equal definitions hash equal.
+fn fingerprint(
+    hasher: &impl BuildHasher,
+    rule: &Rule,
+    occurrence: usize,
+    options: &MergeOptions,
+) -> u64 {
+    let mut state = hasher.build_hasher();
+    let (alerting, name, query, duration_bits) = identity(rule);
+    (alerting, name, query, duration_bits, occurrence).hash(&mut state);
+    for label in kept_labels(rule, options) {
+        label.hash(&mut state);
+    }
+    state.finish()
+}
+
+/// The definitions of one group, numbered.
+#[derive(Debug, Default)]
+struct Definitions {
+    keys: Vec<DefKey>,
+    /// Fingerprint → the definitions with it (one, but for a collision).
+    by_fingerprint: HashMap<u64, Vec<DefId>, foldhash::fast::RandomState>,
+    /// The group copy ([`Merger::copies`]) that last used each definition: a definition already
+    /// used by this copy is met again, so this rule is its next occurrence.
+    last_used: Vec<usize>,
+}
+
+impl Definitions {
+    /// The definition of `rule` in the group copy `copy`, numbered anew when first seen.
+    fn id(&mut self, rule: &Rule, copy: usize, options: &MergeOptions) -> DefId {
+        let mut occurrence = 0;
+        loop {
+            let hash = fingerprint(self.by_fingerprint.hasher(), rule, occurrence, options);
+            let ids = self.by_fingerprint.entry(hash).or_default();
+            let found = ids
+                .iter()
+                .copied()
+                .find(|&id| self.keys[id].is(rule, occurrence, options));
+            let id = match found {
+                Some(id) if self.last_used[id] == copy => {
+                    occurrence += 1;
+                    continue;
+                }
+                Some(id) => id,
+                None => {
+                    let id = self.keys.len();
+                    ids.push(id);
+                    self.keys.push(DefKey::of(rule, occurrence, options));
+                    self.last_used.push(copy);
+                    id
+                }
+            };
+            self.last_used[id] = copy;
+            return id;
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+}
+
 /// The copies of one rule on one shard.
 #[derive(Debug)]
 struct Copies {
     /// (source index, rule) of the best copy so far.
     winner: (usize, Rule),
+    /// When the winner was evaluated last (parsed once).
+    winner_evaluated: Option<jiff::Timestamp>,
     /// Alert instances by label set (replica labels removed), best first.
     alerts: BTreeMap<Labels, Alert>,
     /// Whether every copy had its alerts excluded (`null`).
@@ -70,10 +195,11 @@ struct Copies {
 
 #[derive(Debug, Default)]
 struct GroupParts {
+    definitions: Definitions,
     /// The definitions' evaluation order.
     order: Order,
-    /// Definition → shard order → copies.
-    rules: HashMap<DefKey, BTreeMap<usize, Copies>>,
+    /// By definition: shard order → copies.
+    rules: Vec<BTreeMap<usize, Copies>>,
     /// (source index, the source's group) of every source that has the group.
     metadata: Vec<(usize, RuleGroup)>,
 }
@@ -98,6 +224,8 @@ pub struct Merger {
     /// Each added source's shard.
     shards: Vec<String>,
     groups: BTreeMap<(String, String), GroupParts>,
+    /// Group copies folded so far (a source listing a group twice gives two).
+    copies: usize,
 }
 
 impl Merger {
@@ -107,6 +235,7 @@ impl Merger {
             shard_order: HashMap::new(),
             shards: Vec::new(),
             groups: BTreeMap::new(),
+            copies: 0,
         }
     }
 
@@ -116,17 +245,27 @@ impl Merger {
         let next = self.shard_order.len();
         let shard = *self.shard_order.entry(source.shard.clone()).or_insert(next);
         self.shards.push(source.shard);
+        let mut ids = Vec::new();
         for mut group in source.groups {
             let rules = std::mem::take(&mut group.rules);
             let parts = self
                 .groups
                 .entry((group.file.clone(), group.name.clone()))
                 .or_default();
-            let keys = def_keys(&rules, &self.options);
-            parts.order.add(&keys);
-            for (key, rule) in keys.into_iter().zip(rules) {
-                let copies = parts.rules.entry(key).or_default();
-                add_copy(copies, shard, index, rule, &self.options);
+            let copy = self.copies;
+            self.copies += 1;
+            ids.clear();
+            ids.extend(
+                rules
+                    .iter()
+                    .map(|rule| parts.definitions.id(rule, copy, &self.options)),
+            );
+            parts.order.add(&ids, parts.definitions.len());
+            parts
+                .rules
+                .resize_with(parts.definitions.len(), BTreeMap::new);
+            for (&id, rule) in ids.iter().zip(rules) {
+                add_copy(&mut parts.rules[id], shard, index, rule, &self.options);
             }
             parts.metadata.push((index, group));
         }
@@ -147,97 +286,47 @@ impl Merger {
     }
 }
 
-fn def_keys(rules: &[Rule], options: &MergeOptions) -> Vec<DefKey> {
-    let mut seen: HashMap<DefKey, usize> = HashMap::new();
-    rules
-        .iter()
-        .map(|rule| {
-            let (alerting, query, duration) = match rule {
-                Rule::Alerting(r) => (true, r.query.clone(), r.duration),
-                Rule::Recording(r) => (false, r.query.clone(), 0.0),
-            };
-            let mut key = DefKey {
-                alerting,
-                name: rule.name().to_string(),
-                labels: rule
-                    .labels()
-                    .iter()
-                    .filter(|(name, _)| !options.replica_labels.contains(name))
-                    .map(|(name, value)| (name.clone(), value.clone()))
-                    .collect(),
-                query,
-                duration_bits: duration.to_bits(),
-                occurrence: 0,
-            };
-            let count = seen.entry(key.clone()).or_default();
-            key.occurrence = *count;
-            *count += 1;
-            key
-        })
-        .collect()
-}
-
 /// The evaluation order of one group's definitions, from every source's own order.
 #[derive(Debug, Default)]
 struct Order {
-    /// Definition → when it was first seen (the tie-break).
-    first_seen: HashMap<DefKey, usize>,
-    /// Definition → the definitions some source evaluates right after it.
-    next: HashMap<DefKey, Vec<DefKey>>,
+    /// By definition: the definitions some source evaluates right after it.
+    next: Vec<Vec<DefId>>,
 }
 
 impl Order {
-    /// Adds one source's order.
-    fn add(&mut self, keys: &[DefKey]) {
-        // Most sources repeat what earlier ones said: look up before cloning a key.
-        for key in keys {
-            if !self.first_seen.contains_key(key) {
-                let seen = self.first_seen.len();
-                self.first_seen.insert(key.clone(), seen);
-            }
-        }
-        for pair in keys.windows(2) {
-            match self.next.get_mut(&pair[0]) {
-                Some(next) if next.contains(&pair[1]) => {}
-                Some(next) => next.push(pair[1].clone()),
-                None => {
-                    self.next.insert(pair[0].clone(), vec![pair[1].clone()]);
-                }
+    /// Adds one source's order, of definitions numbered below `count`.
+    fn add(&mut self, ids: &[DefId], count: usize) {
+        self.next.resize_with(count, Vec::new);
+        for pair in ids.windows(2) {
+            let next = &mut self.next[pair[0]];
+            if !next.contains(&pair[1]) {
+                next.push(pair[1]);
             }
         }
     }
 
     /// Every definition once, each source's order kept (a topological order of "evaluated right
-    /// after"); among the choices, the one seen first. Where sources disagree (a cycle), the one
-    /// seen first goes first.
-    fn resolve(self) -> Vec<DefKey> {
-        let mut waiting: HashMap<&DefKey, usize> =
-            self.first_seen.keys().map(|key| (key, 0)).collect();
-        for next in self.next.values().flatten() {
-            if let Some(count) = waiting.get_mut(next) {
-                *count += 1;
-            }
+    /// after"); among the choices, the one seen first (the lowest number). Where sources
+    /// disagree (a cycle), the one seen first goes first.
+    fn resolve(self) -> Vec<DefId> {
+        let mut waiting = vec![0usize; self.next.len()];
+        for &next in self.next.iter().flatten() {
+            waiting[next] += 1;
         }
-        let mut remaining: std::collections::BTreeSet<(usize, &DefKey)> = self
-            .first_seen
-            .iter()
-            .map(|(key, seen)| (*seen, key))
-            .collect();
+        let mut remaining: std::collections::BTreeSet<DefId> = (0..self.next.len()).collect();
         let mut order = Vec::with_capacity(remaining.len());
         while !remaining.is_empty() {
             let pick = remaining
                 .iter()
-                .find(|(_, key)| waiting.get(key).copied().unwrap_or(0) == 0)
+                .find(|&&id| waiting[id] == 0)
                 .or_else(|| remaining.iter().next())
                 .copied();
-            let Some((seen, key)) = pick else { break };
-            remaining.remove(&(seen, key));
-            for next in self.next.get(key).into_iter().flatten() {
-                if let Some(count) = waiting.get_mut(next) {
-                    *count = count.saturating_sub(1);
-                }
+            let Some(id) = pick else { break };
+            remaining.remove(&id);
+            for &next in &self.next[id] {
+                waiting[next] = waiting[next].saturating_sub(1);
             }
-            order.push(key.clone());
+            order.push(id);
         }
         order
     }
@@ -256,8 +345,14 @@ fn timestamp(text: &str) -> Option<jiff::Timestamp> {
     text.parse().ok()
 }
 
-/// `a` against `b`: Greater when `a` is the better copy of a rule.
-fn compare_copies(a: &Rule, b: &Rule) -> Ordering {
+/// `a` (evaluated last at `a_at`) against `b` (at `b_at`): Greater when `a` is the better copy
+/// of a rule.
+fn compare_copies(
+    a: &Rule,
+    a_at: Option<jiff::Timestamp>,
+    b: &Rule,
+    b_at: Option<jiff::Timestamp>,
+) -> Ordering {
     let state = |rule: &Rule| match rule {
         Rule::Alerting(r) => state_rank(&r.state),
         Rule::Recording(_) => 0,
@@ -265,7 +360,7 @@ fn compare_copies(a: &Rule, b: &Rule) -> Ordering {
     state(a)
         .cmp(&state(b))
         .then_with(|| (a.health() == "ok").cmp(&(b.health() == "ok")))
-        .then_with(|| timestamp(a.last_evaluation()).cmp(&timestamp(b.last_evaluation())))
+        .then_with(|| a_at.cmp(&b_at))
 }
 
 /// `a` against `b`: Greater when `a` is the better instance of an alert.
@@ -295,16 +390,22 @@ fn add_copy(
         Rule::Alerting(r) => r.alerts.take(),
         Rule::Recording(_) => Some(Vec::new()),
     };
+    let evaluated = timestamp(rule.last_evaluation());
     let entry = match copies.entry(shard) {
         std::collections::btree_map::Entry::Vacant(vacant) => vacant.insert(Copies {
             winner: (source, rule),
+            winner_evaluated: evaluated,
             alerts: BTreeMap::new(),
             alerts_excluded: true,
         }),
         std::collections::btree_map::Entry::Occupied(occupied) => {
             let entry = occupied.into_mut();
-            if compare_copies(&rule, &entry.winner.1) == Ordering::Greater {
+            let (_, winner) = &entry.winner;
+            if compare_copies(&rule, evaluated, winner, entry.winner_evaluated)
+                == Ordering::Greater
+            {
                 entry.winner = (source, rule);
+                entry.winner_evaluated = evaluated;
             }
             entry
         }
@@ -314,7 +415,7 @@ fn add_copy(
         for mut alert in alerts {
             // The label set moves into the key (given back when the group is finished).
             let mut labels = std::mem::take(&mut alert.labels);
-            labels.retain(|name, _| !options.replica_labels.contains(name));
+            labels.remove_all(&options.replica_labels);
             match entry.alerts.entry(labels) {
                 std::collections::btree_map::Entry::Vacant(vacant) => {
                     vacant.insert(alert);
@@ -334,11 +435,12 @@ fn finish_group(parts: GroupParts, shards: &[String], options: &MergeOptions) ->
         order,
         mut rules,
         metadata,
+        ..
     } = parts;
     let mut wins: HashMap<usize, usize> = HashMap::new();
     let mut merged = Vec::new();
-    for key in order.resolve() {
-        let Some(copies) = rules.remove(&key) else {
+    for id in order.resolve() {
+        let Some(copies) = rules.get_mut(id).map(std::mem::take) else {
             continue;
         };
         for copies in copies.into_values() {
@@ -346,11 +448,11 @@ fn finish_group(parts: GroupParts, shards: &[String], options: &MergeOptions) ->
             *wins.entry(source).or_default() += 1;
             let shard = &shards[source];
             let label = |mut labels: Labels| {
-                labels.retain(|name, _| !options.replica_labels.contains(name));
+                labels.remove_all(&options.replica_labels);
                 if let Some(name) = &options.shard_label
                     && !shard.is_empty()
                 {
-                    labels.insert(name.clone(), shard.clone());
+                    labels.insert(name, shard);
                 }
                 labels
             };
@@ -526,7 +628,7 @@ mod tests {
         assert_eq!(alerts.len(), 2, "{alerts:?}");
         assert_eq!(alerts[0].state, "firing", "most severe state");
         assert!(!alerts[0].labels.contains_key("prometheus_replica"));
-        assert_eq!(alerts[0].labels["shard"], "0");
+        assert_eq!(&alerts[0].labels["shard"], "0");
         // Metadata from the replica whose rules won (b won X; r tied, the first source a kept it).
         assert_eq!(
             group.last_evaluation, T2,
@@ -547,7 +649,7 @@ mod tests {
         let names: Vec<(String, String)> = merged[0]
             .rules
             .iter()
-            .map(|r| (r.name().to_string(), r.labels()["shard"].clone()))
+            .map(|r| (r.name().to_string(), r.labels()["shard"].to_string()))
             .collect();
         assert_eq!(
             names,

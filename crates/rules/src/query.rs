@@ -200,7 +200,7 @@ pub fn group_token(file: &str, name: &str) -> String {
 
 fn matches(labels: &Labels, set: &[Matcher]) -> bool {
     set.iter()
-        .all(|m| m.is_match(labels.get(&m.name).map_or("", String::as_str)))
+        .all(|m| m.is_match(labels.get(&m.name).unwrap_or("")))
 }
 
 fn matches_any(labels: &Labels, sets: &[Vec<Matcher>]) -> bool {

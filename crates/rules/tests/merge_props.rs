@@ -109,7 +109,7 @@ proptest! {
         prop_assert_eq!(rules.len(), present);
         for (s, (mask, replicas)) in world.shards.iter().enumerate() {
             let shard = format!("s{s}");
-            let mine: Vec<&&Rule> = rules.iter().filter(|r| r.labels().get("shard") == Some(&shard)).collect();
+            let mine: Vec<&&Rule> = rules.iter().filter(|r| r.labels().get("shard") == Some(shard.as_str())).collect();
             // The shard's rules in the evaluation order of its backends.
             let names: Vec<String> = mine.iter().map(|r| r.name().to_string()).collect();
             let expected: Vec<String> = (0..world.rules).filter(|i| mask[*i]).map(|i| format!("rule{i}")).collect();
@@ -133,7 +133,7 @@ proptest! {
                 prop_assert_eq!(alerts.len(), pods.len());
                 for alert in alerts {
                     prop_assert!(!alert.labels.contains_key("prometheus_replica"));
-                    prop_assert_eq!(alert.labels.get("shard"), Some(&shard));
+                    prop_assert_eq!(alert.labels.get("shard"), Some(shard.as_str()));
                     let pod: u8 = alert.labels["pod"].parse().unwrap();
                     prop_assert_eq!(&alert.state, STATES[pods[&pod]]);
                 }
@@ -149,7 +149,7 @@ proptest! {
         let summary = |groups: Vec<RuleGroup>| -> Vec<(String, String, String, usize)> {
             let mut rules: Vec<_> = groups.iter().flat_map(|g| &g.rules).map(|r| {
                 let Rule::Alerting(r) = r else { unreachable!() };
-                (r.labels["shard"].clone(), r.name.clone(), r.state.clone(), r.alerts.as_ref().map_or(0, Vec::len))
+                (r.labels["shard"].to_string(), r.name.clone(), r.state.clone(), r.alerts.as_ref().map_or(0, Vec::len))
             }).collect();
             rules.sort();
             rules
