@@ -200,10 +200,18 @@ mod tests {
             let plain: Vec<u8> = (0..cap).map(|i| (i % 7) as u8).collect();
             let at = gunzip_capped(&gzip(&plain), cap).unwrap();
             assert_eq!(at, plain, "cap {cap}");
-            assert_eq!(at.capacity() as u64, cap, "one segment of the announced size");
+            assert_eq!(
+                at.capacity() as u64,
+                cap,
+                "one segment of the announced size"
+            );
             let pieced = gunzip_in_segments(&gzip(&plain), cap, 1000).unwrap();
             assert_eq!(pieced, plain, "cap {cap}");
-            assert!(pieced.capacity() as u64 <= cap, "cap {cap}: {}", pieced.capacity());
+            assert!(
+                pieced.capacity() as u64 <= cap,
+                "cap {cap}: {}",
+                pieced.capacity()
+            );
         }
         let small = gzip(b"{}");
         assert_eq!(gunzip_capped(&small, 1 << 20).unwrap(), b"{}");

@@ -401,8 +401,7 @@ fn add_copy(
         std::collections::btree_map::Entry::Occupied(occupied) => {
             let entry = occupied.into_mut();
             let (_, winner) = &entry.winner;
-            if compare_copies(&rule, evaluated, winner, entry.winner_evaluated)
-                == Ordering::Greater
+            if compare_copies(&rule, evaluated, winner, entry.winner_evaluated) == Ordering::Greater
             {
                 entry.winner = (source, rule);
                 entry.winner_evaluated = evaluated;

@@ -57,7 +57,7 @@ pub enum Rule {
 #[serde(rename_all = "camelCase")]
 struct AnyRule {
     #[serde(rename = "type")]
-    kind: String,
+    kind: RuleKind,
     state: Option<String>,
     name: String,
     query: String,
@@ -80,11 +80,20 @@ struct AnyRule {
     last_evaluation: String,
 }
 
+/// `type` of a rule, read without allocating.
+#[derive(Deserialize)]
+enum RuleKind {
+    #[serde(rename = "alerting")]
+    Alerting,
+    #[serde(rename = "recording")]
+    Recording,
+}
+
 impl<'de> Deserialize<'de> for Rule {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let any = AnyRule::deserialize(deserializer)?;
-        match any.kind.as_str() {
-            "alerting" => Ok(Rule::Alerting(AlertingRule {
+        match any.kind {
+            RuleKind::Alerting => Ok(Rule::Alerting(AlertingRule {
                 state: any
                     .state
                     .ok_or_else(|| serde::de::Error::missing_field("state"))?,
@@ -100,7 +109,7 @@ impl<'de> Deserialize<'de> for Rule {
                 evaluation_time: any.evaluation_time,
                 last_evaluation: any.last_evaluation,
             })),
-            "recording" => Ok(Rule::Recording(RecordingRule {
+            RuleKind::Recording => Ok(Rule::Recording(RecordingRule {
                 name: any.name,
                 query: any.query,
                 labels: any.labels,
@@ -109,10 +118,6 @@ impl<'de> Deserialize<'de> for Rule {
                 evaluation_time: any.evaluation_time,
                 last_evaluation: any.last_evaluation,
             })),
-            other => Err(serde::de::Error::unknown_variant(
-                other,
-                &["alerting", "recording"],
-            )),
         }
     }
 }
