@@ -118,7 +118,8 @@ fn is_replica_label(name: &str, options: &MergeOptions) -> bool {
     options.replica_labels.iter().any(|replica| replica == name)
 }
 
-/// The hash of the definition `rule`'s `occurrence`-th copy is: equal definitions hash equal.
+/// The hash of the definition of `rule`, met for the `occurrence`-th time in one group copy:
+/// equal definitions hash equal.
 fn fingerprint(
     hasher: &impl BuildHasher,
     rule: &Rule,
