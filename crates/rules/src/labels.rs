@@ -268,10 +268,15 @@ impl<'de> Deserialize<'de> for Labels {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Labels, A::Error> {
                 let mut labels = Labels::new();
                 let mut sorted = true;
+                // Offsets are 32 bits: a set past 4 GiB is refused, never cut.
+                let end = |text: &String| {
+                    u32::try_from(text.len())
+                        .map_err(|_| serde::de::Error::custom("a label set over 4 GiB"))
+                };
                 while map.next_key_seed(Append(&mut labels.text))?.is_some() {
-                    labels.ends.push(labels.text.len() as u32);
+                    labels.ends.push(end(&labels.text)?);
                     map.next_value_seed(Append(&mut labels.text))?;
-                    labels.ends.push(labels.text.len() as u32);
+                    labels.ends.push(end(&labels.text)?);
                     let count = labels.len();
                     sorted =
                         sorted && (count < 2 || labels.name(count - 2) < labels.name(count - 1));
