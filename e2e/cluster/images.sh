@@ -41,7 +41,12 @@ static_build() { # packages...
 static_build_for() { # rust-target profile packages...
     local rust_target="$1" cargo_profile="$2"
     shift 2
-    RUSTFLAGS="-C target-feature=+crt-static" "$cargo" build --quiet --profile "$cargo_profile" --locked \
+    # A fixed SOURCE_DATE_EPOCH: the C inside some crates (mimalloc's __DATE__) comes out the
+    # same whenever it is built, and the cc crate's build scripts, which rerun when the variable
+    # changes, see one value whoever builds the tree (make release exports the commit's time for
+    # its own files; make check-arm64 and make image do not).
+    SOURCE_DATE_EPOCH=0 RUSTFLAGS="-C target-feature=+crt-static" "$cargo" build --quiet \
+        --profile "$cargo_profile" --locked \
         --target "$rust_target" "${@/#/--package=}" \
         || die "the static build ($rust_target, profile $cargo_profile) of $* failed"
 }
