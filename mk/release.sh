@@ -32,7 +32,8 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 export ZONE_AWARE_REVISION
 ZONE_AWARE_REVISION="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
-# Reproducible timestamps: the commit's time.
+# Reproducible timestamps of the release's own files: the commit's time (the binaries are built
+# with a fixed one, see e2e/cluster/images.sh).
 export SOURCE_DATE_EPOCH
 SOURCE_DATE_EPOCH="$(git log -1 --format=%ct 2>/dev/null || echo 0)"
 
