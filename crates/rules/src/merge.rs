@@ -54,7 +54,7 @@ struct DefKey {
     alerting: bool,
     name: String,
     /// Without the replica labels.
-    labels: Vec<(String, String)>,
+    labels: Labels,
     query: String,
     duration_bits: u64,
     /// The n-th copy of the same definition within one group of one source.
@@ -82,11 +82,7 @@ impl DefKey {
             && self.duration_bits == duration_bits
             && self.name == name
             && self.query == query
-            && self
-                .labels
-                .iter()
-                .map(|(name, value)| (name.as_str(), value.as_str()))
-                .eq(kept_labels(rule, options))
+            && self.labels.iter().eq(kept_labels(rule, options))
     }
 
     fn of(rule: &Rule, occurrence: usize, options: &MergeOptions) -> Self {
@@ -94,9 +90,7 @@ impl DefKey {
         Self {
             alerting,
             name: name.to_string(),
-            labels: kept_labels(rule, options)
-                .map(|(name, value)| (name.to_string(), value.to_string()))
-                .collect(),
+            labels: kept_labels(rule, options).collect(),
             query: query.to_string(),
             duration_bits,
             occurrence,
@@ -747,5 +741,18 @@ mod tests {
             &sharded(),
         );
         assert_eq!(merged[0].rules.len(), 2);
+    }
+
+    /// A source that lists one group twice gives two copies of it: the rule of each is the
+    /// first of its copy, the same definition (not the rule twice in one group).
+    #[test]
+    fn a_group_listed_twice_is_two_copies_of_it() {
+        let twice = vec![
+            group("f", "g", T1, vec![recording("r")]),
+            group("f", "g", T2, vec![recording("r")]),
+        ];
+        let merged = merge(&[source("0", "a", twice)], &sharded());
+        assert_eq!(merged.len(), 1);
+        assert_eq!(merged[0].rules.len(), 1);
     }
 }
