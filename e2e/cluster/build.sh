@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Builds the local zonal cluster's binaries from their Go modules, once, into a cache keyed by
-# version. A warm run only checks that the binaries exist.
+# version, and installs LocalStack into a virtualenv beside them. A warm run only checks that the
+# binaries exist.
+#
+# Each tool is built under an exclusive lock on its cache entry (flock), so two runs at once (CI
+# builds everything in the background while `make test` asks for promtool, helm and kubectl) never
+# build one tool twice: the second waits for the first and finds the tool built.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/versions.sh"
@@ -184,40 +189,62 @@ build_helm() {
     mv "$dir/helm.tmp" "$dir/helm"
 }
 
+# LocalStack (CloudWatch for the ZoneAwareUpdate alarms) in a virtualenv of its own. Pins: newer
+# localstack-core needs Python 3.12; the others keep its dependencies compatible.
+install_localstack() {
+    local venv="$ZAC_CACHE/localstack-$LOCALSTACK_VERSION"
+    [ -f "$venv/.installed" ] && return 0
+    echo "installing LocalStack $LOCALSTACK_VERSION into $venv"
+    rm -rf "$venv"
+    { python3 -m venv "$venv" &&
+        "$venv/bin/pip" install -q "localstack-core[runtime]==$LOCALSTACK_VERSION" \
+            'cbor2<5.7' 'cryptography<44' 'pyopenssl==24.2.1' 'joserfc<1.1' 'service_identity<24.3'
+    } >"$ZAC_CACHE/localstack-install.log" 2>&1 \
+        || fail "LocalStack $LOCALSTACK_VERSION" "$ZAC_CACHE/localstack-install.log"
+    touch "$venv/.installed"
+}
+
 fail() {
     echo "cluster build: $1 failed to build; see $2" >&2
     tail -n 5 "$2" >&2 || true
     exit 1
 }
 
+locked() { # name command...: runs a build holding the lock of its cache entry
+    local name="$1"
+    shift
+    mkdir -p "$ZAC_CACHE"
+    (
+        flock 9
+        "$@"
+    ) 9>"$ZAC_CACHE/.$name.lock"
+}
+
 # `build.sh` builds everything; `build.sh monitoring` only what `make test` needs to check the
 # monitoring mixin (promtool and jsonnet); `build.sh chart` what it needs to check the Helm chart
 # against config/ (helm, and kubectl for its kustomize) and the cluster's other Kubernetes
 # binaries with kubectl: one go build compiles their common packages once (6.1 min cold for the
-# five, against 2.5 min for kubectl alone and 6.2 for the other four).
+# five, against 2.5 min for kubectl alone and 6.2 for the other four). `all` builds make test's
+# tools first, so a background `build.sh all` has them ready early.
 case "${1:-all}" in
-monitoring)
-    build_prometheus
-    build_simple jsonnet "$JSONNET_VERSION" jsonnet github.com/google/go-jsonnet/cmd/jsonnet
-    exit 0
-    ;;
-chart)
-    build_helm
-    build_k8s
-    exit 0
-    ;;
-all) ;;
+monitoring | chart | all) ;;
 *)
     echo "usage: build.sh [all|monitoring|chart]" >&2
     exit 2
     ;;
 esac
-build_simple etcd "$ETCD_VERSION" etcd .
-build_simple kwok "$KWOK_VERSION" kwok sigs.k8s.io/kwok/cmd/kwok
-build_k8s
-build_prometheus
-build_metrics_server
-build_prometheus_operator
-build_alertmanager
-build_simple jsonnet "$JSONNET_VERSION" jsonnet github.com/google/go-jsonnet/cmd/jsonnet
-build_helm
+if [ "${1:-all}" != chart ]; then
+    locked prometheus build_prometheus
+    locked jsonnet build_simple jsonnet "$JSONNET_VERSION" jsonnet github.com/google/go-jsonnet/cmd/jsonnet
+fi
+if [ "${1:-all}" != monitoring ]; then
+    locked helm build_helm
+    locked k8s build_k8s
+fi
+[ "${1:-all}" = all ] || exit 0
+locked etcd build_simple etcd "$ETCD_VERSION" etcd .
+locked kwok build_simple kwok "$KWOK_VERSION" kwok sigs.k8s.io/kwok/cmd/kwok
+locked metrics-server build_metrics_server
+locked prometheus-operator build_prometheus_operator
+locked alertmanager build_alertmanager
+locked localstack install_localstack

@@ -57,19 +57,6 @@ check_prerequisites() {
     fi
 }
 
-install_localstack() {
-    [ -f "$LOCALSTACK_VENV/.installed" ] && return 0
-    echo "cluster-up: installing LocalStack $LOCALSTACK_VERSION into $LOCALSTACK_VENV"
-    rm -rf "$LOCALSTACK_VENV"
-    # Pins: newer localstack-core needs Python 3.12; the others keep its dependencies compatible.
-    { python3 -m venv "$LOCALSTACK_VENV" &&
-        "$LOCALSTACK_VENV/bin/pip" install -q "localstack-core[runtime]==$LOCALSTACK_VERSION" \
-            'cbor2<5.7' 'cryptography<44' 'pyopenssl==24.2.1' 'joserfc<1.1' 'service_identity<24.3'
-    } >"$ZAC_CACHE/localstack-install.log" 2>&1 \
-        || die "LocalStack failed to install; see $ZAC_CACHE/localstack-install.log"
-    touch "$LOCALSTACK_VENV/.installed"
-}
-
 # --- PKI: one CA; a serving cert for the API server; client certs per component. ---
 sign() { # name subject [san]
     local name="$1" subject="$2" san="${3:-}"
@@ -129,7 +116,6 @@ if [ "$REAL_NODES" = 1 ]; then
     bash "$here/real-nodes.sh" claim
 fi
 bash "$here/build.sh"
-install_localstack
 mkdir -p "$PIDS" "$LOGS"
 generate_pki
 read -r ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT LS_PORT <<<"$(free_ports 7)"
