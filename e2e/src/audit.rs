@@ -1,7 +1,7 @@
 //! The API server's audit log: ground truth for who did what to which pod, and when (microsecond
 //! timestamps), independent of what a controller says it did.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -80,22 +80,60 @@ impl AuditEvent {
 
 /// Completed requests of the log, in order; unparseable lines are skipped.
 pub fn read(path: &Path) -> Vec<AuditEvent> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<AuditEvent>(line).ok())
-        .filter(|event| event.stage == "ResponseComplete")
-        .collect()
+    events(path, |_| true)
 }
 
 /// [`read`], keeping only the lines that contain `needle` (e.g. a test namespace's name): the
 /// others are not parsed, which spares a test polling a log of many megabytes most of the work.
 pub fn read_containing(path: &Path, needle: &str) -> Vec<AuditEvent> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter(|line| line.contains(needle))
-        .filter_map(|line| serde_json::from_str::<AuditEvent>(line).ok())
-        .filter(|event| event.stage == "ResponseComplete")
-        .collect()
+    events(path, |line| line.contains(needle))
+}
+
+/// The completed requests of the log's lines that `keep` selects, from its rotated backups (the
+/// API server renames a full log, `--audit-log-maxsize`, to `<stem>-<timestamp>.<ext>` beside it),
+/// oldest first, then from the file itself: a rotation in the middle of a test loses none of its
+/// events.
+fn events(path: &Path, keep: impl Fn(&str) -> bool) -> Vec<AuditEvent> {
+    let mut files = rotated(path);
+    files.push(path.to_path_buf());
+    let mut events = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        events.extend(
+            text.lines()
+                .filter(|line| keep(line))
+                .filter_map(|line| serde_json::from_str::<AuditEvent>(line).ok())
+                .filter(|event| event.stage == "ResponseComplete"),
+        );
+    }
+    events
+}
+
+/// The rotated backups of the log at `path`, oldest first (their timestamps sort as text).
+fn rotated(path: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(stem)) = (path.parent(), path.file_stem().and_then(|s| s.to_str())) else {
+        return Vec::new();
+    };
+    let prefix = format!("{stem}-");
+    let suffix = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(|e| format!(".{e}"))
+        .unwrap_or_default();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut backups: Vec<PathBuf> = entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|file| {
+            file.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(&suffix))
+        })
+        .collect();
+    backups.sort();
+    backups
 }
 
 /// Evictions (`create pods/eviction`) and pod deletions in `namespace`.
@@ -112,4 +150,51 @@ pub fn removals<'a>(
             && ((event.verb == "create" && object.subresource == "eviction")
                 || (event.verb == "delete" && object.subresource.is_empty()))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(namespace: &str, name: &str, at: &str) -> String {
+        format!(
+            r#"{{"verb":"delete","stage":"ResponseComplete","stageTimestamp":"{at}","objectRef":{{"resource":"pods","namespace":"{namespace}","name":"{name}"}}}}"#
+        )
+    }
+
+    #[test]
+    fn a_rotated_log_keeps_its_events_oldest_first() {
+        let dir = std::env::temp_dir().join(format!("zac-audit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |file: &str, lines: &[String]| {
+            std::fs::write(dir.join(file), lines.join("\n") + "\n").unwrap();
+        };
+        write(
+            "audit-2026-11-27T21-43-38.788.log",
+            &[
+                line("a", "web-0", "2026-11-27T21:43:00Z"),
+                line("b", "x", "2026-11-27T21:43:01Z"),
+            ],
+        );
+        write(
+            "audit-2026-11-27T21-40-00.000.log",
+            &[line("a", "web-9", "2026-11-27T21:39:00Z")],
+        );
+        write("audit.log", &[line("a", "web-1", "2026-11-27T21:44:00Z")]);
+        write(
+            "other-2026.log",
+            &[line("a", "not-audit", "2026-11-27T21:45:00Z")],
+        );
+
+        let names = |events: Vec<AuditEvent>| -> Vec<String> {
+            events.iter().map(|e| e.object_name().to_owned()).collect()
+        };
+        let path = dir.join("audit.log");
+        assert_eq!(
+            names(read_containing(&path, r#""namespace":"a""#)),
+            ["web-9", "web-0", "web-1"]
+        );
+        assert_eq!(names(read(&path)), ["web-9", "web-0", "x", "web-1"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

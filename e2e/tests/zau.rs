@@ -33,7 +33,8 @@ const SET: &str = "web";
 const ZAU: &str = "web";
 /// The alarm poll interval the tests run the controller with.
 const POLL: Duration = Duration::from_secs(1);
-/// Removals closer together than this belong to one batch. Between batches the removed pods
+/// A removal sent sooner than this after the previous one was answered belongs to its batch
+/// ([`batches`]). Between batches the removed pods
 /// terminate (1 s grace), are recreated and turn Ready (kwok's delay, 1 s): seconds apart.
 const BATCH_GAP: Duration = Duration::from_millis(700);
 const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(180);
@@ -58,7 +59,10 @@ fn named_statefulset(name: &str, replicas: i32, strategy: &str) -> StatefulSet {
 /// One successful removal by the controller, from the audit log.
 #[derive(Debug, Clone)]
 struct Removal {
+    /// When the API server answered it (the audit event's stage timestamp).
     at: Timestamp,
+    /// When the API server received it: when the controller sent it.
+    sent: Timestamp,
     pod: String,
     agent: String,
 }
@@ -245,13 +249,13 @@ impl Fixture {
         e2e::nodes::pod_zones(&self.pods, &format!("app={app}")).await
     }
 
-    /// The API server's audit log so far.
+    /// The API server's audit log so far, the lines naming this test's namespace.
     fn audit(&self) -> Vec<audit::AuditEvent> {
         let path = self
             .cluster
             .audit_log()
             .expect("these tests read the API server's audit log (local zonal cluster)");
-        audit::read(&path)
+        audit::read_containing(&path, &self.ns.name)
     }
 
     /// Successful evictions/deletions of this namespace's pods by the controller, in order.
@@ -260,6 +264,7 @@ impl Fixture {
             .filter(|e| e.sent_by("zau-controller") && e.succeeded())
             .map(|e| Removal {
                 at: e.stage_timestamp.parse().unwrap(),
+                sent: e.request_received_timestamp.parse().unwrap(),
                 pod: e.object_name().to_string(),
                 agent: e.user_agent.clone(),
             })
@@ -311,13 +316,17 @@ fn ordinal(pod: &str) -> u32 {
     pod.rsplit_once('-').unwrap().1.parse().unwrap()
 }
 
-/// The removals grouped into batches: removals less than [`BATCH_GAP`] apart.
+/// The removals grouped into batches: a removal the controller sent less than [`BATCH_GAP`] after
+/// the previous one was answered belongs to its batch. Measured from the answer: the controller
+/// sends a batch's removals one after another, each once the last is answered, so an API server
+/// slowed by another suite's storm (hundreds of milliseconds an eviction) stretches a batch
+/// without opening gaps in it.
 fn batches(removals: &[Removal]) -> Vec<Vec<String>> {
     let mut out: Vec<Vec<String>> = Vec::new();
     let mut last: Option<Timestamp> = None;
     for removal in removals {
         let close = last.is_some_and(|l| {
-            removal.at.duration_since(l)
+            removal.sent.duration_since(l)
                 < k8s_openapi::jiff::SignedDuration::try_from(BATCH_GAP).unwrap()
         });
         match out.last_mut() {
