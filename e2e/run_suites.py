@@ -3,16 +3,22 @@
 
 `cargo test` runs its test binaries one after another, and the e2e suites spend most of their
 time waiting on the cluster (pods starting, rollouts, scrapes), so on two cores a second lane
-nearly halves the e2e stage. The suites that install the whole project (cluster-wide webhooks,
-ClusterRoles, fixed namespaces: --exclusive) run first, each alone; the rest share LANES lanes,
-the longest first (durations of earlier runs are kept in the target dir).
+nearly halves the e2e stage. The suites share LANES lanes, the longest first (durations of
+earlier runs are kept in the target dir); then the suites that install the whole project
+(cluster-wide webhooks, ClusterRoles, fixed namespaces: --exclusive) run, each alone.
+
+With --image-cmd, the project's image is built and imported by that command in the background,
+at the lowest CPU priority, while the suites that do not run it go ahead: it fills the cores
+those leave idle. The suites that run the image (--image-suite, and every exclusive one) start
+once it is in the nodes; a suite started before that gets E2E_PROJECT_IMAGE_PENDING=1, and the
+harness fails it if it asks for the image (e2e::real), naming the list to add it to.
 
 Every binary's output is printed whole when it ends, with cargo's `Running` line before it, so
 logs read as cargo's and `test result:` lines can be summed. Exit status 1 when any binary failed
 (all of them are run), 2 when the build failed.
 
     run_suites.py [--lanes N] [--threads N] [--filter SUBSTRING] [--skip SUBSTRING]...
-                  [--exclusive SUITE]...
+                  [--exclusive SUITE]... [--image-cmd CMD [--image-suite SUITE]...]
 """
 
 import argparse
@@ -62,12 +68,50 @@ def build(cargo: str) -> list[dict]:
     return found
 
 
+class Image:
+    """The project's image, built and imported by a command in the background (or ready)."""
+
+    def __init__(self, cmd: str | None, lock: threading.Lock):
+        self.cmd = cmd
+        self.lock = lock  # the runner's: one report at a time on stdout
+        self.done = threading.Event()
+        self.ok = cmd is None
+        self.output = ""
+        self.child: subprocess.Popen | None = None
+        if cmd is None:
+            self.done.set()
+
+    def start(self) -> None:
+        if self.cmd is None:
+            return
+        self.t0 = time.monotonic()
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.child = subprocess.Popen(["bash", "-c", self.cmd], stdout=self.log, stderr=subprocess.STDOUT,
+                                      start_new_session=True, preexec_fn=lambda: os.nice(19))
+        threading.Thread(target=self.wait, daemon=True).start()
+
+    def wait(self) -> None:
+        assert self.child is not None
+        rc = self.child.wait()
+        self.log.seek(0)
+        self.output = self.log.read()
+        self.ok = rc == 0
+        took = time.monotonic() - self.t0
+        with self.lock:
+            print(f"== the project's image ({self.cmd}): {'ok' if self.ok else f'FAILED (exit {rc})'} "
+                  f"in {took:.1f} s", flush=True)
+            sys.stdout.write(self.output)
+            sys.stdout.flush()
+        self.done.set()
+
+
 class Runner:
-    def __init__(self, args, durations: dict):
+    def __init__(self, args, durations: dict, image: Image):
         self.args = args
         self.durations = durations
+        self.image = image
         self.failed: list[str] = []
-        self.lock = threading.Lock()
+        self.lock = image.lock
         self.children: set[subprocess.Popen] = set()
 
     def key(self, t: dict) -> str:
@@ -81,6 +125,8 @@ class Runner:
         for s in self.args.skip:
             cmd += ["--skip", s]
         env = dict(os.environ, CARGO_MANIFEST_DIR=t["package_dir"])
+        if not self.image.done.is_set():
+            env["E2E_PROJECT_IMAGE_PENDING"] = "1"
         t0 = time.monotonic()
         with tempfile.TemporaryFile(mode="w+") as log:
             child = subprocess.Popen(cmd, cwd=t["package_dir"], env=env, stdout=log,
@@ -100,17 +146,36 @@ class Runner:
             if rc != 0:
                 self.failed.append(t["label"])
 
+    def needs_image(self, t: dict) -> bool:
+        return t["kind"] == "test" and t["name"] in self.args.image_suite
+
+    def without_image(self, t: dict) -> None:
+        """A suite that runs the image, when the image failed: failed, not run."""
+        with self.lock:
+            print(f"== {t['label']}: FAILED (not run: the project's image failed to build)", flush=True)
+            self.failed.append(t["label"])
+
     def lanes(self, tests: list[dict], n: int) -> None:
+        """Runs tests in n lanes, in order, each suite that runs the image once it is ready."""
         queue = list(tests)
-        take = threading.Lock()
+        take = threading.Condition()
 
         def lane():
             while True:
                 with take:
-                    if not queue:
-                        return
-                    t = queue.pop(0)
-                self.run(t)
+                    while True:
+                        if not queue:
+                            return
+                        ready = self.image.done.is_set()
+                        t = next((t for t in queue if ready or not self.needs_image(t)), None)
+                        if t is not None:
+                            queue.remove(t)
+                            break
+                        take.wait(timeout=1.0)
+                if self.needs_image(t) and not self.image.ok:
+                    self.without_image(t)
+                else:
+                    self.run(t)
 
         threads = [threading.Thread(target=lane) for _ in range(max(1, n))]
         for th in threads:
@@ -125,6 +190,11 @@ class Runner:
                     os.killpg(child.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
+            if self.image.child is not None and self.image.child.poll() is None:
+                try:
+                    os.killpg(self.image.child.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
         sys.exit(130)
 
 
@@ -135,7 +205,11 @@ def main() -> int:
     p.add_argument("--filter", default="")
     p.add_argument("--skip", action="append", default=[])
     p.add_argument("--exclusive", action="append", default=[])
+    p.add_argument("--image-cmd", default=None)
+    p.add_argument("--image-suite", action="append", default=[])
     args = p.parse_args()
+    # The suites that install the whole project run its image.
+    args.image_suite = args.image_suite + args.exclusive
 
     cargo = os.environ.get("CARGO", "cargo")
     target_dir = Path(os.environ.get("CARGO_TARGET_DIR", "target"))
@@ -146,7 +220,8 @@ def main() -> int:
         durations = {}
 
     tests = build(cargo)
-    runner = Runner(args, durations)
+    image = Image(args.image_cmd, threading.Lock())
+    runner = Runner(args, durations, image)
     signal.signal(signal.SIGTERM, runner.stop)
     signal.signal(signal.SIGINT, runner.stop)
 
@@ -156,9 +231,14 @@ def main() -> int:
     shared.sort(key=lambda t: -durations.get(runner.key(t), float("inf")))
 
     t0 = time.monotonic()
-    for t in exclusive:
-        runner.run(t)
+    image.start()
     runner.lanes(shared, args.lanes)
+    image.done.wait()
+    for t in exclusive:
+        if image.ok:
+            runner.run(t)
+        else:
+            runner.without_image(t)
     try:
         target_dir.mkdir(parents=True, exist_ok=True)
         durations_file.write_text(json.dumps(runner.durations, indent=1, sort_keys=True))

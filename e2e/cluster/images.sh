@@ -8,6 +8,8 @@
 #   images.sh project              the project's image (the Dockerfile's final stage: the static
 #                                  controller binaries, non-root) and the test images, imported
 #                                  into the running nodes
+#   images.sh project-only         the project's image alone, imported into the running nodes
+#                                  (make e2e: cluster-up imported the test images)
 #   images.sh import ZONE TAR...   import image tars into one node's containerd
 #   images.sh import-pinned TAR REF
 #                                  a release's image tar into every real node, also under the
@@ -143,27 +145,31 @@ test_images() {
     fi
 }
 
-project_image() {
-    local bins=(${BINS:-${CONTROLLERS[*]}}) files=() bin
+project_image() { # [only]: without the test images
+    local bins=(${BINS:-${CONTROLLERS[*]}}) files=() bin tars=("$IMAGES/project.tar")
     static_build "${bins[@]}"
     for bin in "${bins[@]}"; do files+=(--file "$bin_dir/$bin:/$bin:755"); done
     mkdir -p "$IMAGES"
     base_layer "$IMAGES"
     oci --name "$PROJECT_IMAGE" --out "$IMAGES/project.tar" "${BASE_LAYER[@]}" \
         --entrypoint "/${bins[0]}" "${files[@]}"
-    test_images
+    local what="$PROJECT_IMAGE"
+    if [ "${1:-}" != only ]; then
+        test_images
+        tars+=("$IMAGES/pause.tar" "$IMAGES/metrics-target.tar" "$IMAGES/prometheus.tar"
+            "$IMAGES/alertmanager.tar" "$IMAGES/metrics-server.tar" "$IMAGES/config-reloader.tar")
+        what+=" and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE, $ALERTMANAGER_IMAGE, $METRICS_SERVER_IMAGE, $CONFIG_RELOADER_IMAGE)"
+    fi
     local zone imported=0
     for zone in "${REAL_ZONES[@]}"; do
         [ -S "$NODES/$zone/containerd.sock" ] || continue
-        import "$zone" "$IMAGES/project.tar" "$IMAGES/pause.tar" "$IMAGES/metrics-target.tar" \
-            "$IMAGES/prometheus.tar" "$IMAGES/alertmanager.tar" "$IMAGES/metrics-server.tar" \
-            "$IMAGES/config-reloader.tar"
+        import "$zone" "${tars[@]}"
         imported=$((imported + 1))
     done
     if [ "$imported" = 0 ]; then
-        echo "image: $PROJECT_IMAGE and the test images written to $IMAGES (no real node running to import them into)"
+        echo "image: $what written to $IMAGES (no real node running to import them into)"
     else
-        echo "image: $PROJECT_IMAGE and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE, $ALERTMANAGER_IMAGE, $METRICS_SERVER_IMAGE, $CONFIG_RELOADER_IMAGE) imported into $imported real nodes"
+        echo "image: $what imported into $imported real nodes"
     fi
 }
 
@@ -218,9 +224,10 @@ import_pinned() { # tar name:tag@digest
 case "${1:-}" in
 test-images) test_images ;;
 project) project_image ;;
+project-only) project_image only ;;
 import) shift; import "$@" ;;
 import-pinned) shift; import_pinned "$@" ;;
 multiarch) shift; multiarch_image "$@" ;;
 static) static_arch "${2:-}" ;;
-*) echo "usage: $0 test-images|project|import ZONE TAR...|import-pinned TAR NAME:TAG@DIGEST|multiarch OUT.tar NAME|static ARCH" >&2; exit 2 ;;
+*) echo "usage: $0 test-images|project|project-only|import ZONE TAR...|import-pinned TAR NAME:TAG@DIGEST|multiarch OUT.tar NAME|static ARCH" >&2; exit 2 ;;
 esac

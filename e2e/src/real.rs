@@ -15,8 +15,8 @@ pub struct RealNodes {
     pub taint: String,
     /// The metrics-target image, imported into every real node.
     pub metrics_target_image: String,
-    /// The project's image (`make image`).
-    pub project_image: String,
+    /// The project's image (`make image`; `project_image()`).
+    project_image: String,
     /// Prometheus 3.16, static, from e2e/cluster/build.sh.
     pub prometheus_image: String,
     /// Alertmanager 0.35, static, from e2e/cluster/build.sh.
@@ -42,6 +42,18 @@ impl RealNodes {
             prometheus_image: var("E2E_PROMETHEUS_IMAGE"),
             alertmanager_image: var("E2E_ALERTMANAGER_IMAGE"),
         }
+    }
+
+    /// The project's image (`make image`). Panics in a suite that `make e2e` started before the
+    /// image was in the nodes (run_suites.py builds it while the suites that do not need it run):
+    /// such a suite belongs in the Makefile's E2E_IMAGE_SUITES.
+    pub fn project_image(&self) -> &str {
+        assert!(
+            std::env::var_os("E2E_PROJECT_IMAGE_PENDING").is_none(),
+            "this suite runs the project's image, which make e2e was still building when the \
+             suite started: add the suite to E2E_IMAGE_SUITES in the Makefile"
+        );
+        &self.project_image
     }
 
     /// A pod template of the metrics target labelled `app: <app>`, on the real nodes, spread

@@ -70,7 +70,7 @@ fn real_statefulset(name: &str, real: &RealNodes) -> StatefulSet {
 async fn deploy_local_runs_the_controllers_as_real_pods() {
     let cluster = Cluster::get();
     let real_nodes = RealNodes::of(&cluster);
-    let image = real_nodes.project_image.clone();
+    let image = real_nodes.project_image().to_owned();
     let victim = TestNamespace::create(&cluster, "deploy-local").await;
     let client = victim.client.clone();
     let suffix = victim.suffix().to_string();

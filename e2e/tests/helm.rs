@@ -52,7 +52,7 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
 
     let mut release = Release::new(&cluster, &format!("zac-{suffix}"), &home.name);
     let chart = helm::chart(&release.dir);
-    let (repository, tag) = split_image(&real.project_image);
+    let (repository, tag) = split_image(real.project_image());
     let values = json!({
         // A released chart pins its image by digest: the digest must go for the local image.
         "image": {"repository": repository, "tag": tag, "digest": "", "pullPolicy": "Never"},
@@ -75,10 +75,7 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
             let node = pods::node_of(&pod).unwrap();
             assert!(real_nodes.contains_key(node), "{binary} on {node}");
             let container = &pod.spec.as_ref().unwrap().containers[0];
-            assert_eq!(
-                container.image.as_deref(),
-                Some(real.project_image.as_str())
-            );
+            assert_eq!(container.image.as_deref(), Some(real.project_image()));
             assert_eq!(container.image_pull_policy.as_deref(), Some("Never"));
             assert_eq!(
                 pod.metadata.labels.as_ref().unwrap()["zonecontrol.k8s.aws/e2e"],

@@ -87,7 +87,7 @@ fn install_yaml(cluster: &Cluster, real: &RealNodes, dir: &Path) -> (PathBuf, St
         eprintln!("{}", identity::run(command, None).trim());
         return (file, image);
     }
-    let image = real.project_image.clone();
+    let image = real.project_image().to_owned();
     let mut command = Command::new("bash");
     command
         .current_dir(repo_root())

@@ -466,7 +466,7 @@ async fn monitoring_mixin_alerts_fire_through_the_federator_webhook_down_and_rol
         &format!("--discover-namespace={namespace}"),
     );
     let overlay = Overlay::new("config/local", &suffix, &victim.name, &patches);
-    let mut deployment = TestDeploy::new(&cluster, overlay, &namespace, &real.project_image)
+    let mut deployment = TestDeploy::new(&cluster, overlay, &namespace, real.project_image())
         .with_var("MONITORING", "1");
     deployment.make("deploy");
 

@@ -197,7 +197,8 @@ fn schemas_carry_the_go_field_names_and_types() {
     }
 }
 
-/// The committed YAML is what the types generate (CI also runs `crdgen --check`).
+/// The committed YAML is what the types generate: `make test`'s drift check of config/crd/ (the
+/// same `crdgen --check` as `make crds-check`, with the test build's crdgen).
 #[test]
 fn committed_yaml_is_current() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/crd");
