@@ -1,6 +1,10 @@
 //! Kubernetes Events (`events.k8s.io/v1`) for the objects a controller acts on, so
 //! `kubectl describe zau web` tells the story of a rollout.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     Client,
@@ -32,6 +36,41 @@ pub enum EventsError {
 #[derive(Clone)]
 pub struct EventPublisher {
     recorder: Recorder,
+    firsts: Arc<Mutex<HashMap<Identical, First>>>,
+}
+
+/// How long a repeat joins the series of its first event: the recorder's own cache time.
+const REPEAT_WINDOW: Duration = Duration::from_secs(6 * 60);
+
+/// What makes two events the same: the objects (without resourceVersion), type, reason, action
+/// and note.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Identical {
+    regarding: [Option<String>; 6],
+    related: Option<[Option<String>; 6]>,
+    type_: EventType,
+    reason: String,
+    action: String,
+    note: Option<String>,
+}
+
+/// The references an event was first published with, and when it was last repeated.
+struct First {
+    regarding: ObjectReference,
+    related: Option<ObjectReference>,
+    last: Instant,
+}
+
+/// An object's identity in a reference: everything but its resourceVersion.
+fn identity(object: &ObjectReference) -> [Option<String>; 6] {
+    [
+        object.api_version.clone(),
+        object.kind.clone(),
+        object.namespace.clone(),
+        object.name.clone(),
+        object.uid.clone(),
+        object.field_path.clone(),
+    ]
 }
 
 impl EventPublisher {
@@ -44,7 +83,42 @@ impl EventPublisher {
         };
         Self {
             recorder: Recorder::new(client, reporter),
+            firsts: Arc::default(),
         }
+    }
+
+    /// The references to publish `event` with: those of its first publication when it repeats
+    /// one (same objects, type, reason, action and note) within [`REPEAT_WINDOW`]. The recorder
+    /// turns a repeat into a series only under equal references, resourceVersion included, and
+    /// the status write a reconcile makes between two repeats (a stale read deciding the same
+    /// refusal again, say) changes it: without this, each repeat would be a new Event.
+    fn references(
+        &self,
+        event: &Event,
+        regarding: &ObjectReference,
+        related: Option<&ObjectReference>,
+    ) -> (ObjectReference, Option<ObjectReference>) {
+        let key = Identical {
+            regarding: identity(regarding),
+            related: related.map(identity),
+            type_: event.type_,
+            reason: event.reason.clone(),
+            action: event.action.clone(),
+            note: event.note.clone(),
+        };
+        let now = Instant::now();
+        let mut firsts = self
+            .firsts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        firsts.retain(|_, first| now.duration_since(first.last) < REPEAT_WINDOW);
+        let first = firsts.entry(key).or_insert_with(|| First {
+            regarding: regarding.clone(),
+            related: related.cloned(),
+            last: now,
+        });
+        first.last = now;
+        (first.regarding.clone(), first.related.clone())
     }
 
     /// Publishes an event and reports failure.
@@ -63,7 +137,8 @@ impl EventPublisher {
     /// As [`EventPublisher::publish`], about `regarding` and `related` (another object the event
     /// is about: a rejected monitor, say). Events are deduplicated by regarding, related, reason
     /// and action, not by note: events of one reason about several objects need `related`, or
-    /// they collapse into one series that keeps the first note.
+    /// they collapse into one series that keeps the first note. An identical repeat is a series
+    /// also when the object's resourceVersion changed in between.
     pub async fn publish_related(
         &self,
         regarding: &ObjectReference,
@@ -73,15 +148,17 @@ impl EventPublisher {
         action: &str,
         note: Option<&str>,
     ) -> Result<(), EventsError> {
-        let event = Event {
+        let mut event = Event {
             type_,
             reason: truncate(reason, MAX_REASON_BYTES).to_owned(),
             action: truncate(action, MAX_REASON_BYTES).to_owned(),
             note: note.map(|n| truncate(n, MAX_NOTE_BYTES).to_owned()),
-            secondary: related.cloned(),
+            secondary: None,
         };
+        let (regarding, related) = self.references(&event, regarding, related);
+        event.secondary = related;
         self.recorder
-            .publish(&event, regarding)
+            .publish(&event, &regarding)
             .await
             .map_err(|source| EventsError::Publish {
                 reason: reason.to_owned(),

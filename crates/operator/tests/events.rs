@@ -7,9 +7,9 @@ use axum::{
     Router,
     body::{Body, Bytes},
     extract::State,
-    http::{StatusCode, header},
+    http::{Method, StatusCode, header},
     response::Response,
-    routing::post,
+    routing::{patch, post},
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use serde_json::Value;
@@ -17,8 +17,9 @@ use zone_operator::{EventPublisher, EventType, events::MAX_NOTE_BYTES};
 
 type Posted = Arc<Mutex<Vec<Value>>>;
 
-async fn record(State(posted): State<Posted>, body: Bytes) -> Response {
-    let event: Value = serde_json::from_slice(&body).unwrap();
+async fn record(State(posted): State<Posted>, method: Method, body: Bytes) -> Response {
+    let mut event: Value = serde_json::from_slice(&body).unwrap();
+    event["method (test)"] = method.as_str().into();
     posted.lock().unwrap().push(event);
     Response::builder()
         .status(StatusCode::CREATED)
@@ -33,6 +34,10 @@ fn publisher() -> (EventPublisher, Posted) {
         .route(
             "/apis/events.k8s.io/v1/namespaces/{namespace}/events",
             post(record),
+        )
+        .route(
+            "/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}",
+            patch(record),
         )
         .with_state(posted.clone());
     let client = kube::Client::new(router, "default");
@@ -90,4 +95,79 @@ async fn warnings_with_huge_notes_are_cut_to_fit() {
     let event = &posted[0];
     assert_eq!(event["type"], "Warning");
     assert_eq!(event["note"].as_str().unwrap().len(), MAX_NOTE_BYTES);
+}
+
+/// A repeat about the same object is one Event with a series, also when the object's
+/// resourceVersion changed in between (a status write): not a second Event object.
+#[tokio::test]
+async fn a_repeat_after_a_status_write_is_a_series_not_a_new_event() {
+    let (events, posted) = publisher();
+    let mut object = zau();
+    object.resource_version = Some("100".into());
+    events
+        .warning(
+            &object,
+            "InvalidSpec",
+            "Validate",
+            "spec.retention.time: 300y",
+        )
+        .await;
+    object.resource_version = Some("101".into());
+    events
+        .warning(
+            &object,
+            "InvalidSpec",
+            "Validate",
+            "spec.retention.time: 300y",
+        )
+        .await;
+    let posted = posted.lock().unwrap();
+    let methods: Vec<&str> = posted
+        .iter()
+        .map(|e| e["method (test)"].as_str().unwrap())
+        .collect();
+    assert_eq!(methods, ["POST", "PATCH"], "{posted:#?}");
+    assert_eq!(posted[1]["series"]["count"], 2);
+    assert_eq!(posted[1]["metadata"]["name"], posted[0]["metadata"]["name"]);
+}
+
+/// Events about one object with different notes (a rollout's batches, say) stay separate Events
+/// when a status write separates them: each keeps its note.
+#[tokio::test]
+async fn different_notes_after_a_status_write_are_separate_events() {
+    let (events, posted) = publisher();
+    let mut object = zau();
+    for (version, note) in [
+        ("100", "zone-a: deleted web-28"),
+        ("101", "zone-a: deleted web-27"),
+    ] {
+        object.resource_version = Some(version.into());
+        events
+            .publish(
+                &object,
+                EventType::Normal,
+                "BatchDeleted",
+                "Rollout",
+                Some(note),
+            )
+            .await
+            .unwrap();
+    }
+    let posted = posted.lock().unwrap();
+    let notes: Vec<(&str, &str)> = posted
+        .iter()
+        .map(|e| {
+            (
+                e["method (test)"].as_str().unwrap(),
+                e["note"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            ("POST", "zone-a: deleted web-28"),
+            ("POST", "zone-a: deleted web-27")
+        ]
+    );
 }
