@@ -225,7 +225,8 @@ locked() { # name command...: runs a build holding the lock of its cache entry
 # against config/ (helm, and kubectl for its kustomize) and the cluster's other Kubernetes
 # binaries with kubectl: one go build compiles their common packages once (6.1 min cold for the
 # five, against 2.5 min for kubectl alone and 6.2 for the other four). `all` builds make test's
-# tools first, so a background `build.sh all` has them ready early.
+# tools first, so a background `build.sh all` has them ready early, and installs LocalStack
+# beside the other builds.
 case "${1:-all}" in
 monitoring | chart | all) ;;
 *)
@@ -242,9 +243,12 @@ if [ "${1:-all}" != monitoring ]; then
     locked k8s build_k8s
 fi
 [ "${1:-all}" = all ] || exit 0
+# LocalStack's install mostly waits on downloads: beside the Go builds, not after them.
+locked localstack install_localstack &
+localstack=$!
 locked etcd build_simple etcd "$ETCD_VERSION" etcd .
 locked kwok build_simple kwok "$KWOK_VERSION" kwok sigs.k8s.io/kwok/cmd/kwok
 locked metrics-server build_metrics_server
 locked prometheus-operator build_prometheus_operator
 locked alertmanager build_alertmanager
-locked localstack install_localstack
+wait "$localstack"
