@@ -103,24 +103,17 @@ async fn warnings_with_huge_notes_are_cut_to_fit() {
 async fn a_repeat_after_a_status_write_is_a_series_not_a_new_event() {
     let (events, posted) = publisher();
     let mut object = zau();
-    object.resource_version = Some("100".into());
-    events
-        .warning(
-            &object,
-            "InvalidSpec",
-            "Validate",
-            "spec.retention.time: 300y",
-        )
-        .await;
-    object.resource_version = Some("101".into());
-    events
-        .warning(
-            &object,
-            "InvalidSpec",
-            "Validate",
-            "spec.retention.time: 300y",
-        )
-        .await;
+    for version in ["100", "101"] {
+        object.resource_version = Some(version.into());
+        events
+            .warning(
+                &object,
+                "InvalidSpec",
+                "Validate",
+                "spec.retention.time: 300y",
+            )
+            .await;
+    }
     let posted = posted.lock().unwrap();
     let methods: Vec<&str> = posted
         .iter()
