@@ -42,6 +42,11 @@ pub struct EventPublisher {
 /// How long a repeat joins the series of its first event: the recorder's own cache time.
 const REPEAT_WINDOW: Duration = Duration::from_secs(6 * 60);
 
+/// At most this many first publications are remembered (a few hundred bytes each): beyond it, an
+/// event with a new note is published as is, so a storm of distinct notes (a shadow-mode budget
+/// under a drain, say) cannot grow the memory without bound.
+pub const MAX_REMEMBERED: usize = 1024;
+
 /// What makes two events the same: the objects (without resourceVersion), type, reason, action
 /// and note.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -112,6 +117,9 @@ impl EventPublisher {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         firsts.retain(|_, first| now.duration_since(first.last) < REPEAT_WINDOW);
+        if firsts.len() >= MAX_REMEMBERED && !firsts.contains_key(&key) {
+            return (regarding.clone(), related.cloned());
+        }
         let first = firsts.entry(key).or_insert_with(|| First {
             regarding: regarding.clone(),
             related: related.cloned(),

@@ -13,7 +13,10 @@ use axum::{
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use serde_json::Value;
-use zone_operator::{EventPublisher, EventType, events::MAX_NOTE_BYTES};
+use zone_operator::{
+    EventPublisher, EventType,
+    events::{MAX_NOTE_BYTES, MAX_REMEMBERED},
+};
 
 type Posted = Arc<Mutex<Vec<Value>>>;
 
@@ -162,5 +165,39 @@ async fn different_notes_after_a_status_write_are_separate_events() {
             ("POST", "zone-a: deleted web-28"),
             ("POST", "zone-a: deleted web-27")
         ]
+    );
+}
+
+/// The publisher remembers at most MAX_REMEMBERED first publications: past it, a new event is
+/// published as is (a repeat of it after a status write is then a new Event), and the ones it
+/// remembers still repeat as series.
+#[tokio::test]
+async fn remembered_first_publications_are_bounded() {
+    let (events, posted) = publisher();
+    for version in ["100", "101"] {
+        for i in 0..=MAX_REMEMBERED {
+            let object = ObjectReference {
+                name: Some(format!("web-{i}")),
+                resource_version: Some(version.into()),
+                ..zau()
+            };
+            events
+                .warning(&object, "WouldDenyEviction", "Evict", "would have denied")
+                .await;
+        }
+    }
+    let posted = posted.lock().unwrap();
+    let method = |i: usize| posted[i]["method (test)"].as_str().unwrap();
+    let second_pass = MAX_REMEMBERED + 1;
+    assert_eq!(method(MAX_REMEMBERED), "POST");
+    assert_eq!(
+        method(second_pass),
+        "PATCH",
+        "a remembered event repeats as a series"
+    );
+    assert_eq!(
+        method(second_pass + MAX_REMEMBERED),
+        "POST",
+        "the one past the bound is a new Event again"
     );
 }
