@@ -211,10 +211,13 @@ run: local-crds ## Local zonal cluster, CRDs, and the controllers on namespace d
 	bash e2e/cluster/run-controllers.sh
 	@echo "Cluster ready. Use it with:  source e2e/.cluster/env && kubectl get nodes -L topology.kubernetes.io/zone"
 
+# What images.sh's single-platform image is built from.
+IMAGE_ENV = ZONE_AWARE_REVISION='$(ZONE_AWARE_REVISION)' LOCAL_IMG='$(LOCAL_IMG)' BINS='$(BINS)' \
+	STATIC_TARGET='$(STATIC_TARGET)'
+
 .PHONY: image
 image: ## The project's image without Docker (static binaries, non-root), imported into the real nodes
-	ZONE_AWARE_REVISION='$(ZONE_AWARE_REVISION)' LOCAL_IMG='$(LOCAL_IMG)' BINS='$(BINS)' \
-		STATIC_TARGET='$(STATIC_TARGET)' IMAGE_PROFILE='$(IMAGE_PROFILE)' bash e2e/cluster/images.sh project
+	$(IMAGE_ENV) IMAGE_PROFILE='$(IMAGE_PROFILE)' bash e2e/cluster/images.sh project
 
 # The multi-arch image's OCI layout tar and name (`make release` writes its own into dist/).
 MULTIARCH_TAR ?= target/image/zone-aware-controllers.oci.tar
@@ -234,8 +237,7 @@ check-arm64: ## The arm64 binaries run under qemu-user-static: --help, a rules-f
 # e2e-image profile): about a quarter of a cold release build. `make release`'s image is checked
 # with E2E_INSTALL_YAML / E2E_HELM_CHART (docs/release.md). cluster-up imported the test images.
 # Built without the test builds' lints: a profile of its own, nothing to share with them.
-E2E_IMAGE_CMD = ZONE_AWARE_REVISION='$(ZONE_AWARE_REVISION)' LOCAL_IMG='$(LOCAL_IMG)' BINS='$(BINS)' \
-	STATIC_TARGET='$(STATIC_TARGET)' IMAGE_PROFILE=e2e-image \
+E2E_IMAGE_CMD = $(IMAGE_ENV) IMAGE_PROFILE=e2e-image \
 	env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS bash e2e/cluster/images.sh project-only
 
 .PHONY: e2e

@@ -76,7 +76,6 @@ class Image:
         self.lock = lock  # the runner's: one report at a time on stdout
         self.done = threading.Event()
         self.ok = cmd is None
-        self.output = ""
         self.child: subprocess.Popen | None = None
         if cmd is None:
             self.done.set()
@@ -94,13 +93,13 @@ class Image:
         assert self.child is not None
         rc = self.child.wait()
         self.log.seek(0)
-        self.output = self.log.read()
+        output = self.log.read()
         self.ok = rc == 0
         took = time.monotonic() - self.t0
         with self.lock:
             print(f"== the project's image ({self.cmd}): {'ok' if self.ok else f'FAILED (exit {rc})'} "
                   f"in {took:.1f} s", flush=True)
-            sys.stdout.write(self.output)
+            sys.stdout.write(output)
             sys.stdout.flush()
         self.done.set()
 
@@ -149,33 +148,35 @@ class Runner:
     def needs_image(self, t: dict) -> bool:
         return t["kind"] == "test" and t["name"] in self.args.image_suite
 
-    def without_image(self, t: dict) -> None:
-        """A suite that runs the image, when the image failed: failed, not run."""
-        with self.lock:
-            print(f"== {t['label']}: FAILED (not run: the project's image failed to build)", flush=True)
-            self.failed.append(t["label"])
+    def run_ready(self, t: dict) -> None:
+        """Runs t, whose image (if it runs it) is ready; a suite whose image failed is failed, not
+        run."""
+        if self.needs_image(t) and not self.image.ok:
+            with self.lock:
+                print(f"== {t['label']}: FAILED (not run: the project's image failed to build)", flush=True)
+                self.failed.append(t["label"])
+        else:
+            self.run(t)
 
     def lanes(self, tests: list[dict], n: int) -> None:
         """Runs tests in n lanes, in order, each suite that runs the image once it is ready."""
         queue = list(tests)
-        take = threading.Condition()
+        take = threading.Lock()
 
         def lane():
             while True:
                 with take:
-                    while True:
-                        if not queue:
-                            return
-                        ready = self.image.done.is_set()
-                        t = next((t for t in queue if ready or not self.needs_image(t)), None)
-                        if t is not None:
-                            queue.remove(t)
-                            break
-                        take.wait(timeout=1.0)
-                if self.needs_image(t) and not self.image.ok:
-                    self.without_image(t)
-                else:
-                    self.run(t)
+                    if not queue:
+                        return
+                    ready = self.image.done.is_set()
+                    t = next((t for t in queue if ready or not self.needs_image(t)), None)
+                    if t is not None:
+                        queue.remove(t)
+                if t is None:
+                    # Only suites that run the image are left: nothing to do until it is ready.
+                    self.image.done.wait()
+                    continue
+                self.run_ready(t)
 
         threads = [threading.Thread(target=lane) for _ in range(max(1, n))]
         for th in threads:
@@ -235,10 +236,7 @@ def main() -> int:
     runner.lanes(shared, args.lanes)
     image.done.wait()
     for t in exclusive:
-        if image.ok:
-            runner.run(t)
-        else:
-            runner.without_image(t)
+        runner.run_ready(t)
     try:
         target_dir.mkdir(parents=True, exist_ok=True)
         durations_file.write_text(json.dumps(runner.durations, indent=1, sort_keys=True))

@@ -34,8 +34,8 @@ const ZAU: &str = "web";
 /// The alarm poll interval the tests run the controller with.
 const POLL: Duration = Duration::from_secs(1);
 /// A removal sent sooner than this after the previous one was answered belongs to its batch
-/// ([`batches`]). Between batches the removed pods
-/// terminate (1 s grace), are recreated and turn Ready (kwok's delay, 1 s): seconds apart.
+/// ([`batches`]). Between batches the removed pods terminate (1 s grace), are recreated and turn
+/// Ready (kwok's delay, 1 s): seconds apart.
 const BATCH_GAP: Duration = Duration::from_millis(700);
 const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(180);
 

@@ -49,7 +49,7 @@ pub const MAX_REMEMBERED: usize = 1024;
 
 /// What makes two events the same: the objects (without resourceVersion), type, reason, action
 /// and note.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 struct Identical {
     regarding: [Option<String>; 6],
     related: Option<[Option<String>; 6]>,
@@ -101,8 +101,8 @@ impl EventPublisher {
         &self,
         event: &Event,
         regarding: &ObjectReference,
-        related: Option<&ObjectReference>,
     ) -> (ObjectReference, Option<ObjectReference>) {
+        let related = event.secondary.as_ref();
         let key = Identical {
             regarding: identity(regarding),
             related: related.map(identity),
@@ -161,9 +161,9 @@ impl EventPublisher {
             reason: truncate(reason, MAX_REASON_BYTES).to_owned(),
             action: truncate(action, MAX_REASON_BYTES).to_owned(),
             note: note.map(|n| truncate(n, MAX_NOTE_BYTES).to_owned()),
-            secondary: None,
+            secondary: related.cloned(),
         };
-        let (regarding, related) = self.references(&event, regarding, related);
+        let (regarding, related) = self.references(&event, regarding);
         event.secondary = related;
         self.recorder
             .publish(&event, &regarding)
