@@ -25,9 +25,10 @@ E2E_THREADS ?= 2
 E2E_SKIP ?=
 # E2E_LANES suites run at once (e2e/run_suites.py): they mostly wait on the cluster. The suites
 # of E2E_EXCLUSIVE install the whole project (cluster-wide webhooks and ClusterRoles, fixed
-# namespaces) and run last, each alone.
+# namespaces) or run a controller over every namespace (oracle: it would act on the other
+# suites' resources too), and run last, each alone.
 E2E_LANES ?= 2
-E2E_EXCLUSIVE ?= deploy deploy_local helm install
+E2E_EXCLUSIVE ?= oracle deploy deploy_local helm install
 # E2E_IMAGE_SUITES run the project's image on the real nodes besides the exclusive ones: they wait
 # for it, which `make e2e` builds while the other suites run.
 E2E_IMAGE_SUITES ?= monitoring

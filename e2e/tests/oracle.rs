@@ -542,7 +542,9 @@ async fn oracle_sharded_prometheus_matches_the_operator_target_for_target() {
     let _operator = Operator::start(&cluster, &[&fx.a.name, &fx.b.name]).await;
     let prometheus = OperatorPrometheus::create(&cluster, &fx.a, "oracle", fx.selectors()).await;
 
-    // Our controller, over the whole cluster (the monitors are in two namespaces).
+    // Our controller, over the whole cluster (the monitors are in two namespaces): the suite is
+    // one of `make e2e`'s exclusive ones, or this controller would act on the other suites'
+    // ShardedPrometheuses beside their own controllers.
     let port = e2e::localstack::free_port();
     let listen = format!("127.0.0.1:{port}");
     let _controller = e2e::process::ControllerProcess::start(

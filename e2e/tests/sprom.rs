@@ -353,21 +353,35 @@ async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
     let window = Duration::from_secs(30);
     let started = std::time::Instant::now();
     let events: Api<Event> = fx.ns.api();
+    // The InvalidSpec events, described: what each says, when, and about which version.
     let invalid_events = || async {
-        events
+        let found: Vec<String> = events
             .list(&ListParams::default())
             .await
             .unwrap()
             .items
             .into_iter()
             .filter(|e| e.reason.as_deref() == Some(reason::INVALID_SPEC))
-            .count()
+            .map(|e| {
+                let regarding = e.regarding.unwrap_or_default();
+                format!(
+                    "{} at {:?} series {:?} by {:?} about resourceVersion {:?}: {:?}",
+                    e.metadata.name.unwrap_or_default(),
+                    e.event_time.map(|t| t.0),
+                    e.series.map(|s| s.count),
+                    e.reporting_instance,
+                    regarding.resource_version,
+                    e.note,
+                )
+            })
+            .collect();
+        found
     };
     // One Warning event, and it stays one.
     wait_for("the Invalid event", TIMEOUT, || async {
         match invalid_events().await {
-            1 => Ok(()),
-            n => Err(format!("{n} events")),
+            found if found.len() == 1 => Ok(()),
+            found => Err(format!("{} events: {found:#?}", found.len())),
         }
     })
     .await;
@@ -378,7 +392,8 @@ async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
         reconciles <= 5.0,
         "{reconciles} reconciles in 30 s of an invalid spec"
     );
-    assert_eq!(invalid_events().await, 1, "one event for the invalid spec");
+    let found = invalid_events().await;
+    assert_eq!(found.len(), 1, "one event for the invalid spec: {found:#?}");
     let (secrets_after, sets_after) = children(&fx.ns).await;
     for (name, secret) in &secrets_before {
         assert_eq!(
