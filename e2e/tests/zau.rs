@@ -493,12 +493,21 @@ async fn rollout_follows_the_plan(
     );
 
     // Completion is recorded on the StatefulSet (OnDelete never moves currentRevision) and in
-    // the status, with an event.
-    let set = fixture.sets.get(SET).await.unwrap();
-    assert_eq!(
-        set.status.unwrap().current_revision.as_deref(),
-        Some(revision.as_str())
-    );
+    // the status, with an event. The StatefulSet controller may write back a status it computed
+    // before that write (its retry on conflict keeps its own currentRevision); the controller
+    // records the completion again, so the StatefulSet gets there.
+    wait_for(
+        "the StatefulSet's currentRevision",
+        Duration::from_secs(60),
+        || async {
+            let set = fixture.sets.get(SET).await.unwrap();
+            match set.status.and_then(|s| s.current_revision) {
+                Some(current) if current == revision => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
     assert_eq!(status.current_revision, revision);
     assert!(!status.paused_rollout);
     fixture.wait_event("RolloutComplete").await;
