@@ -468,6 +468,8 @@ async fn rollout_follows_the_plan(
     fixture.wait_observed().await;
     let monitor = Monitor::start(&fixture).await;
 
+    let current_revision = |set: StatefulSet| set.status.and_then(|s| s.current_revision);
+    let old_revision = current_revision(fixture.sets.get(SET).await.unwrap());
     let revision = fixture.set_image(2).await;
     let status = fixture.wait_complete(&revision).await;
 
@@ -494,20 +496,33 @@ async fn rollout_follows_the_plan(
 
     // Completion is recorded on the StatefulSet (OnDelete never moves currentRevision) and in
     // the status, with an event. The StatefulSet controller may write back a status it computed
-    // before that write (its retry on conflict keeps its own currentRevision); the controller
-    // records the completion again, so the StatefulSet gets there.
-    wait_for(
-        "the StatefulSet's currentRevision",
-        Duration::from_secs(60),
-        || async {
-            let set = fixture.sets.get(SET).await.unwrap();
-            match set.status.and_then(|s| s.current_revision) {
-                Some(current) if current == revision => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
+    // before that write (its retry on conflict keeps the currentRevision it read): the
+    // controller records the completion again. Such a write is made here too, on purpose.
+    let recorded = || async {
+        wait_for(
+            "the StatefulSet's currentRevision",
+            Duration::from_secs(60),
+            || async {
+                match current_revision(fixture.sets.get(SET).await.unwrap()) {
+                    Some(current) if current == revision => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    };
+    recorded().await;
+    assert_ne!(old_revision.as_deref(), Some(revision.as_str()));
+    fixture
+        .sets
+        .patch_status(
+            SET,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"currentRevision": old_revision}})),
+        )
+        .await
+        .unwrap();
+    recorded().await;
     assert_eq!(status.current_revision, revision);
     assert!(!status.paused_rollout);
     fixture.wait_event("RolloutComplete").await;
