@@ -257,7 +257,7 @@ up() { # api-port
 }
 
 down() {
-    local pass pids zone name dir
+    local pass pids zone name dir bridge link
     for zone in "${REAL_ZONES[@]}"; do rm -f "$PIDS/node-$zone.pid"; done
     # Everything a node started is in its cgroup: the kubelet and containerd first get TERM, then
     # whatever is left (shims, pods) KILL, until the cgroups are empty.
@@ -274,7 +274,13 @@ down() {
         fi
     done
     for zone in "${REAL_ZONES[@]}"; do
-        ip link del "$(bridge_of "$zone")" 2>/dev/null || true
+        bridge="$(bridge_of "$zone")"
+        # A pod's veth goes with its network namespace, which the kernel can keep after the pod's
+        # last process (a socket still closing holds it): delete the host ends on the bridge.
+        for link in $(ip -o link show master "$bridge" 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do
+            ip link del "$link" 2>/dev/null || true
+        done
+        ip link del "$bridge" 2>/dev/null || true
     done
     nft delete table ip "$NAT_TABLE" 2>/dev/null || true
     if [ -f "$HOST_OWNER_DIR/sysctl.saved" ]; then
