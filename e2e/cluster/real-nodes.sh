@@ -277,7 +277,7 @@ down() {
         bridge="$(bridge_of "$zone")"
         # A pod's veth goes with its network namespace, which the kernel can keep after the pod's
         # last process (a socket still closing holds it): delete the host ends on the bridge.
-        for link in $(ip -o link show master "$bridge" 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do
+        for link in $(ip -o link show master "$bridge" 2>/dev/null | awk -F': ' '{sub(/@.*/, "", $2); print $2}'); do
             ip link del "$link" 2>/dev/null || true
         done
         ip link del "$bridge" 2>/dev/null || true

@@ -355,7 +355,7 @@ async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
     let events: Api<Event> = fx.ns.api();
     // The InvalidSpec events, described: what each says, when, and which replica said it.
     let invalid_events = || async {
-        let found: Vec<String> = events
+        events
             .list(&ListParams::default())
             .await
             .unwrap()
@@ -372,8 +372,7 @@ async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
                     e.note,
                 )
             })
-            .collect();
-        found
+            .collect::<Vec<String>>()
     };
     // One Warning event, and it stays one.
     wait_for("the Invalid event", TIMEOUT, || async {
