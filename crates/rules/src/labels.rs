@@ -230,6 +230,11 @@ impl Serialize for Labels {
     }
 }
 
+thread_local! {
+    /// The set being read on this thread (see [`Labels`]'s `Deserialize`).
+    static SCRATCH: std::cell::Cell<Labels> = const { std::cell::Cell::new(Labels { text: String::new(), ends: Vec::new() }) };
+}
+
 /// Reads a JSON string onto the end of a text, allocating nothing of its own.
 struct Append<'a>(&'a mut String);
 
@@ -266,35 +271,45 @@ impl<'de> Deserialize<'de> for Labels {
             }
 
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Labels, A::Error> {
-                let mut labels = Labels::new();
-                let mut sorted = true;
-                // Offsets are 32 bits: a set past 4 GiB is refused, never cut.
-                let end = |text: &String| {
-                    u32::try_from(text.len())
-                        .map_err(|_| serde::de::Error::custom("a label set over 4 GiB"))
-                };
-                while map.next_key_seed(Append(&mut labels.text))?.is_some() {
-                    labels.ends.push(end(&labels.text)?);
-                    map.next_value_seed(Append(&mut labels.text))?;
-                    labels.ends.push(end(&labels.text)?);
-                    let count = labels.len();
-                    sorted =
-                        sorted && (count < 2 || labels.name(count - 2) < labels.name(count - 1));
-                }
-                // Prometheus writes them sorted: then this only checked.
-                if sorted {
-                    // The merged answer keeps many of these: not with a quarter or more unused.
-                    if labels.text.capacity() - labels.text.len() > labels.text.len() / 4 {
-                        labels.text.shrink_to_fit();
+                // Read into this thread's scratch set, then copied once at its size: growing
+                // a set label by label reallocates it several times.
+                let mut scratch = SCRATCH.take();
+                scratch.text.clear();
+                scratch.ends.clear();
+                let read = read_pairs(&mut map, &mut scratch);
+                let labels = read.map(|sorted| {
+                    if sorted {
+                        Labels {
+                            text: scratch.text.as_str().to_owned(),
+                            ends: scratch.ends.clone(),
+                        }
+                    } else {
+                        scratch.iter().collect()
                     }
-                    if labels.ends.capacity() - labels.ends.len() > labels.ends.len() / 4 {
-                        labels.ends.shrink_to_fit();
-                    }
-                    Ok(labels)
-                } else {
-                    Ok(labels.iter().collect())
-                }
+                });
+                SCRATCH.set(scratch);
+                labels
             }
+        }
+
+        /// Reads every pair of `map` into `labels`; whether the names came sorted and unique.
+        fn read_pairs<'de, A: MapAccess<'de>>(
+            map: &mut A,
+            labels: &mut Labels,
+        ) -> Result<bool, A::Error> {
+            let mut sorted = true;
+            let end = |text: &String| {
+                u32::try_from(text.len())
+                    .map_err(|_| serde::de::Error::custom("a label set over 4 GiB"))
+            };
+            while map.next_key_seed(Append(&mut labels.text))?.is_some() {
+                labels.ends.push(end(&labels.text)?);
+                map.next_value_seed(Append(&mut labels.text))?;
+                labels.ends.push(end(&labels.text)?);
+                let count = labels.len();
+                sorted = sorted && (count < 2 || labels.name(count - 2) < labels.name(count - 1));
+            }
+            Ok(sorted)
         }
 
         deserializer.deserialize_map(LabelsVisitor)
