@@ -2,13 +2,16 @@
 //!
 //! - [`model`]: the JSON of Prometheus's `/api/v1/rules` and `/api/v1/alerts`;
 //! - [`merge`]: many backends' answers into one, replicas deduplicated, shards kept apart;
-//! - [`query`]: the request parameters, read, checked and applied as Prometheus does.
+//! - [`query`]: the request parameters, read, checked and applied as Prometheus does;
+//! - [`json`]: the merged answer written as JSON.
 
+pub mod json;
 pub mod labels;
 pub mod merge;
 pub mod model;
 pub mod query;
 
+pub use json::WriteJson;
 pub use merge::{MergeOptions, Merger, Source, merge};
 pub use model::{Alert, AlertDiscovery, Rule, RuleDiscovery, RuleGroup};
 pub use query::{BadData, RulesQuery, alerts, group_token, into_alerts, parse_rules_query};
