@@ -61,10 +61,18 @@ impl Labels {
     }
 
     fn position(&self, name: &str) -> Result<usize, usize> {
+        let wanted = name.as_bytes();
         let (mut low, mut high) = (0, self.len());
         while low < high {
             let middle = low + (high - low) / 2;
-            match self.name(middle).cmp(name.as_bytes()) {
+            let here = self.name(middle);
+            // Names mostly differ in their first byte: compared inline, before a whole
+            // comparison.
+            let order = match (here.first(), wanted.first()) {
+                (Some(a), Some(b)) if a != b => a.cmp(b),
+                _ => here.cmp(wanted),
+            };
+            match order {
                 Ordering::Less => low = middle + 1,
                 Ordering::Greater => high = middle,
                 Ordering::Equal => return Ok(middle),

@@ -497,7 +497,6 @@ fn finish_group(parts: GroupParts, shards: &[String], options: &MergeOptions) ->
             *wins.entry(source).or_default() += 1;
             let shard = &shards[source];
             let label = |mut labels: Labels| {
-                labels.remove_all(&options.replica_labels);
                 if let Some(name) = &options.shard_label
                     && !shard.is_empty()
                 {
@@ -505,7 +504,9 @@ fn finish_group(parts: GroupParts, shards: &[String], options: &MergeOptions) ->
                 }
                 labels
             };
-            let labels = std::mem::take(rule.labels_mut());
+            // The alerts' label sets lost their replica labels when they were added.
+            let mut labels = std::mem::take(rule.labels_mut());
+            labels.remove_all(&options.replica_labels);
             *rule.labels_mut() = label(labels);
             if let Rule::Alerting(alerting) = &mut rule {
                 alerting.alerts = (!copies.alerts_excluded).then(|| {
