@@ -189,8 +189,9 @@ deny: $(CARGO_DENY) ## cargo deny (deny.toml): licenses, duplicate versions, sou
 test: fmt-check chart-crds-check bins-check deps-check deny unit mixin-check chart-check ## Everything CI checks before the e2e tests: fmt, clippy, drift checks, supply chain, unit + property tests
 
 .PHONY: bench
-bench: ## Criterion benchmarks (sharding: 1,000,000 targets)
+bench: ## Benchmarks: sharding (criterion, 1,000,000 targets); one federated answer's CPU at 100 backends
 	$(CARGO) bench -p zone-topology --bench sharding
+	$(CARGO) bench -p zone-rules --bench federate
 
 ##@ Local zonal cluster (real control plane, kwok and real nodes in three zones, LocalStack)
 
