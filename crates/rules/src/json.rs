@@ -46,9 +46,17 @@ fn string(out: &mut Vec<u8>, text: &str) {
     }
 }
 
-fn number<T: serde::Serialize>(out: &mut Vec<u8>, value: T) {
-    // A number to a Vec cannot fail (a float that is not finite is written `null`).
+/// `,"name":value`: a number (a float that is not finite is written `null`, as serde_json does).
+fn number<T: serde::Serialize>(out: &mut Vec<u8>, name: &str, value: T) {
+    key_next(out, name);
+    // A number to a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, &value);
+}
+
+/// `,"name":"value"`.
+fn text(out: &mut Vec<u8>, name: &str, value: &str) {
+    key_next(out, name);
+    string(out, value);
 }
 
 /// `"name":` (names are the model's own, none needs an escape).
@@ -79,18 +87,14 @@ impl WriteJson for Alert {
         self.labels.write_json(out);
         key_next(out, "annotations");
         self.annotations.write_json(out);
-        key_next(out, "state");
-        string(out, &self.state);
+        text(out, "state", &self.state);
         if let Some(at) = &self.active_at {
-            key_next(out, "activeAt");
-            string(out, at);
+            text(out, "activeAt", at);
         }
         if let Some(since) = &self.keep_firing_since {
-            key_next(out, "keepFiringSince");
-            string(out, since);
+            text(out, "keepFiringSince", since);
         }
-        key_next(out, "value");
-        string(out, &self.value);
+        text(out, "value", &self.value);
         out.push(b'}');
     }
 }
@@ -108,16 +112,11 @@ fn key_next(out: &mut Vec<u8>, name: &str) {
 }
 
 fn alerting(out: &mut Vec<u8>, rule: &AlertingRule) {
-    key_next(out, "state");
-    string(out, &rule.state);
-    key_next(out, "name");
-    string(out, &rule.name);
-    key_next(out, "query");
-    string(out, &rule.query);
-    key_next(out, "duration");
-    number(out, rule.duration);
-    key_next(out, "keepFiringFor");
-    number(out, rule.keep_firing_for);
+    text(out, "state", &rule.state);
+    text(out, "name", &rule.name);
+    text(out, "query", &rule.query);
+    number(out, "duration", rule.duration);
+    number(out, "keepFiringFor", rule.keep_firing_for);
     key_next(out, "labels");
     rule.labels.write_json(out);
     key_next(out, "annotations");
@@ -127,8 +126,7 @@ fn alerting(out: &mut Vec<u8>, rule: &AlertingRule) {
         None => out.extend_from_slice(b"null"),
         Some(alerts) => list(out, alerts),
     }
-    key_next(out, "health");
-    string(out, &rule.health);
+    text(out, "health", &rule.health);
     evaluation(
         out,
         &rule.last_error,
@@ -138,14 +136,11 @@ fn alerting(out: &mut Vec<u8>, rule: &AlertingRule) {
 }
 
 fn recording(out: &mut Vec<u8>, rule: &RecordingRule) {
-    key_next(out, "name");
-    string(out, &rule.name);
-    key_next(out, "query");
-    string(out, &rule.query);
+    text(out, "name", &rule.name);
+    text(out, "query", &rule.query);
     key_next(out, "labels");
     rule.labels.write_json(out);
-    key_next(out, "health");
-    string(out, &rule.health);
+    text(out, "health", &rule.health);
     evaluation(
         out,
         &rule.last_error,
@@ -157,13 +152,10 @@ fn recording(out: &mut Vec<u8>, rule: &RecordingRule) {
 /// The fields every rule ends with.
 fn evaluation(out: &mut Vec<u8>, last_error: &str, evaluation_time: f64, last_evaluation: &str) {
     if !last_error.is_empty() {
-        key_next(out, "lastError");
-        string(out, last_error);
+        text(out, "lastError", last_error);
     }
-    key_next(out, "evaluationTime");
-    number(out, evaluation_time);
-    key_next(out, "lastEvaluation");
-    string(out, last_evaluation);
+    number(out, "evaluationTime", evaluation_time);
+    text(out, "lastEvaluation", last_evaluation);
 }
 
 impl WriteJson for Rule {
@@ -199,18 +191,13 @@ impl WriteJson for RuleGroup {
     fn write_json(&self, out: &mut Vec<u8>) {
         key_first(out, "name");
         string(out, &self.name);
-        key_next(out, "file");
-        string(out, &self.file);
+        text(out, "file", &self.file);
         key_next(out, "rules");
         list(out, &self.rules);
-        key_next(out, "interval");
-        number(out, self.interval);
-        key_next(out, "limit");
-        number(out, self.limit);
-        key_next(out, "evaluationTime");
-        number(out, self.evaluation_time);
-        key_next(out, "lastEvaluation");
-        string(out, &self.last_evaluation);
+        number(out, "interval", self.interval);
+        number(out, "limit", self.limit);
+        number(out, "evaluationTime", self.evaluation_time);
+        text(out, "lastEvaluation", &self.last_evaluation);
         out.push(b'}');
     }
 }
