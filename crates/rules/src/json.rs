@@ -126,12 +126,10 @@ fn alerting(out: &mut Vec<u8>, rule: &AlertingRule) {
         None => out.extend_from_slice(b"null"),
         Some(alerts) => list(out, alerts),
     }
-    text(out, "health", &rule.health);
     evaluation(
         out,
-        &rule.last_error,
+        [&rule.health, &rule.last_error, &rule.last_evaluation],
         rule.evaluation_time,
-        &rule.last_evaluation,
     );
 }
 
@@ -140,21 +138,21 @@ fn recording(out: &mut Vec<u8>, rule: &RecordingRule) {
     text(out, "query", &rule.query);
     key_next(out, "labels");
     rule.labels.write_json(out);
-    text(out, "health", &rule.health);
     evaluation(
         out,
-        &rule.last_error,
+        [&rule.health, &rule.last_error, &rule.last_evaluation],
         rule.evaluation_time,
-        &rule.last_evaluation,
     );
 }
 
-/// The fields every rule ends with.
-fn evaluation(out: &mut Vec<u8>, last_error: &str, evaluation_time: f64, last_evaluation: &str) {
+/// The fields every rule ends with: its health, last error (when there is one), evaluation time
+/// and last evaluation.
+fn evaluation(out: &mut Vec<u8>, [health, last_error, last_evaluation]: [&str; 3], time: f64) {
+    text(out, "health", health);
     if !last_error.is_empty() {
         text(out, "lastError", last_error);
     }
-    number(out, "evaluationTime", evaluation_time);
+    number(out, "evaluationTime", time);
     text(out, "lastEvaluation", last_evaluation);
 }
 
