@@ -263,6 +263,9 @@ thread_local! {
     static SCRATCH: std::cell::Cell<Labels> = const { std::cell::Cell::new(Labels { text: String::new(), ends: Vec::new() }) };
 }
 
+/// The largest scratch text a thread keeps for the next set.
+const KEPT_SCRATCH: usize = 64 << 10;
+
 /// Reads a JSON string onto the end of a text, allocating nothing of its own.
 struct Append<'a>(&'a mut String);
 
@@ -306,6 +309,7 @@ impl<'de> Deserialize<'de> for Labels {
                 scratch.ends.clear();
                 let read = read_pairs(&mut map, &mut scratch);
                 let labels = read.map(|sorted| {
+                    // Prometheus writes them sorted: then this only checked.
                     if sorted {
                         Labels {
                             text: scratch.text.as_str().to_owned(),
@@ -315,7 +319,10 @@ impl<'de> Deserialize<'de> for Labels {
                         scratch.iter().collect()
                     }
                 });
-                SCRATCH.set(scratch);
+                // An exceptional set (a huge annotation) is not kept for the thread's life.
+                if scratch.text.capacity() <= KEPT_SCRATCH {
+                    SCRATCH.set(scratch);
+                }
                 labels
             }
         }
@@ -326,6 +333,7 @@ impl<'de> Deserialize<'de> for Labels {
             labels: &mut Labels,
         ) -> Result<bool, A::Error> {
             let mut sorted = true;
+            // Offsets are 32 bits: a set past 4 GiB is refused, never cut.
             let end = |text: &String| {
                 u32::try_from(text.len())
                     .map_err(|_| serde::de::Error::custom("a label set over 4 GiB"))
