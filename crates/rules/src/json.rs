@@ -34,6 +34,7 @@ fn needs_escape(text: &[u8]) -> bool {
         .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
 }
 
+#[inline]
 fn string(out: &mut Vec<u8>, text: &str) {
     if needs_escape(text.as_bytes()) {
         // Writing to a Vec cannot fail, nor can a string be refused.
@@ -47,6 +48,7 @@ fn string(out: &mut Vec<u8>, text: &str) {
 }
 
 /// `,"name":value`: a number (a float that is not finite is written `null`, as serde_json does).
+#[inline]
 fn number<T: serde::Serialize>(out: &mut Vec<u8>, name: &str, value: T) {
     key_next(out, name);
     // A number to a Vec cannot fail.
@@ -54,12 +56,14 @@ fn number<T: serde::Serialize>(out: &mut Vec<u8>, name: &str, value: T) {
 }
 
 /// `,"name":"value"`.
+#[inline]
 fn text(out: &mut Vec<u8>, name: &str, value: &str) {
     key_next(out, name);
     string(out, value);
 }
 
 /// `"name":` (names are the model's own, none needs an escape).
+#[inline]
 fn key(out: &mut Vec<u8>, name: &str) {
     out.push(b'"');
     out.extend_from_slice(name.as_bytes());
@@ -100,12 +104,14 @@ impl WriteJson for Alert {
 }
 
 /// `{"name":`.
+#[inline]
 fn key_first(out: &mut Vec<u8>, name: &str) {
     out.push(b'{');
     key(out, name);
 }
 
 /// `,"name":`.
+#[inline]
 fn key_next(out: &mut Vec<u8>, name: &str) {
     out.push(b',');
     key(out, name);

@@ -182,10 +182,68 @@ struct Copies {
     winner: (usize, Rule),
     /// When the winner was evaluated last (parsed once).
     winner_evaluated: Option<jiff::Timestamp>,
-    /// Alert instances by label set (replica labels removed), best first.
-    alerts: BTreeMap<Labels, Alert>,
+    /// The best instance of each alert, by label set (replica labels removed).
+    alerts: Instances,
     /// Whether every copy had its alerts excluded (`null`).
     alerts_excluded: bool,
+}
+
+/// Past this many instances, a rule's alerts are kept in a B-tree rather than a sorted list.
+const FEW_INSTANCES: usize = 16;
+
+/// The best instance of each alert of one rule on one shard, by label set. Most rules have a few
+/// instances: a sorted list holds them in one allocation of their size, where a B-tree takes a
+/// node of eleven (some 2.6 KB for two alerts, on tens of thousands of rules per merge); a rule
+/// with many gets the B-tree, so adding stays logarithmic.
+#[derive(Debug)]
+enum Instances {
+    Few(Vec<(Labels, Alert)>),
+    Many(BTreeMap<Labels, Alert>),
+}
+
+impl Instances {
+    /// Adds `alert` (its label set `labels`): it replaces the instance of the same label set only
+    /// when it is better ([`compare_alerts`]).
+    fn add(&mut self, labels: Labels, alert: Alert, expected: usize) {
+        let keep_best = |best: &mut Alert, alert: Alert| {
+            if compare_alerts(&alert, best) == Ordering::Greater {
+                *best = alert;
+            }
+        };
+        match self {
+            Instances::Few(few) => match few.binary_search_by(|(known, _)| known.cmp(&labels)) {
+                Ok(at) => keep_best(&mut few[at].1, alert),
+                Err(at) if few.len() < FEW_INSTANCES => {
+                    if few.capacity() == 0 {
+                        few.reserve_exact(expected.min(FEW_INSTANCES));
+                    }
+                    few.insert(at, (labels, alert));
+                }
+                Err(_) => {
+                    let mut many: BTreeMap<Labels, Alert> =
+                        std::mem::take(few).into_iter().collect();
+                    many.insert(labels, alert);
+                    *self = Instances::Many(many);
+                }
+            },
+            Instances::Many(many) => match many.entry(labels) {
+                std::collections::btree_map::Entry::Vacant(vacant) => {
+                    vacant.insert(alert);
+                }
+                std::collections::btree_map::Entry::Occupied(mut best) => {
+                    keep_best(best.get_mut(), alert);
+                }
+            },
+        }
+    }
+
+    /// Every instance, sorted by label set.
+    fn into_sorted(self) -> Vec<(Labels, Alert)> {
+        match self {
+            Instances::Few(few) => few,
+            Instances::Many(many) => many.into_iter().collect(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -445,7 +503,7 @@ fn add_copy(
         std::collections::btree_map::Entry::Vacant(vacant) => vacant.insert(Copies {
             winner: (source, rule),
             winner_evaluated: evaluated,
-            alerts: BTreeMap::new(),
+            alerts: Instances::Few(Vec::new()),
             alerts_excluded: true,
         }),
         std::collections::btree_map::Entry::Occupied(occupied) => {
@@ -461,20 +519,12 @@ fn add_copy(
     };
     if let Some(alerts) = alerts {
         entry.alerts_excluded = false;
+        let expected = alerts.len();
         for mut alert in alerts {
             // The label set moves into the key (given back when the group is finished).
             let mut labels = std::mem::take(&mut alert.labels);
             labels.remove_all(&options.replica_labels);
-            match entry.alerts.entry(labels) {
-                std::collections::btree_map::Entry::Vacant(vacant) => {
-                    vacant.insert(alert);
-                }
-                std::collections::btree_map::Entry::Occupied(mut best) => {
-                    if compare_alerts(&alert, best.get()) == Ordering::Greater {
-                        *best.get_mut() = alert;
-                    }
-                }
-            }
+            entry.alerts.add(labels, alert, expected);
         }
     }
 }
@@ -512,6 +562,7 @@ fn finish_group(parts: GroupParts, shards: &[String], options: &MergeOptions) ->
                 alerting.alerts = (!copies.alerts_excluded).then(|| {
                     copies
                         .alerts
+                        .into_sorted()
                         .into_iter()
                         .map(|(labels, mut alert)| {
                             alert.labels = label(labels);
@@ -801,6 +852,53 @@ mod tests {
 
     /// A source that lists one group twice gives two copies of it: the rule of each is the
     /// first of its copy, the same definition (not the rule twice in one group).
+    /// A rule's instances are kept sorted and the best of each label set wins, as in a B-tree,
+    /// whether they are few or many (past [`FEW_INSTANCES`] they move into one).
+    #[test]
+    fn instances_few_or_many_keep_the_best_of_each_label_set() {
+        for count in [1, 3, FEW_INSTANCES, FEW_INSTANCES + 1, 100] {
+            let mut instances = Instances::Few(Vec::new());
+            let mut expected: BTreeMap<Labels, Alert> = BTreeMap::new();
+            // Each label set three times, in a scrambled order: pending, firing later, then
+            // firing earlier (the best); then a pending one again, which does not replace it.
+            let states = [
+                ("pending", "2026-11-25T11:00:00Z"),
+                ("firing", "2026-11-25T11:30:00Z"),
+                ("firing", "2026-11-25T11:10:00Z"),
+                ("pending", "2026-11-25T10:00:00Z"),
+            ];
+            for (state, at) in states {
+                for n in (0..count).map(|i| (i * 37) % count) {
+                    let labels: Labels = [("pod", format!("p{n:03}"))].into_iter().collect();
+                    let instance = alert(&[], state, at);
+                    instances.add(labels.clone(), instance.clone(), count);
+                    match expected.entry(labels) {
+                        std::collections::btree_map::Entry::Vacant(vacant) => {
+                            vacant.insert(instance);
+                        }
+                        std::collections::btree_map::Entry::Occupied(mut best) => {
+                            if compare_alerts(&instance, best.get()) == Ordering::Greater {
+                                *best.get_mut() = instance;
+                            }
+                        }
+                    }
+                }
+            }
+            assert_eq!(
+                matches!(instances, Instances::Many(_)),
+                count > FEW_INSTANCES,
+                "{count} instances"
+            );
+            let kept = instances.into_sorted();
+            assert_eq!(kept, expected.into_iter().collect::<Vec<_>>(), "{count}");
+            assert!(
+                kept.iter()
+                    .all(|(_, a)| a.active_at.as_deref() == Some("2026-11-25T11:10:00Z")),
+                "the earliest firing one of each"
+            );
+        }
+    }
+
     /// The fast reading of Prometheus's UTC timestamps agrees with jiff's on every text:
     /// whole seconds and every length of fraction, leap days, the ends of the range, and texts
     /// it leaves to jiff (offsets, leap seconds, dates that do not exist, malformed ones).
