@@ -693,15 +693,21 @@ async fn zau_missing_alarm_pauses_and_ignore_alarm_does_not() {
         .await;
     let _controller = fixture.controller(&[]);
     let revision = fixture.set_image(2).await;
+    // CloudWatch's first answer can be slow enough on a loaded machine (LocalStack, the lookup's
+    // 10 s timeout) that the rollout first pauses as AlarmUnavailable, the fail-safe; the
+    // controller asks again every second and says the alarm is missing once CloudWatch answers.
     let status = fixture
         .wait_status(
             "paused for the missing alarm",
             Duration::from_secs(60),
-            |s| s.paused_rollout,
+            |s| {
+                s.paused_rollout
+                    && condition(s, "Paused")
+                        .is_some_and(|(_, reason, _)| reason == "AlarmNotFound")
+            },
         )
         .await;
-    let (_, reason, message) = condition(&status, "Paused").unwrap();
-    assert_eq!(reason, "AlarmNotFound");
+    let (_, _, message) = condition(&status, "Paused").unwrap();
     assert!(message.contains("does not exist"), "{message}");
     assert!(
         fixture.removals().is_empty(),
