@@ -17,6 +17,7 @@ use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -31,6 +32,20 @@ const ZONELESS_PODS: i32 = 10;
 const STATIC_TARGETS: usize = 20;
 const TARGET_PORT: u16 = 8080;
 const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Waits until `pick` finds what it looks for among the namespace's events (`what` says what).
+async fn wait_event<T>(ns: &TestNamespace, what: &str, pick: impl Fn(&[Event]) -> Option<T>) -> T {
+    let events: Api<Event> = ns.api();
+    let pick = &pick;
+    wait_for(what, TIMEOUT, || async {
+        let list = events
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        pick(&list.items).ok_or(format!("{} events, none is {what}", list.items.len()))
+    })
+    .await
+}
 const MANAGER: &str = "e2e-sharding";
 
 /// A target as the test knows it: its address and the zone it is in (None: no zone).
@@ -896,24 +911,15 @@ async fn scaling_keeps_retained_shards_out_of_the_selector_and_deletes_them_at_t
     // When the controller deleted them, from the event it records as it does: this test's own
     // view can lag behind by as long as a list takes on a loaded API server (17 s once, with the
     // controller's log showing the deletion within a second of the deadline).
-    let events: Api<k8s_openapi::api::events::v1::Event> = fx.ns.api();
-    let deleted_at = wait_for(
+    let deleted_at = wait_event(
+        &fx.ns,
         "the event of the retained shards' deletion",
-        TIMEOUT,
-        || async {
-            let list = events
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            list.items
+        |events| {
+            events
                 .iter()
                 .filter(|e| e.reason.as_deref() == Some("RetainedShardsDeleted"))
                 .filter_map(|e| e.event_time.as_ref().map(|at| at.0))
                 .min()
-                .ok_or(format!(
-                    "{} events, none RetainedShardsDeleted",
-                    list.items.len()
-                ))
         },
     )
     .await;
@@ -938,28 +944,17 @@ async fn scaling_keeps_retained_shards_out_of_the_selector_and_deletes_them_at_t
     // then on goes at once.
     fx.apply_spec(NAME, 1, retain("Delete")).await;
     fx.wait_shards(NAME, 1, &[1, 2]).await;
-    let events: Api<k8s_openapi::api::events::v1::Event> = fx.ns.api();
-    wait_for(
+    wait_event(
+        &fx.ns,
         "an event saying the retained shards keep their deadline",
-        TIMEOUT,
-        || async {
-            let list = events
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            list.items
-                .iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("ShardsRetained")
-                        && e.note
-                            .as_deref()
-                            .is_some_and(|n| n.contains("keep their deadline"))
-                })
-                .map(|_| ())
-                .ok_or(format!(
-                    "{} events, none about the policy change",
-                    list.items.len()
-                ))
+        |events| {
+            events.iter().find(|e| {
+                e.reason.as_deref() == Some("ShardsRetained")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("keep their deadline"))
+            })?;
+            Some(())
         },
     )
     .await;
