@@ -103,16 +103,21 @@ impl Labels {
                 Some(old)
             }
             Err(i) => {
+                // Written anew at the new size, in one pass: inserting into the text and the
+                // ends in place would grow each (a copy) and then shift their tails (another).
                 let at = self.start(i);
-                self.text.insert_str(at, value);
-                self.text.insert_str(at, name);
+                let mut text = String::with_capacity(self.text.len() + name.len() + value.len());
+                text.push_str(&self.text[..at]);
+                text.push_str(name);
+                text.push_str(value);
+                text.push_str(&self.text[at..]);
                 let added = (name.len() + value.len()) as u32;
-                for end in &mut self.ends[2 * i..] {
-                    *end += added;
-                }
                 let name_end = (at + name.len()) as u32;
-                self.ends
-                    .splice(2 * i..2 * i, [name_end, name_end + value.len() as u32]);
+                let mut ends = Vec::with_capacity(self.ends.len() + 2);
+                ends.extend_from_slice(&self.ends[..2 * i]);
+                ends.extend([name_end, name_end + value.len() as u32]);
+                ends.extend(self.ends[2 * i..].iter().map(|end| end + added));
+                *self = Labels { text, ends };
                 None
             }
         }

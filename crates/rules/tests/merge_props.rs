@@ -160,6 +160,20 @@ proptest! {
         );
     }
 
+    /// Answers of different shards interleaved (every shard's first replica, then every
+    /// shard's second) merge as answers shard after shard do: a copy can come for a shard
+    /// before others already folded in.
+    #[test]
+    fn the_merge_does_not_depend_on_how_shards_interleave(world in world()) {
+        let by_shard = sources(&world);
+        let mut interleaved = by_shard.clone();
+        interleaved.sort_by_key(|source| {
+            let (shard, replica) = source.name.split_once('-').unwrap();
+            (replica.to_string(), shard[1..].parse::<usize>().unwrap())
+        });
+        prop_assert_eq!(merge(&by_shard, &sharded()), merge(&interleaved, &sharded()));
+    }
+
     #[test]
     fn merging_a_merge_changes_nothing(world in world()) {
         let once = merge(&sources(&world), &sharded());
