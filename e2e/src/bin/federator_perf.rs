@@ -13,8 +13,8 @@
 //!    time (`x1`), then four identical ones at a time (`x4`, as the panels of one dashboard
 //!    opened by several people: they share one merge), then four different ones at a time
 //!    (`mixed x4`: rules, alerts, filtered, recording rules; each merged for itself): latency
-//!    p50/p99, the federator's CPU seconds per request, and its peak RSS (VmHWM) over the
-//!    scenario.
+//!    p50/p99 (and the p50 of the time to the first byte: what comes after it is the sending),
+//!    the federator's CPU seconds per request, and its peak RSS (VmHWM) over the scenario.
 //!
 //! Targets (`/api/v1/rules`): 100 backends one at a time p50 <= 600 ms and <= 1.5 CPU-seconds
 //! per request, four at a time p50 <= 1.2 s, peak RSS <= 512 MiB over the whole scenario; 10
@@ -208,8 +208,9 @@ async fn backends(recorded: &Value, groups: usize, shards: usize) -> Vec<String>
     endpoints
 }
 
-/// GET `path` from the federator: the status, the body's size and the time to the last byte.
-async fn fetch(port: u16, path: &str) -> (u16, usize, Duration) {
+/// GET `path` from the federator: the status, the body's size, the time to the first byte and
+/// to the last (the answer is written whole before it is sent: the difference is the sending).
+async fn fetch(port: u16, path: &str) -> (u16, usize, Duration, Duration) {
     let started = Instant::now();
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -221,11 +222,13 @@ async fn fetch(port: u16, path: &str) -> (u16, usize, Duration) {
     let mut start = Vec::with_capacity(64);
     let mut chunk = vec![0; 256 << 10];
     let mut size = 0;
+    let mut first = None;
     loop {
         let read = stream.read(&mut chunk).await.unwrap();
         if read == 0 {
             break;
         }
+        first.get_or_insert_with(|| started.elapsed());
         let keep = read.min(64 - start.len());
         start.extend_from_slice(&chunk[..keep]);
         size += read;
@@ -237,12 +240,14 @@ async fn fetch(port: u16, path: &str) -> (u16, usize, Duration) {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    (code, size, took)
+    (code, size, first.unwrap_or(took), took)
 }
 
 struct Figures {
     p50: f64,
     p99: f64,
+    /// The p50 of the time to the first byte.
+    first_byte_p50: f64,
     cpu_per_request: f64,
     bytes: usize,
 }
@@ -251,24 +256,28 @@ struct Figures {
 async fn measure(pid: u32, port: u16, path: &str, requests: usize, parallel: usize) -> Figures {
     let cpu_before = cpu_seconds(pid);
     let mut latencies = Vec::with_capacity(requests);
+    let mut first_bytes = Vec::with_capacity(requests);
     let mut bytes = 0;
     let mut done = 0;
     while done < requests {
         let batch = parallel.min(requests - done);
         let results = futures::future::join_all((0..batch).map(|_| fetch(port, path))).await;
-        for (code, size, took) in results {
+        for (code, size, first, took) in results {
             assert_eq!(code, 200, "{path}");
             bytes = size;
             latencies.push(took.as_secs_f64());
+            first_bytes.push(first.as_secs_f64());
         }
         done += batch;
     }
     latencies.sort_by(f64::total_cmp);
+    first_bytes.sort_by(f64::total_cmp);
     #[allow(clippy::cast_precision_loss)]
     let cpu_per_request = (cpu_seconds(pid) - cpu_before) / requests as f64;
     Figures {
         p50: quantile(&latencies, 0.5),
         p99: quantile(&latencies, 0.99),
+        first_byte_p50: quantile(&first_bytes, 0.5),
         cpu_per_request,
         bytes,
     }
@@ -297,7 +306,7 @@ async fn measure_mixed(pid: u32, port: u16, rounds: usize) -> Figures {
     let mut latencies = Vec::new();
     for _ in 0..rounds {
         let results = futures::future::join_all(MIXED.map(|path| fetch(port, path))).await;
-        for ((code, _, took), path) in results.into_iter().zip(MIXED) {
+        for ((code, _, _, took), path) in results.into_iter().zip(MIXED) {
             assert_eq!(code, 200, "{path}");
             latencies.push(took.as_secs_f64());
         }
@@ -308,6 +317,7 @@ async fn measure_mixed(pid: u32, port: u16, rounds: usize) -> Figures {
     Figures {
         p50: quantile(&latencies, 0.5),
         p99: quantile(&latencies, 0.99),
+        first_byte_p50: f64::NAN,
         cpu_per_request,
         bytes: 0,
     }
@@ -345,18 +355,19 @@ async fn scenario(label: &str, endpoints: &[String], requests: usize) -> Headlin
     .await;
     assert!(federator.is_running(), "the federator exited");
     // One request first: connections made, allocator warmed, as in steady use.
-    let (code, _, _) = fetch(port, "/api/v1/rules").await;
+    let (code, _, _, _) = fetch(port, "/api/v1/rules").await;
     assert_eq!(code, 200);
     let mut headline = Headline::default();
     for parallel in [1, 4] {
         for (name, path) in PATHS {
             let figures = measure(pid, port, path, requests, parallel).await;
             println!(
-                "{label}: {name:<8} x{parallel}: p50 {:>7.1} ms, p99 {:>7.1} ms, {:.3} CPU-s/request, {:.1} MB answer",
+                "{label}: {name:<8} x{parallel}: p50 {:>7.1} ms, p99 {:>7.1} ms, {:.3} CPU-s/request, {:.1} MB answer, first byte p50 {:.1} ms",
                 figures.p50 * 1000.0,
                 figures.p99 * 1000.0,
                 figures.cpu_per_request,
-                figures.bytes as f64 / 1e6
+                figures.bytes as f64 / 1e6,
+                figures.first_byte_p50 * 1000.0
             );
             if name == "rules" {
                 match parallel {
@@ -396,6 +407,7 @@ async fn run() -> bool {
     let nan = || Figures {
         p50: f64::NAN,
         p99: f64::NAN,
+        first_byte_p50: f64::NAN,
         cpu_per_request: f64::NAN,
         bytes: 0,
     };
