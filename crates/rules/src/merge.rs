@@ -298,13 +298,12 @@ impl Instances {
 
     /// Every instance, sorted by label set.
     fn into_sorted(self) -> impl Iterator<Item = (Labels, Alert)> {
-        let (few, many) = match self {
-            Instances::Few(few) => (Some(few.into_iter()), None),
-            Instances::Many(many) => (None, Some(many.into_iter())),
+        let sorted = match self {
+            Instances::Few(few) => few,
+            Instances::Many(many) => many.into_iter().collect(),
         };
-        few.into_iter()
-            .flatten()
-            .chain(many.into_iter().flatten())
+        sorted
+            .into_iter()
             .map(|(labels, instance)| (labels, instance.alert))
     }
 }
@@ -530,9 +529,10 @@ fn add_copy(
     // this is the first copy of a new last shard; anything else is searched for.
     let at = match copies.last() {
         Some((last, _)) if *last == shard => Ok(copies.len() - 1),
-        Some((last, _)) if *last < shard => Err(copies.len()),
-        None => Err(0),
-        Some(_) => copies.binary_search_by_key(&shard, |(known, _)| *known),
+        Some((last, _)) if *last > shard => {
+            copies.binary_search_by_key(&shard, |(known, _)| *known)
+        }
+        _ => Err(copies.len()),
     };
     let entry = match at {
         Err(at) => {
@@ -805,6 +805,83 @@ mod tests {
             ]
             .map(|(a, b)| (a.to_string(), b.to_string()))
         );
+    }
+
+    /// The ranks order copies and instances as the module says, each rule checked on its own:
+    /// state first, then health, then the later evaluation (a missing one the oldest); for
+    /// instances, state first, then the earlier `activeAt` (a missing one the worst).
+    #[test]
+    fn ranks_order_copies_and_instances_as_documented() {
+        let copy = |state: &str, health: &str, last: &str| {
+            let mut rule = alerting("X", state, last, vec![]);
+            if let Rule::Alerting(r) = &mut rule {
+                r.health = health.into();
+            }
+            CopyRank::of(&rule)
+        };
+        let better = [
+            (
+                copy("firing", "err", T1),
+                copy("pending", "ok", T2),
+                "state before health",
+            ),
+            (
+                copy("pending", "err", T2),
+                copy("inactive", "ok", T2),
+                "pending over inactive",
+            ),
+            (
+                copy("inactive", "ok", T1),
+                copy("unknown", "ok", T2),
+                "inactive over unknown",
+            ),
+            (
+                copy("firing", "ok", T1),
+                copy("firing", "err", T2),
+                "health before evaluation",
+            ),
+            (
+                copy("firing", "ok", T2),
+                copy("firing", "ok", T1),
+                "evaluated later",
+            ),
+            (
+                copy("firing", "ok", T1),
+                copy("firing", "ok", ""),
+                "evaluated at all",
+            ),
+        ];
+        for (a, b, why) in better {
+            assert!(a > b, "{why}: {a:?} > {b:?}");
+        }
+        let instance = |state: &str, at: Option<&str>| {
+            let mut alert = alert(&[], state, at.unwrap_or_default());
+            alert.active_at = at.map(str::to_string);
+            AlertRank::of(&alert)
+        };
+        let early = Some("2026-11-25T11:00:00Z");
+        let late = Some("2026-11-25T12:00:00Z");
+        let better = [
+            (
+                instance("firing", late),
+                instance("pending", early),
+                "state first",
+            ),
+            (
+                instance("firing", early),
+                instance("firing", late),
+                "active earlier",
+            ),
+            (
+                instance("firing", late),
+                instance("firing", None),
+                "active at all",
+            ),
+        ];
+        for (a, b, why) in better {
+            assert!(a > b, "{why}: {a:?} > {b:?}");
+        }
+        assert_eq!(copy("firing", "ok", T1), copy("firing", "ok", T1), "a tie");
     }
 
     /// A shard's copy that comes after a later shard's (answers interleaved, and only the

@@ -310,29 +310,27 @@ mod tests {
         let Rule::Alerting(rule) = rule else { panic!() };
         assert_eq!(rule.alerts, None, "excluded alerts stay null");
     }
-}
 
-#[cfg(test)]
-mod number_tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-    use proptest::prelude::*;
+    /// A group whose `interval` and `evaluationTime` are the JSON number `text`.
+    fn group_with_numbers(text: &str) -> RuleGroup {
+        serde_json::from_str(&format!(
+            r#"{{"name":"g","file":"f","rules":[],"interval":{text},"evaluationTime":{text}}}"#
+        ))
+        .unwrap()
+    }
 
-    proptest! {
+    proptest::proptest! {
         /// A number a Prometheus writes (Go's shortest form that reads back as the same double,
         /// as serde_json writes it too) reads as that very double, so the merged answer writes
         /// the backend's number back unchanged.
         #[test]
-        fn numbers_read_back_as_the_double_prometheus_wrote(bits in any::<u64>()) {
+        fn numbers_read_back_as_the_double_prometheus_wrote(bits in proptest::prelude::any::<u64>()) {
             let value = f64::from_bits(bits);
-            prop_assume!(value.is_finite());
+            proptest::prop_assume!(value.is_finite());
             let text = serde_json::to_string(&value).unwrap();
-            let group: RuleGroup = serde_json::from_str(&format!(
-                r#"{{"name":"g","file":"f","rules":[],"interval":{text},"evaluationTime":{text}}}"#
-            ))
-            .unwrap();
-            prop_assert_eq!(group.interval.to_bits(), value.to_bits(), "{}", text);
-            prop_assert_eq!(serde_json::to_string(&group.evaluation_time).unwrap(), text);
+            let group = group_with_numbers(&text);
+            proptest::prop_assert_eq!(group.interval.to_bits(), value.to_bits(), "{}", text);
+            proptest::prop_assert_eq!(serde_json::to_string(&group.evaluation_time).unwrap(), text);
         }
     }
 
@@ -340,10 +338,7 @@ mod number_tests {
     #[test]
     fn a_seventeen_digit_number_reads_back_exactly() {
         let text = "-2.2646314582651926e-160";
-        let group: RuleGroup = serde_json::from_str(&format!(
-            r#"{{"name":"g","file":"f","rules":[],"evaluationTime":{text}}}"#
-        ))
-        .unwrap();
+        let group = group_with_numbers(text);
         assert_eq!(group.evaluation_time.to_bits(), 11441808890153034653);
         assert_eq!(serde_json::to_string(&group.evaluation_time).unwrap(), text);
     }
