@@ -141,7 +141,26 @@ struct Definitions {
 
 impl Definitions {
     /// The definition of `rule` in the group copy `copy`, numbered anew when first seen.
-    fn id(&mut self, rule: &Rule, copy: usize, options: &MergeOptions) -> DefId {
+    /// `guess` is the definition the previous copy of the group had at this rule's place: the
+    /// copies of a group mostly list the same rules in the same order, and a right guess is
+    /// checked field by field without hashing the rule. It is taken only for a first occurrence
+    /// not yet used by this copy, exactly when the lookup would find it too.
+    fn id(
+        &mut self,
+        rule: &Rule,
+        copy: usize,
+        guess: Option<DefId>,
+        options: &MergeOptions,
+    ) -> DefId {
+        if let Some(id) = guess
+            && let Some(key) = self.keys.get(id)
+            && key.occurrence == 0
+            && self.last_used[id] != copy
+            && key.is(rule, 0, options)
+        {
+            self.last_used[id] = copy;
+            return id;
+        }
         let mut occurrence = 0;
         loop {
             let hash = fingerprint(self.by_fingerprint.hasher(), rule, occurrence, options);
@@ -317,6 +336,8 @@ struct GroupParts {
     rules: Vec<ShardCopies>,
     /// (source index, the source's group) of every source that has the group.
     metadata: Vec<(usize, RuleGroup)>,
+    /// The definitions of the group's last copy, in its order: the guesses for the next.
+    last_ids: Vec<DefId>,
 }
 
 /// Merges `sources` (in a stable order: it decides exact ties) into one list of groups.
@@ -370,11 +391,11 @@ impl Merger {
             let copy = self.copies;
             self.copies += 1;
             ids.clear();
-            ids.extend(
-                rules
-                    .iter()
-                    .map(|rule| parts.definitions.id(rule, copy, &self.options)),
-            );
+            ids.extend(rules.iter().enumerate().map(|(i, rule)| {
+                let guess = parts.last_ids.get(i).copied();
+                parts.definitions.id(rule, copy, guess, &self.options)
+            }));
+            parts.last_ids.clone_from(&ids);
             parts.order.add(&ids, parts.definitions.len());
             parts.rules.resize_with(parts.definitions.len(), Vec::new);
             for (&id, rule) in ids.iter().zip(rules) {
