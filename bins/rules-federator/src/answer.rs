@@ -248,7 +248,7 @@ mod tests {
             let alerts: Vec<Alert> = (0..5)
                 .map(|i| Alert {
                     state: "firing".into(),
-                    value: i.to_string(),
+                    value: i.to_string().into(),
                     ..Alert::default()
                 })
                 .collect();

@@ -249,10 +249,10 @@ mod tests {
                 |(labels, annotations, state, active_at, keep_firing_since, value)| Alert {
                     labels,
                     annotations,
-                    state,
+                    state: state.into(),
                     active_at,
                     keep_firing_since,
-                    value,
+                    value: value.into(),
                 },
             )
     }
@@ -272,15 +272,15 @@ mod tests {
                     (health, last_error, evaluation_time, last_evaluation),
                 )| {
                     Rule::Alerting(AlertingRule {
-                        state,
-                        name,
+                        state: state.into(),
+                        name: name.into(),
                         query,
                         duration,
                         keep_firing_for,
                         labels,
                         annotations,
                         alerts,
-                        health,
+                        health: health.into(),
                         last_error,
                         evaluation_time,
                         last_evaluation,
@@ -296,10 +296,10 @@ mod tests {
             .prop_map(
                 |(name, query, labels, (health, last_error, evaluation_time, last_evaluation))| {
                     Rule::Recording(RecordingRule {
-                        name,
+                        name: name.into(),
                         query,
                         labels,
-                        health,
+                        health: health.into(),
                         last_error,
                         evaluation_time,
                         last_evaluation,

@@ -13,5 +13,5 @@ pub mod query;
 
 pub use json::WriteJson;
 pub use merge::{MergeOptions, Merger, Source, merge};
-pub use model::{Alert, AlertDiscovery, Rule, RuleDiscovery, RuleGroup};
+pub use model::{Alert, AlertDiscovery, Rule, RuleDiscovery, RuleGroup, Text};
 pub use query::{BadData, RulesQuery, alerts, group_token, into_alerts, parse_rules_query};

@@ -6,6 +6,10 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::labels::Labels;
 
+/// A short string held inline (up to 24 bytes), else allocated: a rule's name, state and health
+/// and an alert's state and value, read from every answer by the million.
+pub type Text = compact_str::CompactString;
+
 /// `data` of `/api/v1/rules`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -58,8 +62,8 @@ pub enum Rule {
 struct AnyRule {
     #[serde(rename = "type")]
     kind: RuleKind,
-    state: Option<String>,
-    name: String,
+    state: Option<Text>,
+    name: Text,
     query: String,
     #[serde(default)]
     duration: f64,
@@ -71,7 +75,7 @@ struct AnyRule {
     annotations: Labels,
     #[serde(default)]
     alerts: Option<Vec<Alert>>,
-    health: String,
+    health: Text,
     #[serde(default)]
     last_error: String,
     #[serde(default)]
@@ -126,8 +130,8 @@ impl<'de> Deserialize<'de> for Rule {
 #[serde(rename_all = "camelCase")]
 pub struct AlertingRule {
     /// `firing`, `pending` or `inactive`.
-    pub state: String,
-    pub name: String,
+    pub state: Text,
+    pub name: Text,
     pub query: String,
     /// The `for` duration, in seconds.
     #[serde(default)]
@@ -141,7 +145,7 @@ pub struct AlertingRule {
     /// `null` when the request excluded alerts (as Prometheus writes it), else the instances.
     #[serde(default)]
     pub alerts: Option<Vec<Alert>>,
-    pub health: String,
+    pub health: Text,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_error: String,
     #[serde(default)]
@@ -153,11 +157,11 @@ pub struct AlertingRule {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RecordingRule {
-    pub name: String,
+    pub name: Text,
     pub query: String,
     #[serde(default, deserialize_with = "null_as_empty")]
     pub labels: Labels,
-    pub health: String,
+    pub health: Text,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_error: String,
     #[serde(default)]
@@ -174,13 +178,13 @@ pub struct Alert {
     pub labels: Labels,
     #[serde(default, deserialize_with = "null_as_empty")]
     pub annotations: Labels,
-    pub state: String,
+    pub state: Text,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_firing_since: Option<String>,
     #[serde(default)]
-    pub value: String,
+    pub value: Text,
 }
 
 impl Rule {

@@ -63,7 +63,7 @@ fn sources(world: &World) -> Vec<Source> {
                     let copy = &copies[i];
                     Rule::Alerting(AlertingRule {
                         state: STATES[copy.state].into(),
-                        name: format!("rule{i}"),
+                        name: format!("rule{i}").into(),
                         query: format!("expr{i}"),
                         health: "ok".into(),
                         alerts: Some(
@@ -149,7 +149,7 @@ proptest! {
         let summary = |groups: Vec<RuleGroup>| -> Vec<(String, String, String, usize)> {
             let mut rules: Vec<_> = groups.iter().flat_map(|g| &g.rules).map(|r| {
                 let Rule::Alerting(r) = r else { unreachable!() };
-                (r.labels["shard"].to_string(), r.name.clone(), r.state.clone(), r.alerts.as_ref().map_or(0, Vec::len))
+                (r.labels["shard"].to_string(), r.name.to_string(), r.state.to_string(), r.alerts.as_ref().map_or(0, Vec::len))
             }).collect();
             rules.sort();
             rules
