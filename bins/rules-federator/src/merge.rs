@@ -223,7 +223,7 @@ mod tests {
                 group.file = format!("/rules/team-{}.yaml", copy % 3);
                 // The same time on every backend of one parity: exact ties for the first
                 // backend of them to win.
-                group.last_evaluation = format!("2026-01-01T00:00:0{}Z", index % 2);
+                group.last_evaluation = format!("2026-01-01T00:00:0{}Z", index % 2).into();
                 group.evaluation_time = index as f64;
                 if (index + copy).is_multiple_of(3) {
                     group.rules.reverse();

@@ -3,7 +3,7 @@
 //! and are checked eight bytes at a time and copied whole instead of escaped byte by byte.
 //! A string that needs an escape is written by serde_json itself.
 
-use crate::model::{Alert, AlertingRule, Labels, RecordingRule, Rule, RuleGroup};
+use crate::model::{Alert, AlertingRule, Labels, RecordingRule, Rule, RuleGroup, Stamp};
 
 /// A value of the model written onto the end of a buffer of JSON.
 pub trait WriteJson {
@@ -62,6 +62,13 @@ fn text(out: &mut Vec<u8>, name: &str, value: &str) {
     string(out, value);
 }
 
+/// `,"name":"instant"`.
+#[inline]
+fn stamp(out: &mut Vec<u8>, name: &str, value: &Stamp) {
+    key_next(out, name);
+    value.with_text(|value| string(out, value));
+}
+
 /// `"name":` (names are the model's own, none needs an escape).
 #[inline]
 fn key(out: &mut Vec<u8>, name: &str) {
@@ -93,10 +100,10 @@ impl WriteJson for Alert {
         self.annotations.write_json(out);
         text(out, "state", &self.state);
         if let Some(at) = &self.active_at {
-            text(out, "activeAt", at);
+            stamp(out, "activeAt", at);
         }
         if let Some(since) = &self.keep_firing_since {
-            text(out, "keepFiringSince", since);
+            stamp(out, "keepFiringSince", since);
         }
         text(out, "value", &self.value);
         out.push(b'}');
@@ -134,7 +141,8 @@ fn alerting(out: &mut Vec<u8>, rule: &AlertingRule) {
     }
     evaluation(
         out,
-        [&rule.health, &rule.last_error, &rule.last_evaluation],
+        [&rule.health, &rule.last_error],
+        &rule.last_evaluation,
         rule.evaluation_time,
     );
 }
@@ -146,20 +154,26 @@ fn recording(out: &mut Vec<u8>, rule: &RecordingRule) {
     rule.labels.write_json(out);
     evaluation(
         out,
-        [&rule.health, &rule.last_error, &rule.last_evaluation],
+        [&rule.health, &rule.last_error],
+        &rule.last_evaluation,
         rule.evaluation_time,
     );
 }
 
 /// The fields every rule ends with: its health, last error (when there is one), evaluation time
 /// and last evaluation.
-fn evaluation(out: &mut Vec<u8>, [health, last_error, last_evaluation]: [&str; 3], time: f64) {
+fn evaluation(
+    out: &mut Vec<u8>,
+    [health, last_error]: [&str; 2],
+    last_evaluation: &Stamp,
+    time: f64,
+) {
     text(out, "health", health);
     if !last_error.is_empty() {
         text(out, "lastError", last_error);
     }
     number(out, "evaluationTime", time);
-    text(out, "lastEvaluation", last_evaluation);
+    stamp(out, "lastEvaluation", last_evaluation);
 }
 
 impl WriteJson for Rule {
@@ -201,7 +215,7 @@ impl WriteJson for RuleGroup {
         number(out, "interval", self.interval);
         number(out, "limit", self.limit);
         number(out, "evaluationTime", self.evaluation_time);
-        text(out, "lastEvaluation", &self.last_evaluation);
+        stamp(out, "lastEvaluation", &self.last_evaluation);
         out.push(b'}');
     }
 }
@@ -219,6 +233,21 @@ mod tests {
             "[a-z_:0-9 ./{}$-]{0,40}",
             "[a-z\"\\\\\\n\\t\\u{1}\\u{7f}é→ ]{0,20}",
             Just(String::new()),
+        ]
+    }
+
+    /// An instant: any text, or one in the form Prometheus writes (held as the instant).
+    fn instant() -> impl Strategy<Value = Stamp> {
+        prop_oneof![
+            text().prop_map(Stamp::from),
+            (
+                0i64..4_000_000_000,
+                prop_oneof![Just(0), 0..1_000_000_000i32]
+            )
+                .prop_map(|(seconds, nanos)| {
+                    let at = jiff::Timestamp::new(seconds, nanos).unwrap_or_default();
+                    Stamp::from(at.strftime("%Y-%m-%dT%H:%M:%S%.fZ").to_string())
+                }),
         ]
     }
 
@@ -241,8 +270,8 @@ mod tests {
             labels(),
             labels(),
             text(),
-            prop::option::of(text()),
-            prop::option::of(text()),
+            prop::option::of(instant()),
+            prop::option::of(instant()),
             text(),
         )
             .prop_map(
@@ -262,7 +291,7 @@ mod tests {
             (text(), text(), text(), seconds(), seconds()),
             (labels(), labels()),
             prop::option::of(prop::collection::vec(alert(), 0..3)),
-            (text(), text(), seconds(), text()),
+            (text(), text(), seconds(), instant()),
         )
             .prop_map(
                 |(
@@ -291,7 +320,7 @@ mod tests {
             text(),
             text(),
             labels(),
-            (text(), text(), seconds(), text()),
+            (text(), text(), seconds(), instant()),
         )
             .prop_map(
                 |(name, query, labels, (health, last_error, evaluation_time, last_evaluation))| {
@@ -317,7 +346,7 @@ mod tests {
             seconds(),
             any::<i64>(),
             seconds(),
-            text(),
+            instant(),
         )
             .prop_map(
                 |(name, file, rules, interval, limit, evaluation_time, last_evaluation)| {

@@ -10,8 +10,9 @@ pub mod labels;
 pub mod merge;
 pub mod model;
 pub mod query;
+pub mod stamp;
 
 pub use json::WriteJson;
 pub use merge::{MergeOptions, Merger, Source, merge};
-pub use model::{Alert, AlertDiscovery, Rule, RuleDiscovery, RuleGroup, Text};
+pub use model::{Alert, AlertDiscovery, Rule, RuleDiscovery, RuleGroup, Stamp, Text};
 pub use query::{BadData, RulesQuery, alerts, group_token, into_alerts, parse_rules_query};

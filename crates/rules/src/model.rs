@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::labels::Labels;
+pub use crate::stamp::Stamp;
 
 /// A short string held inline (up to 24 bytes), else allocated: a rule's name, state and health
 /// and an alert's state and value, read from every answer by the million.
@@ -42,7 +43,7 @@ pub struct RuleGroup {
     #[serde(default)]
     pub evaluation_time: f64,
     #[serde(default)]
-    pub last_evaluation: String,
+    pub last_evaluation: Stamp,
 }
 
 /// Read through [`AnyRule`], not serde's internally tagged enums: those buffer every rule in a
@@ -81,7 +82,7 @@ struct AnyRule {
     #[serde(default)]
     evaluation_time: f64,
     #[serde(default)]
-    last_evaluation: String,
+    last_evaluation: Stamp,
 }
 
 /// `type` of a rule, read without allocating.
@@ -151,7 +152,7 @@ pub struct AlertingRule {
     #[serde(default)]
     pub evaluation_time: f64,
     #[serde(default)]
-    pub last_evaluation: String,
+    pub last_evaluation: Stamp,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -167,7 +168,7 @@ pub struct RecordingRule {
     #[serde(default)]
     pub evaluation_time: f64,
     #[serde(default)]
-    pub last_evaluation: String,
+    pub last_evaluation: Stamp,
 }
 
 /// One instance of an alerting rule.
@@ -180,9 +181,9 @@ pub struct Alert {
     pub annotations: Labels,
     pub state: Text,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub active_at: Option<String>,
+    pub active_at: Option<Stamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub keep_firing_since: Option<String>,
+    pub keep_firing_since: Option<Stamp>,
     #[serde(default)]
     pub value: Text,
 }
@@ -216,7 +217,7 @@ impl Rule {
         }
     }
 
-    pub fn last_evaluation(&self) -> &str {
+    pub fn last_evaluation(&self) -> &Stamp {
         match self {
             Rule::Alerting(rule) => &rule.last_evaluation,
             Rule::Recording(rule) => &rule.last_evaluation,

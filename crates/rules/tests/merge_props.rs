@@ -75,7 +75,7 @@ fn sources(world: &World) -> Vec<Source> {
                                         ("prometheus_replica", format!("r{r}")),
                                     ]),
                                     state: STATES[1 + state % 2].into(),
-                                    active_at: Some(format!("2026-11-25T12:00:0{state}Z")),
+                                    active_at: Some(format!("2026-11-25T12:00:0{state}Z").into()),
                                     ..Alert::default()
                                 })
                                 .collect(),
