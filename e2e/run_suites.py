@@ -4,7 +4,7 @@
 `cargo test` runs its test binaries one after another, and the e2e suites spend most of their
 time waiting on the cluster (pods starting, rollouts, scrapes), so on two cores a second lane
 nearly halves the e2e stage. The suites share LANES lanes, the longest first (durations of
-earlier runs are kept in the target dir); then the suites that install the whole project
+earlier runs are kept in the target dir, over e2e/suite-durations.json); then the suites that install the whole project
 (cluster-wide webhooks, ClusterRoles, fixed namespaces: --exclusive) run, each alone.
 
 With --image-cmd, the project's image is built and imported by that command in the background,
@@ -215,10 +215,14 @@ def main() -> int:
     cargo = os.environ.get("CARGO", "cargo")
     target_dir = Path(os.environ.get("CARGO_TARGET_DIR", "target"))
     durations_file = target_dir / "e2e-suite-durations.json"
-    try:
-        durations = json.loads(durations_file.read_text())
-    except (OSError, ValueError):
-        durations = {}
+    # Durations of earlier runs on this machine, over the ones shipped with the suites (so a
+    # first run, with an empty target dir, also starts the longest suites first).
+    durations = {}
+    for known in (Path(__file__).parent / "suite-durations.json", durations_file):
+        try:
+            durations.update(json.loads(known.read_text()))
+        except (OSError, ValueError):
+            pass
 
     tests = build(cargo)
     image = Image(args.image_cmd, threading.Lock())
