@@ -959,8 +959,30 @@ mod tests {
         assert_eq!(merged[0].rules.len(), 2);
     }
 
-    /// A source that lists one group twice gives two copies of it: the rule of each is the
-    /// first of its copy, the same definition (not the rule twice in one group).
+    /// A rule listed twice by a copy of a group whose previous copy listed it once, elsewhere:
+    /// the second is a second rule, not the first again (the previous copy's definition at that
+    /// place is taken only when this copy has not used it yet).
+    #[test]
+    fn a_rule_twice_after_a_copy_that_listed_it_once_is_two_rules() {
+        let merged = merge(
+            &[
+                source(
+                    "0",
+                    "a",
+                    vec![group("f", "g", T1, vec![recording("x"), recording("r")])],
+                ),
+                source(
+                    "0",
+                    "b",
+                    vec![group("f", "g", T1, vec![recording("r"), recording("r")])],
+                ),
+            ],
+            &sharded(),
+        );
+        let names: Vec<&str> = merged[0].rules.iter().map(Rule::name).collect();
+        assert_eq!(names, ["x", "r", "r"]);
+    }
+
     /// A rule's instances are kept sorted and the best of each label set wins, as in a B-tree,
     /// whether they are few or many (past [`FEW_INSTANCES`] they move into one).
     #[test]
@@ -1010,6 +1032,8 @@ mod tests {
         }
     }
 
+    /// A source that lists one group twice gives two copies of it: the rule of each is the
+    /// first of its copy, the same definition (not the rule twice in one group).
     #[test]
     fn a_group_listed_twice_is_two_copies_of_it() {
         let twice = vec![
