@@ -235,6 +235,13 @@ up() { # api-port
     case "$STATE/" in /var/lib/* | /var/log/* | /run/*)
         die "the state dir $STATE is under a path each node replaces (/var/lib, /var/log, /run): use a checkout elsewhere" ;;
     esac
+    # The kubelets report DiskPressure and admit no pod below 1% free (evictionHard); the suites
+    # then import images and write logs, and builds beside them take more. Short of that plus
+    # 4 GiB, refuse with the figures instead of pods that never start.
+    local size avail need
+    read -r size avail < <(df -Pk "$STATE" | awk 'NR == 2 {print $2, $4}')
+    need=$((size / 100 + 4 * 1024 * 1024))
+    [ "${avail:-0}" -ge "$need" ] || die "only $((${avail:-0} / 1048576)) GiB free on the filesystem of $STATE, the real nodes need $((need / 1048576)) GiB (their kubelets admit no pod below 1% free): free some space (cargo target dirs and the Go build cache are the usual large ones)"
     ip="$(node_ip)"
     [ -n "$ip" ] || die "no global IPv4 address on this host for the real nodes (the kubelet refuses 127.0.0.1)"
     save_sysctls
