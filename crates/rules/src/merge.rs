@@ -939,24 +939,24 @@ mod tests {
         );
     }
 
+    /// The names of the merged rules of two replicas of one shard, each listing one group's
+    /// recording rules as given.
+    fn merged_names(a: &[&str], b: &[&str]) -> Vec<String> {
+        let replica = |name: &str, rules: &[&str]| {
+            let rules = rules.iter().map(|rule| recording(rule)).collect();
+            source("0", name, vec![group("f", "g", T1, rules)])
+        };
+        let merged = merge(&[replica("a", a), replica("b", b)], &sharded());
+        merged[0]
+            .rules
+            .iter()
+            .map(|r| r.name().to_string())
+            .collect()
+    }
+
     #[test]
     fn the_same_rule_twice_in_a_group_is_two_rules() {
-        let merged = merge(
-            &[
-                source(
-                    "0",
-                    "a",
-                    vec![group("f", "g", T1, vec![recording("r"), recording("r")])],
-                ),
-                source(
-                    "0",
-                    "b",
-                    vec![group("f", "g", T1, vec![recording("r"), recording("r")])],
-                ),
-            ],
-            &sharded(),
-        );
-        assert_eq!(merged[0].rules.len(), 2);
+        assert_eq!(merged_names(&["r", "r"], &["r", "r"]), ["r", "r"]);
     }
 
     /// A rule listed twice by a copy of a group whose previous copy listed it once, elsewhere:
@@ -964,23 +964,7 @@ mod tests {
     /// place is taken only when this copy has not used it yet).
     #[test]
     fn a_rule_twice_after_a_copy_that_listed_it_once_is_two_rules() {
-        let merged = merge(
-            &[
-                source(
-                    "0",
-                    "a",
-                    vec![group("f", "g", T1, vec![recording("x"), recording("r")])],
-                ),
-                source(
-                    "0",
-                    "b",
-                    vec![group("f", "g", T1, vec![recording("r"), recording("r")])],
-                ),
-            ],
-            &sharded(),
-        );
-        let names: Vec<&str> = merged[0].rules.iter().map(Rule::name).collect();
-        assert_eq!(names, ["x", "r", "r"]);
+        assert_eq!(merged_names(&["x", "r"], &["r", "r"]), ["x", "r", "r"]);
     }
 
     /// A rule's instances are kept sorted and the best of each label set wins, as in a B-tree,
