@@ -4,8 +4,9 @@
 `cargo test` runs its test binaries one after another, and the e2e suites spend most of their
 time waiting on the cluster (pods starting, rollouts, scrapes), so on two cores a second lane
 nearly halves the e2e stage. The suites share LANES lanes, the longest first (durations of
-earlier runs are kept in the target dir, over e2e/suite-durations.json); then the suites that install the whole project
-(cluster-wide webhooks, ClusterRoles, fixed namespaces: --exclusive) run, each alone.
+earlier runs are kept in the target dir, over e2e/suite-durations.json); then the suites that
+install the whole project (cluster-wide webhooks, ClusterRoles, fixed namespaces: --exclusive)
+run, each alone.
 
 With --image-cmd, the project's image is built and imported by that command in the background,
 at the lowest CPU priority, while the suites that do not run it go ahead: it fills the cores

@@ -141,7 +141,8 @@ fn alerting(out: &mut Vec<u8>, rule: &AlertingRule) {
     }
     evaluation(
         out,
-        [&rule.health, &rule.last_error],
+        &rule.health,
+        &rule.last_error,
         &rule.last_evaluation,
         rule.evaluation_time,
     );
@@ -154,7 +155,8 @@ fn recording(out: &mut Vec<u8>, rule: &RecordingRule) {
     rule.labels.write_json(out);
     evaluation(
         out,
-        [&rule.health, &rule.last_error],
+        &rule.health,
+        &rule.last_error,
         &rule.last_evaluation,
         rule.evaluation_time,
     );
@@ -164,7 +166,8 @@ fn recording(out: &mut Vec<u8>, rule: &RecordingRule) {
 /// and last evaluation.
 fn evaluation(
     out: &mut Vec<u8>,
-    [health, last_error]: [&str; 2],
+    health: &str,
+    last_error: &str,
     last_evaluation: &Stamp,
     time: f64,
 ) {
