@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 pub mod mixin;
 pub mod monitors;
+pub mod redact;
 pub mod resolve;
 pub mod rules;
 pub mod select;

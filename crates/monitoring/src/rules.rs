@@ -76,8 +76,14 @@ pub fn rule_file(obj: &Object<PrometheusRuleSpec>) -> Result<RuleFile, Rejection
 /// checks a PrometheusRule gets: rulefmt and PromQL): for the rule files users keep in
 /// ConfigMaps, which reach the pods without the controller writing them.
 pub fn check_rule_file(text: &str) -> Result<(), String> {
-    let spec: PrometheusRuleSpec = serde_norway::from_str(text)
+    zone_topology::yaml_depth::check(text, zone_topology::yaml_depth::MAX_DEPTH)
         .map_err(|error| format!("not a Prometheus rule file: {error}"))?;
+    let spec: PrometheusRuleSpec = serde_norway::from_str(text).map_err(|error| {
+        format!(
+            "not a Prometheus rule file: {}",
+            crate::redact::serde_error(&error)
+        )
+    })?;
     validate::spec(&spec)
 }
 

@@ -8,10 +8,12 @@
 pub mod budget;
 pub mod hashmod;
 pub mod int_or_percent;
+pub mod promql_depth;
 pub mod relabel;
 pub mod rollout;
 pub mod sharding;
 pub mod units;
+pub mod yaml_depth;
 pub mod zone;
 
 pub use int_or_percent::{IntOrPercent, IntOrPercentError};

@@ -74,6 +74,8 @@ struct Alertmanagers {
 impl Fingerprint {
     /// The fingerprint of a `prometheus.yml`.
     pub fn of_yaml(yaml: &str) -> Result<Fingerprint, String> {
+        // A pod's answer: bounded before the parser, whose time grows with its nesting.
+        zone_topology::yaml_depth::check(yaml, zone_topology::yaml_depth::MAX_DEPTH)?;
         let root: Value = serde_norway::from_str(yaml).map_err(|error| error.to_string())?;
         Ok(Fingerprint::of(&root))
     }

@@ -98,7 +98,7 @@ fn parse<K: Kind, S: DeserializeOwned>(raw: &Raw<K>) -> Result<Object<S>, Reject
             kind: K::KIND,
             namespace,
             name,
-            reason: format!("spec: {error}"),
+            reason: format!("spec: {}", zone_monitoring::redact::serde_error(&error)),
         }),
     }
 }
@@ -262,7 +262,12 @@ fn alerting_spec(valid: &ValidSprom) -> Result<Option<upstream::AlertingSpec>, S
     serde_json::to_value(alerting)
         .and_then(serde_json::from_value)
         .map(Some)
-        .map_err(|error| format!("spec.alerting: {error}"))
+        .map_err(|error| {
+            format!(
+                "spec.alerting: {}",
+                zone_monitoring::redact::serde_error(&error)
+            )
+        })
 }
 
 /// Every Secret and ConfigMap key the spec's Alertmanager entries reference, in the

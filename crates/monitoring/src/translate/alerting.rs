@@ -96,7 +96,8 @@ struct Credentials {
 }
 
 fn typed<T: DeserializeOwned>(field: &str, value: &Value) -> Result<T, String> {
-    serde_json::from_value(value.clone()).map_err(|error| format!("{field}: {error}"))
+    serde_json::from_value(value.clone())
+        .map_err(|error| format!("{field}: {}", crate::redact::serde_error(&error)))
 }
 
 /// The credential setting at `field.key`, typed, when it is set. serde's message is not used: it

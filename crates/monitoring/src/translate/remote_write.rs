@@ -51,12 +51,16 @@ fn parse(
         }
     }
     let references: References = serde_json::from_value(Value::Object(object))
-        .map_err(|error| format!("{field}: {error}"))?;
+        .map_err(|error| format!("{field}: {}", crate::redact::serde_error(&error)))?;
     let authorization = match entry.get("authorization") {
-        Some(value) if value.get("credentials").is_some_and(Value::is_object) => Some(
-            serde_json::from_value(value.clone())
-                .map_err(|error| format!("{field}.authorization: {error}"))?,
-        ),
+        Some(value) if value.get("credentials").is_some_and(Value::is_object) => {
+            Some(serde_json::from_value(value.clone()).map_err(|error| {
+                format!(
+                    "{field}.authorization: {}",
+                    crate::redact::serde_error(&error)
+                )
+            })?)
+        }
         _ => None,
     };
     Ok((references, authorization))

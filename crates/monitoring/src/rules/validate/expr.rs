@@ -11,6 +11,7 @@ pub(super) fn check(text: &str) -> Result<(), String> {
     if text.is_empty() {
         return Err("must be set".to_string());
     }
+    zone_topology::promql_depth::check(text, zone_topology::promql_depth::MAX_DEPTH)?;
     let expr = parser::parse(text)?;
     walk_expr(&mut Experimental, &expr).map(|_| ())
 }

@@ -354,3 +354,37 @@ fn rule_files_from_config_maps_are_checked_as_prometheus_loads_them() {
         "groups:\n- name: up\n  rules:\n  - alert: Down\n    expr: up == 0\n    for: soon\n";
     assert!(check_rule_file(bad_for).unwrap_err().contains("for"));
 }
+
+/// An expression nested 100,000 deep (parentheses, an operator chain, unary minus) and a rule
+/// file nested as deep are refused with a reason, on a thread with a tokio worker's 2 MiB
+/// stack: parsed unchecked, an expression overflows it and aborts the process, and the file
+/// takes the parser a minute.
+#[test]
+fn deep_expressions_and_files_are_refused_not_a_crash() {
+    let n = 100_000;
+    let deep = [
+        format!("{}up{}", "(".repeat(n), ")".repeat(n)),
+        vec!["up"; n].join(" + "),
+        format!("{}1", "-".repeat(n)),
+    ];
+    let file = format!("groups: {}{}", "[".repeat(n), "]".repeat(n));
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            for expr in deep {
+                let reason = crate::rules::validate::spec(&second_rule(alerting("Deep", &expr)))
+                    .unwrap_err();
+                assert!(reason.contains("nests 100"), "{reason}");
+                assert!(reason.len() < 300, "{reason}");
+            }
+            let reason = crate::rules::check_rule_file(&file).unwrap_err();
+            assert!(
+                reason.starts_with("not a Prometheus rule file: the document nests 100"),
+                "{reason}"
+            );
+            assert!(reason.len() < 300, "{reason}");
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
