@@ -77,10 +77,12 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
     version,
     about,
     long_about = None,
+    // A later flag overrides an earlier one: the chart's extraArgs can override what it sets.
+    args_override_self = true,
     // The API shares the runtime's port, and clients (Grafana data sources, the Service) know it
     // as Prometheus's 9090, not the controllers' 8080.
     mut_arg("listen_address", |arg| arg
-        .default_value("0.0.0.0:9090")
+        .default_value("[::]:9090")
         .help("Where /api/v1/rules, /api/v1/alerts, /healthz, /readyz and /metrics are served")),
     // The pod watch of discovery is a handful of pods and lists as it always has; the flag would
     // change nothing.
@@ -297,6 +299,8 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(args.discover_namespace.as_deref(), Some("mine"));
+        // So may any flag: the chart's extraArgs can override the chart's flags.
+        assert!(<Args as clap::CommandFactory>::command().is_args_override_self());
         assert_eq!(
             args.discovery_selector().as_deref(),
             Some(
@@ -313,10 +317,7 @@ mod tests {
         let defaults = Args::try_parse_from(["rules-federator"]).unwrap();
         let unset = |name: &str| std::env::var_os(name).is_none();
         if unset("LISTEN_ADDRESS") {
-            assert_eq!(
-                defaults.base.listen_address,
-                "0.0.0.0:9090".parse().unwrap()
-            );
+            assert_eq!(defaults.base.listen_address, "[::]:9090".parse().unwrap());
         }
         if unset("DISCOVER_PORT") {
             assert_eq!(defaults.discover_port, 9090);

@@ -11,7 +11,7 @@ use zone_operator::{RuntimeArgs, ScopeArgs};
 /// Prometheus pinned to one zone, with its own configuration that scrapes that zone's targets,
 /// and a headless Service.
 #[derive(Debug, Parser)]
-#[command(name = "shard-controller", version)]
+#[command(name = "shard-controller", version, args_override_self = true)]
 pub struct Args {
     #[command(flatten)]
     pub runtime: RuntimeArgs,
@@ -53,5 +53,7 @@ mod tests {
     #[test]
     fn help_is_consistent() {
         Args::command().debug_assert();
+        // A flag given again overrides: the chart's extraArgs can override the chart's flags.
+        assert!(Args::command().is_args_override_self());
     }
 }

@@ -22,7 +22,7 @@ pub enum PodRemoval {
 /// Prometheus alerts fire (spec.alertGate), between zones (spec.bakeTime) and on request
 /// (spec.paused).
 #[derive(Debug, Parser)]
-#[command(name = "zau-controller", version)]
+#[command(name = "zau-controller", version, args_override_self = true)]
 pub struct Args {
     #[command(flatten)]
     pub runtime: RuntimeArgs,
@@ -111,5 +111,7 @@ mod tests {
     #[test]
     fn help_is_consistent() {
         Args::command().debug_assert();
+        // A flag given again overrides: the chart's extraArgs can override the chart's flags.
+        assert!(Args::command().is_args_override_self());
     }
 }

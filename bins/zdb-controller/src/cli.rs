@@ -16,7 +16,7 @@ use crate::webhook::policy::Policy;
 /// zone meanwhile. The status controller runs on the leader only; the webhook serves on every
 /// replica.
 #[derive(Debug, Parser)]
-#[command(name = "zdb-controller", version)]
+#[command(name = "zdb-controller", version, args_override_self = true)]
 pub struct Args {
     #[command(flatten)]
     pub runtime: RuntimeArgs,
@@ -28,7 +28,7 @@ pub struct Args {
     #[arg(
         long,
         env = "WEBHOOK_ADDRESS",
-        default_value = "0.0.0.0:9443",
+        default_value = "[::]:9443",
         value_name = "HOST:PORT"
     )]
     pub webhook_address: SocketAddr,
@@ -206,5 +206,25 @@ mod tests {
     #[test]
     fn help_is_consistent() {
         Args::command().debug_assert();
+    }
+
+    /// The chart sets `--log-format json`; `extraArgs: [--log-format, plain]` comes after it
+    /// and wins, where clap would refuse the repeated flag and the pod crash-loop.
+    #[test]
+    fn a_flag_given_again_overrides_the_first() {
+        let args = Args::try_parse_from([
+            "zdb-controller",
+            "--log-format",
+            "json",
+            "--webhook-address",
+            "[::]:9443",
+            "--log-format",
+            "plain",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.runtime.base.log_format,
+            zone_operator::cli::LogFormat::Plain
+        );
     }
 }

@@ -41,11 +41,11 @@ pub struct BaseArgs {
     pub kube_context: Option<String>,
 
     /// Address of the HTTP server for /healthz (liveness), /readyz (readiness) and /metrics
-    /// (Prometheus).
+    /// (Prometheus). `[::]` takes IPv4 and IPv6 (IPv4 only where there is no IPv6).
     #[arg(
         long,
         env = "LISTEN_ADDRESS",
-        default_value = "0.0.0.0:8080",
+        default_value = "[::]:8080",
         value_name = "HOST:PORT"
     )]
     pub listen_address: SocketAddr,
@@ -70,6 +70,21 @@ pub struct BaseArgs {
     /// once at start-up).
     #[arg(long, env = "INITIAL_LIST", value_enum, default_value_t = InitialList::Auto)]
     pub initial_list: InitialList,
+
+    /// How long a connection to this process's servers (health/metrics, webhook, API) has to
+    /// send a whole request head, a new connection or a kept-alive one between requests (the
+    /// idle timeout); then it is closed.
+    #[arg(long, env = "HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub http_header_timeout: Duration,
+
+    /// How long a TLS handshake with this process's HTTPS servers may take.
+    #[arg(long, env = "TLS_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub tls_handshake_timeout: Duration,
+
+    /// Connections each of this process's servers keeps open at once; past it, new ones are
+    /// closed at once and counted in http_connections_refused_total{server}.
+    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
+    pub max_connections: u32,
 }
 
 /// Lease-based leader election, for controllers that must act from one replica at a time.
@@ -175,7 +190,7 @@ mod tests {
                 .unwrap()
                 .runtime;
         if std::env::var_os("LISTEN_ADDRESS").is_none() {
-            assert_eq!(args.base.listen_address, "0.0.0.0:8080".parse().unwrap());
+            assert_eq!(args.base.listen_address, "[::]:8080".parse().unwrap());
         }
         if std::env::var_os("LEADER_ELECT").is_none() {
             assert!(args.leader.leader_elect);

@@ -1,22 +1,14 @@
-//! HTTPS serving of an axum router with rustls, with the certificate reloaded without a restart:
-//! re-read from a mounted directory (cert-manager, a kubelet-rotated Secret), or kept in a
-//! self-signed Secret shared by every replica (see [`crate::tls`]).
+//! The certificates of HTTPS servers ([`crate::serve`] serves them), reloaded without a
+//! restart: re-read from a mounted directory (cert-manager, a kubelet-rotated Secret), or kept
+//! in a self-signed Secret shared by every replica (see [`crate::tls`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use futures::FutureExt as _;
-use hyper::service::Service as _;
-use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
 use kube::Client;
 use tokio::net::TcpListener;
-use tokio::task::JoinSet;
-use tokio_rustls::TlsAcceptor;
-use tokio_util::sync::CancellationToken;
 
 use crate::controller::ErrorChain;
 use crate::tls::{self, CertStore, SelfSigned, TlsError};
@@ -49,10 +41,11 @@ pub enum CertSource {
     SelfSigned(SelfSigned),
 }
 
-/// Binds `address` now, so a bad address fails start-up rather than a background task.
+/// Binds `address` now, so a bad address fails start-up rather than a background task
+/// (dual-stack for `[::]`, see [`crate::serve::listen`]).
 pub async fn bind(address: SocketAddr) -> Result<(TcpListener, SocketAddr), BindError> {
     let error = |source| BindError { address, source };
-    let listener = TcpListener::bind(address).await.map_err(error)?;
+    let listener = crate::serve::listen(address).map_err(error)?;
     let local = listener.local_addr().map_err(error)?;
     Ok((listener, local))
 }
@@ -69,127 +62,6 @@ pub async fn certificates_retrying(client: &Client, source: &CertSource) -> Arc<
                 tokio::time::sleep(CERT_RETRY).await;
             }
         }
-    }
-}
-
-/// Serves `router` over HTTPS (HTTP/1.1) on `listener` with the certificate `certs` holds at
-/// each handshake. Runs until aborted.
-pub async fn serve(listener: TcpListener, certs: Arc<CertStore>, router: Router) {
-    serve_until(
-        listener,
-        certs,
-        router,
-        std::future::pending(),
-        Duration::ZERO,
-    )
-    .await;
-}
-
-/// [`serve`] until `stop` resolves, then gracefully: the listener is closed (nothing is accepted
-/// any more), every connection finishes the request it is answering and closes (an idle
-/// keep-alive connection at once), and this returns once all have, or after `in_flight` with
-/// those still open dropped. Resolve `stop` only once clients no longer pick this server
-/// ([`crate::Shutdown::stop_accepting`]): a client that connects after it is refused.
-pub async fn serve_until(
-    listener: TcpListener,
-    certs: Arc<CertStore>,
-    router: Router,
-    stop: impl std::future::Future<Output = ()>,
-    in_flight: Duration,
-) {
-    let mut config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_cert_resolver(certs);
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(config));
-    let closing = CancellationToken::new();
-    let mut connections = JoinSet::new();
-    let mut stop = std::pin::pin!(stop);
-    let connection = |stream| {
-        serve_connection(
-            acceptor.clone(),
-            TowerToHyperService::new(router.clone()),
-            stream,
-            closing.clone(),
-        )
-    };
-    loop {
-        let stream = tokio::select! {
-            () = &mut stop => break,
-            // Finished connections are reaped as they end, so the set holds the open ones.
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(error) => {
-                    tracing::warn!(error = %error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        connections.spawn(connection(stream));
-    }
-    // Connections the kernel has completed but not handed over yet would be reset with the
-    // listener: they are served like the others.
-    while let Some(Ok((stream, _))) = listener.accept().now_or_never() {
-        connections.spawn(connection(stream));
-    }
-    drop(listener);
-    closing.cancel();
-    let open = connections.len();
-    tracing::info!(connections = open, deadline = ?in_flight, "listener closed; finishing in-flight requests");
-    let finished = tokio::time::timeout(in_flight, async {
-        while connections.join_next().await.is_some() {}
-    })
-    .await;
-    if finished.is_err() {
-        tracing::warn!(connections = connections.len(), deadline = ?in_flight, "requests still in flight at the deadline; dropping them");
-        connections.shutdown().await;
-    }
-}
-
-/// One connection of [`serve_until`]: served until it ends or `closing`. At `closing`, a
-/// connection that has answered requests closes once the one under way (if any) is answered;
-/// one that has answered none yet was opened for a request: that request is awaited and
-/// answered first, else its client would see the connection close unanswered.
-async fn serve_connection(
-    acceptor: TlsAcceptor,
-    service: TowerToHyperService<Router>,
-    stream: tokio::net::TcpStream,
-    closing: CancellationToken,
-) {
-    let tls = match acceptor.accept(stream).await {
-        Ok(tls) => tls,
-        Err(error) => {
-            tracing::debug!(error = %error, "TLS handshake failed");
-            return;
-        }
-    };
-    let first_request = Arc::new(tokio::sync::Notify::new());
-    let asked = first_request.clone();
-    let service = hyper::service::service_fn(move |request| {
-        // Stores a permit when nobody waits yet: a request before `closing` is remembered.
-        asked.notify_one();
-        service.call(request)
-    });
-    let connection =
-        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service);
-    let mut connection = std::pin::pin!(connection);
-    let ended = tokio::select! {
-        ended = connection.as_mut() => ended,
-        () = closing.cancelled() => {
-            tokio::select! {
-                ended = connection.as_mut() => ended,
-                () = first_request.notified() => {
-                    // Answers the request under way, then closes.
-                    connection.as_mut().graceful_shutdown();
-                    connection.await
-                }
-            }
-        }
-    };
-    if let Err(error) = ended {
-        tracing::debug!(error = %error, "connection ended with an error");
     }
 }
 
@@ -380,7 +252,9 @@ pub async fn call_self(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::serve::{Limits, serve_until};
     use crate::tls::{CertValidity, generate, unix_now};
+    use axum::Router;
 
     /// The call succeeds only as the API server's would: trusting the CA that signed the
     /// certificate served, for a name the certificate has.
@@ -395,7 +269,14 @@ mod tests {
             "/check",
             axum::routing::post(|| async { r#"{"allowed":true}"# }),
         );
-        let server = tokio::spawn(serve(listener, store, router));
+        let server = tokio::spawn(serve_until(
+            listener,
+            Some(store),
+            router,
+            Limits::default(),
+            std::future::pending(),
+            Duration::ZERO,
+        ));
 
         let body = call_self(address, "svc.ns.svc", &served.ca, "/check", b"{}")
             .await

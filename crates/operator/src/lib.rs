@@ -51,6 +51,7 @@ pub mod metrics;
 pub mod readiness;
 pub mod runtime;
 pub mod scope;
+pub mod serve;
 pub mod server;
 pub mod shutdown;
 pub mod status;

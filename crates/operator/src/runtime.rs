@@ -34,6 +34,7 @@ use crate::{
     leader::{LeaderElector, LeaderError, LeaderHandle, LeaseConfig},
     metrics::{self, ControllerMetrics, MetricsError, Profile, ReconcileMetrics},
     readiness::Readiness,
+    serve::Limits,
     server::{BoundServer, ExtraRoutes, ServerError},
     shutdown::{Shutdown, ShutdownError},
     telemetry::{self, TelemetryError},
@@ -96,9 +97,35 @@ pub struct RuntimeParts {
     /// `--initial-list` as given, and as resolved against the API server (once per process).
     initial_list: InitialList,
     resolved_initial_list: Arc<OnceCell<InitialList>>,
+    connections: Connections,
+}
+
+/// The connection flags, and the refusal counter every server of the process shares.
+#[derive(Clone, Debug)]
+struct Connections {
+    args: BaseArgs,
+    refused: prometheus::IntCounterVec,
+}
+
+impl Connections {
+    fn limits(&self, server: &str) -> Limits {
+        Limits {
+            header_read: self.args.http_header_timeout,
+            tls_handshake: self.args.tls_handshake_timeout,
+            max_connections: usize::try_from(self.args.max_connections).unwrap_or(usize::MAX),
+            refused: self.refused.with_label_values(&[server]),
+        }
+    }
 }
 
 impl RuntimeParts {
+    /// The limits of `--http-header-timeout`, `--tls-handshake-timeout` and
+    /// `--max-connections` for another server of the process (a webhook), its refusals counted
+    /// as `server`.
+    pub fn server_limits(&self, server: &str) -> Limits {
+        self.connections.limits(server)
+    }
+
     /// Metrics handle for the runtime's own controller name.
     pub fn controller_metrics(&self) -> ControllerMetrics {
         self.metrics.controller(&self.controller)
@@ -231,9 +258,14 @@ impl Runtime {
         let metrics = common.reconcile;
         let readiness = Readiness::new();
         readiness.follow_shutdown(&shutdown);
+        let connections = Connections {
+            args: args.clone(),
+            refused: common.refused_connections,
+        };
         let mut bound = BoundServer::bind(args.listen_address)
             .await
-            .map_err(RuntimeError::Bind)?;
+            .map_err(RuntimeError::Bind)?
+            .with_limits(connections.limits("main"));
         if let Serving::Https(source) = serving {
             // The server's TLS config takes the process-wide provider.
             client::install_crypto_provider();
@@ -294,6 +326,7 @@ impl Runtime {
                 identity,
                 initial_list: args.initial_list,
                 resolved_initial_list: Arc::new(OnceCell::new()),
+                connections,
             },
             address,
             server,

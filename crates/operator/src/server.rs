@@ -18,18 +18,16 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use tokio::net::TcpListener;
 
 use crate::{
-    https,
     readiness::{Readiness, ReadyState},
+    serve::{self, Limits},
     shutdown::Shutdown,
     tls::CertStore,
 };
 
-/// Over HTTPS, how long requests in flight get to finish once the listener is closed. The plain
-/// server waits for every open connection (axum's graceful shutdown closes idle ones at once);
-/// the HTTPS one waits for the first request of a connection that has completed its handshake
-/// ([`https::serve_until`]), so a client that never sends one needs a deadline. Below the
-/// kubelet's default 30 s grace period.
-const HTTPS_IN_FLIGHT: Duration = Duration::from_secs(20);
+/// How long requests in flight get to finish once the listener is closed (idle connections close
+/// at once; one that has not sent its first request yet is waited for, within the header
+/// timeout: [`serve::serve_until`]). Below the kubelet's default 30 s grace period.
+const IN_FLIGHT: Duration = Duration::from_secs(20);
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -42,8 +40,6 @@ pub enum ServerError {
     },
     #[error("cannot read the bound address")]
     LocalAddr(#[source] std::io::Error),
-    #[error("health/metrics server failed")]
-    Serve(#[source] std::io::Error),
 }
 
 #[derive(Clone)]
@@ -96,7 +92,7 @@ impl ExtraRoutes {
 /// [`router`], with what it does not route handed to `extra`.
 pub fn router_with(readiness: Readiness, registry: Registry, extra: ExtraRoutes) -> Router {
     router(readiness, registry).fallback(move |request: Request| {
-        // hyper-util's adapter calls the router as tower asks (ready, then call), as https.rs
+        // hyper-util's adapter calls the router as tower asks (ready, then call), as serve.rs
         // serves its router.
         let routes = TowerToHyperService::new(extra.current());
         async move {
@@ -115,19 +111,28 @@ pub struct BoundServer {
     address: SocketAddr,
     /// HTTPS only, with the certificate of the store at each handshake ([`BoundServer::with_tls`]).
     tls: Option<Arc<CertStore>>,
+    limits: Limits,
 }
 
 impl BoundServer {
+    /// Binds `address` (dual-stack for `[::]`, see [`serve::listen`]), each connection
+    /// served within the default [`Limits`] until [`BoundServer::with_limits`].
     pub async fn bind(address: SocketAddr) -> Result<Self, ServerError> {
-        let listener = TcpListener::bind(address)
-            .await
-            .map_err(|source| ServerError::Bind { address, source })?;
+        let listener =
+            serve::listen(address).map_err(|source| ServerError::Bind { address, source })?;
         let address = listener.local_addr().map_err(ServerError::LocalAddr)?;
         Ok(Self {
             listener,
             address,
             tls: None,
+            limits: Limits::default(),
         })
+    }
+
+    /// Serves each connection within `limits`.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// Serves HTTPS only (HTTP/1.1), with the certificate `certs` holds at each handshake, so a
@@ -166,20 +171,15 @@ impl BoundServer {
         // Behind a Service, kept-alive clients move to another replica during the drain delay.
         let router =
             shutdown.close_connections_while_draining(router_with(readiness, registry, extra));
-        let Some(certs) = self.tls else {
-            tracing::info!(address = %self.address, scheme = "http", "serving /healthz, /readyz, /metrics");
-            return axum::serve(self.listener, router)
-                .with_graceful_shutdown(shutdown.stop_accepting())
-                .await
-                .map_err(ServerError::Serve);
-        };
-        tracing::info!(address = %self.address, scheme = "https", "serving /healthz, /readyz, /metrics");
-        https::serve_until(
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        tracing::info!(address = %self.address, scheme, "serving /healthz, /readyz, /metrics");
+        serve::serve_until(
             self.listener,
-            certs,
+            self.tls,
             router,
+            self.limits,
             shutdown.stop_accepting(),
-            HTTPS_IN_FLIGHT,
+            IN_FLIGHT,
         )
         .await;
         Ok(())

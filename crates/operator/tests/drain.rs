@@ -15,6 +15,7 @@ use support::{FakeLeaseApi, http_get};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use zone_operator::https::{self, SelfCallError};
+use zone_operator::serve;
 use zone_operator::tls::{CertStore, CertValidity, generate, unix_now};
 use zone_operator::{Runtime, RuntimeArgs, Shutdown};
 
@@ -82,7 +83,15 @@ async fn a_replica_leaves_readiness_first_serves_through_the_delay_then_finishes
     let stop = parts.shutdown.clone().stop_accepting();
     runtime.spawn_every_replica(async move {
         gate.open();
-        https::serve_until(listener, certs, router, stop, IN_FLIGHT).await;
+        serve::serve_until(
+            listener,
+            Some(certs),
+            router,
+            serve::Limits::default(),
+            stop,
+            IN_FLIGHT,
+        )
+        .await;
     });
     let work = {
         let parts = parts.clone();

@@ -33,6 +33,7 @@ use kube::core::admission::AdmissionResponse;
 use kube::runtime::watcher;
 use zone_api::ZoneDisruptionBudget;
 use zone_operator::https::{self, BindError, CertSource};
+use zone_operator::serve;
 use zone_operator::tls::renewal::ValidityError;
 use zone_operator::tls::{CertValidity, SelfSigned};
 use zone_operator::{InitialList, RuntimeParts, WatchSet};
@@ -71,6 +72,7 @@ pub async fn start(
     let client = parts.client.clone();
     let source = cert_source(&client, args).map_err(StartError::CertFlags)?;
     let (listener, address) = https::bind(args.webhook_address).await?;
+    let limits = parts.server_limits("webhook");
     // Created before anything can be served, so /readyz names what is missing from the start.
     let caches_gate = parts.readiness.gate("webhook-caches");
     let certificate_gate = parts.readiness.gate("webhook-certificate");
@@ -164,7 +166,7 @@ pub async fn start(
         // The failurePolicy follows from here: this replica can now be called. The keeper runs
         // until the listener has closed; it has nothing to finish.
         tokio::select! {
-            () = https::serve_until(listener, certs, router, shutdown.stop_accepting(), in_flight) => {
+            () = serve::serve_until(listener, Some(certs), router, limits, shutdown.stop_accepting(), in_flight) => {
                 tracing::info!(address = %address, "eviction webhook stopped");
             }
             () = keeper.run() => {}

@@ -35,6 +35,9 @@ pub struct CommonMetrics {
     pub reconcile: ReconcileMetrics,
     /// `None` for [`Profile::Server`].
     pub leader: Option<LeaderMetrics>,
+    /// `zone_aware_http_connections_refused_total{server}`: connections closed at a server's
+    /// cap (`--max-connections`).
+    pub refused_connections: IntCounterVec,
 }
 
 /// Registers every metric the runtime serves for `controller` (the name given to the
@@ -56,7 +59,23 @@ pub fn register_common(
         }
         Profile::Server => None,
     };
-    Ok(CommonMetrics { reconcile, leader })
+    let refused_connections = create(
+        registry,
+        "http_connections_refused_total",
+        IntCounterVec::new(
+            Opts::new(
+                "http_connections_refused_total",
+                "Connections closed at once because the server had --max-connections open.",
+            )
+            .namespace(METRIC_PREFIX),
+            &["server"],
+        ),
+    )?;
+    Ok(CommonMetrics {
+        reconcile,
+        leader,
+        refused_connections,
+    })
 }
 
 /// `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_open_fds`, … read
