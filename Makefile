@@ -14,7 +14,7 @@ BINS := $(shell cat bins.txt)
 # a git checkout). Given to the image and static builds only: in every build it would recompile
 # the runtime crate at each commit.
 ZONE_AWARE_REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, crd_validation, deploy, deploy_local, federator, federator_security, helm, install, monitoring, oracle, sharding, smoke, sprom, sprom_health, zau, zau_gate, zdb).
+# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, crd_validation, deploy, deploy_local, federator, federator_security, helm, install, monitoring, oracle, sharding, smoke, sprom, sprom_health, tenancy, zau, zau_gate, zdb).
 E2E_SUITE ?=
 # E2E_FILTER=<substring> runs only the e2e tests whose function name contains it (in every suite,
 # or in E2E_SUITE's).
@@ -25,10 +25,10 @@ E2E_THREADS ?= 2
 E2E_SKIP ?=
 # E2E_LANES suites run at once (e2e/run_suites.py): they mostly wait on the cluster. The suites
 # of E2E_EXCLUSIVE install the whole project (cluster-wide webhooks and ClusterRoles, fixed
-# namespaces) or run a controller over every namespace (oracle: it would act on the other
-# suites' resources too), and run last, each alone.
+# namespaces) or run a controller over every namespace (oracle, tenancy: it would act on the
+# other suites' resources too), and run last, each alone.
 E2E_LANES ?= 2
-E2E_EXCLUSIVE ?= oracle deploy deploy_local helm install
+E2E_EXCLUSIVE ?= oracle tenancy deploy deploy_local helm install
 # E2E_IMAGE_SUITES run the project's image on the real nodes besides the exclusive ones: they wait
 # for it, which `make e2e` builds while the other suites run.
 E2E_IMAGE_SUITES ?= monitoring

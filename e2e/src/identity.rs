@@ -370,16 +370,33 @@ impl ServiceAccountIdentity {
 
     /// A kube client authenticated as the ServiceAccount.
     pub async fn client(&self) -> kube::Client {
-        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");
-        let mut config = kube::Config::from_custom_kubeconfig(
-            kubeconfig,
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .expect("kubeconfig");
-        config.default_retry = false;
-        kube::Client::try_from(config).expect("kube client")
+        client_of(&self.kubeconfig).await
     }
+}
+
+/// A client authenticated as ServiceAccount `namespace/service_account`, with a token from the
+/// TokenRequest API: what a user holding that account's bindings can do, no more.
+pub async fn service_account_client(
+    cluster: &Cluster,
+    namespace: &str,
+    service_account: &str,
+) -> kube::Client {
+    let path = write_token_kubeconfig(cluster, namespace, service_account);
+    let client = client_of(&path).await;
+    let _ = std::fs::remove_file(&path);
+    client
+}
+
+async fn client_of(path: &Path) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .expect("kubeconfig");
+    config.default_retry = false;
+    kube::Client::try_from(config).expect("kube client")
 }
 
 /// A token from the TokenRequest API (`kubectl create token`) and a kubeconfig with the

@@ -542,6 +542,25 @@ async fn oracle_sharded_prometheus_matches_the_operator_target_for_target() {
     let _operator = Operator::start(&cluster, &[&fx.a.name, &fx.b.name]).await;
     let prometheus = OperatorPrometheus::create(&cluster, &fx.a, "oracle", fx.selectors()).await;
 
+    // Namespace b lets a's ShardedPrometheus use its monitors, rules and their Secrets (objects
+    // of another namespace are used only when the shards' ServiceAccount may get them).
+    let shared = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "prometheus-shared-with-a"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "zone-aware-prometheus-shared"},
+        "subjects": [{"kind": "ServiceAccount", "name": e2e::operator::SERVICE_ACCOUNT,
+                      "namespace": fx.a.name}],
+    });
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(fx.b.client.clone(), &fx.b.name)
+        .patch(
+            "prometheus-shared-with-a",
+            &kube::api::PatchParams::apply(MANAGER).force(),
+            &kube::api::Patch::Apply(&shared),
+        )
+        .await
+        .unwrap();
+
     // Our controller, over the whole cluster (the monitors are in two namespaces): the suite is
     // one of `make e2e`'s exclusive ones, or this controller would act on the other suites'
     // ShardedPrometheuses beside their own controllers.

@@ -128,9 +128,11 @@ pub const CACHE_FOR: Duration = Duration::from_secs(30);
 /// (namespace/ServiceAccount, what was asked) → when it was asked, and what it lacks.
 type Answers = BTreeMap<(String, String), (Instant, Vec<String>)>;
 
+/// The answers of the reviews of the shards' ServiceAccounts, each kept [`CACHE_FOR`].
 #[derive(Default)]
 pub struct AccessCache {
     answers: Mutex<Answers>,
+    reads: Mutex<Reads>,
 }
 
 impl AccessCache {
@@ -155,36 +157,23 @@ impl AccessCache {
         {
             return missing.clone();
         }
-        let user = format!("system:serviceaccount:{namespace}:{service_account}");
-        let api: Api<SubjectAccessReview> = Api::all(client.clone());
         let mut missing = Vec::new();
         let checks = needed
             .iter()
             .flat_map(|needed| ["list", "watch"].map(|verb| (needed, verb)));
         for (needed, verb) in checks {
-            let review = SubjectAccessReview {
-                spec: SubjectAccessReviewSpec {
-                    user: Some(user.clone()),
-                    groups: Some(vec![
-                        "system:serviceaccounts".into(),
-                        format!("system:serviceaccounts:{namespace}"),
-                    ]),
-                    resource_attributes: Some(ResourceAttributes {
-                        group: Some(needed.group.into()),
-                        resource: Some(needed.resource.into()),
-                        namespace: needed.namespace.clone(),
-                        verb: Some(verb.into()),
-                        ..ResourceAttributes::default()
-                    }),
-                    ..SubjectAccessReviewSpec::default()
-                },
-                ..SubjectAccessReview::default()
+            let attributes = ResourceAttributes {
+                group: Some(needed.group.into()),
+                resource: Some(needed.resource.into()),
+                namespace: needed.namespace.clone(),
+                verb: Some(verb.into()),
+                ..ResourceAttributes::default()
             };
-            match api.create(&PostParams::default(), &review).await {
-                Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => {}
-                Ok(_) => missing.push(needed.describe(verb)),
+            match review(client, namespace, service_account, attributes).await {
+                Ok(true) => {}
+                Ok(false) => missing.push(needed.describe(verb)),
                 Err(error) => {
-                    tracing::warn!(%error, user, "cannot review the Prometheus ServiceAccount's access");
+                    tracing::warn!(%error, namespace, service_account, "cannot review the Prometheus ServiceAccount's access");
                     return Vec::new();
                 }
             }
@@ -194,6 +183,107 @@ impl AccessCache {
         }
         missing
     }
+}
+
+/// One object of another namespace that a ShardedPrometheus would put into its shards'
+/// configuration: `get` on it is what the shards' ServiceAccount must be allowed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Read {
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Read {
+    /// What the ServiceAccount lacks, for a rejection: "may not get secrets/creds in team-b".
+    pub fn describe(&self, namespace: &str, service_account: &str) -> String {
+        let resource = match self.group {
+            "" => self.resource.to_string(),
+            group => format!("{}.{group}", self.resource),
+        };
+        format!(
+            "ServiceAccount {namespace}/{service_account} may not get {resource} {}/{} (an object \
+             of another namespace is used only when the shards' ServiceAccount may read it)",
+            self.namespace, self.name
+        )
+    }
+}
+
+/// (namespace/ServiceAccount, the object) → when it was asked, and whether it may get it.
+type Reads = BTreeMap<(String, Read), (Instant, bool)>;
+
+impl AccessCache {
+    /// Of `reads`, those `namespace/service_account` may not `get`. Unlike [`Self::missing`],
+    /// a review that cannot be made is an error: an object of another namespace is never used
+    /// on a guess.
+    pub async fn denied(
+        &self,
+        client: &Client,
+        namespace: &str,
+        service_account: &str,
+        reads: Vec<Read>,
+    ) -> Result<BTreeSet<Read>, kube::Error> {
+        let subject = format!("{namespace}/{service_account}");
+        let mut denied = BTreeSet::new();
+        for read in reads {
+            let key = (subject.clone(), read);
+            let cached = self.reads.lock().ok().and_then(|answers| {
+                let (at, allowed) = answers.get(&key)?;
+                (at.elapsed() < CACHE_FOR).then_some(*allowed)
+            });
+            let allowed = match cached {
+                Some(allowed) => allowed,
+                None => {
+                    let attributes = ResourceAttributes {
+                        group: Some(key.1.group.into()),
+                        resource: Some(key.1.resource.into()),
+                        namespace: Some(key.1.namespace.clone()),
+                        name: Some(key.1.name.clone()),
+                        verb: Some("get".into()),
+                        ..ResourceAttributes::default()
+                    };
+                    let allowed = review(client, namespace, service_account, attributes).await?;
+                    if let Ok(mut answers) = self.reads.lock() {
+                        answers.retain(|_, (at, _)| at.elapsed() < CACHE_FOR);
+                        answers.insert(key.clone(), (Instant::now(), allowed));
+                    }
+                    allowed
+                }
+            };
+            if !allowed {
+                denied.insert(key.1);
+            }
+        }
+        Ok(denied)
+    }
+}
+
+/// A SubjectAccessReview: may `namespace/service_account` do what `attributes` say?
+async fn review(
+    client: &Client,
+    namespace: &str,
+    service_account: &str,
+    attributes: ResourceAttributes,
+) -> Result<bool, kube::Error> {
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!(
+                "system:serviceaccount:{namespace}:{service_account}"
+            )),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{namespace}"),
+            ]),
+            resource_attributes: Some(attributes),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    let answer = Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await?;
+    Ok(answer.status.is_some_and(|status| status.allowed))
 }
 
 #[cfg(test)]

@@ -33,6 +33,9 @@ pub struct Monitoring {
     /// What Prometheus would refuse in the rule files of `spec.ruleFiles` (ConfigMaps the pods
     /// mount as they are): one line per file.
     pub rule_file_problems: Vec<String>,
+    /// Some of `rejected` were left out because the shards' ServiceAccount may not read them
+    /// (looked at again when the review's answer expires: no watch tells of an RBAC change).
+    pub access_denied: bool,
 }
 
 impl Monitoring {
@@ -48,6 +51,7 @@ impl Monitoring {
         rejected: Vec::new(),
         not_served: Vec::new(),
         rule_file_problems: Vec::new(),
+        access_denied: false,
     };
 
     /// Nothing from monitoring objects: the spec's own remote_write only.
@@ -61,4 +65,5 @@ impl Monitoring {
 
 pub mod kinds;
 pub mod observe;
+pub mod tenancy;
 pub mod translate;

@@ -162,7 +162,7 @@ pub fn plan(
     retention_events(&fate, policy, new_generation, &mut events);
     // Nothing is watched that tells of an RBAC fix: look again once the answer expires. A
     // retained shard's deadline is a wake-up of its own: no polling for it.
-    let mut resync = match observed.forbidden.is_empty() {
+    let mut resync = match observed.forbidden.is_empty() && !observed.monitoring.access_denied {
         true => RESYNC,
         false => crate::access::CACHE_FOR,
     };

@@ -612,3 +612,182 @@ async fn without_the_monitoring_crds_the_shards_run_and_the_kinds_are_reported()
     );
     assert!(h.event_reasons().contains(&"KindsNotServed".to_string()));
 }
+
+/// A cache holding `objects` after its watch's initial list: ready, as the monitoring kinds'
+/// caches must be before they are selected from.
+fn listed<K>(objects: impl IntoIterator<Item = K>) -> kube::runtime::reflector::Store<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    use kube::runtime::watcher::Event;
+    let (store, mut writer) = kube::runtime::reflector::store();
+    writer.apply_watcher_event(&Event::Init);
+    for object in objects {
+        writer.apply_watcher_event(&Event::InitApply(object));
+    }
+    writer.apply_watcher_event(&Event::InitDone);
+    store
+}
+
+/// A ServiceMonitor `namespace/name` selecting app `name`, with basic auth from Secret
+/// `namespace/creds`.
+fn service_monitor(
+    namespace: &str,
+    name: &str,
+) -> crate::monitoring::kinds::Raw<crate::monitoring::kinds::ServiceMonitorKind> {
+    serde_json::from_value(json!({
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+        "metadata": {"name": name, "namespace": namespace, "uid": format!("{namespace}-{name}")},
+        "spec": {"selector": {"matchLabels": {"app": name}}, "endpoints": [{
+            "port": "metrics",
+            "basicAuth": {"username": {"name": "creds", "key": "user"},
+                          "password": {"name": "creds", "key": "pass"}},
+        }]},
+    }))
+    .unwrap()
+}
+
+/// Guards tenancy: a ServiceMonitor of another namespace, or a Secret it references, reaches
+/// the shards' configuration (a Secret the resource's own namespace may read) only when the
+/// shards' ServiceAccount may get it. Denied ones are left out before anything of theirs is
+/// read, named with the missing permission, and looked at again when the review expires.
+/// Without the reviews the victim's Secret is read and its password is in the configuration.
+#[tokio::test]
+async fn objects_of_other_namespaces_are_used_only_when_the_service_account_may_read_them() {
+    let mut h = Harness::new(
+        json!({"shards": 3, "serviceMonitorSelector": {}, "serviceMonitorNamespaceSelector": {}}),
+        Vec::new(),
+    );
+    let mut ctx = Arc::into_inner(h.ctx).unwrap();
+    let namespaces = ["mon", "team", "victim", "closed"].map(|name| {
+        let namespace = k8s_openapi::api::core::v1::Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        meta_of(&namespace)
+    });
+    ctx.monitoring.namespaces = listed(namespaces);
+    ctx.monitoring.service_monitors = listed([
+        service_monitor("mon", "own"),
+        service_monitor("team", "shared"),
+        service_monitor("victim", "open"),
+        service_monitor("closed", "hidden"),
+    ]);
+    h.ctx = Arc::new(ctx);
+    // The ServiceAccount may get team's monitor and Secret, victim's monitor but not its
+    // Secret, nothing of closed.
+    h.fake.on(Method::POST, REVIEWS).always_with(|request| {
+        let review = request.json().unwrap();
+        let attributes = &review["spec"]["resourceAttributes"];
+        assert_eq!(
+            review["spec"]["user"],
+            "system:serviceaccount:mon:prometheus"
+        );
+        assert_eq!(attributes["verb"], "get");
+        let allowed = match (
+            attributes["namespace"].as_str().unwrap(),
+            attributes["resource"].as_str().unwrap(),
+        ) {
+            ("team", _) => true,
+            ("victim", resource) => resource == "servicemonitors",
+            _ => false,
+        };
+        (
+            201,
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                     "spec": {}, "status": {"allowed": allowed}}),
+        )
+    });
+    // "<namespace>-pass", base64-encoded.
+    let password = |namespace: &str| match namespace {
+        "mon" => "bW9uLXBhc3M=",
+        "team" => "dGVhbS1wYXNz",
+        "victim" => "dmljdGltLXBhc3M=",
+        _ => "Y2xvc2VkLXBhc3M=",
+    };
+    for namespace in ["mon", "team", "victim", "closed"] {
+        h.fake
+            .on(
+                Method::GET,
+                &format!("/api/v1/namespaces/{namespace}/secrets/creds"),
+            )
+            .always(
+                200,
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {
+                    "name": "creds", "namespace": namespace, "resourceVersion": "1"},
+                    "data": {"user": "dXNlcg==", "pass": password(namespace)}}),
+            );
+    }
+    script_applies(&h.fake, None);
+    script_lists(&h.fake, &[]);
+
+    let action = h.reconcile().await;
+    assert_eq!(action, Action::requeue(crate::access::CACHE_FOR));
+    for (namespace, read) in [("mon", 1), ("team", 1), ("victim", 0), ("closed", 0)] {
+        assert_eq!(
+            h.fake.count(
+                &Method::GET,
+                &format!("/api/v1/namespaces/{namespace}/secrets/creds")
+            ),
+            read,
+            "Secret {namespace}/creds read"
+        );
+    }
+    let reviewed: Vec<(String, String, String)> = h
+        .fake
+        .requests_to(&Method::POST, REVIEWS)
+        .iter()
+        .map(|r| {
+            let attributes = r.json().unwrap()["spec"]["resourceAttributes"].clone();
+            let field = |name: &str| attributes[name].as_str().unwrap_or_default().to_string();
+            (field("namespace"), field("resource"), field("name"))
+        })
+        .filter(|(_, resource, _)| resource != "pods" && resource != "nodes")
+        .collect();
+    assert!(
+        !reviewed.iter().any(|(namespace, _, _)| namespace == "mon"),
+        "the resource's own namespace is not reviewed: {reviewed:?}"
+    );
+    let status = &h.statuses()[0];
+    let accepted = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "MonitoringObjectsAccepted")
+        .unwrap();
+    assert_eq!(accepted["reason"], "ObjectsRejected");
+    let message = accepted["message"].as_str().unwrap();
+    assert!(message.starts_with("2 selected object(s)"), "{message}");
+    assert!(
+        message.contains(
+            "ServiceMonitor victim/open: ServiceAccount mon/prometheus may not get secrets victim/creds"
+        ) && message.contains(
+            "ServiceMonitor closed/hidden: ServiceAccount mon/prometheus may not get \
+             servicemonitors.monitoring.coreos.com closed/hidden"
+        ),
+        "{message}"
+    );
+    let configs: String = h
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == Method::PATCH && r.path.starts_with(SECRETS))
+        .flat_map(|r| {
+            let secret: Secret = serde_json::from_value(r.json().unwrap()).unwrap();
+            let data = secret.data.unwrap_or_default().into_values();
+            data.map(|bytes| String::from_utf8(bytes.0).unwrap())
+        })
+        .collect();
+    assert!(configs.contains("team-pass") && configs.contains("mon-pass"));
+    assert!(!configs.contains("victim-pass"), "{configs}");
+    assert!(
+        configs.contains("job_name: serviceMonitor/team/shared/0"),
+        "{configs}"
+    );
+    assert!(!configs.contains("serviceMonitor/victim/"), "{configs}");
+    assert!(!configs.contains("serviceMonitor/closed/"), "{configs}");
+}

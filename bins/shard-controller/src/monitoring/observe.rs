@@ -22,6 +22,7 @@ use super::Monitoring;
 use super::kinds::{
     Kind, PodMonitorKind, PrometheusRuleKind, Raw, ScrapeConfigKind, ServiceMonitorKind,
 };
+use super::tenancy::Subject;
 use super::translate::{self, Selected};
 use crate::reconcile::Context;
 
@@ -229,6 +230,14 @@ pub enum ObserveError {
     /// can, as for remoteWrite.
     #[error("{0}")]
     Alerting(String),
+    /// Whether the shards' ServiceAccount may read an object of another namespace could not
+    /// be reviewed: nothing of another namespace is used on a guess.
+    #[error("cannot review what ServiceAccount {service_account} may read")]
+    Review {
+        service_account: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("cannot ask the API server whether it serves {MONITORING_GROUP}/{version}")]
     Discovery {
         version: &'static str,
@@ -475,8 +484,16 @@ pub async fn observe(
     };
     let own_namespace = sprom.namespace().unwrap_or_default();
     let sprom_ref = ObjectRef::from_obj(sprom);
-    let selected = selected(caches, discovery, client, valid, &own_namespace).await?;
-    let parsed = translate::Parsed::of(&selected);
+    let subject = Subject {
+        client,
+        access: &ctx.access,
+        namespace: &own_namespace,
+        service_account: &valid.service_account_name,
+    };
+    let mut selected = selected(caches, discovery, client, valid, &own_namespace).await?;
+    let mut refused = subject.screen_objects(&mut selected).await?;
+    let mut parsed = translate::Parsed::of(&selected);
+    refused.extend(subject.screen_references(&mut parsed).await?);
     let mut references = parsed.references();
     references.extend(translate::remote_write_references(valid, &own_namespace));
     references.extend(translate::alerting_references(valid, &own_namespace));
@@ -492,6 +509,8 @@ pub async fn observe(
     let remote_write = translate::remote_write(valid, &own_namespace, &values);
     let alerting = translate::alerting(valid, &own_namespace, &values);
     monitoring.rule_file_problems = translate::rule_file_problems(valid, &own_namespace, &values);
+    monitoring.access_denied = !refused.is_empty();
+    monitoring.rejected.splice(0..0, refused);
     let mut used = BTreeSet::new();
     used.extend(keys(&selected.service_monitors));
     used.extend(keys(&selected.pod_monitors));

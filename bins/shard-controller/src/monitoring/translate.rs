@@ -143,6 +143,45 @@ impl Parsed {
         of::<ScrapeConfigKind>(&self.scrape_configs, &mut references);
         references
     }
+
+    /// The Secret and ConfigMap keys outside `own_namespace` that each monitor references.
+    pub fn references_outside(&self, own_namespace: &str) -> Vec<(MonitorKey, KeyRef)> {
+        fn of<K: Monitor>(
+            objects: &[ParsedObject<K::Spec>],
+            own_namespace: &str,
+            into: &mut Vec<(MonitorKey, KeyRef)>,
+        ) {
+            for object in objects.iter().flatten() {
+                let key = (K::KIND, object.namespace.clone(), object.name.clone());
+                let outside = K::references(object)
+                    .into_iter()
+                    .filter(|reference| reference.namespace != own_namespace);
+                into.extend(outside.map(|reference| (key.clone(), reference)));
+            }
+        }
+        let mut references = Vec::new();
+        of::<ServiceMonitorKind>(&self.service_monitors, own_namespace, &mut references);
+        of::<PodMonitorKind>(&self.pod_monitors, own_namespace, &mut references);
+        of::<ScrapeConfigKind>(&self.scrape_configs, own_namespace, &mut references);
+        references
+    }
+
+    /// Leaves out the monitors of `keys`: they are neither read from nor translated, and keep
+    /// no last good jobs.
+    pub fn remove(&mut self, keys: &BTreeSet<MonitorKey>) {
+        fn from<K: Kind, S>(objects: &mut Vec<ParsedObject<S>>, keys: &BTreeSet<MonitorKey>) {
+            objects.retain(|parsed| {
+                let (namespace, name) = match parsed {
+                    Ok(object) => (&object.namespace, &object.name),
+                    Err(rejection) => (&rejection.namespace, &rejection.name),
+                };
+                !keys.contains(&(K::KIND, namespace.clone(), name.clone()))
+            });
+        }
+        from::<ServiceMonitorKind, _>(&mut self.service_monitors, keys);
+        from::<PodMonitorKind, _>(&mut self.pod_monitors, keys);
+        from::<ScrapeConfigKind, _>(&mut self.scrape_configs, keys);
+    }
 }
 
 /// The role Services are discovered with (`serviceDiscoveryRole`).
