@@ -299,7 +299,8 @@ impl Drop for TestDeploy<'_> {
     }
 }
 
-/// A token of ServiceAccount `grafana` in the victim namespace, bound to ClusterRole `role` (a
+/// A token for the federator ([`FEDERATOR_AUDIENCE`]) of ServiceAccount `grafana` in the
+/// victim namespace, bound to ClusterRole `role` (a
 /// deployed `zone-aware-rules-federator-reader-<suffix>`) by a ClusterRoleBinding the namespace
 /// owns (deleting the namespace removes it, even if the test is killed).
 pub fn reader_token(cluster: &Cluster, victim: &crate::TestNamespace, role: &str) -> String {
@@ -342,12 +343,18 @@ pub fn reader_token(cluster: &Cluster, victim: &crate::TestNamespace, role: &str
             "-n",
             namespace,
             "--duration=1h",
+            "--audience",
+            FEDERATOR_AUDIENCE,
         ],
         None,
     )
     .trim()
     .to_string()
 }
+
+/// The audience the deployed federator accepts tokens for (`--auth-audience` of
+/// config/manager and the chart).
+pub const FEDERATOR_AUDIENCE: &str = "rules-federator";
 
 /// `kubectl apply --server-side -k config/samples` into `namespace`.
 pub fn apply_samples(cluster: &Cluster, namespace: &str) {

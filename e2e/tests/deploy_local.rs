@@ -529,6 +529,25 @@ async fn federated_rules_follow_the_sample(
         code, 401,
         "an anonymous call of the deployed federator: {body}"
     );
+    // The same ServiceAccount's token for the API server's audience is refused too.
+    let mut kubectl = e2e::identity::kubectl(&Cluster::get());
+    kubectl.args([
+        "create",
+        "token",
+        "grafana",
+        "-n",
+        &victim.name,
+        "--duration=10m",
+    ]);
+    let api_server_token = e2e::identity::run(kubectl, None).trim().to_string();
+    let (code, body) = e2e::process::http_get_with_token(
+        api_address(federator).unwrap(),
+        "/api/v1/rules",
+        Some(&api_server_token),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 401, "a token for another audience: {body}");
     for shards in [2u32, 3] {
         sproms
             .patch(

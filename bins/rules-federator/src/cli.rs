@@ -220,6 +220,13 @@ pub struct Args {
     #[arg(long, env = "AUTH", value_enum, default_value_t = Auth::None)]
     pub auth: Auth,
 
+    /// With `--auth=kubernetes`: the audience a caller's token must be issued for (`kubectl
+    /// create token --audience`, a projected token's `audience`), e.g. `rules-federator`, so a
+    /// token given to the federator is no key to the API server, nor the API server's to the
+    /// federator. Unset: tokens for the API server's own audience.
+    #[arg(long, env = "AUTH_AUDIENCE", value_name = "AUDIENCE")]
+    pub auth_audience: Option<String>,
+
     /// With `--auth=kubernetes`: the resource attribute a caller needs `--authz-verb` on,
     /// `namespace=N,group=G,resource=R,subresource=S,name=X` (only `resource` required). Never
     /// the request's path as a non-resource URL: Kubernetes' default `system:discovery` role

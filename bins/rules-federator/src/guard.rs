@@ -229,6 +229,64 @@ mod tests {
         assert!(fake.unmatched().is_empty());
     }
 
+    /// With an audience, the review asks for it and a token not issued for it is a 401: one
+    /// the API server refuses for that audience, and one an authenticator accepted without
+    /// saying it is for that audience. Without the audience the API server's token (every
+    /// pod's) would be let in.
+    #[tokio::test]
+    async fn a_token_for_another_audience_is_401() {
+        let (fake, client) = FakeApi::new();
+        fake.on(Method::POST, ACCESS_REVIEWS).always(
+            201,
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                   "spec": {}, "status": {"allowed": true}}),
+        );
+        fake.on(Method::POST, TOKEN_REVIEWS).always_with(|request| {
+            let review = request.json().unwrap();
+            let asked = review["spec"]["audiences"].clone();
+            let status = match review["spec"]["token"].as_str() {
+                Some("grafana-token") if asked == json!(["rules-federator"]) => json!({
+                    "authenticated": true, "audiences": ["rules-federator"],
+                    "user": {"username": "system:serviceaccount:monitoring:grafana"},
+                }),
+                Some("lax-token") => json!({
+                    "authenticated": true,
+                    "user": {"username": "system:serviceaccount:monitoring:grafana"},
+                }),
+                _ => json!({"authenticated": false,
+                            "error": "token audiences [\"https://kubernetes.default.svc\"] is invalid for the target audiences [\"rules-federator\"]"}),
+            };
+            (201, json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "status": status}))
+        });
+        let mut guard = authenticating(client.clone());
+        guard.auth = Some(Arc::new(
+            KubeAuth::new(
+                client,
+                Attributes::NonResource { verb: "get".into() },
+                Duration::from_secs(60),
+                Duration::from_secs(10),
+            )
+            .with_audiences(vec!["rules-federator".into()]),
+        ));
+        let router = router(guard, None);
+        let (code, _, body) = call(&router, Some("apiserver-token")).await;
+        assert_eq!(code, StatusCode::UNAUTHORIZED);
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("invalid for the target audiences")
+        );
+        let (code, _, body) = call(&router, Some("lax-token")).await;
+        assert_eq!(code, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            body["error"],
+            "token not issued for the audience rules-federator"
+        );
+        let (code, _, body) = call(&router, Some("grafana-token")).await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+    }
+
     /// The handler learns who was let in (the API shares answers only within one caller).
     #[tokio::test]
     async fn the_user_let_in_goes_to_the_handler() {

@@ -132,12 +132,15 @@ pub async fn start(
             usize::try_from(args.max_concurrent_requests).unwrap_or(usize::MAX),
         )),
         auth: attributes.map(|attributes| {
-            Arc::new(KubeAuth::new(
-                parts.client.clone(),
-                attributes,
-                args.auth_cache_ttl,
-                args.auth_denied_cache_ttl,
-            ))
+            Arc::new(
+                KubeAuth::new(
+                    parts.client.clone(),
+                    attributes,
+                    args.auth_cache_ttl,
+                    args.auth_denied_cache_ttl,
+                )
+                .with_audiences(args.auth_audience.iter().cloned().collect()),
+            )
         }),
     };
     let authenticated = guard.auth.is_some();

@@ -104,6 +104,8 @@ pub struct KubeAuth {
     /// enough that a client retrying in a loop does not hammer the API server.
     denied_ttl: Duration,
     cache: Mutex<HashMap<(String, String), (Decision, Instant)>>,
+    /// The audiences a token must be issued for (empty: the API server's own).
+    audiences: Vec<String>,
 }
 
 impl KubeAuth {
@@ -119,7 +121,16 @@ impl KubeAuth {
             allowed_ttl,
             denied_ttl,
             cache: Mutex::new(HashMap::new()),
+            audiences: Vec::new(),
         }
+    }
+
+    /// Accepts only tokens issued for one of `audiences` (`kubectl create token --audience`):
+    /// a token given to this server is then no key to the API server, and a token for the API
+    /// server (every pod's default one) is none to this server.
+    pub fn with_audiences(mut self, audiences: Vec<String>) -> Self {
+        self.audiences = audiences;
+        self
     }
 
     /// The decision for a request to `path` carrying `authorization` (the header's value).
@@ -184,7 +195,7 @@ impl KubeAuth {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: Some(token.to_string()),
-                ..Default::default()
+                audiences: (!self.audiences.is_empty()).then(|| self.audiences.clone()),
             },
             ..Default::default()
         };
@@ -198,7 +209,20 @@ impl KubeAuth {
                 return Decision::Unavailable("cannot review the token".to_string());
             }
         };
+        // An authenticator that ignores audiences answers with none: not good enough.
+        let for_audience = self.audiences.is_empty()
+            || status
+                .audiences
+                .iter()
+                .flatten()
+                .any(|audience| self.audiences.contains(audience));
         let user = match status.user {
+            Some(_) if status.authenticated == Some(true) && !for_audience => {
+                return Decision::Unauthenticated(format!(
+                    "token not issued for the audience {}",
+                    self.audiences.join(" or ")
+                ));
+            }
             Some(user) if status.authenticated == Some(true) => user,
             _ => {
                 let why = status
