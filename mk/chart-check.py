@@ -116,7 +116,17 @@ def render_config(kubectl, components):
     return run(["bash", "mk/render-deploy.sh"], env=env)
 
 
+# Cluster-scoped kinds that kustomize's built-in schema does not know: it gives them the
+# namespace of the overlay, which the API server drops.
+CLUSTER_SCOPED_UNKNOWN_TO_KUSTOMIZE = {
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
+
+
 def strip_bookkeeping(obj):
+    if obj.get("kind") in CLUSTER_SCOPED_UNKNOWN_TO_KUSTOMIZE:
+        obj.get("metadata", {}).pop("namespace", None)
     labels = obj.get("metadata", {}).get("labels")
     if isinstance(labels, dict):
         for label in BOOKKEEPING_LABELS:
@@ -131,11 +141,12 @@ def objects_by_key(text, side):
     for obj in yaml.safe_load_all(text):
         if not obj:
             continue
+        obj = strip_bookkeeping(obj)
         meta = obj.get("metadata", {})
         key = (obj.get("kind"), meta.get("namespace") or "", meta.get("name"))
         if key in objects:
             sys.exit(f"chart-check: {side} renders {format_key(key)} twice")
-        objects[key] = strip_bookkeeping(obj)
+        objects[key] = obj
     return objects
 
 

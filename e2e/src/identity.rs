@@ -26,6 +26,14 @@ const FIELD_MANAGER: &str = "e2e-identity";
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// The cluster-scoped kinds of config/rbac: owned by the identity's namespace, deleted with it.
+const CLUSTER_SCOPED: [&str; 4] = [
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+];
+
 /// The ServiceAccount of a binary: named as the binary, with its RBAC in
 /// `config/rbac/<binary>.yaml`; none when the file does not exist.
 pub fn service_account_for(binary: &str) -> Option<&str> {
@@ -161,10 +169,18 @@ pub fn render_rbac(
     // kustomize takes only relative paths; the file lies outside the overlay's root, hence
     // --load-restrictor below.
     let relative = relative_path(&dir, &file);
+    // config/rbac's name references (a policy binding names its policy).
+    let configuration = relative_path(
+        &dir,
+        &repo_root()
+            .join("config/rbac/kustomizeconfig.yaml")
+            .canonicalize()
+            .expect("config/rbac/kustomizeconfig.yaml"),
+    );
     std::fs::write(
         dir.join("kustomization.yaml"),
         format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: {namespace}\nnameSuffix: {suffix}\nresources:\n- {relative}\n"
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: {namespace}\nnameSuffix: {suffix}\nresources:\n- {relative}\nconfigurations:\n- {configuration}\n"
         ),
     )
     .expect("writing overlay");
@@ -283,7 +299,7 @@ impl ServiceAccountIdentity {
         let mut cluster_objects = Vec::new();
         for object in &mut objects {
             let kind = object["kind"].as_str().unwrap_or_default().to_string();
-            if kind == "ClusterRole" || kind == "ClusterRoleBinding" {
+            if CLUSTER_SCOPED.contains(&kind.as_str()) {
                 let name = object["metadata"]["name"].as_str().unwrap_or_default();
                 cluster_objects.push(format!("{}/{name}", kind.to_lowercase()));
                 object["metadata"]["ownerReferences"] = json!([{

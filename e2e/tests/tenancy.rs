@@ -386,3 +386,130 @@ async fn tenancy_an_editor_obtains_no_credential_of_another_namespace() {
             .contains(VICTIM_PASSWORD)
     );
 }
+
+/// Whether `result` is the API server's refusal by the shard-controller's policy (its name
+/// carries the identity's suffix).
+fn denied_by_policy<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> Result<String, String> {
+    match result {
+        Err(kube::Error::Api(status))
+            if status.code == 403
+                && status
+                    .message
+                    .contains("ValidatingAdmissionPolicy 'zone-aware-shard-controller-writes") =>
+        {
+            Ok(status.message)
+        }
+        other => Err(format!("{other:?}")),
+    }
+}
+
+/// As the shard-controller's ServiceAccount (its shipped RBAC and policy, rendered for this
+/// test), the writes its RBAC allows but that are not the controller's are refused by the API
+/// server, naming the policy: an unlabelled Secret created or deleted in another namespace, a
+/// Secret given the controller's label, a pod's image; its own kind of write goes through.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn tenancy_the_shard_controller_token_writes_only_what_the_controller_owns() {
+    let cluster = Cluster::get();
+    let home = TestNamespace::create(&cluster, "policy-home").await;
+    let other = TestNamespace::create(&cluster, "policy-other").await;
+    let identity = identity::ServiceAccountIdentity::create(
+        &cluster,
+        "shard-controller",
+        &home.name,
+        &[],
+        &[],
+        |_| {},
+    );
+    let token = identity.client().await;
+    let admin = other.client.clone();
+    let as_controller = Api::<Secret>::namespaced(token.clone(), &other.name);
+    let unlabelled = |name: &str| -> Secret {
+        serde_json::from_value(json!({"metadata": {"name": name}, "stringData": {"a": "b"}}))
+            .unwrap()
+    };
+    let post = kube::api::PostParams::default();
+    // The policy is in force once its first denial is seen (it is compiled after creation).
+    let mut attempt = 0;
+    let message = wait_for("the policy in force", TIMEOUT, || {
+        attempt += 1;
+        let name = format!("probe-{attempt}");
+        let (as_controller, admin, post, other) = (&as_controller, &admin, &post, &other);
+        let secret = unlabelled(&name);
+        async move {
+            let created = as_controller.create(post, &secret).await;
+            if created.is_ok() {
+                let _ = Api::<Secret>::namespaced(admin.clone(), &other.name)
+                    .delete(&name, &Default::default())
+                    .await;
+            }
+            denied_by_policy(created)
+        }
+    })
+    .await;
+    assert!(
+        message.contains("may create only secrets labelled"),
+        "{message}"
+    );
+
+    // An unlabelled Secret of the namespace: not deleted, not taken over by labelling it.
+    Api::<Secret>::namespaced(admin.clone(), &other.name)
+        .create(&post, &unlabelled("theirs"))
+        .await
+        .unwrap();
+    denied_by_policy(as_controller.delete("theirs", &Default::default()).await).unwrap();
+    let label =
+        json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": "shard-controller"}}});
+    denied_by_policy(
+        as_controller
+            .patch("theirs", &PatchParams::default(), &Patch::Merge(&label))
+            .await,
+    )
+    .unwrap();
+    // Its own kind of object is written: the RBAC allows what the policy does not refuse.
+    let mut mine = unlabelled("mine");
+    mine.metadata.labels = Some(
+        [(
+            "app.kubernetes.io/managed-by".to_string(),
+            "shard-controller".to_string(),
+        )]
+        .into(),
+    );
+    as_controller.create(&post, &mine).await.unwrap();
+    as_controller
+        .delete("mine", &Default::default())
+        .await
+        .unwrap();
+
+    // A pod of a shard: its config-digest annotation may change, its image may not.
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "shard-pod", "labels": {"app.kubernetes.io/managed-by": "shard-controller"}},
+        "spec": {"nodeSelector": {"type": "kwok"},
+                 "tolerations": [{"operator": "Exists"}],
+                 "containers": [{"name": "prometheus", "image": "registry.invalid/prometheus:1"}]},
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin, &other.name)
+        .create(&post, &pod)
+        .await
+        .unwrap();
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(token, &other.name);
+    let digest = json!({"metadata": {"annotations": {"zonecontrol.k8s.aws/config-digest": "abc"}}});
+    pods.patch("shard-pod", &PatchParams::default(), &Patch::Merge(&digest))
+        .await
+        .unwrap();
+    let image = json!({"spec": {"containers": [{"name": "prometheus", "image": "registry.invalid/evil:1"}]}});
+    let message = denied_by_policy(
+        pods.patch(
+            "shard-pod",
+            &PatchParams::default(),
+            &Patch::Strategic(&image),
+        )
+        .await,
+    )
+    .unwrap();
+    assert!(
+        message.contains("only in its zonecontrol.k8s.aws/config-digest annotation"),
+        "{message}"
+    );
+}
