@@ -133,11 +133,15 @@ pub async fn dynamic_api(
 ) -> Api<DynamicObject> {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let gvk = GroupVersionKind::gvk(group, version, kind);
-    let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
     let resource: ApiResource = resource;
+    // kustomize gives a namespace to cluster-scoped kinds its schema does not know
+    // (ValidatingAdmissionPolicy); the API server drops it, and so does this.
     match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
+        Some(ns) if capabilities.scope == kube::discovery::Scope::Namespaced => {
+            Api::namespaced_with(client.clone(), ns, &resource)
+        }
+        _ => Api::all_with(client.clone(), &resource),
     }
 }
 

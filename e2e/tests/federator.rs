@@ -381,6 +381,22 @@ async fn federator_merges_shards_and_replicas_like_prometheus_would() {
         }
     }
 
+    // A selector nested 30,000 deep (60 KB): a 400, not a federator whose stack overflows
+    // (parsed unchecked, it aborts the process); 100,000 deep (200 KB) is past the longest URI
+    // the server reads, a 414. It answers the next request as before.
+    let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deepest = format!("{}up{}", "(".repeat(100_000), ")".repeat(100_000));
+    let path = format!("/api/v1/rules?match[]={deepest}");
+    assert_eq!(http_get_from(address, &path).await.unwrap().0, 414);
+    let deep = format!("{}up{}", "(".repeat(30_000), ")".repeat(30_000));
+    let (code, ours) = get(port, &format!("/api/v1/rules?match[]={deep}")).await;
+    assert_eq!(code, 400, "{ours}");
+    assert_eq!(ours["errorType"], "bad_data");
+    assert!(ours["error"].as_str().unwrap().contains("nests"), "{ours}");
+    let (code, again) = get(port, "/api/v1/rules").await;
+    assert_eq!(code, 200);
+    assert_eq!(shape(&again["data"]), shape(&merged["data"]));
+
     // One backend gone: a warning naming it, the data of the others.
     let gone = backends.remove(0);
     let gone_url = gone.url();
@@ -465,4 +481,79 @@ async fn federator_cuts_a_slow_backend_at_its_timeout_and_names_it() {
         "cut at the timeout, not after {took:?}"
     );
     held.abort();
+}
+
+/// How long `stream` stays open while sending nothing, up to `at_most`.
+async fn open_for(stream: &mut tokio::net::TcpStream, at_most: Duration) -> Duration {
+    use tokio::io::AsyncReadExt;
+    let started = std::time::Instant::now();
+    let mut buffer = [0u8; 64];
+    let _ = tokio::time::timeout(at_most, async {
+        while !matches!(stream.read(&mut buffer).await, Ok(0) | Err(_)) {}
+    })
+    .await;
+    started.elapsed()
+}
+
+/// The federator as run, on `[::]`: it answers over IPv6 and IPv4 loopback; past
+/// `--max-connections` a connection is closed at once and counted; a connection that sends
+/// nothing is closed at `--http-header-timeout`. Before, 50 silent connections were all still
+/// open after 90 s.
+#[tokio::test]
+#[ignore = "needs the built binaries (make e2e)"]
+async fn federator_bounds_its_connections_and_listens_on_both_stacks() {
+    let port = free_port();
+    let listen = format!("[::]:{port}");
+    let args = [
+        "--listen-address",
+        listen.as_str(),
+        "--http-header-timeout",
+        "3s",
+        "--max-connections",
+        "4",
+        "--endpoint",
+        "http://127.0.0.1:9",
+    ];
+    let mut process = ControllerProcess::start(
+        "rules-federator",
+        &args,
+        &[("KUBECONFIG", "/dev/null".to_string())],
+    );
+    let v6: SocketAddr = format!("[::1]:{port}").parse().unwrap();
+    let v4: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_for("the federator serving", Duration::from_secs(30), || async {
+        match http_get_from(v6, "/healthz").await {
+            Ok((200, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(http_get_from(v4, "/healthz").await.unwrap().0, 200);
+
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(tokio::net::TcpStream::connect(v4).await.unwrap());
+    }
+    let mut fifth = tokio::net::TcpStream::connect(v6).await.unwrap();
+    let open = open_for(&mut fifth, Duration::from_secs(10)).await;
+    assert!(
+        open < Duration::from_secs(2),
+        "the fifth stayed open {open:?}"
+    );
+    // The held ones, silent, are closed at the header timeout.
+    for stream in &mut held {
+        let open = open_for(stream, Duration::from_secs(10)).await;
+        assert!(
+            open < Duration::from_secs(6),
+            "a silent connection stayed open {open:?}"
+        );
+    }
+    let (code, metrics) = http_get_from(v4, "/metrics").await.unwrap();
+    assert_eq!(code, 200);
+    let refused = metrics
+        .lines()
+        .find(|line| line.starts_with("zone_aware_http_connections_refused_total{server=\"main\"}"))
+        .unwrap_or_else(|| panic!("no refusal counter in {metrics}"));
+    assert!(refused.ends_with(" 1"), "{refused}");
+    assert!(process.is_running());
 }

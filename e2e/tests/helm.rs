@@ -60,6 +60,9 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
         "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
         "watchNamespace": victim.name,
         "rulesFederator": {"discoverNamespace": victim.name},
+        // A flag the chart already sets (--log-format json): the later one wins, where clap
+        // refused the repeated flag and the pods crash-looped.
+        "zdbController": {"extraArgs": ["--log-format", "plain"]},
         "commonLabels": {"zonecontrol.k8s.aws/e2e": "true"},
     });
     let first_values = release.values_file("values.yaml", &values);
@@ -84,6 +87,21 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
             );
         }
     }
+    let zdb_pod = wait_binary_pods(&home_pods, "zdb-controller", 2)
+        .await
+        .remove(0);
+    let log = home_pods
+        .logs(
+            &kube::ResourceExt::name_any(&zdb_pod),
+            &kube::api::LogParams::default(),
+        )
+        .await
+        .unwrap();
+    let first = log.lines().next().unwrap_or_default();
+    assert!(
+        !first.is_empty() && !first.starts_with('{'),
+        "zdb-controller logs in plain text (extraArgs): {first}"
+    );
     let webhook_name = format!("zac-{suffix}-eviction-webhook");
     assert!(
         installed

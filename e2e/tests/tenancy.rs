@@ -249,7 +249,8 @@ async fn tenancy_an_editor_obtains_no_credential_of_another_namespace() {
         "--listen-address",
         &listen,
     ];
-    let _controller = ControllerProcess::start("shard-controller", &args, &[]);
+    let mut controller = ControllerProcess::start("shard-controller", &args, &[]);
+    let pid = controller.pid();
     let _binding = e2e::prometheus::service_account(&tenant).await;
     monitored_namespace(&admin, &victim.name, VICTIM_PASSWORD, true).await;
     monitored_namespace(&admin, &sharing.name, SHARED_PASSWORD, false).await;
@@ -384,6 +385,35 @@ async fn tenancy_an_editor_obtains_no_credential_of_another_namespace() {
             .await
             .unwrap()
             .contains(VICTIM_PASSWORD)
+    );
+
+    // A PrometheusRule whose expression nests 100,000 deep (200 KB; unchecked, it overflows the
+    // controller's stack at every start): refused by name, the controller still running and
+    // reconciling (the shared monitor stays configured).
+    let rules = monitoring_resource("PrometheusRule", "prometheusrules");
+    let deep = format!("{}up{}", "(".repeat(100_000), ")".repeat(100_000));
+    let rule = json!({
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+        "metadata": {"name": "deep", "labels": {"tenancy": "selected"}},
+        "spec": {"groups": [{"name": "deep", "rules": [{"alert": "Deep", "expr": deep}]}]},
+    });
+    apply(&admin, t, &rules, rule).await;
+    let named = format!("PrometheusRule {t}/deep: ");
+    let message = accepted_message(&sproms, "the deep rule refused", |message| {
+        match message.contains(&named) && message.contains("nests 100") {
+            true => Ok(()),
+            false => Err(message.to_string()),
+        }
+    })
+    .await;
+    assert!(message.len() < 4096, "{message}");
+    assert!(controller.is_running(), "the controller died");
+    assert_eq!(controller.pid(), pid);
+    assert!(
+        shard_config(&editor, t)
+            .await
+            .unwrap()
+            .contains(SHARED_PASSWORD)
     );
 }
 
