@@ -375,12 +375,7 @@ async fn a_child_rejected_by_the_api_server_is_reported_once() {
     assert_eq!(h.reconcile().await, Action::await_change());
     let statuses = h.statuses();
     assert_eq!(statuses.len(), 1);
-    let invalid = statuses[0]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Invalid")
-        .unwrap();
+    let invalid = condition(&statuses[0], "Invalid");
     assert_eq!(invalid["status"], "True");
     assert_eq!(invalid["reason"], "ChildRejected");
     assert!(
@@ -540,12 +535,7 @@ async fn a_forbidden_service_account_degrades_and_requeues() {
     let action = h.reconcile().await;
     assert_eq!(action, Action::requeue(crate::access::CACHE_FOR));
     let status = &h.statuses()[0];
-    let degraded = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Degraded")
-        .unwrap();
+    let degraded = condition(status, "Degraded");
     assert_eq!(degraded["status"], "True");
     assert_eq!(degraded["reason"], "ServiceAccountForbidden");
     assert!(
@@ -591,12 +581,7 @@ async fn without_the_monitoring_crds_the_shards_run_and_the_kinds_are_reported()
     h.reconcile().await;
     assert_eq!(h.applies().len(), 9, "every shard's children are applied");
     let status = &h.statuses()[0];
-    let accepted = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "MonitoringObjectsAccepted")
-        .unwrap();
+    let accepted = condition(status, "MonitoringObjectsAccepted");
     assert_eq!(accepted["status"], "False");
     assert_eq!(accepted["reason"], "KindsNotServed");
     let message = accepted["message"].as_str().unwrap();
@@ -628,6 +613,14 @@ where
     }
     writer.apply_watcher_event(&Event::InitDone);
     store
+}
+
+/// The condition of `type_` in a written `status`.
+fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .and_then(|conditions| conditions.iter().find(|c| c["type"] == type_))
+        .unwrap_or_else(|| panic!("no {type_} condition in {status}"))
 }
 
 /// A ServiceMonitor `namespace/name` selecting app `name`, with basic auth from Secret
@@ -753,12 +746,7 @@ async fn objects_of_other_namespaces_are_used_only_when_the_service_account_may_
         "the resource's own namespace is not reviewed: {reviewed:?}"
     );
     let status = &h.statuses()[0];
-    let accepted = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "MonitoringObjectsAccepted")
-        .unwrap();
+    let accepted = condition(status, "MonitoringObjectsAccepted");
     assert_eq!(accepted["reason"], "ObjectsRejected");
     let message = accepted["message"].as_str().unwrap();
     assert!(message.starts_with("2 selected object(s)"), "{message}");

@@ -388,3 +388,28 @@ fn deep_expressions_and_files_are_refused_not_a_crash() {
         .join()
         .unwrap();
 }
+
+/// The deepest expressions the bound accepts (brackets, an operator chain, unary minus) are
+/// parsed, walked and dropped on a thread with a tokio worker's 2 MiB stack, in a test build
+/// (larger frames than a release's): the bound is below what overflows.
+#[test]
+fn the_deepest_accepted_expressions_parse_on_a_worker_stack() {
+    let n = zone_topology::promql_depth::MAX_DEPTH - 1;
+    let deepest = [
+        format!("{}up{}", "(".repeat(n), ")".repeat(n)),
+        vec!["up"; n].join(" + "),
+        format!("{}1", "-".repeat(n - 1)),
+    ];
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            for expr in deepest {
+                let depth = zone_topology::promql_depth::depth(&expr);
+                assert!(depth <= zone_topology::promql_depth::MAX_DEPTH, "{depth}");
+                crate::rules::validate::spec(&second_rule(alerting("Deep", &expr))).unwrap();
+            }
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
