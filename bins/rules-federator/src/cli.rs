@@ -184,6 +184,43 @@ pub struct Args {
     #[arg(long, env = "TLS_CERT_DIR", value_name = "DIR")]
     pub tls_cert_dir: Option<PathBuf>,
 
+    /// Serve over HTTPS only, with a self-signed CA and certificate kept in this Secret of the
+    /// federator's namespace: the first replica creates it, every replica serves it and renews
+    /// it before it ends, as zdb-controller's webhook does. Clients trust the Secret's `ca.crt`
+    /// and dial `<--tls-service-name>.<namespace>.svc`. Not with --tls-cert-dir.
+    #[arg(
+        long,
+        env = "TLS_SELF_SIGNED_SECRET",
+        value_name = "SECRET",
+        conflicts_with = "tls_cert_dir"
+    )]
+    pub tls_self_signed_secret: Option<String>,
+
+    /// Namespace of --tls-self-signed-secret (default: the namespace of the kubeconfig context
+    /// or of the pod's service account).
+    #[arg(long, env = "TLS_SECRET_NAMESPACE", value_name = "NAMESPACE")]
+    pub tls_secret_namespace: Option<String>,
+
+    /// The Service in front of the federator: the self-signed certificate is valid for
+    /// <service>.<namespace>.svc (and .svc.cluster.local, localhost, 127.0.0.1).
+    #[arg(
+        long,
+        env = "TLS_SERVICE_NAME",
+        default_value = "rules-federator",
+        value_name = "SERVICE"
+    )]
+    pub tls_service_name: String,
+
+    /// How long a self-signed serving certificate is valid; it is renewed under the same CA, so
+    /// clients keep trusting it.
+    #[arg(long, env = "TLS_CERT_VALIDITY", default_value = "8760h", value_parser = zone_operator::duration::parse_duration, value_name = "DURATION")]
+    pub tls_cert_validity: Duration,
+
+    /// How long before its end a self-signed serving certificate is renewed: at least 30s and
+    /// below the validity.
+    #[arg(long, env = "TLS_CERT_RENEW_BEFORE", default_value = "720h", value_parser = zone_operator::duration::parse_duration, value_name = "DURATION")]
+    pub tls_cert_renew_before: Duration,
+
     /// How long one backend may take to answer before it is cut and named in a warning.
     #[arg(long, env = "ENDPOINT_TIMEOUT", default_value = "10s", value_parser = zone_operator::duration::parse_duration)]
     pub endpoint_timeout: Duration,
@@ -345,6 +382,24 @@ mod tests {
             if unset(name) {
                 assert_eq!(*given, None, "{name}");
             }
+        }
+        if unset("TLS_SELF_SIGNED_SECRET") {
+            assert_eq!(defaults.tls_self_signed_secret, None);
+        }
+        if unset("TLS_SECRET_NAMESPACE") {
+            assert_eq!(defaults.tls_secret_namespace, None);
+        }
+        if unset("TLS_SERVICE_NAME") {
+            assert_eq!(defaults.tls_service_name, "rules-federator");
+        }
+        if unset("TLS_CERT_VALIDITY") {
+            assert_eq!(defaults.tls_cert_validity, Duration::from_secs(8760 * 3600));
+        }
+        if unset("TLS_CERT_RENEW_BEFORE") {
+            assert_eq!(
+                defaults.tls_cert_renew_before,
+                Duration::from_secs(720 * 3600)
+            );
         }
         if unset("BACKEND_SERVER_NAME") {
             assert_eq!(defaults.backend_server_name, None);
@@ -514,5 +569,32 @@ mod tests {
             }
         }
         assert!(Args::try_parse_from(["rules-federator", "--discover-scheme=ftp"]).is_err());
+    }
+
+    #[test]
+    fn a_self_signed_secret_or_a_cert_dir_not_both() {
+        let args = Args::try_parse_from([
+            "rules-federator",
+            "--tls-self-signed-secret=rules-federator-tls",
+            "--tls-secret-namespace=monitoring",
+            "--tls-service-name=federator",
+            "--tls-cert-validity=1h",
+            "--tls-cert-renew-before=10m",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.tls_self_signed_secret.as_deref(),
+            Some("rules-federator-tls")
+        );
+        assert_eq!(args.tls_secret_namespace.as_deref(), Some("monitoring"));
+        assert_eq!(args.tls_service_name, "federator");
+        assert_eq!(args.tls_cert_validity, Duration::from_secs(3600));
+        assert_eq!(args.tls_cert_renew_before, Duration::from_secs(600));
+        let both = Args::try_parse_from([
+            "rules-federator",
+            "--tls-self-signed-secret=rules-federator-tls",
+            "--tls-cert-dir=/etc/federator-serving",
+        ]);
+        assert!(both.is_err(), "one source of the serving certificate");
     }
 }

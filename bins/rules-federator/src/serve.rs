@@ -1,6 +1,7 @@
 //! The federator on the shared runtime: unelected (every replica serves), connected to
 //! Kubernetes only when discovery or reviews need it, its API on the runtime's port next to
-//! `/healthz`, `/readyz` and `/metrics` (over HTTPS with `--tls-cert-dir`).
+//! `/healthz`, `/readyz` and `/metrics` (over HTTPS with `--tls-cert-dir` or
+//! `--tls-self-signed-secret`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -9,6 +10,8 @@ use std::time::Duration;
 use zone_operator::auth::{Attributes, AttributesError, KubeAuth};
 use zone_operator::https::CertSource;
 use zone_operator::metrics::MetricsError;
+use zone_operator::tls::renewal::ValidityError;
+use zone_operator::tls::{CertValidity, SelfSigned};
 use zone_operator::{Readiness, Runtime, RuntimeError, Serving, Shutdown};
 use zone_rules::MergeOptions;
 
@@ -44,6 +47,8 @@ pub enum StartError {
     BackendTls(#[from] BackendTlsError),
     #[error(transparent)]
     Token(#[from] TokenError),
+    #[error("--tls-cert-validity, --tls-cert-renew-before")]
+    CertValidity(#[from] ValidityError),
 }
 
 /// Starts the runtime and mounts the API on it; returns the work for [`Runtime::run`]: ready
@@ -61,11 +66,11 @@ pub async fn start(
     let attributes = authz_attributes(args)?;
     // Without discovery or reviews there is nothing to ask Kubernetes: static endpoints work
     // where no kubeconfig exists (local runs, the e2e tests, a federator outside any cluster).
-    let kubernetes = selector.is_some() || attributes.is_some();
-    let serving = match &args.tls_cert_dir {
-        Some(dir) => Serving::Https(CertSource::Dir(dir.clone())),
-        None => Serving::Http,
-    };
+    let serving = serving(args)?;
+    let kubernetes = selector.is_some()
+        || attributes.is_some()
+        || matches!(serving, Serving::Https(CertSource::SelfSigned(_)));
+    let https = matches!(serving, Serving::Https(_));
     let mut runtime = Runtime::start_unelected_serving(NAME, &args.base, kubernetes, serving)
         .await
         .map_err(|error| StartError::Runtime(Box::new(error)))?;
@@ -145,14 +150,33 @@ pub async fn start(
     };
     let authenticated = guard.auth.is_some();
     runtime.merge_routes(guard::guarded(api::router(Arc::new(api)), Arc::new(guard)));
-    let scheme = if args.tls_cert_dir.is_some() {
-        "https"
-    } else {
-        "http"
-    };
+    let scheme = if https { "https" } else { "http" };
     tracing::info!(address = %runtime.local_addr(), scheme, authenticated, "serving /api/v1/rules, /api/v1/alerts");
     let work = ready_until_shutdown(endpoints, parts.readiness, parts.shutdown);
     Ok((runtime, work))
+}
+
+/// How the port is served: HTTPS from `--tls-cert-dir` or `--tls-self-signed-secret`, else
+/// plain HTTP.
+fn serving(args: &Args) -> Result<Serving, StartError> {
+    if let Some(dir) = &args.tls_cert_dir {
+        return Ok(Serving::Https(CertSource::Dir(dir.clone())));
+    }
+    let Some(secret) = &args.tls_self_signed_secret else {
+        return Ok(Serving::Http);
+    };
+    let validity = CertValidity::new(args.tls_cert_validity, args.tls_cert_renew_before)?;
+    Ok(Serving::Https(CertSource::SelfSigned(SelfSigned {
+        app: NAME.to_string(),
+        ca_name: format!("{NAME} CA"),
+        secret_name: secret.clone(),
+        // Unset: the pod's namespace, once the client knows it.
+        secret_namespace: args.tls_secret_namespace.clone().unwrap_or_default(),
+        service_name: args.tls_service_name.clone(),
+        service_namespace: String::new(),
+        webhook_config_name: None,
+        validity,
+    })))
 }
 
 /// What callers are authorized for, when `--auth=kubernetes`.

@@ -85,6 +85,7 @@ pub async fn certificates(
             Ok(store)
         }
         CertSource::SelfSigned(settings) => {
+            let settings = &settings.clone().in_namespace(client.default_namespace());
             let generated = tls::ensure_secret(client, settings).await?;
             let store = Arc::new(CertStore::new(generated.pair.certified_key()?));
             tokio::spawn(keep_self_signed(

@@ -326,13 +326,29 @@ pub struct SelfSigned {
     /// The CA's common name.
     pub ca_name: String,
     pub secret_name: String,
+    /// Empty: the client's default namespace (the pod's).
     pub secret_namespace: String,
     pub service_name: String,
+    /// Empty: as the Secret's.
     pub service_namespace: String,
     /// The ValidatingWebhookConfiguration whose caBundle must trust the CA (webhooks only).
     pub webhook_config_name: Option<String>,
     /// How long a serving certificate is valid and when it is renewed.
     pub validity: CertValidity,
+}
+
+impl SelfSigned {
+    /// These settings with an empty Secret namespace set to `namespace`, and an empty Service
+    /// namespace to the Secret's.
+    pub fn in_namespace(mut self, namespace: &str) -> Self {
+        if self.secret_namespace.is_empty() {
+            self.secret_namespace = namespace.to_string();
+        }
+        if self.service_namespace.is_empty() {
+            self.service_namespace = self.secret_namespace.clone();
+        }
+        self
+    }
 }
 
 /// What a Secret's certificate needs at `now`, and the new content when it needs one.
@@ -359,11 +375,11 @@ fn next_content(
     match renewal::assess(current, &names, settings.validity, now) {
         Assessment::Keep { .. } => Ok(None),
         Assessment::Renew { why } => {
-            tracing::info!(secret = %settings.secret_name, namespace = %settings.secret_namespace, why = %why, "renewing the webhook serving certificate under its CA");
+            tracing::info!(secret = %settings.secret_name, namespace = %settings.secret_namespace, why = %why, "renewing the serving certificate under its CA");
             renew(current, service, namespace, settings.validity, now).map(Some)
         }
         Assessment::Replace { why, keep_ca } => {
-            tracing::warn!(secret = %settings.secret_name, namespace = %settings.secret_namespace, why = %why, "replacing the webhook CA and serving certificate");
+            tracing::warn!(secret = %settings.secret_name, namespace = %settings.secret_namespace, why = %why, "replacing the CA and serving certificate");
             fresh(keep_ca.as_deref()).map(Some)
         }
     }
@@ -422,7 +438,7 @@ pub async fn ensure_secret(client: &Client, settings: &SelfSigned) -> Result<Gen
         };
         match result {
             Ok(_) => {
-                tracing::info!(secret = %settings.secret_name, namespace = %settings.secret_namespace, "stored the webhook CA and serving certificate");
+                tracing::info!(secret = %settings.secret_name, namespace = %settings.secret_namespace, "stored the CA and serving certificate");
                 return Ok(generated);
             }
             // Another replica wrote first: read and judge its certificate.
