@@ -356,6 +356,56 @@ pub fn reader_token(cluster: &Cluster, victim: &crate::TestNamespace, role: &str
     .to_string()
 }
 
+/// The deployed federator pod's API as Grafana calls it: over HTTPS, trusting only the `ca.crt`
+/// of the Secret the federator keeps its serving certificate in, checked for the Service's name.
+pub struct DeployedFederator {
+    pub address: std::net::SocketAddr,
+    server_name: String,
+    ca: String,
+}
+
+/// The Secret of the deployed federator's serving certificate (`--tls-self-signed-secret` of
+/// config/manager and the chart).
+pub const FEDERATOR_TLS_SECRET: &str = "rules-federator-tls";
+
+impl DeployedFederator {
+    /// The API of the federator pod `pod`, once its Secret holds a CA.
+    pub async fn of(client: &Client, pod: &k8s_openapi::api::core::v1::Pod) -> DeployedFederator {
+        let namespace = pod.metadata.namespace.clone().expect("a pod's namespace");
+        let ip = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .expect("the federator pod's IP");
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(client.clone(), &namespace);
+        let ca = crate::wait_for(
+            "the federator's serving certificate in its Secret",
+            Duration::from_secs(60),
+            || async {
+                let secret = secrets
+                    .get(FEDERATOR_TLS_SECRET)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let data = secret.data.unwrap_or_default();
+                let ca = data.get("ca.crt").ok_or("no ca.crt")?;
+                String::from_utf8(ca.0.clone()).map_err(|e| e.to_string())
+            },
+        )
+        .await;
+        DeployedFederator {
+            address: std::net::SocketAddr::new(ip.parse().expect("a pod IP"), 9090),
+            server_name: format!("rules-federator.{namespace}.svc"),
+            ca,
+        }
+    }
+
+    /// `GET path` as the holder of `token` (anonymous without one): the status and the body.
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Result<(u16, String), String> {
+        crate::tls::https_get(self.address, &self.server_name, &self.ca, path, token).await
+    }
+}
+
 /// The audience the deployed federator accepts tokens for (`--auth-audience` of
 /// config/manager and the chart).
 pub const FEDERATOR_AUDIENCE: &str = "rules-federator";

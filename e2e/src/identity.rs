@@ -74,6 +74,11 @@ fn named_resources(binary: &str) -> Vec<NamedResource<'_>> {
             shipped: "zdb-webhook-tls",
             flag: "--tls-secret-name",
         },
+        NamedResource {
+            resource: "secrets",
+            shipped: "rules-federator-tls",
+            flag: "--tls-self-signed-secret",
+        },
     ]
 }
 

@@ -219,10 +219,22 @@ pub async fn http_send(
     token: Option<&str>,
     json: Option<&str>,
 ) -> Result<(u16, String), String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(address)
+    let stream = tokio::net::TcpStream::connect(address)
         .await
         .map_err(|e| e.to_string())?;
+    let host = address.to_string();
+    exchange(stream, &request(method, &host, path, token, json)).await
+}
+
+/// An HTTP/1.0 request without keep-alive: `Authorization: Bearer <token>` when a token is
+/// given, a JSON body when one is.
+pub(crate) fn request(
+    method: &str,
+    host: &str,
+    path: &str,
+    token: Option<&str>,
+    json: Option<&str>,
+) -> String {
     let authorization = token
         .map(|token| format!("Authorization: Bearer {token}\r\n"))
         .unwrap_or_default();
@@ -234,18 +246,28 @@ pub async fn http_send(
             )
         })
         .unwrap_or_else(|| "\r\n".to_string());
-    let request = format!(
-        "{method} {path} HTTP/1.0\r\nHost: {address}\r\n{authorization}Connection: close\r\n{body}"
-    );
+    format!(
+        "{method} {path} HTTP/1.0\r\nHost: {host}\r\n{authorization}Connection: close\r\n{body}"
+    )
+}
+
+/// Writes `request` to `stream` and reads the answer to its end: the status code and the body.
+/// A connection closed without TLS's close_notify after a whole answer still counts.
+pub(crate) async fn exchange<S>(mut stream: S, request: &str) -> Result<(u16, String), String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     stream
         .write_all(request.as_bytes())
         .await
         .map_err(|e| e.to_string())?;
     let mut raw = Vec::new();
-    stream
-        .read_to_end(&mut raw)
-        .await
-        .map_err(|e| e.to_string())?;
+    if let Err(error) = stream.read_to_end(&mut raw).await
+        && raw.is_empty()
+    {
+        return Err(error.to_string());
+    }
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let code = head

@@ -164,6 +164,29 @@ pub fn client_config(ca_pem: &[u8]) -> Result<rustls::ClientConfig, String> {
         .with_no_client_auth())
 }
 
+/// `GET https://<server_name><path>` of the server at `address`, as a client that trusts only
+/// `ca_pem` and checks the certificate for `server_name` (Grafana calling a Service): the status
+/// code and the body. `Authorization: Bearer <token>` when a token is given.
+pub async fn https_get(
+    address: std::net::SocketAddr,
+    server_name: &str,
+    ca_pem: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, String), String> {
+    let config = client_config(ca_pem.as_bytes())?;
+    let tcp = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from(server_name.to_string()).map_err(|e| e.to_string())?;
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    let request = crate::process::request("GET", server_name, path, token, None);
+    crate::process::exchange(tls, &request).await
+}
+
 /// The certificate the TLS server on 127.0.0.1:`port` presents (DER), if the handshake
 /// succeeds with `ca_pem` as the only trusted root and 127.0.0.1 as the name: what the API
 /// server checks when it calls the webhook.

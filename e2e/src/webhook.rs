@@ -74,7 +74,17 @@ impl EvictionWebhook {
     /// Registers a webhook for evictions in `ns`, called at `https://127.0.0.1:<port>`, failing
     /// closed. Until a controller patches its caBundle the API server cannot call it.
     pub async fn create(cluster: &Cluster, ns: &TestNamespace, port: u16) -> EvictionWebhook {
-        let url = format!("https://127.0.0.1:{port}/validate-eviction");
+        Self::create_on(cluster, ns, "127.0.0.1", port).await
+    }
+
+    /// [`EvictionWebhook::create`] called at `https://<host>:<port>` (`[::1]`: over IPv6).
+    pub async fn create_on(
+        cluster: &Cluster,
+        ns: &TestNamespace,
+        host: &str,
+        port: u16,
+    ) -> EvictionWebhook {
+        let url = format!("https://{host}:{port}/validate-eviction");
         Self::register(cluster, ns, port, &url, None).await
     }
 

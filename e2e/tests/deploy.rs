@@ -807,6 +807,27 @@ async fn deploy_rbac_grants_exactly_the_designed_verbs_zau_zdb_shard_federator()
         ("get", "", "pods", other, None, false),
         ("delete", "", "pods", other, None, false),
         ("get", "", "secrets", other, None, false),
+        // --tls-self-signed-secret: its serving certificate's Secret, and no other.
+        ("create", "", "secrets", own, None, true),
+        ("get", "", "secrets", own, Some("rules-federator-tls"), true),
+        (
+            "update",
+            "",
+            "secrets",
+            own,
+            Some("rules-federator-tls"),
+            true,
+        ),
+        (
+            "delete",
+            "",
+            "secrets",
+            own,
+            Some("rules-federator-tls"),
+            false,
+        ),
+        ("get", "", "secrets", own, Some("zdb-webhook-tls"), false),
+        ("list", "", "secrets", own, None, false),
         ("list", "", "configmaps", other, None, false),
         ("create", "coordination.k8s.io", "leases", own, None, false),
         // --auth=kubernetes: each caller's token and permission reviewed.

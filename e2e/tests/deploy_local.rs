@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use e2e::deploy::{
-    Overlay, TestDeploy, apply_samples, dynamic_api, identities, reader_token, status_of,
-    wait_for_sample_budget, wait_for_sample_zau,
+    DeployedFederator, Overlay, TestDeploy, apply_samples, dynamic_api, identities, reader_token,
+    status_of, wait_for_sample_budget, wait_for_sample_zau,
 };
 use e2e::quota::PodQuota;
 use e2e::real::RealNodes;
@@ -462,22 +462,13 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
     .await;
 }
 
-/// The federator pod's API address.
-fn api_address(federator: &Pod) -> Result<std::net::SocketAddr, String> {
-    let ip = federator
-        .status
-        .as_ref()
-        .and_then(|s| s.pod_ip.clone())
-        .ok_or("no pod IP")?;
-    format!("{ip}:9090").parse().map_err(|e| format!("{e}"))
-}
-
-/// The shard labels of the rule `FederatedAlways` that the federator pod `federator` serves to
-/// the holder of `token`.
-async fn federated_shards(federator: &Pod, token: &str) -> Result<BTreeSet<String>, String> {
-    let address = api_address(federator)?;
-    let (code, body) =
-        e2e::process::http_get_with_token(address, "/api/v1/rules", Some(token)).await?;
+/// The shard labels of the rule `FederatedAlways` that the federator serves to the holder of
+/// `token`.
+async fn federated_shards(
+    federator: &DeployedFederator,
+    token: &str,
+) -> Result<BTreeSet<String>, String> {
+    let (code, body) = federator.get("/api/v1/rules", Some(token)).await?;
     let value: serde_json::Value =
         serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
     if code != 200 || value.get("warnings").is_some() {
@@ -521,10 +512,14 @@ async fn federated_rules_follow_the_sample(
     };
     let federator = &federators[0];
     let uid = federator.metadata.uid.clone();
-    let (code, body) =
-        e2e::process::http_get_from(api_address(federator).unwrap(), "/api/v1/rules")
-            .await
-            .unwrap();
+    let api = DeployedFederator::of(&victim.client, federator).await;
+    // HTTPS only: a plain HTTP request gets no answer.
+    let plain = e2e::process::http_get_from(api.address, "/healthz").await;
+    assert!(
+        plain.is_err(),
+        "plain HTTP to the deployed federator: {plain:?}"
+    );
+    let (code, body) = api.get("/api/v1/rules", None).await.unwrap();
     assert_eq!(
         code, 401,
         "an anonymous call of the deployed federator: {body}"
@@ -540,13 +535,10 @@ async fn federated_rules_follow_the_sample(
         "--duration=10m",
     ]);
     let api_server_token = e2e::identity::run(kubectl, None).trim().to_string();
-    let (code, body) = e2e::process::http_get_with_token(
-        api_address(federator).unwrap(),
-        "/api/v1/rules",
-        Some(&api_server_token),
-    )
-    .await
-    .unwrap();
+    let (code, body) = api
+        .get("/api/v1/rules", Some(&api_server_token))
+        .await
+        .unwrap();
     assert_eq!(code, 401, "a token for another audience: {body}");
     for shards in [2u32, 3] {
         sproms
@@ -562,7 +554,7 @@ async fn federated_rules_follow_the_sample(
             &format!("the deployed federator serving the rules of {shards} shards"),
             Duration::from_secs(180),
             || async {
-                let served = federated_shards(federator, token).await?;
+                let served = federated_shards(&api, token).await?;
                 (served == want).then_some(()).ok_or(format!("{served:?}"))
             },
         )

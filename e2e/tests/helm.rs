@@ -13,7 +13,7 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use e2e::deploy::{Identity, apply_samples, identities};
+use e2e::deploy::{DeployedFederator, Identity, apply_samples, identities};
 use e2e::helm::{self, Release};
 use e2e::installed::{
     assert_judged, assert_only_crds_and_samples_left, assert_webhook_judges, split_image, wait_all,
@@ -102,6 +102,16 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
         !first.is_empty() && !first.starts_with('{'),
         "zdb-controller logs in plain text (extraArgs): {first}"
     );
+    // The federator serves HTTPS by default, under the self-signed CA of its Secret, for its
+    // Service's name; its callers need a token (401 without).
+    let federator_pod = wait_binary_pods(&home_pods, "rules-federator", 2)
+        .await
+        .remove(0);
+    let federator = DeployedFederator::of(&client, &federator_pod).await;
+    let (code, body) = federator.get("/api/v1/rules", None).await.unwrap();
+    assert_eq!(code, 401, "an anonymous call over HTTPS: {body}");
+    let plain = e2e::process::http_get_from(federator.address, "/healthz").await;
+    assert!(plain.is_err(), "plain HTTP to the federator: {plain:?}");
     let webhook_name = format!("zac-{suffix}-eviction-webhook");
     assert!(
         installed

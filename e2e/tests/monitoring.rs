@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_cloudwatch::types::StateValue;
 use e2e::cluster::cleanup_blocking;
-use e2e::deploy::{Overlay, TestDeploy, controllers, make, reader_token};
+use e2e::deploy::{DeployedFederator, Overlay, TestDeploy, controllers, make, reader_token};
 use e2e::localstack::{delete_alarm_blocking, put_breaching_alarm, set_alarm};
 use e2e::operator::monitoring_resource;
-use e2e::process::{http_get_from, http_get_with_token};
+use e2e::process::http_get_from;
 use e2e::proxy::RoundRobinProxy;
 use e2e::real::RealNodes;
 use e2e::workload::{spread_statefulset, to_statefulset, zone_aware_update};
@@ -67,7 +67,7 @@ fn part_of_and_component() -> Value {
 /// them on its API port.
 fn metrics_port(binary: &str) -> &'static str {
     match binary {
-        "rules-federator" => "http",
+        "rules-federator" => "https",
         _ => "metrics",
     }
 }
@@ -116,6 +116,11 @@ async fn monitoring_component_renders_monitors_rule_and_metrics_services() {
         assert_eq!(endpoints.len(), 1, "{binary}");
         assert_eq!(endpoints[0]["port"], metrics_port(&binary));
         assert_eq!(endpoints[0]["path"], "/metrics");
+        if binary == "rules-federator" {
+            // Over HTTPS; nothing secret is sent or scraped (see config/monitoring).
+            assert_eq!(endpoints[0]["scheme"], "https");
+            assert_eq!(endpoints[0]["tlsConfig"]["insecureSkipVerify"], true);
+        }
         // The series' own namespace (of a ZAU, a budget) wins over the pod's.
         assert_eq!(endpoints[0]["honorLabels"], true, "{binary}");
         assert!(
@@ -295,14 +300,14 @@ impl Drop for DeleteAlarm {
 
 /// The deployed federator's API, as a reader of the federated rules and alerts.
 struct Federator {
-    address: SocketAddr,
+    api: DeployedFederator,
     token: String,
 }
 
 impl Federator {
     /// The answer's `data`; an answer with warnings (a shard that did not answer) is not one.
     async fn get(&self, path: &str) -> Result<Value, String> {
-        let (code, body) = http_get_with_token(self.address, path, Some(&self.token)).await?;
+        let (code, body) = self.api.get(path, Some(&self.token)).await?;
         let value: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
         if code != 200 || value.get("warnings").is_some() {
             return Err(format!("{code}: {body}"));
@@ -585,18 +590,7 @@ async fn monitoring_mixin_alerts_fire_through_the_federator_webhook_down_and_rol
     // The federator serves the mixin's groups of every shard.
     let federator_pod = &controller_pods["rules-federator"][0];
     let federator = Federator {
-        address: format!(
-            "{}:9090",
-            federator_pod
-                .status
-                .as_ref()
-                .unwrap()
-                .pod_ip
-                .as_ref()
-                .unwrap()
-        )
-        .parse()
-        .unwrap(),
+        api: DeployedFederator::of(&client, federator_pod).await,
         token: reader_token(
             &cluster,
             &victim,

@@ -915,8 +915,9 @@ async fn zau_missing_pod_counts_as_unavailable() {
 
 /// Invalid specs: a condition and one Warning event each, no removal, and no hot loop (the
 /// reconcile count stays small over 30 s). The invalid specs are ones the CRD's schema lets
-/// through (numbers beyond what the controller parses): the others are refused at apply
-/// (crd_validation.rs).
+/// through (numbers beyond what the controller parses, alert-gate matchers nested 100,000 deep,
+/// which overflowed a worker's stack before their depth was bounded): the others are refused at
+/// apply (crd_validation.rs). The one controller process reports them all and keeps running.
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn zau_invalid_specs_are_reported_without_action() {
@@ -930,7 +931,19 @@ async fn zau_invalid_specs_are_reported_without_action() {
         .await
         .unwrap();
     let huge_factor = format!("1{}", "0".repeat(400));
+    let deep = 100_000;
+    let deep_matchers = format!(
+        "{}{{severity=\"page\"}}{}",
+        "(".repeat(deep),
+        ")".repeat(deep)
+    );
     let cases = [
+        (
+            "deep-gate",
+            json!({"statefulset": SET, "maxUnavailable": 1,
+                   "alertGate": {"url": "http://127.0.0.1:9", "matchers": deep_matchers}}),
+            "InvalidSpec",
+        ),
         (
             "factor",
             json!({"statefulset": SET, "maxUnavailable": 1, "exponentialFactor": huge_factor}),
@@ -957,7 +970,8 @@ async fn zau_invalid_specs_are_reported_without_action() {
     }
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
-    let _controller = fixture.controller(&["--listen-address", &listen]);
+    let mut controller = fixture.controller(&["--listen-address", &listen]);
+    let pid = controller.pid();
     // Old-revision pods exist: a valid ZAU would start removing them.
     fixture.set_image(2).await;
     for (name, _, reason) in &cases {
@@ -984,6 +998,14 @@ async fn zau_invalid_specs_are_reported_without_action() {
         end - start
     );
     assert!(fixture.removals().is_empty(), "an invalid ZAU removed pods");
+    assert!(controller.is_running(), "the controller exited");
+    assert_eq!(controller.pid(), pid);
+    let deep_gate = fixture.zaus.get("deep-gate").await.unwrap();
+    let (_, _, message) = condition(&deep_gate.status.unwrap_or_default(), "Invalid").unwrap();
+    assert!(
+        message.starts_with("spec.alertGate.matchers: ") && message.contains("512"),
+        "the deep matchers named: {message}"
+    );
     let events: Api<Event> = fixture.ns.api();
     let events = events.list(&ListParams::default()).await.unwrap().items;
     for (name, _, reason) in &cases {

@@ -43,21 +43,29 @@ struct Fixture {
     webhook: EvictionWebhook,
     /// `--lease-duration` of the controllers: short, so handover tests are quick.
     lease_duration: &'static str,
+    /// The host of the controllers' `--webhook-address`.
+    webhook_host: &'static str,
 }
 
 impl Fixture {
     /// A namespace with the StatefulSet `web` (`replicas` pods spread over the 3 zones, every
     /// pod Ready) and a webhook configuration for this namespace only, pointing at `port`.
     async fn new(prefix: &str, replicas: usize, port: u16) -> Fixture {
+        Self::new_on(prefix, replicas, "127.0.0.1", port).await
+    }
+
+    /// [`Fixture::new`] with the webhook called at `https://<host>:<port>`.
+    async fn new_on(prefix: &str, replicas: usize, host: &str, port: u16) -> Fixture {
         let cluster = Cluster::get();
         let ns = TestNamespace::create(&cluster, prefix).await;
-        let webhook = EvictionWebhook::create(&cluster, &ns, port).await;
+        let webhook = EvictionWebhook::create_on(&cluster, &ns, host, port).await;
         let fixture = Fixture {
             pods: ns.api(),
             zdbs: ns.api(),
             ns,
             webhook,
             lease_duration: "4s",
+            webhook_host: "127.0.0.1",
         };
         let sets: Api<StatefulSet> = fixture.ns.api();
         sets.create(
@@ -121,7 +129,7 @@ impl Fixture {
             leader_elect,
             &self.ns.name,
             &format!("127.0.0.1:{metrics_port}"),
-            &format!("127.0.0.1:{webhook_port}"),
+            &format!("{}:{webhook_port}", self.webhook_host),
             &self.webhook.name,
         );
         for (flag, value) in [
@@ -972,6 +980,17 @@ impl Fixture {
 }
 
 /// Waits until the controller has seen `pod` unready: its zone is the one disrupted.
+/// The budget `web` (maxUnavailable 1) over the fixture's 6 pods, computed, then zone-a
+/// disrupted by an unready pod: an eviction in another zone is the webhook's to deny (429).
+/// Returns the pods by zone.
+async fn budget_with_zone_a_disrupted(fixture: &Fixture) -> BTreeMap<String, Vec<String>> {
+    fixture.create_zdb(1, false).await;
+    fixture.wait_budget(6, 1).await;
+    let zones = fixture.pods_by_zone().await;
+    disrupt_zone_by_unready_pod(fixture, "zone-a", &zones["zone-a"][0]).await;
+    zones
+}
+
 async fn disrupt_zone_by_unready_pod(fixture: &Fixture, zone: &str, pod: &str) {
     pods::set_ready(&fixture.pods, pod, false).await;
     fixture
@@ -1184,12 +1203,9 @@ async fn zdb_cert_rotation_without_restart() {
         "the first certificate served",
     )
     .await;
-    fixture.create_zdb(1, false).await;
-    fixture.wait_budget(6, 1).await;
-    let zones = fixture.pods_by_zone().await;
     // zone-a stays disrupted for the whole test, so zone-b's evictions are the webhook's
     // denials (a 429 only it gives).
-    disrupt_zone_by_unready_pod(&fixture, "zone-a", &zones["zone-a"][0]).await;
+    let zones = budget_with_zone_a_disrupted(&fixture).await;
     assert_denied(
         evict(&fixture.pods, &zones["zone-b"][0], false).await,
         "an eviction in zone-b, before the rotation",
@@ -1232,6 +1248,40 @@ async fn zdb_cert_rotation_without_restart() {
     )
     .await;
     assert!(controller.is_running(), "the controller restarted or died");
+}
+
+/// The webhook listens on both stacks (`--webhook-address [::]:<port>`, the shipped default's
+/// shape): the API server calls it at `https://[::1]:<port>` and judges an eviction by its answer,
+/// and a client of 127.0.0.1 meets the same listener.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn zdb_webhook_answers_the_api_server_over_ipv6() {
+    let port = free_port();
+    let mut fixture = Fixture::new_on("zdb-ipv6", 6, "[::1]", port).await;
+    fixture.webhook_host = "[::]";
+    let ca = TestCa::new("zdb e2e IPv6 CA");
+    let leaf = ca.issue(vec!["::1".to_string(), "127.0.0.1".to_string()], Some(2001));
+    let mounted = MountedSecret::new(&fixture.ns, &leaf);
+    fixture.webhook.set_ca_bundle(&fixture.ns, &ca.pem).await;
+    let cert_dir = mounted.dir.display().to_string();
+    let (mut controller, _) =
+        fixture.controller_with(port, false, &["--cert-dir".to_string(), cert_dir]);
+    wait_served(
+        port,
+        &ca.pem,
+        &leaf,
+        "the certificate served on IPv4 loopback",
+    )
+    .await;
+    let zones = budget_with_zone_a_disrupted(&fixture).await;
+    // Failing closed: without an answer over IPv6 the API server refuses with a 500 naming the
+    // call; the 429 and its reason are the webhook's.
+    assert_denied(
+        evict(&fixture.pods, &zones["zone-b"][0], false).await,
+        "an eviction in zone-b, judged over IPv6",
+        &["zone zone-a is disrupted"],
+    );
+    assert!(controller.is_running(), "the controller died");
 }
 
 /// A budget as the Go controller left it — its spec, and its status (no conditions, no record

@@ -454,3 +454,81 @@ fn federator_security_a_missing_tls_file_stops_the_start_with_its_reason() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+/// `--tls-self-signed-secret`: the first replica creates the Secret (a CA, and a certificate
+/// for `rules-federator.<namespace>.svc`), a second replica serves the same certificate from it,
+/// a client that trusts only the Secret's `ca.crt` and dials the Service's name gets answers,
+/// and a renewal (a short validity) is served by the same process under the same CA. As its
+/// ServiceAccount (`E2E_AS_SERVICE_ACCOUNT=1`) this also proves the shipped Role.
+#[tokio::test]
+#[ignore = "needs the local cluster (make e2e)"]
+async fn federator_security_self_signed_secret_shared_by_replicas_and_renewed_in_place() {
+    use k8s_openapi::api::core::v1::Secret;
+    crypto();
+    let cluster = e2e::Cluster::get();
+    let ns = e2e::TestNamespace::create(&cluster, "fedtls-self").await;
+    let upstream = prometheus().await;
+    let endpoints = [format!("{upstream}#shard=0&replica=a")];
+    let namespace = format!("--tls-secret-namespace={}", ns.name);
+    let extra = [
+        "--tls-self-signed-secret=rules-federator-tls",
+        namespace.as_str(),
+        "--tls-cert-validity=60s",
+        "--tls-cert-renew-before=40s",
+    ];
+    let (mut first, port) = federator(&endpoints, &extra, &[]);
+    let pid = first.pid();
+    let secrets: kube::Api<Secret> = ns.api();
+    let ca = wait_for("the Secret's ca.crt", TIMEOUT, || async {
+        let secret = secrets
+            .get("rules-federator-tls")
+            .await
+            .map_err(|e| e.to_string())?;
+        let ca = secret.data.unwrap_or_default().remove("ca.crt");
+        String::from_utf8(ca.ok_or("no ca.crt")?.0).map_err(|e| e.to_string())
+    })
+    .await;
+    let service = format!("rules-federator.{}.svc", ns.name);
+    let address: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    wait_for("the federator ready over HTTPS", TIMEOUT, || async {
+        match e2e::tls::https_get(address, &service, &ca, "/readyz", None).await {
+            Ok((200, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let (code, body) = e2e::tls::https_get(address, &service, &ca, "/api/v1/rules", None)
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains(r#""name":"Up""#), "{body}");
+    let plain = get(port, "/healthz", None).await;
+    assert!(plain.is_err(), "plain HTTP is not served: {plain:?}");
+    let served = e2e::tls::served_certificate(port, &ca).await.unwrap();
+
+    let (_second, second_port) = federator(&endpoints, &extra, &[]);
+    let second_served = wait_for("the second replica serving", TIMEOUT, || {
+        e2e::tls::served_certificate(second_port, &ca)
+    })
+    .await;
+    assert_eq!(second_served, served, "one certificate, from the Secret");
+
+    // Renewed 20 s after issue (60 s valid, renewed 40 s before the end); every replica re-reads
+    // the Secret every 10 s.
+    let started = Instant::now();
+    let renewed = wait_for("the renewed certificate served", TIMEOUT, || async {
+        match e2e::tls::served_certificate(port, &ca).await {
+            Ok(der) if der != served => Ok(der),
+            Ok(_) => Err("the first certificate".to_string()),
+            Err(error) => Err(error),
+        }
+    })
+    .await;
+    println!(
+        "federator self-signed: renewed certificate (same CA) served after {:?}",
+        started.elapsed()
+    );
+    assert_ne!(renewed, served);
+    assert!(first.is_running(), "the first replica exited");
+    assert_eq!(first.pid(), pid);
+}
