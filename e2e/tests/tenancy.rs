@@ -38,6 +38,8 @@ const MANAGER: &str = "e2e-tenancy";
 const NAME: &str = "prom";
 const VICTIM_PASSWORD: &str = "victim-pa55word-7d1f";
 const SHARED_PASSWORD: &str = "shared-pa55word-93ac";
+/// Written into a ShardedPrometheus's remoteWrite where a Secret reference belongs.
+const INLINE_PASSWORD: &str = "inline-pa55word-5e2b";
 const OWN_PASSWORD: &str = "own-pa55word-51b0";
 
 /// Server-side applies `object` (apiVersion, kind, metadata.name) in `namespace` as `client`.
@@ -356,6 +358,54 @@ async fn tenancy_an_editor_obtains_no_credential_of_another_namespace() {
             "{password} readable by the editor"
         );
     }
+
+    // A password written where a reference belongs: the spec is refused, and neither the
+    // condition nor the Event quotes it.
+    let generation = e2e::apply::sprom(
+        &sproms,
+        NAME,
+        MANAGER,
+        spec(json!({
+            "remoteWrite": [{"url": "http://writer.example:9090/api/v1/write",
+                             "basicAuth": {"username": {"name": "creds", "key": "user"},
+                                           "password": INLINE_PASSWORD}}],
+        })),
+    )
+    .await;
+    let message = wait_for("the inline password refused", TIMEOUT, || async {
+        let sprom = sproms.get(NAME).await.map_err(|e| e.to_string())?;
+        let status = sprom.status.ok_or("no status")?;
+        let invalid = status.condition(condition::INVALID).ok_or("no Invalid")?;
+        match status.observed_generation == generation && invalid.message.contains("remoteWrite") {
+            true => Ok(invalid.message.clone()),
+            false => Err(format!(
+                "{}: {:?}",
+                status.observed_generation, invalid.message
+            )),
+        }
+    })
+    .await;
+    assert!(!message.contains(INLINE_PASSWORD), "{message}");
+    let events = Api::<Event>::namespaced(editor.clone(), t);
+    let notes = wait_for("the Event of the refusal", TIMEOUT, || async {
+        let notes: Vec<String> = events
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .into_iter()
+            .filter_map(|e| e.note)
+            .collect();
+        match notes.iter().any(|note| note.contains(message.as_str())) {
+            true => Ok(notes),
+            false => Err(format!("{notes:?}")),
+        }
+    })
+    .await;
+    assert!(
+        notes.iter().all(|note| !note.contains(INLINE_PASSWORD)),
+        "{notes:?}"
+    );
 
     // `sharing` consents: its Secret too. Within the review cache's 30 s the monitor is used.
     e2e::apply::sprom(&sproms, NAME, MANAGER, spec(json!({}))).await;
