@@ -520,8 +520,12 @@ async fn sharding_resizes_move_only_the_buckets_of_the_new_shards() {
     }
 }
 
-/// How long the retention test keeps retained shards.
+/// How long the retention test keeps retained shards whose deletion it waits for.
 const RETENTION_SECONDS: i64 = 20;
+/// The retention of the test's last phases, which check retained shards without waiting for
+/// their deadline: long enough that a loaded machine (a list of the status taking over 15 s) still
+/// sees them before they go.
+const LONG_RETENTION_SECONDS: i64 = 300;
 
 impl Fixture {
     /// Server-side applies `name` with `shards` and the rest of `spec` (strategy, scrape configs
@@ -784,14 +788,15 @@ async fn scaling_keeps_retained_shards_out_of_the_selector_and_deletes_them_at_t
         rules_cm.data.as_ref().unwrap()["absent.yaml"].as_bytes(),
     )
     .unwrap();
-    let retain = |when: &str| {
+    let retain = |when: &str, seconds: i64| {
         json!({
             "replicas": 2,
             "ruleFiles": [{"configMap": "alerts"}],
-            "shardRetentionPolicy": {"whenScaled": when, "retain": {"retentionPeriod": format!("{RETENTION_SECONDS}s")}},
+            "shardRetentionPolicy": {"whenScaled": when, "retain": {"retentionPeriod": format!("{seconds}s")}},
         })
     };
-    fx.apply_spec(NAME, 3, retain("Retain")).await;
+    fx.apply_spec(NAME, 3, retain("Retain", RETENTION_SECONDS))
+        .await;
     fx.wait_shards(NAME, 3, &[]).await;
 
     // status.shards is observed: with room for only 7 StatefulSets, a scale to 9 leaves it
@@ -935,6 +940,9 @@ async fn scaling_keeps_retained_shards_out_of_the_selector_and_deletes_them_at_t
     fx.wait_shards(NAME, 3, &[]).await;
 
     // Down to 1 shard: the two retained shards still scrape nothing, shard 0 everything.
+    fx.apply_spec(NAME, 3, retain("Retain", LONG_RETENTION_SECONDS))
+        .await;
+    fx.wait_shards(NAME, 3, &[]).await;
     fx.kubectl_scale(NAME, 1).await;
     fx.wait_shards(NAME, 1, &[1, 2]).await;
     let configs = fx.shard_configs(NAME).await;
@@ -942,7 +950,8 @@ async fn scaling_keeps_retained_shards_out_of_the_selector_and_deletes_them_at_t
 
     // Switching to Delete keeps the retained shards until their deadline; a shard removed from
     // then on goes at once.
-    fx.apply_spec(NAME, 1, retain("Delete")).await;
+    fx.apply_spec(NAME, 1, retain("Delete", LONG_RETENTION_SECONDS))
+        .await;
     fx.wait_shards(NAME, 1, &[1, 2]).await;
     wait_event(
         &fx.ns,

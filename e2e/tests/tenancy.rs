@@ -19,13 +19,14 @@
 
 use std::time::Duration;
 
+use e2e::cluster::DeleteOnDrop;
 use e2e::localstack::free_port;
 use e2e::operator::monitoring_resource;
 use e2e::process::ControllerProcess;
 use e2e::{Cluster, TestNamespace, identity, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -233,11 +234,21 @@ async fn share(admin: &Client, sharing: &str, tenant: &str, secrets: bool) {
 async fn tenancy_an_editor_obtains_no_credential_of_another_namespace() {
     let cluster = Cluster::get();
     e2e::operator::install_crds(&cluster).await;
+    let aggregated = e2e::deploy::repo_root().join("config/rbac/aggregate-to-roles.yaml");
     let mut kubectl = identity::kubectl(&cluster);
     kubectl
         .args(["apply", "--server-side", "--field-manager", MANAGER, "-f"])
-        .arg(e2e::deploy::repo_root().join("config/rbac/aggregate-to-roles.yaml"));
+        .arg(&aggregated);
     identity::run(kubectl, None);
+    // Removed when the test ends: a later suite installing the project meets a fresh cluster.
+    let config = cluster.config().await;
+    let removed_at_end: Vec<DeleteOnDrop> =
+        identity::yaml_to_json(&std::fs::read_to_string(&aggregated).unwrap())
+            .iter()
+            .filter_map(|role| role["metadata"]["name"].as_str())
+            .map(|name| DeleteOnDrop::new::<ClusterRole>(config.clone(), name, Default::default()))
+            .collect();
+    assert_eq!(removed_at_end.len(), 2, "the edit and view aggregations");
     let tenant = TestNamespace::create(&cluster, "tenant").await;
     let victim = TestNamespace::create(&cluster, "victim").await;
     let sharing = TestNamespace::create(&cluster, "sharing").await;
