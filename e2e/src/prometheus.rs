@@ -229,6 +229,12 @@ pub const SERVICE_ACCOUNT: &str = "prometheus";
 /// Kubernetes service discovery reads.
 pub const DISCOVERY_CLUSTER_ROLE: &str = "zone-aware-prometheus";
 
+/// Every ClusterRole of config/prometheus/cluster-role.yaml, which [`discovery_service_account`]
+/// applies: the discovery one and `zone-aware-prometheus-shared` (what a namespace binds to share
+/// its monitors).
+pub const HARNESS_CLUSTER_ROLES: [&str; 2] =
+    [DISCOVERY_CLUSTER_ROLE, "zone-aware-prometheus-shared"];
+
 /// The field manager of the ServiceAccount, its binding and the ClusterRole.
 const MANAGER: &str = "e2e-prometheus";
 
@@ -540,6 +546,18 @@ impl Drop for PrometheusProcess {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_harness_names_every_cluster_role_of_config_prometheus() {
+        let path = crate::cluster::e2e_dir().join("../config/prometheus/cluster-role.yaml");
+        let text = std::fs::read_to_string(path).expect("config/prometheus/cluster-role.yaml");
+        let names: Vec<String> = crate::identity::yaml_to_json(&text)
+            .iter()
+            .filter(|o| o["kind"] == "ClusterRole")
+            .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
+            .collect();
+        assert_eq!(names, HARNESS_CLUSTER_ROLES);
+    }
 
     #[test]
     fn kubeconfig_is_added_to_every_kubernetes_sd_config_and_nothing_else_changes() {

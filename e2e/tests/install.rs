@@ -196,12 +196,13 @@ async fn install_yaml_applied_does_what_make_deploy_does() {
         }),
         "every object but the CRDs is labelled {PART_OF} (the removal selects it)"
     );
-    // A fresh cluster: none of its names is taken, but the Prometheus discovery ClusterRole
-    // (config/prometheus, in install.yaml too) that the harness applies for other suites'
-    // Prometheus pods: the same object, which install.yaml's apply takes over and its removal
-    // deletes (the next suite that needs it applies it again).
+    // A fresh cluster: none of its names is taken, but the ClusterRoles of config/prometheus
+    // (in install.yaml too) that the harness applies for other suites' Prometheus pods: the same
+    // objects, which install.yaml's apply takes over and its removal deletes (the next suite
+    // that needs them applies them again).
     for (api_version, kind, namespace, name) in &ids {
-        if kind == "ClusterRole" && name == e2e::prometheus::DISCOVERY_CLUSTER_ROLE {
+        if kind == "ClusterRole" && e2e::prometheus::HARNESS_CLUSTER_ROLES.contains(&name.as_str())
+        {
             continue;
         }
         let api = dynamic_api(&client, api_version, kind, namespace.as_deref()).await;
