@@ -215,6 +215,37 @@ def compare(name, chart_text, config_text):
     return None
 
 
+# rulesFederator.tls.mode -> (the federator's TLS flag, its port's name and probe scheme, the
+# chart-only objects of that mode): modes config/ has no component for, checked on their own.
+FEDERATOR_TLS_MODES = {
+    "selfSigned": ("--tls-self-signed-secret=rules-federator-tls", "https", {"Role", "RoleBinding"}),
+    "certManager": ("--tls-cert-dir=/etc/federator-serving", "https", {"Certificate", "Issuer"}),
+    "none": (None, "http", set()),
+}
+
+
+def check_federator_tls_modes(helm):
+    """Each rulesFederator.tls.mode renders its flag, port, probes and objects; another fails."""
+    for mode, (flag, port, kinds) in FEDERATOR_TLS_MODES.items():
+        objects = [o for o in yaml.safe_load_all(render_chart(helm, [f"rulesFederator.tls.mode={mode}"])) if o]
+        federator = [o for o in objects if o["metadata"]["name"].startswith("rules-federator")]
+        deployment = next(o for o in federator if o["kind"] == "Deployment")
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        tls_flags = [a for a in container["args"] if a.startswith("--tls-")]
+        probes = {container[p]["httpGet"]["scheme"] for p in ("livenessProbe", "readinessProbe")}
+        found = {o["kind"] for o in federator} & {"Role", "RoleBinding", "Certificate", "Issuer"}
+        if tls_flags != ([flag] if flag else []) or container["ports"][0]["name"] != port \
+                or probes != {port.upper()} or found != kinds:
+            sys.exit(f"chart-check: rulesFederator.tls.mode={mode}: flags {tls_flags}, port "
+                     f"{container['ports'][0]['name']}, probes {probes}, objects {sorted(found)}")
+    result = subprocess.run(
+        [helm, "template", RELEASE, str(CHART), "--set", "rulesFederator.tls.mode=plain"],
+        cwd=ROOT, capture_output=True, text=True)
+    if result.returncode == 0 or "rulesFederator.tls.mode must be" not in result.stderr:
+        sys.exit("chart-check: rulesFederator.tls.mode=plain was not refused with its reason")
+    print(f"chart-check: rulesFederator.tls.mode {', '.join(FEDERATOR_TLS_MODES)} render as designed")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--helm", required=True)
@@ -228,6 +259,7 @@ def main():
     if extra:
         sys.exit(f"chart-check: charts/zone-aware-controllers/crds/ holds {sorted(extra)}, not in config/crd/")
 
+    check_federator_tls_modes(args.helm)
     failed = False
     for name, sets, components in SCENARIOS:
         difference = compare(name, render_chart(args.helm, sets), render_config(args.kubectl, components))
