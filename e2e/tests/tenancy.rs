@@ -234,21 +234,7 @@ async fn share(admin: &Client, sharing: &str, tenant: &str, secrets: bool) {
 async fn tenancy_an_editor_obtains_no_credential_of_another_namespace() {
     let cluster = Cluster::get();
     e2e::operator::install_crds(&cluster).await;
-    let aggregated = e2e::deploy::repo_root().join("config/rbac/aggregate-to-roles.yaml");
-    let mut kubectl = identity::kubectl(&cluster);
-    kubectl
-        .args(["apply", "--server-side", "--field-manager", MANAGER, "-f"])
-        .arg(&aggregated);
-    identity::run(kubectl, None);
-    // Removed when the test ends: a later suite installing the project meets a fresh cluster.
-    let config = cluster.config().await;
-    let removed_at_end: Vec<DeleteOnDrop> =
-        identity::yaml_to_json(&std::fs::read_to_string(&aggregated).unwrap())
-            .iter()
-            .filter_map(|role| role["metadata"]["name"].as_str())
-            .map(|name| DeleteOnDrop::new::<ClusterRole>(config.clone(), name, Default::default()))
-            .collect();
-    assert_eq!(removed_at_end.len(), 2, "the edit and view aggregations");
+    let _aggregated = aggregated_roles(&cluster).await;
     let tenant = TestNamespace::create(&cluster, "tenant").await;
     let victim = TestNamespace::create(&cluster, "victim").await;
     let sharing = TestNamespace::create(&cluster, "sharing").await;
@@ -282,6 +268,28 @@ async fn tenancy_an_editor_obtains_no_credential_of_another_namespace() {
     e2e::apply::sprom(&sproms, NAME, MANAGER, spec(json!({}))).await;
 
     let (t, v, s) = (&tenant.name, &victim.name, &sharing.name);
+    every_foreign_object_refused(&sproms, &editor, t, v, s).await;
+    inline_password_is_quoted_nowhere(&sproms, &editor, t).await;
+
+    references_name_the_tenants_own_secrets(&sproms, &editor, t, v).await;
+
+    sharing_consents(&admin, &sproms, &editor, t, s).await;
+
+    deep_rule_refused_by_name(&admin, &sproms, &editor, t).await;
+    assert!(controller.is_running(), "the controller died");
+    assert_eq!(controller.pid(), pid);
+}
+
+/// Every object of `v` (each monitor kind and a rule) is refused naming the permission the
+/// shards' ServiceAccount lacks, and so is `s`'s monitor for its Secret; the tenant's own monitor
+/// is configured with its credential, and neither foreign password is readable by the editor.
+async fn every_foreign_object_refused(
+    sproms: &Api<ShardedPrometheus>,
+    editor: &Client,
+    t: &str,
+    v: &str,
+    s: &str,
+) {
     let expected = [
         format!(
             "ServiceMonitor {v}/sm: ServiceAccount {t}/prometheus may not get servicemonitors.monitoring.coreos.com {v}/sm"
@@ -300,7 +308,7 @@ async fn tenancy_an_editor_obtains_no_credential_of_another_namespace() {
         ),
     ];
     let message = accepted_message(
-        &sproms,
+        sproms,
         "every foreign object refused",
         |message| match expected.iter().find(|e| !message.contains(e.as_str())) {
             Some(missing) => Err(format!("{missing:?} not in {message:?}")),
@@ -310,7 +318,7 @@ async fn tenancy_an_editor_obtains_no_credential_of_another_namespace() {
     .await;
     assert!(message.starts_with("5 selected object(s)"), "{message}");
     let config = wait_for("the tenant's own monitor configured", TIMEOUT, || async {
-        let config = shard_config(&editor, t).await?;
+        let config = shard_config(editor, t).await?;
         match config.contains(&format!("serviceMonitor/{t}/sm/0")) {
             true => Ok(config),
             false => Err("not yet".to_string()),
@@ -321,7 +329,7 @@ async fn tenancy_an_editor_obtains_no_credential_of_another_namespace() {
         config.contains(OWN_PASSWORD),
         "the tenant's own credential is used"
     );
-    let readable = readable_by(&editor, t).await;
+    let readable = readable_by(editor, t).await;
     assert!(readable.contains(OWN_PASSWORD), "the reading itself works");
     for password in [VICTIM_PASSWORD, SHARED_PASSWORD] {
         assert!(
@@ -329,12 +337,77 @@ async fn tenancy_an_editor_obtains_no_credential_of_another_namespace() {
             "{password} readable by the editor"
         );
     }
+}
 
-    // A password written where a reference belongs: the spec is refused, and neither the
-    // condition nor the Event quotes it. First of the spec's refusals: the events of one reason
-    // about one object collapse into a series that keeps the first note.
+/// `s` consents (a Role granting its Secret too): within the review cache's 30 s its monitor and
+/// password are configured, and only the victim's objects stay refused.
+async fn sharing_consents(
+    admin: &Client,
+    sproms: &Api<ShardedPrometheus>,
+    editor: &Client,
+    t: &str,
+    s: &str,
+) {
+    e2e::apply::sprom(sproms, NAME, MANAGER, spec(json!({}))).await;
+    share(admin, s, t, true).await;
+    wait_for("the shared monitor configured", TIMEOUT, || async {
+        let config = shard_config(editor, t).await?;
+        match config.contains(SHARED_PASSWORD)
+            && config.contains(&format!("serviceMonitor/{s}/sm/0"))
+        {
+            true => Ok(()),
+            false => Err("not yet".to_string()),
+        }
+    })
+    .await;
+    accepted_message(
+        sproms,
+        "only the victim's objects refused",
+        |message| match message.starts_with("4 selected object(s)") && !message.contains(s) {
+            true => Ok(()),
+            false => Err(message.to_string()),
+        },
+    )
+    .await;
+    assert!(
+        !shard_config(editor, t)
+            .await
+            .unwrap()
+            .contains(VICTIM_PASSWORD)
+    );
+}
+
+/// Applies config/rbac/aggregate-to-roles.yaml (so `edit` may create ShardedPrometheuses);
+/// the roles are removed when the guards drop: a later suite installing the project meets a
+/// fresh cluster.
+async fn aggregated_roles(cluster: &Cluster) -> Vec<DeleteOnDrop> {
+    let aggregated = e2e::deploy::repo_root().join("config/rbac/aggregate-to-roles.yaml");
+    let mut kubectl = identity::kubectl(cluster);
+    kubectl
+        .args(["apply", "--server-side", "--field-manager", MANAGER, "-f"])
+        .arg(&aggregated);
+    identity::run(kubectl, None);
+    let config = cluster.config().await;
+    let removed_at_end: Vec<DeleteOnDrop> =
+        identity::yaml_to_json(&std::fs::read_to_string(&aggregated).unwrap())
+            .iter()
+            .filter_map(|role| role["metadata"]["name"].as_str())
+            .map(|name| DeleteOnDrop::new::<ClusterRole>(config.clone(), name, Default::default()))
+            .collect();
+    assert_eq!(removed_at_end.len(), 2, "the edit and view aggregations");
+    removed_at_end
+}
+
+/// A password written where a reference belongs: the spec is refused, and neither the
+/// condition nor the Event quotes it. First of the spec's refusals: the events of one reason
+/// about one object collapse into a series that keeps the first note.
+async fn inline_password_is_quoted_nowhere(
+    sproms: &Api<ShardedPrometheus>,
+    editor: &Client,
+    t: &str,
+) {
     let generation = e2e::apply::sprom(
-        &sproms,
+        sproms,
         NAME,
         MANAGER,
         spec(json!({
@@ -378,14 +451,21 @@ async fn tenancy_an_editor_obtains_no_credential_of_another_namespace() {
         notes.iter().all(|note| !note.contains(INLINE_PASSWORD)),
         "{notes:?}"
     );
+}
 
-    // remoteWrite and alerting name Secrets of the tenant's namespace only: the victim's
-    // Secret name is looked up there, not found, and the spec refused (the shards keep the
-    // configuration they had).
+/// remoteWrite and alerting name Secrets of the tenant's namespace only: the victim's
+/// Secret name is looked up there, not found, and the spec refused (the shards keep the
+/// configuration they had).
+async fn references_name_the_tenants_own_secrets(
+    sproms: &Api<ShardedPrometheus>,
+    editor: &Client,
+    t: &str,
+    v: &str,
+) {
     let creds = json!({"username": {"name": "creds", "key": "user"},
                        "password": {"name": "creds", "key": "pass"}});
     let generation = e2e::apply::sprom(
-        &sproms,
+        sproms,
         NAME,
         MANAGER,
         spec(json!({
@@ -411,47 +491,24 @@ async fn tenancy_an_editor_obtains_no_credential_of_another_namespace() {
         }
     })
     .await;
-    let readable = readable_by(&editor, t).await;
+    let readable = readable_by(editor, t).await;
     for password in [VICTIM_PASSWORD, SHARED_PASSWORD] {
         assert!(
             !readable.contains(password),
             "{password} readable by the editor"
         );
     }
+}
 
-    // `sharing` consents: its Secret too. Within the review cache's 30 s the monitor is used.
-    e2e::apply::sprom(&sproms, NAME, MANAGER, spec(json!({}))).await;
-    share(&admin, s, t, true).await;
-    wait_for("the shared monitor configured", TIMEOUT, || async {
-        let config = shard_config(&editor, t).await?;
-        match config.contains(SHARED_PASSWORD)
-            && config.contains(&format!("serviceMonitor/{s}/sm/0"))
-        {
-            true => Ok(()),
-            false => Err("not yet".to_string()),
-        }
-    })
-    .await;
-    accepted_message(
-        &sproms,
-        "only the victim's objects refused",
-        |message| match message.starts_with("4 selected object(s)") && !message.contains(s.as_str())
-        {
-            true => Ok(()),
-            false => Err(message.to_string()),
-        },
-    )
-    .await;
-    assert!(
-        !shard_config(&editor, t)
-            .await
-            .unwrap()
-            .contains(VICTIM_PASSWORD)
-    );
-
-    // A PrometheusRule whose expression nests 100,000 deep (200 KB; unchecked, it overflows the
-    // controller's stack at every start): refused by name, the controller still running and
-    // reconciling (the shared monitor stays configured).
+/// A PrometheusRule whose expression nests 100,000 deep (200 KB; unchecked, it overflows the
+/// controller's stack at every start): refused by name, the controller still running and
+/// reconciling (the shared monitor stays configured).
+async fn deep_rule_refused_by_name(
+    admin: &Client,
+    sproms: &Api<ShardedPrometheus>,
+    editor: &Client,
+    t: &str,
+) {
     let rules = monitoring_resource("PrometheusRule", "prometheusrules");
     let deep = format!("{}up{}", "(".repeat(100_000), ")".repeat(100_000));
     let rule = json!({
@@ -459,9 +516,9 @@ async fn tenancy_an_editor_obtains_no_credential_of_another_namespace() {
         "metadata": {"name": "deep", "labels": {"tenancy": "selected"}},
         "spec": {"groups": [{"name": "deep", "rules": [{"alert": "Deep", "expr": deep}]}]},
     });
-    apply(&admin, t, &rules, rule).await;
+    apply(admin, t, &rules, rule).await;
     let named = format!("PrometheusRule {t}/deep: ");
-    let message = accepted_message(&sproms, "the deep rule refused", |message| {
+    let message = accepted_message(sproms, "the deep rule refused", |message| {
         match message.contains(&named) && message.contains("nests 100") {
             true => Ok(()),
             false => Err(message.to_string()),
@@ -469,10 +526,8 @@ async fn tenancy_an_editor_obtains_no_credential_of_another_namespace() {
     })
     .await;
     assert!(message.len() < 4096, "{message}");
-    assert!(controller.is_running(), "the controller died");
-    assert_eq!(controller.pid(), pid);
     assert!(
-        shard_config(&editor, t)
+        shard_config(editor, t)
             .await
             .unwrap()
             .contains(SHARED_PASSWORD)
