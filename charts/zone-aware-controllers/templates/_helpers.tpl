@@ -225,3 +225,46 @@ subjects:
   name: {{ .name }}
   namespace: {{ .root.Release.Namespace }}
 {{- end -}}
+
+{{/*
+What the API server holds a controller's token to, whatever its Role allows (`create` cannot be
+limited by resourceNames): the only Secrets it creates or changes are of type kubernetes.io/tls,
+its serving certificate; none deleted. Args: root, name (the ServiceAccount), what.
+*/}}
+{{- define "zac.tlsSecretWrites" -}}
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {{ include "zac.prefix" .root }}-{{ .name }}-writes
+  labels:
+    {{- include "zac.labels" .root | nindent 4 }}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["*"]
+      resources: [secrets]
+      operations: [CREATE, UPDATE, DELETE]
+  matchConditions:
+  - name: the-{{ .name }}
+    expression: >-
+      request.userInfo.username.matches('^system:serviceaccount:[^:]+:([a-z0-9.-]+-)?{{ .name }}(-[a-z0-9.-]+)?$')
+  validations:
+  - expression: >-
+      request.operation != 'DELETE' && has(object.type) && object.type == 'kubernetes.io/tls'
+    message: >-
+      the {{ .name }} may create and update only Secrets of type kubernetes.io/tls
+      ({{ .what }})
+    reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{ include "zac.prefix" .root }}-{{ .name }}-writes
+  labels:
+    {{- include "zac.labels" .root | nindent 4 }}
+spec:
+  policyName: {{ include "zac.prefix" .root }}-{{ .name }}-writes
+  validationActions: [Deny]
+{{- end -}}
