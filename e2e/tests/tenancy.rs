@@ -24,6 +24,7 @@ use e2e::localstack::free_port;
 use e2e::operator::monitoring_resource;
 use e2e::process::ControllerProcess;
 use e2e::{Cluster, TestNamespace, identity, wait_for};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
@@ -534,15 +535,23 @@ async fn deep_rule_refused_by_name(
     );
 }
 
-/// Whether `result` is the API server's refusal by the shard-controller's policy (its name
-/// carries the identity's suffix).
+/// Whether `result` is the API server's refusal by the shard-controller's policy.
 fn denied_by_policy<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> Result<String, String> {
+    denied_by("zone-aware-shard-controller-writes", result)
+}
+
+/// Whether `result` is the API server's refusal by the shipped policy `policy` (its name carries
+/// the identity's suffix).
+fn denied_by<T: std::fmt::Debug>(
+    policy: &str,
+    result: Result<T, kube::Error>,
+) -> Result<String, String> {
     match result {
         Err(kube::Error::Api(status))
             if status.code == 403
                 && status
                     .message
-                    .contains("ValidatingAdmissionPolicy 'zone-aware-shard-controller-writes") =>
+                    .contains(&format!("ValidatingAdmissionPolicy '{policy}")) =>
         {
             Ok(status.message)
         }
@@ -659,4 +668,224 @@ async fn tenancy_the_shard_controller_token_writes_only_what_the_controller_owns
         message.contains("only in its zonecontrol.k8s.aws/config-digest annotation"),
         "{message}"
     );
+}
+
+/// As the zdb-controller's, the rules-federator's and the zau-controller's ServiceAccounts (their
+/// shipped RBAC and policies, rendered for this test), the writes their RBAC allows but that are
+/// not theirs are refused by the API server naming the policy; their own writes go through.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn tenancy_the_other_controller_tokens_write_only_their_own() {
+    let cluster = Cluster::get();
+    let home = TestNamespace::create(&cluster, "policy-tls").await;
+    only_tls_secrets(&cluster, &home, "zdb-controller", "zdb-webhook-tls").await;
+    only_tls_secrets(&cluster, &home, "rules-federator", "rules-federator-tls").await;
+    zau_marks_only_the_update_revision(&cluster).await;
+}
+
+/// `binary`'s Role may create any Secret of `home`: the policy lets it make only TLS Secrets (not
+/// a ServiceAccount-token Secret, which the token controller would fill with the token of the
+/// ServiceAccount it names, nor an Opaque one); its own certificate's Secret, `own`, is created
+/// and updated.
+async fn only_tls_secrets(cluster: &Cluster, home: &TestNamespace, binary: &str, own: &str) {
+    let identity =
+        identity::ServiceAccountIdentity::create(cluster, binary, &home.name, &[], &[], |_| {});
+    let secrets = Api::<Secret>::namespaced(identity.client().await, &home.name);
+    let policy = format!("zone-aware-{binary}-writes");
+    let post = kube::api::PostParams::default();
+    let secret = |name: &str, type_: &str, extra: Value| -> Secret {
+        let mut secret = json!({"metadata": {"name": name}, "type": type_});
+        if let (Some(secret), Some(extra)) = (secret.as_object_mut(), extra.as_object()) {
+            secret.extend(extra.clone());
+        }
+        serde_json::from_value(secret).unwrap()
+    };
+    // In force once its first denial is seen (a policy is compiled after it is created).
+    let mut attempt = 0;
+    let message = wait_for(&format!("the {binary} policy in force"), TIMEOUT, || {
+        attempt += 1;
+        let token = secret(
+            &format!("{binary}-token-{attempt}"),
+            "kubernetes.io/service-account-token",
+            json!({"metadata": {"name": format!("{binary}-token-{attempt}"),
+                   "annotations": {"kubernetes.io/service-account.name": "default"}}}),
+        );
+        let (secrets, post, policy) = (&secrets, &post, &policy);
+        async move { denied_by(policy, secrets.create(post, &token).await) }
+    })
+    .await;
+    assert!(
+        message.contains(&format!(
+            "the {binary} may create and update only Secrets of type kubernetes.io/tls"
+        )),
+        "{message}"
+    );
+    let opaque = secret("opaque", "Opaque", json!({"stringData": {"a": "b"}}));
+    denied_by(&policy, secrets.create(&post, &opaque).await).unwrap();
+
+    let keys = json!({"stringData": {"tls.crt": "c", "tls.key": "k"}});
+    secrets
+        .create(&post, &secret(own, "kubernetes.io/tls", keys))
+        .await
+        .unwrap();
+    let mut stored = secrets.get(own).await.unwrap();
+    stored.string_data = Some([("tls.crt".to_string(), "renewed".to_string())].into());
+    secrets.replace(own, &post, &stored).await.unwrap();
+}
+
+/// A StatefulSet of one pod on a kwok node: the zau-controller's token may mark its update
+/// revision current (what it does when an OnDelete rollout completes) and delete its pod (with
+/// the pod-delete role bound, as `podRemoval: delete` does), but not set another revision, change
+/// a count, or delete a pod no StatefulSet controls.
+async fn zau_marks_only_the_update_revision(cluster: &Cluster) {
+    let ns = TestNamespace::create(cluster, "policy-zau").await;
+    let identity = identity::ServiceAccountIdentity::create(
+        cluster,
+        "zau-controller",
+        &ns.name,
+        &[],
+        &[],
+        bind_pod_delete,
+    );
+    let token = identity.client().await;
+    let policy = "zone-aware-zau-controller-writes";
+    let pod = |metadata: Value| -> Value {
+        json!({
+            "metadata": metadata,
+            "spec": {"nodeSelector": {"type": "kwok"},
+                     "tolerations": [{"operator": "Exists"}],
+                     "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "app", "image": "registry.invalid/app:1"}]},
+        })
+    };
+    let sets = Api::<StatefulSet>::namespaced(ns.client.clone(), &ns.name);
+    let set = json!({
+        "metadata": {"name": "rolled"},
+        "spec": {"replicas": 1, "serviceName": "rolled",
+                 "updateStrategy": {"type": "OnDelete"},
+                 "selector": {"matchLabels": {"app": "rolled"}},
+                 "template": pod(json!({"labels": {"app": "rolled"}}))},
+    });
+    sets.create(&Default::default(), &serde_json::from_value(set).unwrap())
+        .await
+        .unwrap();
+    let revision = e2e::workload::update_revision(&sets, "rolled", TIMEOUT).await;
+
+    let as_zau = Api::<StatefulSet>::namespaced(token.clone(), &ns.name);
+    let mut attempt = 0;
+    let message = wait_for("the zau-controller policy in force", TIMEOUT, || {
+        attempt += 1;
+        let as_zau = &as_zau;
+        let other = format!("rolled-other-{attempt}");
+        async move {
+            let mut set = as_zau.get("rolled").await.map_err(|e| e.to_string())?;
+            if let Some(status) = set.status.as_mut() {
+                status.current_revision = Some(other);
+            }
+            denied_by(
+                policy,
+                as_zau
+                    .replace_status("rolled", &Default::default(), &set)
+                    .await,
+            )
+        }
+    })
+    .await;
+    assert!(
+        message.contains("only by marking its update revision current"),
+        "{message}"
+    );
+    // A count changed with the revision: refused; the revision alone: written (a conflict with
+    // the StatefulSet controller's own status writes is retried).
+    let counted = write_status(&as_zau, |status| {
+        status.current_revision = Some(revision.clone());
+        status.replicas += 5;
+    })
+    .await;
+    denied_by(policy, counted).unwrap();
+    write_status(&as_zau, |status| {
+        status.current_revision = Some(revision.clone());
+    })
+    .await
+    .unwrap();
+
+    let loose = pod(json!({"name": "loose", "labels": {"app": "loose"}}));
+    pods_deleted_only_of_a_statefulset(&ns, &token, policy, loose).await;
+}
+
+/// Reads the StatefulSet `rolled`, applies `edit` to its status and writes it as `sets`' client:
+/// the answer, once it is not a conflict with the StatefulSet controller's own status writes.
+async fn write_status(
+    sets: &Api<StatefulSet>,
+    edit: impl Fn(&mut k8s_openapi::api::apps::v1::StatefulSetStatus),
+) -> Result<StatefulSet, kube::Error> {
+    let edit = &edit;
+    wait_for("a status write without conflict", TIMEOUT, || async move {
+        let mut set = sets.get("rolled").await.map_err(|e| e.to_string())?;
+        edit(set.status.get_or_insert_with(Default::default));
+        match sets
+            .replace_status("rolled", &Default::default(), &set)
+            .await
+        {
+            Err(kube::Error::Api(status)) if status.code == 409 => Err(status.message),
+            answer => Ok(answer),
+        }
+    })
+    .await
+}
+
+/// The pod no StatefulSet controls is not deleted by the zau-controller's token; the
+/// StatefulSet's pod `rolled-0` is.
+async fn pods_deleted_only_of_a_statefulset(
+    ns: &TestNamespace,
+    token: &Client,
+    policy: &str,
+    loose: Value,
+) {
+    use k8s_openapi::api::core::v1::Pod;
+    let admin = Api::<Pod>::namespaced(ns.client.clone(), &ns.name);
+    admin
+        .create(&Default::default(), &serde_json::from_value(loose).unwrap())
+        .await
+        .unwrap();
+    let pods = Api::<Pod>::namespaced(token.clone(), &ns.name);
+    let message = denied_by(policy, pods.delete("loose", &Default::default()).await).unwrap();
+    assert!(
+        message.contains("may delete only pods controlled by a StatefulSet"),
+        "{message}"
+    );
+    wait_for("the StatefulSet's pod", TIMEOUT, || async {
+        admin
+            .get_opt("rolled-0")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    pods.delete("rolled-0", &Default::default()).await.unwrap();
+}
+
+/// Binds the rendered `zone-aware-zau-pod-delete` ClusterRole to the rendered ServiceAccount, as
+/// the chart's `zauController.podRemoval: delete` does.
+fn bind_pod_delete(objects: &mut Vec<Value>) {
+    let named = |kind: &str, prefix: &str| {
+        objects
+            .iter()
+            .find(|o| {
+                o["kind"] == kind
+                    && o["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with(prefix))
+            })
+            .map(|o| o["metadata"].clone())
+            .unwrap_or_else(|| panic!("no {kind} {prefix}* in config/rbac/zau-controller.yaml"))
+    };
+    let role = named("ClusterRole", "zone-aware-zau-pod-delete");
+    let account = named("ServiceAccount", "zau-controller");
+    objects.push(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": role["name"]},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["name"]},
+        "subjects": [{"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}],
+    }));
 }
