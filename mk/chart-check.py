@@ -246,6 +246,50 @@ def check_federator_tls_modes(helm):
     print(f"chart-check: rulesFederator.tls.mode {', '.join(FEDERATOR_TLS_MODES)} render as designed")
 
 
+# Cluster-scoped resources a controller's ClusterRole keeps with watchNamespace (events too: some
+# concern cluster-scoped objects, whose Events live in `default`).
+CLUSTER_RESOURCES = {"nodes", "namespaces", "subjectaccessreviews", "events",
+                     "validatingwebhookconfigurations"}
+WATCH_NAMESPACE = "team-a"
+
+
+def rbac(objects, kind, name, namespace=None):
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name
+             and o["metadata"].get("namespace") == namespace]
+    return found[0] if found else None
+
+
+def check_watch_namespace_roles(helm):
+    """With watchNamespace, each controller's namespaced rules move from its ClusterRole into a
+    Role of that namespace (bound to its ServiceAccount); together they grant what the
+    ClusterRole alone grants by default."""
+    default = [o for o in yaml.safe_load_all(render_chart(helm, [])) if o]
+    sets = [f"watchNamespace={WATCH_NAMESPACE}", "zauController.podRemoval=delete"]
+    watched = [o for o in yaml.safe_load_all(render_chart(helm, sets)) if o]
+    prefix = "zone-aware"  # the chart's prefix of cluster-scoped names for RELEASE
+    for binary in ("zau-controller", "zdb-controller", "shard-controller"):
+        name = f"{prefix}-{binary}"
+        everything = rbac(default, "ClusterRole", name)["rules"]
+        cluster = rbac(watched, "ClusterRole", name)["rules"]
+        role = rbac(watched, "Role", name, WATCH_NAMESPACE)
+        binding = rbac(watched, "RoleBinding", name, WATCH_NAMESPACE)
+        wide = sorted({r for rule in cluster for r in rule["resources"]} - CLUSTER_RESOURCES)
+        if role is None or binding is None or wide:
+            sys.exit(f"chart-check: watchNamespace: {binary}: Role {role is not None}, RoleBinding "
+                     f"{binding is not None}, namespaced resources left in its ClusterRole {wide}")
+        if binding["subjects"][0]["name"] != binary or binding["roleRef"] != \
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}:
+            sys.exit(f"chart-check: watchNamespace: {binary}: RoleBinding {binding}")
+        key = lambda rule: yaml.safe_dump(rule, sort_keys=True)
+        if sorted(map(key, role["rules"] + cluster)) != sorted(map(key, everything)):
+            sys.exit(f"chart-check: watchNamespace: {binary}: the Role and ClusterRole do not "
+                     "grant together what the ClusterRole grants without it")
+    delete = rbac(watched, "RoleBinding", f"{prefix}-zau-pod-delete", WATCH_NAMESPACE)
+    if delete is None or rbac(watched, "ClusterRoleBinding", f"{prefix}-zau-pod-delete"):
+        sys.exit("chart-check: watchNamespace: podRemoval=delete is not bound in that namespace only")
+    print("chart-check: watchNamespace: the controllers' namespaced rules are Roles of that namespace")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--helm", required=True)
@@ -260,6 +304,7 @@ def main():
         sys.exit(f"chart-check: charts/zone-aware-controllers/crds/ holds {sorted(extra)}, not in config/crd/")
 
     check_federator_tls_modes(args.helm)
+    check_watch_namespace_roles(args.helm)
     failed = False
     for name, sets, components in SCENARIOS:
         difference = compare(name, render_chart(args.helm, sets), render_config(args.kubectl, components))

@@ -481,6 +481,44 @@ impl Drop for ServiceAccountIdentity {
     }
 }
 
+/// Whether the ServiceAccount `account` (namespace, name) may `verb` the core-group `resource` in
+/// `namespace`, asked through a SubjectAccessReview with the groups its tokens carry.
+pub async fn service_account_may(
+    client: &kube::Client,
+    account: (&str, &str),
+    verb: &str,
+    resource: &str,
+    namespace: &str,
+) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!("system:serviceaccount:{}:{}", account.0, account.1)),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{}", account.0),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                resource: Some(resource.into()),
+                namespace: Some(namespace.into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    kube::Api::<SubjectAccessReview>::all(client.clone())
+        .create(&Default::default(), &review)
+        .await
+        .expect("a SubjectAccessReview")
+        .status
+        .is_some_and(|status| status.allowed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -112,6 +112,18 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
     assert_eq!(code, 401, "an anonymous call over HTTPS: {body}");
     let plain = e2e::process::http_get_from(federator.address, "/healthz").await;
     assert!(plain.is_err(), "plain HTTP to the federator: {plain:?}");
+    // watchNamespace: the controllers' namespaced grants are Roles of that namespace.
+    for binary in ["zau-controller", "zdb-controller", "shard-controller"] {
+        let account = (home.name.as_str(), binary);
+        let may = |namespace| {
+            e2e::identity::service_account_may(&client, account, "list", "pods", namespace)
+        };
+        assert!(
+            may(&victim.name).await,
+            "{binary} lists pods where it watches"
+        );
+        assert!(!may("kube-system").await, "{binary} lists pods elsewhere");
+    }
     let webhook_name = format!("zac-{suffix}-eviction-webhook");
     assert!(
         installed

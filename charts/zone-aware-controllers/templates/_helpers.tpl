@@ -268,3 +268,36 @@ spec:
   policyName: {{ include "zac.prefix" .root }}-{{ .name }}-writes
   validationActions: [Deny]
 {{- end -}}
+
+{{/*
+With watchNamespace, a controller's rules of namespaced resources are a Role of that namespace,
+bound to its ServiceAccount, instead of lines of its ClusterRole: its token reads and writes
+nothing namespaced anywhere else. Call with (dict "root" $ "name" N "role" R "rules" YAML).
+*/}}
+{{- define "zac.watchRole" -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ .role }}
+  namespace: {{ .root.Values.watchNamespace }}
+  labels:
+    {{- include "zac.labels" .root | nindent 4 }}
+rules:
+{{ .rules }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ .role }}
+  namespace: {{ .root.Values.watchNamespace }}
+  labels:
+    {{- include "zac.labels" .root | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ .role }}
+subjects:
+- kind: ServiceAccount
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+{{- end -}}
