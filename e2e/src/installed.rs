@@ -76,6 +76,26 @@ pub async fn wait_all(client: &Client, ids: &[Identity], present: bool, what: &s
     .await;
 }
 
+/// Every controller's two available pods, each on a real node and running `image`.
+pub async fn wait_controllers_on_real_nodes(
+    client: &Client,
+    pods_api: &Api<Pod>,
+    image: &str,
+) -> Vec<Pod> {
+    let real_nodes = crate::real::nodes(client).await;
+    let mut all = Vec::new();
+    for binary in crate::deploy::controllers() {
+        for pod in wait_binary_pods(pods_api, &binary, 2).await {
+            let node = pods::node_of(&pod).unwrap_or_default();
+            assert!(real_nodes.contains_key(node), "{binary} on {node}");
+            let container = pod.spec.as_ref().and_then(|spec| spec.containers.first());
+            assert_eq!(container.and_then(|c| c.image.as_deref()), Some(image));
+            all.push(pod);
+        }
+    }
+    all
+}
+
 /// The pods of `binary` in `pods_api`'s namespace, once exactly `count` of them exist and are
 /// available.
 pub async fn wait_binary_pods(pods_api: &Api<Pod>, binary: &str, count: usize) -> Vec<Pod> {

@@ -17,7 +17,7 @@ use e2e::deploy::{DeployedFederator, Identity, apply_samples, identities};
 use e2e::helm::{self, Release};
 use e2e::installed::{
     assert_judged, assert_only_crds_and_samples_left, assert_webhook_judges, split_image, wait_all,
-    wait_binary_pods, wait_for_fail_policy, wait_for_samples,
+    wait_binary_pods, wait_controllers_on_real_nodes, wait_for_fail_policy, wait_for_samples,
 };
 use e2e::real::RealNodes;
 use e2e::{Cluster, TestNamespace, pods};
@@ -35,95 +35,19 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
     let victim = TestNamespace::create(&cluster, "helm").await;
     let client = victim.client.clone();
     let suffix = victim.suffix().to_string();
-    // The release's namespace, labelled as docs/helm.md says: out of the eviction webhook (its
-    // own replicas stay evictable while it is down) and Pod Security restricted.
-    let home = TestNamespace::create(&cluster, "helm-release").await;
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            &home.name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {
-                "zonecontrol.k8s.aws/eviction-webhook": "disabled",
-                "pod-security.kubernetes.io/enforce": "restricted",
-            }}})),
-        )
-        .await
-        .unwrap();
+    let home = release_namespace(&cluster, &client).await;
 
     let mut release = Release::new(&cluster, &format!("zac-{suffix}"), &home.name);
     let chart = helm::chart(&release.dir);
-    let (repository, tag) = split_image(real.project_image());
-    let values = json!({
-        // A released chart pins its image by digest: the digest must go for the local image.
-        "image": {"repository": repository, "tag": tag, "digest": "", "pullPolicy": "Never"},
-        "nodeSelector": {"type": "real"},
-        "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
-        "watchNamespace": victim.name,
-        "rulesFederator": {"discoverNamespace": victim.name},
-        // A flag the chart already sets (--log-format json): the later one wins, where clap
-        // refused the repeated flag and the pods crash-looped.
-        "zdbController": {"extraArgs": ["--log-format", "plain"]},
-        "commonLabels": {"zonecontrol.k8s.aws/e2e": "true"},
-    });
+    let values = values(&real, &victim.name);
     let first_values = release.values_file("values.yaml", &values);
 
     // Install: every binary Ready on the real nodes, two replicas each, from the project's image.
     let started = Instant::now();
     eprintln!("{}", release.install(&chart, &first_values));
     let installed = identities(&release.manifest());
-    let real_nodes = e2e::real::nodes(&client).await;
+    pods_as_installed(&real, &client, &home, &victim.name).await;
     let home_pods: Api<Pod> = home.api();
-    for binary in e2e::deploy::controllers() {
-        for pod in wait_binary_pods(&home_pods, &binary, 2).await {
-            let node = pods::node_of(&pod).unwrap();
-            assert!(real_nodes.contains_key(node), "{binary} on {node}");
-            let container = &pod.spec.as_ref().unwrap().containers[0];
-            assert_eq!(container.image.as_deref(), Some(real.project_image()));
-            assert_eq!(container.image_pull_policy.as_deref(), Some("Never"));
-            assert_eq!(
-                pod.metadata.labels.as_ref().unwrap()["zonecontrol.k8s.aws/e2e"],
-                "true",
-                "commonLabels on the pods"
-            );
-        }
-    }
-    let zdb_pod = wait_binary_pods(&home_pods, "zdb-controller", 2)
-        .await
-        .remove(0);
-    let log = home_pods
-        .logs(
-            &kube::ResourceExt::name_any(&zdb_pod),
-            &kube::api::LogParams::default(),
-        )
-        .await
-        .unwrap();
-    let first = log.lines().next().unwrap_or_default();
-    assert!(
-        !first.is_empty() && !first.starts_with('{'),
-        "zdb-controller logs in plain text (extraArgs): {first}"
-    );
-    // The federator serves HTTPS by default, under the self-signed CA of its Secret, for its
-    // Service's name; its callers need a token (401 without).
-    let federator_pod = wait_binary_pods(&home_pods, "rules-federator", 2)
-        .await
-        .remove(0);
-    let federator = DeployedFederator::of(&client, &federator_pod).await;
-    let (code, body) = federator.get("/api/v1/rules", None).await.unwrap();
-    assert_eq!(code, 401, "an anonymous call over HTTPS: {body}");
-    let plain = e2e::process::http_get_from(federator.address, "/healthz").await;
-    assert!(plain.is_err(), "plain HTTP to the federator: {plain:?}");
-    // watchNamespace: the controllers' namespaced grants are Roles of that namespace.
-    for binary in ["zau-controller", "zdb-controller", "shard-controller"] {
-        let account = (home.name.as_str(), binary);
-        let may = |namespace| {
-            e2e::identity::service_account_may(&client, account, "list", "pods", namespace)
-        };
-        assert!(
-            may(&victim.name).await,
-            "{binary} lists pods where it watches"
-        );
-        assert!(!may("kube-system").await, "{binary} lists pods elsewhere");
-    }
     let webhook_name = format!("zac-{suffix}-eviction-webhook");
     assert!(
         installed
@@ -163,35 +87,10 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
     let second_values = release.values_file("values-upgrade.yaml", &changed);
     eprintln!("{}", release.upgrade(&chart, &[&second_values]));
     let upgraded = identities(&release.manifest());
-    let removed: Vec<Identity> = installed
-        .iter()
-        .filter(|id| !upgraded.contains(id))
-        .cloned()
-        .collect();
-    let names: BTreeSet<&str> = removed.iter().map(|id| id.3.as_str()).collect();
-    assert!(
-        !removed.is_empty() && removed.iter().all(|id| id.3.contains("rules-federator")),
-        "the upgrade removes the federator's objects, only them: {names:?}"
-    );
-    assert!(
-        removed.iter().any(|id| id.1 == "Deployment")
-            && removed.iter().any(|id| id.1 == "ClusterRole"),
-        "{names:?}"
-    );
+    let removed = removed_by_the_upgrade(&installed, &upgraded);
     wait_all(&client, &removed, false, "the federator's objects gone").await;
     wait_all(&client, &upgraded, true, "every object of the new revision").await;
-    let deployments: Api<Deployment> = home.api();
-    let zdb = deployments.get("zdb-controller").await.unwrap();
-    assert_eq!(zdb.spec.unwrap().replicas, Some(1));
-    wait_binary_pods(&home_pods, "zdb-controller", 1).await;
-    wait_binary_pods(&home_pods, "rules-federator", 0).await;
-    for binary in ["zau-controller", "shard-controller"] {
-        wait_binary_pods(&home_pods, binary, 2).await;
-    }
-    let status: Value =
-        serde_json::from_str(&release.helm(&["status", &release.name, "-o", "json"])).unwrap();
-    assert_eq!(status["version"], 2);
-    assert_eq!(status["info"]["status"], "deployed");
+    settled_after_upgrade(&release, &home).await;
     // The upgrade left the live failurePolicy and caBundle (zdb-controller's fields) alone, and
     // the one replica judges (a dry run: nothing recorded).
     wait_for_fail_policy(&client, &webhook_name).await;
@@ -215,4 +114,134 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
     let releases = release.helm(&["list", "--all", "-q"]);
     assert!(releases.trim().is_empty(), "releases left: {releases}");
     eprintln!("helm uninstall done after {:?}", started.elapsed());
+}
+
+/// Every binary Ready on the real nodes, two replicas each, from the project's image, with the
+/// chart's commonLabels; zdb-controller logs plain text (extraArgs); the federator serves HTTPS
+/// only and wants a token; with watchNamespace the controllers' tokens list pods there only.
+async fn pods_as_installed(
+    real: &RealNodes,
+    client: &kube::Client,
+    home: &TestNamespace,
+    watched: &str,
+) {
+    let home_pods: Api<Pod> = home.api();
+    let controllers = wait_controllers_on_real_nodes(client, &home_pods, real.project_image());
+    for pod in controllers.await {
+        let container = &pod.spec.as_ref().unwrap().containers[0];
+        assert_eq!(container.image_pull_policy.as_deref(), Some("Never"));
+        assert_eq!(
+            pod.metadata.labels.as_ref().unwrap()["zonecontrol.k8s.aws/e2e"],
+            "true",
+            "commonLabels on the pods"
+        );
+    }
+    let zdb_pod = wait_binary_pods(&home_pods, "zdb-controller", 2)
+        .await
+        .remove(0);
+    let log = home_pods
+        .logs(
+            &kube::ResourceExt::name_any(&zdb_pod),
+            &kube::api::LogParams::default(),
+        )
+        .await
+        .unwrap();
+    let first = log.lines().next().unwrap_or_default();
+    assert!(
+        !first.is_empty() && !first.starts_with('{'),
+        "zdb-controller logs in plain text (extraArgs): {first}"
+    );
+    // The federator serves HTTPS by default, under the self-signed CA of its Secret, for its
+    // Service's name; its callers need a token (401 without).
+    let federator_pod = wait_binary_pods(&home_pods, "rules-federator", 2)
+        .await
+        .remove(0);
+    let federator = DeployedFederator::of(client, &federator_pod).await;
+    let (code, body) = federator.get("/api/v1/rules", None).await.unwrap();
+    assert_eq!(code, 401, "an anonymous call over HTTPS: {body}");
+    let plain = e2e::process::http_get_from(federator.address, "/healthz").await;
+    assert!(plain.is_err(), "plain HTTP to the federator: {plain:?}");
+    // watchNamespace: the controllers' namespaced grants are Roles of that namespace.
+    for binary in ["zau-controller", "zdb-controller", "shard-controller"] {
+        let account = (home.name.as_str(), binary);
+        let may = |namespace| {
+            e2e::identity::service_account_may(client, account, "list", "pods", namespace)
+        };
+        assert!(may(watched).await, "{binary} lists pods where it watches");
+        assert!(!may("kube-system").await, "{binary} lists pods elsewhere");
+    }
+}
+
+/// What the upgrade removed: the federator's objects (its Deployment and ClusterRole among them),
+/// only them.
+fn removed_by_the_upgrade(installed: &[Identity], upgraded: &[Identity]) -> Vec<Identity> {
+    let removed: Vec<Identity> = installed
+        .iter()
+        .filter(|id| !upgraded.contains(id))
+        .cloned()
+        .collect();
+    let names: BTreeSet<&str> = removed.iter().map(|id| id.3.as_str()).collect();
+    assert!(
+        !removed.is_empty() && removed.iter().all(|id| id.3.contains("rules-federator")),
+        "the upgrade removes the federator's objects, only them: {names:?}"
+    );
+    assert!(
+        removed.iter().any(|id| id.1 == "Deployment")
+            && removed.iter().any(|id| id.1 == "ClusterRole"),
+        "{names:?}"
+    );
+    removed
+}
+
+/// The release's namespace, labelled as docs/helm.md says: out of the eviction webhook (its own
+/// replicas stay evictable while it is down) and Pod Security restricted.
+async fn release_namespace(cluster: &Cluster, client: &kube::Client) -> TestNamespace {
+    let home = TestNamespace::create(cluster, "helm-release").await;
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            &home.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {
+                "zonecontrol.k8s.aws/eviction-webhook": "disabled",
+                "pod-security.kubernetes.io/enforce": "restricted",
+            }}})),
+        )
+        .await
+        .unwrap();
+    home
+}
+
+/// The release's values: the project's image on the real nodes, limited to `watched`.
+fn values(real: &RealNodes, watched: &str) -> Value {
+    let (repository, tag) = split_image(real.project_image());
+    json!({
+        // A released chart pins its image by digest: the digest must go for the local image.
+        "image": {"repository": repository, "tag": tag, "digest": "", "pullPolicy": "Never"},
+        "nodeSelector": {"type": "real"},
+        "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
+        "watchNamespace": watched,
+        "rulesFederator": {"discoverNamespace": watched},
+        // A flag the chart already sets (--log-format json): the later one wins, where clap
+        // refused the repeated flag and the pods crash-looped.
+        "zdbController": {"extraArgs": ["--log-format", "plain"]},
+        "commonLabels": {"zonecontrol.k8s.aws/e2e": "true"},
+    })
+}
+
+/// The upgraded release: zdb-controller at one replica, no federator, the others at two; helm
+/// says revision 2 is deployed.
+async fn settled_after_upgrade(release: &Release<'_>, home: &TestNamespace) {
+    let home_pods: Api<Pod> = home.api();
+    let deployments: Api<Deployment> = home.api();
+    let zdb = deployments.get("zdb-controller").await.unwrap();
+    assert_eq!(zdb.spec.unwrap().replicas, Some(1));
+    wait_binary_pods(&home_pods, "zdb-controller", 1).await;
+    wait_binary_pods(&home_pods, "rules-federator", 0).await;
+    for binary in ["zau-controller", "shard-controller"] {
+        wait_binary_pods(&home_pods, binary, 2).await;
+    }
+    let status: Value =
+        serde_json::from_str(&release.helm(&["status", &release.name, "-o", "json"])).unwrap();
+    assert_eq!(status["version"], 2);
+    assert_eq!(status["info"]["status"], "deployed");
 }

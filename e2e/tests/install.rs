@@ -21,11 +21,11 @@ use std::time::Instant;
 use e2e::deploy::{Identity, apply_samples, dynamic_api, identities, make, repo_root};
 use e2e::identity::{self, yaml_to_json};
 use e2e::installed::{
-    assert_only_crds_and_samples_left, assert_webhook_judges, wait_all, wait_binary_pods,
-    wait_for_fail_policy, wait_for_samples,
+    assert_only_crds_and_samples_left, assert_webhook_judges, wait_all,
+    wait_controllers_on_real_nodes, wait_for_fail_policy, wait_for_samples,
 };
 use e2e::real::RealNodes;
-use e2e::{Cluster, TestNamespace, pods};
+use e2e::{Cluster, TestNamespace};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use serde_json::{Value, json};
@@ -252,15 +252,7 @@ async fn install_yaml_applied_does_what_make_deploy_does() {
         );
     }
     let home_pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let real_nodes = e2e::real::nodes(&client).await;
-    for binary in e2e::deploy::controllers() {
-        for pod in wait_binary_pods(&home_pods, &binary, 2).await {
-            let node = pods::node_of(&pod).unwrap();
-            assert!(real_nodes.contains_key(node), "{binary} on {node}");
-            let container = &pod.spec.as_ref().unwrap().containers[0];
-            assert_eq!(container.image.as_deref(), Some(image.as_str()));
-        }
-    }
+    wait_controllers_on_real_nodes(&client, &home_pods, &image).await;
     let webhook = ids
         .iter()
         .find(|(_, kind, ..)| kind == "ValidatingWebhookConfiguration")

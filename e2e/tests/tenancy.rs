@@ -638,6 +638,12 @@ async fn tenancy_the_shard_controller_token_writes_only_what_the_controller_owns
         .unwrap();
 
     // A pod of a shard: its config-digest annotation may change, its image may not.
+    pod_changed_only_in_its_digest(admin, token, &other.name).await;
+}
+
+/// As the shard-controller's token, on a pod labelled as a shard's: its config-digest
+/// annotation may change, its image may not.
+async fn pod_changed_only_in_its_digest(admin: Client, token: Client, namespace: &str) {
     let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
         "metadata": {"name": "shard-pod", "labels": {"app.kubernetes.io/managed-by": "shard-controller"}},
         "spec": {"nodeSelector": {"type": "kwok"},
@@ -645,11 +651,11 @@ async fn tenancy_the_shard_controller_token_writes_only_what_the_controller_owns
                  "containers": [{"name": "prometheus", "image": "registry.invalid/prometheus:1"}]},
     }))
     .unwrap();
-    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin, &other.name)
-        .create(&post, &pod)
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin, namespace)
+        .create(&Default::default(), &pod)
         .await
         .unwrap();
-    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(token, &other.name);
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(token, namespace);
     let digest = json!({"metadata": {"annotations": {"zonecontrol.k8s.aws/config-digest": "abc"}}});
     pods.patch("shard-pod", &PatchParams::default(), &Patch::Merge(&digest))
         .await
