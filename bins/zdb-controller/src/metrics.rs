@@ -7,8 +7,6 @@ use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Reg
 use zone_api::ZoneDisruptionBudgetStatus;
 use zone_operator::metrics::{MetricsError, create};
 
-use crate::webhook::policy::Policy;
-
 const PREFIX: &str = "zone_aware_zdb";
 
 /// An admission round-trip is one or two GETs and maybe a status write: milliseconds normally;
@@ -20,6 +18,9 @@ const BATCH_BUCKETS: [f64; 7] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
 
 /// Why an eviction was shed (the `why` label of `webhook_shed_total`), as the webhook says it.
 const SHED_WHY: [&str; 3] = ["InFlight", "QueueFull", "NoTimeLeft"];
+
+/// The `policy` label of the failure-policy gauge: a webhook's `failurePolicy`.
+const FAILURE_POLICIES: [&str; 2] = ["Fail", "Ignore"];
 
 /// Why the webhook answered as it did (the `reason` label).
 pub mod reason {
@@ -191,12 +192,13 @@ impl ZdbMetrics {
         Ok(metrics)
     }
 
-    /// The policies of the configuration's webhooks, as read.
-    pub fn failure_policies(&self, observed: &[Policy]) {
-        for policy in [Policy::Fail, Policy::Ignore] {
+    /// The policies of the configuration's webhooks, as read (each `Fail` or `Ignore`, as
+    /// spelled in the configuration).
+    pub fn failure_policies(&self, observed: &[&str]) {
+        for policy in FAILURE_POLICIES {
             let count = observed.iter().filter(|p| **p == policy).count();
             self.failure_policy
-                .with_label_values(&[policy.as_str()])
+                .with_label_values(&[policy])
                 .set(i64::try_from(count).unwrap_or(i64::MAX));
         }
     }
@@ -351,6 +353,21 @@ mod tests {
         metrics.observe("apps", "web", Some(&status), &shrunk);
         let text = zone_operator::metrics::exposition(&registry);
         assert!(!text.contains(r#"zone="zone-b""#));
+    }
+
+    #[test]
+    fn failure_policies_count_each_policy_from_zero() {
+        let registry = Registry::new();
+        let metrics = ZdbMetrics::register(&registry).unwrap();
+        let gauge =
+            |policy: &str| format!(r#"zone_aware_zdb_webhook_failure_policy{{policy="{policy}"}}"#);
+        let text = zone_operator::metrics::exposition(&registry);
+        assert!(text.contains(&format!("{} 0", gauge("Fail"))), "{text}");
+        assert!(text.contains(&format!("{} 0", gauge("Ignore"))), "{text}");
+        metrics.failure_policies(&["Fail", "Ignore", "Fail"]);
+        let text = zone_operator::metrics::exposition(&registry);
+        assert!(text.contains(&format!("{} 2", gauge("Fail"))), "{text}");
+        assert!(text.contains(&format!("{} 1", gauge("Ignore"))), "{text}");
     }
 
     #[test]

@@ -14,8 +14,7 @@ use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetStatus};
 use zone_topology::Zone;
 use zone_topology::budget::{Decision, EvictedPod, PodCondition};
 
-use super::judge::denial_message;
-use super::judge::denial_reason;
+use super::verdict::{denial_message, denial_reason};
 use crate::metrics::reason;
 use crate::view;
 

@@ -26,8 +26,9 @@ use zone_topology::Zone;
 
 use super::admission::Eviction;
 use super::batch::{self, Assessment, Candidate};
-use super::judge::{Judge, Verdict, allowed, denied};
+use super::judge::Judge;
 use super::queue::{BudgetKey, Joined, Member, Shed};
+use super::verdict::{Verdict, allowed, denied};
 use crate::metrics::reason;
 
 /// Ends a budget's queue if its committer stops without emptying it (a panic while deciding):

@@ -11,7 +11,8 @@ use zone_api::ZoneDisruptionBudget;
 
 use super::admission::Eviction;
 use super::batch::{self, Assessment, Candidate};
-use super::judge::{Judge, Verdict, allowed, denied};
+use super::judge::Judge;
+use super::verdict::{Verdict, allowed, denied};
 use crate::metrics::reason;
 use crate::pods;
 

@@ -18,14 +18,13 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 use zone_api::ZoneDisruptionBudget;
 use zone_operator::{EventPublisher, NodeZones};
-use zone_topology::budget::Denial;
 
 use crate::metrics::{ZdbMetrics, reason};
-use crate::view;
 use crate::webhook::admission::Eviction;
 use crate::webhook::guess::BudgetGuesses;
 use crate::webhook::queue::BudgetQueues;
 use crate::webhook::recent::RecentBudgets;
+use crate::webhook::verdict::{Verdict, allowed, denied};
 
 /// Decisions one replica works on at once, at most; past it an eviction is refused at once (a
 /// 429 the client retries). Bounds the memory a burst can take: each decision holds a pod,
@@ -41,24 +40,6 @@ pub const MAX_IN_FLIGHT: usize = 64;
 /// bound a storm opened a connection for nearly every decision in flight. A drain's refusals take
 /// about one request each, a few milliseconds, so at 200 evictions/s a few slots are busy.
 pub const MAX_API_REQUESTS: usize = 16;
-
-/// The answer to one eviction.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
-    pub allowed: bool,
-    /// Metric label (bounded, see `metrics::reason`).
-    pub reason: &'static str,
-    /// The denial message, or a warning for an allowed eviction.
-    pub message: Option<String>,
-}
-
-pub(super) fn allowed(reason: &'static str) -> Verdict {
-    Verdict {
-        allowed: true,
-        reason,
-        message: None,
-    }
-}
 
 /// The pod as a decision keeps it while it waits: what the judgement reads (labels, times, node,
 /// phase and conditions), not its managed fields or containers.
@@ -81,13 +62,6 @@ fn lean(mut pod: Pod) -> Pod {
     pod
 }
 
-pub(super) fn denied(reason: &'static str, message: String) -> Verdict {
-    Verdict {
-        allowed: false,
-        reason,
-        message: Some(message),
-    }
-}
 /// What the judge reads and writes with.
 pub struct Judge {
     pub client: Client,
@@ -110,41 +84,6 @@ pub struct Judge {
     pub in_flight: Arc<tokio::sync::Semaphore>,
     /// Slots for the decisions' API requests ([`MAX_API_REQUESTS`]).
     pub api_requests: Arc<tokio::sync::Semaphore>,
-}
-
-/// The denial, naming the zone and what blocks it.
-pub fn denial_message(budget: &str, pod: &str, denial: &Denial) -> String {
-    let why = match denial {
-        Denial::OtherZoneDisrupted {
-            zone,
-            disrupted,
-            blocking: b,
-        } => format!(
-            "zone {disrupted} is disrupted ({}): evictions in zone {zone} must wait until it recovers",
-            view::blocking(b)
-        ),
-        Denial::ZoneBudgetExhausted {
-            zone,
-            max_unavailable,
-            blocking: b,
-        } => format!(
-            "zone {zone} already has {} of maxUnavailable {max_unavailable} pod(s) unavailable ({})",
-            b.unhealthy,
-            view::blocking(b)
-        ),
-        Denial::Frozen { .. } => {
-            "the budget is frozen (maxUnavailable 0): no voluntary eviction of its pods is allowed until maxUnavailable is raised".to_string()
-        }
-    };
-    format!("cannot evict pod {pod}: ZoneDisruptionBudget {budget}: {why}")
-}
-
-pub(super) fn denial_reason(denial: &Denial) -> &'static str {
-    match denial {
-        Denial::OtherZoneDisrupted { .. } => reason::OTHER_ZONE_DISRUPTED,
-        Denial::ZoneBudgetExhausted { .. } => reason::ZONE_BUDGET_EXHAUSTED,
-        Denial::Frozen { .. } => reason::FROZEN,
-    }
 }
 
 impl Judge {
@@ -331,7 +270,6 @@ mod tests {
     use kube::core::PartialObjectMeta;
     use kube::runtime::reflector;
     use std::time::Instant;
-    use zone_topology::Zone;
 
     /// An API server that accepts connections and never answers: the verdict is a 429 within
     /// the deadline, not the API server's webhook timeout (a 500 that ends a drain).
@@ -548,50 +486,5 @@ mod tests {
             (2..=MAX_API_REQUESTS).contains(&most),
             "{most} pod reads at once"
         );
-    }
-
-    #[test]
-    fn denials_name_the_zone_and_the_blocking_pods() {
-        let blocking = zone_topology::budget::ZoneBudget {
-            expected: 3,
-            healthy: 0,
-            unhealthy: 3,
-            blocking_pods: vec!["web-0".into(), "web-3".into()],
-            ..zone_topology::budget::ZoneBudget::default()
-        };
-        let message = denial_message(
-            "web",
-            "web-4",
-            &Denial::OtherZoneDisrupted {
-                zone: Zone::known("zone-b"),
-                disrupted: Zone::known("zone-a"),
-                blocking: blocking.clone(),
-            },
-        );
-        assert_eq!(
-            message,
-            "cannot evict pod web-4: ZoneDisruptionBudget web: zone zone-a is disrupted (web-0, web-3 evicted; 1 other pod(s) unavailable or missing): evictions in zone zone-b must wait until it recovers"
-        );
-        let message = denial_message(
-            "web",
-            "web-6",
-            &Denial::ZoneBudgetExhausted {
-                zone: Zone::known("zone-a"),
-                max_unavailable: 2,
-                blocking,
-            },
-        );
-        assert!(
-            message.contains("zone zone-a already has 3 of maxUnavailable 2"),
-            "{message}"
-        );
-        let frozen = Denial::Frozen {
-            zone: Zone::known("zone-a"),
-        };
-        assert_eq!(
-            denial_message("web", "web-6", &frozen),
-            "cannot evict pod web-6: ZoneDisruptionBudget web: the budget is frozen (maxUnavailable 0): no voluntary eviction of its pods is allowed until maxUnavailable is raised"
-        );
-        assert_eq!(denial_reason(&frozen), reason::FROZEN);
     }
 }

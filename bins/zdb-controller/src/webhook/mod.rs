@@ -17,6 +17,7 @@ pub mod judge;
 pub mod policy;
 pub mod queue;
 pub mod recent;
+mod verdict;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -258,7 +258,7 @@ impl Keeper {
             .iter()
             .map(|w| (w.name.clone(), Policy::of(w)))
             .collect();
-        let observed: Vec<Policy> = policies.iter().map(|(_, p)| *p).collect();
+        let observed: Vec<&str> = policies.iter().map(|(_, p)| p.as_str()).collect();
         self.metrics.failure_policies(&observed);
         if step(self.wanted, &policies, &Checks::ALL_GOOD) == Step::Done {
             return true;
@@ -356,8 +356,9 @@ impl Keeper {
             .await
         {
             Ok(config) => {
-                let observed: Vec<Policy> =
-                    config.webhooks.iter().flatten().map(Policy::of).collect();
+                let observed: Vec<&str> = (config.webhooks.iter().flatten())
+                    .map(|webhook| Policy::of(webhook).as_str())
+                    .collect();
                 self.metrics.failure_policies(&observed);
                 tracing::info!(config = %self.config_name, webhooks = ?names, "failurePolicy switched to Fail: this replica serves with a trusted certificate and synced caches");
                 true

@@ -25,7 +25,7 @@ use tokio::sync::oneshot;
 use zone_api::ZoneDisruptionBudget;
 
 use super::batch::Candidate;
-use super::judge::Verdict;
+use super::verdict::Verdict;
 use crate::metrics::ZdbMetrics;
 
 /// Evictions of one budget queued or in a batch, at most: half of the decisions a replica works
