@@ -139,6 +139,10 @@ chart-check: chart-tools ## The chart renders what config/ renders, object by ob
 	$(HELM) lint --strict $(CHART)
 	python3 mk/chart-check.py --helm $(HELM) --kubectl $(CHART_KUBECTL)
 
+.PHONY: import-cycles
+import-cycles: ## The import cycles between the modules of each crate (bins/, crates/), and their count
+	python3 mk/import-cycles.py
+
 # The repository the released image is pushed to; install.yaml and the chart pin it by digest.
 RELEASE_IMAGE ?= ghcr.io/zone-aware-controllers/zone-aware-controllers
 
