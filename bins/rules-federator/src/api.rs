@@ -7,17 +7,17 @@ use std::time::Instant;
 
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
-use axum::{Extension, Json, Router};
+use axum::{Extension, Router};
 use futures::{FutureExt, StreamExt};
-use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
 use zone_rules::{MergeOptions, RulesQuery, parse_rules_query};
 
 use crate::answer::{self, Answer};
 use crate::cli::PartialResponse;
 use crate::endpoints::Endpoints;
+use crate::envelope::error;
 use crate::fetch::Fetcher;
 use crate::flight::{Flights, Joined};
 use crate::guard::Caller;
@@ -58,15 +58,6 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/api/v1/rules", get(rules))
         .route("/api/v1/alerts", get(alerts))
         .with_state(api)
-}
-
-/// Prometheus's error envelope with its status code.
-pub(crate) fn error(code: StatusCode, error_type: &str, message: &str) -> Response {
-    (
-        code,
-        Json(json!({"status": "error", "errorType": error_type, "error": message})),
-    )
-        .into_response()
 }
 
 fn pairs(query: Option<&str>) -> Vec<(String, String)> {

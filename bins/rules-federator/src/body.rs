@@ -6,7 +6,7 @@
 use axum::body::Bytes;
 use http_body_util::BodyExt;
 
-use crate::fetch::FetchError;
+use crate::fetch_error::FetchError;
 
 /// How much of one backend's answer is read, at most: a broken or hostile backend (a 200 MB
 /// answer, a gzip bomb) costs the federator these many bytes, not all its memory.

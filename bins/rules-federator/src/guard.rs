@@ -14,7 +14,7 @@ use http_body_util::BodyExt;
 use tokio::sync::Semaphore;
 use zone_operator::auth::{Decision, KubeAuth};
 
-use crate::api::error;
+use crate::envelope::error;
 
 /// What a client refused for load or an API-server hiccup is told to wait, in seconds: a merge
 /// takes a fraction of that.

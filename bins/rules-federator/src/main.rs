@@ -3,6 +3,9 @@
 //! and deduplicated by `zone-rules`. Stateless: every replica serves.
 #![forbid(unsafe_code)]
 
+/// The name in the user agent and the runtime's logs.
+pub(crate) const NAME: &str = "rules-federator";
+
 mod answer;
 mod api;
 #[cfg(test)]
@@ -11,7 +14,9 @@ mod body;
 mod cli;
 mod connector;
 mod endpoints;
+mod envelope;
 mod fetch;
+mod fetch_error;
 mod flight;
 mod guard;
 mod merge;

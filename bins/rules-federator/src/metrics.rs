@@ -201,7 +201,7 @@ impl FederatorMetrics {
 pub(crate) fn served_metric_families() -> std::collections::BTreeSet<String> {
     use zone_operator::metrics::{Profile, register_common};
     let registry = Registry::new();
-    register_common(&registry, crate::serve::NAME, Profile::Server)
+    register_common(&registry, crate::NAME, Profile::Server)
         .expect("the runtime's metrics register");
     let metrics = FederatorMetrics::register(&registry).expect("the federator metrics register");
     let endpoint = "http://prometheus-0.prometheus:9090";
@@ -267,8 +267,7 @@ mod tests {
 #[test]
 fn every_metric_the_mixin_reads_is_served() {
     let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    let check =
-        zone_monitoring::mixin::check_served(root, crate::serve::NAME, &served_metric_families());
+    let check = zone_monitoring::mixin::check_served(root, crate::NAME, &served_metric_families());
     if let Err(message) = check {
         panic!("{message}");
     }

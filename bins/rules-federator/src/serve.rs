@@ -15,6 +15,7 @@ use zone_operator::tls::{CertValidity, SelfSigned};
 use zone_operator::{Readiness, Runtime, RuntimeError, Serving, Shutdown};
 use zone_rules::MergeOptions;
 
+use crate::NAME;
 use crate::api::{self, Api};
 use crate::body::BodyCaps;
 use crate::cli::{Args, Auth, Scheme};
@@ -26,9 +27,6 @@ use crate::guard::{self, Guard};
 use crate::merge::Cores;
 use crate::metrics::FederatorMetrics;
 use crate::token::{self, BearerToken, TokenError};
-
-/// The name in the user agent and the runtime's logs.
-pub(crate) const NAME: &str = "rules-federator";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
