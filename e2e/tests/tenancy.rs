@@ -128,6 +128,19 @@ fn spec(extra: Value) -> Value {
     spec
 }
 
+/// What the editor may read in `namespace` ([`readable_by`]), asserted to hold neither the
+/// victim's nor the sharing namespace's password.
+async fn no_foreign_password_readable(editor: &Client, namespace: &str) -> String {
+    let readable = readable_by(editor, namespace).await;
+    for password in [VICTIM_PASSWORD, SHARED_PASSWORD] {
+        assert!(
+            !readable.contains(password),
+            "{password} readable by the editor"
+        );
+    }
+    readable
+}
+
 /// Everything the editor may read in its namespace, as text: Secrets (data decoded),
 /// ConfigMaps, Events and the ShardedPrometheus.
 async fn readable_by(editor: &Client, namespace: &str) -> String {
@@ -330,14 +343,8 @@ async fn every_foreign_object_refused(
         config.contains(OWN_PASSWORD),
         "the tenant's own credential is used"
     );
-    let readable = readable_by(editor, t).await;
+    let readable = no_foreign_password_readable(editor, t).await;
     assert!(readable.contains(OWN_PASSWORD), "the reading itself works");
-    for password in [VICTIM_PASSWORD, SHARED_PASSWORD] {
-        assert!(
-            !readable.contains(password),
-            "{password} readable by the editor"
-        );
-    }
 }
 
 /// `s` consents (a Role granting its Secret too): within the review cache's 30 s its monitor and
@@ -492,13 +499,7 @@ async fn references_name_the_tenants_own_secrets(
         }
     })
     .await;
-    let readable = readable_by(editor, t).await;
-    for password in [VICTIM_PASSWORD, SHARED_PASSWORD] {
-        assert!(
-            !readable.contains(password),
-            "{password} readable by the editor"
-        );
-    }
+    no_foreign_password_readable(editor, t).await;
 }
 
 /// A PrometheusRule whose expression nests 100,000 deep (200 KB; unchecked, it overflows the
@@ -781,19 +782,12 @@ async fn zau_marks_only_the_update_revision(cluster: &Cluster) {
     let mut attempt = 0;
     let message = wait_for("the zau-controller policy in force", TIMEOUT, || {
         attempt += 1;
-        let as_zau = &as_zau;
-        let other = format!("rolled-other-{attempt}");
+        let (as_zau, other) = (&as_zau, format!("rolled-other-{attempt}"));
         async move {
-            let mut set = as_zau.get("rolled").await.map_err(|e| e.to_string())?;
-            if let Some(status) = set.status.as_mut() {
-                status.current_revision = Some(other);
-            }
-            denied_by(
-                policy,
-                as_zau
-                    .replace_status("rolled", &Default::default(), &set)
-                    .await,
-            )
+            let edit = |status: &mut k8s_openapi::api::apps::v1::StatefulSetStatus| {
+                status.current_revision = Some(other.clone());
+            };
+            denied_by(policy, write_status(as_zau, edit).await)
         }
     })
     .await;
