@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use prometheus::core::Collector;
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
@@ -12,6 +13,11 @@ const PREFIX: &str = "zone_aware_federator";
 
 /// The API handlers (the `handler` label).
 pub const HANDLERS: [&str; 2] = ["rules", "alerts"];
+
+/// One backend's answer, and the merge of all of them.
+const BACKEND_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
 
 /// An API answer takes one backend round-trip and a merge: tens of milliseconds, seconds for
 /// hundreds of backends; past the clients' timeouts (30 s) nobody waits for it.
@@ -29,106 +35,77 @@ pub struct FederatorMetrics {
     shared: IntCounterVec,
 }
 
+/// Creates and registers one of the federator's metrics: its name and help, stated once, become
+/// its options (under [`PREFIX`]); `new` makes the metric of them with its labels and buckets.
+fn family<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    name: &'static str,
+    help: &str,
+    new: impl FnOnce(Opts) -> prometheus::Result<C>,
+) -> Result<C, MetricsError> {
+    create(registry, name, new(Opts::new(name, help).namespace(PREFIX)))
+}
+
 impl FederatorMetrics {
     pub fn register(registry: &Registry) -> Result<Self, MetricsError> {
-        let buckets = vec![
-            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-        ];
         let metrics = Self {
-            endpoint_seconds: create(
+            endpoint_seconds: family(
                 registry,
                 "endpoint_request_duration_seconds",
-                HistogramVec::new(
-                    HistogramOpts::new(
-                        "endpoint_request_duration_seconds",
-                        "Time to get one backend's rules, by backend.",
+                "Time to get one backend's rules, by backend.",
+                |o| {
+                    HistogramVec::new(
+                        HistogramOpts::from(o).buckets(BACKEND_BUCKETS.to_vec()),
+                        &["endpoint"],
                     )
-                    .namespace(PREFIX)
-                    .buckets(buckets.clone()),
-                    &["endpoint"],
-                ),
+                },
             )?,
-            endpoint_errors: create(
+            endpoint_errors: family(
                 registry,
                 "endpoint_errors_total",
-                IntCounterVec::new(
-                    Opts::new(
-                        "endpoint_errors_total",
-                        "Backend requests that gave nothing, by backend and reason (timeout, connect, status, bad_json, backend_error, url).",
-                    )
-                    .namespace(PREFIX),
-                    &["endpoint", "reason"],
-                ),
+                "Backend requests that gave nothing, by backend and reason (timeout, connect, status, bad_json, backend_error, url).",
+                |o| IntCounterVec::new(o, &["endpoint", "reason"]),
             )?,
-            merge_seconds: create(
+            merge_seconds: family(
                 registry,
                 "merge_duration_seconds",
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "merge_duration_seconds",
-                        "Time to merge, deduplicate and filter the backends' answers.",
-                    )
-                    .namespace(PREFIX)
-                    .buckets(buckets),
-                ),
+                "Time to merge, deduplicate and filter the backends' answers.",
+                |o| Histogram::with_opts(HistogramOpts::from(o).buckets(BACKEND_BUCKETS.to_vec())),
             )?,
-            served: create(
+            served: family(
                 registry,
                 "served",
-                IntGaugeVec::new(
-                    Opts::new(
-                        "served",
-                        "Groups and rules in the last answer, by kind (groups, rules, alerts).",
-                    )
-                    .namespace(PREFIX),
-                    &["kind"],
-                ),
+                "Groups and rules in the last answer, by kind (groups, rules, alerts).",
+                |o| IntGaugeVec::new(o, &["kind"]),
             )?,
-            requests: create(
+            requests: family(
                 registry,
                 "requests_total",
-                IntCounterVec::new(
-                    Opts::new("requests_total", "API requests by handler and HTTP status.")
-                        .namespace(PREFIX),
-                    &["handler", "code"],
-                ),
+                "API requests by handler and HTTP status.",
+                |o| IntCounterVec::new(o, &["handler", "code"]),
             )?,
-            request_seconds: create(
+            request_seconds: family(
                 registry,
                 "request_duration_seconds",
-                HistogramVec::new(
-                    HistogramOpts::new(
-                        "request_duration_seconds",
-                        "Time to answer one API request, by handler, until the answer starts.",
+                "Time to answer one API request, by handler, until the answer starts.",
+                |o| {
+                    HistogramVec::new(
+                        HistogramOpts::from(o).buckets(REQUEST_BUCKETS.to_vec()),
+                        &["handler"],
                     )
-                    .namespace(PREFIX)
-                    .buckets(REQUEST_BUCKETS.to_vec()),
-                    &["handler"],
-                ),
+                },
             )?,
-            partial: create(
+            partial: family(
                 registry,
                 "partial_responses_total",
-                IntCounterVec::new(
-                    Opts::new(
-                        "partial_responses_total",
-                        "Successful API answers missing at least one backend (it gave nothing; the answer's warnings name it), by handler.",
-                    )
-                    .namespace(PREFIX),
-                    &["handler"],
-                ),
+                "Successful API answers missing at least one backend (it gave nothing; the answer's warnings name it), by handler.",
+                |o| IntCounterVec::new(o, &["handler"]),
             )?,
-            shared: create(
+            shared: family(
                 registry,
                 "shared_requests_total",
-                IntCounterVec::new(
-                    Opts::new(
-                        "shared_requests_total",
-                        "API requests answered by a merge another identical request started, by handler.",
-                    )
-                    .namespace(PREFIX),
-                    &["handler"],
-                ),
+                "API requests answered by a merge another identical request started, by handler.",
+                |o| IntCounterVec::new(o, &["handler"]),
             )?,
         };
         // Every handler's series exist before its first request.

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use prometheus::core::Collector;
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
 use zone_api::ZoneDisruptionBudgetStatus;
 use zone_operator::metrics::{MetricsError, create};
@@ -61,127 +62,79 @@ pub struct ZdbMetrics {
     failure_policy: IntGaugeVec,
 }
 
+/// Creates and registers one of this binary's metrics: its name and help, stated once, become
+/// its options (under [`PREFIX`]); `new` makes the metric of them (with its labels or buckets).
+fn family<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    name: &'static str,
+    help: &str,
+    new: impl FnOnce(Opts) -> prometheus::Result<C>,
+) -> Result<C, MetricsError> {
+    create(registry, name, new(Opts::new(name, help).namespace(PREFIX)))
+}
+
 impl ZdbMetrics {
     pub fn register(registry: &Registry) -> Result<Self, MetricsError> {
         let metrics = Self {
-            shed: create(
+            shed: family(
                 registry,
                 "webhook_shed_total",
-                IntCounterVec::new(
-                    Opts::new(
-                        "webhook_shed_total",
-                        "Evictions refused at once under overload, by why: InFlight (too many decisions in this replica), QueueFull or NoTimeLeft (the budget's queue of evictions to record).",
-                    )
-                    .namespace(PREFIX),
-                    &["why"],
-                ),
+                "Evictions refused at once under overload, by why: InFlight (too many decisions in this replica), QueueFull or NoTimeLeft (the budget's queue of evictions to record).",
+                |o| IntCounterVec::new(o, &["why"]),
             )?,
-            conflict_retries: create(
+            conflict_retries: family(
                 registry,
                 "webhook_conflict_retries_total",
-                prometheus::IntCounter::with_opts(
-                    Opts::new(
-                        "webhook_conflict_retries_total",
-                        "Status writes of a batch of allowed evictions that lost to another writer (another replica, the status controller); the batch is decided again on the winner's version.",
-                    )
-                    .namespace(PREFIX),
-                ),
+                "Status writes of a batch of allowed evictions that lost to another writer (another replica, the status controller); the batch is decided again on the winner's version.",
+                prometheus::IntCounter::with_opts,
             )?,
-            batch_size: create(
+            batch_size: family(
                 registry,
                 "webhook_batch_size",
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "webhook_batch_size",
-                        "Evictions recorded by one successful status write (group commit).",
-                    )
-                    .namespace(PREFIX)
-                    .buckets(BATCH_BUCKETS.to_vec()),
-                ),
+                "Evictions recorded by one successful status write (group commit).",
+                |o| Histogram::with_opts(HistogramOpts::from(o).buckets(BATCH_BUCKETS.to_vec())),
             )?,
-            queue_depth: create(
+            queue_depth: family(
                 registry,
                 "webhook_queue_depth",
-                IntGaugeVec::new(
-                    Opts::new(
-                        "webhook_queue_depth",
-                        "Evictions of a budget waiting for (or in) its next status write in this replica.",
-                    )
-                    .namespace(PREFIX),
-                    &["namespace", "name"],
-                ),
+                "Evictions of a budget waiting for (or in) its next status write in this replica.",
+                |o| IntGaugeVec::new(o, &["namespace", "name"]),
             )?,
-            decisions: create(
+            decisions: family(
                 registry,
                 "webhook_decisions_total",
-                IntCounterVec::new(
-                    Opts::new(
-                        "webhook_decisions_total",
-                        "Eviction admission decisions, by result (allowed, denied) and reason.",
-                    )
-                    .namespace(PREFIX),
-                    &["result", "reason"],
-                ),
+                "Eviction admission decisions, by result (allowed, denied) and reason.",
+                |o| IntCounterVec::new(o, &["result", "reason"]),
             )?,
-            latency: create(
+            latency: family(
                 registry,
                 "webhook_duration_seconds",
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "webhook_duration_seconds",
-                        "Time to answer one eviction AdmissionReview.",
-                    )
-                    .namespace(PREFIX)
-                    .buckets(LATENCY_BUCKETS.to_vec()),
-                ),
+                "Time to answer one eviction AdmissionReview.",
+                |o| Histogram::with_opts(HistogramOpts::from(o).buckets(LATENCY_BUCKETS.to_vec())),
             )?,
-            allowed: create(
+            allowed: family(
                 registry,
                 "disruptions_allowed",
-                IntGaugeVec::new(
-                    Opts::new(
-                        "disruptions_allowed",
-                        "Evictions a ZoneDisruptionBudget allows now, per zone.",
-                    )
-                    .namespace(PREFIX),
-                    &["namespace", "name", "zone"],
-                ),
+                "Evictions a ZoneDisruptionBudget allows now, per zone.",
+                |o| IntGaugeVec::new(o, &["namespace", "name", "zone"]),
             )?,
-            shadow_denials: create(
+            shadow_denials: family(
                 registry,
                 "shadow_denials_total",
-                IntCounterVec::new(
-                    Opts::new(
-                        "shadow_denials_total",
-                        "Evictions allowed only because the budget is in shadow mode (spec.dryRun).",
-                    )
-                    .namespace(PREFIX),
-                    &["namespace", "name"],
-                ),
+                "Evictions allowed only because the budget is in shadow mode (spec.dryRun).",
+                |o| IntCounterVec::new(o, &["namespace", "name"]),
             )?,
-            failure_policy: create(
+            failure_policy: family(
                 registry,
                 "webhook_failure_policy",
-                IntGaugeVec::new(
-                    Opts::new(
-                        "webhook_failure_policy",
-                        "Webhooks of the eviction webhook configuration at each failurePolicy (Fail, Ignore), as this replica last read it; Ignore above 0 for long means budgets are skipped whenever a call fails.",
-                    )
-                    .namespace(PREFIX),
-                    &["policy"],
-                ),
+                "Webhooks of the eviction webhook configuration at each failurePolicy (Fail, Ignore), as this replica last read it; Ignore above 0 for long means budgets are skipped whenever a call fails.",
+                |o| IntGaugeVec::new(o, &["policy"]),
             )?,
-            unavailable: create(
+            unavailable: family(
                 registry,
                 "unavailable_pods",
-                IntGaugeVec::new(
-                    Opts::new(
-                        "unavailable_pods",
-                        "Pods a ZoneDisruptionBudget counts as disrupted per zone: unhealthy, missing or evicted and not yet replaced (status.currentUnhealthy); above 0 the zone is disrupted and evictions elsewhere wait.",
-                    )
-                    .namespace(PREFIX),
-                    &["namespace", "name", "zone"],
-                ),
+                "Pods a ZoneDisruptionBudget counts as disrupted per zone: unhealthy, missing or evicted and not yet replaced (status.currentUnhealthy); above 0 the zone is disrupted and evictions elsewhere wait.",
+                |o| IntGaugeVec::new(o, &["namespace", "name", "zone"]),
             )?,
         };
         // Closed label sets: their series exist at 0 before the first shed or configuration read.
