@@ -16,6 +16,7 @@ pub mod apply;
 pub mod audit;
 pub mod cluster;
 pub mod deploy;
+pub mod fixture;
 pub mod helm;
 pub mod identity;
 pub mod installed;

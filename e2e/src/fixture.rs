@@ -1,0 +1,192 @@
+//! What the tests of the custom resources share: server-side apply of an object, waiting for a
+//! resource's status (a predicate, the observed generation, a named condition), and a
+//! controller watching the test's namespace.
+//!
+//! Each test file keeps a fixture of its own for the state it alone holds (its workloads, its
+//! processes); the reading and waiting are these functions, over any resource with a status.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube::core::object::HasStatus;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use zone_api::conditions::Conditions;
+
+use crate::localstack::free_port;
+use crate::process::{ControllerProcess, namespace_args};
+use crate::wait_for;
+
+/// Server-side applies `object` (typed, or JSON with its apiVersion, kind and metadata.name) as
+/// `manager`, forcing conflicts (a test owns its objects): the object as the API server stored it.
+pub async fn apply<K>(
+    api: &Api<K>,
+    name: &str,
+    manager: &str,
+    object: &(impl Serialize + Debug),
+) -> K
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    api.patch(
+        name,
+        &PatchParams::apply(manager).force(),
+        &Patch::Apply(object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying {name}: {e}"))
+}
+
+/// The status of `object`, or the empty status while the controller has written none.
+pub fn status_of<K>(object: &K) -> K::Status
+where
+    K: HasStatus,
+    K::Status: Clone + Default,
+{
+    object.status().cloned().unwrap_or_default()
+}
+
+/// Polls the object `name` until `check` accepts it (it returns the state it saw while not), and
+/// returns it; panics after `timeout` naming `what` and the last state seen (or the last read's
+/// error).
+pub async fn wait_object<K>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&K) -> Result<(), String>,
+) -> K
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    wait_for(what, timeout, || async {
+        let object = api.get(name).await.map_err(|e| e.to_string())?;
+        check(&object)?;
+        Ok(object)
+    })
+    .await
+}
+
+/// Polls the object `name` until `check` accepts it and its status (the empty status while it
+/// has none), and returns it; the last status seen, as JSON, is in the panic after `timeout`.
+pub async fn wait_status<K>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&K, &K::Status) -> bool,
+) -> K
+where
+    K: HasStatus + Clone + DeserializeOwned + Debug,
+    K::Status: Clone + Default + Serialize,
+{
+    wait_object(api, name, what, timeout, |object| {
+        let status = status_of(object);
+        if check(object, &status) {
+            Ok(())
+        } else {
+            Err(serde_json::to_string(&status).unwrap_or_else(|e| e.to_string()))
+        }
+    })
+    .await
+}
+
+/// Polls the object `name` until the controller observed `generation` (the status says so) and
+/// `check` accepts it, and returns it.
+pub async fn wait_observed<K>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    generation: i64,
+    timeout: Duration,
+    check: impl Fn(&K) -> Result<(), String>,
+) -> K
+where
+    K: HasStatus + Clone + DeserializeOwned + Debug,
+    K::Status: Conditions,
+{
+    wait_object(api, name, what, timeout, |object| {
+        let observed = object.status().and_then(|s| s.generation()).unwrap_or(0);
+        if observed != generation {
+            return Err(format!("observed generation {observed}"));
+        }
+        check(object)
+    })
+    .await
+}
+
+/// A status condition a test waits for: its type, status and reason.
+#[derive(Debug, Clone, Copy)]
+pub struct Wanted<'a> {
+    pub type_: &'a str,
+    pub status: &'a str,
+    pub reason: &'a str,
+}
+
+impl<'a> Wanted<'a> {
+    /// The condition `type_` True with `reason`.
+    pub fn true_with(type_: &'a str, reason: &'a str) -> Wanted<'a> {
+        Wanted {
+            type_,
+            status: "True",
+            reason,
+        }
+    }
+}
+
+/// Polls the object `name` until the controller observed `generation` and the condition
+/// `wanted` is set, its message accepted by `message`, and returns the object; the last
+/// condition seen is in the panic after `timeout`.
+pub async fn wait_condition<K>(
+    api: &Api<K>,
+    name: &str,
+    generation: i64,
+    wanted: Wanted<'_>,
+    timeout: Duration,
+    message: impl Fn(&str) -> bool,
+) -> K
+where
+    K: HasStatus + Clone + DeserializeOwned + Debug,
+    K::Status: Conditions,
+{
+    let what = format!("{} {} ({})", wanted.type_, wanted.status, wanted.reason);
+    wait_observed(api, name, &what, generation, timeout, |object| match object
+        .status()
+        .and_then(|s| s.condition(wanted.type_))
+    {
+        Some(c)
+            if c.status == wanted.status && c.reason == wanted.reason && message(&c.message) =>
+        {
+            Ok(())
+        }
+        other => Err(format!("{other:?}")),
+    })
+    .await
+}
+
+/// `binary` (a controller of this workspace) watching only `namespace`, without leader election,
+/// serving its metrics on `listen`, with the environment `env`.
+pub fn controller(
+    binary: &str,
+    namespace: &str,
+    listen: &str,
+    env: &[(&str, String)],
+) -> ControllerProcess {
+    let mut args = namespace_args(namespace, false);
+    args.extend(["--listen-address".to_string(), listen.to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ControllerProcess::start(binary, &args, env)
+}
+
+/// [`controller`] with its metrics on a free port of 127.0.0.1: the process and the port.
+pub fn controller_on_free_port(
+    binary: &str,
+    namespace: &str,
+    env: &[(&str, String)],
+) -> (ControllerProcess, u16) {
+    let port = free_port();
+    let process = controller(binary, namespace, &format!("127.0.0.1:{port}"), env);
+    (process, port)
+}
