@@ -8,16 +8,13 @@
 use std::time::Duration;
 
 use e2e::deploy::{
-    Overlay, TestDeploy, apply_samples, dynamic_api, identities, make, status_of,
+    Identity, Overlay, TestDeploy, apply_samples, dynamic_api, identities, make, status_of,
     wait_for_sample_budget, wait_for_sample_sprom,
 };
 use e2e::identity::{self, ServiceAccountIdentity};
 use e2e::{Cluster, TestNamespace, pods, wait_for};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -26,6 +23,9 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 const IMG: &str = "registry.invalid/zone-aware-controllers:e2e";
+
+#[path = "deploy/rbac.rs"]
+mod rbac;
 
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
@@ -41,6 +41,51 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
 
     let objects = deployment.manifests();
     let ids = identities(&objects);
+    manifests_are_namespaced_or_unique_and_hold_no_crd(&ids, &namespace, &suffix);
+    deploy_creates_every_object(&deployment, &client, &ids).await;
+    editors_change_and_viewers_read_the_three_kinds(&client, &victim.name).await;
+    controllers_run_twice_on_kwok_nodes_in_two_zones(&client, &namespace, &suffix).await;
+    let webhook_name = format!("zone-aware-eviction-webhook-{suffix}");
+    webhook_calls_the_zdb_service(&client, &namespace, &suffix, &webhook_name).await;
+    let victim_pods = webhook_that_never_served_blocks_no_eviction(&victim, &webhook_name).await;
+
+    // A user object that must survive undeploy.
+    let zau = dynamic_api(
+        &client,
+        "zonecontrol.k8s.aws/v1",
+        "ZoneAwareUpdate",
+        Some(&victim.name),
+    )
+    .await;
+    let user_object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "zonecontrol.k8s.aws/v1",
+        "kind": "ZoneAwareUpdate",
+        "metadata": {"name": "survivor"},
+        "spec": {"statefulset": "web"},
+    }))
+    .unwrap();
+    zau.create(&PostParams::default(), &user_object)
+        .await
+        .unwrap();
+
+    deployment
+        .undeploy_webhook_first(&client, &ids, &webhook_name)
+        .await;
+    undeploy_keeps_only_the_crds_and_user_objects(&client, &ids, &namespace, &zau).await;
+    // With the webhook configuration gone, evictions in the victim namespace still work.
+    victim_pods
+        .evict("victim-2", &EvictParams::default())
+        .await
+        .unwrap();
+}
+
+/// The rendered manifests hold every kind deploy needs and no CRD; the namespaced objects are in
+/// the deploy's namespace and the cluster-scoped ones carry the test's suffix.
+fn manifests_are_namespaced_or_unique_and_hold_no_crd(
+    ids: &[Identity],
+    namespace: &str,
+    suffix: &str,
+) {
     let kinds: Vec<&str> = ids.iter().map(|(_, k, _, _)| k.as_str()).collect();
     for kind in [
         "Namespace",
@@ -60,37 +105,45 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
         !kinds.contains(&"CustomResourceDefinition"),
         "deploy's manifests must not hold the CRDs (undeploy would delete them)"
     );
-    for (_, kind, ns, name) in &ids {
+    for (_, kind, ns, name) in ids {
         if kind != "Namespace"
             && kind != "ClusterRole"
             && kind != "ClusterRoleBinding"
             && kind != "ValidatingWebhookConfiguration"
         {
-            assert_eq!(ns.as_deref(), Some(namespace.as_str()), "{kind}/{name}");
+            assert_eq!(ns.as_deref(), Some(namespace), "{kind}/{name}");
         } else if kind != "Namespace" {
             assert!(
-                name.ends_with(&suffix),
+                name.ends_with(suffix),
                 "{kind}/{name} is not unique to the test"
             );
         }
     }
+}
 
-    // Deploy: server-side apply by the real API server (schema validation, PodSecurity admission
-    // of the `restricted` namespace label against the pods' securityContext).
+/// Deploy: server-side apply by the real API server (schema validation, PodSecurity admission
+/// of the `restricted` namespace label against the pods' securityContext).
+async fn deploy_creates_every_object(
+    deployment: &TestDeploy<'_>,
+    client: &Client,
+    ids: &[Identity],
+) {
     let output = deployment.make("deploy");
     assert!(output.contains("serverside-applied"), "{output}");
-    for (api_version, kind, ns, name) in &ids {
-        let api = dynamic_api(&client, api_version, kind, ns.as_deref()).await;
+    for (api_version, kind, ns, name) in ids {
+        let api = dynamic_api(client, api_version, kind, ns.as_deref()).await;
         assert!(
             api.get_opt(name).await.unwrap().is_some(),
             "{kind}/{name} was not created"
         );
     }
+}
 
-    // Namespace editors may create and change the three kinds, viewers only read them: the
-    // aggregated ClusterRoles reach the built-in `edit` and `view` (the controller manager's
-    // aggregation controller fills them in, so this polls).
-    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &victim.name);
+/// Namespace editors may create and change the three kinds, viewers only read them: the
+/// aggregated ClusterRoles reach the built-in `edit` and `view` (the controller manager's
+/// aggregation controller fills them in, so this polls).
+async fn editors_change_and_viewers_read_the_three_kinds(client: &Client, victim: &str) {
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), victim);
     for (user, role) in [("alice", "edit"), ("bob", "view")] {
         let binding: RoleBinding = serde_json::from_value(json!({
             "metadata": {"name": format!("{user}-{role}")},
@@ -103,32 +156,14 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
             .await
             .unwrap();
     }
-    let here = Some(victim.name.as_str());
-    let user_cases = [
-        ("alice", "create", "zoneawareupdates", here, true),
-        ("alice", "update", "zonedisruptionbudgets", here, true),
-        ("alice", "delete", "shardedprometheuses", here, true),
-        (
-            "alice",
-            "create",
-            "zoneawareupdates",
-            Some("some-app"),
-            false,
-        ),
-        ("alice", "update", "shardedprometheuses/status", here, false),
-        ("bob", "list", "zonedisruptionbudgets", here, true),
-        ("bob", "get", "shardedprometheuses/status", here, true),
-        ("bob", "watch", "zoneawareupdates", here, true),
-        ("bob", "create", "zonedisruptionbudgets", here, false),
-        ("bob", "delete", "shardedprometheuses", here, false),
-    ];
     wait_for(
         "the aggregated roles in edit and view",
         Duration::from_secs(60),
         || async {
             let mut wrong = Vec::new();
-            for (user, verb, resource, ns, expected) in user_cases {
-                if user_allowed(&client, user, verb, resource, ns).await != expected {
+            for (user, verb, resource, scope, expected) in rbac::USER_CASES {
+                let ns = scope.namespace(victim);
+                if rbac::user_allowed(client, user, verb, resource, ns).await != *expected {
                     wrong.push(format!(
                         "{user} {verb} {resource} in {ns:?}: not {expected}"
                     ));
@@ -142,11 +177,17 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
         },
     )
     .await;
+}
 
-    // The controllers' pods are scheduled onto the kwok nodes, one zone each at most twice.
-    let nodes = e2e::nodes::zones(&client, "type=kwok").await;
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
-    let pod_api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+/// The controllers' pods are scheduled onto the kwok nodes, one zone each at most twice.
+async fn controllers_run_twice_on_kwok_nodes_in_two_zones(
+    client: &Client,
+    namespace: &str,
+    suffix: &str,
+) {
+    let nodes = e2e::nodes::zones(client, "type=kwok").await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let pod_api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     for binary in e2e::deploy::controllers() {
         let name = format!("{binary}-{suffix}");
         let deployment = deployments.get(&name).await.unwrap();
@@ -188,11 +229,17 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
             Some(&[format!("/{binary}")][..])
         );
     }
+}
 
-    // The webhook configuration points at the Service, which selects the zdb pods' webhook port.
+/// The webhook configuration points at the Service, which selects the zdb pods' webhook port.
+async fn webhook_calls_the_zdb_service(
+    client: &Client,
+    namespace: &str,
+    suffix: &str,
+    webhook_name: &str,
+) {
     let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let webhook_name = format!("zone-aware-eviction-webhook-{suffix}");
-    let configuration = webhooks.get(&webhook_name).await.unwrap();
+    let configuration = webhooks.get(webhook_name).await.unwrap();
     let webhook = &configuration.webhooks.as_ref().unwrap()[0];
     let service_ref = webhook.client_config.service.as_ref().unwrap();
     assert_eq!(service_ref.name, format!("zdb-webhook-{suffix}"));
@@ -203,7 +250,7 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
     assert_eq!(webhook.failure_policy.as_deref(), Some("Ignore"));
     assert_eq!(webhook.side_effects, "NoneOnDryRun");
     assert_eq!(webhook.timeout_seconds, Some(5));
-    let service = Api::<Service>::namespaced(client.clone(), &namespace)
+    let service = Api::<Service>::namespaced(client.clone(), namespace)
         .get(&service_ref.name)
         .await
         .unwrap();
@@ -219,6 +266,7 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
         Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("webhook".into()))
     );
     // The zdb container receives the renamed objects' names.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let zdb = deployments
         .get(&format!("zdb-controller-{suffix}"))
         .await
@@ -232,12 +280,21 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
             .position(|a| a == flag)
             .map(|i| args[i + 1].clone())
     };
-    assert_eq!(after("--webhook-config-name"), Some(webhook_name.clone()));
+    assert_eq!(
+        after("--webhook-config-name"),
+        Some(webhook_name.to_string())
+    );
     assert_eq!(after("--service-name"), Some(service_ref.name.clone()));
+}
 
-    // The webhook is live for the victim namespace only. Its pods never serve (kwok runs no
-    // image: a deploy whose image cannot start), so no replica moves the configuration to Fail
-    // and evictions there keep working: the API server's failed call is ignored.
+/// The webhook is live for the victim namespace only. Its pods never serve (kwok runs no
+/// image: a deploy whose image cannot start), so no replica moves the configuration to Fail
+/// and evictions there keep working: the API server's failed call is ignored. Returns the
+/// victim namespace's pods, `victim-2` still to evict.
+async fn webhook_that_never_served_blocks_no_eviction(
+    victim: &TestNamespace,
+    webhook_name: &str,
+) -> Api<Pod> {
     let victim_pods: Api<Pod> = victim.api();
     for name in ["victim", "victim-2"] {
         let pod: Pod = serde_json::from_value(json!({
@@ -264,7 +321,8 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
         .evict("victim", &EvictParams::default())
         .await
         .expect("a deploy whose webhook never served blocks no eviction");
-    let configuration = webhooks.get(&webhook_name).await.unwrap();
+    let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(victim.client.clone());
+    let configuration = webhooks.get(webhook_name).await.unwrap();
     assert_eq!(
         configuration.webhooks.as_ref().unwrap()[0]
             .failure_policy
@@ -272,31 +330,19 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
         Some("Ignore"),
         "no replica served, so none may have moved the policy to Fail"
     );
+    victim_pods
+}
 
-    // A user object that must survive undeploy.
-    let zau = dynamic_api(
-        &client,
-        "zonecontrol.k8s.aws/v1",
-        "ZoneAwareUpdate",
-        Some(&victim.name),
-    )
-    .await;
-    let user_object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "zonecontrol.k8s.aws/v1",
-        "kind": "ZoneAwareUpdate",
-        "metadata": {"name": "survivor"},
-        "spec": {"statefulset": "web"},
-    }))
-    .unwrap();
-    zau.create(&PostParams::default(), &user_object)
-        .await
-        .unwrap();
-
-    deployment
-        .undeploy_webhook_first(&client, &ids, &webhook_name)
-        .await;
-    for (api_version, kind, ns, name) in &ids {
-        let api = dynamic_api(&client, api_version, kind, ns.as_deref()).await;
+/// Undeploy removed every deployed object and the namespace, never the CRDs nor the users'
+/// objects (`zau` holds the survivor).
+async fn undeploy_keeps_only_the_crds_and_user_objects(
+    client: &Client,
+    ids: &[Identity],
+    namespace: &str,
+    zau: &Api<DynamicObject>,
+) {
+    for (api_version, kind, ns, name) in ids {
+        let api = dynamic_api(client, api_version, kind, ns.as_deref()).await;
         assert!(
             api.get_opt(name).await.unwrap().is_none(),
             "{kind}/{name} survived undeploy"
@@ -304,7 +350,7 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
     }
     assert!(
         Api::<Namespace>::all(client.clone())
-            .get_opt(&namespace)
+            .get_opt(namespace)
             .await
             .unwrap()
             .is_none(),
@@ -323,99 +369,6 @@ async fn deploy_applies_and_undeploy_removes_webhook_first_never_crds() {
         zau.get_opt("survivor").await.unwrap().is_some(),
         "user object deleted"
     );
-    // With the webhook configuration gone, evictions in the victim namespace still work.
-    victim_pods
-        .evict("victim-2", &EvictParams::default())
-        .await
-        .unwrap();
-}
-
-/// `(verb, group, resource[/subresource], namespace, name, expected to be allowed)`.
-type AccessCase<'a> = (
-    &'a str,
-    &'a str,
-    &'a str,
-    Option<&'a str>,
-    Option<&'a str>,
-    bool,
-);
-
-/// Whether the user `user` (no groups but `system:authenticated`) may `verb` the
-/// `zonecontrol.k8s.aws` resource, asked through a SubjectAccessReview.
-async fn user_allowed(
-    client: &Client,
-    user: &str,
-    verb: &str,
-    resource: &str,
-    namespace: Option<&str>,
-) -> bool {
-    let (resource, subresource) = match resource.split_once('/') {
-        Some((r, s)) => (r, Some(s.to_string())),
-        None => (resource, None),
-    };
-    let review = SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: Some(user.into()),
-            groups: Some(vec!["system:authenticated".into()]),
-            resource_attributes: Some(ResourceAttributes {
-                verb: Some(verb.into()),
-                group: Some("zonecontrol.k8s.aws".into()),
-                resource: Some(resource.into()),
-                subresource,
-                namespace: namespace.map(str::to_string),
-                ..ResourceAttributes::default()
-            }),
-            ..SubjectAccessReviewSpec::default()
-        },
-        ..SubjectAccessReview::default()
-    };
-    let answer = Api::<SubjectAccessReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await
-        .unwrap();
-    answer.status.unwrap().allowed
-}
-
-/// Whether `identity` may `verb` the resource, asked through a SubjectAccessReview.
-async fn allowed(
-    client: &Client,
-    identity: &ServiceAccountIdentity,
-    verb: &str,
-    group: &str,
-    resource: &str,
-    namespace: Option<&str>,
-    name: Option<&str>,
-) -> bool {
-    let (resource, subresource) = match resource.split_once('/') {
-        Some((r, s)) => (r, Some(s.to_string())),
-        None => (resource, None),
-    };
-    let review = SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: Some(identity.username()),
-            groups: Some(vec![
-                "system:serviceaccounts".into(),
-                format!("system:serviceaccounts:{}", identity.namespace),
-                "system:authenticated".into(),
-            ]),
-            resource_attributes: Some(ResourceAttributes {
-                verb: Some(verb.into()),
-                group: Some(group.into()),
-                resource: Some(resource.into()),
-                subresource,
-                namespace: namespace.map(str::to_string),
-                name: name.map(str::to_string),
-                ..ResourceAttributes::default()
-            }),
-            ..SubjectAccessReviewSpec::default()
-        },
-        ..SubjectAccessReview::default()
-    };
-    let answer = Api::<SubjectAccessReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await
-        .unwrap();
-    answer.status.unwrap().allowed
 }
 
 #[tokio::test]
@@ -424,453 +377,23 @@ async fn deploy_rbac_grants_exactly_the_designed_verbs_zau_zdb_shard_federator()
     let cluster = Cluster::get();
     let ns = TestNamespace::create(&cluster, "deploy-rbac").await;
     let client = ns.client.clone();
-    let other = Some("some-app");
-    let own = Some(ns.name.as_str());
 
     let zau =
         ServiceAccountIdentity::create(&cluster, "zau-controller", &ns.name, &[], &[], |_| {});
-    let zau_cases: &[AccessCase] = &[
-        (
-            "watch",
-            "zonecontrol.k8s.aws",
-            "zoneawareupdates",
-            None,
-            None,
-            true,
-        ),
-        (
-            "patch",
-            "zonecontrol.k8s.aws",
-            "zoneawareupdates/status",
-            other,
-            None,
-            true,
-        ),
-        (
-            "update",
-            "zonecontrol.k8s.aws",
-            "zoneawareupdates/status",
-            other,
-            None,
-            true,
-        ),
-        (
-            "update",
-            "zonecontrol.k8s.aws",
-            "zoneawareupdates",
-            other,
-            None,
-            false,
-        ),
-        ("watch", "apps", "statefulsets", None, None, true),
-        ("update", "apps", "statefulsets/status", other, None, true),
-        ("update", "apps", "statefulsets", other, None, false),
-        ("patch", "apps", "statefulsets", other, None, false),
-        ("watch", "", "pods", None, None, true),
-        ("create", "", "pods/eviction", other, None, true),
-        ("delete", "", "pods", other, None, false),
-        ("list", "", "nodes", None, None, true),
-        ("create", "events.k8s.io", "events", other, None, true),
-        ("patch", "events.k8s.io", "events", other, None, true),
-        ("create", "coordination.k8s.io", "leases", own, None, true),
-        (
-            "update",
-            "coordination.k8s.io",
-            "leases",
-            own,
-            Some("zau-controller"),
-            true,
-        ),
-        (
-            "update",
-            "coordination.k8s.io",
-            "leases",
-            own,
-            Some("someone-else"),
-            false,
-        ),
-        (
-            "get",
-            "coordination.k8s.io",
-            "leases",
-            other,
-            Some("zau-controller"),
-            false,
-        ),
-        ("get", "", "secrets", own, Some("zdb-webhook-tls"), false),
-        (
-            "watch",
-            "zonecontrol.k8s.aws",
-            "zonedisruptionbudgets",
-            None,
-            None,
-            false,
-        ),
-    ];
     let zdb =
         ServiceAccountIdentity::create(&cluster, "zdb-controller", &ns.name, &[], &[], |_| {});
-    let zdb_cases: &[AccessCase] = &[
-        (
-            "watch",
-            "zonecontrol.k8s.aws",
-            "zonedisruptionbudgets",
-            None,
-            None,
-            true,
-        ),
-        (
-            "update",
-            "zonecontrol.k8s.aws",
-            "zonedisruptionbudgets/status",
-            other,
-            None,
-            true,
-        ),
-        (
-            "patch",
-            "zonecontrol.k8s.aws",
-            "zonedisruptionbudgets/status",
-            other,
-            None,
-            true,
-        ),
-        (
-            "update",
-            "zonecontrol.k8s.aws",
-            "zonedisruptionbudgets",
-            other,
-            None,
-            false,
-        ),
-        ("watch", "", "pods", None, None, true),
-        ("create", "", "pods/eviction", other, None, false),
-        ("delete", "", "pods", other, None, false),
-        ("get", "apps", "replicasets", other, None, true),
-        ("get", "apps", "deployments/scale", other, None, true),
-        ("get", "apps", "statefulsets/scale", other, None, true),
-        ("get", "example.com", "widgets/scale", other, None, true),
-        ("update", "apps", "deployments/scale", other, None, false),
-        ("list", "", "nodes", None, None, true),
-        ("create", "events.k8s.io", "events", other, None, true),
-        ("create", "coordination.k8s.io", "leases", own, None, true),
-        (
-            "update",
-            "coordination.k8s.io",
-            "leases",
-            own,
-            Some("zdb-controller"),
-            true,
-        ),
-        ("create", "", "secrets", own, None, true),
-        ("get", "", "secrets", own, Some("zdb-webhook-tls"), true),
-        ("update", "", "secrets", own, Some("zdb-webhook-tls"), true),
-        ("get", "", "secrets", own, Some("other-secret"), false),
-        ("get", "", "secrets", other, Some("zdb-webhook-tls"), false),
-        ("list", "", "secrets", own, None, false),
-        (
-            "patch",
-            "admissionregistration.k8s.io",
-            "validatingwebhookconfigurations",
-            None,
-            Some("zone-aware-eviction-webhook"),
-            true,
-        ),
-        (
-            "patch",
-            "admissionregistration.k8s.io",
-            "validatingwebhookconfigurations",
-            None,
-            Some("another-webhook"),
-            false,
-        ),
-        (
-            "delete",
-            "admissionregistration.k8s.io",
-            "validatingwebhookconfigurations",
-            None,
-            Some("zone-aware-eviction-webhook"),
-            false,
-        ),
-        // The failurePolicy switch reads its own configuration (and no list of all of them) and
-        // its own pod's Ready condition.
-        (
-            "get",
-            "admissionregistration.k8s.io",
-            "validatingwebhookconfigurations",
-            None,
-            Some("zone-aware-eviction-webhook"),
-            true,
-        ),
-        (
-            "list",
-            "admissionregistration.k8s.io",
-            "validatingwebhookconfigurations",
-            None,
-            None,
-            false,
-        ),
-        ("get", "", "pods", own, None, true),
-    ];
-    let mut wrong = Vec::new();
     let shard =
         ServiceAccountIdentity::create(&cluster, "shard-controller", &ns.name, &[], &[], |_| {});
-    let shard_cases: &[AccessCase] = &[
-        (
-            "watch",
-            "zonecontrol.k8s.aws",
-            "shardedprometheuses",
-            None,
-            None,
-            true,
-        ),
-        (
-            "patch",
-            "zonecontrol.k8s.aws",
-            "shardedprometheuses/status",
-            other,
-            None,
-            true,
-        ),
-        (
-            "update",
-            "zonecontrol.k8s.aws",
-            "shardedprometheuses",
-            other,
-            None,
-            false,
-        ),
-        (
-            "patch",
-            "zonecontrol.k8s.aws",
-            "shardedprometheuses",
-            other,
-            None,
-            false,
-        ),
-        ("watch", "apps", "statefulsets", None, None, true),
-        ("patch", "apps", "statefulsets", other, None, true),
-        ("delete", "apps", "statefulsets", other, None, true),
-        ("update", "apps", "statefulsets/status", other, None, false),
-        ("patch", "", "configmaps", other, None, true),
-        ("delete", "", "services", other, None, true),
-        // ConfigMaps: the rule-file children, and every ConfigMap watched (metadata) and read
-        // where a monitor or spec.ruleFiles references one. Writes only by server-side apply.
-        ("get", "", "configmaps", other, None, true),
-        ("list", "", "configmaps", None, None, true),
-        ("watch", "", "configmaps", None, None, true),
-        ("delete", "", "configmaps", other, None, true),
-        ("update", "", "configmaps", other, None, false),
-        ("deletecollection", "", "configmaps", other, None, false),
-        // Secrets: each shard's prometheus.yml holds the monitors' credentials, inlined from the
-        // Secrets the monitors reference in their namespaces (read, and watched as metadata).
-        ("get", "", "secrets", other, None, true),
-        ("list", "", "secrets", None, None, true),
-        ("watch", "", "secrets", None, None, true),
-        ("create", "", "secrets", other, None, true),
-        ("patch", "", "secrets", other, None, true),
-        ("delete", "", "secrets", other, None, true),
-        ("update", "", "secrets", other, None, false),
-        ("deletecollection", "", "secrets", other, None, false),
-        // No way from there to other credentials: no tokens, no exec.
-        ("create", "", "serviceaccounts/token", other, None, false),
-        ("create", "", "pods/exec", other, None, false),
-        // Namespaces: what the namespace selectors select, read only.
-        ("list", "", "namespaces", None, None, true),
-        ("watch", "", "namespaces", None, None, true),
-        ("patch", "", "namespaces", None, None, false),
-        ("delete", "", "namespaces", None, None, false),
-        // prometheus-operator's objects: read, never written.
-        (
-            "get",
-            "monitoring.coreos.com",
-            "servicemonitors",
-            other,
-            None,
-            true,
-        ),
-        (
-            "list",
-            "monitoring.coreos.com",
-            "podmonitors",
-            None,
-            None,
-            true,
-        ),
-        (
-            "watch",
-            "monitoring.coreos.com",
-            "prometheusrules",
-            None,
-            None,
-            true,
-        ),
-        (
-            "watch",
-            "monitoring.coreos.com",
-            "scrapeconfigs",
-            None,
-            None,
-            true,
-        ),
-        (
-            "update",
-            "monitoring.coreos.com",
-            "servicemonitors",
-            other,
-            None,
-            false,
-        ),
-        (
-            "delete",
-            "monitoring.coreos.com",
-            "podmonitors",
-            other,
-            None,
-            false,
-        ),
-        (
-            "patch",
-            "monitoring.coreos.com",
-            "prometheusrules",
-            other,
-            None,
-            false,
-        ),
-        (
-            "create",
-            "monitoring.coreos.com",
-            "scrapeconfigs",
-            other,
-            None,
-            false,
-        ),
-        (
-            "list",
-            "monitoring.coreos.com",
-            "prometheuses",
-            None,
-            None,
-            false,
-        ),
-        ("list", "", "nodes", None, None, true),
-        ("patch", "", "nodes", None, None, false),
-        // Its Prometheus pods are read (the ConfigLoaded prober) and annotated with their
-        // configuration's digest (so the kubelet copies a changed Secret at once), never
-        // deleted or created.
-        ("list", "", "pods", None, None, true),
-        ("watch", "", "pods", other, None, true),
-        ("patch", "", "pods", other, None, true),
-        ("get", "", "pods", other, None, false),
-        ("delete", "", "pods", other, None, false),
-        ("create", "", "pods", other, None, false),
-        ("create", "", "pods/exec", other, None, false),
-        (
-            "create",
-            "authorization.k8s.io",
-            "subjectaccessreviews",
-            None,
-            None,
-            true,
-        ),
-        ("create", "events.k8s.io", "events", other, None, true),
-        ("create", "coordination.k8s.io", "leases", own, None, true),
-        (
-            "update",
-            "coordination.k8s.io",
-            "leases",
-            own,
-            Some("shard-controller"),
-            true,
-        ),
-        (
-            "update",
-            "coordination.k8s.io",
-            "leases",
-            own,
-            Some("zau-controller"),
-            false,
-        ),
-        (
-            "watch",
-            "zonecontrol.k8s.aws",
-            "zoneawareupdates",
-            None,
-            None,
-            false,
-        ),
-    ];
     let federator =
         ServiceAccountIdentity::create(&cluster, "rules-federator", &ns.name, &[], &[], |_| {});
-    let federator_cases: &[AccessCase] = &[
-        ("list", "", "pods", other, None, true),
-        ("watch", "", "pods", None, None, true),
-        ("get", "", "pods", other, None, false),
-        ("delete", "", "pods", other, None, false),
-        ("get", "", "secrets", other, None, false),
-        // --tls-self-signed-secret: its serving certificate's Secret, and no other.
-        ("create", "", "secrets", own, None, true),
-        ("get", "", "secrets", own, Some("rules-federator-tls"), true),
-        (
-            "update",
-            "",
-            "secrets",
-            own,
-            Some("rules-federator-tls"),
-            true,
-        ),
-        (
-            "delete",
-            "",
-            "secrets",
-            own,
-            Some("rules-federator-tls"),
-            false,
-        ),
-        ("get", "", "secrets", own, Some("zdb-webhook-tls"), false),
-        ("list", "", "secrets", own, None, false),
-        ("list", "", "configmaps", other, None, false),
-        ("create", "coordination.k8s.io", "leases", own, None, false),
-        // --auth=kubernetes: each caller's token and permission reviewed.
-        (
-            "create",
-            "authentication.k8s.io",
-            "tokenreviews",
-            None,
-            None,
-            true,
-        ),
-        (
-            "create",
-            "authorization.k8s.io",
-            "subjectaccessreviews",
-            None,
-            None,
-            true,
-        ),
-        (
-            "watch",
-            "zonecontrol.k8s.aws",
-            "shardedprometheuses",
-            None,
-            None,
-            false,
-        ),
-    ];
+    let mut wrong = Vec::new();
     for (identity, cases) in [
-        (&zau, zau_cases),
-        (&zdb, zdb_cases),
-        (&shard, shard_cases),
-        (&federator, federator_cases),
+        (&zau, rbac::ZAU_CASES),
+        (&zdb, rbac::ZDB_CASES),
+        (&shard, rbac::SHARD_CASES),
+        (&federator, rbac::FEDERATOR_CASES),
     ] {
-        for (verb, group, resource, namespace, name, expected) in cases {
-            let got = allowed(&client, identity, verb, group, resource, *namespace, *name).await;
-            if got != *expected {
-                wrong.push(format!(
-                    "{} {verb} {group}/{resource} ns={namespace:?} name={name:?}: allowed={got}, want {expected}",
-                    identity.service_account
-                ));
-            }
-        }
+        wrong.extend(rbac::differences(&client, identity, cases, &ns.name).await);
     }
     assert!(
         wrong.is_empty(),
@@ -943,80 +466,7 @@ async fn deploy_samples_reach_their_status_zau_zdb_sprom() {
     apply_samples(&cluster, &ns.name);
 
     // The controllers, as their ServiceAccounts with the shipped RBAC.
-    let aws = cluster.var("AWS_ENDPOINT_URL").unwrap_or_default();
-    let zau_args = [
-        "--leader-elect=false",
-        "--listen-address",
-        "127.0.0.1:0",
-        "--lease-namespace",
-        ns.name.as_str(),
-    ];
-    let zdb_args = [
-        "--leader-elect=false",
-        "--listen-address",
-        "127.0.0.1:0",
-        "--webhook-address",
-        "127.0.0.1:0",
-        "--lease-namespace",
-        ns.name.as_str(),
-    ];
-    let env = [
-        ("AWS_ENDPOINT_URL", aws),
-        ("AWS_REGION", "us-east-1".to_string()),
-        ("AWS_ACCESS_KEY_ID", "test".to_string()),
-        ("AWS_SECRET_ACCESS_KEY", "test".to_string()),
-    ];
-    let zau_identity = ServiceAccountIdentity::create(
-        &cluster,
-        "zau-controller",
-        &ns.name,
-        &zau_args,
-        &env,
-        |_| {},
-    );
-    let zdb_identity = ServiceAccountIdentity::create(
-        &cluster,
-        "zdb-controller",
-        &ns.name,
-        &zdb_args,
-        &env,
-        |_| {},
-    );
-    let _zau = e2e::process::ControllerProcess::start_as(
-        "zau-controller",
-        &zau_args,
-        &env,
-        Some(zau_identity),
-    );
-    let _zdb = e2e::process::ControllerProcess::start_as(
-        "zdb-controller",
-        &zdb_args,
-        &env,
-        Some(zdb_identity),
-    );
-    let shard_args = [
-        "--leader-elect=false",
-        "--listen-address",
-        "127.0.0.1:0",
-        "--lease-namespace",
-        ns.name.as_str(),
-        "--watch-namespace",
-        ns.name.as_str(),
-    ];
-    let shard_identity = ServiceAccountIdentity::create(
-        &cluster,
-        "shard-controller",
-        &ns.name,
-        &shard_args,
-        &[],
-        |_| {},
-    );
-    let _shard = e2e::process::ControllerProcess::start_as(
-        "shard-controller",
-        &shard_args,
-        &[],
-        Some(shard_identity),
-    );
+    let _controllers = start_the_controllers_as_their_service_accounts(&cluster, &ns.name);
 
     let zdbs = dynamic_api(
         &client,
@@ -1038,7 +488,77 @@ async fn deploy_samples_reach_their_status_zau_zdb_sprom() {
     .await;
     wait_for_sample_sprom(&sproms).await;
 
-    // A new revision of the sample StatefulSet is rolled out zone by zone to completion.
+    sample_statefulset_rolls_out_to_completion(&ns).await;
+}
+
+/// The zau, zdb and shard controllers started as their ServiceAccounts with the shipped RBAC,
+/// leases in `ns` (the shard controller watching only `ns`); they stop when dropped.
+fn start_the_controllers_as_their_service_accounts(
+    cluster: &Cluster,
+    ns: &str,
+) -> [e2e::process::ControllerProcess; 3] {
+    let aws = cluster.var("AWS_ENDPOINT_URL").unwrap_or_default();
+    let zau_args = [
+        "--leader-elect=false",
+        "--listen-address",
+        "127.0.0.1:0",
+        "--lease-namespace",
+        ns,
+    ];
+    let zdb_args = [
+        "--leader-elect=false",
+        "--listen-address",
+        "127.0.0.1:0",
+        "--webhook-address",
+        "127.0.0.1:0",
+        "--lease-namespace",
+        ns,
+    ];
+    let env = [
+        ("AWS_ENDPOINT_URL", aws),
+        ("AWS_REGION", "us-east-1".to_string()),
+        ("AWS_ACCESS_KEY_ID", "test".to_string()),
+        ("AWS_SECRET_ACCESS_KEY", "test".to_string()),
+    ];
+    let zau_identity =
+        ServiceAccountIdentity::create(cluster, "zau-controller", ns, &zau_args, &env, |_| {});
+    let zdb_identity =
+        ServiceAccountIdentity::create(cluster, "zdb-controller", ns, &zdb_args, &env, |_| {});
+    let zau = e2e::process::ControllerProcess::start_as(
+        "zau-controller",
+        &zau_args,
+        &env,
+        Some(zau_identity),
+    );
+    let zdb = e2e::process::ControllerProcess::start_as(
+        "zdb-controller",
+        &zdb_args,
+        &env,
+        Some(zdb_identity),
+    );
+    let shard_args = [
+        "--leader-elect=false",
+        "--listen-address",
+        "127.0.0.1:0",
+        "--lease-namespace",
+        ns,
+        "--watch-namespace",
+        ns,
+    ];
+    let shard_identity =
+        ServiceAccountIdentity::create(cluster, "shard-controller", ns, &shard_args, &[], |_| {});
+    let shard = e2e::process::ControllerProcess::start_as(
+        "shard-controller",
+        &shard_args,
+        &[],
+        Some(shard_identity),
+    );
+    [zau, zdb, shard]
+}
+
+/// A new revision of the sample StatefulSet is rolled out zone by zone to completion.
+async fn sample_statefulset_rolls_out_to_completion(ns: &TestNamespace) {
+    let client = ns.client.clone();
     let sets = dynamic_api(&client, "apps/v1", "StatefulSet", Some(&ns.name)).await;
     let patch =
         json!({"spec": {"template": {"metadata": {"annotations": {"sample/revision": "2"}}}}});
