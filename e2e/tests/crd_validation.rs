@@ -57,11 +57,22 @@ fn refused(manifest: Value, field: &'static str, says: &'static str) -> Refusal 
 
 /// One row per kind of invalid spec the schema catches.
 fn invalid_specs() -> Vec<Refusal> {
-    let zones =
-        |values: Value| move |s: &mut Value| s["shardingStrategy"]["topology"]["values"] = values;
-    let many_zones: Vec<String> = (0..65).map(|i| format!("zone-{i}")).collect();
+    let mut rows = invalid_zau_specs();
+    rows.extend(invalid_zdb_specs());
+    rows.extend(sprom_specs_out_of_the_schema_bounds());
+    rows.extend(sprom_specs_refused_by_cel_rules());
+    rows.extend(more_sprom_specs_refused_by_cel_rules());
+    rows
+}
+
+/// Sets the topology sharding's zones of a ShardedPrometheus spec.
+fn zones(values: Value) -> impl FnOnce(&mut Value) {
+    move |s: &mut Value| s["shardingStrategy"]["topology"]["values"] = values
+}
+
+/// ZoneAwareUpdate
+fn invalid_zau_specs() -> Vec<Refusal> {
     vec![
-        // ZoneAwareUpdate
         refused(
             zau("no-statefulset", json!({"maxUnavailable": 1})),
             "spec.statefulset",
@@ -128,7 +139,12 @@ fn invalid_specs() -> Vec<Refusal> {
             "spec.exponentialFactor",
             "a decimal number of at least 1",
         ),
-        // ZoneDisruptionBudget
+    ]
+}
+
+/// ZoneDisruptionBudget
+fn invalid_zdb_specs() -> Vec<Refusal> {
+    vec![
         refused(
             zdb("no-selector", json!({"maxUnavailable": 1})),
             "spec.selector",
@@ -186,7 +202,13 @@ fn invalid_specs() -> Vec<Refusal> {
             "spec.maxUnavailable",
             "an integer from 0 to 2147483647 or a percentage",
         ),
-        // ShardedPrometheus: bounds of the schema itself
+    ]
+}
+
+/// ShardedPrometheus: bounds of the schema itself
+fn sprom_specs_out_of_the_schema_bounds() -> Vec<Refusal> {
+    let many_zones: Vec<String> = (0..65).map(|i| format!("zone-{i}")).collect();
+    vec![
         refused(
             sprom("no-shard", |s| s["shards"] = json!(0)),
             "spec.shards",
@@ -231,7 +253,12 @@ fn invalid_specs() -> Vec<Refusal> {
             "spec.shardingStrategy.topology.values",
             "must have at most 64 items",
         ),
-        // ShardedPrometheus: CEL rules
+    ]
+}
+
+/// ShardedPrometheus: CEL rules
+fn sprom_specs_refused_by_cel_rules() -> Vec<Refusal> {
+    vec![
         refused(
             sprom("no-zone", |s| s["shardingStrategy"] = json!({})),
             "spec.shardingStrategy.topology.values",
@@ -312,6 +339,12 @@ fn invalid_specs() -> Vec<Refusal> {
             "spec.scrapeConfigs[0].job_name",
             "must be a non-empty string",
         ),
+    ]
+}
+
+/// ShardedPrometheus: CEL rules, continued
+fn more_sprom_specs_refused_by_cel_rules() -> Vec<Refusal> {
+    vec![
         refused(
             sprom("scrape-config-not-object", |s| {
                 s["scrapeConfigs"] = json!(["pods"])
