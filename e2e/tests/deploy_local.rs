@@ -22,8 +22,8 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
 use serde_json::json;
 
 /// The holder of the Lease of `controller` in `namespace`: the one Lease whose holder is one of
@@ -76,24 +76,7 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
     let suffix = victim.suffix().to_string();
     let namespace = format!("e2e-deployed-{suffix}");
     let controllers = e2e::deploy::controllers();
-    let watch_only_victim = controllers
-        .iter()
-        .map(|controller| {
-            format!(
-                r#"- target:
-    kind: Deployment
-    name: {}
-  patch: |-
-    - op: add
-      path: /spec/template/spec/containers/0/args/-
-      value: {}={}
-"#,
-                controller,
-                e2e::deploy::namespace_flag(controller),
-                victim.name
-            )
-        })
-        .collect::<String>();
+    let watch_only_victim = watch_only(&controllers, &victim.name);
     let overlay = Overlay::new("config/local", &suffix, &victim.name, &watch_only_victim);
     let mut deployment = TestDeploy::new(&cluster, overlay, &namespace, &image);
     let ids = identities(&deployment.manifests());
@@ -103,43 +86,10 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
     let real = e2e::real::nodes(&client).await;
     assert_eq!(real.len(), 3, "one real node per zone: {real:?}");
     let deployed_pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
     let mut controller_pods = BTreeMap::new();
     for controller in controllers.iter().map(String::as_str) {
-        let selector = format!("app.kubernetes.io/name={controller}");
-        let ready =
-            pods::wait_available(&deployed_pods, &selector, 2, Duration::from_secs(120)).await;
-        let zones: BTreeSet<&String> = ready.iter().map(|p| &real[node_of(p)]).collect();
-        assert_eq!(zones.len(), 2, "{controller} replicas in two zones");
-        let spec = ready[0].spec.as_ref().unwrap();
-        let container = &spec.containers[0];
-        assert_eq!(container.image.as_deref(), Some(image.as_str()));
-        assert_eq!(container.image_pull_policy.as_deref(), Some("Never"));
-        assert!(container.liveness_probe.is_some() && container.readiness_probe.is_some());
-        let security = container.security_context.as_ref().unwrap();
-        assert_eq!(security.read_only_root_filesystem, Some(true));
-        assert_eq!(security.allow_privilege_escalation, Some(false));
-        let pod_security = spec.security_context.as_ref().unwrap();
-        assert_eq!(pod_security.run_as_non_root, Some(true));
-        assert_eq!(pod_security.run_as_user, Some(65532));
-        // The Deployment's status follows its pods' readiness a moment later.
-        let name = format!("{controller}-{suffix}");
-        wait_for(
-            &format!("{controller}'s Deployment to count 2 ready replicas"),
-            Duration::from_secs(30),
-            || async {
-                let ready = deployments
-                    .get(&name)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .status
-                    .and_then(|status| status.ready_replicas);
-                if ready == Some(2) {
-                    Ok(())
-                } else {
-                    Err(format!("readyReplicas {ready:?}"))
-                }
-            },
+        let ready = controller_ready_on_real_nodes_as_shipped(
+            &client, &namespace, &suffix, controller, &image, &real,
         )
         .await;
         controller_pods.insert(controller, ready);
@@ -147,275 +97,26 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
 
     // One replica of each leader-elected controller holds its Lease.
     let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
-    for controller in controllers
-        .iter()
-        .map(String::as_str)
-        .filter(|c| e2e::deploy::is_leader_elected(c))
-    {
-        let holder = wait_for(
-            &format!("{controller}'s lease held"),
-            Duration::from_secs(60),
-            || lease_holder(&leases, controller),
-        )
-        .await;
-        assert!(
-            controller_pods[controller]
-                .iter()
-                .any(|p| p.metadata.name.as_ref() == Some(&holder)),
-            "{holder} is a pod of {controller}"
-        );
-    }
+    leaders_hold_their_leases(&leases, &controllers, &controller_pods).await;
 
-    // Self-signed mode: the caBundle of the webhook is the CA of the Secret the replicas share
-    // (the Secret is not a rendered object: its name carries no suffix).
     let webhook_name = format!("zone-aware-eviction-webhook-{suffix}");
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
-    let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    wait_for(
-        "the caBundle patched from the Secret",
-        Duration::from_secs(60),
-        || async {
-            let secret = secrets
-                .get("zdb-webhook-tls")
-                .await
-                .map_err(|e| e.to_string())?;
-            let ca = secret
-                .data
-                .and_then(|d| d.get("ca.crt").cloned())
-                .ok_or("no ca.crt")?;
-            let configuration = webhooks
-                .get(&webhook_name)
-                .await
-                .map_err(|e| e.to_string())?;
-            let bundle = configuration.webhooks.unwrap()[0]
-                .client_config
-                .ca_bundle
-                .clone();
-            if bundle.as_ref() == Some(&ca) {
-                Ok(())
-            } else {
-                Err("caBundle differs".to_string())
-            }
-        },
-    )
-    .await;
-
-    // Shipped at Ignore, the configuration reaches Fail by itself once a replica serves with the
-    // trusted certificate, synced caches and a Ready pod.
-    let serving = std::time::Instant::now();
-    wait_for(
-        "the failurePolicy moved to Fail by a replica",
-        Duration::from_secs(120),
-        || async {
-            let configuration = webhooks
-                .get(&webhook_name)
-                .await
-                .map_err(|e| e.to_string())?;
-            match configuration.webhooks.unwrap()[0].failure_policy.as_deref() {
-                Some("Fail") => Ok(()),
-                other => Err(format!("failurePolicy {other:?}")),
-            }
-        },
-    )
-    .await;
-    eprintln!(
-        "failurePolicy Fail {:?} after the caBundle was set",
-        serving.elapsed()
-    );
+    self_signed_webhook_moves_to_fail_once_served(&client, &namespace, &webhook_name).await;
 
     // The samples reach their status under the deployed controllers (their pods are on kwok).
-    apply_samples(&cluster, &victim.name);
-    let zdbs = dynamic_api(
-        &client,
-        "zonecontrol.k8s.aws/v1",
-        "ZoneDisruptionBudget",
-        Some(&victim.name),
-    )
-    .await;
-    let zaus = dynamic_api(
-        &client,
-        "zonecontrol.k8s.aws/v1",
-        "ZoneAwareUpdate",
-        Some(&victim.name),
-    )
-    .await;
-    wait_for_sample_budget(&zdbs).await;
-    wait_for_sample_zau(&zaus).await;
+    let (zdbs, zaus) = samples_reach_their_status(&cluster, &victim).await;
 
-    // Kill the zau-controller leader: its standby takes the Lease.
-    let leader = lease_holder(&leases, "zau-controller").await.unwrap();
-    let standby = controller_pods["zau-controller"]
-        .iter()
-        .find(|p| p.metadata.name.as_ref() != Some(&leader))
-        .unwrap()
-        .clone();
-    let standby_name = standby.metadata.name.clone().unwrap();
-    let standby_ip = standby.status.unwrap().pod_ip.unwrap();
-    // No replacement pod until the standby holds the lease: it must be the standby that takes it.
-    // One pod fewer than now: once the leader is gone the quota is full.
-    let deployed_count = deployed_pods
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .len();
-    let no_replacement = PodQuota::hold_in(
-        Api::namespaced(client.clone(), &namespace),
-        deployed_count - 1,
-    )
-    .await;
-    deployed_pods
-        .delete(
-            &leader,
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..DeleteParams::default()
-            },
-        )
-        .await
-        .unwrap();
-    wait_for(
-        "the standby holding the zau lease",
-        Duration::from_secs(60),
-        || async {
-            match lease_holder(&leases, "zau-controller").await? {
-                holder if holder == standby_name => Ok(()),
-                holder => Err(format!("held by {holder}")),
-            }
-        },
-    )
-    .await;
-    no_replacement.release().await;
-
-    // A StatefulSet of real pods, its ZDB and ZAU; then a new revision rolled by the standby.
-    let sets: Api<StatefulSet> = victim.api();
-    sets.create(
-        &PostParams::default(),
-        &real_statefulset("real", &real_nodes),
-    )
-    .await
-    .unwrap();
-    for (kind, api, spec) in [
-        (
-            "ZoneDisruptionBudget",
-            &zdbs,
-            json!({"selector": {"matchLabels": {"app": "real"}}, "maxUnavailable": 1}),
-        ),
-        (
-            "ZoneAwareUpdate",
-            &zaus,
-            json!({"statefulset": "real", "maxUnavailable": 1, "exponentialFactor": "1.0", "ignoreAlarm": true}),
-        ),
-    ] {
-        let object = serde_json::from_value(json!({
-            "apiVersion": "zonecontrol.k8s.aws/v1",
-            "kind": kind,
-            "metadata": {"name": "real"},
-            "spec": spec,
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &object).await.unwrap();
-    }
-    let victim_pods: Api<Pod> = victim.api();
-    let before = pods::wait_available(&victim_pods, "app=real", 6, Duration::from_secs(120)).await;
-    let zone_of_pod: BTreeMap<String, String> = before
-        .iter()
-        .map(|p| (p.metadata.name.clone().unwrap(), real[node_of(p)].clone()))
-        .collect();
-    let per_zone: BTreeMap<&String, usize> =
-        zone_of_pod.values().fold(BTreeMap::new(), |mut m, z| {
-            *m.entry(z).or_default() += 1;
-            m
-        });
-    assert_eq!(per_zone.values().collect::<Vec<_>>(), [&2, &2, &2]);
-    wait_for("the real ZDB's status", Duration::from_secs(60), || async {
-        let status = status_of(&zdbs, "real").await?;
-        if status["currentHealthy"] == json!({"zone-a": 2, "zone-b": 2, "zone-c": 2}) {
-            Ok(())
-        } else {
-            Err(status.to_string())
-        }
-    })
-    .await;
-    let patch = json!({"spec": {"template": {"metadata": {"annotations": {"e2e/revision": "2"}}}}});
-    let before_patch = sets.get_status("real").await.unwrap().status.unwrap();
-    sets.patch("real", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    let update = wait_for(
-        "the StatefulSet's new revision",
-        Duration::from_secs(30),
-        || async {
-            let status = sets
-                .get_status("real")
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default();
-            match status.update_revision {
-                Some(update) if Some(&update) != before_patch.update_revision.as_ref() => {
-                    Ok(update)
-                }
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
-    wait_for(
-        "the ZAU rolled every real pod",
-        Duration::from_secs(300),
-        || async {
-            let status = status_of(&zaus, "real").await?;
-            let update = update.as_str();
-            let updated = pods::ready_at_revision(&victim_pods, "app=real", update).await?;
-            if updated == 6
-                && status["updateRevision"] == update
-                && status["currentRevision"] == update
-            {
-                Ok(())
-            } else {
-                Err(format!("updated {updated}/6, status {status}"))
-            }
-        },
-    )
-    .await;
-    // The audit log: every real pod evicted once, zone by zone, by the deployed controller's
-    // ServiceAccount from the standby pod's address.
-    let events = audit::read(std::path::Path::new(&cluster.var("E2E_AUDIT_LOG").unwrap()));
-    let (evicted, deleted): (Vec<&audit::AuditEvent>, Vec<&audit::AuditEvent>) =
-        audit::removals(&events, &victim.name)
-            .filter(|e| {
-                let name = &e.object_ref.as_ref().unwrap().name;
-                zone_of_pod.contains_key(name) && e.succeeded()
-            })
-            .partition(|e| e.verb == "create");
-    // Deletions are the kubelets finishing the evicted pods' termination, nobody else's.
-    for event in &deleted {
-        assert!(
-            event.user.username.starts_with("system:node:"),
-            "a pod deleted by {}",
-            event.user.username
-        );
-    }
-    let order: Vec<String> = evicted
-        .iter()
-        .map(|e| zone_of_pod[&e.object_ref.as_ref().unwrap().name].clone())
-        .collect();
-    assert_eq!(evicted.len(), 6, "each real pod evicted once: {order:?}");
-    let mut sorted = order.clone();
-    sorted.sort();
-    assert_eq!(order, sorted, "zone by zone");
-    for event in &evicted {
-        assert_eq!(
-            event.user.username,
-            format!("system:serviceaccount:{namespace}:zau-controller-{suffix}")
-        );
-        assert_eq!(
-            event.source_ips.first(),
-            Some(&standby_ip),
-            "from the standby pod"
-        );
-    }
+    let standby_ip =
+        standby_takes_the_zau_lease(&client, &namespace, &leases, &controller_pods).await;
+    let zone_of_pod =
+        real_statefulset_two_pods_per_zone(&victim, &real_nodes, &real, &zdbs, &zaus).await;
+    standby_rolls_a_new_revision(&victim, &zaus).await;
+    evicted_once_zone_by_zone_by_the_standby(
+        &cluster,
+        &victim.name,
+        &zone_of_pod,
+        &format!("system:serviceaccount:{namespace}:zau-controller-{suffix}"),
+        &standby_ip,
+    );
 
     // The deployed webhook, called through its Service: a zone-a pod held missing refuses a
     // zone-b eviction with 429.
@@ -460,6 +161,399 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
         },
     )
     .await;
+}
+
+/// One replica of each leader-elected controller holds its Lease.
+async fn leaders_hold_their_leases(
+    leases: &Api<Lease>,
+    controllers: &[String],
+    controller_pods: &BTreeMap<&str, Vec<Pod>>,
+) {
+    for controller in controllers
+        .iter()
+        .map(String::as_str)
+        .filter(|c| e2e::deploy::is_leader_elected(c))
+    {
+        let holder = wait_for(
+            &format!("{controller}'s lease held"),
+            Duration::from_secs(60),
+            || lease_holder(leases, controller),
+        )
+        .await;
+        assert!(
+            controller_pods[controller]
+                .iter()
+                .any(|p| p.metadata.name.as_ref() == Some(&holder)),
+            "{holder} is a pod of {controller}"
+        );
+    }
+}
+
+/// The samples reach their status under the deployed controllers (their pods are on kwok).
+/// Returns the ZoneDisruptionBudget and ZoneAwareUpdate APIs of the victim namespace.
+async fn samples_reach_their_status(
+    cluster: &Cluster,
+    victim: &TestNamespace,
+) -> (Api<DynamicObject>, Api<DynamicObject>) {
+    apply_samples(cluster, &victim.name);
+    let zdbs = dynamic_api(
+        &victim.client,
+        "zonecontrol.k8s.aws/v1",
+        "ZoneDisruptionBudget",
+        Some(&victim.name),
+    )
+    .await;
+    let zaus = dynamic_api(
+        &victim.client,
+        "zonecontrol.k8s.aws/v1",
+        "ZoneAwareUpdate",
+        Some(&victim.name),
+    )
+    .await;
+    wait_for_sample_budget(&zdbs).await;
+    wait_for_sample_zau(&zaus).await;
+    (zdbs, zaus)
+}
+
+/// The kustomize patches that make each of `controllers` watch only the namespace `victim`.
+fn watch_only(controllers: &[String], victim: &str) -> String {
+    controllers
+        .iter()
+        .map(|controller| {
+            format!(
+                r#"- target:
+    kind: Deployment
+    name: {}
+  patch: |-
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: {}={}
+"#,
+                controller,
+                e2e::deploy::namespace_flag(controller),
+                victim
+            )
+        })
+        .collect::<String>()
+}
+
+/// The Deployment of `controller`: 2 Ready replicas on real nodes of two zones, with the
+/// project's image, probes and securityContext as shipped; returns the ready pods.
+async fn controller_ready_on_real_nodes_as_shipped(
+    client: &Client,
+    namespace: &str,
+    suffix: &str,
+    controller: &str,
+    image: &str,
+    real: &BTreeMap<String, String>,
+) -> Vec<Pod> {
+    let deployed_pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let selector = format!("app.kubernetes.io/name={controller}");
+    let ready = pods::wait_available(&deployed_pods, &selector, 2, Duration::from_secs(120)).await;
+    let zones: BTreeSet<&String> = ready.iter().map(|p| &real[node_of(p)]).collect();
+    assert_eq!(zones.len(), 2, "{controller} replicas in two zones");
+    let spec = ready[0].spec.as_ref().unwrap();
+    let container = &spec.containers[0];
+    assert_eq!(container.image.as_deref(), Some(image));
+    assert_eq!(container.image_pull_policy.as_deref(), Some("Never"));
+    assert!(container.liveness_probe.is_some() && container.readiness_probe.is_some());
+    let security = container.security_context.as_ref().unwrap();
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(security.allow_privilege_escalation, Some(false));
+    let pod_security = spec.security_context.as_ref().unwrap();
+    assert_eq!(pod_security.run_as_non_root, Some(true));
+    assert_eq!(pod_security.run_as_user, Some(65532));
+    // The Deployment's status follows its pods' readiness a moment later.
+    let name = format!("{controller}-{suffix}");
+    wait_for(
+        &format!("{controller}'s Deployment to count 2 ready replicas"),
+        Duration::from_secs(30),
+        || async {
+            let ready = deployments
+                .get(&name)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .and_then(|status| status.ready_replicas);
+            if ready == Some(2) {
+                Ok(())
+            } else {
+                Err(format!("readyReplicas {ready:?}"))
+            }
+        },
+    )
+    .await;
+    ready
+}
+
+/// Self-signed mode: the caBundle of the webhook is the CA of the Secret the replicas share
+/// (the Secret is not a rendered object: its name carries no suffix); shipped at Ignore, the
+/// configuration reaches Fail by itself once a replica serves.
+async fn self_signed_webhook_moves_to_fail_once_served(
+    client: &Client,
+    namespace: &str,
+    webhook_name: &str,
+) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    wait_for(
+        "the caBundle patched from the Secret",
+        Duration::from_secs(60),
+        || async {
+            let secret = secrets
+                .get("zdb-webhook-tls")
+                .await
+                .map_err(|e| e.to_string())?;
+            let ca = secret
+                .data
+                .and_then(|d| d.get("ca.crt").cloned())
+                .ok_or("no ca.crt")?;
+            let configuration = webhooks
+                .get(webhook_name)
+                .await
+                .map_err(|e| e.to_string())?;
+            let bundle = configuration.webhooks.unwrap()[0]
+                .client_config
+                .ca_bundle
+                .clone();
+            if bundle.as_ref() == Some(&ca) {
+                Ok(())
+            } else {
+                Err("caBundle differs".to_string())
+            }
+        },
+    )
+    .await;
+
+    // Shipped at Ignore, the configuration reaches Fail by itself once a replica serves with the
+    // trusted certificate, synced caches and a Ready pod.
+    let serving = std::time::Instant::now();
+    wait_for(
+        "the failurePolicy moved to Fail by a replica",
+        Duration::from_secs(120),
+        || async {
+            let configuration = webhooks
+                .get(webhook_name)
+                .await
+                .map_err(|e| e.to_string())?;
+            match configuration.webhooks.unwrap()[0].failure_policy.as_deref() {
+                Some("Fail") => Ok(()),
+                other => Err(format!("failurePolicy {other:?}")),
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "failurePolicy Fail {:?} after the caBundle was set",
+        serving.elapsed()
+    );
+}
+
+/// Kill the zau-controller leader: its standby takes the Lease. Returns the standby's address.
+async fn standby_takes_the_zau_lease(
+    client: &Client,
+    namespace: &str,
+    leases: &Api<Lease>,
+    controller_pods: &BTreeMap<&str, Vec<Pod>>,
+) -> String {
+    let deployed_pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let leader = lease_holder(leases, "zau-controller").await.unwrap();
+    let standby = controller_pods["zau-controller"]
+        .iter()
+        .find(|p| p.metadata.name.as_ref() != Some(&leader))
+        .unwrap()
+        .clone();
+    let standby_name = standby.metadata.name.clone().unwrap();
+    let standby_ip = standby.status.unwrap().pod_ip.unwrap();
+    // No replacement pod until the standby holds the lease: it must be the standby that takes it.
+    // One pod fewer than now: once the leader is gone the quota is full.
+    let deployed_count = deployed_pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    let no_replacement = PodQuota::hold_in(
+        Api::namespaced(client.clone(), namespace),
+        deployed_count - 1,
+    )
+    .await;
+    deployed_pods
+        .delete(
+            &leader,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "the standby holding the zau lease",
+        Duration::from_secs(60),
+        || async {
+            match lease_holder(leases, "zau-controller").await? {
+                holder if holder == standby_name => Ok(()),
+                holder => Err(format!("held by {holder}")),
+            }
+        },
+    )
+    .await;
+    no_replacement.release().await;
+    standby_ip
+}
+
+/// A StatefulSet of real pods, its ZDB and ZAU: two pods per zone, counted by the ZDB. Returns
+/// the zone of each pod.
+async fn real_statefulset_two_pods_per_zone(
+    victim: &TestNamespace,
+    real_nodes: &RealNodes,
+    real: &BTreeMap<String, String>,
+    zdbs: &Api<DynamicObject>,
+    zaus: &Api<DynamicObject>,
+) -> BTreeMap<String, String> {
+    let sets: Api<StatefulSet> = victim.api();
+    sets.create(
+        &PostParams::default(),
+        &real_statefulset("real", real_nodes),
+    )
+    .await
+    .unwrap();
+    for (kind, api, spec) in [
+        (
+            "ZoneDisruptionBudget",
+            zdbs,
+            json!({"selector": {"matchLabels": {"app": "real"}}, "maxUnavailable": 1}),
+        ),
+        (
+            "ZoneAwareUpdate",
+            zaus,
+            json!({"statefulset": "real", "maxUnavailable": 1, "exponentialFactor": "1.0", "ignoreAlarm": true}),
+        ),
+    ] {
+        let object = serde_json::from_value(json!({
+            "apiVersion": "zonecontrol.k8s.aws/v1",
+            "kind": kind,
+            "metadata": {"name": "real"},
+            "spec": spec,
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &object).await.unwrap();
+    }
+    let victim_pods: Api<Pod> = victim.api();
+    let before = pods::wait_available(&victim_pods, "app=real", 6, Duration::from_secs(120)).await;
+    let zone_of_pod: BTreeMap<String, String> = before
+        .iter()
+        .map(|p| (p.metadata.name.clone().unwrap(), real[node_of(p)].clone()))
+        .collect();
+    let per_zone: BTreeMap<&String, usize> =
+        zone_of_pod.values().fold(BTreeMap::new(), |mut m, z| {
+            *m.entry(z).or_default() += 1;
+            m
+        });
+    assert_eq!(per_zone.values().collect::<Vec<_>>(), [&2, &2, &2]);
+    wait_for("the real ZDB's status", Duration::from_secs(60), || async {
+        let status = status_of(zdbs, "real").await?;
+        if status["currentHealthy"] == json!({"zone-a": 2, "zone-b": 2, "zone-c": 2}) {
+            Ok(())
+        } else {
+            Err(status.to_string())
+        }
+    })
+    .await;
+    zone_of_pod
+}
+
+/// A new revision of the real StatefulSet, rolled to every pod by the (standby) ZAU controller.
+async fn standby_rolls_a_new_revision(victim: &TestNamespace, zaus: &Api<DynamicObject>) {
+    let sets: Api<StatefulSet> = victim.api();
+    let victim_pods: Api<Pod> = victim.api();
+    let patch = json!({"spec": {"template": {"metadata": {"annotations": {"e2e/revision": "2"}}}}});
+    let before_patch = sets.get_status("real").await.unwrap().status.unwrap();
+    sets.patch("real", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let update = wait_for(
+        "the StatefulSet's new revision",
+        Duration::from_secs(30),
+        || async {
+            let status = sets
+                .get_status("real")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            match status.update_revision {
+                Some(update) if Some(&update) != before_patch.update_revision.as_ref() => {
+                    Ok(update)
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    wait_for(
+        "the ZAU rolled every real pod",
+        Duration::from_secs(300),
+        || async {
+            let status = status_of(zaus, "real").await?;
+            let update = update.as_str();
+            let updated = pods::ready_at_revision(&victim_pods, "app=real", update).await?;
+            if updated == 6
+                && status["updateRevision"] == update
+                && status["currentRevision"] == update
+            {
+                Ok(())
+            } else {
+                Err(format!("updated {updated}/6, status {status}"))
+            }
+        },
+    )
+    .await;
+}
+
+/// The audit log: every real pod evicted once, zone by zone, by `evictor` (the deployed
+/// controller's ServiceAccount) from the standby pod's address.
+fn evicted_once_zone_by_zone_by_the_standby(
+    cluster: &Cluster,
+    victim: &str,
+    zone_of_pod: &BTreeMap<String, String>,
+    evictor: &str,
+    standby_ip: &String,
+) {
+    let events = audit::read(std::path::Path::new(&cluster.var("E2E_AUDIT_LOG").unwrap()));
+    let (evicted, deleted): (Vec<&audit::AuditEvent>, Vec<&audit::AuditEvent>) =
+        audit::removals(&events, victim)
+            .filter(|e| {
+                let name = &e.object_ref.as_ref().unwrap().name;
+                zone_of_pod.contains_key(name) && e.succeeded()
+            })
+            .partition(|e| e.verb == "create");
+    // Deletions are the kubelets finishing the evicted pods' termination, nobody else's.
+    for event in &deleted {
+        assert!(
+            event.user.username.starts_with("system:node:"),
+            "a pod deleted by {}",
+            event.user.username
+        );
+    }
+    let order: Vec<String> = evicted
+        .iter()
+        .map(|e| zone_of_pod[&e.object_ref.as_ref().unwrap().name].clone())
+        .collect();
+    assert_eq!(evicted.len(), 6, "each real pod evicted once: {order:?}");
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(order, sorted, "zone by zone");
+    for event in &evicted {
+        assert_eq!(event.user.username, evictor);
+        assert_eq!(
+            event.source_ips.first(),
+            Some(standby_ip),
+            "from the standby pod"
+        );
+    }
 }
 
 /// The shard labels of the rule `FederatedAlways` that the federator serves to the holder of
