@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use e2e::cluster::DeleteOnDrop;
+use e2e::fixture::{self, Wanted};
 use e2e::localstack::free_port;
-use e2e::process::{ControllerProcess, metric_sum, namespace_args};
+use e2e::process::{ControllerProcess, metric_sum};
 use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -18,9 +19,9 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use zone_api::ShardedPrometheus;
 use zone_api::conditions::Conditions;
 use zone_api::sprom::{condition, reason};
+use zone_api::{ShardedPrometheus, ShardedPrometheusStatus};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 const MANAGER: &str = "e2e-sprom";
@@ -38,14 +39,8 @@ impl Fixture {
     async fn new(prefix: &str) -> Fixture {
         let cluster = Cluster::get();
         let ns = TestNamespace::create(&cluster, prefix).await;
-        let metrics_port = free_port();
-        let mut args = namespace_args(&ns.name, false);
-        args.extend([
-            "--listen-address".into(),
-            format!("127.0.0.1:{metrics_port}"),
-        ]);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let controller = ControllerProcess::start("shard-controller", &args, &[]);
+        let (controller, metrics_port) =
+            fixture::controller_on_free_port("shard-controller", &ns.name, &[]);
         Fixture {
             sproms: ns.api(),
             ns,
@@ -66,16 +61,42 @@ impl Fixture {
         generation: i64,
         check: impl Fn(&ShardedPrometheus) -> Result<(), String>,
     ) -> ShardedPrometheus {
-        wait_for(what, TIMEOUT, || async {
-            let sprom = self.sproms.get(NAME).await.map_err(|e| e.to_string())?;
-            let observed = sprom.status.as_ref().map_or(0, |s| s.observed_generation);
-            if observed != generation {
-                return Err(format!("observed generation {observed}"));
-            }
-            check(&sprom)?;
-            Ok(sprom)
+        fixture::wait_observed(&self.sproms, NAME, what, generation, TIMEOUT, check).await
+    }
+
+    /// Waits until the controller observed `generation` with the condition `type_` True for
+    /// `reason`, and returns the status.
+    async fn wait_true(
+        &self,
+        generation: i64,
+        type_: &str,
+        reason: &str,
+    ) -> ShardedPrometheusStatus {
+        let wanted = Wanted::true_with(type_, reason);
+        let sprom =
+            fixture::wait_condition(&self.sproms, NAME, generation, wanted, TIMEOUT, |_| true)
+                .await;
+        fixture::status_of(&sprom)
+    }
+
+    /// Waits until the controller observed `generation` with `shards` ready shards.
+    async fn wait_ready_shards(&self, what: &str, generation: i64, shards: i32) {
+        self.wait_status(what, generation, |s| {
+            let status = s.status.as_ref().unwrap();
+            (status.ready_shards == shards)
+                .then_some(())
+                .ok_or(format!("{} ready shards", status.ready_shards))
         })
-        .await
+        .await;
+    }
+
+    /// The Prometheus pods of the ShardedPrometheus.
+    async fn prometheus_pods(&self) -> Vec<Pod> {
+        let pods: Api<Pod> = self.ns.api();
+        pods.list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}")))
+            .await
+            .unwrap()
+            .items
     }
 
     async fn reconciles(&self) -> f64 {
@@ -185,8 +206,32 @@ async fn sprom_shards_run_in_their_zones_and_follow_config_changes_in_place() {
         "{:?}",
         status.conditions
     );
+    assert_pods_of_each_shard_in_its_zone(&fx, &zones).await;
+    let (secrets, sets) = a_new_job_reaches_every_secret_without_a_rollout(&fx, &zones).await;
+    deleted_children_come_back(&fx, &secrets, &sets).await;
 
-    // Every pod of shard i runs on a node of zone(i), placed by the real scheduler.
+    // Scale down to 2 shards: the third shard's children are pruned.
+    let generation = fx.apply(spec(2, &["pods", "more-pods"], &zones)).await;
+    fx.wait_status("2 shards", generation, |s| {
+        let status = s.status.as_ref().unwrap();
+        (status.shards == 2)
+            .then_some(())
+            .ok_or(format!("{} shards", status.shards))
+    })
+    .await;
+    wait_for("shard 2 pruned", TIMEOUT, || async {
+        let (secrets, sets) = children(&fx.ns).await;
+        if secrets.contains_key("prom-shard-2") || sets.contains_key("prom-shard-2") {
+            Err("still there".to_string())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+}
+
+/// Every pod of shard i runs on a node of zone(i), placed by the real scheduler.
+async fn assert_pods_of_each_shard_in_its_zone(fx: &Fixture, zones: &[&str]) {
     let node_zones = e2e::nodes::zones(&fx.ns.client, "type=kwok").await;
     let pods: Api<Pod> = fx.ns.api();
     for (shard, zone) in zones.iter().enumerate() {
@@ -201,11 +246,17 @@ async fn sprom_shards_run_in_their_zones_and_follow_config_changes_in_place() {
             assert_eq!(&node_zones[&node], zone, "{} on {node}", pod.name_any());
         }
     }
+}
 
-    // A new scrape job reaches every shard's config Secret in place; no StatefulSet changes (no
-    // rollout). The configs are in Secrets only: no ConfigMap holds one.
+/// A new scrape job reaches every shard's config Secret in place; no StatefulSet changes (no
+/// rollout). The configs are in Secrets only: no ConfigMap holds one. Returns the children
+/// after the change.
+async fn a_new_job_reaches_every_secret_without_a_rollout(
+    fx: &Fixture,
+    zones: &[&str],
+) -> (BTreeMap<String, Secret>, BTreeMap<String, StatefulSet>) {
     let (_, sets_before) = children(&fx.ns).await;
-    let generation = fx.apply(spec(3, &["pods", "more-pods"], &zones)).await;
+    let generation = fx.apply(spec(3, &["pods", "more-pods"], zones)).await;
     fx.wait_status("the new generation observed", generation, |_| Ok(()))
         .await;
     let (secrets, sets_after) = children(&fx.ns).await;
@@ -225,12 +276,19 @@ async fn sprom_shards_run_in_their_zones_and_follow_config_changes_in_place() {
             "{name}: the StatefulSet spec did not change"
         );
     }
+    (secrets, sets_after)
+}
 
-    // Deleted children come back: a shard's config Secret and another shard's StatefulSet.
+/// Deleted children come back: a shard's config Secret and another shard's StatefulSet.
+async fn deleted_children_come_back(
+    fx: &Fixture,
+    secrets: &BTreeMap<String, Secret>,
+    sets: &BTreeMap<String, StatefulSet>,
+) {
     let secret_api: Api<Secret> = fx.ns.api();
     let set_api: Api<StatefulSet> = fx.ns.api();
     let old_secret = secrets["prom-shard-1"].uid().unwrap();
-    let old_set = sets_after["prom-shard-2"].uid().unwrap();
+    let old_set = sets["prom-shard-2"].uid().unwrap();
     secret_api
         .delete("prom-shard-1", &DeleteParams::default())
         .await
@@ -253,25 +311,6 @@ async fn sprom_shards_run_in_their_zones_and_follow_config_changes_in_place() {
         }
     })
     .await;
-
-    // Scale down to 2 shards: the third shard's children are pruned.
-    let generation = fx.apply(spec(2, &["pods", "more-pods"], &zones)).await;
-    fx.wait_status("2 shards", generation, |s| {
-        let status = s.status.as_ref().unwrap();
-        (status.shards == 2)
-            .then_some(())
-            .ok_or(format!("{} shards", status.shards))
-    })
-    .await;
-    wait_for("shard 2 pruned", TIMEOUT, || async {
-        let (secrets, sets) = children(&fx.ns).await;
-        if secrets.contains_key("prom-shard-2") || sets.contains_key("prom-shard-2") {
-            Err("still there".to_string())
-        } else {
-            Ok(())
-        }
-    })
-    .await;
 }
 
 #[tokio::test]
@@ -282,16 +321,13 @@ async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
 
     // No Prometheus ServiceAccount yet: discovery would find nothing; Degraded says so.
     let generation = fx.apply(spec(3, &["pods"], &zones)).await;
-    let sprom = fx
-        .wait_status("Degraded: ServiceAccountForbidden", generation, |s| {
-            let status = s.status.as_ref().unwrap();
-            match status.true_reason(condition::DEGRADED) {
-                Some(reason::SERVICE_ACCOUNT_FORBIDDEN) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        })
+    let status = fx
+        .wait_true(
+            generation,
+            condition::DEGRADED,
+            reason::SERVICE_ACCOUNT_FORBIDDEN,
+        )
         .await;
-    let status = sprom.status.unwrap();
     let message = &status.condition(condition::DEGRADED).unwrap().message;
     assert!(message.contains("list pods"), "{message}");
 
@@ -300,16 +336,9 @@ async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
     let generation = fx
         .apply(spec(3, &["pods"], &["zone-a", "zone-b", "zone-x"]))
         .await;
-    let sprom = fx
-        .wait_status("Degraded: ZonesWithoutNodes", generation, |s| {
-            let status = s.status.as_ref().unwrap();
-            match status.true_reason(condition::DEGRADED) {
-                Some(reason::ZONES_WITHOUT_NODES) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        })
+    let status = fx
+        .wait_true(generation, condition::DEGRADED, reason::ZONES_WITHOUT_NODES)
         .await;
-    let status = sprom.status.unwrap();
     let message = &status.condition(condition::DEGRADED).unwrap().message;
     assert!(message.contains("zone-x"), "{message}");
 
@@ -324,100 +353,13 @@ async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
         },
     )
     .await;
-    // An invalid spec: Invalid with the reason, one event, no child changed, no hot loop. (A
-    // retention Prometheus cannot represent: the CRD's schema refuses the other invalid specs.)
-    let (secrets_before, sets_before) = children(&fx.ns).await;
-    assert_eq!(secrets_before.len(), 3);
-    let reconciles_before = fx.reconciles().await;
-    let mut invalid = spec(3, &["pods"], &["zone-a", "zone-b", "zone-x"]);
-    invalid["retention"] = json!({"time": "300y"});
-    let generation = fx.apply(invalid).await;
-    let sprom = fx
-        .wait_status("Invalid", generation, |s| {
-            let status = s.status.as_ref().unwrap();
-            match status.true_reason(condition::INVALID) {
-                Some(reason::INVALID_SPEC) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        })
-        .await;
-    let status = sprom.status.unwrap();
-    let message = &status.condition(condition::INVALID).unwrap().message;
-    assert!(message.contains("spec.retention.time"), "{message}");
-    assert_eq!(
-        status.condition(condition::AVAILABLE).unwrap().status,
-        "False"
-    );
-
-    // Watch it for a while: the invalid spec is not retried in a loop.
-    let window = Duration::from_secs(30);
-    let started = std::time::Instant::now();
-    let events: Api<Event> = fx.ns.api();
-    // The InvalidSpec events, described: what each says, when, and which replica said it.
-    let invalid_events = || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some(reason::INVALID_SPEC))
-            .map(|e| {
-                format!(
-                    "{} at {:?} series {:?} by {:?}: {:?}",
-                    e.metadata.name.unwrap_or_default(),
-                    e.event_time.map(|t| t.0),
-                    e.series.map(|s| s.count),
-                    e.reporting_instance,
-                    e.note,
-                )
-            })
-            .collect::<Vec<String>>()
-    };
-    // One Warning event, and it stays one.
-    wait_for("the Invalid event", TIMEOUT, || async {
-        match invalid_events().await {
-            found if found.len() == 1 => Ok(()),
-            found => Err(format!("{} events: {found:#?}", found.len())),
-        }
-    })
-    .await;
-    let remaining = window.saturating_sub(started.elapsed());
-    tokio::time::sleep(remaining).await; // a measurement window, not a synchronisation
-    let reconciles = fx.reconciles().await - reconciles_before;
-    assert!(
-        reconciles <= 5.0,
-        "{reconciles} reconciles in 30 s of an invalid spec"
-    );
-    let found = invalid_events().await;
-    assert_eq!(found.len(), 1, "one event for the invalid spec: {found:#?}");
-    let (secrets_after, sets_after) = children(&fx.ns).await;
-    for (name, secret) in &secrets_before {
-        assert_eq!(
-            secrets_after[name].resource_version(),
-            secret.resource_version(),
-            "{name} unchanged by the invalid spec"
-        );
-    }
-    for (name, set) in &sets_before {
-        assert_eq!(
-            sets_after[name].metadata.generation, set.metadata.generation,
-            "{name} unchanged by the invalid spec"
-        );
-    }
+    an_invalid_spec_is_refused_once_without_a_hot_loop(&fx).await;
 
     // Fewer shards than zones is valid: the zone without a shard is named, nothing refused.
     let generation = fx.apply(spec(2, &["pods"], &zones)).await;
-    let sprom = fx
-        .wait_status("Degraded: ZonesWithoutShard", generation, |s| {
-            let status = s.status.as_ref().unwrap();
-            match status.true_reason(condition::DEGRADED) {
-                Some(reason::ZONES_WITHOUT_SHARD) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        })
+    let status = fx
+        .wait_true(generation, condition::DEGRADED, reason::ZONES_WITHOUT_SHARD)
         .await;
-    let status = sprom.status.unwrap();
     assert_eq!(
         status.condition(condition::INVALID).unwrap().status,
         "False"
@@ -437,18 +379,90 @@ async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
         "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
     }}});
     let generation = fx.apply(with_claims).await;
-    let sprom = fx
-        .wait_status("Invalid: ChildRejected", generation, |s| {
-            let status = s.status.as_ref().unwrap();
-            match status.true_reason(condition::INVALID) {
-                Some(reason::CHILD_REJECTED) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        })
+    let status = fx
+        .wait_true(generation, condition::INVALID, reason::CHILD_REJECTED)
         .await;
-    let status = sprom.status.unwrap();
     let message = &status.condition(condition::INVALID).unwrap().message;
     assert!(message.contains("StatefulSet prom-shard-"), "{message}");
+}
+
+/// The InvalidSpec events of the namespace, described: what each says, when, and which replica
+/// said it.
+async fn invalid_spec_events(events: &Api<Event>) -> Vec<String> {
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason::INVALID_SPEC))
+        .map(|e| {
+            format!(
+                "{} at {:?} series {:?} by {:?}: {:?}",
+                e.metadata.name.unwrap_or_default(),
+                e.event_time.map(|t| t.0),
+                e.series.map(|s| s.count),
+                e.reporting_instance,
+                e.note,
+            )
+        })
+        .collect()
+}
+
+/// An invalid spec: Invalid with the reason, one event, no child changed, no hot loop. (A
+/// retention Prometheus cannot represent: the CRD's schema refuses the other invalid specs.)
+async fn an_invalid_spec_is_refused_once_without_a_hot_loop(fx: &Fixture) {
+    let (secrets_before, sets_before) = children(&fx.ns).await;
+    assert_eq!(secrets_before.len(), 3);
+    let reconciles_before = fx.reconciles().await;
+    let mut invalid = spec(3, &["pods"], &["zone-a", "zone-b", "zone-x"]);
+    invalid["retention"] = json!({"time": "300y"});
+    let generation = fx.apply(invalid).await;
+    let status = fx
+        .wait_true(generation, condition::INVALID, reason::INVALID_SPEC)
+        .await;
+    let message = &status.condition(condition::INVALID).unwrap().message;
+    assert!(message.contains("spec.retention.time"), "{message}");
+    assert_eq!(
+        status.condition(condition::AVAILABLE).unwrap().status,
+        "False"
+    );
+
+    // Watch it for a while: the invalid spec is not retried in a loop.
+    let window = Duration::from_secs(30);
+    let started = std::time::Instant::now();
+    let events: Api<Event> = fx.ns.api();
+    // One Warning event, and it stays one.
+    wait_for("the Invalid event", TIMEOUT, || async {
+        match invalid_spec_events(&events).await {
+            found if found.len() == 1 => Ok(()),
+            found => Err(format!("{} events: {found:#?}", found.len())),
+        }
+    })
+    .await;
+    let remaining = window.saturating_sub(started.elapsed());
+    tokio::time::sleep(remaining).await; // a measurement window, not a synchronisation
+    let reconciles = fx.reconciles().await - reconciles_before;
+    assert!(
+        reconciles <= 5.0,
+        "{reconciles} reconciles in 30 s of an invalid spec"
+    );
+    let found = invalid_spec_events(&events).await;
+    assert_eq!(found.len(), 1, "one event for the invalid spec: {found:#?}");
+    let (secrets_after, sets_after) = children(&fx.ns).await;
+    for (name, secret) in &secrets_before {
+        assert_eq!(
+            secrets_after[name].resource_version(),
+            secret.resource_version(),
+            "{name} unchanged by the invalid spec"
+        );
+    }
+    for (name, set) in &sets_before {
+        assert_eq!(
+            sets_after[name].metadata.generation, set.metadata.generation,
+            "{name} unchanged by the invalid spec"
+        );
+    }
 }
 
 /// The active targets of `job` a Prometheus pod reports from its own API: address → health.
@@ -490,7 +504,6 @@ async fn sprom_real_prometheus_pods_scrape_the_targets_of_their_own_zone() {
 
     // The metrics target on the real nodes, spread evenly over the zones.
     let targets = real.run_metrics_targets(&fx.ns, "target", 6, TIMEOUT).await;
-    let pods: Api<Pod> = fx.ns.api();
     let real_zones = e2e::real::nodes(&fx.ns.client).await;
     let mut targets_of_zone: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
     for pod in &targets {
@@ -502,14 +515,6 @@ async fn sprom_real_prometheus_pods_scrape_the_targets_of_their_own_zone() {
             .insert(format!("{ip}:8080"));
     }
 
-    let job = |name: &str| {
-        json!({
-            "job_name": name,
-            "scrape_interval": "2s",
-            "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [fx.ns.name]}}],
-            "relabel_configs": [{"source_labels": ["__meta_kubernetes_pod_label_app"], "regex": "target", "action": "keep"}],
-        })
-    };
     // Rule files from a ConfigMap (every key): loaded by each shard from the mounted volume.
     let rules: Api<ConfigMap> = fx.ns.api();
     let rule_file = json!({
@@ -523,33 +528,14 @@ async fn sprom_real_prometheus_pods_scrape_the_targets_of_their_own_zone() {
         )
         .await
         .unwrap();
-    let spec = |jobs: Vec<Value>| {
-        json!({
-            "ruleFiles": [{"configMap": "rules"}],
-            "shards": 3,
-            "replicas": 1,
-            "image": real.prometheus_image,
-            "nodeSelector": {"type": "real"},
-            "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
-            "shardingStrategy": {"topology": {"values": ["zone-a", "zone-b", "zone-c"]}},
-            "scrapeConfigs": jobs,
-        })
-    };
-    let generation = fx.apply(spec(vec![job("targets")])).await;
-    fx.wait_status("3 ready shards of real Prometheus", generation, |s| {
-        let status = s.status.as_ref().unwrap();
-        (status.ready_shards == 3)
-            .then_some(())
-            .ok_or(format!("{} ready shards", status.ready_shards))
-    })
-    .await;
+    let generation = fx
+        .apply(real_spec(&real, vec![target_job(&fx, "targets")]))
+        .await;
+    fx.wait_ready_shards("3 ready shards of real Prometheus", generation, 3)
+        .await;
 
     // Each shard's pod scrapes, with up == 1, exactly the target pods of its own zone.
-    let prometheus_pods = pods
-        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}")))
-        .await
-        .unwrap()
-        .items;
+    let prometheus_pods = fx.prometheus_pods().await;
     assert_eq!(prometheus_pods.len(), 3);
     for pod in &prometheus_pods {
         let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
@@ -560,39 +546,81 @@ async fn sprom_real_prometheus_pods_scrape_the_targets_of_their_own_zone() {
             ["zone-a", "zone-b", "zone-c"][shard],
             "shard {shard} in its zone"
         );
-        let expected = &targets_of_zone[&zone];
-        wait_for(
-            &format!("shard {shard} loaded the rule file"),
-            TIMEOUT,
-            || async {
-                let address = format!("{ip}:9090").parse().map_err(|e| format!("{e}"))?;
-                let (_, body) = e2e::process::http_get_from(address, "/api/v1/rules").await?;
-                if body.contains("job:up:sum") {
-                    Ok(())
-                } else {
-                    Err(body)
-                }
-            },
-        )
-        .await;
-        wait_for(
-            &format!("shard {shard} scraping {zone}'s targets, all up"),
-            TIMEOUT,
-            || async {
-                let scraped = pod_targets(&ip, "targets").await?;
-                let addresses: std::collections::BTreeSet<String> =
-                    scraped.keys().cloned().collect();
-                if &addresses == expected && scraped.values().all(|h| h == "up") {
-                    Ok(())
-                } else {
-                    Err(format!("{scraped:?}, want {expected:?} up"))
-                }
-            },
-        )
-        .await;
+        wait_rules_and_zone_targets(shard, &zone, &ip, &targets_of_zone[&zone]).await;
     }
+    a_new_job_reaches_the_running_pods_by_reload(&fx, &real, &prometheus_pods).await;
+}
 
-    // A new job reaches the running pods through auto-reload: no restart, no rollout.
+/// A scrape job `name` of the pods labelled `app: target` of the test namespace.
+fn target_job(fx: &Fixture, name: &str) -> Value {
+    json!({
+        "job_name": name,
+        "scrape_interval": "2s",
+        "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [fx.ns.name]}}],
+        "relabel_configs": [{"source_labels": ["__meta_kubernetes_pod_label_app"], "regex": "target", "action": "keep"}],
+    })
+}
+
+/// Three shards of one replica of the real Prometheus on the real nodes, with the rule files
+/// of the ConfigMap `rules`, scraping `jobs`.
+fn real_spec(real: &e2e::real::RealNodes, jobs: Vec<Value>) -> Value {
+    json!({
+        "ruleFiles": [{"configMap": "rules"}],
+        "shards": 3,
+        "replicas": 1,
+        "image": real.prometheus_image,
+        "nodeSelector": {"type": "real"},
+        "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
+        "shardingStrategy": {"topology": {"values": ["zone-a", "zone-b", "zone-c"]}},
+        "scrapeConfigs": jobs,
+    })
+}
+
+/// Waits until the Prometheus of `shard` at `ip` loaded the rule file and scrapes exactly the
+/// `expected` targets of its `zone`, all up.
+async fn wait_rules_and_zone_targets(
+    shard: usize,
+    zone: &str,
+    ip: &str,
+    expected: &std::collections::BTreeSet<String>,
+) {
+    wait_for(
+        &format!("shard {shard} loaded the rule file"),
+        TIMEOUT,
+        || async {
+            let address = format!("{ip}:9090").parse().map_err(|e| format!("{e}"))?;
+            let (_, body) = e2e::process::http_get_from(address, "/api/v1/rules").await?;
+            if body.contains("job:up:sum") {
+                Ok(())
+            } else {
+                Err(body)
+            }
+        },
+    )
+    .await;
+    wait_for(
+        &format!("shard {shard} scraping {zone}'s targets, all up"),
+        TIMEOUT,
+        || async {
+            let scraped = pod_targets(ip, "targets").await?;
+            let addresses: std::collections::BTreeSet<String> = scraped.keys().cloned().collect();
+            if &addresses == expected && scraped.values().all(|h| h == "up") {
+                Ok(())
+            } else {
+                Err(format!("{scraped:?}, want {expected:?} up"))
+            }
+        },
+    )
+    .await;
+}
+
+/// A new job reaches the running pods through auto-reload: no restart, no rollout.
+async fn a_new_job_reaches_the_running_pods_by_reload(
+    fx: &Fixture,
+    real: &e2e::real::RealNodes,
+    prometheus_pods: &[Pod],
+) {
+    let pods: Api<Pod> = fx.ns.api();
     let sets: Api<StatefulSet> = fx.ns.api();
     let generations: Vec<Option<i64>> = futures::future::join_all((0..3).map(|i| {
         let sets = sets.clone();
@@ -605,12 +633,11 @@ async fn sprom_real_prometheus_pods_scrape_the_targets_of_their_own_zone() {
         }
     }))
     .await;
-    let generation = fx
-        .apply(spec(vec![job("targets"), job("targets-again")]))
-        .await;
+    let jobs = vec![target_job(fx, "targets"), target_job(fx, "targets-again")];
+    let generation = fx.apply(real_spec(real, jobs)).await;
     fx.wait_status("the new job observed", generation, |_| Ok(()))
         .await;
-    for pod in &prometheus_pods {
+    for pod in prometheus_pods {
         let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
         wait_for(
             "the new job in the running Prometheus",
@@ -804,32 +831,7 @@ async fn sprom_a_real_hpa_on_cpu_scales_shards_not_pods() {
     let real = e2e::real::RealNodes::of(&cluster);
     let fx = Fixture::new("sprom-hpa").await;
     fx.prometheus_service_account().await;
-
-    // Six metrics targets, two per zone on the real nodes.
-    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = fx.ns.api();
-    let target = json!({
-        "metadata": {"name": "target"},
-        "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "target"}},
-                 "template": real.metrics_target_template("target")},
-    });
-    deployments
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(target).unwrap(),
-        )
-        .await
-        .unwrap();
-    let pods: Api<Pod> = fx.ns.api();
-    let targets = e2e::pods::wait_available(&pods, "app=target", 6, TIMEOUT).await;
-    let target_addresses: std::collections::BTreeSet<String> = targets
-        .iter()
-        .map(|p| {
-            format!(
-                "{}:8080",
-                p.status.as_ref().unwrap().pod_ip.clone().unwrap()
-            )
-        })
-        .collect();
+    let target_addresses = six_metrics_targets(&fx, &real).await;
 
     // Two replicas per shard with a small CPU request, so that an idle Prometheus is a
     // measurable share of it; Retain, so that scaled-down shards keep running pods.
@@ -851,63 +853,8 @@ async fn sprom_a_real_hpa_on_cpu_scales_shards_not_pods() {
             }],
         }))
         .await;
-    fx.wait_status("3 ready shards", generation, |s| {
-        let status = s.status.as_ref().unwrap();
-        (status.ready_shards == 3)
-            .then_some(())
-            .ok_or(format!("{} ready shards", status.ready_shards))
-    })
-    .await;
-
-    // Up: a target below what an idle Prometheus uses drives the HPA to maxReplicas.
-    let hpas: Api<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler> = fx.ns.api();
-    let hpa = |utilization: i32| {
-        json!({
-            "apiVersion": "autoscaling/v2",
-            "kind": "HorizontalPodAutoscaler",
-            "metadata": {"name": NAME},
-            "spec": {
-                "scaleTargetRef": {"apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ShardedPrometheus", "name": NAME},
-                "minReplicas": 1,
-                "maxReplicas": 4,
-                "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": utilization}}}],
-                "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}},
-            },
-        })
-    };
-    hpas.patch(
-        NAME,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&hpa(1)),
-    )
-    .await
-    .unwrap();
-    let mut seen = Vec::new();
-    follow_hpa(&fx, &hpas, 4, &mut seen).await;
-    let pods_running = pods
-        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}")))
-        .await
-        .unwrap()
-        .items
-        .len();
-    assert_eq!(
-        pods_running, 8,
-        "4 shards of 2 replicas run; the HPA counts 4"
-    );
-
-    // Down: a target far above the use drives it to minReplicas; the retained shards' pods keep
-    // running and count for nothing.
-    hpas.patch(
-        NAME,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&hpa(1000)),
-    )
-    .await
-    .unwrap();
-    follow_hpa(&fx, &hpas, 1, &mut seen).await;
-    let last = seen.last().cloned().unwrap();
-    assert_eq!(last.retained, 3, "{last:?}");
-    eprintln!("HPA samples: {}", seen.len());
+    fx.wait_ready_shards("3 ready shards", generation, 3).await;
+    the_hpa_scales_up_then_down_counting_active_shards(&fx).await;
 
     // One shard, fewer than the zones: it scrapes every zone's targets.
     let sprom = fx.sproms.get(NAME).await.unwrap();
@@ -918,6 +865,7 @@ async fn sprom_a_real_hpa_on_cpu_scales_shards_not_pods() {
         "{:?}",
         status.conditions
     );
+    let pods: Api<Pod> = fx.ns.api();
     let shard_zero = pods
         .list(&ListParams::default().labels(&format!(
             "app.kubernetes.io/instance={NAME},zonecontrol.k8s.aws/shard=0"
@@ -942,6 +890,75 @@ async fn sprom_a_real_hpa_on_cpu_scales_shards_not_pods() {
         )
         .await;
     }
+}
+
+/// Six metrics targets, two per zone on the real nodes, available: their addresses.
+async fn six_metrics_targets(
+    fx: &Fixture,
+    real: &e2e::real::RealNodes,
+) -> std::collections::BTreeSet<String> {
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = fx.ns.api();
+    let target = json!({
+        "metadata": {"name": "target"},
+        "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "target"}},
+                 "template": real.metrics_target_template("target")},
+    });
+    deployments
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(target).unwrap(),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = fx.ns.api();
+    let targets = e2e::pods::wait_available(&pods, "app=target", 6, TIMEOUT).await;
+    targets
+        .iter()
+        .map(|p| {
+            format!(
+                "{}:8080",
+                p.status.as_ref().unwrap().pod_ip.clone().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// The HorizontalPodAutoscaler of the ShardedPrometheus, 1 to 4 shards, aiming at
+/// `utilization` % of the CPU request.
+fn hpa(utilization: i32) -> Value {
+    json!({
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": NAME},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ShardedPrometheus", "name": NAME},
+            "minReplicas": 1,
+            "maxReplicas": 4,
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": utilization}}}],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}},
+        },
+    })
+}
+
+/// Up: a target below what an idle Prometheus uses drives the HPA to maxReplicas. Down: a
+/// target far above the use drives it to minReplicas; the retained shards' pods keep running
+/// and count for nothing.
+async fn the_hpa_scales_up_then_down_counting_active_shards(fx: &Fixture) {
+    let hpas: Api<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler> = fx.ns.api();
+    fixture::apply(&hpas, NAME, MANAGER, &hpa(1)).await;
+    let mut seen = Vec::new();
+    follow_hpa(fx, &hpas, 4, &mut seen).await;
+    let pods_running = fx.prometheus_pods().await.len();
+    assert_eq!(
+        pods_running, 8,
+        "4 shards of 2 replicas run; the HPA counts 4"
+    );
+
+    fixture::apply(&hpas, NAME, MANAGER, &hpa(1000)).await;
+    follow_hpa(fx, &hpas, 1, &mut seen).await;
+    let last = seen.last().cloned().unwrap();
+    assert_eq!(last.retained, 3, "{last:?}");
+    eprintln!("HPA samples: {}", seen.len());
 }
 
 /// The shards whose rules the federator on `port` serves: shard label → rule names (deduplicated
@@ -1111,23 +1128,9 @@ async fn sprom_shards_run_in_a_restricted_namespace_with_a_sidecar_beside_promet
             }],
         }))
         .await;
-    fx.wait_status(
-        "3 ready shards in the restricted namespace",
-        generation,
-        |s| {
-            let status = s.status.as_ref().unwrap();
-            (status.ready_shards == 3)
-                .then_some(())
-                .ok_or(format!("{} ready shards", status.ready_shards))
-        },
-    )
-    .await;
-    let pods: Api<Pod> = fx.ns.api();
-    let shard_pods = pods
-        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}")))
-        .await
-        .unwrap()
-        .items;
+    fx.wait_ready_shards("3 ready shards in the restricted namespace", generation, 3)
+        .await;
+    let shard_pods = fx.prometheus_pods().await;
     assert_eq!(shard_pods.len(), 3);
     for pod in &shard_pods {
         let name = pod.name_any();
@@ -1188,19 +1191,7 @@ async fn claims_of_shard(ns: &TestNamespace, index: u32) -> Vec<String> {
 async fn sprom_paused_changes_nothing_and_deleted_shards_take_their_claims_along() {
     let fx = Fixture::new("sprom-paused").await;
     fx.prometheus_service_account().await;
-    let zones = ["zone-a", "zone-b", "zone-c"];
-    let with = |shards: u32, paused: bool| {
-        let mut spec = spec(shards, &["pods"], &zones);
-        spec["storage"] = json!({"volumeClaimTemplate": {"spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": "1Gi"}},
-        }}});
-        spec["persistentVolumeClaimRetentionPolicy"] = json!({"whenDeleted": "Delete"});
-        spec["shardRetentionPolicy"] = json!({"whenScaled": "Delete"});
-        spec["paused"] = json!(paused);
-        spec
-    };
-    let generation = fx.apply(with(3, false)).await;
+    let generation = fx.apply(claimed_spec(3, false)).await;
     fx.wait_status("3 shards", generation, |s| {
         let shards = s.status.as_ref().map_or(0, |s| s.shards);
         (shards == 3)
@@ -1209,7 +1200,7 @@ async fn sprom_paused_changes_nothing_and_deleted_shards_take_their_claims_along
     })
     .await;
     // The StatefulSet controller creates each replica's claim before its pod.
-    let replicas = with(3, false)["replicas"].as_u64().unwrap() as usize;
+    let replicas = claimed_spec(3, false)["replicas"].as_u64().unwrap() as usize;
     for index in 0..3 {
         wait_for(&format!("shard {index}'s claims"), TIMEOUT, || async {
             let claims = claims_of_shard(&fx.ns, index).await;
@@ -1219,10 +1210,51 @@ async fn sprom_paused_changes_nothing_and_deleted_shards_take_their_claims_along
         })
         .await;
     }
+    paused_changes_nothing(&fx, replicas).await;
 
-    // Paused, with a scale-down and a new job: Paused is reported and nothing changes.
+    // Unpaused: shard 2 is deleted (Delete scale-down) and its claim with it; the others stay.
+    let generation = fx.apply(claimed_spec(2, false)).await;
+    fx.wait_status("2 shards", generation, |s| {
+        let status = s.status.as_ref().unwrap();
+        (status.shards == 2 && status.condition(condition::PAUSED).is_none())
+            .then_some(())
+            .ok_or(format!("{} shards, {:?}", status.shards, status.conditions))
+    })
+    .await;
+    wait_for("shard 2's claim deleted", TIMEOUT, || async {
+        let claims = claims_of_shard(&fx.ns, 2).await;
+        claims.is_empty().then_some(()).ok_or(format!("{claims:?}"))
+    })
+    .await;
+    for index in 0..2 {
+        assert_eq!(
+            claims_of_shard(&fx.ns, index).await.len(),
+            replicas,
+            "shard {index}'s claims stay"
+        );
+    }
+}
+
+/// [`spec`] of `shards` shards over the three zones, with a claim per replica deleted with its
+/// shard, scaled-down shards deleted, paused as `paused`.
+fn claimed_spec(shards: u32, paused: bool) -> Value {
+    let mut spec = spec(shards, &["pods"], &["zone-a", "zone-b", "zone-c"]);
+    spec["storage"] = json!({"volumeClaimTemplate": {"spec": {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}},
+    }}});
+    spec["persistentVolumeClaimRetentionPolicy"] = json!({"whenDeleted": "Delete"});
+    spec["shardRetentionPolicy"] = json!({"whenScaled": "Delete"});
+    spec["paused"] = json!(paused);
+    spec
+}
+
+/// Paused, with a scale-down and a new job: Paused is reported and nothing changes, however
+/// often the resource is reconciled.
+async fn paused_changes_nothing(fx: &Fixture, replicas: usize) {
+    let zones = ["zone-a", "zone-b", "zone-c"];
     let (secrets_before, sets_before) = children(&fx.ns).await;
-    let mut paused = with(2, true);
+    let mut paused = claimed_spec(2, true);
     paused["scrapeConfigs"] = spec(2, &["pods", "more"], &zones)["scrapeConfigs"].clone();
     let paused_generation = fx.apply(paused).await;
     let reconciles = fx.reconciles().await;
@@ -1275,26 +1307,4 @@ async fn sprom_paused_changes_nothing_and_deleted_shards_take_their_claims_along
         "the paused spec is not observed as acted on"
     );
     assert_eq!(claims_of_shard(&fx.ns, 2).await.len(), replicas);
-
-    // Unpaused: shard 2 is deleted (Delete scale-down) and its claim with it; the others stay.
-    let generation = fx.apply(with(2, false)).await;
-    fx.wait_status("2 shards", generation, |s| {
-        let status = s.status.as_ref().unwrap();
-        (status.shards == 2 && status.condition(condition::PAUSED).is_none())
-            .then_some(())
-            .ok_or(format!("{} shards, {:?}", status.shards, status.conditions))
-    })
-    .await;
-    wait_for("shard 2's claim deleted", TIMEOUT, || async {
-        let claims = claims_of_shard(&fx.ns, 2).await;
-        claims.is_empty().then_some(()).ok_or(format!("{claims:?}"))
-    })
-    .await;
-    for index in 0..2 {
-        assert_eq!(
-            claims_of_shard(&fx.ns, index).await.len(),
-            replicas,
-            "shard {index}'s claims stay"
-        );
-    }
 }
