@@ -123,6 +123,24 @@ pub struct Budget {
 
 /// Computes every zone's budget.
 pub fn compute(input: &BudgetInput<'_>) -> Budget {
+    let (mut zones, observed, present) = count_present(input);
+    let missing = input.expected_total.saturating_sub(present);
+    place_missing(input, &mut zones, &observed, missing);
+    let max_unavailable = input.max_unavailable.resolve(input.expected_total);
+    settle(&mut zones, max_unavailable);
+    Budget {
+        max_unavailable,
+        frozen: input.max_unavailable.is_zero(),
+        zones,
+        disruptions: input.disruptions.to_vec(),
+    }
+}
+
+/// The pods present per zone (every zone of the last computation, even if empty now), the names
+/// of the observed pods, and how many pods are present (named or not).
+fn count_present<'a>(
+    input: &BudgetInput<'a>,
+) -> (BTreeMap<Zone, ZoneBudget>, BTreeSet<&'a str>, u32) {
     let recorded: BTreeMap<&str, &Disruption> = input
         .disruptions
         .iter()
@@ -158,9 +176,17 @@ pub fn compute(input: &BudgetInput<'_>) -> Budget {
         budget.healthy += healthy;
         present = present.saturating_add(*healthy);
     }
-    let mut missing = input.expected_total.saturating_sub(present);
-    // Missing pods go where they were last seen: the zone of their eviction record first, then
-    // zones that lost pods since the last computation, and only then "unknown".
+    (zones, observed, present)
+}
+
+/// Missing pods go where they were last seen: the zone of their eviction record first, then
+/// zones that lost pods since the last computation, and only then "unknown".
+fn place_missing(
+    input: &BudgetInput<'_>,
+    zones: &mut BTreeMap<Zone, ZoneBudget>,
+    observed: &BTreeSet<&str>,
+    mut missing: u32,
+) {
     for record in input
         .disruptions
         .iter()
@@ -186,8 +212,10 @@ pub fn compute(input: &BudgetInput<'_>) -> Budget {
     if missing > 0 {
         zones.entry(Zone::Unknown).or_default().missing += missing;
     }
+}
 
-    let max_unavailable = input.max_unavailable.resolve(input.expected_total);
+/// Each zone's totals, and what it allows: nothing while another zone is disrupted.
+fn settle(zones: &mut BTreeMap<Zone, ZoneBudget>, max_unavailable: u32) {
     for budget in zones.values_mut() {
         budget.expected += budget.missing;
         budget.unhealthy = budget.expected.saturating_sub(budget.healthy);
@@ -205,12 +233,6 @@ pub fn compute(input: &BudgetInput<'_>) -> Budget {
         } else {
             max_unavailable.saturating_sub(budget.unhealthy)
         };
-    }
-    Budget {
-        max_unavailable,
-        frozen: input.max_unavailable.is_zero(),
-        zones,
-        disruptions: input.disruptions.to_vec(),
     }
 }
 

@@ -174,49 +174,9 @@ pub fn batch_size(factor: f64, step: u32, max_unavailable: u32) -> u32 {
 
 /// Plans the next step of the rollout.
 pub fn plan(input: &RolloutInput<'_>) -> (Progress, Plan) {
-    let same_revision = input.last_update_revision == Some(input.update_revision);
-    // A new rollout, or a rollback: start slowly again.
-    let step = if same_revision { input.step } else { 0 };
-    let is_old = |pod: &RolloutPod| pod.revision != input.update_revision;
-
-    let mut old_replicas: BTreeMap<Zone, u32> = BTreeMap::new();
-    for pod in input.pods {
-        *old_replicas.entry(pod.zone.clone()).or_default() += u32::from(is_old(pod));
-    }
-    // The zone in progress is finished first; otherwise zones go in ascending order.
-    let started_zone = input
-        .last_zone
-        .filter(|zone| same_revision && old_replicas.get(*zone).is_some_and(|n| *n > 0))
-        .cloned();
-    let first_old_zone = started_zone.or_else(|| {
-        old_replicas
-            .iter()
-            .find(|(_, count)| **count > 0)
-            .map(|(zone, _)| zone.clone())
-    });
-    let mut progress = Progress {
-        old_replicas,
-        current_zone: first_old_zone,
-        step,
-    };
-
-    let wait = |progress: Progress, reason| (progress, Plan::Wait(reason));
-    let terminating = names(input.pods.iter().filter(|pod| pod.terminating));
-    if !terminating.is_empty() {
-        return wait(progress, WaitReason::Terminating(terminating));
-    }
-    let present = u32::try_from(input.pods.len()).unwrap_or(u32::MAX);
-    if present < input.replicas {
-        return wait(
-            progress,
-            WaitReason::MissingPods {
-                missing: input.replicas - present,
-            },
-        );
-    }
-    let updated_not_ready = names(input.pods.iter().filter(|pod| !is_old(pod) && !pod.ready));
-    if !updated_not_ready.is_empty() {
-        return wait(progress, WaitReason::UpdatedNotReady(updated_not_ready));
+    let mut progress = progress(input);
+    if let Some(reason) = wait_reason(input) {
+        return (progress, Plan::Wait(reason));
     }
 
     // Only old-revision pods can be unavailable from here on.
@@ -234,11 +194,74 @@ pub fn plan(input: &RolloutInput<'_>) -> (Progress, Plan) {
         (Some(zone), _) => zone.clone(),
     };
     progress.current_zone = Some(zone.clone());
+    let batch = batch(input, zone, progress.step, several_zones_down);
+    (progress, Plan::Remove(batch))
+}
 
+/// Whether `pod` runs another revision than the update revision.
+fn is_old(input: &RolloutInput<'_>, pod: &RolloutPod) -> bool {
+    pod.revision != input.update_revision
+}
+
+/// The progress before deciding: the old pods per zone, the zone to update, the step.
+fn progress(input: &RolloutInput<'_>) -> Progress {
+    let same_revision = input.last_update_revision == Some(input.update_revision);
+    // A new rollout, or a rollback: start slowly again.
+    let step = if same_revision { input.step } else { 0 };
+
+    let mut old_replicas: BTreeMap<Zone, u32> = BTreeMap::new();
+    for pod in input.pods {
+        *old_replicas.entry(pod.zone.clone()).or_default() += u32::from(is_old(input, pod));
+    }
+    // The zone in progress is finished first; otherwise zones go in ascending order.
+    let started_zone = input
+        .last_zone
+        .filter(|zone| same_revision && old_replicas.get(*zone).is_some_and(|n| *n > 0))
+        .cloned();
+    let first_old_zone = started_zone.or_else(|| {
+        old_replicas
+            .iter()
+            .find(|(_, count)| **count > 0)
+            .map(|(zone, _)| zone.clone())
+    });
+    Progress {
+        old_replicas,
+        current_zone: first_old_zone,
+        step,
+    }
+}
+
+/// Why no pod may be removed yet, if so: pods terminating, missing, or updated but not ready.
+fn wait_reason(input: &RolloutInput<'_>) -> Option<WaitReason> {
+    let terminating = names(input.pods.iter().filter(|pod| pod.terminating));
+    if !terminating.is_empty() {
+        return Some(WaitReason::Terminating(terminating));
+    }
+    let present = u32::try_from(input.pods.len()).unwrap_or(u32::MAX);
+    if present < input.replicas {
+        return Some(WaitReason::MissingPods {
+            missing: input.replicas - present,
+        });
+    }
+    let updated_not_ready = names(
+        input
+            .pods
+            .iter()
+            .filter(|pod| !is_old(input, pod) && !pod.ready),
+    );
+    if !updated_not_ready.is_empty() {
+        return Some(WaitReason::UpdatedNotReady(updated_not_ready));
+    }
+    None
+}
+
+/// The old pods of `zone` to remove at `step`: every one that is down, and healthy ones up to
+/// the batch size (none while another zone is down too).
+fn batch(input: &RolloutInput<'_>, zone: Zone, step: u32, several_zones_down: bool) -> Batch {
     let mut old_in_zone: Vec<&RolloutPod> = input
         .pods
         .iter()
-        .filter(|pod| pod.zone == zone && is_old(pod))
+        .filter(|pod| pod.zone == zone && is_old(input, pod))
         .collect();
     old_in_zone.sort_by(|a, b| b.ordinal.cmp(&a.ordinal).then_with(|| a.name.cmp(&b.name)));
     let (down, up): (Vec<&RolloutPod>, Vec<&RolloutPod>) =
@@ -259,15 +282,12 @@ pub fn plan(input: &RolloutInput<'_>) -> (Progress, Plan) {
         step.saturating_add(1)
     };
     let pods = names(down.into_iter().chain(healthy));
-    (
-        progress,
-        Plan::Remove(Batch {
-            zone,
-            pods,
-            step,
-            next_step,
-        }),
-    )
+    Batch {
+        zone,
+        pods,
+        step,
+        next_step,
+    }
 }
 
 fn names<'a>(pods: impl Iterator<Item = &'a RolloutPod>) -> Vec<String> {
