@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use e2e::cluster::DeleteOnDrop;
-use e2e::localstack::free_port;
-use e2e::process::{ControllerProcess, http_get_from, metric_sum, namespace_args};
+use e2e::fixture::{self, Wanted};
+use e2e::process::{ControllerProcess, http_get_from, metric_sum};
 use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -62,14 +62,8 @@ impl Fixture {
         let real = e2e::real::RealNodes::of(&cluster);
         let ns = TestNamespace::create(&cluster, prefix).await;
         let binding = e2e::prometheus::service_account(&ns).await;
-        let metrics_port = free_port();
-        let mut args = namespace_args(&ns.name, false);
-        args.extend([
-            "--listen-address".into(),
-            format!("127.0.0.1:{metrics_port}"),
-        ]);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let controller = ControllerProcess::start("shard-controller", &args, &[]);
+        let (controller, metrics_port) =
+            fixture::controller_on_free_port("shard-controller", &ns.name, &[]);
         Fixture {
             sproms: ns.api(),
             ns,
@@ -106,31 +100,14 @@ impl Fixture {
         timeout: Duration,
         check: impl Fn(&str) -> bool,
     ) -> ShardedPrometheus {
-        wait_for(
-            &format!("ConfigLoaded {status} ({reason})"),
-            timeout,
-            || async {
-                let sprom = self.sproms.get(NAME).await.map_err(|e| e.to_string())?;
-                let status_now = sprom.status.clone().unwrap_or_default();
-                if status_now.observed_generation != generation {
-                    return Err(format!(
-                        "observed generation {}",
-                        status_now.observed_generation
-                    ));
-                }
-                match status_now.condition(condition::CONFIG_LOADED) {
-                    Some(c) if c.status == status && c.reason == reason && check(&c.message) => {
-                        Ok(sprom)
-                    }
-                    other => Err(format!("{other:?}")),
-                }
-            },
-        )
-        .await
+        let wanted = Wanted {
+            type_: condition::CONFIG_LOADED,
+            status,
+            reason,
+        };
+        fixture::wait_condition(&self.sproms, NAME, generation, wanted, timeout, check).await
     }
-}
 
-impl Fixture {
     /// Waits until the per-shard config-loaded gauges of the three shards add up to `sum` (3:
     /// all loaded, 0: none).
     async fn wait_gauges(&self, sum: f64) {
@@ -228,8 +205,66 @@ async fn sprom_health_a_configuration_prometheus_refuses_is_reported_per_shard_w
  {
     let fx = Fixture::new("sprom-health").await;
     let ns = fx.ns.name.clone();
+    let good = fx.spec(job(&ns, json!({})));
+    let prometheus = a_good_configuration_scrapes_everywhere(&fx, &good).await;
 
-    // The metrics target, one pod per zone on the real nodes.
+    // A configuration the controller accepts (it lets keys it does not know through) and
+    // Prometheus refuses: `scrape_intervall` is no key of a scrape config. (promtool check
+    // config: "field scrape_intervall not found in type config.ScrapeConfig".)
+    let changed = Instant::now();
+    let bad = fx.spec(job(&ns, json!({"scrape_intervall": "5s"})));
+    let generation = fx.apply(bad).await;
+    let (written, refused, reported) = refusal_timings(&fx, generation, changed, &prometheus).await;
+    report_refusal_timings(written, &refused, reported);
+    assert_reload_failed_reported(&fx).await;
+    fx.wait_gauges(0.0).await;
+
+    // The previous configuration keeps scraping: the old job's targets are up, and scraped
+    // again since the refusal.
+    for (shard, (_, ip)) in &prometheus {
+        let before = targets(ip).await.unwrap();
+        assert!(!before.is_empty(), "shard {shard} still has the old job");
+        wait_scraping(
+            &format!("shard {shard} still scraping with the previous configuration"),
+            ip,
+            &before,
+        )
+        .await;
+    }
+
+    // Fixed: every shard loads it, ConfigLoaded is True again.
+    let fixed = Instant::now();
+    let generation = fx.apply(good).await;
+    fx.wait_config_loaded(
+        generation,
+        "True",
+        reason::CONFIG_LOADED,
+        PROPAGATION + TO_CONDITION,
+        |m| m.starts_with("every Prometheus pod asked (3)"),
+    )
+    .await;
+    println!(
+        "after the fix: ConfigLoaded True at {}",
+        seconds(fixed.elapsed())
+    );
+    for (shard, (_, ip)) in &prometheus {
+        let info = prometheus_get(ip, "/api/v1/status/runtimeinfo")
+            .await
+            .unwrap();
+        assert_eq!(
+            info["data"]["reloadConfigSuccess"].as_bool(),
+            Some(true),
+            "shard {shard}"
+        );
+    }
+}
+
+/// The metrics target, one pod per zone on the real nodes, and the `good` configuration: every
+/// shard's Prometheus runs it and scrapes its zone's target. Returns the Prometheus pods.
+async fn a_good_configuration_scrapes_everywhere(
+    fx: &Fixture,
+    good: &Value,
+) -> BTreeMap<u32, (String, String)> {
     let deployments: Api<Deployment> = fx.ns.api();
     let target = json!({
         "metadata": {"name": "target"},
@@ -249,8 +284,6 @@ async fn sprom_health_a_configuration_prometheus_refuses_is_reported_per_shard_w
     let pods: Api<Pod> = fx.ns.api();
     e2e::pods::wait_available(&pods, "app=target", 3, START).await;
 
-    // A good configuration: every shard's Prometheus runs it.
-    let good = fx.spec(job(&ns, json!({})));
     let generation = fx.apply(good.clone()).await;
     e2e::pods::wait_available(
         &pods,
@@ -274,13 +307,18 @@ async fn sprom_health_a_configuration_prometheus_refuses_is_reported_per_shard_w
         .await;
     }
     fx.wait_gauges(3.0).await;
+    prometheus
+}
 
-    // A configuration the controller accepts (it lets keys it does not know through) and
-    // Prometheus refuses: `scrape_intervall` is no key of a scrape config. (promtool check
-    // config: "field scrape_intervall not found in type config.ScrapeConfig".)
-    let changed = Instant::now();
-    let bad = fx.spec(job(&ns, json!({"scrape_intervall": "5s"})));
-    let generation = fx.apply(bad).await;
+/// After the refused configuration of `generation` was applied at `changed`: when the three
+/// config Secrets were rewritten, when each shard's pod tried it and failed, and when
+/// ConfigLoaded turned False (ReloadFailed) naming every shard.
+async fn refusal_timings(
+    fx: &Fixture,
+    generation: i64,
+    changed: Instant,
+    prometheus: &BTreeMap<u32, (String, String)>,
+) -> (Duration, Vec<(u32, Duration)>, Duration) {
     let secrets: Api<Secret> = fx.ns.api();
     let secrets_written = async {
         wait_for(
@@ -341,7 +379,12 @@ async fn sprom_health_a_configuration_prometheus_refuses_is_reported_per_shard_w
         .await;
         changed.elapsed()
     };
-    let (written, refused, reported) = tokio::join!(secrets_written, refused_by_pods, condition);
+    tokio::join!(secrets_written, refused_by_pods, condition)
+}
+
+/// Prints how long each step of the refusal took, and asserts ConfigLoaded said so within
+/// [`TO_CONDITION`] of the last pod's refusal.
+fn report_refusal_timings(written: Duration, refused: &[(u32, Duration)], reported: Duration) {
     let last_refusal = refused.iter().map(|(_, at)| *at).max().unwrap();
     let per_pod: Vec<String> = refused
         .iter()
@@ -370,6 +413,11 @@ async fn sprom_health_a_configuration_prometheus_refuses_is_reported_per_shard_w
         "ConfigLoaded said so {} after the last pod refused the configuration",
         seconds(reported.saturating_sub(last_refusal))
     );
+}
+
+/// ConfigLoaded's message says the pods refused the configuration and still run the previous
+/// one, Available stays, and a Warning event ReloadFailed names the resource.
+async fn assert_reload_failed_reported(fx: &Fixture) {
     let sprom = fx.sproms.get(NAME).await.unwrap();
     let status = sprom.status.unwrap();
     let message = &status.condition(condition::CONFIG_LOADED).unwrap().message;
@@ -408,44 +456,4 @@ async fn sprom_health_a_configuration_prometheus_refuses_is_reported_per_shard_w
             .all(|e| e.type_.as_deref() == Some("Warning")
                 && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(NAME))
     );
-    fx.wait_gauges(0.0).await;
-
-    // The previous configuration keeps scraping: the old job's targets are up, and scraped
-    // again since the refusal.
-    for (shard, (_, ip)) in &prometheus {
-        let before = targets(ip).await.unwrap();
-        assert!(!before.is_empty(), "shard {shard} still has the old job");
-        wait_scraping(
-            &format!("shard {shard} still scraping with the previous configuration"),
-            ip,
-            &before,
-        )
-        .await;
-    }
-
-    // Fixed: every shard loads it, ConfigLoaded is True again.
-    let fixed = Instant::now();
-    let generation = fx.apply(good).await;
-    fx.wait_config_loaded(
-        generation,
-        "True",
-        reason::CONFIG_LOADED,
-        PROPAGATION + TO_CONDITION,
-        |m| m.starts_with("every Prometheus pod asked (3)"),
-    )
-    .await;
-    println!(
-        "after the fix: ConfigLoaded True at {}",
-        seconds(fixed.elapsed())
-    );
-    for (shard, (_, ip)) in &prometheus {
-        let info = prometheus_get(ip, "/api/v1/status/runtimeinfo")
-            .await
-            .unwrap();
-        assert_eq!(
-            info["data"]["reloadConfigSuccess"].as_bool(),
-            Some(true),
-            "shard {shard}"
-        );
-    }
 }
