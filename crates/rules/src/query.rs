@@ -116,72 +116,9 @@ pub fn parse_rules_query(pairs: &[(String, String)]) -> Result<RulesQuery, BadDa
     for text in &raw_matchers {
         matcher_sets.extend(parse_selector(text)?);
     }
-    let rule_type = match first(pairs, "type").to_lowercase().as_str() {
-        "" => RuleType::All,
-        "alert" => RuleType::Alert,
-        "record" => RuleType::Record,
-        other => {
-            return Err(invalid_param(
-                "type",
-                format!("not supported value {other:?}"),
-            ));
-        }
-    };
-    let exclude = first(pairs, "exclude_alerts").to_lowercase();
-    let exclude_alerts = match exclude.as_str() {
-        "" => false,
-        text => parse_bool(text).ok_or_else(|| {
-            invalid_param(
-                "exclude_alerts",
-                format!(
-                    "error converting exclude_alerts: strconv.ParseBool: parsing {text:?}: invalid syntax"
-                ),
-            )
-        })?,
-    };
-    let limit = first(pairs, "group_limit");
-    let token = first(pairs, "group_next_token");
-    if !token.is_empty() && limit.is_empty() {
-        return Err(invalid_param(
-            "group_next_token",
-            "group_limit needs to be present in order to paginate over the groups",
-        ));
-    }
-    let page = if limit.is_empty() {
-        None
-    } else {
-        let parsed: i64 = limit.parse().map_err(|_| {
-            let why = if limit.trim_start_matches(['-', '+']).chars().all(|c| c.is_ascii_digit())
-                && !limit.trim_start_matches(['-', '+']).is_empty()
-            {
-                "value out of range"
-            } else {
-                "invalid syntax"
-            };
-            invalid_param(
-                "group_limit",
-                format!(
-                    "group_limit needs to be a valid number: strconv.ParseInt: parsing {limit:?}: {why}"
-                ),
-            )
-        })?;
-        if parsed > i64::from(i32::MAX) || parsed < i64::from(i32::MIN) {
-            return Err(invalid_param(
-                "group_limit",
-                format!(
-                    "group_limit needs to be a valid number: strconv.ParseInt: parsing {limit:?}: value out of range"
-                ),
-            ));
-        }
-        if parsed <= 0 {
-            return Err(invalid_param(
-                "group_limit",
-                "group_limit needs to be greater than 0",
-            ));
-        }
-        let size = usize::try_from(parsed).unwrap_or(usize::MAX);
-        Some((size, (!token.is_empty()).then(|| token.to_string())))
-    };
+    let rule_type = rule_type(pairs)?;
+    let exclude_alerts = exclude_alerts(pairs)?;
+    let page = page(pairs)?;
     Ok(RulesQuery {
         rule_type,
         matcher_sets,
@@ -192,6 +129,84 @@ pub fn parse_rules_query(pairs: &[(String, String)]) -> Result<RulesQuery, BadDa
         page,
         raw_matchers,
     })
+}
+
+/// `type`: alerting or recording rules only, or both when absent.
+fn rule_type(pairs: &[(String, String)]) -> Result<RuleType, BadData> {
+    match first(pairs, "type").to_lowercase().as_str() {
+        "" => Ok(RuleType::All),
+        "alert" => Ok(RuleType::Alert),
+        "record" => Ok(RuleType::Record),
+        other => Err(invalid_param(
+            "type",
+            format!("not supported value {other:?}"),
+        )),
+    }
+}
+
+/// `exclude_alerts`, as Go's `strconv.ParseBool` reads it; false when absent.
+fn exclude_alerts(pairs: &[(String, String)]) -> Result<bool, BadData> {
+    let exclude = first(pairs, "exclude_alerts").to_lowercase();
+    match exclude.as_str() {
+        "" => Ok(false),
+        text => parse_bool(text).ok_or_else(|| {
+            invalid_param(
+                "exclude_alerts",
+                format!(
+                    "error converting exclude_alerts: strconv.ParseBool: parsing {text:?}: invalid syntax"
+                ),
+            )
+        }),
+    }
+}
+
+/// `group_limit` and `group_next_token`: the page asked for, if any.
+fn page(pairs: &[(String, String)]) -> Result<Option<(usize, Option<String>)>, BadData> {
+    let limit = first(pairs, "group_limit");
+    let token = first(pairs, "group_next_token");
+    if !token.is_empty() && limit.is_empty() {
+        return Err(invalid_param(
+            "group_next_token",
+            "group_limit needs to be present in order to paginate over the groups",
+        ));
+    }
+    if limit.is_empty() {
+        return Ok(None);
+    }
+    let parsed: i64 = limit.parse().map_err(|_| {
+        let why = if limit
+            .trim_start_matches(['-', '+'])
+            .chars()
+            .all(|c| c.is_ascii_digit())
+            && !limit.trim_start_matches(['-', '+']).is_empty()
+        {
+            "value out of range"
+        } else {
+            "invalid syntax"
+        };
+        invalid_param(
+            "group_limit",
+            format!(
+                "group_limit needs to be a valid number: strconv.ParseInt: parsing {limit:?}: {why}"
+            ),
+        )
+    })?;
+    if parsed > i64::from(i32::MAX) || parsed < i64::from(i32::MIN) {
+        return Err(invalid_param(
+            "group_limit",
+            format!(
+                "group_limit needs to be a valid number: strconv.ParseInt: parsing {limit:?}: value out of range"
+            ),
+        ));
+    }
+    if parsed <= 0 {
+        return Err(invalid_param(
+            "group_limit",
+            "group_limit needs to be greater than 0",
+        ));
+    }
+    let size = usize::try_from(parsed).unwrap_or(usize::MAX);
+    Ok(Some((size, (!token.is_empty()).then(|| token.to_string()))))
 }
 
 /// Prometheus's page token of a group: hex SHA-256 of `file;name`.
