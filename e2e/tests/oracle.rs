@@ -8,13 +8,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use e2e::operator::{Operator, OperatorPrometheus, install_crds, monitoring_resource};
+use e2e::operator::{Operator, OperatorPrometheus, install_crds};
 use e2e::prometheus::Target;
 use e2e::real::RealNodes;
 use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
@@ -26,19 +26,7 @@ const TARGETS: usize = 3;
 
 /// Applies a `monitoring.coreos.com/v1` object of `kind` in `ns`.
 async fn apply_monitoring(ns: &TestNamespace, kind: &str, plural: &str, object: Value) {
-    let resource = monitoring_resource(kind, plural);
-    let api: Api<DynamicObject> = Api::namespaced_with(ns.client.clone(), &ns.name, &resource);
-    let name = object["metadata"]["name"].as_str().unwrap().to_string();
-    let mut object = object;
-    object["apiVersion"] = json!("monitoring.coreos.com/v1");
-    object["kind"] = json!(kind);
-    api.patch(
-        &name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&object),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("applying {kind} {name}: {e}"));
+    fixture::apply(ns, "v1", kind, plural, object).await;
 }
 
 fn service_monitor(name: &str, labels: Value) -> Value {
@@ -77,7 +65,46 @@ async fn oracle_operator_prometheus_scrapes_a_service_monitor_and_loads_a_promet
     // Declared after the namespace, so it stops before the namespace is deleted.
     let mut operator = Operator::start(&cluster, &[&ns.name]).await;
 
-    // The metrics target, one pod per zone on the real nodes, behind a Service.
+    metrics_target_behind_a_service(&ns, &real).await;
+
+    selected_and_decoy_monitors_and_rules(&ns).await;
+
+    let prometheus = OperatorPrometheus::create(
+        &cluster,
+        &ns,
+        "oracle",
+        json!({
+            "serviceMonitorSelector": {"matchLabels": {"oracle": "yes"}},
+            "ruleSelector": {"matchLabels": {"oracle": "yes"}},
+        }),
+    )
+    .await;
+    prometheus.wait_ready(TIMEOUT).await;
+    assert!(operator.is_running(), "the operator is still running");
+
+    prometheus_runs_the_local_images_on_a_real_node(&prometheus, &ns, &real).await;
+
+    let pod_of_ip = target_pods_by_ip(&ns).await;
+
+    let (pool, all_pods) =
+        every_target_pod_scraped_by_the_selected_monitor_only(&prometheus, &ns, &pod_of_ip).await;
+
+    only_the_selected_rule_loaded(&prometheus, &ns).await;
+
+    queried_samples_carry_the_same_labels(&prometheus, &ns, &all_pods).await;
+
+    // The config the operator generated is what Prometheus runs (the pool's job is in both).
+    let generated = prometheus.generated_config().await.unwrap();
+    let running = prometheus.config_yaml().await.unwrap();
+    let job_line = format!("job_name: {pool}");
+    assert!(generated.contains(&job_line), "{generated}");
+    assert!(running.contains(&job_line), "{running}");
+    assert!(!generated.contains("decoy"), "{generated}");
+    assert!(operator.is_running(), "the operator is still running");
+}
+
+/// The metrics target, one pod per zone on the real nodes, behind a Service.
+async fn metrics_target_behind_a_service(ns: &TestNamespace, real: &RealNodes) {
     let deployments: Api<Deployment> = ns.api();
     let target = json!({
         "metadata": {"name": "target"},
@@ -109,54 +136,49 @@ async fn oracle_operator_prometheus_scrapes_a_service_monitor_and_loads_a_promet
         )
         .await
         .unwrap();
+}
 
-    // Selected by the Prometheus: the monitor and the rule labelled oracle=yes. The decoys select
-    // the same Service and hold a rule too, but are not labelled so.
+/// Selected by the Prometheus: the monitor and the rule labelled oracle=yes. The decoys select
+/// the same Service and hold a rule too, but are not labelled so.
+async fn selected_and_decoy_monitors_and_rules(ns: &TestNamespace) {
     let selected = json!({"oracle": "yes"});
     let decoy = json!({"oracle": "no"});
     apply_monitoring(
-        &ns,
+        ns,
         "ServiceMonitor",
         "servicemonitors",
         service_monitor("target", selected.clone()),
     )
     .await;
     apply_monitoring(
-        &ns,
+        ns,
         "ServiceMonitor",
         "servicemonitors",
         service_monitor("decoy", decoy.clone()),
     )
     .await;
     apply_monitoring(
-        &ns,
+        ns,
         "PrometheusRule",
         "prometheusrules",
         prometheus_rule("target-rules", selected, "oracle", "TargetDown"),
     )
     .await;
     apply_monitoring(
-        &ns,
+        ns,
         "PrometheusRule",
         "prometheusrules",
         prometheus_rule("decoy-rules", decoy, "decoy", "DecoyDown"),
     )
     .await;
+}
 
-    let prometheus = OperatorPrometheus::create(
-        &cluster,
-        &ns,
-        "oracle",
-        json!({
-            "serviceMonitorSelector": {"matchLabels": {"oracle": "yes"}},
-            "ruleSelector": {"matchLabels": {"oracle": "yes"}},
-        }),
-    )
-    .await;
-    prometheus.wait_ready(TIMEOUT).await;
-    assert!(operator.is_running(), "the operator is still running");
-
-    // Its pod runs on a real node, with the local images.
+/// The operator's Prometheus pod runs on a real node, with the local images.
+async fn prometheus_runs_the_local_images_on_a_real_node(
+    prometheus: &OperatorPrometheus,
+    ns: &TestNamespace,
+    real: &RealNodes,
+) {
     let pod = prometheus.pod().await.unwrap();
     let real_nodes = e2e::real::nodes(&ns.client).await;
     let node = e2e::pods::node_of(&pod).unwrap();
@@ -172,8 +194,10 @@ async fn oracle_operator_prometheus_scrapes_a_service_monitor_and_loads_a_promet
     assert_eq!(images["prometheus"], real.prometheus_image, "{images:?}");
     let reloader = e2e::operator::OperatorBuild::get().config_reloader_image;
     assert_eq!(images["config-reloader"], reloader, "{images:?}");
+}
 
-    // The target pods, by IP.
+/// The target pods, by IP.
+async fn target_pods_by_ip(ns: &TestNamespace) -> BTreeMap<String, String> {
     let pods: Api<Pod> = ns.api();
     let target_pods = e2e::pods::wait_available(&pods, "app=target", TARGETS, TIMEOUT).await;
     let pod_of_ip: BTreeMap<String, String> = target_pods
@@ -186,8 +210,16 @@ async fn oracle_operator_prometheus_scrapes_a_service_monitor_and_loads_a_promet
         })
         .collect();
     assert_eq!(pod_of_ip.len(), TARGETS, "one IP per pod");
+    pod_of_ip
+}
 
-    // Every target pod is an active target of the ServiceMonitor's pool, scraped up.
+/// Every target pod is an active target of the ServiceMonitor's pool, scraped up, and only that
+/// pool is. Returns the pool and the target pods' names, sorted.
+async fn every_target_pod_scraped_by_the_selected_monitor_only(
+    prometheus: &OperatorPrometheus,
+    ns: &TestNamespace,
+    pod_of_ip: &BTreeMap<String, String>,
+) -> (String, Vec<String>) {
     let pool = format!("serviceMonitor/{}/target/0", ns.name);
     let targets: Vec<Target> = wait_for(
         &format!("{TARGETS} targets of {pool} up"),
@@ -247,8 +279,11 @@ async fn oracle_operator_prometheus_scrapes_a_service_monitor_and_loads_a_promet
     let mut all_pods: Vec<String> = pod_of_ip.values().cloned().collect();
     all_pods.sort();
     assert_eq!(scraped_pods, all_pods, "every target pod scraped once");
+    (pool, all_pods)
+}
 
-    // The selected rule's group is loaded, the decoy's is not.
+/// The selected rule's group is loaded, the decoy's is not.
+async fn only_the_selected_rule_loaded(prometheus: &OperatorPrometheus, ns: &TestNamespace) {
     let groups = wait_for("the rule group oracle loaded", TIMEOUT, || async {
         let groups = prometheus.rule_groups().await?;
         let loaded = groups
@@ -280,8 +315,14 @@ async fn oracle_operator_prometheus_scrapes_a_service_monitor_and_loads_a_promet
     assert_eq!(rules[0]["query"], "up{job=\"target\"} == 0");
     assert_eq!(rules[0]["duration"], 60);
     assert_eq!(rules[0]["labels"]["severity"], "warning");
+}
 
-    // The query API: the scraped samples carry the same labels.
+/// The query API: the scraped samples carry the same labels.
+async fn queried_samples_carry_the_same_labels(
+    prometheus: &OperatorPrometheus,
+    ns: &TestNamespace,
+    all_pods: &[String],
+) {
     let up = wait_for("up of the targets in the TSDB", TIMEOUT, || async {
         let data = prometheus
             .query(&format!(
@@ -301,15 +342,6 @@ async fn oracle_operator_prometheus_scrapes_a_service_monitor_and_loads_a_promet
         .collect();
     queried_pods.sort();
     assert_eq!(queried_pods, all_pods);
-
-    // The config the operator generated is what Prometheus runs (the pool's job is in both).
-    let generated = prometheus.generated_config().await.unwrap();
-    let running = prometheus.config_yaml().await.unwrap();
-    let job_line = format!("job_name: {pool}");
-    assert!(generated.contains(&job_line), "{generated}");
-    assert!(running.contains(&job_line), "{running}");
-    assert!(!generated.contains("decoy"), "{generated}");
-    assert!(operator.is_running(), "the operator is still running");
 }
 
 #[path = "oracle/fixture.rs"]
@@ -542,24 +574,7 @@ async fn oracle_sharded_prometheus_matches_the_operator_target_for_target() {
     let _operator = Operator::start(&cluster, &[&fx.a.name, &fx.b.name]).await;
     let prometheus = OperatorPrometheus::create(&cluster, &fx.a, "oracle", fx.selectors()).await;
 
-    // Namespace b lets a's ShardedPrometheus use its monitors, rules and their Secrets (objects
-    // of another namespace are used only when the shards' ServiceAccount may get them).
-    let shared = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "prometheus-shared-with-a"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "zone-aware-prometheus-shared"},
-        "subjects": [{"kind": "ServiceAccount", "name": e2e::operator::SERVICE_ACCOUNT,
-                      "namespace": fx.a.name}],
-    });
-    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(fx.b.client.clone(), &fx.b.name)
-        .patch(
-            "prometheus-shared-with-a",
-            &kube::api::PatchParams::apply(MANAGER).force(),
-            &kube::api::Patch::Apply(&shared),
-        )
-        .await
-        .unwrap();
+    namespace_b_shared_with_a(&fx).await;
 
     // Our controller, over the whole cluster (the monitors are in two namespaces): the suite is
     // one of `make e2e`'s exclusive ones, or this controller would act on the other suites'
@@ -578,46 +593,8 @@ async fn oracle_sharded_prometheus_matches_the_operator_target_for_target() {
         &[],
     );
     let sproms: Api<zone_api::ShardedPrometheus> = fx.a.api();
-    let apply = |shards: u32| {
-        let mut spec = fx.selectors();
-        for (key, value) in [
-            ("shards", json!(shards)),
-            ("replicas", json!(1)),
-            ("image", json!(real.prometheus_image)),
-            ("serviceAccountName", json!(e2e::operator::SERVICE_ACCOUNT)),
-            ("nodeSelector", json!({"type": "real"})),
-            (
-                "tolerations",
-                json!([{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}]),
-            ),
-            ("shardingStrategy", json!({"topology": {"values": ZONES}})),
-        ] {
-            spec[key] = value;
-        }
-        let sproms = sproms.clone();
-        async move { e2e::apply::sprom(&sproms, SPROM, MANAGER, spec).await }
-    };
-    let generation = apply(3).await;
-    let ready = |shards: i32, generation: i64| {
-        let sproms = sproms.clone();
-        async move {
-            wait_for(
-                &format!("{shards} ready shards"),
-                Duration::from_secs(300),
-                || async {
-                    let sprom = sproms.get(SPROM).await.map_err(|e| e.to_string())?;
-                    let status = sprom.status.clone().unwrap_or_default();
-                    if status.observed_generation == generation && status.ready_shards == shards {
-                        Ok(sprom)
-                    } else {
-                        Err(format!("{status:?}"))
-                    }
-                },
-            )
-            .await
-        }
-    };
-    ready(3, generation).await;
+    let generation = apply_sprom(&sproms, &fx, &real, 3).await;
+    wait_ready_shards(&sproms, 3, generation).await;
     prometheus.wait_ready(TIMEOUT).await;
     let zones = node_zones(&fx.a.client).await;
 
@@ -625,6 +602,103 @@ async fn oracle_sharded_prometheus_matches_the_operator_target_for_target() {
     let shards = compare_targets(&prometheus, &fx, &zones, 3).await;
 
     // 2. The same rules load, the invalid object is refused by both and reported by us.
+    same_rules_loaded_and_the_invalid_object_reported(&prometheus, &fx, &sproms, &shards).await;
+
+    // 3. A series from the authenticated HTTPS target has the same labels on both sides.
+    https_series_labelled_the_same(&prometheus, &fx, &shards).await;
+
+    // 4. Four shards: still target for target.
+    let generation = apply_sprom(&sproms, &fx, &real, 4).await;
+    wait_ready_shards(&sproms, 4, generation).await;
+    let shards = compare_targets(&prometheus, &fx, &zones, 4).await;
+
+    // 5. A monitor change reaches the running shards: no restart, no rollout.
+    monitor_change_reaches_the_running_shards(&prometheus, &fx, &zones, &shards).await;
+
+    // 6. No fixture secret in any ConfigMap of the cluster, nor in the ShardedPrometheus.
+    no_fixture_secret_in_config_maps_or_the_sprom(&fx, &sproms).await;
+
+    // 7. A referenced Secret deleted: reported, and the last good configuration keeps running.
+    deleted_secret_reported_and_the_last_good_config_kept(&fx, &sproms, &shards).await;
+}
+
+/// Namespace b lets a's ShardedPrometheus use its monitors, rules and their Secrets (objects
+/// of another namespace are used only when the shards' ServiceAccount may get them).
+async fn namespace_b_shared_with_a(fx: &fixture::Fixture) {
+    let shared = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "prometheus-shared-with-a"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "zone-aware-prometheus-shared"},
+        "subjects": [{"kind": "ServiceAccount", "name": e2e::operator::SERVICE_ACCOUNT,
+                      "namespace": fx.a.name}],
+    });
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(fx.b.client.clone(), &fx.b.name)
+        .patch(
+            "prometheus-shared-with-a",
+            &kube::api::PatchParams::apply(MANAGER).force(),
+            &kube::api::Patch::Apply(&shared),
+        )
+        .await
+        .unwrap();
+}
+
+/// Applies the ShardedPrometheus of the comparison, with `shards` shards of one replica on the
+/// real nodes; returns the generation applied.
+async fn apply_sprom(
+    sproms: &Api<zone_api::ShardedPrometheus>,
+    fx: &fixture::Fixture,
+    real: &RealNodes,
+    shards: u32,
+) -> i64 {
+    let mut spec = fx.selectors();
+    for (key, value) in [
+        ("shards", json!(shards)),
+        ("replicas", json!(1)),
+        ("image", json!(real.prometheus_image)),
+        ("serviceAccountName", json!(e2e::operator::SERVICE_ACCOUNT)),
+        ("nodeSelector", json!({"type": "real"})),
+        (
+            "tolerations",
+            json!([{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}]),
+        ),
+        ("shardingStrategy", json!({"topology": {"values": ZONES}})),
+    ] {
+        spec[key] = value;
+    }
+    e2e::apply::sprom(sproms, SPROM, MANAGER, spec).await
+}
+
+/// Waits until the ShardedPrometheus observed `generation` and has `shards` ready shards.
+async fn wait_ready_shards(
+    sproms: &Api<zone_api::ShardedPrometheus>,
+    shards: i32,
+    generation: i64,
+) -> zone_api::ShardedPrometheus {
+    wait_for(
+        &format!("{shards} ready shards"),
+        Duration::from_secs(300),
+        || async {
+            let sprom = sproms.get(SPROM).await.map_err(|e| e.to_string())?;
+            let status = sprom.status.clone().unwrap_or_default();
+            if status.observed_generation == generation && status.ready_shards == shards {
+                Ok(sprom)
+            } else {
+                Err(format!("{status:?}"))
+            }
+        },
+    )
+    .await
+}
+
+/// The same rules load on every shard as at the operator's Prometheus; the invalid object is
+/// refused by both and reported by us.
+async fn same_rules_loaded_and_the_invalid_object_reported(
+    prometheus: &OperatorPrometheus,
+    fx: &fixture::Fixture,
+    sproms: &Api<zone_api::ShardedPrometheus>,
+    shards: &BTreeMap<u32, (String, String)>,
+) {
     let theirs = wait_for("the operator's rule groups", TIMEOUT, || async {
         let groups = loaded_rules(&prometheus.rule_groups().await?);
         (groups.len() == 2)
@@ -637,7 +711,7 @@ async fn oracle_sharded_prometheus_matches_the_operator_target_for_target() {
         ["oracle-a", "oracle-b"],
         "the decoy and the invalid group are not loaded"
     );
-    for (shard, (ip, _)) in &shards {
+    for (shard, (ip, _)) in shards {
         wait_for(&format!("shard {shard}'s rules"), TIMEOUT, || async {
             let ours = loaded_rules(&pod_api(ip, "/api/v1/rules").await?["groups"]);
             (ours == theirs).then_some(()).ok_or(format!("{ours:?}"))
@@ -666,8 +740,14 @@ async fn oracle_sharded_prometheus_matches_the_operator_target_for_target() {
     assert_eq!(status.shard_statuses[0].monitors, 13, "{status:?}");
     assert_eq!(status.shard_statuses[0].rule_groups, 2);
     assert_eq!(status.shard_statuses[0].rejected_objects, 1);
+}
 
-    // 3. A series from the authenticated HTTPS target has the same labels on both sides.
+/// A series from the authenticated HTTPS target has the same labels on both sides.
+async fn https_series_labelled_the_same(
+    prometheus: &OperatorPrometheus,
+    fx: &fixture::Fixture,
+    shards: &BTreeMap<u32, (String, String)>,
+) {
     let query = format!(
         "/api/v1/query?query=prometheus_build_info%7Bnamespace%3D%22{}%22%2Cservice%3D%22secure%22%7D",
         fx.a.name
@@ -699,13 +779,15 @@ async fn oracle_sharded_prometheus_matches_the_operator_target_for_target() {
     )
     .await;
     assert_eq!(ours.len(), 1, "{ours:?}");
+}
 
-    // 4. Four shards: still target for target.
-    let generation = apply(4).await;
-    ready(4, generation).await;
-    let shards = compare_targets(&prometheus, &fx, &zones, 4).await;
-
-    // 5. A monitor change reaches the running shards: no restart, no rollout.
+/// A monitor change reaches the running shards: no restart, no rollout.
+async fn monitor_change_reaches_the_running_shards(
+    prometheus: &OperatorPrometheus,
+    fx: &fixture::Fixture,
+    zones: &BTreeMap<String, String>,
+    shards: &BTreeMap<u32, (String, String)>,
+) {
     let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> = fx.a.api();
     let pods: Api<Pod> = fx.a.api();
     let before = pods
@@ -749,7 +831,7 @@ async fn oracle_sharded_prometheus_matches_the_operator_target_for_target() {
         "the changed monitor in the running shards",
         Duration::from_secs(240),
         || async {
-            let ours = shard_targets(&shards).await?;
+            let ours = shard_targets(shards).await?;
             let changed = ours
                 .iter()
                 .filter(|(_, t)| {
@@ -763,7 +845,7 @@ async fn oracle_sharded_prometheus_matches_the_operator_target_for_target() {
         },
     )
     .await;
-    compare_targets(&prometheus, &fx, &zones, 4).await;
+    compare_targets(prometheus, fx, zones, 4).await;
     for pod in &before {
         e2e::pods::assert_unchanged_and_not_restarted(&pods, pod).await;
     }
@@ -776,8 +858,13 @@ async fn oracle_sharded_prometheus_matches_the_operator_target_for_target() {
             .generation;
         assert_eq!(&after, before, "shard {i}'s StatefulSet rolled");
     }
+}
 
-    // 6. No fixture secret in any ConfigMap of the cluster, nor in the ShardedPrometheus.
+/// No fixture secret in any ConfigMap of the cluster, nor in the ShardedPrometheus.
+async fn no_fixture_secret_in_config_maps_or_the_sprom(
+    fx: &fixture::Fixture,
+    sproms: &Api<zone_api::ShardedPrometheus>,
+) {
     let config_maps: Api<ConfigMap> = Api::all(fx.a.client.clone());
     let all = serde_json::to_string(&config_maps.list(&Default::default()).await.unwrap()).unwrap();
     let sprom_text = serde_json::to_string(&sproms.get(SPROM).await.unwrap()).unwrap();
@@ -788,8 +875,14 @@ async fn oracle_sharded_prometheus_matches_the_operator_target_for_target() {
             "the ShardedPrometheus holds a fixture secret"
         );
     }
+}
 
-    // 7. A referenced Secret deleted: reported, and the last good configuration keeps running.
+/// A referenced Secret deleted: reported, and the last good configuration keeps running.
+async fn deleted_secret_reported_and_the_last_good_config_kept(
+    fx: &fixture::Fixture,
+    sproms: &Api<zone_api::ShardedPrometheus>,
+    shards: &BTreeMap<u32, (String, String)>,
+) {
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = fx.a.api();
     secrets
         .delete("secure-auth", &Default::default())
@@ -837,7 +930,7 @@ async fn oracle_sharded_prometheus_matches_the_operator_target_for_target() {
         let yaml = String::from_utf8(config.data.unwrap()["prometheus.yml"].0.clone()).unwrap();
         assert!(yaml.contains(&secure), "shard {shard} lost {secure}");
     }
-    let ours = shard_targets(&shards).await.unwrap();
+    let ours = shard_targets(shards).await.unwrap();
     let up: Vec<&Target> = ours
         .iter()
         .map(|(_, t)| t)

@@ -254,6 +254,13 @@ impl Fixture {
     }
 
     async fn monitors(&self, server_name: &str) {
+        self.service_monitors(server_name).await;
+        self.pod_monitors().await;
+        self.scrape_configs().await;
+    }
+
+    /// The ServiceMonitors: every endpoint field the translation maps, in both namespaces.
+    async fn service_monitors(&self, server_name: &str) {
         let (a, b) = (&self.a, &self.b);
         let service_monitors = [
             // Relabelings, metricRelabelings, targetLabels and podTargetLabels.
@@ -346,6 +353,11 @@ impl Fixture {
         for (ns, object) in service_monitors {
             apply(ns, "v1", "ServiceMonitor", "servicemonitors", object).await;
         }
+    }
+
+    /// The PodMonitors, in both namespaces.
+    async fn pod_monitors(&self) {
+        let (a, b) = (&self.a, &self.b);
         let pod_monitors = [
             (
                 a,
@@ -385,6 +397,11 @@ impl Fixture {
         for (ns, object) in pod_monitors {
             apply(ns, "v1", "PodMonitor", "podmonitors", object).await;
         }
+    }
+
+    /// The ScrapeConfigs: a static target and the endpointslice and pod roles.
+    async fn scrape_configs(&self) {
+        let (a, b) = (&self.a, &self.b);
         let scrape_configs = [
             // A static target: no zone, so exactly one shard of any zone scrapes it.
             (
