@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
@@ -192,6 +192,14 @@ impl KubeAuth {
     }
 
     async fn review(&self, token: &str, path: &str) -> Decision {
+        match self.authenticate(token).await {
+            Ok(user) => self.authorize(user, path).await,
+            Err(decision) => decision,
+        }
+    }
+
+    /// Who the token is of (a TokenReview), for one of the audiences; otherwise the decision.
+    async fn authenticate(&self, token: &str) -> Result<UserInfo, Decision> {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: Some(token.to_string()),
@@ -206,7 +214,7 @@ impl KubeAuth {
             Ok(review) => review.status.unwrap_or_default(),
             Err(error) => {
                 tracing::warn!(error = %ErrorChain(&error), "TokenReview failed");
-                return Decision::Unavailable("cannot review the token".to_string());
+                return Err(Decision::Unavailable("cannot review the token".to_string()));
             }
         };
         // An authenticator that ignores audiences answers with none: not good enough.
@@ -216,22 +224,27 @@ impl KubeAuth {
                 .iter()
                 .flatten()
                 .any(|audience| self.audiences.contains(audience));
-        let user = match status.user {
+        match status.user {
             Some(_) if status.authenticated == Some(true) && !for_audience => {
-                return Decision::Unauthenticated(format!(
+                Err(Decision::Unauthenticated(format!(
                     "token not issued for the audience {}",
                     self.audiences.join(" or ")
-                ));
+                )))
             }
-            Some(user) if status.authenticated == Some(true) => user,
+            Some(user) if status.authenticated == Some(true) => Ok(user),
             _ => {
                 let why = status
                     .error
                     .filter(|e| !e.is_empty())
                     .unwrap_or_else(|| "token not accepted".to_string());
-                return Decision::Unauthenticated(why);
+                Err(Decision::Unauthenticated(why))
             }
-        };
+        }
+    }
+
+    /// Whether `user` may do what the attributes name (a SubjectAccessReview), on `path` for
+    /// non-resource attributes.
+    async fn authorize(&self, user: UserInfo, path: &str) -> Decision {
         let name = user.username.clone().unwrap_or_default();
         let mut spec = SubjectAccessReviewSpec {
             user: user.username,

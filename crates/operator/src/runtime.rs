@@ -161,12 +161,15 @@ pub struct Runtime {
     address: SocketAddr,
     server: JoinHandle<Result<(), ServerError>>,
     routes: ExtraRoutes,
-    elector: Option<(CancellationToken, JoinHandle<Result<(), LeaderError>>)>,
+    elector: Elector,
     every_replica: Vec<JoinHandle<()>>,
     /// How long the tasks of every replica get, once the server has stopped, to finish their
     /// in-flight work before they are aborted ([`Runtime::drain_on_shutdown`]).
     in_flight_grace: Duration,
 }
+
+/// The leader election's task and what stops it, when elected.
+type Elector = Option<(CancellationToken, JoinHandle<Result<(), LeaderError>>)>;
 
 impl Runtime {
     /// A leader-elected controller: logging, client, signal handlers, then
@@ -262,44 +265,10 @@ impl Runtime {
             args: args.clone(),
             refused: common.refused_connections,
         };
-        let mut bound = BoundServer::bind(args.listen_address)
-            .await
-            .map_err(RuntimeError::Bind)?
-            .with_limits(connections.limits("main"));
-        if let Serving::Https(source) = serving {
-            // The server's TLS config takes the process-wide provider.
-            client::install_crypto_provider();
-            let certs = https::certificates(&client, source)
-                .await
-                .map_err(RuntimeError::Certificate)?;
-            bound = bound.with_tls(certs);
-        }
+        let bound = bind(args, serving, &client, &connections).await?;
         let address = bound.local_addr();
 
-        let (leader, elector) = if let Some(args) = leader_args {
-            let config = LeaseConfig {
-                name: args
-                    .lease_name
-                    .clone()
-                    .unwrap_or_else(|| controller.to_owned()),
-                namespace: args
-                    .lease_namespace
-                    .clone()
-                    .unwrap_or_else(|| client.default_namespace().to_owned()),
-                identity: identity.clone(),
-                lease_duration: args.lease_duration,
-                renew_interval: args.renew_interval,
-            };
-            tracing::info!(lease = %config.name, namespace = %config.namespace, identity = %config.identity, "leader election enabled");
-            let (elector, handle) =
-                LeaderElector::new(client.clone(), config).map_err(RuntimeError::LeaderConfig)?;
-            let stop = CancellationToken::new();
-            let task = tokio::spawn(elector.run(stop.clone()));
-            (handle, Some((stop, task)))
-        } else {
-            tracing::info!("no leader election: every replica acts");
-            (LeaderHandle::unelected(), None)
-        };
+        let (leader, elector) = elect(controller, leader_args, &client, &identity)?;
         if let Some(leader_metrics) = common.leader {
             // Ends once leadership does (or at once without election).
             let _follows = tokio::spawn(leader_metrics.follow(leader.clone()));
@@ -471,6 +440,61 @@ async fn connect(
     .map_err(RuntimeError::Client)?;
     let shutdown = listen_for_signals()?;
     Ok((identity, client, shutdown))
+}
+
+/// The main server's listener (`/metrics`, probes, extra routes), with TLS when `serving` asks.
+async fn bind(
+    args: &BaseArgs,
+    serving: &Serving,
+    client: &Client,
+    connections: &Connections,
+) -> Result<BoundServer, RuntimeError> {
+    let mut bound = BoundServer::bind(args.listen_address)
+        .await
+        .map_err(RuntimeError::Bind)?
+        .with_limits(connections.limits("main"));
+    if let Serving::Https(source) = serving {
+        // The server's TLS config takes the process-wide provider.
+        client::install_crypto_provider();
+        let certs = https::certificates(client, source)
+            .await
+            .map_err(RuntimeError::Certificate)?;
+        bound = bound.with_tls(certs);
+    }
+    Ok(bound)
+}
+
+/// The task that elects over the Lease which replica acts, and the handle telling whether this
+/// one does; without `leader_args`, every replica acts.
+fn elect(
+    controller: &str,
+    leader_args: Option<&LeaderArgs>,
+    client: &Client,
+    identity: &str,
+) -> Result<(LeaderHandle, Elector), RuntimeError> {
+    let Some(args) = leader_args else {
+        tracing::info!("no leader election: every replica acts");
+        return Ok((LeaderHandle::unelected(), None));
+    };
+    let config = LeaseConfig {
+        name: args
+            .lease_name
+            .clone()
+            .unwrap_or_else(|| controller.to_owned()),
+        namespace: args
+            .lease_namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_owned()),
+        identity: identity.to_owned(),
+        lease_duration: args.lease_duration,
+        renew_interval: args.renew_interval,
+    };
+    tracing::info!(lease = %config.name, namespace = %config.namespace, identity = %config.identity, "leader election enabled");
+    let (elector, handle) =
+        LeaderElector::new(client.clone(), config).map_err(RuntimeError::LeaderConfig)?;
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(elector.run(stop.clone()));
+    Ok((handle, Some((stop, task))))
 }
 
 /// Logging first (so every later failure is logged), then this replica's identity.
