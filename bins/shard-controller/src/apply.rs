@@ -15,9 +15,9 @@ use zone_api::sprom::contract;
 use zone_operator::children::{self, ChildError};
 
 use crate::build;
+use crate::context::Context;
 use crate::observe::ChildKind;
 use crate::plan::{Child, Plan, Write};
-use crate::reconcile::Context;
 use crate::retention;
 
 /// On every Prometheus pod: the digest of the configuration Secret its shard was last given

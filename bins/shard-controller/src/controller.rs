@@ -22,15 +22,15 @@ use zone_api::sprom::contract::{MANAGED_BY, MANAGED_BY_LABEL};
 
 use crate::build::{APPLIED_HASH_ANNOTATION, ZONE_ANNOTATION};
 use crate::cli::Args;
+use crate::context::Context;
 use crate::health::{self, ConfigHealth, Prober};
 use crate::metrics::SpromMetrics;
+use crate::monitoring::cache::{Caches, SharedIndex};
 use crate::monitoring::kinds::{
     PodMonitorKind, PrometheusRuleKind, Raw, ScrapeConfigKind, ServiceMonitorKind,
 };
-use crate::monitoring::observe::{
-    Caches, Selectable, SharedIndex, affected, affected_by_namespaces,
-};
-use crate::reconcile::{self, Context};
+use crate::monitoring::observe::{Selectable, affected, affected_by_namespaces};
+use crate::reconcile;
 use crate::retention::{DELETION_DEADLINE_ANNOTATION, RETAINED_SINCE_ANNOTATION};
 
 #[derive(Debug, thiserror::Error)]
@@ -87,7 +87,7 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
 
     let children = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let mut watches = WatchSet::<ShardedPrometheus>::new();
-    let index = crate::monitoring::observe::SharedIndex::default();
+    let index = SharedIndex::default();
     // Namespace labels, for the namespace selectors of monitors and rules (metadata only).
     let sproms_now = sproms.clone();
     let namespaces = watches.watch(

@@ -7,6 +7,7 @@ mod apply;
 mod build;
 mod cli;
 mod config;
+mod context;
 mod controller;
 #[cfg(test)]
 mod golden;

@@ -63,6 +63,8 @@ impl Monitoring {
     }
 }
 
+pub mod cache;
+pub mod error;
 pub mod kinds;
 pub mod observe;
 pub mod tenancy;

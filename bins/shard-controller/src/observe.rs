@@ -13,10 +13,11 @@ use zone_api::validation::ValidSprom;
 use zone_operator::children;
 
 use crate::build::{ZONE_ANNOTATION, applied_hash};
+use crate::context::{Context, RESYNC};
 use crate::health::ConfigObservation;
 use crate::monitoring::Monitoring;
-use crate::monitoring::observe::ObserveError;
-use crate::reconcile::{Context, RESYNC};
+use crate::monitoring::error::ObserveError;
+use crate::monitoring::translate::MonitoringRead;
 use crate::retention::{self, DELETION_DEADLINE_ANNOTATION, RETAINED_SINCE_ANNOTATION};
 
 /// The kinds of a shard's children.
@@ -53,7 +54,8 @@ pub struct Observed {
     /// Every child is applied again: a new generation, or [`RESYNC`] passed since the last
     /// full apply.
     pub full_apply: bool,
-    /// What the selected monitoring.coreos.com objects add to the shards.
+    /// What the selected monitoring.coreos.com objects add to the shards (translated by the
+    /// plan step from what was read).
     pub monitoring: Monitoring,
     /// The configurations applied to the shards, and what their Prometheus pods answered.
     pub config: ConfigObservation,
@@ -99,12 +101,13 @@ impl Observed {
 }
 
 /// Reads what `sprom` (valid as `valid`) needs from the caches, the access review and the
-/// monitoring objects it selects (with the Secrets they reference).
+/// monitoring objects it selects (with the Secrets they reference). Only reads: the monitoring
+/// read is translated by the plan step, which fills [`Observed::monitoring`].
 pub async fn observe(
     ctx: &Context,
     sprom: &ShardedPrometheus,
     valid: &ValidSprom,
-) -> Result<Observed, ObserveError> {
+) -> Result<(Observed, MonitoringRead), ObserveError> {
     let monitoring = crate::monitoring::observe::observe(ctx, sprom, valid).await?;
     let namespace = sprom.namespace().unwrap_or_default();
     let name = sprom.name_any();
@@ -112,7 +115,6 @@ pub async fn observe(
         stateful_sets: stateful_sets(&ctx.stateful_sets, sprom),
         zones_with_nodes: ctx.zones.zones_present(),
         full_apply: resync_due(ctx, sprom),
-        monitoring,
         config: ctx.config_health.observe(&namespace, &name),
         ..Observed::default()
     };
@@ -149,7 +151,7 @@ pub async fn observe(
             &needed,
         )
         .await;
-    Ok(observed)
+    Ok((observed, monitoring))
 }
 
 /// Whether every child must be applied again, whatever the cache shows.

@@ -17,16 +17,13 @@ use zone_operator::{Invalid, PendingEvents};
 
 use crate::build::{self, BuildInput, applied_hash};
 use crate::config::CONFIG_KEY;
+use crate::context::RESYNC;
 use crate::health::verdict::{self, ShardConfig};
 use crate::health::{AppliedConfig, ConfigObservation, Fingerprint};
 use crate::observe::{ChildKind, Observed};
 use crate::retention;
 use crate::status::{Observation, ObservedShard};
 use crate::validate::invalid_scrape_config;
-
-/// Children are watched; a full apply every this long only bounds how long a drift nobody told
-/// us about can last.
-pub const RESYNC: Duration = Duration::from_secs(600);
 
 /// The resource a plan is for.
 #[derive(Debug, Clone, Copy)]

@@ -12,111 +12,21 @@
 //! takes the one refusal path: `Invalid` with the reason, one event, no further change, and no
 //! retry until the spec changes.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use zone_api::ShardedPrometheus;
 use zone_api::sprom::{ShardedPrometheusStatus, ShardingMode, condition, reason};
 use zone_operator::children::ChildError;
-use zone_operator::controller::{Failure, ReconcileContext};
-use zone_operator::metrics::ObjectSeries;
+use zone_operator::controller::Failure;
 use zone_operator::status::{self, StatusError};
-use zone_operator::{
-    Blocked, ControllerMetrics, Draft, EventPublisher, Invalid, NodeZones, PendingEvents,
-};
+use zone_operator::{Blocked, Draft, Invalid, PendingEvents};
 
-use crate::access::AccessCache;
-use crate::metrics::SpromMetrics;
-use crate::monitoring::observe::ObserveError;
-use crate::monitoring::translate::LastGood;
+use crate::context::{Context, RESYNC};
+use crate::monitoring::error::ObserveError;
 use crate::plan::{Plan, Target};
-
-pub use crate::plan::RESYNC;
-
-/// After a failed reconcile (API error), retry after this long.
-pub const ERROR_RETRY: Duration = Duration::from_secs(10);
-
-pub struct Context {
-    pub client: Client,
-    pub sproms: Store<ShardedPrometheus>,
-    pub stateful_sets: Store<StatefulSet>,
-    pub config_maps: Store<PartialObjectMeta<ConfigMap>>,
-    pub secrets: Store<PartialObjectMeta<Secret>>,
-    pub services: Store<PartialObjectMeta<Service>>,
-    /// The shards' Prometheus pods (labels, phase, IP and the config digest annotation).
-    pub pods: Store<k8s_openapi::api::core::v1::Pod>,
-    /// Per resource, the generation and time of the last full apply: until the generation
-    /// changes or [`RESYNC`] passes, children the cache shows unchanged are not written again.
-    pub applied: Mutex<HashMap<(String, String), (i64, Instant)>>,
-    pub zones: NodeZones,
-    pub events: EventPublisher,
-    pub metrics: ControllerMetrics,
-    pub sprom_metrics: SpromMetrics,
-    pub field_manager: String,
-    /// The node label that carries zones (`--zone-label`).
-    pub zone_label: String,
-    pub access: AccessCache,
-    /// The resources with metric series, to drop those of deleted ones.
-    pub series: ObjectSeries,
-    /// The caches of ServiceMonitors, PodMonitors, ScrapeConfigs, PrometheusRules and
-    /// namespaces.
-    pub monitoring: crate::monitoring::observe::Caches,
-    pub discovery: crate::monitoring::observe::Discovery,
-    /// What each resource selected and referenced at its last reconcile.
-    pub index: crate::monitoring::observe::SharedIndex,
-    /// The jobs each monitor of each resource last translated to.
-    pub last_good: Mutex<HashMap<ObjectRef<ShardedPrometheus>, LastGood>>,
-    /// The configuration applied to each shard, and what its Prometheus pods answer about the
-    /// one they run (shared with the prober).
-    pub config_health: crate::health::ConfigHealth,
-}
-
-impl Context {
-    /// Drops what is kept of deleted resources: their metric series and their last full apply.
-    fn forget_deleted(&self) {
-        let live: BTreeSet<(String, String)> = self
-            .sproms
-            .state()
-            .iter()
-            .map(|s| (s.namespace().unwrap_or_default(), s.name_any()))
-            .collect();
-        self.series.forget_deleted(&live, |namespace, name, _| {
-            self.sprom_metrics.forget(namespace, name);
-        });
-        self.applied
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|key, _| live.contains(key));
-        let alive = |sprom: &ObjectRef<ShardedPrometheus>| {
-            live.contains(&(
-                sprom.namespace.clone().unwrap_or_default(),
-                sprom.name.clone(),
-            ))
-        };
-        self.index
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(alive);
-        self.last_good
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|sprom, _| alive(sprom));
-    }
-}
-
-impl ReconcileContext for Context {
-    fn failure_policy(&self) -> (&ControllerMetrics, Duration) {
-        (&self.metrics, ERROR_RETRY)
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -232,25 +142,21 @@ pub async fn reconcile(
     }
 }
 
-/// validate → observe → plan → apply: the plan that was carried out.
+/// validate → observe → plan → apply: the plan that was carried out. The translation of the
+/// monitoring read is part of the plan (pure); what it leaves for the next reconciles is
+/// committed as soon as it ran, a refused spec included.
 async fn converge(
     ctx: &Context,
     sprom: &ShardedPrometheus,
     target: &Target<'_>,
 ) -> Result<Plan, Stop> {
     let valid = crate::validate::validate(sprom, &ctx.zone_label)?;
-    let observed =
-        crate::observe::observe(ctx, sprom, &valid)
-            .await
-            .map_err(|error| match error {
-                ObserveError::RemoteWrite(message) => {
-                    Stop::Refused(Invalid::new(reason::INVALID_REMOTE_WRITE, message))
-                }
-                ObserveError::Alerting(message) => {
-                    Stop::Refused(Invalid::new(reason::INVALID_ALERTING, message))
-                }
-                error => Stop::Failed(error.into()),
-            })?;
+    let (mut observed, read) = crate::observe::observe(ctx, sprom, &valid)
+        .await
+        .map_err(|error| Stop::Failed(error.into()))?;
+    let (monitoring, memories) = crate::monitoring::translate::run(&valid, read);
+    ctx.remember(memories);
+    observed.monitoring = monitoring?;
     let plan = crate::plan::plan(target, &valid, &observed, Timestamp::now())?;
     crate::apply::apply(ctx, sprom, &plan).await?;
     Ok(plan)

@@ -18,8 +18,9 @@ use zone_api::ShardedPrometheus;
 use zone_operator::testing::{FakeApi, Method, RecordedRequest, status_json, store_of, zoned_node};
 use zone_operator::{ControllerMetrics, EventPublisher, NodeZones};
 
+use crate::context::{Context, RESYNC};
 use crate::metrics::SpromMetrics;
-use crate::reconcile::{Context, RESYNC, reconcile};
+use crate::reconcile::reconcile;
 
 const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 const SPROM: &str = "/apis/zonecontrol.k8s.aws/v1/namespaces/mon/shardedprometheuses/p";
@@ -79,7 +80,7 @@ fn meta_of<K: kube::Resource>(child: &K) -> PartialObjectMeta<K> {
 /// Caches of monitoring objects whose watches never list: prometheus-operator's CRDs are not
 /// installed. The writers are leaked so the stores stay unsynced, as a watch retrying a missing
 /// resource leaves them.
-fn unlisted_monitoring_objects() -> crate::monitoring::observe::Caches {
+fn unlisted_monitoring_objects() -> crate::monitoring::cache::Caches {
     fn unsynced<K>() -> kube::runtime::reflector::Store<K>
     where
         K: kube::Resource + Clone + 'static,
@@ -89,7 +90,7 @@ fn unlisted_monitoring_objects() -> crate::monitoring::observe::Caches {
         std::mem::forget(writer);
         store
     }
-    crate::monitoring::observe::Caches {
+    crate::monitoring::cache::Caches {
         service_monitors: unsynced(),
         pod_monitors: unsynced(),
         scrape_configs: unsynced(),
@@ -101,8 +102,8 @@ fn unlisted_monitoring_objects() -> crate::monitoring::observe::Caches {
 
 /// Caches of monitoring objects and namespaces that hold nothing (the scenarios' resources
 /// select none).
-fn no_monitoring_objects() -> crate::monitoring::observe::Caches {
-    crate::monitoring::observe::Caches {
+fn no_monitoring_objects() -> crate::monitoring::cache::Caches {
+    crate::monitoring::cache::Caches {
         service_monitors: store_of(Vec::new()),
         pod_monitors: store_of(Vec::new()),
         scrape_configs: store_of(Vec::new()),

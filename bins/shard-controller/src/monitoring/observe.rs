@@ -2,9 +2,8 @@
 //! Secret and ConfigMap values they reference (read fresh from the API server), and which
 //! ShardedPrometheuses a changed object, namespace, Secret or ConfigMap concerns.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, PoisonError};
 
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
@@ -13,21 +12,19 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 use zone_api::ShardedPrometheus;
-use zone_api::sprom::{MONITORING_GROUP, Selectors, ShardedPrometheusSpec};
+use zone_api::sprom::{Selectors, ShardedPrometheusSpec};
 use zone_api::validation::ValidSprom;
 use zone_monitoring::resolve::{Data, Source, Values};
 use zone_monitoring::select::{self, Selection};
 
-use super::Monitoring;
+use super::cache::{Caches, Discovery, SharedIndex, ValueCache};
+use super::error::ObserveError;
 use super::kinds::{
     Kind, PodMonitorKind, PrometheusRuleKind, Raw, ScrapeConfigKind, ServiceMonitorKind,
 };
 use super::tenancy::Subject;
-use super::translate::{self, Selected};
-use crate::reconcile::Context;
-
-/// How long an answer of the API server's discovery (is a kind served?) is trusted.
-const DISCOVERY_CACHE_FOR: Duration = Duration::from_secs(30);
+use super::translate::{self, MonitoringRead, Selected};
+use crate::context::Context;
 
 /// A watched kind as a ShardedPrometheus selects it.
 pub trait Selectable: Kind {
@@ -81,64 +78,6 @@ selectable!(
     rule_namespace_selector,
     rules
 );
-
-/// The caches of the monitoring kinds and of namespaces.
-pub struct Caches {
-    pub service_monitors: Store<Raw<ServiceMonitorKind>>,
-    pub pod_monitors: Store<Raw<PodMonitorKind>>,
-    pub scrape_configs: Store<Raw<ScrapeConfigKind>>,
-    pub rules: Store<Raw<PrometheusRuleKind>>,
-    pub namespaces: Store<PartialObjectMeta<Namespace>>,
-    /// Referenced Secrets and ConfigMaps already read.
-    pub values: ValueCache,
-}
-
-/// What each ShardedPrometheus used at its last reconcile: the objects it selected and the
-/// Secrets and ConfigMaps they referenced. A change of one of those reconciles it even when it
-/// no longer selects the object (its jobs must go).
-#[derive(Debug, Default)]
-pub struct Index {
-    selected: HashMap<ObjectRef<ShardedPrometheus>, BTreeSet<(&'static str, String, String)>>,
-    referenced: HashMap<ObjectRef<ShardedPrometheus>, BTreeSet<(Source, String, String)>>,
-}
-
-impl Index {
-    fn used(
-        &self,
-        sprom: &ObjectRef<ShardedPrometheus>,
-        kind: &'static str,
-        ns: &str,
-        name: &str,
-    ) -> bool {
-        self.selected
-            .get(sprom)
-            .is_some_and(|keys| keys.contains(&(kind, ns.to_string(), name.to_string())))
-    }
-
-    /// The ShardedPrometheuses whose monitors reference `source` `namespace/name`.
-    pub fn referencing(
-        &self,
-        source: Source,
-        namespace: &str,
-        name: &str,
-    ) -> Vec<ObjectRef<ShardedPrometheus>> {
-        let key = (source, namespace.to_string(), name.to_string());
-        self.referenced
-            .iter()
-            .filter(|(_, keys)| keys.contains(&key))
-            .map(|(sprom, _)| sprom.clone())
-            .collect()
-    }
-
-    /// Forgets ShardedPrometheuses that no longer exist.
-    pub fn retain(&mut self, live: impl Fn(&ObjectRef<ShardedPrometheus>) -> bool) {
-        self.selected.retain(|sprom, _| live(sprom));
-        self.referenced.retain(|sprom, _| live(sprom));
-    }
-}
-
-/// Shared between the reconciles and the watches' trigger mappers.
-pub type SharedIndex = Arc<Mutex<Index>>;
 
 /// The labels of namespace `name`, from the cache.
 fn namespace_labels(
@@ -206,85 +145,6 @@ pub fn affected_by_namespaces(
         })
         .map(|sprom| ObjectRef::from_obj(sprom.as_ref()))
         .collect()
-}
-
-/// Why monitoring could not be observed this time: retried.
-#[derive(Debug, thiserror::Error)]
-pub enum ObserveError {
-    #[error("the cache of {0} has not synced yet")]
-    NotSynced(String),
-    #[error("cannot read {kind} {namespace}/{name}")]
-    Read {
-        kind: &'static str,
-        namespace: String,
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
-    /// A remoteWrite credential reference that cannot be resolved: the spec is refused (the
-    /// shards keep their configuration) until it can.
-    #[error("{0}")]
-    RemoteWrite(String),
-    /// An Alertmanager entry of spec.alerting that cannot be translated (a credential reference
-    /// that cannot be resolved, malformed credentials or rules): the spec is refused until it
-    /// can, as for remoteWrite.
-    #[error("{0}")]
-    Alerting(String),
-    /// Whether the shards' ServiceAccount may read an object of another namespace could not
-    /// be reviewed: nothing of another namespace is used on a guess.
-    #[error("cannot review what ServiceAccount {service_account} may read")]
-    Review {
-        service_account: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("cannot ask the API server whether it serves {MONITORING_GROUP}/{version}")]
-    Discovery {
-        version: &'static str,
-        #[source]
-        source: kube::Error,
-    },
-}
-
-/// Which monitoring.coreos.com kinds the API server serves, asked at most every
-/// [`DISCOVERY_CACHE_FOR`].
-#[derive(Default)]
-pub struct Discovery {
-    answers: Mutex<HashMap<&'static str, (Instant, BTreeSet<String>)>>,
-}
-
-impl Discovery {
-    async fn serves<K: Kind>(&self, client: &Client) -> Result<bool, ObserveError> {
-        let cached = {
-            let answers = self.answers.lock().unwrap_or_else(PoisonError::into_inner);
-            answers
-                .get(K::VERSION)
-                .filter(|(at, _)| at.elapsed() < DISCOVERY_CACHE_FOR)
-                .map(|(_, plurals)| plurals.contains(K::PLURAL))
-        };
-        if let Some(serves) = cached {
-            return Ok(serves);
-        }
-        let plurals: BTreeSet<String> = match client
-            .list_api_group_resources(&format!("{MONITORING_GROUP}/{}", K::VERSION))
-            .await
-        {
-            Ok(list) => list.resources.into_iter().map(|r| r.name).collect(),
-            Err(kube::Error::Api(status)) if status.code == 404 => BTreeSet::new(),
-            Err(source) => {
-                return Err(ObserveError::Discovery {
-                    version: K::VERSION,
-                    source,
-                });
-            }
-        };
-        let serves = plurals.contains(K::PLURAL);
-        self.answers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(K::VERSION, (Instant::now(), plurals));
-        Ok(serves)
-    }
 }
 
 /// The objects of `store` that `sprom` selects, sorted by namespace and name; `None` when the
@@ -364,40 +224,6 @@ async fn selected(
     Ok(selected)
 }
 
-/// Reads the Secrets and ConfigMaps holding `references` (each once).
-/// The data of referenced Secrets and ConfigMaps, with the resourceVersion it was read at. A
-/// reconcile (a pod turning Ready, say) reads again only what the metadata watch shows changed.
-#[derive(Default)]
-pub struct ValueCache {
-    /// Secret or ConfigMap → the resourceVersion read and its data.
-    read: Mutex<HashMap<Named, (String, Data)>>,
-}
-
-/// A Secret or ConfigMap: its kind, namespace and name.
-type Named = (Source, String, String);
-
-impl ValueCache {
-    fn get(&self, key: &Named, version: Option<&str>) -> Option<Data> {
-        let read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
-        let (at, data) = read.get(key)?;
-        (Some(at.as_str()) == version).then(|| data.clone())
-    }
-
-    fn put(&self, key: Named, version: Option<String>, data: &Option<Data>) {
-        let mut read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
-        match (version, data) {
-            (Some(version), Some(data)) => read.insert(key, (version, data.clone())),
-            _ => read.remove(&key),
-        };
-    }
-
-    /// Forgets what no resource references any more.
-    fn retain(&self, referenced: impl Fn(&Named) -> bool) {
-        let mut read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
-        read.retain(|key, _| referenced(key));
-    }
-}
-
 /// The resourceVersion the metadata watches show for a Secret or ConfigMap.
 type Versions<'a> = &'a (dyn Fn(Source, &str, &str) -> Option<String> + Sync);
 
@@ -456,20 +282,16 @@ async fn read_values(
     Ok(values)
 }
 
-/// What `sprom` takes from monitoring objects; records what it used in the context's index and
-/// the jobs each monitor had in its last good jobs.
+/// Reads what `sprom` takes from monitoring objects: the objects it selects that its
+/// ServiceAccount may read, parsed, the Secret and ConfigMap values they and the spec reference,
+/// and the jobs each monitor last translated to. Only reads: [`translate::run`] makes the jobs
+/// and the memories, which the reconcile commits.
 pub async fn observe(
     ctx: &Context,
     sprom: &ShardedPrometheus,
     valid: &ValidSprom,
-) -> Result<Monitoring, ObserveError> {
-    let (client, caches, discovery, index, last_good) = (
-        &ctx.client,
-        &ctx.monitoring,
-        &ctx.discovery,
-        &ctx.index,
-        &ctx.last_good,
-    );
+) -> Result<MonitoringRead, ObserveError> {
+    let (client, caches) = (&ctx.client, &ctx.monitoring);
     let versions = |source: Source, namespace: &str, name: &str| match source {
         Source::Secret => {
             let secret = ctx.secrets.get(&ObjectRef::new(name).within(namespace))?;
@@ -490,7 +312,7 @@ pub async fn observe(
         namespace: &own_namespace,
         service_account: &valid.service_account_name,
     };
-    let mut selected = selected(caches, discovery, client, valid, &own_namespace).await?;
+    let mut selected = selected(caches, &ctx.discovery, client, valid, &own_namespace).await?;
     let mut refused = subject.screen_objects(&mut selected).await?;
     let mut parsed = translate::Parsed::of(&selected);
     refused.extend(subject.screen_references(&mut parsed).await?);
@@ -499,79 +321,21 @@ pub async fn observe(
     references.extend(translate::alerting_references(valid, &own_namespace));
     references.extend(translate::rule_file_references(valid, &own_namespace));
     let values = read_values(client, &references, &versions, &caches.values).await?;
-    let previous = last_good
+    let previous = ctx
+        .last_good
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .get(&sprom_ref)
         .cloned()
         .unwrap_or_default();
-    let (mut monitoring, good) = translate::translate(valid, &parsed, &values, &previous);
-    let remote_write = translate::remote_write(valid, &own_namespace, &values);
-    let alerting = translate::alerting(valid, &own_namespace, &values);
-    monitoring.rule_file_problems = translate::rule_file_problems(valid, &own_namespace, &values);
-    monitoring.access_denied = !refused.is_empty();
-    monitoring.rejected.splice(0..0, refused);
-    let mut used = BTreeSet::new();
-    used.extend(keys(&selected.service_monitors));
-    used.extend(keys(&selected.pod_monitors));
-    used.extend(keys(&selected.scrape_configs));
-    used.extend(keys(&selected.rules));
-    {
-        let mut index = index.lock().unwrap_or_else(PoisonError::into_inner);
-        index.selected.insert(sprom_ref.clone(), used);
-        index.referenced.insert(
-            sprom_ref.clone(),
-            references
-                .into_iter()
-                .map(|r| (r.source, r.namespace, r.name))
-                .collect(),
-        );
-        caches
-            .values
-            .retain(|key| index.referenced.values().any(|keys| keys.contains(key)));
-    }
-    last_good
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(sprom_ref, good);
-    monitoring.remote_write = remote_write.map_err(ObserveError::RemoteWrite)?;
-    monitoring.alerting = alerting.map_err(ObserveError::Alerting)?;
-    Ok(monitoring)
-}
-
-fn keys<K: Kind>(
-    objects: &[Arc<Raw<K>>],
-) -> impl Iterator<Item = (&'static str, String, String)> + '_ {
-    objects.iter().map(|object| {
-        (
-            K::KIND,
-            object.namespace().unwrap_or_default(),
-            object.name_any(),
-        )
+    Ok(MonitoringRead {
+        sprom: sprom_ref,
+        own_namespace,
+        selected,
+        parsed,
+        refused,
+        references,
+        values,
+        previous,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cached_values_serve_only_the_version_they_were_read_at() {
-        let cache = ValueCache::default();
-        let key = (Source::Secret, "team".to_string(), "creds".to_string());
-        let data = Data::from([("pass".to_string(), b"hunter2".to_vec())]);
-        cache.put(key.clone(), Some("7".into()), &Some(data.clone()));
-        assert_eq!(cache.get(&key, Some("7")), Some(data.clone()));
-        assert_eq!(
-            cache.get(&key, Some("8")),
-            None,
-            "changed since: read again"
-        );
-        assert_eq!(cache.get(&key, None), None, "not in the watch: read again");
-        cache.put(key.clone(), None, &None);
-        assert_eq!(cache.get(&key, Some("7")), None, "gone: forgotten");
-        cache.put(key.clone(), Some("9".into()), &Some(data));
-        cache.retain(|_| false);
-        assert_eq!(cache.get(&key, Some("9")), None, "no longer referenced");
-    }
 }

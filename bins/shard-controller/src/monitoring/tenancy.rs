@@ -14,8 +14,8 @@ use zone_api::sprom::MONITORING_GROUP;
 use zone_monitoring::Rejection;
 use zone_monitoring::resolve::Source;
 
+use super::error::ObserveError;
 use super::kinds::{Kind, Raw};
-use super::observe::ObserveError;
 use super::translate::{MonitorKey, Parsed, Selected};
 use crate::access::{AccessCache, Read};
 

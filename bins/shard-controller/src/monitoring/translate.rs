@@ -8,14 +8,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
 use serde::de::DeserializeOwned;
-use zone_api::sprom::{ServiceDiscoveryRole, ValidMonitoring, contract};
+use zone_api::ShardedPrometheus;
+use zone_api::sprom::{ServiceDiscoveryRole, ValidMonitoring, contract, reason};
 use zone_api::validation::ValidSprom;
 use zone_monitoring::monitors::{PodMonitorSpec, ScrapeConfigSpec, ServiceMonitorSpec};
-use zone_monitoring::resolve::{KeyRef, Resolver, Values};
+use zone_monitoring::resolve::{KeyRef, Resolver, Source, Values};
 use zone_monitoring::rules::PrometheusRuleSpec;
 use zone_monitoring::translate::{self as upstream, DiscoveryRole, Job, Settings};
 use zone_monitoring::{Object, Rejection};
+use zone_operator::Invalid;
 
 use super::Monitoring;
 use super::kinds::{
@@ -446,6 +450,85 @@ impl Translation<'_> {
         self.monitoring.jobs.extend(jobs.iter().cloned());
         self.good.insert(key, jobs);
     }
+}
+
+/// What a reconcile read for its monitoring half ([`super::observe::observe`]): the input of
+/// [`run`].
+pub struct MonitoringRead {
+    pub sprom: ObjectRef<ShardedPrometheus>,
+    pub own_namespace: String,
+    /// The objects selected that the shards' ServiceAccount may read.
+    pub selected: Selected,
+    pub parsed: Parsed,
+    /// The objects and references refused because that ServiceAccount may not read them.
+    pub refused: Vec<Rejection>,
+    /// Every Secret and ConfigMap key referenced, by the monitors and by the spec.
+    pub references: BTreeSet<KeyRef>,
+    pub values: Values,
+    /// The jobs each monitor last translated to.
+    pub previous: LastGood,
+}
+
+/// What one translation leaves for the next reconciles, committed by the reconcile once the
+/// translation ran (a refused spec included: a change of what it referenced must reconcile it
+/// again).
+#[derive(Debug)]
+pub struct Memories {
+    pub sprom: ObjectRef<ShardedPrometheus>,
+    /// The monitoring objects it selected.
+    pub selected: BTreeSet<MonitorKey>,
+    /// The Secrets and ConfigMaps they and the spec referenced.
+    pub referenced: BTreeSet<(Source, String, String)>,
+    /// The jobs each monitor translated to, or kept.
+    pub good: LastGood,
+}
+
+/// The translation of what was `read` for `valid` (pure): the monitoring part of every shard,
+/// or the refusal of a remoteWrite or alerting entry that cannot be resolved; and the memories
+/// either way.
+pub fn run(valid: &ValidSprom, read: MonitoringRead) -> (Result<Monitoring, Invalid>, Memories) {
+    let namespace = &read.own_namespace;
+    let (mut monitoring, good) = translate(valid, &read.parsed, &read.values, &read.previous);
+    let remote_write = remote_write(valid, namespace, &read.values);
+    let alerting = alerting(valid, namespace, &read.values);
+    monitoring.rule_file_problems = rule_file_problems(valid, namespace, &read.values);
+    monitoring.access_denied = !read.refused.is_empty();
+    monitoring.rejected.splice(0..0, read.refused);
+    let mut selected = BTreeSet::new();
+    selected.extend(keys(&read.selected.service_monitors));
+    selected.extend(keys(&read.selected.pod_monitors));
+    selected.extend(keys(&read.selected.scrape_configs));
+    selected.extend(keys(&read.selected.rules));
+    let memories = Memories {
+        sprom: read.sprom,
+        selected,
+        referenced: read
+            .references
+            .into_iter()
+            .map(|r| (r.source, r.namespace, r.name))
+            .collect(),
+        good,
+    };
+    let monitoring = match (remote_write, alerting) {
+        (Err(message), _) => Err(Invalid::new(reason::INVALID_REMOTE_WRITE, message)),
+        (Ok(_), Err(message)) => Err(Invalid::new(reason::INVALID_ALERTING, message)),
+        (Ok(remote_write), Ok(alerting)) => {
+            monitoring.remote_write = remote_write;
+            monitoring.alerting = alerting;
+            Ok(monitoring)
+        }
+    };
+    (monitoring, memories)
+}
+
+fn keys<K: Kind>(objects: &[Arc<Raw<K>>]) -> impl Iterator<Item = MonitorKey> + '_ {
+    objects.iter().map(|object| {
+        (
+            K::KIND,
+            object.namespace().unwrap_or_default(),
+            object.name_any(),
+        )
+    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,124 @@
+//! What the shard controller keeps across reconciles: the caches, the clients, and the memories
+//! of earlier reconciles (the last full apply of each resource, what its monitoring used, the
+//! jobs each monitor last had, the configuration applied to each shard).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, ResourceExt};
+use zone_api::ShardedPrometheus;
+use zone_operator::controller::ReconcileContext;
+use zone_operator::metrics::ObjectSeries;
+use zone_operator::{ControllerMetrics, EventPublisher, NodeZones};
+
+use crate::access::AccessCache;
+use crate::health::ConfigHealth;
+use crate::metrics::SpromMetrics;
+use crate::monitoring::cache::{Caches, Discovery, SharedIndex};
+use crate::monitoring::translate::{LastGood, Memories};
+
+/// Children are watched; a full apply every this long only bounds how long a drift nobody told
+/// us about can last.
+pub const RESYNC: Duration = Duration::from_secs(600);
+
+/// After a failed reconcile (API error), retry after this long.
+pub const ERROR_RETRY: Duration = Duration::from_secs(10);
+
+pub struct Context {
+    pub client: Client,
+    pub sproms: Store<ShardedPrometheus>,
+    pub stateful_sets: Store<StatefulSet>,
+    pub config_maps: Store<PartialObjectMeta<ConfigMap>>,
+    pub secrets: Store<PartialObjectMeta<Secret>>,
+    pub services: Store<PartialObjectMeta<Service>>,
+    /// The shards' Prometheus pods (labels, phase, IP and the config digest annotation).
+    pub pods: Store<Pod>,
+    /// Per resource, the generation and time of the last full apply: until the generation
+    /// changes or [`RESYNC`] passes, children the cache shows unchanged are not written again.
+    pub applied: Mutex<HashMap<(String, String), (i64, Instant)>>,
+    pub zones: NodeZones,
+    pub events: EventPublisher,
+    pub metrics: ControllerMetrics,
+    pub sprom_metrics: SpromMetrics,
+    pub field_manager: String,
+    /// The node label that carries zones (`--zone-label`).
+    pub zone_label: String,
+    pub access: AccessCache,
+    /// The resources with metric series, to drop those of deleted ones.
+    pub series: ObjectSeries,
+    /// The caches of ServiceMonitors, PodMonitors, ScrapeConfigs, PrometheusRules and
+    /// namespaces.
+    pub monitoring: Caches,
+    pub discovery: Discovery,
+    /// What each resource selected and referenced at its last reconcile.
+    pub index: SharedIndex,
+    /// The jobs each monitor of each resource last translated to.
+    pub last_good: Mutex<HashMap<ObjectRef<ShardedPrometheus>, LastGood>>,
+    /// The configuration applied to each shard, and what its Prometheus pods answer about the
+    /// one they run (shared with the prober).
+    pub config_health: ConfigHealth,
+}
+
+impl Context {
+    /// Drops what is kept of deleted resources: their metric series and their last full apply.
+    pub fn forget_deleted(&self) {
+        let live: BTreeSet<(String, String)> = self
+            .sproms
+            .state()
+            .iter()
+            .map(|s| (s.namespace().unwrap_or_default(), s.name_any()))
+            .collect();
+        self.series.forget_deleted(&live, |namespace, name, _| {
+            self.sprom_metrics.forget(namespace, name);
+        });
+        self.applied
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|key, _| live.contains(key));
+        let alive = |sprom: &ObjectRef<ShardedPrometheus>| {
+            live.contains(&(
+                sprom.namespace.clone().unwrap_or_default(),
+                sprom.name.clone(),
+            ))
+        };
+        self.index
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(alive);
+        self.last_good
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|sprom, _| alive(sprom));
+    }
+    /// Commits what a translation of `memories.sprom`'s monitoring leaves for the next
+    /// reconciles: what it selected and referenced (for the watches' trigger mappers), the
+    /// values still referenced by anyone, and its monitors' jobs.
+    pub fn remember(&self, memories: Memories) {
+        {
+            let mut index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+            index.record(
+                memories.sprom.clone(),
+                memories.selected,
+                memories.referenced,
+            );
+            self.monitoring
+                .values
+                .retain(|key| index.is_referenced(key));
+        }
+        self.last_good
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(memories.sprom, memories.good);
+    }
+}
+
+impl ReconcileContext for Context {
+    fn failure_policy(&self) -> (&ControllerMetrics, Duration) {
+        (&self.metrics, ERROR_RETRY)
+    }
+}
