@@ -17,7 +17,7 @@ use e2e::quota::PodQuota;
 use e2e::tls::{Leaf, MountedSecret, TestCa, wait_served};
 use e2e::webhook::{EvictionWebhook, TLS_SECRET, self_signed_args, zdb_args};
 use e2e::workload::{self, spread_statefulset, to_statefulset, zone_disruption_budget};
-use e2e::{Cluster, TestNamespace, pods, wait_for};
+use e2e::{Cluster, TestNamespace, fixture, pods, wait_for};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -115,6 +115,25 @@ impl Fixture {
             );
         }
         panic!("no free port for the metrics endpoint in three attempts");
+    }
+
+    /// One zdb-controller process serving the webhook on `webhook_port` with the certificate
+    /// mounted at `mounted` (`--cert-dir`), this test's caBundle set to `ca`'s; waits until it
+    /// serves `leaf` (`what` says so).
+    async fn controller_with_cert_dir(
+        &self,
+        webhook_port: u16,
+        ca: &TestCa,
+        mounted: &MountedSecret,
+        leaf: &Leaf,
+        what: &str,
+    ) -> ControllerProcess {
+        self.webhook.set_ca_bundle(&self.ns, &ca.pem).await;
+        let cert_dir = mounted.dir.display().to_string();
+        let (controller, _) =
+            self.controller_with(webhook_port, false, &["--cert-dir".to_string(), cert_dir]);
+        wait_served(webhook_port, &ca.pem, leaf, what).await;
+        controller
     }
 
     fn start_controller(
@@ -222,16 +241,7 @@ impl Fixture {
         timeout: Duration,
         check: impl Fn(&ZoneDisruptionBudget, &ZoneDisruptionBudgetStatus) -> bool,
     ) -> ZoneDisruptionBudget {
-        wait_for(what, timeout, || async {
-            let zdb = self.zdbs.get(name).await.map_err(|e| e.to_string())?;
-            let status = zdb.status.clone().unwrap_or_default();
-            if check(&zdb, &status) {
-                Ok(zdb)
-            } else {
-                Err(serde_json::to_string(&status).unwrap())
-            }
-        })
-        .await
+        fixture::wait_status(&self.zdbs, name, what, timeout, check).await
     }
 
     /// Waits until the status of the budget `web` passes `check`.
@@ -471,6 +481,21 @@ async fn zdb_zero_percent_freezes_the_budget() {
 /// A StatefulSet `name` of `replicas` pods on `node` only, labelled `app: <name>` and
 /// `drain: yes` (the drain's pod selector).
 async fn create_pinned_set(ns: &TestNamespace, name: &str, replicas: i32, node: &TestNode) {
+    let selector = json!({"app": name});
+    let labels = json!({"app": name, "drain": "yes"});
+    create_on_node(ns, name, replicas, node, selector, labels).await;
+}
+
+/// Creates the StatefulSet `name` of `replicas` pods on `node` only, selecting `selector`, its
+/// pods labelled `labels`.
+async fn create_on_node(
+    ns: &TestNamespace,
+    name: &str,
+    replicas: i32,
+    node: &TestNode,
+    selector: Value,
+    labels: Value,
+) {
     let set: StatefulSet = serde_json::from_value(json!({
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -479,9 +504,9 @@ async fn create_pinned_set(ns: &TestNamespace, name: &str, replicas: i32, node: 
             "replicas": replicas,
             "serviceName": name,
             "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {"app": name}},
+            "selector": {"matchLabels": selector},
             "template": {
-                "metadata": {"labels": {"app": name, "drain": "yes"}},
+                "metadata": {"labels": labels},
                 "spec": {
                     "terminationGracePeriodSeconds": 1,
                     "nodeSelector": {"kubernetes.io/hostname": node.name},
@@ -620,30 +645,7 @@ async fn concurrency_round(round: usize, rounds: usize) {
     fixture.wait_ca_bundle().await;
     fixture.create_zdb(2, false).await;
 
-    // One CA for both replicas: the one in the Secret, which is also the caBundle, and both
-    // serve the Secret's certificate, verified against it.
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = fixture.ns.api();
-    let data = secrets.get(TLS_SECRET).await.unwrap().data.unwrap();
-    let ca = String::from_utf8(data["ca.crt"].0.clone()).unwrap();
-    let served = Leaf {
-        cert: String::from_utf8(data["tls.crt"].0.clone()).unwrap(),
-        key: String::new(),
-    };
-    let bundles = fixture.webhook.ca_bundles(&fixture.ns).await.unwrap();
-    assert_eq!(
-        bundles,
-        [ca.as_bytes().to_vec()],
-        "the caBundle is the Secret's CA"
-    );
-    for port in [port_one, port_two] {
-        wait_served(
-            port,
-            &ca,
-            &served,
-            "each replica serving the Secret's certificate",
-        )
-        .await;
-    }
+    assert_one_ca_for_both_replicas(&fixture, [port_one, port_two]).await;
 
     fixture.wait_budget(9, 2).await;
     fixture.keep_replacements_pending().await;
@@ -654,38 +656,7 @@ async fn concurrency_round(round: usize, rounds: usize) {
     let names: Vec<String> = zones.values().flatten().cloned().collect();
     assert_eq!(names.len(), 9, "{zones:?}");
     let started = std::time::Instant::now();
-    let client: Client = fixture.ns.client.clone();
-    let mut tasks = Vec::new();
-    for i in 0..100 {
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &fixture.ns.name);
-        let pod = names[i % names.len()].clone();
-        tasks.push(tokio::spawn(async move {
-            (pod.clone(), evict(&pods, &pod, false).await)
-        }));
-    }
-    let mut evicted = BTreeSet::new();
-    let mut codes: BTreeMap<u16, usize> = BTreeMap::new();
-    let mut unexpected = Vec::new();
-    for task in tasks {
-        let (pod, result) = task.await.unwrap();
-        match result {
-            Ok(()) => {
-                evicted.insert(pod);
-            }
-            Err((code, message)) => {
-                *codes.entry(code).or_default() += 1;
-                // 429: the webhook's refusal; 404: the pod was evicted and not recreated
-                // yet; 500 for a webhook call that timed out (failing closed: a refusal)
-                // happens only on a starved machine.
-                let timed_out = code == 500
-                    && message.contains("failed calling webhook")
-                    && message.contains("deadline exceeded");
-                if code != 429 && code != 404 && !timed_out {
-                    unexpected.push((code, message));
-                }
-            }
-        }
-    }
+    let (evicted, codes, unexpected) = evict_concurrently(&fixture, &names).await;
     let elapsed = started.elapsed();
     let evicted_zones: BTreeSet<&String> = evicted
         .iter()
@@ -723,6 +694,74 @@ async fn concurrency_round(round: usize, rounds: usize) {
         "round {round}: proxy connections per replica: {:?}",
         proxy.connections()
     );
+}
+
+/// One CA for both replicas: the one in the Secret, which is also the caBundle, and both serve
+/// the Secret's certificate (on `ports`), verified against it.
+async fn assert_one_ca_for_both_replicas(fixture: &Fixture, ports: [u16; 2]) {
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = fixture.ns.api();
+    let data = secrets.get(TLS_SECRET).await.unwrap().data.unwrap();
+    let ca = String::from_utf8(data["ca.crt"].0.clone()).unwrap();
+    let served = Leaf {
+        cert: String::from_utf8(data["tls.crt"].0.clone()).unwrap(),
+        key: String::new(),
+    };
+    let bundles = fixture.webhook.ca_bundles(&fixture.ns).await.unwrap();
+    assert_eq!(
+        bundles,
+        [ca.as_bytes().to_vec()],
+        "the caBundle is the Secret's CA"
+    );
+    for port in ports {
+        wait_served(
+            port,
+            &ca,
+            &served,
+            "each replica serving the Secret's certificate",
+        )
+        .await;
+    }
+}
+
+/// What 100 concurrent evictions of `names` (in turn) came to: the pods evicted, the refusals
+/// by HTTP code, and the refusals other than the webhook's (or a vanished pod's).
+async fn evict_concurrently(
+    fixture: &Fixture,
+    names: &[String],
+) -> (BTreeSet<String>, BTreeMap<u16, usize>, Vec<(u16, String)>) {
+    let client: Client = fixture.ns.client.clone();
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &fixture.ns.name);
+        let pod = names[i % names.len()].clone();
+        tasks.push(tokio::spawn(async move {
+            (pod.clone(), evict(&pods, &pod, false).await)
+        }));
+    }
+    let mut evicted = BTreeSet::new();
+    let mut codes: BTreeMap<u16, usize> = BTreeMap::new();
+    let mut unexpected = Vec::new();
+    for task in tasks {
+        let (pod, result) = task.await.unwrap();
+        match result {
+            Ok(()) => {
+                evicted.insert(pod);
+            }
+            Err((code, message)) => {
+                *codes.entry(code).or_default() += 1;
+                // 429: the webhook's refusal; 404: the pod was evicted and not recreated
+                // yet; 500 for a webhook call that timed out (failing closed: a refusal)
+                // happens only on a starved machine.
+                let timed_out = code == 500
+                    && message.contains("failed calling webhook")
+                    && message.contains("deadline exceeded");
+                if code != 429 && code != 404 && !timed_out {
+                    unexpected.push((code, message));
+                }
+            }
+        }
+    }
+    (evicted, codes, unexpected)
 }
 
 /// The eviction decisions a zdb-controller has made so far (its
@@ -918,34 +957,8 @@ const PINNED: &str = "pinned";
 impl Fixture {
     /// The StatefulSet `pinned`: `replicas` pods on `node` only, selected by the budget.
     async fn create_pinned(&self, replicas: i32, node: &TestNode) {
-        let set: StatefulSet = serde_json::from_value(json!({
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": {"name": PINNED},
-            "spec": {
-                "replicas": replicas,
-                "serviceName": PINNED,
-                "podManagementPolicy": "Parallel",
-                "selector": {"matchLabels": {"app": SET, "set": PINNED}},
-                "template": {
-                    "metadata": {"labels": {"app": SET, "set": PINNED}},
-                    "spec": {
-                        "terminationGracePeriodSeconds": 1,
-                        "nodeSelector": {"kubernetes.io/hostname": node.name},
-                        "tolerations": [{
-                            "key": TEST_NODE_TAINT,
-                            "operator": "Equal",
-                            "value": node.taint,
-                            "effect": "NoSchedule",
-                        }],
-                        "containers": [{"name": "app", "image": "registry.invalid/web:1"}],
-                    },
-                },
-            },
-        }))
-        .unwrap();
-        let sets: Api<StatefulSet> = self.ns.api();
-        sets.create(&PostParams::default(), &set).await.unwrap();
+        let labels = json!({"app": SET, "set": PINNED});
+        create_on_node(&self.ns, PINNED, replicas, node, labels.clone(), labels).await;
     }
 
     /// From now on the pods the StatefulSet recreates stay Pending (a node selector no node
@@ -1192,17 +1205,15 @@ async fn zdb_cert_rotation_without_restart() {
     let ca = TestCa::new("zdb e2e cert-manager CA");
     let first = ca.leaf(1001);
     let mut mounted = MountedSecret::new(&fixture.ns, &first);
-    fixture.webhook.set_ca_bundle(&fixture.ns, &ca.pem).await;
-    let cert_dir = mounted.dir.display().to_string();
-    let (mut controller, _) =
-        fixture.controller_with(webhook_port, false, &["--cert-dir".to_string(), cert_dir]);
-    wait_served(
-        webhook_port,
-        &ca.pem,
-        &first,
-        "the first certificate served",
-    )
-    .await;
+    let mut controller = fixture
+        .controller_with_cert_dir(
+            webhook_port,
+            &ca,
+            &mounted,
+            &first,
+            "the first certificate served",
+        )
+        .await;
     // zone-a stays disrupted for the whole test, so zone-b's evictions are the webhook's
     // denials (a 429 only it gives).
     let zones = budget_with_zone_a_disrupted(&fixture).await;
@@ -1262,17 +1273,10 @@ async fn zdb_webhook_answers_the_api_server_over_ipv6() {
     let ca = TestCa::new("zdb e2e IPv6 CA");
     let leaf = ca.issue(vec!["::1".to_string(), "127.0.0.1".to_string()], Some(2001));
     let mounted = MountedSecret::new(&fixture.ns, &leaf);
-    fixture.webhook.set_ca_bundle(&fixture.ns, &ca.pem).await;
-    let cert_dir = mounted.dir.display().to_string();
-    let (mut controller, _) =
-        fixture.controller_with(port, false, &["--cert-dir".to_string(), cert_dir]);
-    wait_served(
-        port,
-        &ca.pem,
-        &leaf,
-        "the certificate served on IPv4 loopback",
-    )
-    .await;
+    let what = "the certificate served on IPv4 loopback";
+    let mut controller = fixture
+        .controller_with_cert_dir(port, &ca, &mounted, &leaf, what)
+        .await;
     let zones = budget_with_zone_a_disrupted(&fixture).await;
     // Failing closed: without an answer over IPv6 the API server refuses with a 500 naming the
     // call; the 429 and its reason are the webhook's.
