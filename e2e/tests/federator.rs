@@ -14,6 +14,9 @@ use e2e::prometheus::PrometheusProcess;
 use e2e::wait_for;
 use serde_json::Value;
 
+#[path = "federator/spawn.rs"]
+mod spawn;
+
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Rules both shards load: a recording rule, an alert that fires, one pending for an hour, one
@@ -102,19 +105,9 @@ async fn get(port: u16, path: &str) -> (u16, Value) {
 }
 
 fn federator(endpoints: &[String], extra: &[&str]) -> (ControllerProcess, u16) {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut args = vec!["--listen-address", listen.as_str()];
-    for endpoint in endpoints {
-        args.extend(["--endpoint", endpoint.as_str()]);
-    }
-    args.extend(extra);
     // Static endpoints only: no Kubernetes (a kubeconfig that would fail if it were read).
     let env = [("KUBECONFIG", "/dev/null".to_string())];
-    (
-        ControllerProcess::start("rules-federator", &args, &env),
-        port,
-    )
+    spawn::federator(endpoints, extra, &env)
 }
 
 /// (file, group, [(type, name, state, shard)]) of an answer.
@@ -190,9 +183,27 @@ async fn federator_merges_shards_and_replicas_like_prometheus_would() {
         PrometheusProcess::start("fed-union", &config(None, "union", &shard_one), &[]).await;
     let (_federator, port) = federator(&endpoints, &[]);
 
-    // Settled: every rule of every replica evaluated (each group on its own schedule), the
-    // always-firing alert firing on both shards.
-    let merged = wait_for("the merged rules, settled", TIMEOUT, || async {
+    let merged = merged_rules_settled(port).await;
+    assert_eq!(merged["status"], "success");
+    assert!(merged.get("warnings").is_none(), "{merged}");
+    merged_groups_by_file_with_replicas_collapsed(&merged, &rules);
+
+    alerts_of_every_shard_none_collapsed(port).await;
+
+    filters_as_prometheus_applies_them_to_the_union(port, union.port, &rules).await;
+
+    bad_parameters_are_prometheus_400s(port, union.port).await;
+
+    deep_selectors_refused_and_the_next_request_served(port, &merged).await;
+
+    one_backend_gone_warns_or_aborts(&mut backends, &endpoints, port, &merged).await;
+    drop(union);
+}
+
+/// Settled: every rule of every replica evaluated (each group on its own schedule), the
+/// always-firing alert firing on both shards. Returns the federator's answer.
+async fn merged_rules_settled(port: u16) -> Value {
+    wait_for("the merged rules, settled", TIMEOUT, || async {
         let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let (code, body) = http_get_from(address, "/api/v1/rules").await?;
         let value: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
@@ -214,13 +225,14 @@ async fn federator_merges_shards_and_replicas_like_prometheus_would() {
             .then_some(value)
             .ok_or(format!("{code}: {firing} firing"))
     })
-    .await;
-    assert_eq!(merged["status"], "success");
-    assert!(merged.get("warnings").is_none(), "{merged}");
+    .await
+}
+
+/// Groups by file then name; rules in evaluation order, each shard's copy next to the other;
+/// replicas collapsed; the rule only shard 1 has, once. Then one firing rule, field by field.
+fn merged_groups_by_file_with_replicas_collapsed(merged: &Value, rules: &Rules) {
     let s = |v: &str| v.to_string();
     let rule = |t: &str, n: &str, st: &str, sh: &str| (s(t), s(n), s(st), s(sh));
-    // Groups by file then name; rules in evaluation order, each shard's copy next to the other;
-    // replicas collapsed; the rule only shard 1 has, once.
     assert_eq!(
         shape(&merged["data"]),
         vec![
@@ -274,8 +286,11 @@ async fn federator_merges_shards_and_replicas_like_prometheus_would() {
         serde_json::json!({"alertname": "AlwaysFiring", "severity": "page", "team": "a", "shard": "0"})
     );
     assert_eq!(merged["data"]["groups"][0]["interval"], 1.0);
+}
 
-    // /api/v1/alerts: the instances of every shard, none collapsed.
+/// /api/v1/alerts: the instances of every shard, none collapsed.
+async fn alerts_of_every_shard_none_collapsed(port: u16) {
+    let s = |v: &str| v.to_string();
     let (code, alerts) = get(port, "/api/v1/alerts").await;
     assert_eq!(code, 200);
     assert!(alerts.get("warnings").is_none(), "{alerts}");
@@ -301,8 +316,15 @@ async fn federator_merges_shards_and_replicas_like_prometheus_would() {
         ]
         .map(|(a, b)| (s(a), s(b)))
     );
+}
 
-    // Every filter as Prometheus applies it to the union of the rules.
+/// Every filter as Prometheus applies it to the union of the rules (at `union_port`), and the
+/// shard label filters too.
+async fn filters_as_prometheus_applies_them_to_the_union(
+    port: u16,
+    union_port: u16,
+    rules: &Rules,
+) {
     let token_ab = zone_rules::group_token(&rules.path("a.yaml"), "common");
     let token_b = zone_rules::group_token(&rules.path("b.yaml"), "common");
     let cases = [
@@ -329,7 +351,7 @@ async fn federator_merges_shards_and_replicas_like_prometheus_would() {
                 .replace('|', "%7C")
         );
         let (code, ours) = get(port, &path).await;
-        let (union_code, theirs) = get(union.port, &path).await;
+        let (union_code, theirs) = get(union_port, &path).await;
         assert_eq!((code, union_code), (200, 200), "{case}: {ours} / {theirs}");
         assert_eq!(
             unsharded(&shape(&ours["data"])),
@@ -358,8 +380,10 @@ async fn federator_merges_shards_and_replicas_like_prometheus_would() {
             .flat_map(|(_, _, r)| r)
             .all(|(_, _, _, shard)| shard == "1")
     );
+}
 
-    // Bad parameters: Prometheus's 400s.
+/// Bad parameters: Prometheus's 400s.
+async fn bad_parameters_are_prometheus_400s(port: u16, union_port: u16) {
     for case in [
         "type=all",
         "exclude_alerts=maybe",
@@ -372,7 +396,7 @@ async fn federator_merges_shards_and_replicas_like_prometheus_would() {
     ] {
         let path = format!("/api/v1/rules?{case}");
         let (code, ours) = get(port, &path).await;
-        let (union_code, theirs) = get(union.port, &path).await;
+        let (union_code, theirs) = get(union_port, &path).await;
         assert_eq!((code, union_code), (400, 400), "{case}: {ours} / {theirs}");
         assert_eq!(ours["errorType"], "bad_data", "{case}");
         assert_eq!(theirs["errorType"], "bad_data", "{case}");
@@ -380,10 +404,12 @@ async fn federator_merges_shards_and_replicas_like_prometheus_would() {
             assert_eq!(ours["error"], theirs["error"], "{case}");
         }
     }
+}
 
-    // A selector nested 30,000 deep (60 KB): a 400, not a federator whose stack overflows
-    // (parsed unchecked, it aborts the process); 100,000 deep (200 KB) is past the longest URI
-    // the server reads, a 414. It answers the next request as before.
+/// A selector nested 30,000 deep (60 KB): a 400, not a federator whose stack overflows
+/// (parsed unchecked, it aborts the process); 100,000 deep (200 KB) is past the longest URI
+/// the server reads, a 414. It answers the next request as before.
+async fn deep_selectors_refused_and_the_next_request_served(port: u16, merged: &Value) {
     let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let deepest = format!("{}up{}", "(".repeat(100_000), ")".repeat(100_000));
     let path = format!("/api/v1/rules?match[]={deepest}");
@@ -396,7 +422,16 @@ async fn federator_merges_shards_and_replicas_like_prometheus_would() {
     let (code, again) = get(port, "/api/v1/rules").await;
     assert_eq!(code, 200);
     assert_eq!(shape(&again["data"]), shape(&merged["data"]));
+}
 
+/// One backend gone: a warning naming it, the data of the others; in abort mode, the request
+/// fails instead.
+async fn one_backend_gone_warns_or_aborts(
+    backends: &mut Vec<PrometheusProcess>,
+    endpoints: &[String],
+    port: u16,
+    merged: &Value,
+) {
     // One backend gone: a warning naming it, the data of the others.
     let gone = backends.remove(0);
     let gone_url = gone.url();
@@ -412,7 +447,7 @@ async fn federator_merges_shards_and_replicas_like_prometheus_would() {
     // The surviving replica of shard 0 has the same rules and states.
     assert_eq!(shape(&partial["data"]), shape(&merged["data"]));
     // Abort mode: the request fails instead.
-    let remaining: Vec<String> = endpoints.clone();
+    let remaining: Vec<String> = endpoints.to_vec();
     let (_abort, abort_port) = federator(&remaining, &["--partial-response=abort"]);
     let (code, aborted) = wait_for("the abort federator", TIMEOUT, || async {
         let address: SocketAddr = format!("127.0.0.1:{abort_port}").parse().unwrap();
@@ -429,7 +464,6 @@ async fn federator_merges_shards_and_replicas_like_prometheus_would() {
         aborted["error"].as_str().unwrap().contains(&gone_url),
         "{aborted}"
     );
-    drop(union);
 }
 
 #[tokio::test]

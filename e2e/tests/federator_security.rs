@@ -8,6 +8,8 @@
 //! reviews also prove config/rbac grants it `create` on both.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "federator/spawn.rs"]
+mod spawn;
 #[path = "federator_security/tls.rs"]
 mod tls;
 
@@ -21,10 +23,9 @@ use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use e2e::identity::{kubectl, run};
-use e2e::localstack::free_port;
-use e2e::process::ControllerProcess;
 use e2e::{Cluster, TestNamespace, wait_for};
 use serde_json::{Value, json};
+use spawn::federator;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -51,24 +52,6 @@ where
 
 async fn prometheus() -> String {
     backend(|| ([(header::CONTENT_TYPE, "application/json")], RULES).into_response()).await
-}
-
-fn federator(
-    endpoints: &[String],
-    extra: &[&str],
-    env: &[(&str, String)],
-) -> (ControllerProcess, u16) {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut args = vec!["--listen-address", listen.as_str()];
-    for endpoint in endpoints {
-        args.extend(["--endpoint", endpoint.as_str()]);
-    }
-    args.extend(extra);
-    (
-        ControllerProcess::start("rules-federator", &args, env),
-        port,
-    )
 }
 
 /// `GET path` with an optional bearer token: the status, the headers (lower-cased) and the body.
