@@ -31,13 +31,15 @@ use axum::routing::post;
 use axum::{Json, Router};
 use kube::Client;
 use kube::core::admission::AdmissionResponse;
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use zone_api::ZoneDisruptionBudget;
 use zone_operator::https::{self, BindError, CertSource};
+use zone_operator::readiness::Gate;
 use zone_operator::serve;
 use zone_operator::tls::renewal::ValidityError;
-use zone_operator::tls::{CertValidity, SelfSigned};
-use zone_operator::{InitialList, RuntimeParts, WatchSet};
+use zone_operator::tls::{CertStore, CertValidity, SelfSigned};
+use zone_operator::{InitialList, NodeZones, RuntimeParts, WatchSet};
 
 use crate::cli::Args;
 use crate::metrics::{ZdbMetrics, reason};
@@ -75,95 +77,45 @@ pub async fn start(
     let (listener, address) = https::bind(args.webhook_address).await?;
     let limits = parts.server_limits("webhook");
     // Created before anything can be served, so /readyz names what is missing from the start.
-    let caches_gate = parts.readiness.gate("webhook-caches");
-    let certificate_gate = parts.readiness.gate("webhook-certificate");
-    let listener_gate = parts.readiness.gate("webhook-listener");
+    let gates = Gates {
+        caches: parts.readiness.gate("webhook-caches"),
+        certificate: parts.readiness.gate("webhook-certificate"),
+        listener: parts.readiness.gate("webhook-listener"),
+    };
 
     let mut watches = WatchSet::<ZoneDisruptionBudget>::new();
-    let zdbs = watches.keep(
-        "zonedisruptionbudgets",
-        args.scope.api::<ZoneDisruptionBudget>(&client),
-        watcher::Config::default(),
-        // The webhook's copies match and choose; what it decides from is read fresh.
-        |zdb| zdb.metadata.managed_fields = None,
-    );
-    let zones = watches.zones(&client, &args.scope.zone_label, initial_list);
-    // Set once the budget cache has its first list, by the serving path below: the one waiter
-    // of the store (a kube Store wakes only the last of concurrent waiters).
-    let zdbs_synced = Arc::new(AtomicBool::new(false));
-    let zones_ready = zones.clone();
-    let zdbs_ready = zdbs.clone();
-    let synced = zdbs_synced.clone();
-    let keeper = policy::Keeper {
-        client: client.clone(),
-        config_name: args.webhook_config_name.clone(),
-        wanted: args.webhook_failure_policy,
-        address,
-        path: PATH,
-        identity: parts.identity.clone(),
-        caches_synced: zdbs_synced.clone(),
-        metrics: metrics.clone(),
-        events: parts.events.clone(),
+    let caches = Caches {
+        zdbs: watches.keep(
+            "zonedisruptionbudgets",
+            args.scope.api::<ZoneDisruptionBudget>(&client),
+            watcher::Config::default(),
+            // The webhook's copies match and choose; what it decides from is read fresh.
+            |zdb| zdb.metadata.managed_fields = None,
+        ),
+        zones: watches.zones(&client, &args.scope.zone_label, initial_list),
+        // Set once the budget cache has its first list, by the serving path below: the one
+        // waiter of the store (a kube Store wakes only the last of concurrent waiters).
+        zdbs_synced: Arc::new(AtomicBool::new(false)),
     };
-    let queues = Arc::new(queue::BudgetQueues::with_metrics(metrics.clone()));
-    let judge = Arc::new(Judge {
-        client: client.clone(),
-        zdbs,
-        zdbs_synced,
-        zones,
-        field_manager: args.scope.field_manager(&parts.controller),
-        deadline: args.decision_deadline,
-        metrics,
-        events: parts.events.clone(),
-        guesses: guess::BudgetGuesses::default(),
-        recent: recent::RecentBudgets::default(),
-        denial_ttl: args.denial_cache_ttl,
-        queues,
-        in_flight: Arc::new(tokio::sync::Semaphore::new(judge::MAX_IN_FLIGHT)),
-        api_requests: Arc::new(tokio::sync::Semaphore::new(judge::MAX_API_REQUESTS)),
-    });
+    let keeper = keeper(parts, args, address, &caches, &metrics);
+    let judge = judge(parts, args, &caches, metrics);
     // The API server keeps its connections to a replica alive: told to close them while this
     // replica drains, it moves to the others before the listener closes.
     let router = parts.shutdown.close_connections_while_draining(
         Router::new().route(PATH, post(validate)).with_state(judge),
     );
 
-    // Without a certificate nothing can be served, but the caches (and, on the leader, the
-    // status controller) need not wait: a mounted certificate may appear later, the API server
-    // may be briefly unreachable.
     let shutdown = parts.shutdown.clone();
     let in_flight = in_flight_grace(args);
     let serving = async move {
-        let prepared = async {
-            let certs = https::certificates_retrying(&client, &source).await;
-            certificate_gate.open();
-            // A pod's zone comes from the node cache: judging before it is filled would place
-            // every pod in the unknown zone.
-            if zones_ready.wait_until_ready().await.is_err() {
-                tracing::error!(
-                    "the node cache stopped before its first list; the webhook is not serving"
-                );
-                return None;
-            }
-            // Judging without the budgets refuses every eviction of a selected pod (fail safe,
-            // but a replica that can only refuse is no endpoint to route to).
-            if zdbs_ready.wait_until_ready().await.is_err() {
-                tracing::error!(
-                    "the budget cache stopped before its first list; the webhook is not serving"
-                );
-                return None;
-            }
-            synced.store(true, Ordering::Release);
-            caches_gate.open();
-            Some(certs)
-        };
+        let prepared = prepare(&client, &source, &gates, &caches);
         let certs = tokio::select! {
             certs = prepared => certs,
             () = shutdown.clone().stop_accepting() => None,
         };
         let Some(certs) = certs else { return };
         tracing::info!(address = %address, path = PATH, "eviction webhook serving");
-        listener_gate.open();
+        gates.listener.open();
         // The failurePolicy follows from here: this replica can now be called. The keeper runs
         // until the listener has closed; it has nothing to finish.
         tokio::select! {
@@ -173,7 +125,7 @@ pub async fn start(
             () = keeper.run() => {}
         }
         // The gates close as they drop: this replica no longer serves.
-        drop((caches_gate, certificate_gate, listener_gate));
+        drop(gates);
     };
     // The caches serve the decisions until the listener has closed: they end with `serving`.
     let caches = watches.run();
@@ -188,6 +140,94 @@ pub async fn start(
         }
     };
     Ok((task, address))
+}
+
+/// The webhook's readiness gates: a replica is a ready endpoint only with all three open.
+struct Gates {
+    caches: Gate,
+    certificate: Gate,
+    listener: Gate,
+}
+
+/// What the webhook judges from: the budgets and the nodes' zones, as watched.
+struct Caches {
+    zdbs: Store<ZoneDisruptionBudget>,
+    zones: NodeZones,
+    zdbs_synced: Arc<AtomicBool>,
+}
+
+/// The keeper of the webhook configuration's failurePolicy, once this replica can be called.
+fn keeper(
+    parts: &RuntimeParts,
+    args: &Args,
+    address: SocketAddr,
+    caches: &Caches,
+    metrics: &ZdbMetrics,
+) -> policy::Keeper {
+    policy::Keeper {
+        client: parts.client.clone(),
+        config_name: args.webhook_config_name.clone(),
+        wanted: args.webhook_failure_policy,
+        address,
+        path: PATH,
+        identity: parts.identity.clone(),
+        caches_synced: caches.zdbs_synced.clone(),
+        metrics: metrics.clone(),
+        events: parts.events.clone(),
+    }
+}
+
+/// The judge of every eviction this replica answers.
+fn judge(parts: &RuntimeParts, args: &Args, caches: &Caches, metrics: ZdbMetrics) -> Arc<Judge> {
+    let queues = Arc::new(queue::BudgetQueues::with_metrics(metrics.clone()));
+    Arc::new(Judge {
+        client: parts.client.clone(),
+        zdbs: caches.zdbs.clone(),
+        zdbs_synced: caches.zdbs_synced.clone(),
+        zones: caches.zones.clone(),
+        field_manager: args.scope.field_manager(&parts.controller),
+        deadline: args.decision_deadline,
+        metrics,
+        events: parts.events.clone(),
+        guesses: guess::BudgetGuesses::default(),
+        recent: recent::RecentBudgets::default(),
+        denial_ttl: args.denial_cache_ttl,
+        queues,
+        in_flight: Arc::new(tokio::sync::Semaphore::new(judge::MAX_IN_FLIGHT)),
+        api_requests: Arc::new(tokio::sync::Semaphore::new(judge::MAX_API_REQUESTS)),
+    })
+}
+
+/// The certificate, once the caches are filled too; `None` when a cache stopped first.
+///
+/// Without a certificate nothing can be served, but the caches (and, on the leader, the status
+/// controller) need not wait: a mounted certificate may appear later, the API server may be
+/// briefly unreachable.
+async fn prepare(
+    client: &Client,
+    source: &CertSource,
+    gates: &Gates,
+    caches: &Caches,
+) -> Option<Arc<CertStore>> {
+    let certs = https::certificates_retrying(client, source).await;
+    gates.certificate.open();
+    // A pod's zone comes from the node cache: judging before it is filled would place every pod
+    // in the unknown zone.
+    if caches.zones.wait_until_ready().await.is_err() {
+        tracing::error!("the node cache stopped before its first list; the webhook is not serving");
+        return None;
+    }
+    // Judging without the budgets refuses every eviction of a selected pod (fail safe, but a
+    // replica that can only refuse is no endpoint to route to).
+    if caches.zdbs.wait_until_ready().await.is_err() {
+        tracing::error!(
+            "the budget cache stopped before its first list; the webhook is not serving"
+        );
+        return None;
+    }
+    caches.zdbs_synced.store(true, Ordering::Release);
+    gates.caches.open();
+    Some(certs)
 }
 
 async fn validate(State(judge): State<Arc<Judge>>, body: Bytes) -> Json<serde_json::Value> {
