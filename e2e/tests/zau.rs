@@ -1108,6 +1108,12 @@ fn refused(fixture: &Fixture) -> usize {
         .count()
 }
 
+/// With a ZoneDisruptionBudget (its controller and webhook running) guarding the frontend tier
+/// (the rolled StatefulSet `web` and a second one, `cache`), the rollout's evictions are judged
+/// like any other: a drain under way in zone-b (a `cache` pod evicted: the rollout's own rules
+/// only see `web`) holds the rollout in zone-a, and a rollout under way in zone-a holds a drain
+/// in zone-b. A ResourceQuota keeps each first evicted pod from being recreated, so each
+/// disruption lasts until the test ends it.
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn zau_and_zdb_hold_each_other_across_zones() {
