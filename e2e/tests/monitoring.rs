@@ -89,71 +89,10 @@ async fn monitoring_component_renders_monitors_rule_and_metrics_services() {
         &[("NAMESPACE", &ns.name), ("IMG", IMG), ("MONITORING", "1")],
     );
     let objects = identity::yaml_to_json(&rendered);
-    let find = |kind: &str, name: &str| {
-        objects
-            .iter()
-            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
-            .unwrap_or_else(|| panic!("no {kind}/{name} rendered"))
-    };
+    let find = |kind: &str, name: &str| find(&objects, kind, name);
     let labels = part_of_and_component();
     for binary in controllers() {
-        let monitor = find("PodMonitor", &binary);
-        assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
-        assert_eq!(monitor["metadata"]["namespace"], ns.name.as_str());
-        for (key, value) in labels.as_object().unwrap() {
-            assert_eq!(
-                &monitor["metadata"]["labels"][key], value,
-                "{binary}: {key}"
-            );
-        }
-        let spec = &monitor["spec"];
-        assert_eq!(spec["jobLabel"], "app.kubernetes.io/name");
-        assert_eq!(
-            spec["selector"],
-            json!({"matchLabels": {"app.kubernetes.io/name": binary}})
-        );
-        let endpoints = spec["podMetricsEndpoints"].as_array().unwrap();
-        assert_eq!(endpoints.len(), 1, "{binary}");
-        assert_eq!(endpoints[0]["port"], metrics_port(&binary));
-        assert_eq!(endpoints[0]["path"], "/metrics");
-        if binary == "rules-federator" {
-            // Over HTTPS; nothing secret is sent or scraped (see config/monitoring).
-            assert_eq!(endpoints[0]["scheme"], "https");
-            assert_eq!(endpoints[0]["tlsConfig"]["insecureSkipVerify"], true);
-        }
-        // The series' own namespace (of a ZAU, a budget) wins over the pod's.
-        assert_eq!(endpoints[0]["honorLabels"], true, "{binary}");
-        assert!(
-            endpoints[0]["relabelings"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|r| r["targetLabel"] == "__tmp_disable_sharding"
-                    && r["replacement"] == "true"
-                    && r["action"] == "replace"),
-            "{binary}: every shard scrapes every pod"
-        );
-
-        // The Deployment's container has the port the PodMonitor and the Service name.
-        let deployment = find("Deployment", &binary);
-        let ports = &deployment["spec"]["template"]["spec"]["containers"][0]["ports"];
-        let container_port = ports
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == metrics_port(&binary))
-            .unwrap_or_else(|| panic!("{binary} has no port {}", metrics_port(&binary)));
-        let service = find("Service", &format!("{binary}-metrics"));
-        assert_eq!(service["metadata"]["namespace"], ns.name.as_str());
-        assert_eq!(service["spec"]["clusterIP"], "None");
-        assert_eq!(
-            service["spec"]["selector"],
-            json!({"app.kubernetes.io/name": binary})
-        );
-        assert_eq!(
-            service["spec"]["ports"],
-            json!([{"name": "metrics", "port": container_port["containerPort"], "targetPort": metrics_port(&binary), "protocol": "TCP"}])
-        );
+        rendered_monitor_and_metrics_service(&objects, &ns.name, &binary, &labels);
     }
     let rule = find("PrometheusRule", RULE);
     assert_eq!(rule["metadata"]["namespace"], ns.name.as_str());
@@ -161,8 +100,93 @@ async fn monitoring_component_renders_monitors_rule_and_metrics_services() {
         assert_eq!(&rule["metadata"]["labels"][key], value, "{key}");
     }
 
-    // The API server accepts the monitoring objects and the Services (in the test namespace:
-    // a dry run cannot create the deploy namespace).
+    let output = api_server_accepts_the_monitoring_objects(&cluster, &objects, &ns.name);
+    assert!(
+        output.contains(&format!(
+            "prometheusrule.monitoring.coreos.com/{RULE} serverside-applied"
+        )),
+        "{output}"
+    );
+}
+
+/// The rendered object of `kind` named `name`.
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind}/{name} rendered"))
+}
+
+/// The PodMonitor of `binary` rendered in `ns` with the `labels` a Prometheus selects by, and
+/// its headless metrics Service on the port of its Deployment's container.
+fn rendered_monitor_and_metrics_service(objects: &[Value], ns: &str, binary: &str, labels: &Value) {
+    let find = |kind: &str, name: &str| find(objects, kind, name);
+    let monitor = find("PodMonitor", binary);
+    assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(monitor["metadata"]["namespace"], ns);
+    for (key, value) in labels.as_object().unwrap() {
+        assert_eq!(
+            &monitor["metadata"]["labels"][key], value,
+            "{binary}: {key}"
+        );
+    }
+    let spec = &monitor["spec"];
+    assert_eq!(spec["jobLabel"], "app.kubernetes.io/name");
+    assert_eq!(
+        spec["selector"],
+        json!({"matchLabels": {"app.kubernetes.io/name": binary}})
+    );
+    let endpoints = spec["podMetricsEndpoints"].as_array().unwrap();
+    assert_eq!(endpoints.len(), 1, "{binary}");
+    assert_eq!(endpoints[0]["port"], metrics_port(binary));
+    assert_eq!(endpoints[0]["path"], "/metrics");
+    if binary == "rules-federator" {
+        // Over HTTPS; nothing secret is sent or scraped (see config/monitoring).
+        assert_eq!(endpoints[0]["scheme"], "https");
+        assert_eq!(endpoints[0]["tlsConfig"]["insecureSkipVerify"], true);
+    }
+    // The series' own namespace (of a ZAU, a budget) wins over the pod's.
+    assert_eq!(endpoints[0]["honorLabels"], true, "{binary}");
+    assert!(
+        endpoints[0]["relabelings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["targetLabel"] == "__tmp_disable_sharding"
+                && r["replacement"] == "true"
+                && r["action"] == "replace"),
+        "{binary}: every shard scrapes every pod"
+    );
+
+    // The Deployment's container has the port the PodMonitor and the Service name.
+    let deployment = find("Deployment", binary);
+    let ports = &deployment["spec"]["template"]["spec"]["containers"][0]["ports"];
+    let container_port = ports
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == metrics_port(binary))
+        .unwrap_or_else(|| panic!("{binary} has no port {}", metrics_port(binary)));
+    let service = find("Service", &format!("{binary}-metrics"));
+    assert_eq!(service["metadata"]["namespace"], ns);
+    assert_eq!(service["spec"]["clusterIP"], "None");
+    assert_eq!(
+        service["spec"]["selector"],
+        json!({"app.kubernetes.io/name": binary})
+    );
+    assert_eq!(
+        service["spec"]["ports"],
+        json!([{"name": "metrics", "port": container_port["containerPort"], "targetPort": metrics_port(binary), "protocol": "TCP"}])
+    );
+}
+
+/// The API server accepts the monitoring objects and the Services (in the test namespace `ns`:
+/// a dry run cannot create the deploy namespace); returns kubectl's output.
+fn api_server_accepts_the_monitoring_objects(
+    cluster: &Cluster,
+    objects: &[Value],
+    ns: &str,
+) -> String {
     let mut accepted: Vec<Value> = objects
         .iter()
         .filter(|o| {
@@ -176,10 +200,10 @@ async fn monitoring_component_renders_monitors_rule_and_metrics_services() {
         .collect();
     assert_eq!(accepted.len(), 2 * controllers().len() + 1);
     for object in &mut accepted {
-        object["metadata"]["namespace"] = json!(ns.name);
+        object["metadata"]["namespace"] = json!(ns);
     }
     let list = json!({"apiVersion": "v1", "kind": "List", "items": accepted});
-    let mut command = identity::kubectl(&cluster);
+    let mut command = identity::kubectl(cluster);
     command.args(["apply", "--server-side", "--dry-run=server", "-f", "-"]);
     let output = identity::run(command, Some(list.to_string().as_bytes()));
     for binary in controllers() {
@@ -190,37 +214,32 @@ async fn monitoring_component_renders_monitors_rule_and_metrics_services() {
             assert!(output.contains(&what), "{what}: {output}");
         }
     }
-    assert!(
-        output.contains(&format!(
-            "prometheusrule.monitoring.coreos.com/{RULE} serverside-applied"
-        )),
-        "{output}"
-    );
+    output
 }
 
 /// Patches of the test overlay: a container argument of a Deployment, or an environment variable.
 fn arg_patch(deployment: &str, arg: &str) -> String {
-    format!(
-        r#"- target:
-    kind: Deployment
-    name: {deployment}
-  patch: |-
-    - op: add
-      path: /spec/template/spec/containers/0/args/-
-      value: {arg}
-"#
-    )
+    add_patch(deployment, "args", arg)
 }
 
 fn env_patch(deployment: &str, name: &str, value: &str) -> String {
+    add_patch(
+        deployment,
+        "env",
+        &format!(r#"{{name: {name}, value: "{value}"}}"#),
+    )
+}
+
+/// A patch adding `value` to the list `list` of the first container of the Deployment.
+fn add_patch(deployment: &str, list: &str, value: &str) -> String {
     format!(
         r#"- target:
     kind: Deployment
     name: {deployment}
   patch: |-
     - op: add
-      path: /spec/template/spec/containers/0/env/-
-      value: {{name: {name}, value: "{value}"}}
+      path: /spec/template/spec/containers/0/{list}/-
+      value: {value}
 "#
     )
 }
@@ -425,7 +444,7 @@ async fn monitoring_mixin_alerts_fire_through_the_federator_webhook_down_and_rol
     let real = RealNodes::of(&cluster);
     e2e::operator::install_crds(&cluster).await;
     // The mixin rendered first: without it there is nothing to prove.
-    let mut rule = e2e::mixin::prometheus_rule(MIXIN_CONFIG);
+    let rule = e2e::mixin::prometheus_rule(MIXIN_CONFIG);
     let groups = e2e::mixin::group_names(&rule);
     assert!(!groups.is_empty(), "the mixin renders no rule group");
 
@@ -435,41 +454,9 @@ async fn monitoring_mixin_alerts_fire_through_the_federator_webhook_down_and_rol
     // The controllers' namespace, apart from the test namespace (`e2e-monitoring-<suffix>`).
     let namespace = format!("e2e-monitored-{suffix}");
 
-    // CloudWatch (LocalStack, on the host's 127.0.0.1) for the zau-controller pods, through a
-    // proxy on the host's address.
-    let localstack: SocketAddr = cluster
-        .aws_endpoint()
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .parse()
-        .expect("LocalStack's endpoint is http://<ip>:<port>");
-    let proxy = RoundRobinProxy::start_at(
-        SocketAddr::new(host_address(&client).await, 0),
-        vec![localstack],
-    )
-    .await;
+    let proxy = cloudwatch_proxy_for_pods(&cluster, &client).await;
     let cloudwatch_for_pods = format!("http://{}", proxy.addr);
-
-    let mut patches = String::new();
-    for binary in ["zau-controller", "zdb-controller"] {
-        patches += &arg_patch(binary, &format!("--watch-namespace={}", victim.name));
-    }
-    patches += &arg_patch("zau-controller", "--alarm-poll-interval=2s");
-    for (name, value) in [
-        ("AWS_ENDPOINT_URL", cloudwatch_for_pods.as_str()),
-        ("AWS_ACCESS_KEY_ID", "test"),
-        ("AWS_SECRET_ACCESS_KEY", "test"),
-    ] {
-        patches += &env_patch("zau-controller", name, value);
-    }
-    patches += &arg_patch(
-        "shard-controller",
-        &format!("--watch-namespace={namespace}"),
-    );
-    patches += &arg_patch(
-        "rules-federator",
-        &format!("--discover-namespace={namespace}"),
-    );
+    let patches = overlay_patches(&victim.name, &namespace, &cloudwatch_for_pods);
     let overlay = Overlay::new("config/local", &suffix, &victim.name, &patches);
     let mut deployment = TestDeploy::new(&cluster, overlay, &namespace, real.project_image())
         .with_var("MONITORING", "1");
@@ -483,11 +470,83 @@ async fn monitoring_mixin_alerts_fire_through_the_federator_webhook_down_and_rol
         controller_pods.insert(binary, ready);
     }
 
-    // The mixin's rules with the test's settings, in place of the committed PrometheusRule that
-    // `make deploy MONITORING=1` applied (replaced whole, so none of its rules stay).
+    mixin_rule_replaces_the_committed_one(&client, &namespace, rule).await;
+
+    let (_discovery, shards) =
+        sharded_prometheus_one_shard_per_zone(&cluster, &client, &namespace, &real).await;
+
+    every_shard_scrapes_both_pods_of_every_binary(&shards).await;
+
+    // The federator serves the mixin's groups of every shard.
+    let federator_pod = &controller_pods["rules-federator"][0];
+    let federator = Federator {
+        api: DeployedFederator::of(&client, federator_pod).await,
+        token: reader_token(
+            &cluster,
+            &victim,
+            &format!("zone-aware-rules-federator-reader-{suffix}"),
+        ),
+    };
+    federator_serves_the_mixin_groups_of_every_shard(&federator, &shards, &groups).await;
+
+    rollout_paused_by_its_alarm_raises_paused_too_long(&cluster, &victim, &federator).await;
+
+    webhook_down_fires_and_resolves(&cluster, &client, &namespace, &suffix, &shards, &federator)
+        .await;
+
+    deployment.undeploy();
+    drop(proxy);
+}
+
+/// CloudWatch (LocalStack, on the host's 127.0.0.1) for the zau-controller pods, through a
+/// proxy on the host's address.
+async fn cloudwatch_proxy_for_pods(cluster: &Cluster, client: &Client) -> RoundRobinProxy {
+    let localstack: SocketAddr = cluster
+        .aws_endpoint()
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .expect("LocalStack's endpoint is http://<ip>:<port>");
+    RoundRobinProxy::start_at(
+        SocketAddr::new(host_address(client).await, 0),
+        vec![localstack],
+    )
+    .await
+}
+
+/// The test overlay's patches: zau- and zdb-controller watch only the namespace `victim`,
+/// zau-controller polls its alarms every 2 s at `cloudwatch`, shard-controller and the federator
+/// watch the controllers' `namespace`.
+fn overlay_patches(victim: &str, namespace: &str, cloudwatch: &str) -> String {
+    let mut patches = String::new();
+    for binary in ["zau-controller", "zdb-controller"] {
+        patches += &arg_patch(binary, &format!("--watch-namespace={}", victim));
+    }
+    patches += &arg_patch("zau-controller", "--alarm-poll-interval=2s");
+    for (name, value) in [
+        ("AWS_ENDPOINT_URL", cloudwatch),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+    ] {
+        patches += &env_patch("zau-controller", name, value);
+    }
+    patches += &arg_patch(
+        "shard-controller",
+        &format!("--watch-namespace={namespace}"),
+    );
+    patches += &arg_patch(
+        "rules-federator",
+        &format!("--discover-namespace={namespace}"),
+    );
+    patches
+}
+
+/// The mixin's rules with the test's settings, in place of the committed PrometheusRule that
+/// `make deploy MONITORING=1` applied (replaced whole, so none of its rules stay).
+async fn mixin_rule_replaces_the_committed_one(client: &Client, namespace: &str, mut rule: Value) {
     let rules: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
-        &namespace,
+        namespace,
         &monitoring_resource("PrometheusRule", "prometheusrules"),
     );
     let committed = rules
@@ -501,17 +560,25 @@ async fn monitoring_mixin_alerts_fire_through_the_federator_webhook_down_and_rol
         .replace(RULE, &PostParams::default(), &rule)
         .await
         .expect("replacing the PrometheusRule with the test's rendering");
+}
 
-    // The ShardedPrometheus: one shard per zone on the real nodes, selecting the component's
-    // PodMonitors and PrometheusRule (namespace selectors unset: its own namespace).
+/// The ShardedPrometheus: one shard per zone on the real nodes, selecting the component's
+/// PodMonitors and PrometheusRule (namespace selectors unset: its own namespace). Returns its
+/// discovery ServiceAccount's binding (deleted when dropped) and its shards.
+async fn sharded_prometheus_one_shard_per_zone(
+    cluster: &Cluster,
+    client: &Client,
+    namespace: &str,
+    real: &RealNodes,
+) -> (e2e::cluster::DeleteOnDrop, Vec<Shard>) {
     let _discovery = e2e::prometheus::discovery_service_account(
-        &cluster,
-        &client,
-        &namespace,
+        cluster,
+        client,
+        namespace,
         &format!("{namespace}-prometheus"),
     )
     .await;
-    let sproms: Api<ShardedPrometheus> = Api::namespaced(client.clone(), &namespace);
+    let sproms: Api<ShardedPrometheus> = Api::namespaced(client.clone(), namespace);
     let selector = json!({"matchLabels": part_of_and_component()});
     let generation = e2e::apply::sprom(
         &sproms,
@@ -545,6 +612,7 @@ async fn monitoring_mixin_alerts_fire_through_the_federator_webhook_down_and_rol
         }
     })
     .await;
+    let deployed_pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let shards: Vec<Shard> = pods::list(
         &deployed_pods,
         &format!("app.kubernetes.io/instance={SPROM}"),
@@ -562,11 +630,14 @@ async fn monitoring_mixin_alerts_fire_through_the_federator_webhook_down_and_rol
     })
     .collect();
     assert_eq!(shards.len(), 3, "one Prometheus pod per shard");
+    (_discovery, shards)
+}
 
-    // Every shard scrapes both pods of every binary (the PodMonitors' __tmp_disable_sharding),
-    // under job="<binary>" (their jobLabel).
+/// Every shard scrapes both pods of every binary (the PodMonitors' __tmp_disable_sharding),
+/// under job="<binary>" (their jobLabel).
+async fn every_shard_scrapes_both_pods_of_every_binary(shards: &[Shard]) {
     let want: BTreeMap<String, f64> = controllers().into_iter().map(|b| (b, 2.0)).collect();
-    for shard in &shards {
+    for shard in shards {
         wait_for(
             &format!("shard {} scraping both pods of every binary", shard.index),
             TIMEOUT,
@@ -586,17 +657,14 @@ async fn monitoring_mixin_alerts_fire_through_the_federator_webhook_down_and_rol
         )
         .await;
     }
+}
 
-    // The federator serves the mixin's groups of every shard.
-    let federator_pod = &controller_pods["rules-federator"][0];
-    let federator = Federator {
-        api: DeployedFederator::of(&client, federator_pod).await,
-        token: reader_token(
-            &cluster,
-            &victim,
-            &format!("zone-aware-rules-federator-reader-{suffix}"),
-        ),
-    };
+/// The federator serves the mixin's `groups` of every shard.
+async fn federator_serves_the_mixin_groups_of_every_shard(
+    federator: &Federator,
+    shards: &[Shard],
+    groups: &[String],
+) {
     let want_groups: BTreeSet<(String, String)> = shards
         .iter()
         .flat_map(|s| groups.iter().map(|g| (s.index.clone(), g.clone())))
@@ -629,14 +697,6 @@ async fn monitoring_mixin_alerts_fire_through_the_federator_webhook_down_and_rol
         },
     )
     .await;
-
-    rollout_paused_by_its_alarm_raises_paused_too_long(&cluster, &victim, &federator).await;
-
-    webhook_down_fires_and_resolves(&cluster, &client, &namespace, &suffix, &shards, &federator)
-        .await;
-
-    deployment.undeploy();
-    drop(proxy);
 }
 
 /// A ZoneAwareUpdate in the middle of a rollout whose CloudWatch alarm is in ALARM:
@@ -738,37 +798,12 @@ async fn webhook_down_fires_and_resolves(
     let selector = "app.kubernetes.io/name=zdb-controller";
     let scaled = Instant::now();
     scale(&deployments, &zdb, 0).await;
-    wait_for("no zdb-controller pod left", TIMEOUT, || async {
-        let left = zdb_pods
-            .list(&ListParams::default().labels(selector))
-            .await
-            .map_err(|e| e.to_string())?
-            .items
-            .len();
-        if left == 0 {
-            Ok(())
-        } else {
-            Err(format!("{left} pods"))
-        }
-    })
-    .await;
+    no_pod_left(&zdb_pods, selector).await;
     let gone = Instant::now();
     let gone_at = k8s_openapi::jiff::Timestamp::now();
     // The alert's input gone: a shard no longer has `up{job="zdb-controller"} == 1` (its target
     // dropped once discovery saw the pods deleted, the series marked stale).
-    let down_on = wait_for("a shard without zdb-controller up", TIMEOUT, || async {
-        for shard in shards {
-            if shard
-                .query(r#"up{job="zdb-controller"} == 1"#)
-                .await?
-                .is_empty()
-            {
-                return Ok(shard.index.clone());
-            }
-        }
-        Err("every shard still has it up".to_string())
-    })
-    .await;
+    let down_on = first_shard_without_zdb_up(shards).await;
     let down = Instant::now();
     // absent() of a comparison carries no label of its selector: the alert has only its own.
     let labels = json!({});
@@ -818,4 +853,39 @@ async fn webhook_down_fires_and_resolves(
         secs(restored.elapsed()),
         secs(ready.elapsed())
     );
+}
+
+/// Waits until no pod of `selector` is left.
+async fn no_pod_left(pods: &Api<Pod>, selector: &str) {
+    wait_for("no zdb-controller pod left", TIMEOUT, || async {
+        let left = pods
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .len();
+        if left == 0 {
+            Ok(())
+        } else {
+            Err(format!("{left} pods"))
+        }
+    })
+    .await;
+}
+
+/// The first shard without `up{job="zdb-controller"} == 1`.
+async fn first_shard_without_zdb_up(shards: &[Shard]) -> String {
+    wait_for("a shard without zdb-controller up", TIMEOUT, || async {
+        for shard in shards {
+            if shard
+                .query(r#"up{job="zdb-controller"} == 1"#)
+                .await?
+                .is_empty()
+            {
+                return Ok(shard.index.clone());
+            }
+        }
+        Err("every shard still has it up".to_string())
+    })
+    .await
 }
