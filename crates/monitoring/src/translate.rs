@@ -25,6 +25,7 @@
 mod alerting;
 mod auth;
 mod common;
+mod monitor;
 mod pod_monitor;
 mod refs;
 mod relabel;
