@@ -18,11 +18,19 @@
 //! [`compare`].
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
+use e2e::wait_for;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::EvictParams;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
 
-use super::*;
+use super::evict::Evictions;
+use super::{STORM_SET, StormResult, Tally};
+use crate::figures::{TICKS_PER_SECOND, fmt_ms, process_ticks};
+use crate::settings::{StormSettings, spec_value};
+use crate::setup::Perf;
 
 /// How long one eviction may take: the API server retries a conflicting budget write for up to
 /// 20 x 500 ms before it answers.
@@ -38,14 +46,9 @@ const MAX_IN_FLIGHT: usize = 250;
 /// The native storm's figures.
 pub struct NativeResult {
     pub max_unavailable: String,
-    pub sent: usize,
-    /// Sorted, ms.
-    latencies: Vec<f64>,
-    pub allowed: usize,
-    pub refused: usize,
-    pub gone: usize,
-    pub other: usize,
-    example: Option<String>,
+    /// The evictions (allowed: answers 201; refused: 429; gone: 404/409, the pod deleted or
+    /// replaced meanwhile).
+    pub evictions: Tally,
     pub elapsed: Duration,
     /// CPU time of the API server and the kube-controller-manager during the storm (s).
     apiserver_cpu_s: f64,
@@ -54,32 +57,11 @@ pub struct NativeResult {
 
 impl NativeResult {
     pub fn allowed_per_second(&self) -> f64 {
-        self.allowed as f64 / self.elapsed.as_secs_f64().max(1e-9)
+        self.evictions.allowed as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
     pub fn percentile(&self, p: f64) -> f64 {
-        quantile(&self.latencies, p / 100.0)
-    }
-}
-
-/// An eviction's end, as the API server answered it.
-enum Evicted {
-    Allowed,
-    Refused,
-    /// 404 or 409: the pod was deleted or replaced meanwhile.
-    Gone,
-    Other(String),
-}
-
-fn classify(result: Result<kube::core::Status, kube::Error>) -> Evicted {
-    match result {
-        Ok(_) => Evicted::Allowed,
-        Err(kube::Error::Api(status)) if status.code == 429 => Evicted::Refused,
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Evicted::Gone,
-        Err(kube::Error::Api(status)) => {
-            Evicted::Other(format!("{} {}", status.code, status.message))
-        }
-        Err(error) => Evicted::Other(error.to_string()),
+        self.evictions.percentile(p)
     }
 }
 
@@ -141,37 +123,9 @@ impl Perf {
         // controller of ours works on them.
         self.delete_budgets(&[STORM_SET.to_string()]).await;
         self.native_budget(storm, max_unavailable).await;
-
-        let selector = format!("app={STORM_SET}");
-        let list = self
-            .pods
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .expect("list the storm's pods");
-        let node_zones = e2e::nodes::zones(&self.ns.client, "").await;
-        let targets = Arc::new(Mutex::new(Targets {
-            ready: list
-                .items
-                .iter()
-                .filter(|p| pods::is_ready(p))
-                .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
-                .collect::<BTreeMap<_, _>>(),
-            evicted: HashSet::new(),
-        }));
         // The watch keeps the targets (the Ready pods); its ledger is not replayed: a budget
         // without zones has nothing to violate at 100 %.
-        let ledger = Arc::new(Ledger::default());
-        let stop = Arc::new(AtomicBool::new(false));
-        let watch = tokio::spawn(follow(
-            self.pods.clone(),
-            WatchParams::default().labels(&selector).timeout(290),
-            list.metadata.resource_version.clone().unwrap_or_default(),
-            0,
-            ledger.clone(),
-            stop.clone(),
-            pod_seen(&node_zones, targets.clone()),
-        ));
-
+        let watched = self.watch_storm(&format!("app={STORM_SET}"), None).await;
         eprintln!(
             "zdb-perf: native storm: {} evictions at {}/s for {} s against PodDisruptionBudget {STORM_SET} (maxUnavailable {max_unavailable})",
             storm.seconds * u64::from(storm.rate),
@@ -179,109 +133,31 @@ impl Perf {
             storm.seconds,
         );
         let cpu_before = control_plane_ticks();
-        let (outcomes, elapsed) = self.send_evictions(storm, targets).await;
-        let apiserver_cpu_s = (control_plane_ticks() - cpu_before) / crate::TICKS_PER_SECOND;
-        stop.store(true, Ordering::Release);
-        let _ = watch.await;
-        let watch_errors = std::mem::take(&mut *ledger.errors.lock().expect("ledger"));
+        let count = usize::try_from(storm.seconds * u64::from(storm.rate)).unwrap_or(usize::MAX);
+        let evictions = Evictions {
+            grace_period: Some(0),
+            timeout: EVICTION_TIMEOUT,
+            in_flight: Some(MAX_IN_FLIGHT),
+        };
+        let targets = watched.targets.clone();
+        let (outcomes, elapsed) = evictions
+            .send(&self.pods, Instant::now(), storm.rate, count, targets)
+            .await;
+        let apiserver_cpu_s = (control_plane_ticks() - cpu_before) / TICKS_PER_SECOND;
+        let (_, _, watch_errors) = watched.stop().await;
 
         // Every pod back and Ready, and the PodDisruptionBudget gone, before anything else runs.
         self.storm_pods(storm).await;
         let pdbs: Api<PodDisruptionBudget> = self.ns.api();
         let _ = pdbs.delete(STORM_SET, &DeleteParams::default()).await;
-
-        let mut result = NativeResult {
+        let ends = outcomes.into_iter();
+        NativeResult {
             max_unavailable: max_unavailable.to_string(),
-            sent: outcomes.len(),
-            latencies: Vec::with_capacity(outcomes.len()),
-            allowed: 0,
-            refused: 0,
-            gone: 0,
-            other: 0,
-            example: None,
+            evictions: Tally::of(ends.map(|(_, latency_ms, evicted)| (latency_ms, evicted.end()))),
             elapsed,
             apiserver_cpu_s,
             watch_errors,
-        };
-        for (latency_ms, evicted) in outcomes {
-            result.latencies.push(latency_ms);
-            match evicted {
-                Evicted::Allowed => result.allowed += 1,
-                Evicted::Refused => result.refused += 1,
-                Evicted::Gone => result.gone += 1,
-                Evicted::Other(problem) => {
-                    result.other += 1;
-                    result.example.get_or_insert(problem);
-                }
-            }
         }
-        result
-            .latencies
-            .sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-        result
-    }
-
-    /// Sends the storm's evictions, open loop and paced from a thread as the ZDB storm's
-    /// requests are; returns each one's latency (ms) and end, and the time from the first send to
-    /// the last answer.
-    async fn send_evictions(
-        &self,
-        storm: &StormSettings,
-        targets: Arc<Mutex<Targets>>,
-    ) -> (Vec<(f64, Evicted)>, Duration) {
-        let count = usize::try_from(storm.seconds * u64::from(storm.rate)).unwrap_or(usize::MAX);
-        let period = Duration::from_secs_f64(1.0 / f64::from(storm.rate));
-        let runtime = tokio::runtime::Handle::current();
-        let api = self.pods.clone();
-        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
-        let started = Instant::now();
-        let pacer = tokio::task::spawn_blocking(move || {
-            let mut tasks = Vec::with_capacity(count);
-            let mut cursor = String::new();
-            for i in 0..count {
-                let scheduled = started + period * u32::try_from(i).unwrap_or(u32::MAX);
-                if let Some(wait) = scheduled.checked_duration_since(Instant::now()) {
-                    std::thread::sleep(wait);
-                }
-                let pick = targets.lock().expect("targets").next_after(&cursor);
-                let Some((pod, uid)) = pick else { continue };
-                cursor.clone_from(&pod);
-                let (api, targets, slots) = (api.clone(), targets.clone(), slots.clone());
-                tasks.push(runtime.spawn(async move {
-                    // Never closed: the slot is always had.
-                    let _slot = slots.acquire_owned().await;
-                    let params = EvictParams {
-                        delete_options: Some(DeleteParams {
-                            grace_period_seconds: Some(0),
-                            preconditions: Some(Preconditions {
-                                uid: Some(uid),
-                                resource_version: None,
-                            }),
-                            ..DeleteParams::default()
-                        }),
-                        ..EvictParams::default()
-                    };
-                    let result =
-                        tokio::time::timeout(EVICTION_TIMEOUT, api.evict(&pod, &params)).await;
-                    let latency_ms = scheduled.elapsed().as_secs_f64() * 1000.0;
-                    let evicted = match result {
-                        Err(_) => Evicted::Other(format!("no answer within {EVICTION_TIMEOUT:?}")),
-                        Ok(result) => classify(result),
-                    };
-                    if matches!(evicted, Evicted::Allowed) {
-                        targets.lock().expect("targets").evicted.insert(pod);
-                    }
-                    (latency_ms, evicted)
-                }));
-            }
-            tasks
-        });
-        let tasks = pacer.await.expect("pacing thread");
-        let mut outcomes = Vec::with_capacity(tasks.len());
-        for task in tasks {
-            outcomes.push(task.await.expect("eviction task"));
-        }
-        (outcomes, started.elapsed())
     }
 }
 
@@ -295,7 +171,7 @@ fn control_plane_ticks() -> f64 {
             let pid = std::fs::read_to_string(pids_dir.join(format!("{name}.pid"))).ok()?;
             pid.trim().parse::<u32>().ok()
         })
-        .map(|pid| crate::process_ticks(Some(pid)))
+        .map(|pid| process_ticks(Some(pid)))
         .filter(|ticks| !ticks.is_nan())
         .sum()
 }
@@ -305,23 +181,24 @@ impl NativeResult {
         println!();
         println!(
             "native PodDisruptionBudget storm: {} evictions (POST pods/eviction) at {}/s for {} s on the same pods, against a policy/v1 PodDisruptionBudget with maxUnavailable {} (the API server's own check)",
-            self.sent, storm.rate, storm.seconds, self.max_unavailable
+            self.evictions.sent, storm.rate, storm.seconds, self.max_unavailable
         );
         println!(
             "  evictions: {} allowed ({:.2}/s over {:.1} s), {} refused with 429, {} for a pod gone meanwhile, {} other errors{}; latency ms p50 {} p99 {} max {}; API server + controller-manager CPU {:.1} s",
-            self.allowed,
+            self.evictions.allowed,
             self.allowed_per_second(),
             self.elapsed.as_secs_f64(),
-            self.refused,
-            self.gone,
-            self.other,
-            self.example
+            self.evictions.refused,
+            self.evictions.gone,
+            self.evictions.wrong,
+            self.evictions
+                .example
                 .as_ref()
                 .map(|e| format!(" (e.g. {e})"))
                 .unwrap_or_default(),
             fmt_ms(self.percentile(50.0)),
             fmt_ms(self.percentile(99.0)),
-            fmt_ms(self.latencies.last().copied().unwrap_or(f64::NAN)),
+            fmt_ms(self.evictions.max()),
             self.apiserver_cpu_s,
         );
     }
@@ -342,11 +219,12 @@ pub fn compare(zdb: &StormResult, native: &NativeResult, storm: &StormSettings) 
         storm.native_factor,
     );
     let mut missed = Vec::new();
-    if native.allowed == 0 {
+    if native.evictions.allowed == 0 {
         missed.push(format!(
             "native storm (maxUnavailable {}): no eviction was allowed{}",
             native.max_unavailable,
             native
+                .evictions
                 .example
                 .as_ref()
                 .map(|e| format!(" (e.g. {e})"))

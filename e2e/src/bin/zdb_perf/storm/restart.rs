@@ -16,12 +16,19 @@
 //! `ZDB_PERF_STORM_RATE`, `ZDB_PERF_STORM_PODS`.
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
+use e2e::perf::setting;
+use e2e::wait_for;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::EvictParams;
+use kube::Api;
 
-use super::*;
+use super::evict::{Evicted, Evictions};
+use super::ledger::Replayed;
+use super::{STORM_SET, Tally};
+use crate::settings::{StormSettings, limit};
+use crate::setup::Perf;
 
 /// How long one eviction may take: the webhook's timeout and the API server's own work.
 const EVICTION_TIMEOUT: Duration = Duration::from_secs(15);
@@ -49,38 +56,6 @@ impl RestartSettings {
             after: Duration::from_secs(setting("ZDB_PERF_RESTART_AFTER", 10)),
             seconds: setting("ZDB_PERF_RESTART_SECONDS", 90),
         }
-    }
-}
-
-/// An eviction's end, as the API server answered it.
-#[derive(Debug)]
-enum Evicted {
-    Allowed,
-    /// 429: the budget (the webhook's denial).
-    Refused,
-    /// The API server could not get an answer from the webhook.
-    Unreachable(String),
-    /// The pod was gone or replaced meanwhile (404, 409): no judgement needed.
-    Gone,
-    Other(String),
-}
-
-fn classify_eviction(result: Result<kube::core::Status, kube::Error>) -> Evicted {
-    match result {
-        Ok(_) => Evicted::Allowed,
-        Err(kube::Error::Api(status)) => {
-            let message = status.message.clone();
-            if message.contains("failed calling webhook") {
-                Evicted::Unreachable(message)
-            } else if status.code == 429 {
-                Evicted::Refused
-            } else if status.code == 404 || status.code == 409 {
-                Evicted::Gone
-            } else {
-                Evicted::Other(format!("{} {message}", status.code))
-            }
-        }
-        Err(error) => Evicted::Other(error.to_string()),
     }
 }
 
@@ -188,7 +163,6 @@ impl Perf {
     /// the middle; true when no eviction failed for want of the webhook and no budget was
     /// violated.
     pub async fn restart_storm(&self, storm: &StormSettings, settings: &RestartSettings) -> bool {
-        let set = STORM_SET;
         let max_unavailable = storm.max_unavailable.first().expect("checked setting");
         let most_unavailable = limit(max_unavailable, storm.pods).expect("checked setting");
         self.deployment_ready(settings).await;
@@ -197,145 +171,125 @@ impl Perf {
             "zdb-perf: restart: {} at failurePolicy Fail; deployment/{} ready",
             settings.config, settings.deployment
         );
-        self.storm_pods(storm).await;
-        self.delete_budgets(&[set.to_string()]).await;
-        self.create_budgets(&[set.to_string()], &spec_value(max_unavailable))
+        self.storm_budget(storm, max_unavailable).await;
+        let watched = self
+            .watch_storm(&format!("app={STORM_SET}"), Some(STORM_SET))
             .await;
-        self.wait_budget(set, storm.pods, &[], Duration::from_secs(300))
-            .await;
-        let selector = format!("app={set}");
-        let (initial, targets, ledger, stop, watches) = self.start_ledger(&selector, set).await;
 
         let counters_before: Vec<_> = webhooks.iter().map(|w| webhook_counters(w)).collect();
         let count = usize::try_from(settings.seconds * u64::from(storm.rate)).unwrap_or(0);
-        let period = Duration::from_secs_f64(1.0 / f64::from(storm.rate));
         eprintln!(
             "zdb-perf: restart: evictions at {}/s for {} s through the API server (maxUnavailable {max_unavailable}); rollout restart after {:?}",
             storm.rate, settings.seconds, settings.after
         );
         let started = Instant::now();
-        let restart = {
-            let (namespace, deployment) = (settings.namespace.clone(), settings.deployment.clone());
-            let after = settings.after;
-            tokio::task::spawn_blocking(move || {
-                std::thread::sleep(after);
-                let target = format!("deployment/{deployment}");
-                kubectl(&["-n", &namespace, "rollout", "restart", &target])?;
-                let issued = started.elapsed();
-                kubectl(&[
-                    "-n",
-                    &namespace,
-                    "rollout",
-                    "status",
-                    &target,
-                    "--timeout=300s",
-                ])?;
-                Ok::<_, String>((issued, started.elapsed()))
-            })
+        let restart = rollout_restart(settings, started);
+        let evictions = Evictions {
+            grace_period: None,
+            timeout: EVICTION_TIMEOUT,
+            in_flight: None,
         };
-        let runtime = tokio::runtime::Handle::current();
-        let api = self.pods.clone();
-        let pacer = {
-            let targets = targets.clone();
-            tokio::task::spawn_blocking(move || {
-                let mut tasks = Vec::with_capacity(count);
-                let mut cursor = String::new();
-                for i in 0..count {
-                    let scheduled = started + period * u32::try_from(i).unwrap_or(u32::MAX);
-                    if let Some(wait) = scheduled.checked_duration_since(Instant::now()) {
-                        std::thread::sleep(wait);
-                    }
-                    let pick = targets.lock().expect("targets").next_after(&cursor);
-                    let Some((pod, uid)) = pick else { continue };
-                    cursor.clone_from(&pod);
-                    let (api, targets) = (api.clone(), targets.clone());
-                    tasks.push(runtime.spawn(async move {
-                        let params = EvictParams {
-                            delete_options: Some(DeleteParams {
-                                preconditions: Some(Preconditions {
-                                    uid: Some(uid),
-                                    resource_version: None,
-                                }),
-                                ..DeleteParams::default()
-                            }),
-                            ..EvictParams::default()
-                        };
-                        let result =
-                            tokio::time::timeout(EVICTION_TIMEOUT, api.evict(&pod, &params)).await;
-                        let sent_at = scheduled.duration_since(started);
-                        let evicted = match result {
-                            Err(_) => {
-                                Evicted::Other(format!("no answer within {EVICTION_TIMEOUT:?}"))
-                            }
-                            Ok(result) => classify_eviction(result),
-                        };
-                        if matches!(evicted, Evicted::Allowed) {
-                            targets.lock().expect("targets").evicted.insert(pod);
-                        }
-                        (sent_at, evicted)
-                    }));
-                }
-                tasks
-            })
-        };
-        let tasks = pacer.await.expect("the pacer");
-        let mut outcomes = Vec::with_capacity(tasks.len());
-        for task in tasks {
-            outcomes.push(task.await.expect("an eviction"));
-        }
-        let elapsed = started.elapsed();
+        let targets = watched.targets.clone();
+        let (outcomes, elapsed) = evictions
+            .send(&self.pods, started, storm.rate, count, targets)
+            .await;
         let rollout = restart.await.expect("the rollout restart");
-
-        let catch_up = self.settle(&selector, set, storm.pods, &ledger).await;
-        stop.store(true, Ordering::Release);
-        for watch in watches {
-            let _ = watch.await;
-        }
+        let (replayed, ledger_errors) = watched.finish(self, storm.pods, most_unavailable).await;
         let counters_after: Vec<_> = webhooks.iter().map(|w| webhook_counters(w)).collect();
-        let seen = std::mem::take(&mut *ledger.seen.lock().expect("ledger"));
-        let (starts, _completed, violations) = replay(initial, seen, most_unavailable);
-        let mut ledger_errors = std::mem::take(&mut *ledger.errors.lock().expect("ledger"));
-        if let Err(error) = catch_up {
-            ledger_errors.push(error);
-        }
 
-        let (mut allowed, mut refused, mut gone, mut other) = (0, 0, 0, 0);
-        let mut unreachable: Vec<(Duration, String)> = Vec::new();
-        let mut other_example = None;
-        for (sent_at, evicted) in &outcomes {
+        let mut run = RestartRun {
+            sent: outcomes.len(),
+            evictions: Tally::default(),
+            unreachable: Vec::new(),
+            elapsed,
+            rollout,
+            counters: counters_delta(&counters_before, &counters_after),
+            webhooks,
+            replayed,
+            ledger_errors,
+        };
+        for (scheduled, _, evicted) in outcomes {
             match evicted {
-                Evicted::Allowed => allowed += 1,
-                Evicted::Refused => refused += 1,
-                Evicted::Gone => gone += 1,
-                Evicted::Unreachable(message) => unreachable.push((*sent_at, message.clone())),
-                Evicted::Other(message) => {
-                    other += 1;
-                    other_example.get_or_insert_with(|| message.clone());
+                Evicted::Judged(end) => run.evictions.count(end),
+                Evicted::Unreachable { message, .. } => {
+                    run.unreachable
+                        .push((scheduled.duration_since(started), message));
                 }
             }
         }
-        let delta = |i: usize| -> (f64, f64, f64) {
-            let (b, a) = (counters_before[i], counters_after[i]);
-            (a.0 - b.0, a.1 - b.1, a.2 - b.2)
-        };
-        let (mut calling_errors, mut fail_open, mut calls) = (0.0, 0.0, 0.0);
-        for i in 0..webhooks.len() {
-            let (c, f, n) = delta(i);
-            calling_errors += c;
-            fail_open += f;
-            calls += n;
-        }
+        run.report(storm, settings, max_unavailable)
+    }
+}
 
+/// `kubectl rollout restart` of the deployed controller `settings.after` past `started`, and
+/// its `rollout status`; returns when the restart was issued and when it was complete.
+fn rollout_restart(
+    settings: &RestartSettings,
+    started: Instant,
+) -> tokio::task::JoinHandle<Result<(Duration, Duration), String>> {
+    let (namespace, deployment) = (settings.namespace.clone(), settings.deployment.clone());
+    let after = settings.after;
+    tokio::task::spawn_blocking(move || {
+        std::thread::sleep(after);
+        let target = format!("deployment/{deployment}");
+        kubectl(&["-n", &namespace, "rollout", "restart", &target])?;
+        let issued = started.elapsed();
+        kubectl(&[
+            "-n",
+            &namespace,
+            "rollout",
+            "status",
+            &target,
+            "--timeout=300s",
+        ])?;
+        Ok::<_, String>((issued, started.elapsed()))
+    })
+}
+
+/// The API server's counters of the webhooks between two readings, summed over the webhooks:
+/// (rejected for calling_webhook_error, failed open, calls).
+fn counters_delta(before: &[(f64, f64, f64)], after: &[(f64, f64, f64)]) -> (f64, f64, f64) {
+    let (mut calling_errors, mut fail_open, mut calls) = (0.0, 0.0, 0.0);
+    for (b, a) in before.iter().zip(after) {
+        calling_errors += a.0 - b.0;
+        fail_open += a.1 - b.1;
+        calls += a.2 - b.2;
+    }
+    (calling_errors, fail_open, calls)
+}
+
+/// The restart storm's figures.
+struct RestartRun {
+    /// Evictions sent.
+    sent: usize,
+    /// The evictions the API server judged (wrong: other errors).
+    evictions: Tally,
+    /// Evictions that failed for want of the webhook: when they were sent, and the message.
+    unreachable: Vec<(Duration, String)>,
+    elapsed: Duration,
+    rollout: Result<(Duration, Duration), String>,
+    webhooks: Vec<String>,
+    /// The API server's counters meanwhile: (calling errors, failed open, calls).
+    counters: (f64, f64, f64),
+    replayed: Replayed,
+    ledger_errors: Vec<String>,
+}
+
+impl RestartRun {
+    /// Prints the figures; true when no eviction failed for want of the webhook and no budget
+    /// was violated.
+    fn report(
+        &self,
+        storm: &StormSettings,
+        settings: &RestartSettings,
+        max_unavailable: &str,
+    ) -> bool {
         println!();
         println!(
             "restart storm: {} evictions through the API server at {}/s for {} s (maxUnavailable {max_unavailable}), `kubectl rollout restart deployment/{}` at {:?}",
-            outcomes.len(),
-            storm.rate,
-            settings.seconds,
-            settings.deployment,
-            settings.after
+            self.sent, storm.rate, settings.seconds, settings.deployment, settings.after
         );
-        match &rollout {
+        match &self.rollout {
             Ok((issued, done)) => println!(
                 "  rollout: restart issued at {:.1} s, complete at {:.1} s",
                 issued.as_secs_f64(),
@@ -343,47 +297,33 @@ impl Perf {
             ),
             Err(error) => println!("  rollout: FAILED: {error}"),
         }
-        println!(
-            "  evictions: {allowed} allowed ({:.1}/s), {refused} refused by the budget (429), {gone} for a pod gone meanwhile, {} webhook unreachable, {other} other errors{}; sent over {:.1} s",
-            f64::from(u32::try_from(allowed).unwrap_or(u32::MAX)) / elapsed.as_secs_f64(),
-            unreachable.len(),
-            other_example
-                .map(|e| format!(" (e.g. {e})"))
-                .unwrap_or_default(),
-            elapsed.as_secs_f64()
-        );
-        if let Some((first, message)) = unreachable.first() {
-            let last = unreachable.last().map_or(*first, |(at, _)| *at);
-            println!(
-                "  webhook unreachable from {:.1} s to {:.1} s, e.g.: {message}",
-                first.as_secs_f64(),
-                last.as_secs_f64()
-            );
-        }
+        self.report_evictions();
+        let (calling_errors, fail_open, calls) = self.counters;
         println!(
             "  API server counters for {}: calls {calls:.0}, rejected for calling_webhook_error {calling_errors:.0}, failed open {fail_open:.0}",
-            webhooks.join(", ")
+            self.webhooks.join(", ")
         );
+        let violations = &self.replayed.violations;
         println!(
             "  ledger: {} disruptions recorded, {} violations{}{}",
-            starts.len(),
+            self.replayed.starts.len(),
             violations.len(),
             violations
                 .first()
                 .map(|v| format!(" (first: {v})"))
                 .unwrap_or_default(),
-            if ledger_errors.is_empty() {
+            if self.ledger_errors.is_empty() {
                 String::new()
             } else {
-                format!("; ledger errors: {}", ledger_errors.join("; "))
+                format!("; ledger errors: {}", self.ledger_errors.join("; "))
             }
         );
-        let ok = rollout.is_ok()
-            && unreachable.is_empty()
+        let ok = self.rollout.is_ok()
+            && self.unreachable.is_empty()
             && calling_errors == 0.0
             && fail_open == 0.0
             && violations.is_empty()
-            && ledger_errors.is_empty();
+            && self.ledger_errors.is_empty();
         println!(
             "restart storm: {}",
             if ok {
@@ -393,5 +333,31 @@ impl Perf {
             }
         );
         ok
+    }
+
+    fn report_evictions(&self) {
+        let e = &self.evictions;
+        println!(
+            "  evictions: {} allowed ({:.1}/s), {} refused by the budget (429), {} for a pod gone meanwhile, {} webhook unreachable, {} other errors{}; sent over {:.1} s",
+            e.allowed,
+            f64::from(u32::try_from(e.allowed).unwrap_or(u32::MAX)) / self.elapsed.as_secs_f64(),
+            e.refused,
+            e.gone,
+            self.unreachable.len(),
+            e.wrong,
+            e.example
+                .as_ref()
+                .map(|e| format!(" (e.g. {e})"))
+                .unwrap_or_default(),
+            self.elapsed.as_secs_f64()
+        );
+        if let Some((first, message)) = self.unreachable.first() {
+            let last = self.unreachable.last().map_or(*first, |(at, _)| *at);
+            println!(
+                "  webhook unreachable from {:.1} s to {:.1} s, e.g.: {message}",
+                first.as_secs_f64(),
+                last.as_secs_f64()
+            );
+        }
     }
 }
