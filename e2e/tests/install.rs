@@ -27,7 +27,7 @@ use e2e::installed::{
 use e2e::real::RealNodes;
 use e2e::{Cluster, TestNamespace};
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
+use kube::{Api, Client};
 use serde_json::{Value, json};
 
 const NAMESPACE: &str = "zone-aware-system";
@@ -156,23 +156,17 @@ impl Drop for Installed<'_> {
     }
 }
 
-#[tokio::test]
-#[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
-async fn install_yaml_applied_does_what_make_deploy_does() {
-    let cluster = Cluster::get();
-    let real = RealNodes::of(&cluster);
-    let victim = TestNamespace::create(&cluster, "install").await;
-    let client = victim.client.clone();
-    let dir = std::env::temp_dir().join(format!("e2e-install-{}", victim.suffix()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (file, image) = install_yaml(&cluster, &real, &dir);
-    let text = std::fs::read_to_string(&file).unwrap();
-
-    // The file: the CRDs of config/crd, then exactly what `make deploy` applies for this image.
-    let (crds, objects): (Vec<Value>, Vec<Value>) = yaml_to_json(&text)
+/// The file: the CRDs of config/crd, then exactly what `make deploy` applies for this image, every
+/// object but the CRDs labelled for the removal. Returns the objects' identities.
+fn file_holds_the_crds_and_what_make_deploy_applies(
+    cluster: &Cluster,
+    text: &str,
+    image: &str,
+) -> Vec<Identity> {
+    let (crds, objects): (Vec<Value>, Vec<Value>) = yaml_to_json(text)
         .into_iter()
         .partition(|o| o["kind"] == "CustomResourceDefinition");
-    let mut render = identity::kubectl(&cluster);
+    let mut render = identity::kubectl(cluster);
     render.arg("kustomize").arg(repo_root().join("config/crd"));
     assert_eq!(
         sorted(crds),
@@ -180,9 +174,9 @@ async fn install_yaml_applied_does_what_make_deploy_does() {
         "install.yaml's CRDs are config/crd's"
     );
     let deployed = yaml_to_json(&make(
-        &cluster,
+        cluster,
         "manifests",
-        &[("NAMESPACE", NAMESPACE), ("IMG", &image)],
+        &[("NAMESPACE", NAMESPACE), ("IMG", image)],
     ));
     assert_eq!(
         sorted(objects.clone()),
@@ -196,21 +190,68 @@ async fn install_yaml_applied_does_what_make_deploy_does() {
         }),
         "every object but the CRDs is labelled {PART_OF} (the removal selects it)"
     );
-    // A fresh cluster: none of its names is taken, but the ClusterRoles of config/prometheus
-    // (in install.yaml too) that the harness applies for other suites' Prometheus pods: the same
-    // objects, which install.yaml's apply takes over and its removal deletes (the next suite
-    // that needs them applies them again).
-    for (api_version, kind, namespace, name) in &ids {
+    ids
+}
+
+/// A fresh cluster: none of its names is taken, but the ClusterRoles of config/prometheus
+/// (in install.yaml too) that the harness applies for other suites' Prometheus pods: the same
+/// objects, which install.yaml's apply takes over and its removal deletes (the next suite
+/// that needs them applies them again).
+async fn cluster_is_fresh(client: &Client, ids: &[Identity]) {
+    for (api_version, kind, namespace, name) in ids {
         if kind == "ClusterRole" && e2e::prometheus::HARNESS_CLUSTER_ROLES.contains(&name.as_str())
         {
             continue;
         }
-        let api = dynamic_api(&client, api_version, kind, namespace.as_deref()).await;
+        let api = dynamic_api(client, api_version, kind, namespace.as_deref()).await;
         assert!(
             api.get_opt(name).await.unwrap().is_none(),
             "{kind} {name} exists already: the cluster is not fresh"
         );
     }
+}
+
+/// The local cluster's kwok nodes run no containers: the Deployments go to its real nodes
+/// (what config/local adds to config/default), the only change to what install.yaml applied.
+fn controllers_placed_on_the_real_nodes(cluster: &Cluster, real: &RealNodes) {
+    let placement = json!([
+        {"op": "add", "path": "/spec/template/spec/tolerations",
+         "value": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}]},
+        {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {"type": "real"}},
+    ])
+    .to_string();
+    for binary in e2e::deploy::controllers() {
+        kubectl(
+            cluster,
+            &[
+                "patch",
+                "deployment",
+                &binary,
+                "-n",
+                NAMESPACE,
+                "--type",
+                "json",
+                "-p",
+                &placement,
+            ],
+        );
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
+async fn install_yaml_applied_does_what_make_deploy_does() {
+    let cluster = Cluster::get();
+    let real = RealNodes::of(&cluster);
+    let victim = TestNamespace::create(&cluster, "install").await;
+    let client = victim.client.clone();
+    let dir = std::env::temp_dir().join(format!("e2e-install-{}", victim.suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (file, image) = install_yaml(&cluster, &real, &dir);
+    let text = std::fs::read_to_string(&file).unwrap();
+
+    let ids = file_holds_the_crds_and_what_make_deploy_applies(&cluster, &text, &image);
+    cluster_is_fresh(&client, &ids).await;
 
     // Applied as the README says.
     let started = Instant::now();
@@ -227,30 +268,7 @@ async fn install_yaml_applied_does_what_make_deploy_does() {
         )
     );
     wait_all(&client, &ids, true, "every object of install.yaml").await;
-    // The local cluster's kwok nodes run no containers: the Deployments go to its real nodes
-    // (what config/local adds to config/default), the only change to what install.yaml applied.
-    let placement = json!([
-        {"op": "add", "path": "/spec/template/spec/tolerations",
-         "value": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}]},
-        {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {"type": "real"}},
-    ])
-    .to_string();
-    for binary in e2e::deploy::controllers() {
-        kubectl(
-            &cluster,
-            &[
-                "patch",
-                "deployment",
-                &binary,
-                "-n",
-                NAMESPACE,
-                "--type",
-                "json",
-                "-p",
-                &placement,
-            ],
-        );
-    }
+    controllers_placed_on_the_real_nodes(&cluster, &real);
     let home_pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     wait_controllers_on_real_nodes(&client, &home_pods, &image).await;
     let webhook = ids
