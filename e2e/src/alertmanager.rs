@@ -43,6 +43,61 @@ pub struct AlertmanagerConfig<'a> {
     pub webhook_url: &'a str,
 }
 
+/// The Alertmanager Deployment: one pod of `labels` on the real node of `zone`, its configuration
+/// from the Secret `alertmanager`, no gossip.
+fn deployment_manifest(real: &RealNodes, zone: &str, labels: &Value) -> Value {
+    json!({
+        "metadata": {"name": NAME},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "nodeSelector": {"type": "real", crate::workload::ZONE_LABEL: zone},
+                    "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
+                    "securityContext": {
+                        "runAsNonRoot": true,
+                        "runAsUser": 65534,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [{
+                        "name": "alertmanager",
+                        "image": real.alertmanager_image,
+                        "imagePullPolicy": "Never",
+                        "args": [
+                            "--config.file=/etc/alertmanager/alertmanager.yml",
+                            "--storage.path=/alertmanager",
+                            // No gossip: one instance, no cluster port.
+                            "--cluster.listen-address=",
+                            format!("--web.listen-address=:{PORT}"),
+                            "--log.level=debug",
+                        ],
+                        "ports": [{"name": PORT_NAME, "containerPort": PORT}],
+                        "readinessProbe": {
+                            "httpGet": {"path": "/-/ready", "port": PORT_NAME},
+                            "periodSeconds": 1,
+                        },
+                        "securityContext": {
+                            "allowPrivilegeEscalation": false,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                        "volumeMounts": [
+                            {"name": "config", "mountPath": "/etc/alertmanager", "readOnly": true},
+                            {"name": "data", "mountPath": "/alertmanager"},
+                        ],
+                    }],
+                    "volumes": [
+                        {"name": "config", "secret": {"secretName": NAME}},
+                        {"name": "data", "emptyDir": {}},
+                    ],
+                },
+            },
+        },
+    })
+}
+
 /// A running Alertmanager in a test namespace.
 pub struct Alertmanager {
     pub pod_name: String,
@@ -70,56 +125,7 @@ impl Alertmanager {
             .expect("create the Alertmanager config Secret");
 
         let labels = json!({"app": NAME});
-        let deployment = json!({
-            "metadata": {"name": NAME},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "terminationGracePeriodSeconds": 2,
-                        "nodeSelector": {"type": "real", crate::workload::ZONE_LABEL: config.zone},
-                        "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
-                        "securityContext": {
-                            "runAsNonRoot": true,
-                            "runAsUser": 65534,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                        },
-                        "containers": [{
-                            "name": "alertmanager",
-                            "image": real.alertmanager_image,
-                            "imagePullPolicy": "Never",
-                            "args": [
-                                "--config.file=/etc/alertmanager/alertmanager.yml",
-                                "--storage.path=/alertmanager",
-                                // No gossip: one instance, no cluster port.
-                                "--cluster.listen-address=",
-                                format!("--web.listen-address=:{PORT}"),
-                                "--log.level=debug",
-                            ],
-                            "ports": [{"name": PORT_NAME, "containerPort": PORT}],
-                            "readinessProbe": {
-                                "httpGet": {"path": "/-/ready", "port": PORT_NAME},
-                                "periodSeconds": 1,
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": false,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "volumeMounts": [
-                                {"name": "config", "mountPath": "/etc/alertmanager", "readOnly": true},
-                                {"name": "data", "mountPath": "/alertmanager"},
-                            ],
-                        }],
-                        "volumes": [
-                            {"name": "config", "secret": {"secretName": NAME}},
-                            {"name": "data", "emptyDir": {}},
-                        ],
-                    },
-                },
-            },
-        });
+        let deployment = deployment_manifest(real, config.zone, &labels);
         let deployments: Api<Deployment> = ns.api();
         deployments
             .create(&PostParams::default(), &from(deployment))
