@@ -7,16 +7,17 @@ use std::sync::Arc;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
-use kube::Resource;
 use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::store::WriterDropped;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
+use kube::{Client, Resource};
 use zone_api::ShardedPrometheus;
 use zone_monitoring::resolve::Source;
 use zone_operator::controller::{self, CachesStopped};
 use zone_operator::metrics::MetricsError;
 use zone_operator::zones::NodeZones;
-use zone_operator::{RuntimeParts, WatchSet};
+use zone_operator::{InitialList, RuntimeParts, ScopeArgs, WatchSet};
 
 use zone_api::sprom::contract::{MANAGED_BY, MANAGED_BY_LABEL};
 
@@ -65,6 +66,25 @@ fn strip_meta<K: Resource>(child: &mut K) {
     }
 }
 
+/// The caches of a shard's children (metadata, but for the StatefulSets' status).
+struct ChildCaches {
+    stateful_sets: Store<StatefulSet>,
+    config_maps: Store<PartialObjectMeta<ConfigMap>>,
+    secrets: Store<PartialObjectMeta<Secret>>,
+    services: Store<PartialObjectMeta<Service>>,
+}
+
+impl ChildCaches {
+    /// The caches the status reads, with the nodes' zones.
+    async fn wait_until_ready(&self, zones: &NodeZones) -> Result<(), WriterDropped> {
+        self.stateful_sets.wait_until_ready().await?;
+        self.config_maps.wait_until_ready().await?;
+        self.secrets.wait_until_ready().await?;
+        self.services.wait_until_ready().await?;
+        zones.wait_until_ready().await
+    }
+}
+
 /// Runs until shutdown.
 pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError> {
     let sprom_metrics =
@@ -85,113 +105,17 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
     .applied_objects()
     .predicate_filter(predicates::generation, Default::default());
 
-    let children = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let mut watches = WatchSet::<ShardedPrometheus>::new();
     let index = SharedIndex::default();
-    // Namespace labels, for the namespace selectors of monitors and rules (metadata only).
-    let sproms_now = sproms.clone();
-    let namespaces = watches.watch(
-        "namespaces",
-        kube::Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
-        watcher::Config::default(),
-        strip_meta,
-        move |_: &PartialObjectMeta<Namespace>| affected_by_namespaces(&sproms_now),
+    let monitoring = watch_monitoring_kinds(&mut watches, scope, &client, &sproms, &index);
+    let children = watch_children(&mut watches, scope, &client, &index);
+    let zones = watch_zones(
+        &mut watches,
+        &client,
+        &scope.zone_label,
+        initial_list,
+        &sproms,
     );
-    let monitoring = Caches {
-        service_monitors: watch_monitoring::<ServiceMonitorKind>(
-            &mut watches,
-            "servicemonitors",
-            scope.api(&client),
-            &sproms,
-            &namespaces,
-            &index,
-        ),
-        pod_monitors: watch_monitoring::<PodMonitorKind>(
-            &mut watches,
-            "podmonitors",
-            scope.api(&client),
-            &sproms,
-            &namespaces,
-            &index,
-        ),
-        scrape_configs: watch_monitoring::<ScrapeConfigKind>(
-            &mut watches,
-            "scrapeconfigs",
-            scope.api(&client),
-            &sproms,
-            &namespaces,
-            &index,
-        ),
-        rules: watch_monitoring::<PrometheusRuleKind>(
-            &mut watches,
-            "prometheusrules",
-            scope.api(&client),
-            &sproms,
-            &namespaces,
-            &index,
-        ),
-        namespaces,
-        values: Default::default(),
-    };
-    let stateful_sets = watches.watch(
-        "statefulsets",
-        scope.api::<StatefulSet>(&client),
-        children.clone(),
-        strip_stateful_set,
-        owner_of,
-    );
-    // Of Secrets, ConfigMaps and Services the metadata is enough (a deleted one comes back; an
-    // applied hash says whether to apply again), and their data is the bulk of what a watch
-    // would hold.
-    let referencing = index.clone();
-    let config_maps = watches.watch(
-        "configmaps",
-        scope.api::<PartialObjectMeta<ConfigMap>>(&client),
-        watcher::Config::default(),
-        strip_meta,
-        move |config_map: &PartialObjectMeta<ConfigMap>| {
-            owner_or_referencing(config_map, Source::ConfigMap, &referencing)
-        },
-    );
-    // Every Secret and ConfigMap, not only the children: a monitor's credentials live in
-    // Secrets (and CAs in ConfigMaps) of its namespace, and a change of one re-renders the
-    // resources whose monitors reference it.
-    let referencing = index.clone();
-    let secrets = watches.watch(
-        "secrets",
-        scope.api::<PartialObjectMeta<Secret>>(&client),
-        watcher::Config::default(),
-        strip_meta,
-        move |secret: &PartialObjectMeta<Secret>| {
-            owner_or_referencing(secret, Source::Secret, &referencing)
-        },
-    );
-    let services = watches.watch(
-        "services",
-        scope.api::<PartialObjectMeta<Service>>(&client),
-        children,
-        strip_meta,
-        owner_of,
-    );
-
-    // Zones gaining or losing their last node change the Degraded condition of every resource.
-    let (zones, node_events) = NodeZones::watch(&client, &scope.zone_label, initial_list);
-    // Only a change of that set matters: node heartbeats and test nodes of other zones must not
-    // reconcile every resource.
-    let all = sproms.clone();
-    let node_zones = zones.clone();
-    let mut known = std::collections::BTreeSet::new();
-    watches.trigger(node_events.map(move |()| {
-        let present = node_zones.zones_present();
-        if present == known {
-            return Vec::new();
-        }
-        known = present;
-        all.state()
-            .iter()
-            .map(|sprom| ObjectRef::from_obj(sprom.as_ref()))
-            .collect::<Vec<_>>()
-    }));
     // The shards' Prometheus pods, for the prober that asks them which configuration they run
     // (labels, phase and IP only); their answers, when they change, reconcile the resource.
     let pods = watches.keep(
@@ -205,16 +129,10 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
     let (drive, trigger_stream) = watches.start();
     let drive = tokio::spawn(drive);
 
-    // The StatefulSet and node caches are what the status reads; the watch of the resources
+    // The children and node caches are what the status reads; the watch of the resources
     // themselves is driven by the controller below and needs no gate.
     let synced = controller::wait_for_caches(
-        async {
-            stateful_sets.wait_until_ready().await?;
-            config_maps.wait_until_ready().await?;
-            secrets.wait_until_ready().await?;
-            services.wait_until_ready().await?;
-            zones.wait_until_ready().await
-        },
+        children.wait_until_ready(&zones),
         &parts.readiness,
         &parts.shutdown,
     )
@@ -226,10 +144,10 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
     let context = Arc::new(Context {
         client: client.clone(),
         sproms: sproms.clone(),
-        stateful_sets,
-        config_maps,
-        secrets,
-        services,
+        stateful_sets: children.stateful_sets,
+        config_maps: children.config_maps,
+        secrets: children.secrets,
+        services: children.services,
         pods: pods.clone(),
         applied: Default::default(),
         zones,
@@ -262,6 +180,144 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
     prober.abort();
     drive.abort();
     Ok(())
+}
+
+/// The watches of the monitoring kinds and of namespace labels (for the namespace selectors of
+/// monitors and rules, metadata only).
+fn watch_monitoring_kinds(
+    watches: &mut WatchSet<ShardedPrometheus>,
+    scope: &ScopeArgs,
+    client: &Client,
+    sproms: &Store<ShardedPrometheus>,
+    index: &SharedIndex,
+) -> Caches {
+    let sproms_now = sproms.clone();
+    let namespaces = watches.watch(
+        "namespaces",
+        kube::Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+        watcher::Config::default(),
+        strip_meta,
+        move |_: &PartialObjectMeta<Namespace>| affected_by_namespaces(&sproms_now),
+    );
+    let (ns, index) = (&namespaces, index);
+    Caches {
+        service_monitors: watch_monitoring::<ServiceMonitorKind>(
+            watches,
+            "servicemonitors",
+            scope.api(client),
+            sproms,
+            ns,
+            index,
+        ),
+        pod_monitors: watch_monitoring::<PodMonitorKind>(
+            watches,
+            "podmonitors",
+            scope.api(client),
+            sproms,
+            ns,
+            index,
+        ),
+        scrape_configs: watch_monitoring::<ScrapeConfigKind>(
+            watches,
+            "scrapeconfigs",
+            scope.api(client),
+            sproms,
+            ns,
+            index,
+        ),
+        rules: watch_monitoring::<PrometheusRuleKind>(
+            watches,
+            "prometheusrules",
+            scope.api(client),
+            sproms,
+            ns,
+            index,
+        ),
+        namespaces,
+        values: Default::default(),
+    }
+}
+
+/// The watches of the shards' children, and of every Secret and ConfigMap: a monitor's
+/// credentials live in Secrets (and CAs in ConfigMaps) of its namespace, and a change of one
+/// re-renders the resources whose monitors reference it. Of Secrets, ConfigMaps and Services
+/// the metadata is enough (a deleted one comes back; an applied hash says whether to apply
+/// again), and their data is the bulk of what a watch would hold.
+fn watch_children(
+    watches: &mut WatchSet<ShardedPrometheus>,
+    scope: &ScopeArgs,
+    client: &Client,
+    index: &SharedIndex,
+) -> ChildCaches {
+    let children = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    let stateful_sets = watches.watch(
+        "statefulsets",
+        scope.api::<StatefulSet>(client),
+        children.clone(),
+        strip_stateful_set,
+        owner_of,
+    );
+    let referencing = index.clone();
+    let config_maps = watches.watch(
+        "configmaps",
+        scope.api::<PartialObjectMeta<ConfigMap>>(client),
+        watcher::Config::default(),
+        strip_meta,
+        move |config_map: &PartialObjectMeta<ConfigMap>| {
+            owner_or_referencing(config_map, Source::ConfigMap, &referencing)
+        },
+    );
+    let referencing = index.clone();
+    let secrets = watches.watch(
+        "secrets",
+        scope.api::<PartialObjectMeta<Secret>>(client),
+        watcher::Config::default(),
+        strip_meta,
+        move |secret: &PartialObjectMeta<Secret>| {
+            owner_or_referencing(secret, Source::Secret, &referencing)
+        },
+    );
+    let services = watches.watch(
+        "services",
+        scope.api::<PartialObjectMeta<Service>>(client),
+        children,
+        strip_meta,
+        owner_of,
+    );
+    ChildCaches {
+        stateful_sets,
+        config_maps,
+        secrets,
+        services,
+    }
+}
+
+/// The nodes' zones. Zones gaining or losing their last node change the Degraded condition of
+/// every resource; only a change of that set matters: node heartbeats and test nodes of other
+/// zones must not reconcile every resource.
+fn watch_zones(
+    watches: &mut WatchSet<ShardedPrometheus>,
+    client: &Client,
+    zone_label: &str,
+    initial_list: InitialList,
+    sproms: &Store<ShardedPrometheus>,
+) -> NodeZones {
+    let (zones, node_events) = NodeZones::watch(client, zone_label, initial_list);
+    let all = sproms.clone();
+    let node_zones = zones.clone();
+    let mut known = std::collections::BTreeSet::new();
+    watches.trigger(node_events.map(move |()| {
+        let present = node_zones.zones_present();
+        if present == known {
+            return Vec::new();
+        }
+        known = present;
+        all.state()
+            .iter()
+            .map(|sprom| ObjectRef::from_obj(sprom.as_ref()))
+            .collect::<Vec<_>>()
+    }));
+    zones
 }
 
 /// Adds the watch of a monitoring kind; its changes reconcile the resources they concern. It

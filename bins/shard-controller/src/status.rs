@@ -58,7 +58,6 @@ pub fn compute(
     previous: &ShardedPrometheusStatus,
     observation: &Observation<'_>,
 ) -> (ShardedPrometheusStatus, PendingEvents) {
-    let layout = observation.layout;
     let mut events = PendingEvents::default();
     let mut status = ShardedPrometheusStatus {
         observed_generation: observation.generation,
@@ -66,6 +65,31 @@ pub fn compute(
         retained_shards: observation.retained.clone(),
         ..ShardedPrometheusStatus::default()
     };
+    shard_counts(observation, &mut status);
+    status.set_condition(
+        condition::INVALID,
+        false,
+        reason::VALID,
+        "the spec is valid",
+    );
+    available_condition(observation, &mut status);
+    monitoring_condition(previous, observation.monitoring, &mut status, &mut events);
+    if let Some(shards) = &observation.config {
+        config_condition(
+            previous,
+            shards,
+            observation.layout,
+            &mut status,
+            &mut events,
+        );
+    }
+    degraded_condition(previous, observation, &mut status, &mut events);
+    (status, events)
+}
+
+/// Each shard's status, the counts of shards and ready shards, and the scale selector.
+fn shard_counts(observation: &Observation<'_>, status: &mut ShardedPrometheusStatus) {
+    let layout = observation.layout;
     for (index, observed) in &observation.shards {
         status.shard_statuses.push(ShardStatus {
             index: to_i32(*index),
@@ -90,14 +114,11 @@ pub fn compute(
     );
     status.selector =
         contract::scale_selector(observation.name, observation.shards.keys().copied());
+}
 
-    status.set_condition(
-        condition::INVALID,
-        false,
-        reason::VALID,
-        "the spec is valid",
-    );
-    let wanted = layout.shards();
+/// Available: True when every wanted shard has a ready Prometheus.
+fn available_condition(observation: &Observation<'_>, status: &mut ShardedPrometheusStatus) {
+    let wanted = observation.layout.shards();
     let serving = observation
         .shards
         .values()
@@ -118,11 +139,16 @@ pub fn compute(
             format!("{serving} of {wanted} shards have a ready Prometheus"),
         );
     }
+}
 
-    monitoring_condition(previous, observation.monitoring, &mut status, &mut events);
-    if let Some(shards) = &observation.config {
-        config_condition(previous, shards, layout, &mut status, &mut events);
-    }
+/// Degraded: True with every reason (the first one the condition's), a Warning event when the
+/// message changes.
+fn degraded_condition(
+    previous: &ShardedPrometheusStatus,
+    observation: &Observation<'_>,
+    status: &mut ShardedPrometheusStatus,
+    events: &mut PendingEvents,
+) {
     let degraded = degraded_reasons(observation);
     match degraded.first() {
         None => status.set_condition(
@@ -140,7 +166,6 @@ pub fn compute(
             status.set_condition(condition::DEGRADED, true, first, message);
         }
     }
-    (status, events)
 }
 
 /// MonitoringObjectsAccepted: True when every selected object is in the configuration; False
@@ -280,58 +305,91 @@ fn object_reference(rejected: &Rejection) -> ObjectReference {
 /// Why the shards do less than they should, most serious first: (reason, message).
 fn degraded_reasons(observation: &Observation<'_>) -> Vec<(&'static str, String)> {
     let layout = observation.layout;
-    let mut reasons = Vec::new();
-    let problems = &observation.monitoring.rule_file_problems;
-    if !problems.is_empty() {
-        let listed: Vec<&str> = problems
-            .iter()
-            .take(RULE_FILE_PROBLEMS_LISTED)
-            .map(String::as_str)
-            .collect();
-        let more = problems.len().saturating_sub(RULE_FILE_PROBLEMS_LISTED);
-        reasons.push((
-            reason::INVALID_RULE_FILES,
-            format!(
-                "Prometheus would refuse these rule files, and with them the whole configuration \
-                 (the shards keep running their previous one): {}{}",
-                listed.join("; "),
-                if more > 0 {
-                    format!("; and {more} more")
-                } else {
-                    String::new()
-                }
-            ),
-        ));
-    }
-    if !observation.forbidden.is_empty() {
-        reasons.push((
-            reason::SERVICE_ACCOUNT_FORBIDDEN,
-            format!(
-                "the Prometheus ServiceAccount cannot {}: its discovery finds no targets",
-                observation.forbidden.join(", ")
-            ),
-        ));
-    }
-    if let Some(with_nodes) = &observation.zones_with_nodes {
-        let empty: Vec<&str> = layout
-            .zones()
-            .iter()
-            .filter(|zone| !with_nodes.contains(*zone))
-            .map(String::as_str)
-            .collect();
-        if !empty.is_empty() {
-            reasons.push((
-                reason::ZONES_WITHOUT_NODES,
+    [
+        rule_files_refused(&observation.monitoring.rule_file_problems),
+        (!observation.forbidden.is_empty()).then(|| {
+            (
+                reason::SERVICE_ACCOUNT_FORBIDDEN,
                 format!(
-                    "no node in zone(s) {}: their shards cannot be scheduled",
-                    empty.join(", ")
+                    "the Prometheus ServiceAccount cannot {}: its discovery finds no targets",
+                    observation.forbidden.join(", ")
                 ),
-            ));
-        }
+            )
+        }),
+        zones_without_nodes(observation),
+        zones_without_shard(layout),
+        (!observation.node_metadata_disabled.is_empty()).then(|| {
+            (
+                reason::NODE_METADATA_DISABLED,
+                format!(
+                    "attach_metadata.node is false in {}: those targets' zones come from endpoint slices or pod labels only",
+                    observation.node_metadata_disabled.join(", ")
+                ),
+            )
+        }),
+        layout
+            .uneven()
+            .map(|uneven| (reason::UNEVEN_ZONES, uneven.to_string())),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Rule files of `spec.ruleFiles` Prometheus would refuse (up to [`RULE_FILE_PROBLEMS_LISTED`]
+/// named).
+fn rule_files_refused(problems: &[String]) -> Option<(&'static str, String)> {
+    if problems.is_empty() {
+        return None;
     }
+    let listed: Vec<&str> = problems
+        .iter()
+        .take(RULE_FILE_PROBLEMS_LISTED)
+        .map(String::as_str)
+        .collect();
+    let more = problems.len().saturating_sub(RULE_FILE_PROBLEMS_LISTED);
+    Some((
+        reason::INVALID_RULE_FILES,
+        format!(
+            "Prometheus would refuse these rule files, and with them the whole configuration \
+             (the shards keep running their previous one): {}{}",
+            listed.join("; "),
+            if more > 0 {
+                format!("; and {more} more")
+            } else {
+                String::new()
+            }
+        ),
+    ))
+}
+
+/// Zones of the layout with no node (known only in topology mode).
+fn zones_without_nodes(observation: &Observation<'_>) -> Option<(&'static str, String)> {
+    let with_nodes = observation.zones_with_nodes.as_ref()?;
+    let empty: Vec<&str> = observation
+        .layout
+        .zones()
+        .iter()
+        .filter(|zone| !with_nodes.contains(*zone))
+        .map(String::as_str)
+        .collect();
+    (!empty.is_empty()).then(|| {
+        (
+            reason::ZONES_WITHOUT_NODES,
+            format!(
+                "no node in zone(s) {}: their shards cannot be scheduled",
+                empty.join(", ")
+            ),
+        )
+    })
+}
+
+/// Zones the layout gives no shard (fewer shards than zones), and what becomes of their
+/// targets.
+fn zones_without_shard(layout: &ShardLayout) -> Option<(&'static str, String)> {
     let without_shard = layout.zones_without_shard();
-    if !without_shard.is_empty() {
-        reasons.push((
+    (!without_shard.is_empty()).then(|| {
+        (
             reason::ZONES_WITHOUT_SHARD,
             format!(
                 "{} shard(s) for {} zones: zone(s) {} have no shard; {}",
@@ -344,21 +402,8 @@ fn degraded_reasons(observation: &Observation<'_>) -> Vec<(&'static str, String)
                         "their targets are not scraped (zonelessTargets: Drop)",
                 }
             ),
-        ));
-    }
-    if !observation.node_metadata_disabled.is_empty() {
-        reasons.push((
-            reason::NODE_METADATA_DISABLED,
-            format!(
-                "attach_metadata.node is false in {}: those targets' zones come from endpoint slices or pod labels only",
-                observation.node_metadata_disabled.join(", ")
-            ),
-        ));
-    }
-    if let Some(uneven) = layout.uneven() {
-        reasons.push((reason::UNEVEN_ZONES, uneven.to_string()));
-    }
-    reasons
+        )
+    })
 }
 
 fn to_i32(value: u32) -> i32 {

@@ -205,6 +205,16 @@ pub fn config_loaded<'z>(
             message,
         };
     }
+    ConfigLoaded {
+        status: Some(true),
+        reason: reason::CONFIG_LOADED,
+        message: loaded_message(shards, answered, &unasked),
+    }
+}
+
+/// `ConfigLoaded`'s message when every pod asked runs its shard's configuration or the one
+/// before (still within the grace).
+fn loaded_message(shards: &[ShardConfig], answered: usize, unasked: &[String]) -> String {
     let loading = shards
         .iter()
         .flat_map(|shard| &shard.pods)
@@ -227,11 +237,7 @@ pub fn config_loaded<'z>(
             bounded(unasked.iter().cloned(), unasked.len(), "shard(s)")
         ));
     }
-    ConfigLoaded {
-        status: Some(true),
-        reason: reason::CONFIG_LOADED,
-        message,
-    }
+    message
 }
 
 /// What is wrong with a shard's pods: those that refused the configuration, then those that
