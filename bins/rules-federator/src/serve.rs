@@ -88,40 +88,67 @@ pub async fn start(
     let metrics = FederatorMetrics::register(&parts.registry).map_err(StartError::Metrics)?;
     let endpoints = match selector {
         None => Endpoints::fixed(fixed),
-        Some(selector) => {
-            let namespace = args
-                .discover_namespace
-                .clone()
-                .unwrap_or_else(|| parts.client.default_namespace().to_string());
-            let port = PodPort {
-                scheme: args.discover_scheme,
-                port: args.discover_port,
-            };
-            tracing::info!(namespace = %namespace, selector = %selector, scheme = port.scheme.as_str(), port = port.port, "discovering Prometheus pods");
-            let (endpoints, watch) =
-                Endpoints::discovering(fixed, parts.client.clone(), &namespace, &selector, port);
-            runtime.spawn_every_replica(watch);
-            endpoints
-        }
+        Some(selector) => discover(&mut runtime, args, fixed, &parts.client, &selector),
     };
-    let options = MergeOptions {
-        replica_labels: args.replica_labels.clone(),
-        shard_label: Some(args.shard_label.clone()).filter(|l| !l.is_empty()),
+    let fetcher = Fetcher::new(
+        args.endpoint_timeout,
+        usize::from(args.max_concurrency),
+        BodyCaps {
+            compressed: args.max_backend_body_bytes,
+            uncompressed: args.max_backend_uncompressed_bytes,
+        },
+        metrics.clone(),
+        &tls,
+    )
+    .with_token(token);
+    let api = backend_api(args, endpoints.clone(), fetcher, metrics);
+    let guard = request_guard(args, &parts.client, attributes);
+    let authenticated = guard.auth.is_some();
+    runtime.merge_routes(guard::guarded(api::router(Arc::new(api)), Arc::new(guard)));
+    let scheme = if https { "https" } else { "http" };
+    tracing::info!(address = %runtime.local_addr(), scheme, authenticated, "serving /api/v1/rules, /api/v1/alerts");
+    let work = ready_until_shutdown(endpoints, parts.readiness, parts.shutdown);
+    Ok((runtime, work))
+}
+
+/// The endpoints of the Prometheus pods `selector` finds (and the `fixed` ones), kept by a
+/// watch on every replica.
+fn discover(
+    runtime: &mut Runtime,
+    args: &Args,
+    fixed: Vec<Endpoint>,
+    client: &kube::Client,
+    selector: &str,
+) -> Endpoints {
+    let namespace = args
+        .discover_namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let port = PodPort {
+        scheme: args.discover_scheme,
+        port: args.discover_port,
     };
-    let api = Api {
-        endpoints: endpoints.clone(),
-        fetcher: Fetcher::new(
-            args.endpoint_timeout,
-            usize::from(args.max_concurrency),
-            BodyCaps {
-                compressed: args.max_backend_body_bytes,
-                uncompressed: args.max_backend_uncompressed_bytes,
-            },
-            metrics.clone(),
-            &tls,
-        )
-        .with_token(token),
-        options,
+    tracing::info!(namespace = %namespace, selector = %selector, scheme = port.scheme.as_str(), port = port.port, "discovering Prometheus pods");
+    let (endpoints, watch) =
+        Endpoints::discovering(fixed, client.clone(), &namespace, selector, port);
+    runtime.spawn_every_replica(watch);
+    endpoints
+}
+
+/// The API over the backends: what it merges and how, within which limits.
+fn backend_api(
+    args: &Args,
+    endpoints: Endpoints,
+    fetcher: Fetcher,
+    metrics: FederatorMetrics,
+) -> Api {
+    Api {
+        endpoints,
+        fetcher,
+        options: MergeOptions {
+            replica_labels: args.replica_labels.clone(),
+            shard_label: Some(args.shard_label.clone()).filter(|l| !l.is_empty()),
+        },
         partial: args.partial_response,
         metrics,
         merges: Arc::new(tokio::sync::Semaphore::new(usize::from(
@@ -129,15 +156,20 @@ pub async fn start(
         ))),
         cores: Cores::of_machine(),
         flights: Flights::default(),
-    };
-    let guard = Guard {
+    }
+}
+
+/// What every API request passes first: the limit of concurrent requests, and the review of
+/// its token when `attributes` say what it must be allowed.
+fn request_guard(args: &Args, client: &kube::Client, attributes: Option<Attributes>) -> Guard {
+    Guard {
         requests: Arc::new(tokio::sync::Semaphore::new(
             usize::try_from(args.max_concurrent_requests).unwrap_or(usize::MAX),
         )),
         auth: attributes.map(|attributes| {
             Arc::new(
                 KubeAuth::new(
-                    parts.client.clone(),
+                    client.clone(),
                     attributes,
                     args.auth_cache_ttl,
                     args.auth_denied_cache_ttl,
@@ -145,13 +177,7 @@ pub async fn start(
                 .with_audiences(args.auth_audience.iter().cloned().collect()),
             )
         }),
-    };
-    let authenticated = guard.auth.is_some();
-    runtime.merge_routes(guard::guarded(api::router(Arc::new(api)), Arc::new(guard)));
-    let scheme = if https { "https" } else { "http" };
-    tracing::info!(address = %runtime.local_addr(), scheme, authenticated, "serving /api/v1/rules, /api/v1/alerts");
-    let work = ready_until_shutdown(endpoints, parts.readiness, parts.shutdown);
-    Ok((runtime, work))
+    }
 }
 
 /// How the port is served: HTTPS from `--tls-cert-dir` or `--tls-self-signed-secret`, else
