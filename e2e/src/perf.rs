@@ -3,7 +3,9 @@
 //! measurement until SIGINT or SIGTERM (whose guards then delete its namespaces and stop its
 //! controller).
 
+use std::collections::BTreeMap;
 use std::future::Future;
+use std::process::ExitCode;
 
 /// The environment variable `name` parsed, or `default` when unset; panics on a value that does
 /// not parse.
@@ -90,6 +92,28 @@ pub async fn until_signalled<F: Future>(measurement: F) -> Result<F::Output, &'s
         output = measurement => Ok(output),
         _ = tokio::signal::ctrl_c() => Err("interrupted"),
         _ = terminate.recv() => Err("terminated"),
+    }
+}
+
+/// Runs `measurement`, which returns its targets by name and whether each was met, until its
+/// end ([`until_signalled`]); prints `{driver}: {targets:?}` and succeeds when every target is
+/// met, fails otherwise or on SIGINT or SIGTERM (named on stderr).
+pub async fn exit_on_targets<F>(driver: &str, measurement: F) -> ExitCode
+where
+    F: Future<Output = BTreeMap<&'static str, bool>>,
+{
+    let met = match until_signalled(measurement).await {
+        Ok(met) => met,
+        Err(signal) => {
+            eprintln!("{driver}: {signal}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{driver}: {met:?}");
+    if met.values().all(|m| *m) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use e2e::localstack::free_port;
-use e2e::perf::{cpu_seconds, memory_kib, mib, setting, until_signalled};
+use e2e::perf::{cpu_seconds, exit_on_targets, memory_kib, mib, setting};
 use e2e::process::{ControllerProcess, metric_sum, namespace_args};
 use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -83,148 +83,204 @@ where
     (cpu_seconds(controller.pid()) - before, started.elapsed())
 }
 
-async fn measure(cluster: &Cluster) -> BTreeMap<&'static str, bool> {
-    let shards: u32 = setting("SHARD_PERF_SHARDS", 100);
-    let replicas: u32 = setting("SHARD_PERF_REPLICAS", 2);
-    let cpu_target: f64 = setting("SHARD_PERF_CPU_SECONDS", 1.0);
-    let rss_seconds: u64 = setting("SHARD_PERF_RSS_SECONDS", 30);
-    let rss_target: f64 = setting("SHARD_PERF_RSS_MIB", 50.0);
-    let ns = TestNamespace::create(cluster, "shard-perf").await;
-    let port = free_port();
-    let mut args = namespace_args(&ns.name, false);
-    args.extend(["--listen-address".into(), format!("127.0.0.1:{port}")]);
-    args.extend(["--log-level".into(), "warn".into()]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let controller = ControllerProcess::start("shard-controller", &args, &[]);
-    wait_for("the controller ready", Duration::from_secs(60), || async {
-        e2e::process::http_get(port, "/readyz")
-            .await
-            .map(drop)
-            .ok_or_else(|| "not ready".to_string())
-    })
-    .await;
-    // The pods' ServiceAccount: without it the StatefulSet controller creates no pod.
-    let accounts: Api<ServiceAccount> = ns.api();
-    accounts
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "prometheus"}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    let sproms: Api<ShardedPrometheus> = ns.api();
-    let sets: Api<StatefulSet> = ns.api();
-    let secrets: Api<Secret> = ns.api();
-    let services: Api<Service> = ns.api();
-    let count = |n: usize| {
-        if n == shards as usize {
-            Ok(())
-        } else {
-            Err(format!("{n} of {shards}"))
-        }
-    };
-    let mut met = BTreeMap::new();
+/// The controller measured, on a namespace of its own, and the ShardedPrometheus's children.
+struct Bench {
+    shards: u32,
+    replicas: u32,
+    cpu_target: f64,
+    rss_seconds: u64,
+    rss_target: f64,
+    ns: TestNamespace,
+    port: u16,
+    controller: ControllerProcess,
+    sproms: Api<ShardedPrometheus>,
+    sets: Api<StatefulSet>,
+    secrets: Api<Secret>,
+    services: Api<Service>,
+}
 
-    // 1a. Create: 100 shards' children applied and observed.
-    let reconciles_before = metric_sum(port, "zone_aware_reconciliations_total", None).await;
-    let (cpu, wall) = measured_apply(
-        &controller,
-        &sproms,
-        &spec(shards, replicas, &["pods"]),
-        "every shard's children, observed",
-        || async {
-            let status = sproms.get(NAME).await.map_err(|e| e.to_string())?.status;
-            let observed = status.map_or(0, |s| s.shards);
-            count(usize::try_from(observed).unwrap_or(0))?;
-            // Only the children, by their label.
-            let params =
-                ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}"));
-            count(
-                sets.list_metadata(&params)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .items
-                    .len(),
-            )?;
-            count(
-                secrets
-                    .list_metadata(&params)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .items
-                    .len(),
-            )?;
-            count(
-                services
-                    .list_metadata(&params)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .items
-                    .len(),
-            )
-        },
-    )
-    .await;
-    let reconciles =
-        metric_sum(port, "zone_aware_reconciliations_total", None).await - reconciles_before;
-    println!(
-        "shard perf: create {shards} shards x {replicas}: controller CPU {cpu:.2} s over {:.1} s, {reconciles} reconciles (target <= {cpu_target} s)",
-        wall.as_secs_f64()
-    );
-    met.insert("cpu_create", cpu <= cpu_target);
-
-    // 1b. A scrape config change: every config Secret rewritten in place.
-    let (cpu, wall) = measured_apply(
-        &controller,
-        &sproms,
-        &spec(shards, replicas, &["pods", "more-pods"]),
-        "every config Secret with the new job",
-        || async {
-            let list = secrets
-                .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}")))
-                .await
-                .map_err(|e| e.to_string())?;
-            let updated = list
-                .items
-                .iter()
-                .filter(|secret| {
-                    secret
-                        .data
-                        .as_ref()
-                        .and_then(|d| d.get("prometheus.yml"))
-                        .and_then(|c| std::str::from_utf8(&c.0).ok())
-                        .is_some_and(|c| c.contains("more-pods"))
-                })
-                .count();
-            count(updated)
-        },
-    )
-    .await;
-    println!(
-        "shard perf: change the scrape configs of {shards} shards: controller CPU {cpu:.2} s over {:.1} s (target <= {cpu_target} s)",
-        wall.as_secs_f64()
-    );
-    met.insert("cpu_change", cpu <= cpu_target);
-
-    // 2. Memory with every pod Ready.
-    wait_for("every shard ready", timeout(), || async {
-        let status = sproms.get(NAME).await.map_err(|e| e.to_string())?.status;
-        count(usize::try_from(status.map_or(0, |s| s.ready_shards)).unwrap_or(0))
-    })
-    .await;
-    let mut peak_rss = 0;
-    for _ in 0..rss_seconds {
-        let (rss, _) = memory_kib(controller.pid()).expect("the controller runs");
-        peak_rss = peak_rss.max(rss);
-        tokio::time::sleep(Duration::from_secs(1)).await; // a sampling interval
+/// Ok when `n` is the number of shards.
+fn all_shards(shards: u32, n: usize) -> Result<(), String> {
+    if n == shards as usize {
+        Ok(())
+    } else {
+        Err(format!("{n} of {shards}"))
     }
-    let (_, hwm) = memory_kib(controller.pid()).expect("the controller runs");
-    println!(
-        "shard perf: {shards} shards x {replicas} replicas Ready: controller VmRSS peak {:.1} MiB over {rss_seconds} s, VmHWM {:.1} MiB (target <= {rss_target} MiB)",
-        mib(peak_rss),
-        mib(hwm)
-    );
-    met.insert("rss", mib(hwm) <= rss_target);
+}
+
+/// How many objects of `api` match `params`.
+async fn listed<K>(api: &Api<K>, params: &ListParams) -> Result<usize, String>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let list = api.list_metadata(params).await.map_err(|e| e.to_string())?;
+    Ok(list.items.len())
+}
+
+impl Bench {
+    /// Starts the controller on a new namespace, with the pods' ServiceAccount.
+    async fn start(cluster: &Cluster) -> Bench {
+        let shards: u32 = setting("SHARD_PERF_SHARDS", 100);
+        let replicas: u32 = setting("SHARD_PERF_REPLICAS", 2);
+        let cpu_target: f64 = setting("SHARD_PERF_CPU_SECONDS", 1.0);
+        let rss_seconds: u64 = setting("SHARD_PERF_RSS_SECONDS", 30);
+        let rss_target: f64 = setting("SHARD_PERF_RSS_MIB", 50.0);
+        let ns = TestNamespace::create(cluster, "shard-perf").await;
+        let port = free_port();
+        let mut args = namespace_args(&ns.name, false);
+        args.extend(["--listen-address".into(), format!("127.0.0.1:{port}")]);
+        args.extend(["--log-level".into(), "warn".into()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let controller = ControllerProcess::start("shard-controller", &args, &[]);
+        wait_for("the controller ready", Duration::from_secs(60), || async {
+            e2e::process::http_get(port, "/readyz")
+                .await
+                .map(drop)
+                .ok_or_else(|| "not ready".to_string())
+        })
+        .await;
+        // The pods' ServiceAccount: without it the StatefulSet controller creates no pod.
+        let accounts: Api<ServiceAccount> = ns.api();
+        accounts
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "prometheus"}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        Bench {
+            shards,
+            replicas,
+            cpu_target,
+            rss_seconds,
+            rss_target,
+            sproms: ns.api(),
+            sets: ns.api(),
+            secrets: ns.api(),
+            services: ns.api(),
+            ns,
+            port,
+            controller,
+        }
+    }
+
+    /// 1a. Create: the shards' children applied and observed.
+    async fn create(&self) -> bool {
+        let (shards, replicas, cpu_target) = (self.shards, self.replicas, self.cpu_target);
+        let reconciles_before =
+            metric_sum(self.port, "zone_aware_reconciliations_total", None).await;
+        let (cpu, wall) = measured_apply(
+            &self.controller,
+            &self.sproms,
+            &spec(shards, replicas, &["pods"]),
+            "every shard's children, observed",
+            || async {
+                let status = self
+                    .sproms
+                    .get(NAME)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .status;
+                let observed = status.map_or(0, |s| s.shards);
+                all_shards(shards, usize::try_from(observed).unwrap_or(0))?;
+                // Only the children, by their label.
+                let params =
+                    ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}"));
+                all_shards(shards, listed(&self.sets, &params).await?)?;
+                all_shards(shards, listed(&self.secrets, &params).await?)?;
+                all_shards(shards, listed(&self.services, &params).await?)
+            },
+        )
+        .await;
+        let reconciles = metric_sum(self.port, "zone_aware_reconciliations_total", None).await
+            - reconciles_before;
+        println!(
+            "shard perf: create {shards} shards x {replicas}: controller CPU {cpu:.2} s over {:.1} s, {reconciles} reconciles (target <= {cpu_target} s)",
+            wall.as_secs_f64()
+        );
+        cpu <= cpu_target
+    }
+
+    /// 1b. A scrape config change: every config Secret rewritten in place.
+    async fn change(&self) -> bool {
+        let (shards, replicas, cpu_target) = (self.shards, self.replicas, self.cpu_target);
+        let (cpu, wall) = measured_apply(
+            &self.controller,
+            &self.sproms,
+            &spec(shards, replicas, &["pods", "more-pods"]),
+            "every config Secret with the new job",
+            || async {
+                let list = self
+                    .secrets
+                    .list(
+                        &ListParams::default()
+                            .labels(&format!("app.kubernetes.io/instance={NAME}")),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let updated = list
+                    .items
+                    .iter()
+                    .filter(|secret| {
+                        secret
+                            .data
+                            .as_ref()
+                            .and_then(|d| d.get("prometheus.yml"))
+                            .and_then(|c| std::str::from_utf8(&c.0).ok())
+                            .is_some_and(|c| c.contains("more-pods"))
+                    })
+                    .count();
+                all_shards(shards, updated)
+            },
+        )
+        .await;
+        println!(
+            "shard perf: change the scrape configs of {shards} shards: controller CPU {cpu:.2} s over {:.1} s (target <= {cpu_target} s)",
+            wall.as_secs_f64()
+        );
+        cpu <= cpu_target
+    }
+
+    /// 2. Memory with every pod Ready.
+    async fn memory(&self) -> bool {
+        let (shards, replicas) = (self.shards, self.replicas);
+        let (rss_seconds, rss_target) = (self.rss_seconds, self.rss_target);
+        wait_for("every shard ready", timeout(), || async {
+            let status = self
+                .sproms
+                .get(NAME)
+                .await
+                .map_err(|e| e.to_string())?
+                .status;
+            all_shards(
+                shards,
+                usize::try_from(status.map_or(0, |s| s.ready_shards)).unwrap_or(0),
+            )
+        })
+        .await;
+        let mut peak_rss = 0;
+        for _ in 0..rss_seconds {
+            let (rss, _) = memory_kib(self.controller.pid()).expect("the controller runs");
+            peak_rss = peak_rss.max(rss);
+            tokio::time::sleep(Duration::from_secs(1)).await; // a sampling interval
+        }
+        let (_, hwm) = memory_kib(self.controller.pid()).expect("the controller runs");
+        println!(
+            "shard perf: {shards} shards x {replicas} replicas Ready: controller VmRSS peak {:.1} MiB over {rss_seconds} s, VmHWM {:.1} MiB (target <= {rss_target} MiB)",
+            mib(peak_rss),
+            mib(hwm)
+        );
+        mib(hwm) <= rss_target
+    }
+}
+
+async fn measure(cluster: &Cluster) -> BTreeMap<&'static str, bool> {
+    let bench = Bench::start(cluster).await;
+    let mut met = BTreeMap::new();
+    met.insert("cpu_create", bench.create().await);
+    met.insert("cpu_change", bench.change().await);
+    met.insert("rss", bench.memory().await);
+    let Bench { ns, controller, .. } = bench;
     drop(controller);
     ns.delete_and_wait(timeout()).await;
     met
@@ -233,17 +289,5 @@ async fn measure(cluster: &Cluster) -> BTreeMap<&'static str, bool> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cluster = Cluster::get();
-    let met = match until_signalled(measure(&cluster)).await {
-        Ok(met) => met,
-        Err(signal) => {
-            eprintln!("shard perf: {signal}");
-            return ExitCode::FAILURE;
-        }
-    };
-    println!("shard perf: {met:?}");
-    if met.values().all(|m| *m) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    exit_on_targets("shard perf", measure(&cluster)).await
 }

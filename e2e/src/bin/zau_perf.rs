@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use e2e::localstack::{aws_env, free_port};
-use e2e::perf::{memory_kib, mib, quantile, setting, until_signalled};
+use e2e::perf::{exit_on_targets, memory_kib, mib, quantile, setting};
 use e2e::process::{ControllerProcess, namespace_args};
 use e2e::workload::{self, spread_statefulset, to_statefulset, zone_aware_update};
 use e2e::{Cluster, TestNamespace, audit, pods, wait_for};
@@ -478,17 +478,5 @@ async fn main() -> ExitCode {
     let cluster = Cluster::get();
     // On SIGINT/SIGTERM the measurement is dropped: its namespace is deleted and its controller
     // stopped by their guards.
-    let met = match until_signalled(measure(&cluster)).await {
-        Ok(met) => met,
-        Err(signal) => {
-            eprintln!("zau perf: {signal}");
-            return ExitCode::FAILURE;
-        }
-    };
-    println!("zau perf: {met:?}");
-    if met.values().all(|m| *m) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    exit_on_targets("zau perf", measure(&cluster)).await
 }
