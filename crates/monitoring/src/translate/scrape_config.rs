@@ -39,41 +39,69 @@ pub(super) fn jobs(
         "job_name",
         format!("scrapeConfig/{}/{}", obj.namespace, obj.name),
     );
-    let mut rules = vec![copy("job", "__tmp_prometheus_job_name")];
-    if let Some(name) = &spec.job_name {
-        rules.push(Rule {
-            target_label: Some("job".into()),
-            action: Some(Action::Replace),
-            replacement: Some(name.clone()),
-            ..Rule::default()
-        });
+    scrape_params(&mut job, settings, spec)?;
+    // On the job (not in SD configs), empty `authorization: {}` and `tlsConfig: {}` are
+    // absent, as upstream reads them.
+    let client = Client {
+        authorization: spec.authorization.as_ref().filter(|a| !a.is_empty()),
+        tls: spec.tls_config.as_ref().filter(|tls| !tls.is_empty()),
+        ..client_of!(spec)
+    };
+    client.add(ctx, "", &mut job)?;
+    common::limits(&mut job, settings, &spec.limits);
+    common::native_histograms(&mut job, &spec.native_histograms)?;
+    common::body_size_limit(&mut job, None, settings.enforced_body_size_limit.as_deref())?;
+    discovery(&mut job, ctx, spec)?;
+    relabelings(&mut job, settings, obj)?;
+    name_schemes(&mut job, spec);
+    Ok(vec![job])
+}
+
+pub(super) fn references(obj: &Object<ScrapeConfigSpec>) -> Vec<KeyRef> {
+    let spec = &obj.spec;
+    let mut refs = Refs::new(&obj.namespace);
+    client_of!(spec).references(&mut refs);
+    for config in &spec.http_sd_configs {
+        client_of!(config).references(&mut refs);
     }
+    for config in &spec.kubernetes_sd_configs {
+        client_of!(config).references(&mut refs);
+    }
+    refs.into_vec()
+}
+
+/// Honour flags, path, parameters, HTTP flags, interval and timeout, protocols and scheme.
+fn scrape_params(
+    job: &mut Job,
+    settings: &Settings,
+    spec: &ScrapeConfigSpec,
+) -> Result<(), String> {
     if spec.honor_timestamps.is_some() {
-        common::honor_timestamps(&mut job, settings, spec.honor_timestamps);
+        common::honor_timestamps(job, settings, spec.honor_timestamps);
     }
     set_opt(
-        &mut job,
+        job,
         "track_timestamps_staleness",
         &spec.track_timestamps_staleness,
     );
     if let Some(honor) = spec.honor_labels {
-        common::honor_labels(&mut job, settings, honor);
+        common::honor_labels(job, settings, honor);
     }
-    set_opt(&mut job, "metrics_path", &spec.metrics_path);
+    set_opt(job, "metrics_path", &spec.metrics_path);
     if !spec.params.is_empty() {
-        set(&mut job, "params", json!(spec.params));
+        set(job, "params", json!(spec.params));
     }
-    set_opt(&mut job, "enable_compression", &spec.enable_compression);
-    set_opt(&mut job, "enable_http2", &spec.enable_http2);
+    set_opt(job, "enable_compression", &spec.enable_compression);
+    set_opt(job, "enable_http2", &spec.enable_http2);
     common::check_interval(
         settings,
         ("scrapeInterval", spec.scrape_interval.as_deref()),
         ("scrapeTimeout", spec.scrape_timeout.as_deref()),
     )?;
-    set_opt(&mut job, "scrape_interval", &spec.scrape_interval);
-    set_opt(&mut job, "scrape_timeout", &spec.scrape_timeout);
+    set_opt(job, "scrape_interval", &spec.scrape_interval);
+    set_opt(job, "scrape_timeout", &spec.scrape_timeout);
     common::protocols(
-        &mut job,
+        job,
         &spec.scrape_protocols,
         spec.fallback_scrape_protocol.as_ref(),
     )?;
@@ -82,23 +110,14 @@ pub(super) fn jobs(
         if scheme != "http" && scheme != "https" {
             return Err(format!("scheme: {scheme:?} is neither HTTP nor HTTPS"));
         }
-        set(&mut job, "scheme", scheme);
+        set(job, "scheme", scheme);
     }
-    // On the job (not in SD configs), empty `authorization: {}` and `tlsConfig: {}` are
-    // absent, as upstream reads them.
-    let client = Client {
-        basic_auth: spec.basic_auth.as_ref(),
-        authorization: spec.authorization.as_ref().filter(|a| !a.is_empty()),
-        oauth2: spec.oauth2.as_ref(),
-        tls: spec.tls_config.as_ref().filter(|tls| !tls.is_empty()),
-        proxy: &spec.proxy,
-    };
-    client.add(ctx, "", &mut job)?;
-    common::limits(&mut job, settings, &spec.limits);
-    common::native_histograms(&mut job, &spec.native_histograms)?;
-    common::body_size_limit(&mut job, None, settings.enforced_body_size_limit.as_deref())?;
+    Ok(())
+}
 
-    static_configs(&mut job, spec)?;
+/// Static targets, then file, HTTP and Kubernetes service discovery.
+fn discovery(job: &mut Job, ctx: Ctx<'_>, spec: &ScrapeConfigSpec) -> Result<(), String> {
+    static_configs(job, spec)?;
     if !spec.file_sd_configs.is_empty() {
         let configs: Vec<Value> = spec
             .file_sd_configs
@@ -110,7 +129,7 @@ pub(super) fn jobs(
                 Value::Object(out)
             })
             .collect();
-        set(&mut job, "file_sd_configs", configs);
+        set(job, "file_sd_configs", configs);
     }
     if !spec.http_sd_configs.is_empty() {
         let configs = spec
@@ -121,7 +140,7 @@ pub(super) fn jobs(
                 http_sd(ctx, &format!("httpSDConfigs[{index}]."), config).map(Value::Object)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        set(&mut job, "http_sd_configs", configs);
+        set(job, "http_sd_configs", configs);
     }
     if !spec.kubernetes_sd_configs.is_empty() {
         let configs = spec
@@ -133,9 +152,28 @@ pub(super) fn jobs(
                     .map(Value::Object)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        set(&mut job, "kubernetes_sd_configs", configs);
+        set(job, "kubernetes_sd_configs", configs);
     }
+    Ok(())
+}
 
+/// `relabel_configs` (the job name, `jobName`, the user's rules and the enforced namespace
+/// label) and `metric_relabel_configs`.
+fn relabelings(
+    job: &mut Job,
+    settings: &Settings,
+    obj: &Object<ScrapeConfigSpec>,
+) -> Result<(), String> {
+    let spec = &obj.spec;
+    let mut rules = vec![copy("job", "__tmp_prometheus_job_name")];
+    if let Some(name) = &spec.job_name {
+        rules.push(Rule {
+            target_label: Some("job".into()),
+            action: Some(Action::Replace),
+            replacement: Some(name.clone()),
+            ..Rule::default()
+        });
+    }
     let enforced = common::enforced_namespace(settings, "scrapeconfigs", &obj.namespace, &obj.name);
     // Upstream adds the enforced label to targets only when the object has relabelings of its
     // own (series get it through metric_relabel_configs regardless).
@@ -143,16 +181,20 @@ pub(super) fn jobs(
         rules.extend(relabel::user_rules("relabelings", &spec.relabel_configs)?);
         rules.extend(enforced.clone());
     }
-    set(&mut job, "relabel_configs", relabel::to_json(&rules));
+    set(job, "relabel_configs", relabel::to_json(&rules));
     common::metric_relabelings(
-        &mut job,
+        job,
         "metricRelabelings",
         &spec.metric_relabel_configs,
         enforced,
-    )?;
+    )
+}
+
+/// `metric_name_validation_scheme` and `metric_name_escaping_scheme`, as Prometheus spells them.
+fn name_schemes(job: &mut Job, spec: &ScrapeConfigSpec) {
     if let Some(scheme) = &spec.name_validation_scheme {
         set(
-            &mut job,
+            job,
             "metric_name_validation_scheme",
             scheme.to_ascii_lowercase(),
         );
@@ -168,42 +210,8 @@ pub(super) fn jobs(
             _ => None,
         });
     if let Some(escaping) = escaping {
-        set(&mut job, "metric_name_escaping_scheme", escaping);
+        set(job, "metric_name_escaping_scheme", escaping);
     }
-    Ok(vec![job])
-}
-
-pub(super) fn references(obj: &Object<ScrapeConfigSpec>) -> Vec<KeyRef> {
-    let spec = &obj.spec;
-    let mut refs = Refs::new(&obj.namespace);
-    refs.client(
-        spec.basic_auth.as_ref(),
-        spec.authorization.as_ref(),
-        spec.oauth2.as_ref(),
-        spec.tls_config.as_ref(),
-        &spec.proxy,
-    );
-    for c in &spec.http_sd_configs {
-        let (basic, oauth2) = (c.basic_auth.as_ref(), c.oauth2.as_ref());
-        refs.client(
-            basic,
-            c.authorization.as_ref(),
-            oauth2,
-            c.tls_config.as_ref(),
-            &c.proxy,
-        );
-    }
-    for c in &spec.kubernetes_sd_configs {
-        let (basic, oauth2) = (c.basic_auth.as_ref(), c.oauth2.as_ref());
-        refs.client(
-            basic,
-            c.authorization.as_ref(),
-            oauth2,
-            c.tls_config.as_ref(),
-            &c.proxy,
-        );
-    }
-    refs.into_vec()
 }
 
 /// The HTTP client settings shared by the job and its SD configs.
@@ -214,6 +222,22 @@ struct Client<'a> {
     tls: Option<&'a SafeTlsConfig>,
     proxy: &'a ProxyConfig,
 }
+
+/// The [`Client`] of the spec or of one of its SD configs (the fields have the same names in
+/// each), as written.
+macro_rules! client_of {
+    ($config:expr) => {{
+        let config = $config;
+        Client {
+            basic_auth: config.basic_auth.as_ref(),
+            authorization: config.authorization.as_ref(),
+            oauth2: config.oauth2.as_ref(),
+            tls: config.tls_config.as_ref(),
+            proxy: &config.proxy,
+        }
+    }};
+}
+use client_of;
 
 impl Client<'_> {
     fn add(&self, ctx: Ctx<'_>, field: &str, out: &mut Json) -> Result<(), String> {
@@ -251,6 +275,17 @@ impl Client<'_> {
         }
         Ok(())
     }
+
+    /// Every Secret/ConfigMap key of these settings.
+    fn references(&self, refs: &mut Refs<'_>) {
+        refs.client(
+            self.basic_auth,
+            self.authorization,
+            self.oauth2,
+            self.tls,
+            self.proxy,
+        );
+    }
 }
 
 fn static_configs(job: &mut Job, spec: &ScrapeConfigSpec) -> Result<(), String> {
@@ -281,14 +316,7 @@ fn http_sd(ctx: Ctx<'_>, field: &str, config: &HttpSdConfig) -> Result<Json, Str
         ));
     }
     let mut out = Json::new();
-    Client {
-        basic_auth: config.basic_auth.as_ref(),
-        authorization: config.authorization.as_ref(),
-        oauth2: config.oauth2.as_ref(),
-        tls: config.tls_config.as_ref(),
-        proxy: &config.proxy,
-    }
-    .add(ctx, field, &mut out)?;
+    client_of!(config).add(ctx, field, &mut out)?;
     set(&mut out, "url", config.url.as_str());
     set_opt(&mut out, "refresh_interval", &config.refresh_interval);
     set_opt(&mut out, "follow_redirects", &config.follow_redirects);
@@ -334,14 +362,7 @@ fn kubernetes_sd(ctx: Ctx<'_>, field: &str, config: &KubernetesSdConfig) -> Resu
     let mut out = Json::new();
     set_opt(&mut out, "api_server", &config.api_server);
     set(&mut out, "role", role.as_str());
-    Client {
-        basic_auth: config.basic_auth.as_ref(),
-        authorization: config.authorization.as_ref(),
-        oauth2: config.oauth2.as_ref(),
-        tls: config.tls_config.as_ref(),
-        proxy: &config.proxy,
-    }
-    .add(ctx, field, &mut out)?;
+    client_of!(config).add(ctx, field, &mut out)?;
     set_opt(&mut out, "follow_redirects", &config.follow_redirects);
     set_opt(&mut out, "enable_http2", &config.enable_http2);
     if let Some(namespaces) = &config.namespaces {
