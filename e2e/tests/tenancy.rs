@@ -202,16 +202,14 @@ async fn editor_of(cluster: &Cluster, admin: &Client, tenant: &str) -> Client {
         .patch("editor", &apply, &Patch::Apply(&account))
         .await
         .unwrap();
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "editor"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-        "subjects": [{"kind": "ServiceAccount", "name": "editor", "namespace": tenant}],
-    });
-    Api::<RoleBinding>::namespaced(admin.clone(), tenant)
-        .patch("editor", &apply, &Patch::Apply(&binding))
-        .await
-        .unwrap();
+    bind(
+        admin,
+        tenant,
+        "editor",
+        ("ClusterRole", "edit"),
+        (tenant, "editor"),
+    )
+    .await;
     identity::service_account_client(cluster, tenant, "editor").await
 }
 
@@ -231,14 +229,38 @@ async fn share(admin: &Client, sharing: &str, tenant: &str, secrets: bool) {
         .patch("shared-with-tenant", &apply, &Patch::Apply(&role))
         .await
         .unwrap();
+    let role = ("Role", "shared-with-tenant");
+    bind(
+        admin,
+        sharing,
+        "shared-with-tenant",
+        role,
+        (tenant, "prometheus"),
+    )
+    .await;
+}
+
+/// Applies the RoleBinding `name` in `namespace` of `role` (its kind and name) to the
+/// ServiceAccount `account` (its namespace and name).
+async fn bind(
+    admin: &Client,
+    namespace: &str,
+    name: &str,
+    (role_kind, role): (&str, &str),
+    (account_namespace, account): (&str, &str),
+) {
     let binding = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "shared-with-tenant"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "shared-with-tenant"},
-        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": tenant}],
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": account_namespace}],
     });
-    Api::<RoleBinding>::namespaced(admin.clone(), sharing)
-        .patch("shared-with-tenant", &apply, &Patch::Apply(&binding))
+    Api::<RoleBinding>::namespaced(admin.clone(), namespace)
+        .patch(
+            name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&binding),
+        )
         .await
         .unwrap();
 }
@@ -304,23 +326,23 @@ async fn every_foreign_object_refused(
     v: &str,
     s: &str,
 ) {
-    let expected = [
+    // Each kind of object of `v`, refused for the kind itself; `s`'s monitor, for its Secret.
+    let mut expected: Vec<String> = [
+        ("ServiceMonitor", "sm", "servicemonitors"),
+        ("PodMonitor", "pm", "podmonitors"),
+        ("ScrapeConfig", "sc", "scrapeconfigs"),
+        ("PrometheusRule", "rule", "prometheusrules"),
+    ]
+    .iter()
+    .map(|(kind, name, plural)| {
         format!(
-            "ServiceMonitor {v}/sm: ServiceAccount {t}/prometheus may not get servicemonitors.monitoring.coreos.com {v}/sm"
-        ),
-        format!(
-            "PodMonitor {v}/pm: ServiceAccount {t}/prometheus may not get podmonitors.monitoring.coreos.com {v}/pm"
-        ),
-        format!(
-            "ScrapeConfig {v}/sc: ServiceAccount {t}/prometheus may not get scrapeconfigs.monitoring.coreos.com {v}/sc"
-        ),
-        format!(
-            "PrometheusRule {v}/rule: ServiceAccount {t}/prometheus may not get prometheusrules.monitoring.coreos.com {v}/rule"
-        ),
-        format!(
-            "ServiceMonitor {s}/sm: ServiceAccount {t}/prometheus may not get secrets {s}/creds"
-        ),
-    ];
+            "{kind} {v}/{name}: ServiceAccount {t}/prometheus may not get {plural}.monitoring.coreos.com {v}/{name}"
+        )
+    })
+    .collect();
+    expected.push(format!(
+        "ServiceMonitor {s}/sm: ServiceAccount {t}/prometheus may not get secrets {s}/creds"
+    ));
     let message = accepted_message(
         sproms,
         "every foreign object refused",
