@@ -10,15 +10,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use e2e::nodes::{TEST_NODE_TAINT, TestNode};
-use e2e::process::{ControllerProcess, namespace_args};
+use e2e::process::ControllerProcess;
 use e2e::prometheus::{PrometheusProcess, Target, check_config, with_kubeconfig};
 use e2e::workload::ZONE_LABEL;
-use e2e::{Cluster, TestNamespace, wait_for};
+use e2e::{Cluster, TestNamespace, fixture, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use zone_api::ShardedPrometheus;
@@ -167,10 +167,7 @@ impl Fixture {
             .collect();
         targets.extend(statics.iter().map(|s| (s.clone(), None)));
         // Port 0: the suite's tests run in parallel, each with its own controller.
-        let mut args = namespace_args(&ns.name, false);
-        args.extend(["--listen-address".into(), "127.0.0.1:0".into()]);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let controller = ControllerProcess::start("shard-controller", &args, &[]);
+        let controller = fixture::controller("shard-controller", &ns.name, "127.0.0.1:0", &[]);
         Fixture {
             sproms: ns.api(),
             ns,
@@ -204,26 +201,12 @@ impl Fixture {
     /// Applies `name` with `shards` and `strategy`, and waits until the controller observed it
     /// and wrote exactly `shards` config Secrets; returns their configurations by shard.
     async fn apply(&self, name: &str, shards: u32, strategy: Value) -> Vec<String> {
-        let sprom = json!({
-            "apiVersion": "zonecontrol.k8s.aws/v1",
-            "kind": "ShardedPrometheus",
-            "metadata": {"name": name},
-            "spec": {
-                "shards": shards,
-                "shardingStrategy": strategy,
-                "scrapeConfigs": self.scrape_configs(),
-            },
+        let spec = json!({
+            "shards": shards,
+            "shardingStrategy": strategy,
+            "scrapeConfigs": self.scrape_configs(),
         });
-        let applied = self
-            .sproms
-            .patch(
-                name,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&sprom),
-            )
-            .await
-            .unwrap();
-        let generation = applied.metadata.generation.unwrap();
+        let generation = self.apply_sprom(name, spec).await;
         let secrets: Api<Secret> = self.ns.api();
         wait_for(
             &format!("{name}: {shards} shard configs for generation {generation}"),
@@ -535,21 +518,18 @@ impl Fixture {
         extra.insert("shards".into(), json!(shards));
         extra.insert("shardingStrategy".into(), topology("Spread"));
         extra.insert("scrapeConfigs".into(), self.scrape_configs());
+        self.apply_sprom(name, spec).await
+    }
+
+    /// Server-side applies the ShardedPrometheus `name` with `spec`; returns the generation.
+    async fn apply_sprom(&self, name: &str, spec: Value) -> i64 {
         let sprom = json!({
             "apiVersion": "zonecontrol.k8s.aws/v1",
             "kind": "ShardedPrometheus",
             "metadata": {"name": name},
             "spec": spec,
         });
-        let applied = self
-            .sproms
-            .patch(
-                name,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&sprom),
-            )
-            .await
-            .unwrap();
+        let applied = fixture::apply(&self.sproms, name, MANAGER, &sprom).await;
         applied.metadata.generation.unwrap()
     }
 
@@ -578,28 +558,25 @@ impl Fixture {
         active: i32,
         retained: &[i32],
     ) -> zone_api::ShardedPrometheusStatus {
-        wait_for(
-            &format!("{name}: {active} active shards, retained {retained:?}"),
-            TIMEOUT,
-            || async {
-                let sprom = self.sproms.get(name).await.map_err(|e| e.to_string())?;
-                let generation = sprom.metadata.generation.unwrap_or(0);
-                let status = sprom.status.unwrap_or_default();
-                let indices: Vec<i32> = status.retained_shards.iter().map(|r| r.index).collect();
-                if status.observed_generation == generation
-                    && status.shards == active
-                    && indices == retained
-                {
-                    Ok(status)
-                } else {
-                    Err(format!(
-                        "generation {generation}, observed {}: shards {}, retained {indices:?}",
-                        status.observed_generation, status.shards
-                    ))
-                }
-            },
-        )
-        .await
+        let what = format!("{name}: {active} active shards, retained {retained:?}");
+        let sprom = fixture::wait_object(&self.sproms, name, &what, TIMEOUT, |sprom| {
+            let generation = sprom.metadata.generation.unwrap_or(0);
+            let status = fixture::status_of(sprom);
+            let indices: Vec<i32> = status.retained_shards.iter().map(|r| r.index).collect();
+            if status.observed_generation == generation
+                && status.shards == active
+                && indices == retained
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "generation {generation}, observed {}: shards {}, retained {indices:?}",
+                    status.observed_generation, status.shards
+                ))
+            }
+        })
+        .await;
+        fixture::status_of(&sprom)
     }
 
     /// The StatefulSets of `name` by shard index: (uid, deletion-deadline annotation).
@@ -762,15 +739,51 @@ async fn check_retained_configs(
 #[ignore = "needs the local zonal cluster and Prometheus 3.16 (make e2e)"]
 async fn scaling_keeps_retained_shards_out_of_the_selector_and_deletes_them_at_their_deadline() {
     let fx = Fixture::new("retain").await;
-    const NAME: &str = "scaled";
-    // The shards' pods (run by kwok) need their ServiceAccount to exist.
+    let rules_dir = prepare_shard_pods_and_rules(&fx).await;
+    fx.apply_spec(SCALED, 3, retain("Retain", RETENTION_SECONDS))
+        .await;
+    fx.wait_shards(SCALED, 3, &[]).await;
+
+    status_shards_follow_the_statefulsets_that_exist(&fx).await;
+    a_scale_down_retains_shards_and_a_scale_up_reuses_them(&fx).await;
+    retained_shards_scrape_nothing_and_go_at_their_deadline(&fx, &rules_dir).await;
+
+    // Down to 1 shard: the two retained shards still scrape nothing, shard 0 everything.
+    fx.apply_spec(SCALED, 3, retain("Retain", LONG_RETENTION_SECONDS))
+        .await;
+    fx.wait_shards(SCALED, 3, &[]).await;
+    fx.kubectl_scale(SCALED, 1).await;
+    fx.wait_shards(SCALED, 1, &[1, 2]).await;
+    let configs = fx.shard_configs(SCALED).await;
+    check_retained_configs(&fx, "retain/1", &configs, 1, &rules_dir).await;
+
+    under_delete_retained_shards_keep_their_deadline_and_removed_ones_go_at_once(&fx).await;
+    let _ = std::fs::remove_dir_all(&rules_dir);
+}
+
+/// The resource the retention test scales.
+const SCALED: &str = "scaled";
+
+/// The spec of the retention test beyond shards, strategy and scrape configs: two replicas, the
+/// rule file `alerts`, and `whenScaled: <when>` with a retention of `seconds`.
+fn retain(when: &str, seconds: i64) -> Value {
+    json!({
+        "replicas": 2,
+        "ruleFiles": [{"configMap": "alerts"}],
+        "shardRetentionPolicy": {"whenScaled": when, "retain": {"retentionPeriod": format!("{seconds}s")}},
+    })
+}
+
+/// The ServiceAccount the shards' pods (run by kwok) need, and a rule file whose alert fires
+/// wherever it is evaluated (`absent()` of a series nobody has): in the ConfigMap `alerts`, and
+/// in a local directory as the shards mount it (returned).
+async fn prepare_shard_pods_and_rules(fx: &Fixture) -> std::path::PathBuf {
     let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = fx.ns.api();
     let account = serde_json::from_value(json!({"metadata": {"name": "prometheus"}})).unwrap();
     accounts
         .create(&PostParams::default(), &account)
         .await
         .unwrap();
-    // A rule file whose alert fires wherever it is evaluated: `absent()` of a series nobody has.
     let rules_cm: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "alerts"},
         "data": {"absent.yaml": "groups:\n- name: absent\n  rules:\n  - alert: NothingThere\n    expr: absent(up{job=\"nothing\"})\n"},
@@ -788,29 +801,22 @@ async fn scaling_keeps_retained_shards_out_of_the_selector_and_deletes_them_at_t
         rules_cm.data.as_ref().unwrap()["absent.yaml"].as_bytes(),
     )
     .unwrap();
-    let retain = |when: &str, seconds: i64| {
-        json!({
-            "replicas": 2,
-            "ruleFiles": [{"configMap": "alerts"}],
-            "shardRetentionPolicy": {"whenScaled": when, "retain": {"retentionPeriod": format!("{seconds}s")}},
-        })
-    };
-    fx.apply_spec(NAME, 3, retain("Retain", RETENTION_SECONDS))
-        .await;
-    fx.wait_shards(NAME, 3, &[]).await;
+    rules_dir
+}
 
-    // status.shards is observed: with room for only 7 StatefulSets, a scale to 9 leaves it
-    // where it was while spec.shards says 9.
+/// status.shards is observed: with room for only 7 StatefulSets, a scale to 9 leaves it where
+/// it was while spec.shards says 9; once there is room, 9 shards, one pod of each selected.
+async fn status_shards_follow_the_statefulsets_that_exist(fx: &Fixture) {
     let quota = e2e::quota::PodQuota::hold_count(fx.ns.api(), "count/statefulsets.apps", 7).await;
-    fx.kubectl_scale(NAME, 9).await;
+    fx.kubectl_scale(SCALED, 9).await;
     wait_for("7 StatefulSets under the quota", TIMEOUT, || async {
-        let sets = fx.shard_sets(NAME).await;
+        let sets = fx.shard_sets(SCALED).await;
         (sets.len() == 7)
             .then_some(())
             .ok_or(format!("{:?}", sets.keys()))
     })
     .await;
-    let lagging = fx.sproms.get(NAME).await.unwrap();
+    let lagging = fx.sproms.get(SCALED).await.unwrap();
     let status = lagging.status.unwrap_or_default();
     eprintln!(
         "scale to 9 with 7 StatefulSets possible: spec.shards {}, status.shards {}",
@@ -822,18 +828,21 @@ async fn scaling_keeps_retained_shards_out_of_the_selector_and_deletes_them_at_t
         status.shards
     );
     quota.release().await;
-    let status = fx.wait_shards(NAME, 9, &[]).await;
-    fx.wait_shard_pods(NAME, 9, 2).await;
+    let status = fx.wait_shards(SCALED, 9, &[]).await;
+    fx.wait_shard_pods(SCALED, 9, 2).await;
     assert_eq!(
         fx.selected_shards(&status.selector).await,
         (0..9).collect::<Vec<_>>(),
         "one pod per active shard: {}",
         status.selector
     );
+}
 
-    // 9 -> 6: shards 6-8 retained, out of the selector while their pods run.
-    fx.kubectl_scale(NAME, 6).await;
-    let status = fx.wait_shards(NAME, 6, &[6, 7, 8]).await;
+/// 9 -> 6: shards 6-8 retained, out of the selector while their pods run. Back to 9 before the
+/// deadline: the same StatefulSets, active again, unmarked, with their full configuration.
+async fn a_scale_down_retains_shards_and_a_scale_up_reuses_them(fx: &Fixture) {
+    fx.kubectl_scale(SCALED, 6).await;
+    let status = fx.wait_shards(SCALED, 6, &[6, 7, 8]).await;
     assert!(
         status
             .retained_shards
@@ -841,7 +850,7 @@ async fn scaling_keeps_retained_shards_out_of_the_selector_and_deletes_them_at_t
             .all(|r| r.deletion_deadline.is_some()),
         "{status:?}"
     );
-    let sets = fx.shard_sets(NAME).await;
+    let sets = fx.shard_sets(SCALED).await;
     let retained_uids: BTreeMap<u32, String> = (6..9).map(|i| (i, sets[&i].0.clone())).collect();
     for index in 6..9 {
         assert!(
@@ -855,19 +864,18 @@ async fn scaling_keeps_retained_shards_out_of_the_selector_and_deletes_them_at_t
         "{}",
         status.selector
     );
-    fx.wait_shard_pods(NAME, 9, 2).await;
+    fx.wait_shard_pods(SCALED, 9, 2).await;
 
-    // Back to 9 before the deadline: the same StatefulSets, active again, unmarked.
-    fx.kubectl_scale(NAME, 9).await;
-    fx.wait_shards(NAME, 9, &[]).await;
-    let sets = fx.shard_sets(NAME).await;
+    fx.kubectl_scale(SCALED, 9).await;
+    fx.wait_shards(SCALED, 9, &[]).await;
+    let sets = fx.shard_sets(SCALED).await;
     for (index, uid) in &retained_uids {
         assert_eq!(&sets[index].0, uid, "shard {index} reused");
         assert_eq!(sets[index].1, None, "shard {index} unmarked");
     }
     // Their full configuration is back: the nine cover every target exactly once again.
     let configs: Vec<String> = wait_for("nine active shard configs", TIMEOUT, || async {
-        let configs = fx.shard_configs(NAME).await;
+        let configs = fx.shard_configs(SCALED).await;
         let active: Vec<String> = configs
             .values()
             .filter(|config| config.contains("scrape_configs"))
@@ -881,19 +889,24 @@ async fn scaling_keeps_retained_shards_out_of_the_selector_and_deletes_them_at_t
     })
     .await;
     let kept = run_shards("retain-reused/9", &configs, fx.targets.len()).await;
-    assert_coverage("retain-reused/9", &fx, &kept, 9, true, false);
+    assert_coverage("retain-reused/9", fx, &kept, 9, true, false);
+}
 
-    // 9 -> 3: six retained shards scrape and evaluate nothing; the active ones cover everything.
-    fx.kubectl_scale(NAME, 3).await;
-    let status = fx.wait_shards(NAME, 3, &[3, 4, 5, 6, 7, 8]).await;
-    let configs = fx.shard_configs(NAME).await;
+/// 9 -> 3: six retained shards scrape and evaluate nothing; the active ones cover everything.
+/// The retained shards are deleted when due: not before the deadline, within seconds after it.
+async fn retained_shards_scrape_nothing_and_go_at_their_deadline(
+    fx: &Fixture,
+    rules_dir: &std::path::Path,
+) {
+    fx.kubectl_scale(SCALED, 3).await;
+    let status = fx.wait_shards(SCALED, 3, &[3, 4, 5, 6, 7, 8]).await;
+    let configs = fx.shard_configs(SCALED).await;
     assert_eq!(
         configs.keys().copied().collect::<Vec<_>>(),
         (0..9).collect::<Vec<_>>()
     );
-    check_retained_configs(&fx, "retain/3", &configs, 3, &rules_dir).await;
+    check_retained_configs(fx, "retain/3", &configs, 3, rules_dir).await;
 
-    // Deleted when due: not before the deadline, within seconds after it.
     let deadline: k8s_openapi::jiff::Timestamp = status.retained_shards[0]
         .deletion_deadline
         .clone()
@@ -904,7 +917,7 @@ async fn scaling_keeps_retained_shards_out_of_the_selector_and_deletes_them_at_t
         "the retained shards deleted",
         Duration::from_secs(RETENTION_SECONDS as u64 + 60),
         || async {
-            let sets = fx.shard_sets(NAME).await;
+            let sets = fx.shard_sets(SCALED).await;
             let now = k8s_openapi::jiff::Timestamp::now();
             if sets.keys().any(|i| *i >= 3) {
                 return Err(format!("{:?} at {now}", sets.keys()));
@@ -941,22 +954,17 @@ async fn scaling_keeps_retained_shards_out_of_the_selector_and_deletes_them_at_t
         (0.0..30.0).contains(&late),
         "deleted {late} s after the deadline"
     );
-    fx.wait_shards(NAME, 3, &[]).await;
+    fx.wait_shards(SCALED, 3, &[]).await;
+}
 
-    // Down to 1 shard: the two retained shards still scrape nothing, shard 0 everything.
-    fx.apply_spec(NAME, 3, retain("Retain", LONG_RETENTION_SECONDS))
+/// Switching to Delete keeps the retained shards until their deadline; a shard removed from
+/// then on goes at once.
+async fn under_delete_retained_shards_keep_their_deadline_and_removed_ones_go_at_once(
+    fx: &Fixture,
+) {
+    fx.apply_spec(SCALED, 1, retain("Delete", LONG_RETENTION_SECONDS))
         .await;
-    fx.wait_shards(NAME, 3, &[]).await;
-    fx.kubectl_scale(NAME, 1).await;
-    fx.wait_shards(NAME, 1, &[1, 2]).await;
-    let configs = fx.shard_configs(NAME).await;
-    check_retained_configs(&fx, "retain/1", &configs, 1, &rules_dir).await;
-
-    // Switching to Delete keeps the retained shards until their deadline; a shard removed from
-    // then on goes at once.
-    fx.apply_spec(NAME, 1, retain("Delete", LONG_RETENTION_SECONDS))
-        .await;
-    fx.wait_shards(NAME, 1, &[1, 2]).await;
+    fx.wait_shards(SCALED, 1, &[1, 2]).await;
     wait_event(
         &fx.ns,
         "an event saying the retained shards keep their deadline",
@@ -971,15 +979,14 @@ async fn scaling_keeps_retained_shards_out_of_the_selector_and_deletes_them_at_t
         },
     )
     .await;
-    fx.kubectl_scale(NAME, 4).await;
-    fx.wait_shards(NAME, 4, &[]).await;
-    fx.kubectl_scale(NAME, 2).await;
-    fx.wait_shards(NAME, 2, &[]).await;
-    let sets = fx.shard_sets(NAME).await;
+    fx.kubectl_scale(SCALED, 4).await;
+    fx.wait_shards(SCALED, 4, &[]).await;
+    fx.kubectl_scale(SCALED, 2).await;
+    fx.wait_shards(SCALED, 2, &[]).await;
+    let sets = fx.shard_sets(SCALED).await;
     assert_eq!(
         sets.keys().copied().collect::<Vec<_>>(),
         vec![0, 1],
         "removed at once under Delete"
     );
-    let _ = std::fs::remove_dir_all(&rules_dir);
 }
