@@ -296,17 +296,7 @@ async fn webhook_that_never_served_blocks_no_eviction(
     webhook_name: &str,
 ) -> Api<Pod> {
     let victim_pods: Api<Pod> = victim.api();
-    for name in ["victim", "victim-2"] {
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]},
-        }))
-        .unwrap();
-        victim_pods
-            .create(&PostParams::default(), &pod)
-            .await
-            .unwrap();
-    }
+    create_app_pods(&victim_pods, &["victim", "victim-2"]).await;
     wait_for("the victim pods Ready", Duration::from_secs(60), || async {
         for name in ["victim", "victim-2"] {
             match victim_pods.get(name).await {
@@ -331,6 +321,18 @@ async fn webhook_that_never_served_blocks_no_eviction(
         "no replica served, so none may have moved the policy to Fail"
     );
     victim_pods
+}
+
+/// Creates a pod of one container `app` (an image kwok does not run) for each of `names`.
+async fn create_app_pods(pods: &Api<Pod>, names: &[&str]) {
+    for name in names {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]},
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
 }
 
 /// Undeploy removed every deployed object and the namespace, never the CRDs nor the users'
@@ -408,14 +410,7 @@ async fn deploy_rbac_zau_without_eviction_grant_cannot_evict() {
     let cluster = Cluster::get();
     let ns = TestNamespace::create(&cluster, "deploy-rbac-evict").await;
     let pod_api: Api<Pod> = ns.api();
-    for name in ["a", "b"] {
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]},
-        }))
-        .unwrap();
-        pod_api.create(&PostParams::default(), &pod).await.unwrap();
-    }
+    create_app_pods(&pod_api, &["a", "b"]).await;
     // The shipped ZAU role minus `create pods/eviction`.
     let crippled =
         ServiceAccountIdentity::create(&cluster, "zau-controller", &ns.name, &[], &[], |objects| {
