@@ -14,11 +14,11 @@ use zone_api::ShardedPrometheus;
 use zone_api::sprom::contract;
 use zone_operator::children::{self, ChildError};
 
-use crate::build;
+use crate::children::build;
+use crate::children::retention;
 use crate::context::Context;
 use crate::observe::ChildKind;
 use crate::plan::{Child, Plan, Write};
-use crate::retention;
 
 /// On every Prometheus pod: the digest of the configuration Secret its shard was last given
 /// (see [`Writer::nudge_pods`]).

@@ -21,7 +21,8 @@ use zone_operator::{InitialList, RuntimeParts, ScopeArgs, WatchSet};
 
 use zone_api::sprom::contract::{MANAGED_BY, MANAGED_BY_LABEL};
 
-use crate::build::{APPLIED_HASH_ANNOTATION, ZONE_ANNOTATION};
+use crate::children::build::{APPLIED_HASH_ANNOTATION, ZONE_ANNOTATION};
+use crate::children::retention::{DELETION_DEADLINE_ANNOTATION, RETAINED_SINCE_ANNOTATION};
 use crate::cli::Args;
 use crate::context::Context;
 use crate::health::{self, ConfigHealth, Prober};
@@ -32,7 +33,6 @@ use crate::monitoring::kinds::{
 };
 use crate::monitoring::observe::{Selectable, affected, affected_by_namespaces};
 use crate::reconcile;
-use crate::retention::{DELETION_DEADLINE_ANNOTATION, RETAINED_SINCE_ANNOTATION};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {

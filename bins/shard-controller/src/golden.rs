@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use zone_api::ShardedPrometheus;
 
-use crate::build::{self, BuildInput};
+use crate::children::build::{self, BuildInput};
 use crate::monitoring::Monitoring;
 use crate::validate::validate;
 
@@ -44,12 +44,12 @@ fn built_yaml(manifest: &Path) -> String {
         let config = secret
             .data
             .as_mut()
-            .and_then(|data| data.remove(crate::config::CONFIG_KEY))
+            .and_then(|data| data.remove(crate::children::config::CONFIG_KEY))
             .unwrap();
         documents.push(format!(
             "# shard {} Secret {}\n{}",
             shard.index,
-            crate::config::CONFIG_KEY,
+            crate::children::config::CONFIG_KEY,
             String::from_utf8(config.0).unwrap()
         ));
         documents.push(serde_norway::to_string(&secret).unwrap());
@@ -137,7 +137,7 @@ fn retained_config(manifest: &Path, index: u32, zone: Option<&str>) -> serde_jso
         secret.metadata.name.as_deref(),
         Some(zone_api::sprom::contract::shard_name(&name, index).as_str())
     );
-    let yaml = &secret.data.unwrap()[crate::config::CONFIG_KEY];
+    let yaml = &secret.data.unwrap()[crate::children::config::CONFIG_KEY];
     serde_norway::from_slice(&yaml.0).unwrap()
 }
 

@@ -4,9 +4,8 @@
 
 mod access;
 mod apply;
-mod build;
+mod children;
 mod cli;
-mod config;
 mod context;
 mod controller;
 #[cfg(test)]
@@ -17,7 +16,6 @@ mod monitoring;
 mod observe;
 mod plan;
 mod reconcile;
-mod retention;
 #[cfg(test)]
 mod scenarios;
 mod status;

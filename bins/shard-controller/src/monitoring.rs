@@ -19,7 +19,7 @@ pub struct Monitoring {
     /// The `alerting` section (Alertmanagers and alert relabelling), credentials resolved;
     /// None without `spec.alerting`.
     pub alerting: Option<Map<String, Value>>,
-    /// Rule files made from PrometheusRules, stored in [`crate::build::rule_config_map_name`]
+    /// Rule files made from PrometheusRules, stored in [`crate::children::build::rule_config_map_name`]
     /// ConfigMaps.
     pub rule_files: Vec<RuleFile>,
     /// Monitors whose jobs are in `jobs`.

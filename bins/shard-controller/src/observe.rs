@@ -12,13 +12,13 @@ use zone_api::sprom::contract::{self, INSTANCE_LABEL};
 use zone_api::validation::ValidSprom;
 use zone_operator::children;
 
-use crate::build::{ZONE_ANNOTATION, applied_hash};
+use crate::children::build::{ZONE_ANNOTATION, applied_hash};
+use crate::children::retention::{self, DELETION_DEADLINE_ANNOTATION, RETAINED_SINCE_ANNOTATION};
 use crate::context::{Context, RESYNC};
 use crate::health::ConfigObservation;
 use crate::monitoring::Monitoring;
 use crate::monitoring::error::ObserveError;
 use crate::monitoring::translate::MonitoringRead;
-use crate::retention::{self, DELETION_DEADLINE_ANNOTATION, RETAINED_SINCE_ANNOTATION};
 
 /// The kinds of a shard's children.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

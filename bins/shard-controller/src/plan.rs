@@ -15,13 +15,13 @@ use zone_api::sprom::{RetainedShard, ShardedPrometheusStatus, WhenScaled, reason
 use zone_api::validation::ValidSprom;
 use zone_operator::{Invalid, PendingEvents};
 
-use crate::build::{self, BuildInput, applied_hash};
-use crate::config::CONFIG_KEY;
+use crate::children::build::{self, BuildInput, applied_hash};
+use crate::children::config::CONFIG_KEY;
+use crate::children::retention;
 use crate::context::RESYNC;
 use crate::health::verdict::{self, ShardConfig};
 use crate::health::{AppliedConfig, ConfigObservation, Fingerprint};
 use crate::observe::{ChildKind, Observed};
-use crate::retention;
 use crate::status::{Observation, ObservedShard};
 use crate::validate::invalid_scrape_config;
 

@@ -37,7 +37,7 @@ pub struct Observation<'a> {
     pub node_metadata_disabled: &'a [String],
     /// What the Prometheus ServiceAccount may not do (empty: it may do all it needs).
     pub forbidden: &'a [String],
-    /// The retained shards, by index (see [`crate::retention`]).
+    /// The retained shards, by index (see [`crate::children::retention`]).
     pub retained: Vec<RetainedShard>,
     /// What the selected monitoring objects add to every active shard, and what was left out.
     pub monitoring: &'a Monitoring,

@@ -8,7 +8,7 @@ use zone_api::validation::ValidSprom;
 use zone_monitoring::select::{Kind, Selection};
 use zone_operator::Invalid;
 
-use crate::config;
+use crate::children::config;
 
 /// A scrape config the sharding rules cannot be appended to.
 pub fn invalid_scrape_config(error: &config::ConfigError) -> Invalid {

@@ -25,7 +25,7 @@ use super::{
     ConfigHealth, Fingerprint, MAX_ANSWER_BYTES, PROBE_CONCURRENCY, PROBE_INTERVAL, PROBE_TIMEOUT,
     ShardKey,
 };
-use crate::build::WEB_PORT;
+use crate::children::build::WEB_PORT;
 use crate::metrics::SpromMetrics;
 
 /// One Prometheus pod to ask.

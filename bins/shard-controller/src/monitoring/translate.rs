@@ -748,7 +748,7 @@ mod tests {
     /// The `prometheus.yml` of a config Secret.
     fn prometheus_yml(secret: &k8s_openapi::api::core::v1::Secret) -> String {
         let data = secret.data.as_ref().unwrap();
-        String::from_utf8(data[crate::config::CONFIG_KEY].0.clone()).unwrap()
+        String::from_utf8(data[crate::children::config::CONFIG_KEY].0.clone()).unwrap()
     }
 
     /// The rendered configuration of every active shard of `fixtures/alerting.yaml`, and of its
@@ -759,13 +759,13 @@ mod tests {
         let (valid, namespace, values) = alerting_fixture();
         let mut monitoring = Monitoring::of_spec(&valid);
         monitoring.alerting = alerting(&valid, &namespace, &values).unwrap();
-        let input = crate::build::BuildInput {
+        let input = crate::children::build::BuildInput {
             name: "alerting",
             namespace: &namespace,
             valid: &valid,
             monitoring: &monitoring,
         };
-        let built = crate::build::build(&input).unwrap();
+        let built = crate::children::build::build(&input).unwrap();
         let mut documents: Vec<String> = built
             .shards
             .iter()
@@ -773,15 +773,15 @@ mod tests {
                 format!(
                     "# shard {} {}\n{}",
                     shard.index,
-                    crate::config::CONFIG_KEY,
+                    crate::children::config::CONFIG_KEY,
                     prometheus_yml(&shard.config)
                 )
             })
             .collect();
-        let retained = crate::build::retained_config(&input, 2, Some("zone-a")).unwrap();
+        let retained = crate::children::build::retained_config(&input, 2, Some("zone-a")).unwrap();
         documents.push(format!(
             "# retained shard 2 {}\n{}",
-            crate::config::CONFIG_KEY,
+            crate::children::config::CONFIG_KEY,
             prometheus_yml(&retained)
         ));
         let actual = documents.join("---\n");

@@ -66,7 +66,7 @@ fn applied(plan: &Plan) -> Observed {
                     .annotations
                     .as_ref()
                     .unwrap()
-                    .get(crate::build::ZONE_ANNOTATION)
+                    .get(crate::children::build::ZONE_ANNOTATION)
                     .cloned();
                 observed.stateful_sets.insert(
                     index,

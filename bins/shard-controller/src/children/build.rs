@@ -23,7 +23,7 @@ use zone_api::sprom::contract::{
 };
 use zone_api::validation::{PROMETHEUS_CONTAINER, ShardStorage, ValidSprom};
 
-use crate::config::{self, CONFIG_DIR, CONFIG_KEY, ConfigError, POD_NAME_ENV, RULES_DIR};
+use crate::children::config::{self, CONFIG_DIR, CONFIG_KEY, ConfigError, POD_NAME_ENV, RULES_DIR};
 use crate::monitoring::Monitoring;
 
 /// A ConfigMap holds at most 1 MiB; rule files are split over ConfigMaps of at most this many
