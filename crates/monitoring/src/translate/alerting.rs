@@ -31,6 +31,7 @@ use zone_topology::relabel::{Action, RelabelConfig as Rule};
 
 use super::DiscoveryRole;
 use super::auth::{self, Ctx, Json};
+use super::monitor::Role;
 use super::refs::Refs;
 use super::relabel;
 use crate::monitors::{BasicAuth, RelabelConfig, SafeAuthorization, TlsConfig};
@@ -220,6 +221,25 @@ fn alertmanager(
 ) -> Result<Json, String> {
     let field = format!("{FIELD}.alertmanagers[{index}]");
     let mut out = Json::new();
+    http_params(&field, am, &mut out)?;
+    client(&field, am, ctx, &mut out)?;
+    let mut relabel_configs = targets(&field, am, settings, &mut out)?;
+    relabel_configs.extend(rules(&format!("{field}.relabelings"), &am.relabelings)?);
+    if !relabel_configs.is_empty() {
+        out.insert("relabel_configs".into(), relabel::to_json(&relabel_configs));
+    }
+    let alert_relabelings = rules(&format!("{field}.alertRelabelings"), &am.alert_relabelings)?;
+    if !alert_relabelings.is_empty() {
+        out.insert(
+            "alert_relabel_configs".into(),
+            relabel::to_json(&alert_relabelings),
+        );
+    }
+    Ok(out)
+}
+
+/// `path_prefix`, `scheme`, `timeout`, `enable_http2` and `api_version`.
+fn http_params(field: &str, am: &AlertmanagerEndpoints, out: &mut Json) -> Result<(), String> {
     out.insert(
         "path_prefix".into(),
         json!(non_empty(&am.path_prefix).unwrap_or("/")),
@@ -243,8 +263,17 @@ fn alertmanager(
         }
         out.insert("api_version".into(), json!("v2"));
     }
+    Ok(())
+}
 
-    let credentials = credentials(&field, am)?;
+/// `tls_config`, `basic_auth` and `authorization`, resolved.
+fn client(
+    field: &str,
+    am: &AlertmanagerEndpoints,
+    ctx: Ctx<'_>,
+    out: &mut Json,
+) -> Result<(), String> {
+    let credentials = credentials(field, am)?;
     if credentials.basic_auth.is_some() && credentials.authorization.is_some() {
         return Err(format!(
             "{field}: basicAuth and authorization are both set: keep one"
@@ -262,25 +291,29 @@ fn alertmanager(
         let value = auth::authorization(ctx, &format!("{field}.authorization"), authorization)?;
         out.insert("authorization".into(), value);
     }
+    Ok(())
+}
 
-    let mut relabel_configs = Vec::new();
+/// The Alertmanagers: a Service (discovered, with the rules keeping its name and port) or
+/// static addresses. Returns the generated relabelling rules.
+fn targets(
+    field: &str,
+    am: &AlertmanagerEndpoints,
+    settings: &AlertingSettings<'_>,
+    out: &mut Json,
+) -> Result<Vec<Rule>, String> {
     match (non_empty(&am.name), am.static_addresses.is_empty()) {
         (Some(name), true) => {
             let namespace = non_empty(&am.namespace).unwrap_or(settings.namespace);
-            let role = match settings.service_discovery_role {
-                DiscoveryRole::Endpoints => "endpoints",
-                DiscoveryRole::EndpointSlice => "endpointslice",
-            };
+            let role = Role::of_services(settings.service_discovery_role);
             out.insert(
                 "kubernetes_sd_configs".into(),
-                json!([{"role": role, "namespaces": {"names": [namespace]}}]),
+                json!([{"role": role.sd_role(), "namespaces": {"names": [namespace]}}]),
             );
-            relabel_configs.push(Rule::keep(&["__meta_kubernetes_service_name"], name));
-            relabel_configs.push(port_rule(
-                &field,
-                am.port.as_ref(),
-                settings.service_discovery_role,
-            )?);
+            Ok(vec![
+                Rule::keep(&["__meta_kubernetes_service_name"], name),
+                port_rule(field, am.port.as_ref(), role)?,
+            ])
         }
         (None, false) => {
             if let Some(bad) = am
@@ -297,41 +330,23 @@ fn alertmanager(
                 "static_configs".into(),
                 json!([{"targets": am.static_addresses}]),
             );
+            Ok(Vec::new())
         }
-        (Some(_), false) => {
-            return Err(format!(
-                "{field}: set either name (a Service) or staticAddresses, not both"
-            ));
-        }
-        (None, true) => {
-            return Err(format!(
-                "{field}: set name and port (a Service) or staticAddresses"
-            ));
-        }
+        (Some(_), false) => Err(format!(
+            "{field}: set either name (a Service) or staticAddresses, not both"
+        )),
+        (None, true) => Err(format!(
+            "{field}: set name and port (a Service) or staticAddresses"
+        )),
     }
-    relabel_configs.extend(rules(&format!("{field}.relabelings"), &am.relabelings)?);
-    if !relabel_configs.is_empty() {
-        out.insert("relabel_configs".into(), relabel::to_json(&relabel_configs));
-    }
-    let alert_relabelings = rules(&format!("{field}.alertRelabelings"), &am.alert_relabelings)?;
-    if !alert_relabelings.is_empty() {
-        out.insert(
-            "alert_relabel_configs".into(),
-            relabel::to_json(&alert_relabelings),
-        );
-    }
-    Ok(out)
 }
 
 /// The rule keeping the Service port: by name on the endpoint's port name, by number on the
 /// pod's container port (upstream's choice: the number is the container port, the Service's
 /// `targetPort`). Upstream keeps every port when none is given, which sends alerts to the
 /// cluster port too; here a port is required.
-fn port_rule(field: &str, port: Option<&IntOrString>, role: DiscoveryRole) -> Result<Rule, String> {
-    let port_name = match role {
-        DiscoveryRole::Endpoints => "__meta_kubernetes_endpoint_port_name",
-        DiscoveryRole::EndpointSlice => "__meta_kubernetes_endpointslice_port_name",
-    };
+fn port_rule(field: &str, port: Option<&IntOrString>, role: Role) -> Result<Rule, String> {
+    let port_name = role.port_name_label();
     match port {
         Some(IntOrString::String(name)) if !name.is_empty() => Ok(Rule::keep(&[port_name], name)),
         Some(IntOrString::Int(number)) if *number > 0 => Ok(Rule::keep(

@@ -131,9 +131,10 @@ pub(super) enum Role {
 }
 
 impl Role {
-    /// The ServiceMonitor role the Prometheus's `serviceDiscoveryRole` asks for.
-    pub(super) fn for_service_monitors(settings: &Settings) -> Role {
-        match settings.service_discovery_role {
+    /// The role discovering a Service's endpoints (a ServiceMonitor's, an Alertmanager's), as
+    /// the Prometheus's `serviceDiscoveryRole` asks.
+    pub(super) fn of_services(role: DiscoveryRole) -> Role {
+        match role {
             DiscoveryRole::Endpoints => Role::Endpoints,
             DiscoveryRole::EndpointSlice => Role::EndpointSlice,
         }
@@ -164,7 +165,7 @@ impl Role {
     }
 
     /// The Kubernetes SD role.
-    fn sd_role(self) -> &'static str {
+    pub(super) fn sd_role(self) -> &'static str {
         match self {
             Role::Endpoints => "endpoints",
             Role::EndpointSlice => "endpointslice",
@@ -189,7 +190,7 @@ impl Role {
     }
 
     /// The meta label holding the name of the discovered port.
-    fn port_name_label(self) -> &'static str {
+    pub(super) fn port_name_label(self) -> &'static str {
         match self {
             Role::Endpoints => "__meta_kubernetes_endpoint_port_name",
             Role::EndpointSlice => "__meta_kubernetes_endpointslice_port_name",

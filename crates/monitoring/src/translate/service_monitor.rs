@@ -25,7 +25,7 @@ pub(super) fn jobs(
         ..Monitor::of(
             obj,
             monitor_spec!(&obj.spec),
-            Role::for_service_monitors(settings),
+            Role::of_services(settings.service_discovery_role),
         )
     };
     monitor::jobs(&monitor, &obj.spec.endpoints, settings, values)
