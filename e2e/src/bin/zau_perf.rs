@@ -180,14 +180,9 @@ struct Rollout {
     ended: Timestamp,
 }
 
-/// Controller-added latencies (ms) of every batch after the first of each rollout, from the
-/// audit log, and the number of boundaries whose Ready write could not be found.
-fn latencies(
-    events: &[audit::AuditEvent],
-    namespace: &str,
-    rollouts: &[Rollout],
-) -> (Vec<f64>, usize) {
-    let evictions: Vec<Eviction> = audit::removals(events, namespace)
+/// The controller's evictions in `namespace` that succeeded, from the audit log.
+fn controller_evictions(events: &[audit::AuditEvent], namespace: &str) -> Vec<Eviction> {
+    audit::removals(events, namespace)
         .filter(|e| e.sent_by("zau-controller") && e.succeeded())
         .filter_map(|e| {
             Some(Eviction {
@@ -196,12 +191,15 @@ fn latencies(
                 pod: e.object_ref.as_ref()?.name.clone(),
             })
         })
-        .collect();
-    // kwok's status writes (the pod turning Ready): pod -> received times, in order. The
-    // received time, not the answered one: the watch event of the write can reach the controller
-    // before the API server has finished answering kwok, and the controller's eviction can then
-    // be received before the write is answered. Counting from the receipt includes the write's
-    // own handling (a few ms) in the figure: it errs against the controller.
+        .collect()
+}
+
+/// kwok's status writes (the pod turning Ready): pod -> received times, in order. The received
+/// time, not the answered one: the watch event of the write can reach the controller before the
+/// API server has finished answering kwok, and the controller's eviction can then be received
+/// before the write is answered. Counting from the receipt includes the write's own handling (a
+/// few ms) in the figure: it errs against the controller.
+fn ready_writes(events: &[audit::AuditEvent], namespace: &str) -> HashMap<String, Vec<Timestamp>> {
     let mut ready_writes: HashMap<String, Vec<Timestamp>> = HashMap::new();
     for event in events {
         let Some(object) = &event.object_ref else {
@@ -219,52 +217,83 @@ fn latencies(
                 .push(parse_time(&event.request_received_timestamp));
         }
     }
+    ready_writes
+}
+
+/// The evictions of `rollout`, in batches (each received less than [`BATCH_GAP_MS`] after the
+/// previous one was answered).
+fn batches<'a>(evictions: &'a [Eviction], rollout: &Rollout) -> Vec<Vec<&'a Eviction>> {
+    let mut batches: Vec<Vec<&Eviction>> = Vec::new();
+    for eviction in evictions
+        .iter()
+        .filter(|e| e.received >= rollout.started && e.received <= rollout.ended)
+    {
+        match batches.last_mut() {
+            Some(batch)
+                if ms_between(batch.last().unwrap().answered, eviction.received) < BATCH_GAP_MS =>
+            {
+                batch.push(eviction);
+            }
+            _ => batches.push(vec![eviction]),
+        }
+    }
+    batches
+}
+
+/// From the last Ready write of each batch's pods to the next batch's first eviction (ms), for
+/// every boundary between `batches`; and the number of boundaries whose Ready write could not be
+/// found.
+fn boundary_latencies(
+    batches: &[Vec<&Eviction>],
+    ready_writes: &HashMap<String, Vec<Timestamp>>,
+) -> (Vec<f64>, usize) {
+    let mut own = Vec::new();
+    let mut unmatched = 0;
+    for pair in batches.windows(2) {
+        // The previous batch's pods are Ready again when kwok's first status write after
+        // their eviction lands; the last of them is what the controller waited for.
+        let ready: Option<Vec<Timestamp>> = pair[0]
+            .iter()
+            .map(|eviction| {
+                ready_writes
+                    .get(&eviction.pod)?
+                    .iter()
+                    .find(|t| **t > eviction.received)
+                    .copied()
+            })
+            .collect();
+        match ready.and_then(|r| r.into_iter().max()) {
+            Some(ready) => {
+                let latency = ms_between(ready, pair[1][0].received);
+                if latency < 0.0 {
+                    println!(
+                        "  batch {:?} removed {:.1} ms before the previous batch {:?} was Ready at {ready}",
+                        pair[1], -latency, pair[0]
+                    );
+                }
+                own.push(latency);
+            }
+            None => unmatched += 1,
+        }
+    }
+    (own, unmatched)
+}
+
+/// Controller-added latencies (ms) of every batch after the first of each rollout, from the
+/// audit log, and the number of boundaries whose Ready write could not be found.
+fn latencies(
+    events: &[audit::AuditEvent],
+    namespace: &str,
+    rollouts: &[Rollout],
+) -> (Vec<f64>, usize) {
+    let evictions = controller_evictions(events, namespace);
+    let ready_writes = ready_writes(events, namespace);
     let mut out = Vec::new();
     let mut unmatched = 0;
     for rollout in rollouts {
-        let mut batches: Vec<Vec<&Eviction>> = Vec::new();
-        for eviction in evictions
-            .iter()
-            .filter(|e| e.received >= rollout.started && e.received <= rollout.ended)
-        {
-            match batches.last_mut() {
-                Some(batch)
-                    if ms_between(batch.last().unwrap().answered, eviction.received)
-                        < BATCH_GAP_MS =>
-                {
-                    batch.push(eviction);
-                }
-                _ => batches.push(vec![eviction]),
-            }
-        }
-        let mut own = Vec::new();
-        for pair in batches.windows(2) {
-            // The previous batch's pods are Ready again when kwok's first status write after
-            // their eviction lands; the last of them is what the controller waited for.
-            let ready: Option<Vec<Timestamp>> = pair[0]
-                .iter()
-                .map(|eviction| {
-                    ready_writes
-                        .get(&eviction.pod)?
-                        .iter()
-                        .find(|t| **t > eviction.received)
-                        .copied()
-                })
-                .collect();
-            match ready.and_then(|r| r.into_iter().max()) {
-                Some(ready) => {
-                    let latency = ms_between(ready, pair[1][0].received);
-                    if latency < 0.0 {
-                        println!(
-                            "  batch {:?} removed {:.1} ms before the previous batch {:?} was Ready at {ready}",
-                            pair[1], -latency, pair[0]
-                        );
-                    }
-                    own.push(latency);
-                }
-                None => unmatched += 1,
-            }
-        }
+        let batches = batches(&evictions, rollout);
+        let (own, missing) = boundary_latencies(&batches, &ready_writes);
+        unmatched += missing;
         println!(
             "  {}: {} batches, {} boundaries measured",
             rollout.label,
@@ -293,72 +322,177 @@ async fn measure_latency(cluster: &Cluster) -> bool {
         .await;
     work.create_zau("web", 1, "1").await;
     let controller = work.controller(cluster);
-    let shapes = [(1u32, "1"), (2, "2")];
-    let mut rollouts = Vec::new();
-    let mut boundaries = 0usize;
-    let mut image = 1;
-    while boundaries < min_batches {
-        let (max, factor) = shapes[rollouts.len() % shapes.len()];
-        work.set_zau("web", max, factor).await;
-        image += 1;
-        let started = Timestamp::now();
-        let clock = Instant::now();
-        let revision = work.set_image("web", image).await;
-        work.wait_pods(
-            "app=web",
-            replicas,
-            Some(&revision),
-            Duration::from_secs(1800),
-        )
-        .await;
-        let ended = Timestamp::now();
-        let label = format!(
-            "rollout {} (maxUnavailable {max}, factor {factor})",
-            rollouts.len() + 1
-        );
-        println!(
-            "  {label}: converged in {:.0} s",
-            clock.elapsed().as_secs_f64()
-        );
-        rollouts.push(Rollout {
-            label,
-            started,
-            ended,
-        });
-        // Boundaries so far, estimated from the shape: the figures below count the real ones.
-        boundaries += if max == 1 { replicas - 1 } else { replicas / 2 };
-    }
+    let rollouts = work.rollouts(replicas, min_batches).await;
     drop(controller);
     let events = audit::read(&audit_log);
     let (mut values, unmatched) = latencies(&events, &work.ns.name, &rollouts);
     work.delete().await;
 
     values.sort_by(f64::total_cmp);
-    let (p50, p99) = (quantile(&values, 0.50), quantile(&values, 0.99));
-    let max = values.last().copied().unwrap_or(f64::NAN);
-    let negative = values.iter().filter(|v| **v < 0.0).count();
-    println!(
-        "latency: {} batch boundaries ({unmatched} without a Ready write in the audit log)",
-        values.len()
-    );
-    println!(
-        "  last Ready -> next eviction: p50 {p50:.1} ms, p90 {:.1} ms, p99 {p99:.1} ms, max {max:.1} ms (targets: p50 <= {p50_target} ms, p99 <= {p99_target} ms)",
-        quantile(&values, 0.90)
-    );
-    let mut met = true;
-    if values.len() < min_batches {
-        println!("  MISSED: fewer than {min_batches} boundaries measured");
-        met = false;
+    let targets = LatencyTargets {
+        min_batches,
+        p50: p50_target,
+        p99: p99_target,
+    };
+    targets.met(&values, unmatched)
+}
+
+/// What part 1 must show.
+struct LatencyTargets {
+    min_batches: usize,
+    p50: f64,
+    p99: f64,
+}
+
+impl LatencyTargets {
+    /// Prints the figures of `values` (sorted) and every missed target; true when none was.
+    fn met(&self, values: &[f64], unmatched: usize) -> bool {
+        let (min_batches, p50_target, p99_target) = (self.min_batches, self.p50, self.p99);
+        let (p50, p99) = (quantile(values, 0.50), quantile(values, 0.99));
+        let max = values.last().copied().unwrap_or(f64::NAN);
+        let negative = values.iter().filter(|v| **v < 0.0).count();
+        println!(
+            "latency: {} batch boundaries ({unmatched} without a Ready write in the audit log)",
+            values.len()
+        );
+        println!(
+            "  last Ready -> next eviction: p50 {p50:.1} ms, p90 {:.1} ms, p99 {p99:.1} ms, max {max:.1} ms (targets: p50 <= {p50_target} ms, p99 <= {p99_target} ms)",
+            quantile(values, 0.90)
+        );
+        let mut met = true;
+        if values.len() < min_batches {
+            println!("  MISSED: fewer than {min_batches} boundaries measured");
+            met = false;
+        }
+        if negative > 0 {
+            println!("  MISSED: {negative} batches removed before the previous batch was Ready");
+            met = false;
+        }
+        if p50.is_nan() || p50 > p50_target || p99 > p99_target {
+            println!("  MISSED: latency target");
+            met = false;
+        }
+        met
     }
-    if negative > 0 {
-        println!("  MISSED: {negative} batches removed before the previous batch was Ready");
-        met = false;
+}
+
+impl Workspace {
+    /// Rollouts of StatefulSet `web` (`replicas` pods), alternating the ZAU's shape, until about
+    /// `min_batches` batch boundaries.
+    async fn rollouts(&self, replicas: usize, min_batches: usize) -> Vec<Rollout> {
+        let shapes = [(1u32, "1"), (2, "2")];
+        let mut rollouts = Vec::new();
+        let mut boundaries = 0usize;
+        let mut image = 1;
+        while boundaries < min_batches {
+            let (max, factor) = shapes[rollouts.len() % shapes.len()];
+            self.set_zau("web", max, factor).await;
+            image += 1;
+            let started = Timestamp::now();
+            let clock = Instant::now();
+            let revision = self.set_image("web", image).await;
+            self.wait_pods(
+                "app=web",
+                replicas,
+                Some(&revision),
+                Duration::from_secs(1800),
+            )
+            .await;
+            let ended = Timestamp::now();
+            let label = format!(
+                "rollout {} (maxUnavailable {max}, factor {factor})",
+                rollouts.len() + 1
+            );
+            println!(
+                "  {label}: converged in {:.0} s",
+                clock.elapsed().as_secs_f64()
+            );
+            rollouts.push(Rollout {
+                label,
+                started,
+                ended,
+            });
+            // Boundaries so far, estimated from the shape: the figures count the real ones.
+            boundaries += if max == 1 { replicas - 1 } else { replicas / 2 };
+        }
+        rollouts
     }
-    if p50.is_nan() || p50 > p50_target || p99 > p99_target {
-        println!("  MISSED: latency target");
-        met = false;
+}
+
+impl Workspace {
+    /// `sets` StatefulSets of `per_set` pods with a ZoneAwareUpdate each, their pods Ready.
+    async fn create_sets(&self, sets: usize, per_set: usize) {
+        let clock = Instant::now();
+        for i in 0..sets {
+            self.create_set(&format!("s{i}"), per_set).await;
+            self.create_zau(&format!("s{i}"), 1, "1").await;
+        }
+        for i in 0..sets {
+            self.wait_pods(
+                &format!("app=s{i}"),
+                per_set,
+                None,
+                Duration::from_secs(1800),
+            )
+            .await;
+        }
+        println!(
+            "  {} pods Ready in {:.0} s",
+            per_set * sets,
+            clock.elapsed().as_secs_f64()
+        );
     }
-    met
+
+    /// Waits until the controller observed each of the `sets` ZoneAwareUpdates.
+    async fn wait_observed(&self, sets: usize) {
+        wait_for("every ZAU observed", Duration::from_secs(300), || async {
+            let zaus = self
+                .zaus
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items;
+            let observed = zaus
+                .iter()
+                .filter(|z| {
+                    z.status.as_ref().is_some_and(|s| {
+                        s.observed_generation.is_some() && !s.update_revision.is_empty()
+                    })
+                })
+                .count();
+            if observed == sets {
+                Ok(())
+            } else {
+                Err(format!("{observed} of {sets}"))
+            }
+        })
+        .await;
+    }
+
+    /// The batches the ZoneAwareUpdates removed so far (their update steps, summed).
+    async fn batches_removed(&self) -> i64 {
+        self.zaus
+            .list(&ListParams::default())
+            .await
+            .expect("list the ZAUs")
+            .items
+            .iter()
+            .filter_map(|z| z.status.as_ref().map(|s| i64::from(s.update_step)))
+            .sum()
+    }
+}
+
+/// The highest VmRSS (KiB) of process `pid`, sampled every second for `seconds`.
+async fn peak_rss(pid: u32, seconds: u64) -> u64 {
+    let mut peak_rss = 0;
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < deadline {
+        if let Some((rss, _)) = memory_kib(pid) {
+            peak_rss = peak_rss.max(rss);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    peak_rss
 }
 
 /// Part 2. Returns whether the target was met.
@@ -374,71 +508,17 @@ async fn measure_memory(cluster: &Cluster) -> bool {
         per_set * sets
     );
     let work = Workspace::new(cluster, "perf-zau-memory").await;
-    let clock = Instant::now();
-    for i in 0..sets {
-        work.create_set(&format!("s{i}"), per_set).await;
-        work.create_zau(&format!("s{i}"), 1, "1").await;
-    }
-    for i in 0..sets {
-        work.wait_pods(
-            &format!("app=s{i}"),
-            per_set,
-            None,
-            Duration::from_secs(1800),
-        )
-        .await;
-    }
-    println!(
-        "  {} pods Ready in {:.0} s",
-        per_set * sets,
-        clock.elapsed().as_secs_f64()
-    );
+    work.create_sets(sets, per_set).await;
     let controller = work.controller(cluster);
     let pid = controller.pid();
-    wait_for("every ZAU observed", Duration::from_secs(300), || async {
-        let zaus = work
-            .zaus
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?
-            .items;
-        let observed = zaus
-            .iter()
-            .filter(|z| {
-                z.status.as_ref().is_some_and(|s| {
-                    s.observed_generation.is_some() && !s.update_revision.is_empty()
-                })
-            })
-            .count();
-        if observed == sets {
-            Ok(())
-        } else {
-            Err(format!("{observed} of {sets}"))
-        }
-    })
-    .await;
+    work.wait_observed(sets).await;
     let idle = memory_kib(pid);
     for i in 0..sets {
         work.set_image(&format!("s{i}"), 2).await;
     }
-    let mut peak_rss = 0;
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    while Instant::now() < deadline {
-        if let Some((rss, _)) = memory_kib(pid) {
-            peak_rss = peak_rss.max(rss);
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    let peak_rss = peak_rss(pid, seconds).await;
     let (rss, hwm) = memory_kib(pid).expect("the controller is running");
-    let removed: i64 = work
-        .zaus
-        .list(&ListParams::default())
-        .await
-        .expect("list the ZAUs")
-        .items
-        .iter()
-        .filter_map(|z| z.status.as_ref().map(|s| i64::from(s.update_step)))
-        .sum();
+    let removed = work.batches_removed().await;
     drop(controller);
     work.delete().await;
 
