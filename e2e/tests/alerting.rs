@@ -10,11 +10,12 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use e2e::alertmanager::{Alertmanager, AlertmanagerConfig, Notification, WebhookReceiver};
+use e2e::alertmanager::{
+    Alertmanager, AlertmanagerConfig, Notification, WebhookAlert, WebhookReceiver,
+};
 use e2e::cluster::DeleteOnDrop;
-use e2e::localstack::free_port;
-use e2e::process::{ControllerProcess, namespace_args};
-use e2e::{Cluster, TestNamespace, wait_for};
+use e2e::process::ControllerProcess;
+use e2e::{Cluster, TestNamespace, fixture, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -42,13 +43,7 @@ impl Fixture {
     async fn new(prefix: &str) -> Fixture {
         let cluster = Cluster::get();
         let ns = TestNamespace::create(&cluster, prefix).await;
-        let mut args = namespace_args(&ns.name, false);
-        args.extend([
-            "--listen-address".into(),
-            format!("127.0.0.1:{}", free_port()),
-        ]);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let controller = ControllerProcess::start("shard-controller", &args, &[]);
+        let (controller, _) = fixture::controller_on_free_port("shard-controller", &ns.name, &[]);
 
         let binding = e2e::prometheus::service_account(&ns).await;
         Fixture {
@@ -181,15 +176,115 @@ async fn alerting_one_notification_per_shard_alert_from_both_replicas_then_resol
     let cluster = Cluster::get();
     let real = e2e::real::RealNodes::of(&cluster);
     let fx = Fixture::new("alerting").await;
-    let client = fx.ns.client.clone();
+    let (receiver, alertmanager) = receiver_and_alertmanager_in_zone_a(&fx, &real).await;
+    let (real_zones, zone_b_target) = one_target_per_zone(&fx, &real).await;
+    create_the_rule(&fx, &zone_b_target).await;
+    let generation = fx.apply(alerting_spec(&fx, &real)).await;
+    fixture::wait_object(
+        &fx.sproms,
+        NAME,
+        "3 ready shards of 2 replicas",
+        TIMEOUT,
+        |sprom| {
+            let status = fixture::status_of(sprom);
+            if status.observed_generation == generation && status.ready_shards == 3 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "generation {} observed, {} ready shards",
+                    status.observed_generation, status.ready_shards
+                ))
+            }
+        },
+    )
+    .await;
+    let replicas = replicas_in_their_shards_zones(&fx, &real_zones).await;
+    assert_eq!(replicas.len(), 6, "3 shards x 2 replicas");
+    let shard_1: Vec<&Replica> = replicas.iter().filter(|r| r.shard == 1).collect();
+    assert_eq!(shard_1.len(), 2);
+    let ready_at = started.elapsed();
 
-    // The receiver in this process, on the host address the real nodes' pods reach; Alertmanager
-    // on the real node of zone-a (not the alert's zone: notifications cross zones), grouping by
-    // alert name, shard and zone, so both replicas' copies of one shard's alert are one group.
-    let receiver = WebhookReceiver::start(e2e::alertmanager::host_address(&client).await).await;
+    // The first firing notification for the alert.
+    let firing = |n: &Notification| about_the_alert(n) && n.status == "firing";
+    let first = receiver
+        .wait_for("a firing notification for the alert", 1, TIMEOUT, firing)
+        .await
+        .remove(0);
+    let first_at = started.elapsed();
+    let mut figures = wait_both_replicas_sent(&shard_1).await;
+    let both_sent_at = started.elapsed();
+
+    // No second firing notification for the group: watched for long enough after both replicas
+    // sent that a copy of the second would have been notified (group_wait 1 s, group_interval 2 s,
+    // an evaluation every 2 s).
+    let window = GROUP_INTERVAL * 5;
+    let firing_notifications = receiver
+        .assert_at_most_for("firing notifications for the alert", 1, window, firing)
+        .await;
+    assert_eq!(firing_notifications.len(), 1);
+    let alert = assert_the_one_notification(&first, &zone_b_target);
+    let am = assert_alertmanager_holds_the_alert_once(&alertmanager, alert).await;
+    assert_only_shard_1_holds_and_sent_the_alert(&replicas, &shard_1, &mut figures).await;
+    let firing_phase_done_at = started.elapsed();
+    let resolved_after =
+        the_alert_resolves_with_its_target(&fx, &receiver, &alertmanager, &zone_b_target, alert)
+            .await;
+
+    eprintln!("---- alerting figures ----");
+    eprintln!(
+        "shards ready at {:.1}s; first firing notification at {:.1}s; both shard-1 replicas had sent at {:.1}s; \
+         quiet window {window:?}; firing phase checked at {:.1}s; resolved notified {:.1}s after the target's deletion; total {:.1}s",
+        ready_at.as_secs_f64(),
+        first_at.as_secs_f64(),
+        both_sent_at.as_secs_f64(),
+        firing_phase_done_at.as_secs_f64(),
+        resolved_after.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    for replica in &replicas {
+        let (sent, discovered, errors, dropped) = figures[&replica.name];
+        eprintln!(
+            "{} (shard {}): notifications_sent_total {sent}, alertmanagers_discovered {discovered}, errors {errors}, dropped {dropped}",
+            replica.name, replica.shard
+        );
+    }
+    eprintln!(
+        "alertmanager: alerts_received_total{{status=firing}} {}, notifications_total {}, \
+         notifications_failed_total {}; alerts held while firing: {}",
+        am.received_firing, am.webhook_sent, am.webhook_failed, am.held
+    );
+    eprintln!(
+        "firing notification labels: {:?}\nwebhook notifications received:\n{}",
+        alert.labels,
+        receiver.describe()
+    );
+}
+
+/// (notifications sent, Alertmanagers discovered, notification errors, dropped) of a replica.
+type NotificationFigures = (f64, f64, f64, f64);
+
+/// What Alertmanager reported while the alert fired.
+struct AlertmanagerFigures {
+    /// Alerts it held.
+    held: usize,
+    /// `alertmanager_alerts_received_total{status="firing"}`.
+    received_firing: f64,
+    webhook_sent: f64,
+    webhook_failed: f64,
+}
+
+/// The receiver in this process, on the host address the real nodes' pods reach; Alertmanager
+/// on the real node of zone-a (not the alert's zone: notifications cross zones), grouping by
+/// alert name, shard and zone, so both replicas' copies of one shard's alert are one group.
+async fn receiver_and_alertmanager_in_zone_a(
+    fx: &Fixture,
+    real: &e2e::real::RealNodes,
+) -> (WebhookReceiver, Alertmanager) {
+    let receiver =
+        WebhookReceiver::start(e2e::alertmanager::host_address(&fx.ns.client).await).await;
     let alertmanager = Alertmanager::deploy(
         &fx.ns,
-        &real,
+        real,
         &AlertmanagerConfig {
             zone: "zone-a",
             group_by: &["alertname", "shard", "zone"],
@@ -204,23 +299,36 @@ async fn alerting_one_notification_per_shard_alert_from_both_replicas_then_resol
         e2e::alertmanager::PORT,
         receiver.url()
     );
+    (receiver, alertmanager)
+}
 
-    // The metrics target on the real nodes, spread evenly over the zones.
+/// The zone of the real node `pod` runs on (`real_zones`: node -> zone).
+fn zone_of(real_zones: &BTreeMap<String, String>, pod: &Pod) -> String {
+    real_zones[e2e::pods::node_of(pod).unwrap()].clone()
+}
+
+/// The metrics target on the real nodes, spread evenly over the zones, one per zone: the real
+/// nodes' zones, and the name of the zone-b target.
+async fn one_target_per_zone(
+    fx: &Fixture,
+    real: &e2e::real::RealNodes,
+) -> (BTreeMap<String, String>, String) {
     let targets = real.run_metrics_targets(&fx.ns, "target", 3, TIMEOUT).await;
-    let pods: Api<Pod> = fx.ns.api();
-    let real_zones = e2e::real::nodes(&client).await;
-    let zone_of = |pod: &Pod| real_zones[e2e::pods::node_of(pod).unwrap()].clone();
-    let mut target_zones: Vec<String> = targets.iter().map(zone_of).collect();
+    let real_zones = e2e::real::nodes(&fx.ns.client).await;
+    let mut target_zones: Vec<String> = targets.iter().map(|p| zone_of(&real_zones, p)).collect();
     target_zones.sort();
     assert_eq!(target_zones, ZONES, "one target per zone");
     let zone_b_target = targets
         .iter()
-        .find(|pod| zone_of(pod) == "zone-b")
+        .find(|pod| zone_of(&real_zones, pod) == "zone-b")
         .unwrap()
         .name_any();
+    (real_zones, zone_b_target)
+}
 
-    // The rule: fires while the zone-b target is up. Only shard 1 (zone-b) scrapes it, so only
-    // shard 1 has the series; shards 0 and 2 evaluate the same rule over nothing.
+/// The rule: fires while the zone-b target is up. Only shard 1 (zone-b) scrapes it, so only
+/// shard 1 has the series; shards 0 and 2 evaluate the same rule over nothing.
+async fn create_the_rule(fx: &Fixture, zone_b_target: &str) {
     let rule = format!(
         "groups:\n\
          - name: zone-b\n\
@@ -244,48 +352,45 @@ async fn alerting_one_notification_per_shard_alert_from_both_replicas_then_resol
         )
         .await
         .unwrap();
+}
 
-    let generation = fx
-        .apply(json!({
-            "shards": 3,
-            "replicas": 2,
-            "image": real.prometheus_image,
-            "nodeSelector": {"type": "real"},
-            "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
-            "shardingStrategy": {"topology": {"values": ZONES}},
-            "scrapeInterval": "2s",
-            "evaluationInterval": "2s",
-            "scrapeConfigs": [{
-                "job_name": "targets",
-                "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [fx.ns.name]}}],
-                "relabel_configs": [
-                    {"source_labels": ["__meta_kubernetes_pod_label_app"], "regex": "target", "action": "keep"},
-                    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-                ],
-            }],
-            "ruleFiles": [{"configMap": "rules"}],
-            "alerting": {
-                // The namespace defaults to the ShardedPrometheus's.
-                "alertmanagers": [{"name": e2e::alertmanager::NAME, "port": e2e::alertmanager::PORT_NAME}],
-                "alertRelabelConfigs": [{"targetLabel": "team", "replacement": "sre", "action": "replace"}],
-            },
-        }))
-        .await;
-    wait_for("3 ready shards of 2 replicas", TIMEOUT, || async {
-        let sprom = fx.sproms.get(NAME).await.map_err(|e| e.to_string())?;
-        let status = sprom.status.unwrap_or_default();
-        if status.observed_generation == generation && status.ready_shards == 3 {
-            Ok(())
-        } else {
-            Err(format!(
-                "generation {} observed, {} ready shards",
-                status.observed_generation, status.ready_shards
-            ))
-        }
+/// Three shards of two replicas on the real nodes, scraping the targets every 2 s (labelled
+/// with their pod), evaluating the rule every 2 s, sending to the Alertmanager by its Service,
+/// relabelling alerts with `team: sre`.
+fn alerting_spec(fx: &Fixture, real: &e2e::real::RealNodes) -> Value {
+    json!({
+        "shards": 3,
+        "replicas": 2,
+        "image": real.prometheus_image,
+        "nodeSelector": {"type": "real"},
+        "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
+        "shardingStrategy": {"topology": {"values": ZONES}},
+        "scrapeInterval": "2s",
+        "evaluationInterval": "2s",
+        "scrapeConfigs": [{
+            "job_name": "targets",
+            "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [fx.ns.name]}}],
+            "relabel_configs": [
+                {"source_labels": ["__meta_kubernetes_pod_label_app"], "regex": "target", "action": "keep"},
+                {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+            ],
+        }],
+        "ruleFiles": [{"configMap": "rules"}],
+        "alerting": {
+            // The namespace defaults to the ShardedPrometheus's.
+            "alertmanagers": [{"name": e2e::alertmanager::NAME, "port": e2e::alertmanager::PORT_NAME}],
+            "alertRelabelConfigs": [{"targetLabel": "team", "replacement": "sre", "action": "replace"}],
+        },
     })
-    .await;
-    let replicas: Vec<Replica> = pods
-        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}")))
+}
+
+/// The Prometheus pods of the ShardedPrometheus, each asserted in its shard's zone.
+async fn replicas_in_their_shards_zones(
+    fx: &Fixture,
+    real_zones: &BTreeMap<String, String>,
+) -> Vec<Replica> {
+    let pods: Api<Pod> = fx.ns.api();
+    pods.list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}")))
         .await
         .unwrap()
         .items
@@ -293,7 +398,7 @@ async fn alerting_one_notification_per_shard_alert_from_both_replicas_then_resol
         .map(|pod| {
             let shard: usize = pod.labels()["zonecontrol.k8s.aws/shard"].parse().unwrap();
             assert_eq!(
-                zone_of(pod),
+                zone_of(real_zones, pod),
                 ZONES[shard],
                 "{} in its shard's zone",
                 pod.name_any()
@@ -305,23 +410,13 @@ async fn alerting_one_notification_per_shard_alert_from_both_replicas_then_resol
                 address: format!("{ip}:9090").parse().unwrap(),
             }
         })
-        .collect();
-    assert_eq!(replicas.len(), 6, "3 shards x 2 replicas");
-    let shard_1: Vec<&Replica> = replicas.iter().filter(|r| r.shard == 1).collect();
-    assert_eq!(shard_1.len(), 2);
-    let ready_at = started.elapsed();
+        .collect()
+}
 
-    // The first firing notification for the alert.
-    let firing = |n: &Notification| about_the_alert(n) && n.status == "firing";
-    let first = receiver
-        .wait_for("a firing notification for the alert", 1, TIMEOUT, firing)
-        .await
-        .remove(0);
-    let first_at = started.elapsed();
-
-    // Both replicas of shard 1 discovered the Alertmanager and sent it the alert.
+/// Both replicas of shard 1 discovered the Alertmanager and sent it the alert: their figures.
+async fn wait_both_replicas_sent(shard_1: &[&Replica]) -> BTreeMap<String, NotificationFigures> {
     let mut figures = BTreeMap::new();
-    for replica in &shard_1 {
+    for replica in shard_1 {
         let (sent, discovered, errors, dropped) = wait_for(
             &format!("{} sent its alert", replica.name),
             Duration::from_secs(60),
@@ -337,18 +432,15 @@ async fn alerting_one_notification_per_shard_alert_from_both_replicas_then_resol
         .await;
         figures.insert(replica.name.clone(), (sent, discovered, errors, dropped));
     }
-    let both_sent_at = started.elapsed();
+    figures
+}
 
-    // No second firing notification for the group: watched for long enough after both replicas
-    // sent that a copy of the second would have been notified (group_wait 1 s, group_interval 2 s,
-    // an evaluation every 2 s).
-    let window = GROUP_INTERVAL * 5;
-    let firing_notifications = receiver
-        .assert_at_most_for("firing notifications for the alert", 1, window, firing)
-        .await;
-    assert_eq!(firing_notifications.len(), 1);
-
-    // The one notification: one alert, shard 1 in zone-b, no replica label, team=sre.
+/// The one notification: one alert, shard 1 in zone-b, no replica label, team=sre. Returns the
+/// alert.
+fn assert_the_one_notification<'a>(
+    first: &'a Notification,
+    zone_b_target: &str,
+) -> &'a WebhookAlert {
     assert_eq!(
         first.alerts.len(),
         1,
@@ -375,7 +467,11 @@ async fn alerting_one_notification_per_shard_alert_from_both_replicas_then_resol
         Some("sre"),
         "the alert relabel rule: {alert:?}"
     );
-    assert_eq!(alert.labels.get("pod"), Some(&zone_b_target), "{alert:?}");
+    assert_eq!(
+        alert.labels.get("pod").map(String::as_str),
+        Some(zone_b_target),
+        "{alert:?}"
+    );
     assert!(
         !alert.labels.contains_key("prometheus_replica"),
         "no replica label: {alert:?}"
@@ -396,9 +492,15 @@ async fn alerting_one_notification_per_shard_alert_from_both_replicas_then_resol
             ("zone".to_string(), "zone-b".to_string()),
         ])
     );
+    alert
+}
 
-    // Alertmanager holds exactly one alert (the two replicas' copies are one), and received more
-    // than one copy of it.
+/// Alertmanager holds exactly one alert, `alert` (the two replicas' copies are one), and
+/// received more than one copy of it.
+async fn assert_alertmanager_holds_the_alert_once(
+    alertmanager: &Alertmanager,
+    alert: &WebhookAlert,
+) -> AlertmanagerFigures {
     let held = alertmanager.alerts().await.unwrap();
     assert_eq!(held.len(), 1, "one alert in Alertmanager: {held:?}");
     assert_eq!(
@@ -417,10 +519,22 @@ async fn alerting_one_notification_per_shard_alert_from_both_replicas_then_resol
         received_firing >= 2.0,
         "Alertmanager received the alert from both replicas: {received_firing} firing alerts received"
     );
-    let webhook_sent = metric_in(&am_metrics, "alertmanager_notifications_total");
-    let webhook_failed = metric_in(&am_metrics, "alertmanager_notifications_failed_total");
+    AlertmanagerFigures {
+        held: held.len(),
+        received_firing,
+        webhook_sent: metric_in(&am_metrics, "alertmanager_notifications_total"),
+        webhook_failed: metric_in(&am_metrics, "alertmanager_notifications_failed_total"),
+    }
+}
 
-    // Shards 0 and 2 discovered the Alertmanager too, hold no alert and sent nothing.
+/// Shards 0 and 2 discovered the Alertmanager too, hold no alert and sent nothing (their
+/// figures added to `figures`); both replicas of shard 1 hold the alert, firing, and sent it
+/// without errors.
+async fn assert_only_shard_1_holds_and_sent_the_alert(
+    replicas: &[Replica],
+    shard_1: &[&Replica],
+    figures: &mut BTreeMap<String, NotificationFigures>,
+) {
     for replica in replicas.iter().filter(|r| r.shard != 1) {
         let (sent, discovered, errors, dropped) = replica.notification_figures().await.unwrap();
         figures.insert(replica.name.clone(), (sent, discovered, errors, dropped));
@@ -441,7 +555,7 @@ async fn alerting_one_notification_per_shard_alert_from_both_replicas_then_resol
             replica.name
         );
     }
-    for replica in &shard_1 {
+    for replica in shard_1 {
         let alerts = replica.alerts().await.unwrap();
         assert_eq!(
             alerts.len(),
@@ -460,12 +574,22 @@ async fn alerting_one_notification_per_shard_alert_from_both_replicas_then_resol
             replica.name
         );
     }
-    let firing_phase_done_at = started.elapsed();
+}
 
-    // The condition resolves: the zone-b target goes away (its Deployment's replacement has
-    // another name), so `up` of that pod is no longer 1 on either replica of shard 1.
+/// The condition resolves: the zone-b target goes away (its Deployment's replacement has
+/// another name), so `up` of that pod is no longer 1 on either replica of shard 1. The same
+/// alert is notified resolved and Alertmanager holds none. Returns how long the resolved
+/// notification took after the deletion.
+async fn the_alert_resolves_with_its_target(
+    fx: &Fixture,
+    receiver: &WebhookReceiver,
+    alertmanager: &Alertmanager,
+    zone_b_target: &str,
+    alert: &WebhookAlert,
+) -> Duration {
+    let pods: Api<Pod> = fx.ns.api();
     let resolve_at = Instant::now();
-    e2e::pods::delete_and_wait_gone(&pods, &zone_b_target, TIMEOUT).await;
+    e2e::pods::delete_and_wait_gone(&pods, zone_b_target, TIMEOUT).await;
     let resolved = |n: &Notification| {
         about_the_alert(n)
             && n.status == "resolved"
@@ -505,33 +629,5 @@ async fn alerting_one_notification_per_shard_alert_from_both_replicas_then_resol
         },
     )
     .await;
-
-    eprintln!("---- alerting figures ----");
-    eprintln!(
-        "shards ready at {:.1}s; first firing notification at {:.1}s; both shard-1 replicas had sent at {:.1}s; \
-         quiet window {window:?}; firing phase checked at {:.1}s; resolved notified {:.1}s after the target's deletion; total {:.1}s",
-        ready_at.as_secs_f64(),
-        first_at.as_secs_f64(),
-        both_sent_at.as_secs_f64(),
-        firing_phase_done_at.as_secs_f64(),
-        resolved_after.as_secs_f64(),
-        started.elapsed().as_secs_f64()
-    );
-    for replica in &replicas {
-        let (sent, discovered, errors, dropped) = figures[&replica.name];
-        eprintln!(
-            "{} (shard {}): notifications_sent_total {sent}, alertmanagers_discovered {discovered}, errors {errors}, dropped {dropped}",
-            replica.name, replica.shard
-        );
-    }
-    eprintln!(
-        "alertmanager: alerts_received_total{{status=firing}} {received_firing}, notifications_total {webhook_sent}, \
-         notifications_failed_total {webhook_failed}; alerts held while firing: {}",
-        held.len()
-    );
-    eprintln!(
-        "firing notification labels: {:?}\nwebhook notifications received:\n{}",
-        alert.labels,
-        receiver.describe()
-    );
+    resolved_after
 }
