@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ListParams;
 use kube::{Api, Client};
 use zone_api::validation::{GateTarget, ValidAlertGate};
-use zone_api::zau::SecretKeyRef;
+use zone_api::zau::{GateScheme, SecretKeyRef};
 
 use super::fetch::{Endpoint, GateError, TlsSettings};
 
@@ -31,82 +31,103 @@ pub async fn endpoint(
             scheme,
         } => {
             let service_namespace = service_namespace.as_deref().unwrap_or(namespace);
-            let api: Api<EndpointSlice> = Api::namespaced(client.clone(), service_namespace);
-            let slices = api
-                .list(&ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}={name}")))
-                .await
-                .map_err(|error| {
-                    GateError::Resolve(format!(
-                        "spec.alertGate.service: cannot list the EndpointSlices of Service \
-                         {service_namespace}/{name}: {}",
-                        api_error(&error)
-                    ))
-                })?;
-            let (address, port) = pick(&slices.items, port).map_err(|why| {
-                GateError::Resolve(format!(
-                    "spec.alertGate.service: Service {service_namespace}/{name} {why}"
-                ))
-            })?;
-            let scheme = match scheme {
-                zone_api::zau::GateScheme::Http => "http",
-                zone_api::zau::GateScheme::Https => "https",
-            };
-            format!("{scheme}://{}:{port}", host(&address))
+            service_base(client, service_namespace, name, port, scheme).await?
         }
     };
     let url = format!("{base}{}api/v1/alerts", gate.path_prefix);
-    let token = match &gate.bearer_token_secret {
-        Some(secret) => Some(
-            secret_text(
-                client,
-                namespace,
-                secret,
-                "spec.alertGate.bearerTokenSecret",
-            )
-            .await?
-            .trim()
-            .to_string(),
-        ),
-        None => None,
-    };
+    let token = optional_secret_text(
+        client,
+        namespace,
+        gate.bearer_token_secret.as_ref(),
+        "spec.alertGate.bearerTokenSecret",
+    )
+    .await?
+    .map(|token| token.trim().to_string());
     let tls = if gate.target.is_https() {
-        let config = gate.tls.clone().unwrap_or_default();
-        let ca_pem = match &config.ca_secret {
-            Some(secret) => Some(
-                secret_text(
-                    client,
-                    namespace,
-                    secret,
-                    "spec.alertGate.tlsConfig.caSecret",
-                )
-                .await?,
-            ),
-            None => None,
-        };
-        let server_name =
-            config
-                .server_name
-                .filter(|n| !n.trim().is_empty())
-                .or_else(|| match &gate.target {
-                    GateTarget::Service {
-                        namespace: service_namespace,
-                        name,
-                        ..
-                    } => Some(format!(
-                        "{name}.{}.svc",
-                        service_namespace.as_deref().unwrap_or(namespace)
-                    )),
-                    GateTarget::Url(_) => None,
-                });
-        Some(TlsSettings {
-            ca_pem,
-            server_name,
-            insecure_skip_verify: config.insecure_skip_verify,
-        })
+        Some(tls(client, namespace, gate).await?)
     } else {
         None
     };
     Ok(Endpoint { url, token, tls })
+}
+
+/// `scheme://address:port` of a ready endpoint of the Service `namespace/name`.
+async fn service_base(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    port: &IntOrString,
+    scheme: &GateScheme,
+) -> Result<String, GateError> {
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
+    let slices = api
+        .list(&ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}={name}")))
+        .await
+        .map_err(|error| {
+            GateError::Resolve(format!(
+                "spec.alertGate.service: cannot list the EndpointSlices of Service {namespace}/{name}: {}",
+                api_error(&error)
+            ))
+        })?;
+    let (address, port) = pick(&slices.items, port).map_err(|why| {
+        GateError::Resolve(format!(
+            "spec.alertGate.service: Service {namespace}/{name} {why}"
+        ))
+    })?;
+    let scheme = match scheme {
+        GateScheme::Http => "http",
+        GateScheme::Https => "https",
+    };
+    Ok(format!("{scheme}://{}:{port}", host(&address)))
+}
+
+/// How to verify the gate's HTTPS endpoint: the CA of `tlsConfig.caSecret`, and the server
+/// name to expect (given, or the Service's DNS name).
+async fn tls(
+    client: &Client,
+    namespace: &str,
+    gate: &ValidAlertGate,
+) -> Result<TlsSettings, GateError> {
+    let config = gate.tls.clone().unwrap_or_default();
+    let ca_pem = optional_secret_text(
+        client,
+        namespace,
+        config.ca_secret.as_ref(),
+        "spec.alertGate.tlsConfig.caSecret",
+    )
+    .await?;
+    let server_name = config
+        .server_name
+        .filter(|n| !n.trim().is_empty())
+        .or_else(|| match &gate.target {
+            GateTarget::Service {
+                namespace: service_namespace,
+                name,
+                ..
+            } => Some(format!(
+                "{name}.{}.svc",
+                service_namespace.as_deref().unwrap_or(namespace)
+            )),
+            GateTarget::Url(_) => None,
+        });
+    Ok(TlsSettings {
+        ca_pem,
+        server_name,
+        insecure_skip_verify: config.insecure_skip_verify,
+    })
+}
+
+/// The text of `secret` when it is given (see [`secret_text`]).
+async fn optional_secret_text(
+    client: &Client,
+    namespace: &str,
+    secret: Option<&SecretKeyRef>,
+    field: &str,
+) -> Result<Option<String>, GateError> {
+    match secret {
+        Some(secret) => Ok(Some(secret_text(client, namespace, secret, field).await?)),
+        None => Ok(None),
+    }
 }
 
 /// An address as a URL host: IPv6 in brackets.

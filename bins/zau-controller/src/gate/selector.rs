@@ -36,14 +36,12 @@ impl Selector {
             .map_err(|error| error.split_whitespace().collect::<Vec<_>>().join(" "))?;
         let Expr::VectorSelector(selector) = expr else {
             return Err(format!(
-                "{text:?} is not a selector: write label matchers in braces, like \
-                 {{severity=\"critical\"}}"
+                "{text:?} is not a selector: write label matchers in braces, like {{severity=\"critical\"}}"
             ));
         };
         if let Some(name) = &selector.name {
             return Err(format!(
-                "{text:?} names a metric ({name}): alerts are selected by labels; write \
-                 {{alertname=\"{name}\"}}"
+                "{text:?} names a metric ({name}): alerts are selected by labels; write {{alertname=\"{name}\"}}"
             ));
         }
         if selector.offset.is_some() || selector.at.is_some() {
