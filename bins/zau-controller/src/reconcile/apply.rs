@@ -15,7 +15,7 @@ use zone_api::ZoneAwareUpdateStatus;
 use zone_api::conditions::Conditions;
 use zone_api::zau::{condition, reason};
 use zone_operator::status::{self, StatusError};
-use zone_topology::rollout::{Batch, Plan, RolloutPod};
+use zone_topology::rollout::{Batch, Plan, RolloutPod, WaitReason};
 
 use super::context::Expected;
 use super::observe::Observed;
@@ -44,85 +44,105 @@ impl Step<'_> {
                 self.ctx.gates.forget(&ObjectRef::from_obj(self.zau));
                 self.complete(&observed.set, draft).await
             }
-            Plan::Wait(why) => {
-                let status = &mut draft.status;
-                status.set_condition(
-                    condition::PROGRESSING,
-                    true,
-                    reason::WAITING,
-                    why.to_string(),
-                );
-                status.set_condition(
-                    condition::COMPLETE,
-                    false,
-                    reason::IN_PROGRESS,
-                    "old-revision or unready pods remain",
-                );
-                if in_progress {
-                    // Pods are being replaced: what would hold the next batch is recorded now,
-                    // so a pause shows as soon as its cause does. A bake under way stays.
-                    let now = Timestamp::now();
-                    let zone = draft.status.current_zone.clone();
-                    let bake = draft
-                        .status
-                        .next_zone_not_before
-                        .as_ref()
-                        .and_then(|until| {
-                            pause::bake_hold(zone.as_deref().unwrap_or_default(), until.0, now)
-                        });
-                    let zones = pause::scope_zones(zone.as_deref(), bake.is_some(), &draft.status);
-                    let holds = self
-                        .holds(observed, zones, false, bake.map(|(hold, _)| hold))
-                        .await;
-                    pause::record(&self.zau.spec, self.previous, &holds, false, draft);
-                }
-                self.leave_dry_run(&mut draft.status);
-                Ok(match observed.soonest_available {
-                    Some(rest) => Action::requeue(rest),
-                    None if in_progress => poll,
-                    None => Action::await_change(),
-                })
-            }
-            Plan::Remove(batch) => {
-                draft.status.set_condition(
-                    condition::COMPLETE,
-                    false,
-                    reason::IN_PROGRESS,
-                    "old-revision pods remain",
-                );
-                let (bake, bake_left) = self.bake(observed, &batch, &mut draft.status);
-                let zones = pause::scope_zones(
-                    Some(&batch.zone.to_string()),
-                    draft.status.next_zone_not_before.is_some(),
-                    &draft.status,
-                );
-                let holds = self.holds(observed, zones, true, bake).await;
-                if pause::record(&self.zau.spec, self.previous, &holds, true, draft) {
-                    tracing::info!(zau = %self.zau.name_any(), paused_by = %draft.status.paused_by, "rollout paused");
-                    let wait = bake_left.map_or(self.poll_interval(observed), |left| {
-                        // Just past the bake's end (the status stores it to the second).
-                        left.saturating_add(Duration::from_millis(100))
-                            .min(self.poll_interval(observed))
-                    });
-                    return Ok(Action::requeue(wait));
-                }
-                if self.zau.spec.dry_run {
-                    self.dry_run(&batch, draft);
-                    return Ok(
-                        if self.zau.spec.pause_rollout_alarm.is_empty()
-                            && observed.valid.alert_gate.is_none()
-                        {
-                            Action::await_change()
-                        } else {
-                            poll
-                        },
-                    );
-                }
-                self.leave_dry_run(&mut draft.status);
-                self.remove_batch(&batch, &observed.planned, poll, draft)
-                    .await
-            }
+            Plan::Wait(why) => Ok(self.wait(observed, &why, in_progress, poll, draft).await),
+            Plan::Remove(batch) => self.remove(observed, batch, poll, draft).await,
         }
+    }
+
+    /// No pod may go yet (`why`): the status says so, and what would hold the next batch
+    /// while pods are being replaced.
+    async fn wait(
+        &self,
+        observed: &Observed,
+        why: &WaitReason,
+        in_progress: bool,
+        poll: Action,
+        draft: &mut Draft,
+    ) -> Action {
+        let status = &mut draft.status;
+        status.set_condition(
+            condition::PROGRESSING,
+            true,
+            reason::WAITING,
+            why.to_string(),
+        );
+        status.set_condition(
+            condition::COMPLETE,
+            false,
+            reason::IN_PROGRESS,
+            "old-revision or unready pods remain",
+        );
+        if in_progress {
+            // Pods are being replaced: what would hold the next batch is recorded now,
+            // so a pause shows as soon as its cause does. A bake under way stays.
+            let now = Timestamp::now();
+            let zone = draft.status.current_zone.clone();
+            let bake = draft
+                .status
+                .next_zone_not_before
+                .as_ref()
+                .and_then(|until| {
+                    pause::bake_hold(zone.as_deref().unwrap_or_default(), until.0, now)
+                });
+            let zones = pause::scope_zones(zone.as_deref(), bake.is_some(), &draft.status);
+            let holds = self
+                .holds(observed, zones, false, bake.map(|(hold, _)| hold))
+                .await;
+            pause::record(&self.zau.spec, self.previous, &holds, false, draft);
+        }
+        self.leave_dry_run(&mut draft.status);
+        match observed.soonest_available {
+            Some(rest) => Action::requeue(rest),
+            None if in_progress => poll,
+            None => Action::await_change(),
+        }
+    }
+
+    /// The next batch goes, unless a pause holds it or the rollout is a dry run.
+    async fn remove(
+        &self,
+        observed: &Observed,
+        batch: Batch,
+        poll: Action,
+        draft: &mut Draft,
+    ) -> Result<Action, ReconcileError> {
+        draft.status.set_condition(
+            condition::COMPLETE,
+            false,
+            reason::IN_PROGRESS,
+            "old-revision pods remain",
+        );
+        let (bake, bake_left) = self.bake(observed, &batch, &mut draft.status);
+        let zones = pause::scope_zones(
+            Some(&batch.zone.to_string()),
+            draft.status.next_zone_not_before.is_some(),
+            &draft.status,
+        );
+        let holds = self.holds(observed, zones, true, bake).await;
+        if pause::record(&self.zau.spec, self.previous, &holds, true, draft) {
+            tracing::info!(zau = %self.zau.name_any(), paused_by = %draft.status.paused_by, "rollout paused");
+            let wait = bake_left.map_or(self.poll_interval(observed), |left| {
+                // Just past the bake's end (the status stores it to the second).
+                left.saturating_add(Duration::from_millis(100))
+                    .min(self.poll_interval(observed))
+            });
+            return Ok(Action::requeue(wait));
+        }
+        if self.zau.spec.dry_run {
+            self.dry_run(&batch, draft);
+            return Ok(
+                if self.zau.spec.pause_rollout_alarm.is_empty()
+                    && observed.valid.alert_gate.is_none()
+                {
+                    Action::await_change()
+                } else {
+                    poll
+                },
+            );
+        }
+        self.leave_dry_run(&mut draft.status);
+        self.remove_batch(&batch, &observed.planned, poll, draft)
+            .await
     }
 
     /// The bake before `batch`: `status.nextZoneNotBefore` set when the batch starts a zone
