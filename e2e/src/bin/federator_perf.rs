@@ -392,6 +392,27 @@ async fn scenario(label: &str, endpoints: &[String], requests: usize) -> Headlin
     headline
 }
 
+impl Figures {
+    /// Not measured.
+    fn nan() -> Figures {
+        Figures {
+            p50: f64::NAN,
+            p99: f64::NAN,
+            first_byte_p50: f64::NAN,
+            cpu_per_request: f64::NAN,
+            bytes: 0,
+        }
+    }
+}
+
+/// The scenario `label` with 10 backends (5 shards x 2) answering `groups` groups,
+/// `FED_PERF_REQUESTS_10` requests: its figures one request at a time.
+async fn one_at_a_time(recorded: &Value, label: &str, groups: usize) -> Figures {
+    let endpoints = backends(recorded, groups, 5).await;
+    let headline = scenario(label, &endpoints, setting("FED_PERF_REQUESTS_10", 40)).await;
+    headline.x1.unwrap_or_else(Figures::nan)
+}
+
 async fn run() -> bool {
     let recorded = record().await;
     let mut ok = true;
@@ -404,13 +425,6 @@ async fn run() -> bool {
         );
         ok &= met;
     };
-    let nan = || Figures {
-        p50: f64::NAN,
-        p99: f64::NAN,
-        first_byte_p50: f64::NAN,
-        cpu_per_request: f64::NAN,
-        bytes: 0,
-    };
     let big_100 = backends(&recorded, 200, 50).await;
     let headline = scenario(
         "100 backends",
@@ -419,34 +433,17 @@ async fn run() -> bool {
     )
     .await;
     let (x1, x4) = (
-        headline.x1.unwrap_or_else(nan),
-        headline.x4.unwrap_or_else(nan),
+        headline.x1.unwrap_or_else(Figures::nan),
+        headline.x4.unwrap_or_else(Figures::nan),
     );
     check("100 backends p50, one at a time", x1.p50, 0.6, "s");
     check("100 backends CPU per request", x1.cpu_per_request, 1.5, "s");
     check("100 backends p50, four at a time", x4.p50, 1.2, "s");
     check("100 backends peak RSS", headline.peak_rss_mib, 512.0, "MiB");
-    let big_10 = backends(&recorded, 200, 5).await;
-    let headline = scenario("10 backends", &big_10, setting("FED_PERF_REQUESTS_10", 40)).await;
-    check(
-        "10 backends p50",
-        headline.x1.unwrap_or_else(nan).p50,
-        0.150,
-        "s",
-    );
-    let small_10 = backends(&recorded, 20, 5).await;
-    let headline = scenario(
-        "10 backends, small",
-        &small_10,
-        setting("FED_PERF_REQUESTS_10", 40),
-    )
-    .await;
-    check(
-        "10 backends small p99",
-        headline.x1.unwrap_or_else(nan).p99,
-        0.050,
-        "s",
-    );
+    let big_10 = one_at_a_time(&recorded, "10 backends", 200).await;
+    check("10 backends p50", big_10.p50, 0.150, "s");
+    let small_10 = one_at_a_time(&recorded, "10 backends, small", 20).await;
+    check("10 backends small p99", small_10.p99, 0.050, "s");
     // Other work on the machine inflates every figure: say how busy it was.
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(

@@ -164,6 +164,11 @@ impl Bench {
         }
     }
 
+    /// The ShardedPrometheus as it is now.
+    async fn sprom(&self) -> Result<ShardedPrometheus, String> {
+        self.sproms.get(NAME).await.map_err(|e| e.to_string())
+    }
+
     /// 1a. Create: the shards' children applied and observed.
     async fn create(&self) -> bool {
         let (shards, replicas, cpu_target) = (self.shards, self.replicas, self.cpu_target);
@@ -175,12 +180,7 @@ impl Bench {
             &spec(shards, replicas, &["pods"]),
             "every shard's children, observed",
             || async {
-                let status = self
-                    .sproms
-                    .get(NAME)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .status;
+                let status = self.sprom().await?.status;
                 let observed = status.map_or(0, |s| s.shards);
                 all_shards(shards, usize::try_from(observed).unwrap_or(0))?;
                 // Only the children, by their label.
@@ -246,12 +246,7 @@ impl Bench {
         let (shards, replicas) = (self.shards, self.replicas);
         let (rss_seconds, rss_target) = (self.rss_seconds, self.rss_target);
         wait_for("every shard ready", timeout(), || async {
-            let status = self
-                .sproms
-                .get(NAME)
-                .await
-                .map_err(|e| e.to_string())?
-                .status;
+            let status = self.sprom().await?.status;
             all_shards(
                 shards,
                 usize::try_from(status.map_or(0, |s| s.ready_shards)).unwrap_or(0),

@@ -463,16 +463,18 @@ impl StormResult {
         self.allowed_per_second() * quantile(&durations, 0.5)
     }
 
+    /// The decision counter `key` of both replicas, summed.
+    fn decided(&self, key: &str) -> f64 {
+        self.server
+            .iter()
+            .flatten()
+            .filter_map(|s| s.decisions.get(key))
+            .sum()
+    }
+
     /// Evictions recorded per status write, from both replicas' batch histograms.
     fn per_write(&self) -> (f64, f64) {
-        let sum = |key: &str| -> f64 {
-            self.server
-                .iter()
-                .flatten()
-                .filter_map(|s| s.decisions.get(key))
-                .sum()
-        };
-        (sum("batch-records"), sum("batch-writes"))
+        (self.decided("batch-records"), self.decided("batch-writes"))
     }
 
     pub fn report(&self, storm: &StormSettings) {
@@ -580,15 +582,8 @@ impl StormResult {
         }
         // The ledger saw every record the webhooks say they wrote, and at most those plus the
         // decisions abandoned at the deadline (whose write may still have landed).
-        let decided = |key: &str| -> f64 {
-            self.server
-                .iter()
-                .flatten()
-                .filter_map(|s| s.decisions.get(key))
-                .sum()
-        };
-        let recorded = decided("allowed/Recorded");
-        let abandoned = decided("denied/DeadlineExceeded");
+        let recorded = self.decided("allowed/Recorded");
+        let abandoned = self.decided("denied/DeadlineExceeded");
         let starts = self.starts as f64;
         if starts + 0.5 < recorded || starts > recorded + abandoned + 0.5 {
             problems.push(format!(
