@@ -40,10 +40,17 @@ type SelectionCase<'a> = (
     Vec<&'a str>,
 );
 
+/// Each case: its name, the selector, the labels and whether they match.
+fn check_matches(cases: Vec<MatchCase<'_>>) {
+    for (name, selector, object, expected) in cases {
+        assert_eq!(matches(&selector, &labels(object)), Ok(expected), "{name}");
+    }
+}
+
 #[test]
-fn operators_and_match_labels() {
+fn empty_selectors_and_match_labels() {
     let app_web = &[("app", "web"), ("tier", "front")][..];
-    let cases: Vec<MatchCase<'_>> = vec![
+    check_matches(vec![
         (
             "empty selector, labels",
             selector(&[], vec![]),
@@ -101,6 +108,13 @@ fn operators_and_match_labels() {
             app_web,
             false,
         ),
+    ]);
+}
+
+#[test]
+fn set_based_operators() {
+    let app_web = &[("app", "web"), ("tier", "front")][..];
+    check_matches(vec![
         (
             "In hit",
             selector(&[], vec![expression("app", "In", &["db", "web"])]),
@@ -161,6 +175,13 @@ fn operators_and_match_labels() {
             app_web,
             true,
         ),
+    ]);
+}
+
+#[test]
+fn combined_requirements_and_prefixed_keys() {
+    let app_web = &[("app", "web"), ("tier", "front")][..];
+    check_matches(vec![
         (
             "labels AND expressions, both hold",
             selector(
@@ -197,15 +218,27 @@ fn operators_and_match_labels() {
             &[("example.com/team", "a")],
             true,
         ),
-    ];
-    for (name, selector, object, expected) in cases {
-        assert_eq!(matches(&selector, &labels(object)), Ok(expected), "{name}");
+    ]);
+}
+
+/// Each case: its name, the selector, the field the error names and a part of its message.
+fn check_invalid(cases: Vec<(&str, LabelSelector, &str, &str)>) {
+    for (name, selector, field, message) in cases {
+        // Whatever the labels: validation does not depend on them.
+        for object in [labels(&[]), labels(&[("app", "web")])] {
+            let error = matches(&selector, &object).expect_err(name);
+            assert_eq!(error.field, field, "{name}");
+            assert!(
+                error.to_string().contains(message),
+                "{name}: {error} lacks {message:?}"
+            );
+        }
     }
 }
 
 #[test]
-fn invalid_selectors_are_errors_naming_the_field() {
-    let cases: Vec<(&str, LabelSelector, &str, &str)> = vec![
+fn invalid_operators_and_values_counts_are_errors_naming_the_field() {
+    check_invalid(vec![
         (
             "unknown operator",
             selector(&[], vec![expression("app", "Equals", &["web"])]),
@@ -248,6 +281,12 @@ fn invalid_selectors_are_errors_naming_the_field() {
             "matchExpressions[0].values",
             "operator DoesNotExist takes no values",
         ),
+    ]);
+}
+
+#[test]
+fn invalid_keys_are_errors_naming_the_field() {
+    check_invalid(vec![
         (
             "empty key",
             selector(&[], vec![expression("", "Exists", &[])]),
@@ -287,6 +326,12 @@ fn invalid_selectors_are_errors_naming_the_field() {
             "matchExpressions[0].key",
             "the name is longer than 63 characters",
         ),
+    ]);
+}
+
+#[test]
+fn invalid_values_are_errors_naming_the_field() {
+    check_invalid(vec![
         (
             "invalid matchLabels value",
             selector(&[("app", "-web")], vec![]),
@@ -306,18 +351,7 @@ fn invalid_selectors_are_errors_naming_the_field() {
             "matchExpressions[0].values[0]",
             "longer than 63 characters",
         ),
-    ];
-    for (name, selector, field, message) in cases {
-        // Whatever the labels: validation does not depend on them.
-        for object in [labels(&[]), labels(&[("app", "web")])] {
-            let error = matches(&selector, &object).expect_err(name);
-            assert_eq!(error.field, field, "{name}");
-            assert!(
-                error.to_string().contains(message),
-                "{name}: {error} lacks {message:?}"
-            );
-        }
-    }
+    ]);
 }
 
 #[test]

@@ -134,9 +134,21 @@ fn valid_specs() {
     }
 }
 
+/// Each case: a spec and a part of the reason it is refused for, which names the group and
+/// the rule.
+fn check_invalid(cases: Vec<(PrometheusRuleSpec, &str)>) {
+    for (spec, expected) in cases {
+        let reason = super::spec(&spec).expect_err(expected);
+        assert!(
+            reason.contains(expected),
+            "{reason:?} does not contain {expected:?}"
+        );
+    }
+}
+
 #[test]
-fn invalid_specs_name_the_group_and_the_rule() {
-    let cases: Vec<(PrometheusRuleSpec, &str)> = vec![
+fn invalid_expressions_name_the_group_and_the_rule() {
+    check_invalid(vec![
         (
             second_rule(recording("job:up:rate", "")),
             "group \"api\", rule 2 (record \"job:up:rate\"): expr: must be set",
@@ -158,6 +170,12 @@ fn invalid_specs_name_the_group_and_the_rule() {
             second_rule(recording("job:up:some", "sum(limitk(2, up))")),
             "group \"api\", rule 2 (record \"job:up:some\"): expr: limitk() is experimental",
         ),
+    ]);
+}
+
+#[test]
+fn invalid_rule_kinds_and_record_names_name_the_group_and_the_rule() {
+    check_invalid(vec![
         (
             second_rule(Rule {
                 alert: "Both".to_string(),
@@ -190,6 +208,12 @@ fn invalid_specs_name_the_group_and_the_rule() {
             second_rule(recording("up{job=\"a\"}", "up")),
             "is not a valid metric name ([a-zA-Z_:][a-zA-Z0-9_:]*) (and 1 more problem)",
         ),
+    ]);
+}
+
+#[test]
+fn invalid_alerting_only_fields_and_durations_name_the_group_and_the_rule() {
+    check_invalid(vec![
         (
             second_rule(Rule {
                 annotations: map(&[("summary", "s")]),
@@ -227,6 +251,12 @@ fn invalid_specs_name_the_group_and_the_rule() {
             }),
             "rule 2 (alert \"Down\"): keep_firing_for: \"\" is not a Prometheus duration: it is empty",
         ),
+    ]);
+}
+
+#[test]
+fn invalid_labels_and_annotations_name_the_group_and_the_rule() {
+    check_invalid(vec![
         (
             second_rule(Rule {
                 labels: map(&[("team-name", "a")]),
@@ -263,6 +293,12 @@ fn invalid_specs_name_the_group_and_the_rule() {
             }),
             "rule 2 (alert \"Down\"): label \"owner\": template: unclosed action",
         ),
+    ]);
+}
+
+#[test]
+fn invalid_groups_name_the_group() {
+    check_invalid(vec![
         (
             with_group(|group| group.name = String::new()),
             "group 1: name is empty",
@@ -313,14 +349,7 @@ fn invalid_specs_name_the_group_and_the_rule() {
             "group \"a\", rule 1 (record \"bad name\"): record: \"bad name\" is not a valid \
              metric name ([a-zA-Z_:][a-zA-Z0-9_:]*) (and 3 more problems)",
         ),
-    ];
-    for (spec, expected) in cases {
-        let reason = super::spec(&spec).expect_err(expected);
-        assert!(
-            reason.contains(expected),
-            "{reason:?} does not contain {expected:?}"
-        );
-    }
+    ]);
 }
 
 #[test]
