@@ -116,6 +116,16 @@ pub fn check_served(root: &Path, binary: &str, families: &BTreeSet<String>) -> R
     ))
 }
 
+/// Panics with [`check_served`]'s message unless `binary` (its crate at `manifest_dir`, two
+/// levels below the repository's root) serves every metric the mixin reads of it: a renamed
+/// metric fails its binary's tests, not on the pager.
+pub fn assert_served(manifest_dir: &str, binary: &str, families: &BTreeSet<String>) {
+    let root = Path::new(manifest_dir).join("../..");
+    if let Err(message) = check_served(&root, binary, families) {
+        panic!("{message}");
+    }
+}
+
 /// What the rendered mixin reads and records.
 #[derive(Debug, Default)]
 pub struct MixinMetrics {

@@ -70,7 +70,7 @@ use serde_json::{Value, json};
 pub use axum::http::Method;
 
 mod served;
-pub use served::served_metric_families;
+pub use served::{assert_serves, served_metric_families};
 
 /// A cache (reflector store) holding `objects`, filled the way a reflector fills it: the caches
 /// a reconcile reads, for a scenario.

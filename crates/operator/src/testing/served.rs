@@ -28,6 +28,15 @@ pub fn served_metric_families(registry: &Registry) -> io::Result<BTreeSet<String
     .map_err(|_| io::Error::other("the thread serving /metrics panicked"))?
 }
 
+/// Asserts that `served` (see [`served_metric_families`]) holds every name of `expected`, and
+/// the process families on Linux (where the runtime exports them).
+pub fn assert_serves(served: &BTreeSet<String>, expected: &[&str]) {
+    let process = cfg!(target_os = "linux").then_some("process_cpu_seconds_total");
+    for family in expected.iter().copied().chain(process) {
+        assert!(served.contains(family), "{family} not served: {served:?}");
+    }
+}
+
 async fn scrape(registry: Registry) -> io::Result<BTreeSet<String>> {
     let server = BoundServer::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
         .await
