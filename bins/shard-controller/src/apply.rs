@@ -69,7 +69,8 @@ pub async fn apply(
     );
     if plan.full_apply {
         let generation = sprom.metadata.generation.unwrap_or(0);
-        ctx.applied
+        ctx.memory
+            .applied
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert((namespace, name), (generation, Instant::now()));

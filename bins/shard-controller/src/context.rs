@@ -38,30 +38,40 @@ pub struct Context {
     pub services: Store<PartialObjectMeta<Service>>,
     /// The shards' Prometheus pods (labels, phase, IP and the config digest annotation).
     pub pods: Store<Pod>,
-    /// Per resource, the generation and time of the last full apply: until the generation
-    /// changes or [`RESYNC`] passes, children the cache shows unchanged are not written again.
-    pub applied: Mutex<HashMap<(String, String), (i64, Instant)>>,
     pub zones: NodeZones,
+    /// The caches of ServiceMonitors, PodMonitors, ScrapeConfigs, PrometheusRules and
+    /// namespaces.
+    pub monitoring: Caches,
     pub events: EventPublisher,
     pub metrics: ControllerMetrics,
     pub sprom_metrics: SpromMetrics,
     pub field_manager: String,
     /// The node label that carries zones (`--zone-label`).
     pub zone_label: String,
-    pub access: AccessCache,
-    /// The resources with metric series, to drop those of deleted ones.
-    pub series: ObjectSeries,
-    /// The caches of ServiceMonitors, PodMonitors, ScrapeConfigs, PrometheusRules and
-    /// namespaces.
-    pub monitoring: Caches,
-    pub discovery: Discovery,
-    /// What each resource selected and referenced at its last reconcile.
-    pub index: SharedIndex,
-    /// The jobs each monitor of each resource last translated to.
-    pub last_good: Mutex<HashMap<ObjectRef<ShardedPrometheus>, LastGood>>,
+    /// What earlier reconciles leave for the next ones.
+    pub memory: Memory,
     /// The configuration applied to each shard, and what its Prometheus pods answer about the
     /// one they run (shared with the prober).
     pub config_health: ConfigHealth,
+}
+
+/// What earlier reconciles leave for the next ones (all empty at the start).
+#[derive(Default)]
+pub struct Memory {
+    /// Per resource, the generation and time of the last full apply: until the generation
+    /// changes or [`RESYNC`] passes, children the cache shows unchanged are not written again.
+    pub applied: Mutex<HashMap<(String, String), (i64, Instant)>>,
+    /// The answers of the access reviews of the shards' ServiceAccounts.
+    pub access: AccessCache,
+    /// The resources with metric series, to drop those of deleted ones.
+    pub series: ObjectSeries,
+    /// Which monitoring kinds the API server serves.
+    pub discovery: Discovery,
+    /// What each resource selected and referenced at its last reconcile (shared with the
+    /// watches' trigger mappers).
+    pub index: SharedIndex,
+    /// The jobs each monitor of each resource last translated to.
+    pub last_good: Mutex<HashMap<ObjectRef<ShardedPrometheus>, LastGood>>,
 }
 
 impl Context {
@@ -73,10 +83,13 @@ impl Context {
             .iter()
             .map(|s| (s.namespace().unwrap_or_default(), s.name_any()))
             .collect();
-        self.series.forget_deleted(&live, |namespace, name, _| {
-            self.sprom_metrics.forget(namespace, name);
-        });
-        self.applied
+        self.memory
+            .series
+            .forget_deleted(&live, |namespace, name, _| {
+                self.sprom_metrics.forget(namespace, name);
+            });
+        self.memory
+            .applied
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .retain(|key, _| live.contains(key));
@@ -86,11 +99,13 @@ impl Context {
                 sprom.name.clone(),
             ))
         };
-        self.index
+        self.memory
+            .index
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .retain(alive);
-        self.last_good
+        self.memory
+            .last_good
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .retain(|sprom, _| alive(sprom));
@@ -100,7 +115,11 @@ impl Context {
     /// values still referenced by anyone, and its monitors' jobs.
     pub fn remember(&self, memories: Memories) {
         {
-            let mut index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut index = self
+                .memory
+                .index
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             index.record(
                 memories.sprom.clone(),
                 memories.selected,
@@ -110,7 +129,8 @@ impl Context {
                 .values
                 .retain(|key| index.is_referenced(key));
         }
-        self.last_good
+        self.memory
+            .last_good
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(memories.sprom, memories.good);

@@ -24,7 +24,7 @@ use zone_api::sprom::contract::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::children::build::{APPLIED_HASH_ANNOTATION, ZONE_ANNOTATION};
 use crate::children::retention::{DELETION_DEADLINE_ANNOTATION, RETAINED_SINCE_ANNOTATION};
 use crate::cli::Args;
-use crate::context::Context;
+use crate::context::{Context, Memory};
 use crate::health::{self, ConfigHealth, Prober};
 use crate::metrics::SpromMetrics;
 use crate::monitoring::cache::{Caches, SharedIndex};
@@ -149,19 +149,17 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         secrets: children.secrets,
         services: children.services,
         pods: pods.clone(),
-        applied: Default::default(),
         zones,
         events: parts.events.clone(),
         metrics: parts.controller_metrics(),
         sprom_metrics,
         field_manager: scope.field_manager(&parts.controller),
         zone_label: scope.zone_label.clone(),
-        access: Default::default(),
-        series: Default::default(),
         monitoring,
-        discovery: Default::default(),
-        index,
-        last_good: Default::default(),
+        memory: Memory {
+            index,
+            ..Memory::default()
+        },
         config_health: ConfigHealth::new(args.config_load_grace),
     });
     let prober = tokio::spawn(

@@ -143,6 +143,7 @@ pub async fn observe(
     );
     let needed = crate::access::needed(&valid.scrape_configs, &namespace);
     observed.forbidden = ctx
+        .memory
         .access
         .missing(
             &ctx.client,
@@ -158,7 +159,11 @@ pub async fn observe(
 fn resync_due(ctx: &Context, sprom: &ShardedPrometheus) -> bool {
     let key = (sprom.namespace().unwrap_or_default(), sprom.name_any());
     let generation = sprom.metadata.generation.unwrap_or(0);
-    let applied = ctx.applied.lock().unwrap_or_else(PoisonError::into_inner);
+    let applied = ctx
+        .memory
+        .applied
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
     applied
         .get(&key)
         .is_none_or(|(seen, at)| *seen != generation || at.elapsed() >= RESYNC)

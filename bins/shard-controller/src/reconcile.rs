@@ -129,7 +129,7 @@ pub async fn reconcile(
                 zones_with_nodes.as_ref(),
                 &plan.status,
             );
-            ctx.series.note(&namespace, &name, []);
+            ctx.memory.series.note(&namespace, &name, []);
             write_status(&ctx, &api, &sprom, &previous, plan.status, plan.events).await?;
             Ok(Action::requeue(plan.requeue_after))
         }

@@ -153,7 +153,6 @@ impl Harness {
             secrets: store_of(secrets),
             services: store_of(services),
             pods: store_of(Vec::<k8s_openapi::api::core::v1::Pod>::new()),
-            applied: Default::default(),
             zones: NodeZones::from_store(
                 store_of([
                     zoned_node("node-a", "a"),
@@ -167,12 +166,8 @@ impl Harness {
             sprom_metrics: SpromMetrics::register(&registry).unwrap(),
             field_manager: "shard-controller".to_string(),
             zone_label: ZONE_LABEL.to_string(),
-            access: Default::default(),
-            series: Default::default(),
             monitoring: no_monitoring_objects(),
-            discovery: Default::default(),
-            index: Default::default(),
-            last_good: Default::default(),
+            memory: Default::default(),
             config_health: Default::default(),
         });
         Harness { fake, ctx, sprom }
@@ -252,19 +247,17 @@ impl Harness {
             secrets: store_of(secrets),
             services: store_of(services),
             pods: self.ctx.pods.clone(),
-            applied: std::sync::Mutex::new(self.ctx.applied.lock().unwrap().clone()),
             zones: self.ctx.zones.clone(),
             events: self.ctx.events.clone(),
             metrics: self.ctx.metrics.clone(),
             sprom_metrics: self.ctx.sprom_metrics.clone(),
             field_manager: self.ctx.field_manager.clone(),
             zone_label: self.ctx.zone_label.clone(),
-            access: Default::default(),
-            series: Default::default(),
             monitoring: no_monitoring_objects(),
-            discovery: Default::default(),
-            index: Default::default(),
-            last_good: Default::default(),
+            memory: crate::context::Memory {
+                applied: std::sync::Mutex::new(self.ctx.memory.applied.lock().unwrap().clone()),
+                ..Default::default()
+            },
             config_health: Default::default(),
         };
         Harness {
@@ -454,7 +447,7 @@ async fn unchanged_children_cause_no_writes_until_the_resync() {
     );
 
     // The resync is due: everything is applied again.
-    for (_, at) in warm.ctx.applied.lock().unwrap().values_mut() {
+    for (_, at) in warm.ctx.memory.applied.lock().unwrap().values_mut() {
         *at = Instant::now()
             .checked_sub(RESYNC + Duration::from_secs(1))
             .unwrap();

@@ -308,11 +308,12 @@ pub async fn observe(
     let sprom_ref = ObjectRef::from_obj(sprom);
     let subject = Subject {
         client,
-        access: &ctx.access,
+        access: &ctx.memory.access,
         namespace: &own_namespace,
         service_account: &valid.service_account_name,
     };
-    let mut selected = selected(caches, &ctx.discovery, client, valid, &own_namespace).await?;
+    let mut selected =
+        selected(caches, &ctx.memory.discovery, client, valid, &own_namespace).await?;
     let mut refused = subject.screen_objects(&mut selected).await?;
     let mut parsed = translate::Parsed::of(&selected);
     refused.extend(subject.screen_references(&mut parsed).await?);
@@ -322,6 +323,7 @@ pub async fn observe(
     references.extend(translate::rule_file_references(valid, &own_namespace));
     let values = read_values(client, &references, &versions, &caches.values).await?;
     let previous = ctx
+        .memory
         .last_good
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
