@@ -1,6 +1,6 @@
-//! What the tests of the custom resources share: server-side apply of an object, waiting for a
-//! resource's status (a predicate, the observed generation, a named condition), and a
-//! controller watching the test's namespace.
+//! What the tests of the custom resources share: creating and server-side applying an object,
+//! waiting for a resource's status (a predicate, the observed generation, a named condition),
+//! and a controller watching the test's namespace.
 //!
 //! Each test file keeps a fixture of its own for the state it alone holds (its workloads, its
 //! processes); the reading and waiting are these functions, over any resource with a status.
@@ -8,11 +8,12 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
-use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::object::HasStatus;
+use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 use zone_api::conditions::Conditions;
 
 use crate::localstack::free_port;
@@ -37,6 +38,19 @@ where
     )
     .await
     .unwrap_or_else(|e| panic!("applying {name}: {e}"))
+}
+
+/// Creates `manifest` (JSON: its metadata and the fields of its kind; apiVersion and kind may be
+/// left out) through `api`: the object as the API server stored it.
+pub async fn create<K>(api: &Api<K>, manifest: Value) -> K
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let object: K = serde_json::from_value(manifest)
+        .unwrap_or_else(|e| panic!("a manifest of the wrong shape: {e}"));
+    api.create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("creating {}: {e}", object.name_any()))
 }
 
 /// The status of `object`, or the empty status while the controller has written none.

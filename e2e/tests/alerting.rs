@@ -17,7 +17,7 @@ use e2e::cluster::DeleteOnDrop;
 use e2e::process::ControllerProcess;
 use e2e::{Cluster, TestNamespace, fixture, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use zone_api::ShardedPrometheus;
@@ -341,17 +341,14 @@ async fn create_the_rule(fx: &Fixture, zone_b_target: &str) {
          \x20   annotations: {{summary: 'the target {zone_b_target} of zone-b is up'}}\n"
     );
     let rules: Api<ConfigMap> = fx.ns.api();
-    rules
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "rules"},
-                "data": {"alerts.yaml": rule},
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    fixture::create(
+        &rules,
+        json!({
+            "metadata": {"name": "rules"},
+            "data": {"alerts.yaml": rule},
+        }),
+    )
+    .await;
 }
 
 /// Three shards of two replicas on the real nodes, scraping the targets every 2 s (labelled

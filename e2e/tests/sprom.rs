@@ -521,13 +521,7 @@ async fn sprom_real_prometheus_pods_scrape_the_targets_of_their_own_zone() {
         "metadata": {"name": "rules"},
         "data": {"targets.yaml": "groups:\n- name: targets\n  rules:\n  - record: job:up:sum\n    expr: sum by (job) (up)\n"},
     });
-    rules
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(rule_file).unwrap(),
-        )
-        .await
-        .unwrap();
+    fixture::create(&rules, rule_file).await;
     let generation = fx
         .apply(real_spec(&real, vec![target_job(&fx, "targets")]))
         .await;
@@ -903,13 +897,7 @@ async fn six_metrics_targets(
         "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "target"}},
                  "template": real.metrics_target_template("target")},
     });
-    deployments
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(target).unwrap(),
-        )
-        .await
-        .unwrap();
+    fixture::create(&deployments, target).await;
     let pods: Api<Pod> = fx.ns.api();
     let targets = e2e::pods::wait_available(&pods, "app=target", 6, TIMEOUT).await;
     targets
@@ -998,13 +986,7 @@ async fn sprom_federator_discovers_the_shards_and_follows_a_scale_without_restar
         "metadata": {"name": "alerts"},
         "data": {"alerts.yaml": "groups:\n- name: alerts\n  interval: 2s\n  rules:\n  - alert: Always\n    expr: vector(1)\n  - record: one\n    expr: vector(1)\n"},
     });
-    rules
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(rule_file).unwrap(),
-        )
-        .await
-        .unwrap();
+    fixture::create(&rules, rule_file).await;
     let spec = |shards: u32| {
         json!({
             "shards": shards,

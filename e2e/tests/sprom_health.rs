@@ -15,7 +15,7 @@ use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use zone_api::ShardedPrometheus;
@@ -274,13 +274,7 @@ async fn a_good_configuration_scrapes_everywhere(
             "template": fx.real.metrics_target_template("target"),
         },
     });
-    deployments
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(target).unwrap(),
-        )
-        .await
-        .unwrap();
+    fixture::create(&deployments, target).await;
     let pods: Api<Pod> = fx.ns.api();
     e2e::pods::wait_available(&pods, "app=target", 3, START).await;
 

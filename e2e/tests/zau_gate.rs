@@ -707,16 +707,11 @@ impl Fixture {
 /// their zone and pod) and evaluating [`RULES`] every 2 s.
 async fn create_sharded_prometheus(ns: &TestNamespace, real: &RealNodes) {
     let rules: Api<ConfigMap> = ns.api();
-    rules
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(
-                json!({"metadata": {"name": "rules"}, "data": {"app.yaml": RULES}}),
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    fixture::create(
+        &rules,
+        json!({"metadata": {"name": "rules"}, "data": {"app.yaml": RULES}}),
+    )
+    .await;
     let sprom = json!({
         "apiVersion": "zonecontrol.k8s.aws/v1",
         "kind": "ShardedPrometheus",
@@ -859,13 +854,7 @@ async fn federator_service(ns: &TestNamespace, address: SocketAddr) {
         "metadata": {"name": "federator"},
         "spec": {"clusterIP": "None", "ports": [{"name": "web", "port": address.port()}]},
     });
-    services
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(service).unwrap(),
-        )
-        .await
-        .unwrap();
+    fixture::create(&services, service).await;
     let slices: Api<EndpointSlice> = ns.api();
     let slice = json!({
         "metadata": {
@@ -879,13 +868,7 @@ async fn federator_service(ns: &TestNamespace, address: SocketAddr) {
         "endpoints": [{"addresses": [address.ip().to_string()], "conditions": {"ready": true}}],
         "ports": [{"name": "web", "port": address.port(), "protocol": "TCP"}],
     });
-    slices
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(slice).unwrap(),
-        )
-        .await
-        .unwrap();
+    fixture::create(&slices, slice).await;
 }
 
 /// What a namespace whose gates name a Secret grants the controller (docs/zau.md): a RoleBinding
@@ -909,13 +892,7 @@ async fn allow_gate_secrets(ns: &TestNamespace, controller: &ControllerProcess) 
         }],
     });
     let bindings: Api<RoleBinding> = ns.api();
-    bindings
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(binding).unwrap(),
-        )
-        .await
-        .unwrap();
+    fixture::create(&bindings, binding).await;
 }
 
 /// The ServiceAccount [`GATE_ACCOUNT`] allowed to read the federated alerts (a ClusterRole with
@@ -924,13 +901,7 @@ async fn allow_gate_secrets(ns: &TestNamespace, controller: &ControllerProcess) 
 /// `token`, filled by the token controller). Returns the token.
 async fn gate_token(ns: &TestNamespace) -> String {
     let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = ns.api();
-    accounts
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": GATE_ACCOUNT}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    fixture::create(&accounts, json!({"metadata": {"name": GATE_ACCOUNT}})).await;
     let namespace = Api::<Namespace>::all(ns.client.clone())
         .get(&ns.name)
         .await
@@ -948,25 +919,13 @@ async fn gate_token(ns: &TestNamespace) -> String {
         .expect("the reader ClusterRole in config/rbac/rules-federator.yaml")["rules"]
         .clone();
     let role = json!({"metadata": {"name": name, "ownerReferences": owner}, "rules": rules});
-    Api::<ClusterRole>::all(ns.client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(role).unwrap(),
-        )
-        .await
-        .unwrap();
+    fixture::create(&Api::<ClusterRole>::all(ns.client.clone()), role).await;
     let binding = json!({
         "metadata": {"name": name, "ownerReferences": owner},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
         "subjects": [{"kind": "ServiceAccount", "name": GATE_ACCOUNT, "namespace": ns.name}],
     });
-    Api::<ClusterRoleBinding>::all(ns.client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(binding).unwrap(),
-        )
-        .await
-        .unwrap();
+    fixture::create(&Api::<ClusterRoleBinding>::all(ns.client.clone()), binding).await;
     let secrets: Api<Secret> = ns.api();
     let secret = json!({
         "metadata": {
@@ -975,13 +934,7 @@ async fn gate_token(ns: &TestNamespace) -> String {
         },
         "type": "kubernetes.io/service-account-token",
     });
-    secrets
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(secret).unwrap(),
-        )
-        .await
-        .unwrap();
+    fixture::create(&secrets, secret).await;
     wait_for(
         "the token controller to fill the Secret",
         TIMEOUT,
@@ -1220,13 +1173,7 @@ async fn start_a_faulty_pod_in_zone_c(fx: &Fixture) {
         .as_array_mut()
         .unwrap()
         .push(json!({"name": "ERRORS_PER_SECOND", "value": FAULTY}));
-    fx.pods
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(template).unwrap(),
-        )
-        .await
-        .unwrap();
+    fixture::create(&fx.pods, template).await;
 }
 
 /// `zoneScope: RolloutZone`: zone-a and zone-b roll, zone-c's alert pausing nothing until
