@@ -24,7 +24,9 @@ pub use sprom::{
     ShardingMode, WhenScaled, ZonelessTargets,
 };
 pub use units::{UnitError, parse_prometheus_duration, parse_prometheus_size};
-pub use validation::{ShardStorage, SpecError, ValidSprom, ValidZau, ValidZdb};
+pub use validation::{
+    ShardStorage, SpromError, ValidSprom, ValidZau, ValidZdb, ZauError, ZdbError,
+};
 pub use zau::{ZoneAwareUpdate, ZoneAwareUpdateSpec, ZoneAwareUpdateStatus};
 pub use zdb::{ZoneDisruptionBudget, ZoneDisruptionBudgetSpec, ZoneDisruptionBudgetStatus};
 

@@ -7,8 +7,9 @@
 //! names repeated, or ConfigMap names of blanks, in lists too long for the API server to afford
 //! the check).
 //!
-//! Semantic checks are CEL rules with our own messages (the same text as the [`SpecError`] where
-//! there is one); the schema's keywords only bound sizes (`minimum`, `maxItems`, `maxLength`).
+//! Semantic checks are CEL rules with our own messages; where a rule and a check of
+//! [`crate::validation`] say the same thing they share the text, a constant here beside the rule
+//! (the error enums of the validation modules name it). The schema's keywords only bound sizes (`minimum`, `maxItems`, `maxLength`).
 //! The API server estimates each rule's worst case from those bounds and refuses a CRD whose rule
 //! could cost more than its budget: a rule that iterates over a list needs the list and the strings
 //! it compares bounded, while a rule on a single string needs no bound.
@@ -19,7 +20,6 @@
 use kube::core::{Message, Reason, Rule};
 use serde_json::Value;
 
-use crate::SpecError;
 use crate::sprom::contract;
 
 /// An integer or a percentage, as [`zone_topology::IntOrPercent::parse`] reads a string once
@@ -73,9 +73,12 @@ pub fn add_rules(schema: &mut Value, rules: impl IntoIterator<Item = Rule>) {
     }
 }
 
-fn spec_error(error: SpecError) -> Message {
-    Message::Message(error.to_string())
-}
+/// What a Prometheus label name is, in the messages about one.
+pub const LABEL_NAME_FORM: &str = "a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)";
+
+/// What a Kubernetes label value is made of, after its length, in the messages about one.
+pub const LABEL_VALUE_FORM: &str =
+    "letters, digits, '-', '_' or '.', starting and ending with a letter or digit";
 
 // --- maxUnavailable (ZoneAwareUpdate and ZoneDisruptionBudget) ---
 
@@ -92,23 +95,34 @@ pub fn max_unavailable_form() -> Rule {
     )))
 }
 
+/// The message of [`max_unavailable_not_zero`], and of the ZoneAwareUpdate's check.
+pub const MAX_UNAVAILABLE_NOT_ZERO: &str = "spec.maxUnavailable must be at least 1 or 1%: a \
+     rollout that can remove no pod cannot progress";
+
 /// A rollout that may remove no pod cannot progress (a ZoneDisruptionBudget of 0 is a freeze,
 /// and valid).
 pub fn max_unavailable_not_zero() -> Rule {
     Rule::new(format!(
         "type(self) == int ? self != 0 : !self.trim().matches('{ZERO}')"
     ))
-    .message(spec_error(SpecError::MaxUnavailableZero))
+    .message(MAX_UNAVAILABLE_NOT_ZERO)
 }
 
 // --- ZoneAwareUpdate ---
 
+/// The message of [`statefulset_named`], and of the ZoneAwareUpdate's check.
+pub const STATEFULSET_NAMED: &str = "spec.statefulset is empty: name the StatefulSet to roll out";
+
 pub fn statefulset_named() -> Rule {
     Rule::new("has(self.statefulset) && self.statefulset.trim() != ''")
-        .message(spec_error(SpecError::MissingStatefulSet))
+        .message(STATEFULSET_NAMED)
         .field_path(".statefulset")
         .reason(Reason::FieldValueRequired)
 }
+
+/// The message of the rule on `spec.alertGate` (`zau::alert_gate_one_target`), and of the
+/// ZoneAwareUpdate's check.
+pub const ALERT_GATE_ONE_TARGET: &str = "spec.alertGate: set exactly one of url and service";
 
 pub fn exponential_factor() -> Rule {
     Rule::new(format!("self.matches('{EXPONENTIAL_FACTOR}')")).message(
@@ -119,13 +133,17 @@ pub fn exponential_factor() -> Rule {
 
 // --- ZoneDisruptionBudget ---
 
+/// The message of [`selector_not_empty`], and of the ZoneDisruptionBudget's check.
+pub const SELECTOR_NOT_EMPTY: &str =
+    "spec.selector is missing or empty: it would select every pod of the namespace";
+
 pub fn selector_not_empty() -> Rule {
     Rule::new(
         "has(self.selector) && (\
          has(self.selector.matchLabels) && size(self.selector.matchLabels) > 0 || \
          has(self.selector.matchExpressions) && size(self.selector.matchExpressions) > 0)",
     )
-    .message(spec_error(SpecError::EmptySelector))
+    .message(SELECTOR_NOT_EMPTY)
     .field_path(".selector")
     .reason(Reason::FieldValueRequired)
 }
@@ -171,6 +189,10 @@ pub fn selector_values_absent() -> Rule {
 /// is the default, Topology.
 const CLASSIC: &str = "has(self.mode) && self.mode != 'Topology'";
 
+/// The message of [`zones_listed`], and of the ShardedPrometheus's check.
+pub const ZONES_LISTED: &str = "spec.shardingStrategy.topology.values is empty: Topology \
+     sharding needs at least one zone (or set shardingStrategy.mode to Classic)";
+
 /// On the spec, not on `shardingStrategy`: the API server checks a default against the rules of
 /// its own node, and the default strategy (Topology, no zone) is incomplete by design.
 pub fn zones_listed() -> Rule {
@@ -180,7 +202,7 @@ pub fn zones_listed() -> Rule {
          has(self.shardingStrategy.topology) && has(self.shardingStrategy.topology.values) && \
          size(self.shardingStrategy.topology.values) > 0)",
     )
-    .message(spec_error(SpecError::NoZones))
+    .message(ZONES_LISTED)
     .field_path(".shardingStrategy.topology.values")
     .reason(Reason::FieldValueRequired)
 }
@@ -191,10 +213,10 @@ pub fn zones_are_label_values() -> Rule {
         "{CLASSIC} || !has(self.topology) || !has(self.topology.values) || \
          self.topology.values.all(zone, zone.matches('{LABEL_VALUE}'))"
     ))
-    .message(
+    .message(Message::Message(format!(
         "spec.shardingStrategy.topology.values: every zone must be a label value: 1 to 63 \
-         letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
-    )
+         {LABEL_VALUE_FORM}"
+    )))
     .field_path(".topology.values")
 }
 
@@ -218,10 +240,10 @@ pub fn zone_label_is_label_name() -> Rule {
     Rule::new(format!(
         "{CLASSIC} || {ZONE_LABEL_SET} || self.topology.externalLabelName.matches('{LABEL_NAME}')"
     ))
-    .message(
-        "spec.shardingStrategy.topology.externalLabelName must be a Prometheus label name \
-         ([a-zA-Z_][a-zA-Z0-9_]*), or \"\" for no zone label",
-    )
+    .message(Message::Message(format!(
+        "spec.shardingStrategy.topology.externalLabelName must be {LABEL_NAME_FORM}, or \"\" for \
+         no zone label"
+    )))
     .field_path(".topology.externalLabelName")
 }
 
@@ -245,9 +267,9 @@ pub fn zone_label_not_reserved() -> Rule {
 /// On `externalLabels`. Map keys cannot be bounded in a schema, but the API server estimates
 /// them as short, so this rule stays cheap.
 pub fn external_labels_are_label_names() -> Rule {
-    Rule::new(format!("self.all(name, name.matches('{LABEL_NAME}'))")).message(
-        "spec.externalLabels: every name must be a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)",
-    )
+    Rule::new(format!("self.all(name, name.matches('{LABEL_NAME}'))")).message(Message::Message(
+        format!("spec.externalLabels: every name must be {LABEL_NAME_FORM}"),
+    ))
 }
 
 /// On the spec.
@@ -295,16 +317,22 @@ pub fn scrape_config_job_name() -> Rule {
         .reason(Reason::FieldValueRequired)
 }
 
+/// Why a `remoteWrite` item needs a url, in the rule and the check.
+pub const REMOTE_WRITE_ENTRY: &str = "each entry is one Prometheus remote_write";
+
 /// On each `remoteWrite` item (whose `url` the schema declares a string).
 pub fn remote_write_url() -> Rule {
     Rule::new("has(self.url) && self.url != ''")
-        .message(
-            "spec.remoteWrite[].url must be a non-empty string: each entry is one Prometheus \
-             remote_write",
-        )
+        .message(Message::Message(format!(
+            "spec.remoteWrite[].url must be a non-empty string: {REMOTE_WRITE_ENTRY}"
+        )))
         .field_path(".url")
         .reason(Reason::FieldValueRequired)
 }
+
+/// The message of [`agent_remote_writes`], and of the ShardedPrometheus's check.
+pub const AGENT_REMOTE_WRITES: &str = "spec.remoteWrite is empty: mode Agent keeps no data \
+     locally and forwards everything through remote write, so it needs at least one target";
 
 /// On the spec.
 pub fn agent_remote_writes() -> Rule {
@@ -312,10 +340,14 @@ pub fn agent_remote_writes() -> Rule {
         "!has(self.mode) || self.mode != 'Agent' || \
          has(self.remoteWrite) && size(self.remoteWrite) > 0",
     )
-    .message(spec_error(SpecError::AgentWithoutRemoteWrite))
+    .message(AGENT_REMOTE_WRITES)
     .field_path(".remoteWrite")
     .reason(Reason::FieldValueRequired)
 }
+
+/// The message of [`agent_has_no_rule_files`], and of the ShardedPrometheus's check.
+pub const AGENT_HAS_NO_RULE_FILES: &str = "spec.ruleFiles is set but mode is Agent: agents do \
+     not evaluate rules; remove ruleFiles or use mode Server";
 
 /// On the spec.
 pub fn agent_has_no_rule_files() -> Rule {
@@ -323,22 +355,30 @@ pub fn agent_has_no_rule_files() -> Rule {
         "!has(self.mode) || self.mode != 'Agent' || \
          !has(self.ruleFiles) || size(self.ruleFiles) == 0",
     )
-    .message(spec_error(SpecError::AgentWithRuleFiles))
+    .message(AGENT_HAS_NO_RULE_FILES)
     .field_path(".ruleFiles")
     .reason(Reason::FieldValueForbidden)
 }
 
+/// What an empty `ruleFiles[].configMap` lacks, in the rule and the check.
+pub const RULE_FILE_CONFIG_MAP: &str = "is empty: name the ConfigMap holding the rules";
+
 /// On each `ruleFiles[].configMap`. Not a name of blanks (the controller refuses it): trimming
 /// every item of an unbounded list costs more than the API server allows.
 pub fn rule_file_config_map() -> Rule {
-    Rule::new("self != ''")
-        .message("spec.ruleFiles[].configMap is empty: name the ConfigMap holding the rules")
+    Rule::new("self != ''").message(Message::Message(format!(
+        "spec.ruleFiles[].configMap {RULE_FILE_CONFIG_MAP}"
+    )))
 }
+
+/// What an empty `ruleFiles[].key` lacks, in the rule and the check.
+pub const RULE_FILE_KEY: &str = "name a key, or leave key out to load every key";
 
 /// On each `ruleFiles[].key`.
 pub fn rule_file_key() -> Rule {
-    Rule::new("self != ''")
-        .message("spec.ruleFiles[].key is empty: name a key, or leave key out to load every key")
+    Rule::new("self != ''").message(Message::Message(format!(
+        "spec.ruleFiles[].key is empty: {RULE_FILE_KEY}"
+    )))
 }
 
 /// On `retention.time` and `shardRetentionPolicy.retain.retentionPeriod`.
@@ -360,8 +400,11 @@ pub fn prometheus_size(field: &str) -> Rule {
     )))
 }
 
+/// The message of [`storage_one_kind`], and of the ShardedPrometheus's check.
+pub const STORAGE_ONE_KIND: &str =
+    "spec.storage sets both volumeClaimTemplate and emptyDir: choose one";
+
 /// On `storage`.
 pub fn storage_one_kind() -> Rule {
-    Rule::new("!has(self.volumeClaimTemplate) || !has(self.emptyDir)")
-        .message(spec_error(SpecError::StorageBoth))
+    Rule::new("!has(self.volumeClaimTemplate) || !has(self.emptyDir)").message(STORAGE_ONE_KIND)
 }

@@ -270,9 +270,7 @@ pub struct SecretKeyRef {
 
 /// On `spec.alertGate`: it names one place to ask.
 pub fn alert_gate_one_target() -> Rule {
-    Rule::new("has(self.url) != has(self.service)").message(kube::core::Message::Message(
-        crate::SpecError::GateTarget.to_string(),
-    ))
+    Rule::new("has(self.url) != has(self.service)").message(crate::schema::ALERT_GATE_ONE_TARGET)
 }
 
 fn default_exponential_factor() -> String {

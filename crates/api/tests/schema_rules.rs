@@ -10,7 +10,7 @@ use serde_json::Value;
 use zone_api::schema::{self, *};
 use zone_api::units::{parse_prometheus_duration, parse_prometheus_size};
 use zone_api::validation::{int_or_percent, is_label_name};
-use zone_api::{ShardedPrometheusSpec, SpecError};
+use zone_api::{ShardedPrometheusSpec, SpromError};
 use zone_topology::IntOrPercent;
 use zone_topology::rollout::parse_exponential_factor;
 
@@ -340,7 +340,7 @@ fn label_name_pattern_agrees_with_the_validation() {
 }
 
 /// What `validate` says of a Topology spec listing `zones`.
-fn zones_verdict(zones: &[&str]) -> Result<(), SpecError> {
+fn zones_verdict(zones: &[&str]) -> Result<(), SpromError> {
     let spec: ShardedPrometheusSpec = serde_json::from_value(serde_json::json!({
         "shards": 1,
         "shardingStrategy": {"mode": "Topology", "topology": {"values": zones}},
@@ -377,7 +377,7 @@ fn zone_pattern_and_length_agree_with_the_validation() {
     }
     assert_eq!(
         zones_verdict(&["zone-a", "zone-b", "zone-a"]),
-        Err(SpecError::DuplicateZone("zone-a".into()))
+        Err(SpromError::DuplicateZone("zone-a".into()))
     );
 }
 

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::*;
 use crate::conditions::Conditions;
-use crate::validation::{ShardStorage, SpecError};
+use crate::validation::{DurationError, ShardStorage, SpromError};
 
 fn spec_from(value: serde_json::Value) -> ShardedPrometheusSpec {
     serde_json::from_value(value).unwrap()
@@ -315,83 +315,83 @@ fn every_invalid_spec_names_the_offending_value() {
     type Change = Box<dyn FnOnce(&mut ShardedPrometheusSpec)>;
     let labels =
         |name: &str| -> BTreeMap<String, String> { [(name.to_string(), "x".to_string())].into() };
-    let cases: Vec<(&str, Change, SpecError, &str)> = vec![
+    let cases: Vec<(&str, Change, SpromError, &str)> = vec![
         (
             "no shards",
             Box::new(|s| s.shards = 0),
-            SpecError::Shards(0),
+            SpromError::Shards(0),
             "spec.shards is 0",
         ),
         (
             "too many shards",
             Box::new(|s| s.shards = 1025),
-            SpecError::Shards(1025),
+            SpromError::Shards(1025),
             "1025",
         ),
         (
             "no replicas",
             Box::new(|s| s.replicas = 0),
-            SpecError::Replicas(0),
+            SpromError::Replicas(0),
             "spec.replicas is 0",
         ),
         (
             "no zones",
             Box::new(|s| s.sharding_strategy.topology.values.clear()),
-            SpecError::NoZones,
+            SpromError::NoZones,
             "topology.values is empty",
         ),
         (
             "empty zone",
             Box::new(|s| s.sharding_strategy.topology.values[1].clear()),
-            SpecError::EmptyZone(1),
+            SpromError::EmptyZone(1),
             "values[1]",
         ),
         (
             "zone not a label value",
             Box::new(|s| s.sharding_strategy.topology.values[2] = "zone c".into()),
-            SpecError::ZoneNotLabelValue("zone c".into()),
+            SpromError::ZoneNotLabelValue("zone c".into()),
             "\"zone c\"",
         ),
         (
             "duplicate zone",
             Box::new(|s| s.sharding_strategy.topology.values.push("zone-b".into())),
-            SpecError::DuplicateZone("zone-b".into()),
+            SpromError::DuplicateZone("zone-b".into()),
             "\"zone-b\"",
         ),
         (
             "zone label not a label name",
             Box::new(|s| s.sharding_strategy.topology.external_label_name = Some("my-zone".into())),
-            SpecError::ZoneLabelName("my-zone".into()),
+            SpromError::ZoneLabelName("my-zone".into()),
             "\"my-zone\"",
         ),
         (
             "zone label reserved",
             Box::new(|s| s.sharding_strategy.topology.external_label_name = Some("shard".into())),
-            SpecError::ZoneLabelNameReserved("shard".into()),
+            SpromError::ZoneLabelNameReserved("shard".into()),
             "\"shard\"",
         ),
         (
             "external label not a label name",
             Box::new(move |s| s.external_labels = labels("1st")),
-            SpecError::ExternalLabelName("1st".into()),
+            SpromError::ExternalLabelName("1st".into()),
             "\"1st\"",
         ),
         (
             "external label shard",
             Box::new(move |s| s.external_labels = labels("shard")),
-            SpecError::ReservedExternalLabel("shard".into()),
+            SpromError::ReservedExternalLabel("shard".into()),
             "\"shard\"",
         ),
         (
             "external label prometheus_replica",
             Box::new(move |s| s.external_labels = labels("prometheus_replica")),
-            SpecError::ReservedExternalLabel("prometheus_replica".into()),
+            SpromError::ReservedExternalLabel("prometheus_replica".into()),
             "\"prometheus_replica\"",
         ),
         (
             "external label zone",
             Box::new(move |s| s.external_labels = labels("zone")),
-            SpecError::ReservedExternalLabel("zone".into()),
+            SpromError::ReservedExternalLabel("zone".into()),
             "\"zone\"",
         ),
         (
@@ -400,49 +400,49 @@ fn every_invalid_spec_names_the_offending_value() {
                 s.sharding_strategy.topology.external_label_name = Some("az".into());
                 s.external_labels = labels("az");
             }),
-            SpecError::ReservedExternalLabel("az".into()),
+            SpromError::ReservedExternalLabel("az".into()),
             "\"az\"",
         ),
         (
             "scrape config not an object",
             Box::new(|s| s.scrape_configs.push(json!("job_name: x"))),
-            SpecError::ScrapeConfigNotObject(1),
+            SpromError::ScrapeConfigNotObject(1),
             "scrapeConfigs[1]",
         ),
         (
             "scrape config without job_name",
             Box::new(|s| s.scrape_configs.push(json!({"static_configs": []}))),
-            SpecError::ScrapeConfigJobName(1),
+            SpromError::ScrapeConfigJobName(1),
             "scrapeConfigs[1]",
         ),
         (
             "scrape config with an empty job_name",
             Box::new(|s| s.scrape_configs[0] = json!({"job_name": ""})),
-            SpecError::ScrapeConfigJobName(0),
+            SpromError::ScrapeConfigJobName(0),
             "scrapeConfigs[0]",
         ),
         (
             "scrape config with a numeric job_name",
             Box::new(|s| s.scrape_configs[0] = json!({"job_name": 5})),
-            SpecError::ScrapeConfigJobName(0),
+            SpromError::ScrapeConfigJobName(0),
             "scrapeConfigs[0]",
         ),
         (
             "duplicate job_name",
             Box::new(|s| s.scrape_configs.push(json!({"job_name": "pods"}))),
-            SpecError::DuplicateJobName("pods".into()),
+            SpromError::DuplicateJobName("pods".into()),
             "\"pods\"",
         ),
         (
             "remote write without url",
             Box::new(|s| s.remote_write = vec![json!({"url": "https://a"}), json!({"name": "x"})]),
-            SpecError::RemoteWriteUrl(1),
+            SpromError::RemoteWriteUrl(1),
             "remoteWrite[1]",
         ),
         (
             "agent without remote write",
             Box::new(|s| s.mode = PrometheusMode::Agent),
-            SpecError::AgentWithoutRemoteWrite,
+            SpromError::AgentWithoutRemoteWrite,
             "Agent",
         ),
         (
@@ -454,13 +454,13 @@ fn every_invalid_spec_names_the_offending_value() {
                     key: None,
                 }];
             }),
-            SpecError::AgentWithRuleFiles,
+            SpromError::AgentWithRuleFiles,
             "agents do not evaluate rules",
         ),
         (
             "rule file without a ConfigMap",
             Box::new(|s| s.rule_files = vec![RuleFileRef::default()]),
-            SpecError::RuleFileConfigMap(0),
+            SpromError::RuleFileConfigMap(0),
             "ruleFiles[0].configMap",
         ),
         (
@@ -471,7 +471,7 @@ fn every_invalid_spec_names_the_offending_value() {
                     key: Some(String::new()),
                 }];
             }),
-            SpecError::RuleFileKey {
+            SpromError::RuleFileKey {
                 index: 0,
                 config_map: "rules".into(),
             },
@@ -485,11 +485,11 @@ fn every_invalid_spec_names_the_offending_value() {
                     size: None,
                 });
             }),
-            SpecError::Duration {
+            SpromError::Duration(DurationError {
                 field: "spec.retention.time",
                 value: "15x".into(),
                 source: crate::UnitError::MalformedDuration,
-            },
+            }),
             "spec.retention.time: \"15x\"",
         ),
         (
@@ -500,7 +500,7 @@ fn every_invalid_spec_names_the_offending_value() {
                     size: Some("10gb".into()),
                 });
             }),
-            SpecError::RetentionSize {
+            SpromError::RetentionSize {
                 value: "10gb".into(),
                 source: crate::UnitError::MalformedSize,
             },
@@ -516,11 +516,11 @@ fn every_invalid_spec_names_the_offending_value() {
                     }),
                 });
             }),
-            SpecError::Duration {
+            SpromError::Duration(DurationError {
                 field: "spec.shardRetentionPolicy.retain.retentionPeriod",
                 value: "1h1d".into(),
                 source: crate::UnitError::UnitOrder,
-            },
+            }),
             "retentionPeriod: \"1h1d\"",
         ),
         (
@@ -531,13 +531,13 @@ fn every_invalid_spec_names_the_offending_value() {
                     empty_dir: Some(Default::default()),
                 });
             }),
-            SpecError::StorageBoth,
+            SpromError::StorageBoth,
             "both volumeClaimTemplate and emptyDir",
         ),
         (
             "negative grace period",
             Box::new(|s| s.termination_grace_period_seconds = Some(-1)),
-            SpecError::TerminationGracePeriod(-1),
+            SpromError::TerminationGracePeriod(-1),
             "is -1",
         ),
     ];
