@@ -1,5 +1,6 @@
-//! Wiring of the status controller (leader only): caches of budgets, pods and node zones, the
-//! kube Controller on ZoneDisruptionBudgets, readiness, shutdown.
+//! Wiring of the status controller (leader only): caches of budgets and pods (the node zones
+//! are the webhook's, kept on every replica), the kube Controller on ZoneDisruptionBudgets,
+//! readiness, shutdown.
 //!
 //! Any change of a pod reconciles every budget of its namespace (a pod whose labels changed may
 //! have left a budget, which mapping by its current labels would miss). Status writes by the
@@ -18,6 +19,7 @@ use zone_operator::{RuntimeParts, WatchSet};
 
 use crate::cli::Args;
 use crate::metrics::ZdbMetrics;
+use crate::nodes::SharedZones;
 use crate::reconcile::{self, Context};
 
 /// The budgets of `namespace`.
@@ -32,11 +34,12 @@ fn zdbs_in(
         .collect()
 }
 
-/// Runs until shutdown.
+/// Runs until shutdown. `zones` is the webhook's node cache.
 pub async fn run(
     parts: RuntimeParts,
     args: Args,
     zdb_metrics: ZdbMetrics,
+    zones: SharedZones,
 ) -> Result<(), CachesStopped> {
     let scope = &args.scope;
     let client = parts.client.clone();
@@ -57,10 +60,13 @@ pub async fn run(
         zones::strip_pod,
         move |pod| zdbs_in(&pod_zdbs, &pod.namespace().unwrap_or_default()),
     );
-    let zones = watches.zones(&client, &scope.zone_label, initial_list);
     // The pod and node caches are what decisions read; the watch of the budgets themselves is
     // driven by the controller below and needs no gate.
-    let synced = watches.synced();
+    let pods_synced = watches.synced();
+    let synced = async {
+        pods_synced.await.map_err(drop)?;
+        zones.wait_until_ready().await.map_err(drop)
+    };
     let (_driving, trigger_stream) = watches.spawn();
     if !controller::wait_for_caches(synced, &parts.readiness, &parts.shutdown).await? {
         return Ok(());
@@ -71,7 +77,7 @@ pub async fn run(
         client,
         zdbs: zdbs.clone(),
         pods: pod_store,
-        zones,
+        zones: zones.zones().clone(),
         events: parts.events.clone(),
         metrics: parts.controller_metrics(),
         zdb_metrics,

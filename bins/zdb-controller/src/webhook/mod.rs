@@ -39,10 +39,11 @@ use zone_operator::readiness::Gate;
 use zone_operator::serve;
 use zone_operator::tls::renewal::ValidityError;
 use zone_operator::tls::{CertStore, CertValidity, SelfSigned};
-use zone_operator::{InitialList, NodeZones, RuntimeParts, WatchSet};
+use zone_operator::{InitialList, RuntimeParts, WatchSet};
 
 use crate::cli::Args;
 use crate::metrics::{ZdbMetrics, reason};
+use crate::nodes::SharedZones;
 use judge::Judge;
 
 pub const PATH: &str = "/validate-eviction";
@@ -64,6 +65,13 @@ pub fn in_flight_grace(args: &Args) -> Duration {
 
 const ANSWER_MARGIN: Duration = Duration::from_secs(1);
 
+/// The webhook, started: the future that keeps its caches and serves, and its node cache (the
+/// status controller reads it too).
+pub struct Started<T> {
+    pub task: T,
+    pub zones: SharedZones,
+}
+
 /// Binds the webhook's address (a bad one fails start-up) and returns the future that keeps its
 /// caches and serves until shutdown (see the module's notes); run it on every replica.
 pub async fn start(
@@ -71,7 +79,7 @@ pub async fn start(
     args: &Args,
     initial_list: InitialList,
     metrics: ZdbMetrics,
-) -> Result<(impl Future<Output = ()> + Send + 'static, SocketAddr), StartError> {
+) -> Result<Started<impl Future<Output = ()> + Send + 'static>, StartError> {
     let client = parts.client.clone();
     let source = cert_source(&client, args).map_err(StartError::CertFlags)?;
     let (listener, address) = https::bind(args.webhook_address).await?;
@@ -92,12 +100,13 @@ pub async fn start(
             // The webhook's copies match and choose; what it decides from is read fresh.
             |zdb| zdb.metadata.managed_fields = None,
         ),
-        zones: watches.zones(&client, &args.scope.zone_label, initial_list),
+        zones: SharedZones::new(watches.zones(&client, &args.scope.zone_label, initial_list)),
         // Set once the budget cache has its first list, by the serving path below: the one
         // waiter of the store (a kube Store wakes only the last of concurrent waiters).
         zdbs_synced: Arc::new(AtomicBool::new(false)),
     };
     let keeper = keeper(parts, args, address, &caches, &metrics);
+    let shared_zones = caches.zones.clone();
     let judge = judge(parts, args, &caches, metrics);
     // The API server keeps its connections to a replica alive: told to close them while this
     // replica drains, it moves to the others before the listener closes.
@@ -139,7 +148,10 @@ pub async fn start(
             () = serving => {}
         }
     };
-    Ok((task, address))
+    Ok(Started {
+        task,
+        zones: shared_zones,
+    })
 }
 
 /// The webhook's readiness gates: a replica is a ready endpoint only with all three open.
@@ -152,7 +164,7 @@ struct Gates {
 /// What the webhook judges from: the budgets and the nodes' zones, as watched.
 struct Caches {
     zdbs: Store<ZoneDisruptionBudget>,
-    zones: NodeZones,
+    zones: SharedZones,
     zdbs_synced: Arc<AtomicBool>,
 }
 
@@ -184,7 +196,7 @@ fn judge(parts: &RuntimeParts, args: &Args, caches: &Caches, metrics: ZdbMetrics
         client: parts.client.clone(),
         zdbs: caches.zdbs.clone(),
         zdbs_synced: caches.zdbs_synced.clone(),
-        zones: caches.zones.clone(),
+        zones: caches.zones.zones().clone(),
         field_manager: args.scope.field_manager(&parts.controller),
         deadline: args.decision_deadline,
         metrics,
