@@ -481,3 +481,24 @@ impl Perf {
 pub fn per_second(seconds: u64, rate: u32) -> usize {
     usize::try_from(seconds.saturating_mul(u64::from(rate))).unwrap_or(usize::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn paced_sends_what_each_slot_names_in_order() {
+        let started = Instant::now();
+        let pick = |i: usize| i.is_multiple_of(2).then_some(i);
+        let send = |i: usize, scheduled: Instant| async move { (i, scheduled) };
+        let (outcomes, elapsed) = paced(started, 1000, 5, pick, send).await;
+        let slots: Vec<usize> = outcomes.iter().map(|(i, _)| *i).collect();
+        assert_eq!(slots, [0, 2, 4]);
+        // Slot i is scheduled i ms after the start, at 1000 per second.
+        for (i, scheduled) in outcomes {
+            let ms = u32::try_from(i).unwrap();
+            assert_eq!(scheduled, started + Duration::from_millis(1) * ms);
+        }
+        assert!(elapsed >= Duration::from_millis(4));
+    }
+}

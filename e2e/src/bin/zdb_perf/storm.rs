@@ -613,3 +613,30 @@ impl StormResult {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tally_counts_each_end_and_sorts_the_latencies() {
+        let tally = Tally::of([
+            (3.0, End::Allowed),
+            (1.0, End::Refused),
+            (2.0, End::Wrong("first".into())),
+            (5.0, End::Wrong("second".into())),
+            (4.0, End::Gone),
+        ]);
+        let counts = (
+            tally.sent,
+            tally.allowed,
+            tally.refused,
+            tally.gone,
+            tally.wrong,
+        );
+        assert_eq!(counts, (5, 1, 1, 1, 2));
+        assert_eq!(tally.example.as_deref(), Some("first"));
+        assert_eq!((tally.percentile(50.0), tally.max()), (3.0, 5.0));
+        assert!(Tally::default().max().is_nan());
+    }
+}
