@@ -275,28 +275,7 @@ async fn a_burst_on_one_budget_is_decided_together_without_conflicts() {
     let read = stored.clone();
     fake.on(Method::GET, BUDGET)
         .always_with(move |_| (200, read.lock().unwrap().clone()));
-    // The API server's optimistic concurrency: a PUT of another version than the stored one
-    // loses with 409; a winning one bumps the version.
-    let written = stored.clone();
-    fake.on(Method::PUT, BUDGET_STATUS)
-        .always_with(move |request| {
-            let mut current = written.lock().unwrap();
-            let mut body = request.json().unwrap();
-            let version = current["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap()
-                .to_owned();
-            if body["metadata"]["resourceVersion"] != version.as_str() {
-                return (
-                    409,
-                    status_json(409, "Conflict", "the object has been modified"),
-                );
-            }
-            let next: u64 = version.parse::<u64>().unwrap() + 1;
-            body["metadata"]["resourceVersion"] = json!(next.to_string());
-            *current = body.clone();
-            (200, body)
-        });
+    optimistic_status_writes(&fake, BUDGET_STATUS, stored.clone());
 
     let budget: ZoneDisruptionBudget =
         serde_json::from_value(stored.lock().unwrap().clone()).unwrap();
@@ -346,4 +325,32 @@ async fn a_burst_on_one_budget_is_decided_together_without_conflicts() {
     );
     let puts = fake.requests_to(&Method::PUT, BUDGET_STATUS);
     assert_eq!(puts.len(), 1, "one status write, none lost to a conflict");
+}
+
+/// The API server's optimistic concurrency over `stored`, the object whose status is at
+/// `status_path`: a PUT of another version loses with 409, a winning one bumps the version.
+pub(crate) fn optimistic_status_writes(
+    fake: &FakeApi,
+    status_path: &str,
+    stored: Arc<std::sync::Mutex<Value>>,
+) {
+    fake.on(Method::PUT, status_path)
+        .always_with(move |request| {
+            let mut current = stored.lock().unwrap();
+            let mut body = request.json().unwrap();
+            let version = current["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            if body["metadata"]["resourceVersion"] != version.as_str() {
+                return (
+                    409,
+                    status_json(409, "Conflict", "the object has been modified"),
+                );
+            }
+            let next: u64 = version.parse::<u64>().unwrap() + 1;
+            body["metadata"]["resourceVersion"] = json!(next.to_string());
+            *current = body.clone();
+            (200, body)
+        });
 }

@@ -274,6 +274,7 @@ mod tests {
     use zone_topology::IntOrPercent;
 
     use crate::metrics::ZdbMetrics;
+    use crate::scenarios::optimistic_status_writes;
     use crate::webhook::batch::tests::{budget, healthy};
     use crate::webhook::guess::BudgetGuesses;
     use crate::webhook::judge::{MAX_API_REQUESTS, MAX_IN_FLIGHT};
@@ -340,30 +341,6 @@ mod tests {
         verdicts
     }
 
-    /// The API server's optimistic concurrency over `stored`: a PUT of another version loses
-    /// with 409, a winning one bumps the version.
-    fn optimistic_status_writes(fake: &FakeApi, stored: Arc<Mutex<Value>>) {
-        fake.on(Method::PUT, BUDGET_STATUS)
-            .always_with(move |request| {
-                let mut current = stored.lock().unwrap();
-                let mut body = request.json().unwrap();
-                let version = current["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned();
-                if body["metadata"]["resourceVersion"] != version.as_str() {
-                    return (
-                        409,
-                        status_json(409, "Conflict", "the object has been modified"),
-                    );
-                }
-                let next: u64 = version.parse::<u64>().unwrap() + 1;
-                body["metadata"]["resourceVersion"] = json!(next.to_string());
-                *current = body.clone();
-                (200, body)
-            });
-    }
-
     fn reasons(verdicts: &[Verdict]) -> Vec<(bool, &'static str)> {
         verdicts.iter().map(|v| (v.allowed, v.reason)).collect()
     }
@@ -375,7 +352,7 @@ mod tests {
         let zdb = budget(IntOrPercent::Int(2), [0; 3], [0; 3]);
         let (fake, client) = FakeApi::new();
         let stored = Arc::new(Mutex::new(serde_json::to_value(&zdb).unwrap()));
-        optimistic_status_writes(&fake, stored.clone());
+        optimistic_status_writes(&fake, BUDGET_STATUS, stored.clone());
         let judge = judge(client, &zdb);
         let verdicts = commit_batch(
             &judge,
@@ -449,7 +426,7 @@ mod tests {
         winner.metadata.resource_version = Some("8".into());
         let (fake, client) = FakeApi::new();
         let stored = Arc::new(Mutex::new(serde_json::to_value(&winner).unwrap()));
-        optimistic_status_writes(&fake, stored.clone());
+        optimistic_status_writes(&fake, BUDGET_STATUS, stored.clone());
         fake.on(Method::GET, BUDGET)
             .always(200, serde_json::to_value(&winner).unwrap());
         (fake, judge(client, cached), stored)
