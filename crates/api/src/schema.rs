@@ -148,12 +148,15 @@ pub fn selector_not_empty() -> Rule {
     .reason(Reason::FieldValueRequired)
 }
 
+/// The operators of a label selector expression, in the rule and the check.
+pub const SELECTOR_OPERATORS: &str = "In, NotIn, Exists or DoesNotExist";
+
 /// On each `selector.matchExpressions` item.
 pub fn selector_operator() -> Rule {
     Rule::new("self.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist']")
-        .message(
-            "spec.selector.matchExpressions[].operator must be In, NotIn, Exists or DoesNotExist",
-        )
+        .message(Message::Message(format!(
+            "spec.selector.matchExpressions[].operator must be {SELECTOR_OPERATORS}"
+        )))
         .field_path(".operator")
 }
 
@@ -247,6 +250,15 @@ pub fn zone_label_is_label_name() -> Rule {
     .field_path(".topology.externalLabelName")
 }
 
+/// Why the zone label may not be a label the controller sets, in the rule and the check.
+pub fn zone_label_set_by_controller() -> String {
+    format!(
+        "is also set by the controller ({shard}, {replica}): choose another name",
+        shard = contract::SHARD_EXTERNAL_LABEL,
+        replica = contract::REPLICA_EXTERNAL_LABEL,
+    )
+}
+
 /// On `shardingStrategy`.
 pub fn zone_label_not_reserved() -> Rule {
     Rule::new(format!(
@@ -256,10 +268,8 @@ pub fn zone_label_not_reserved() -> Rule {
         replica = contract::REPLICA_EXTERNAL_LABEL,
     ))
     .message(Message::Message(format!(
-        "spec.shardingStrategy.topology.externalLabelName is also set by the controller \
-             ({shard}, {replica}): choose another name",
-        shard = contract::SHARD_EXTERNAL_LABEL,
-        replica = contract::REPLICA_EXTERNAL_LABEL,
+        "spec.shardingStrategy.topology.externalLabelName {}",
+        zone_label_set_by_controller()
     )))
     .field_path(".topology.externalLabelName")
 }

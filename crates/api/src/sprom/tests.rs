@@ -310,12 +310,32 @@ fn storage_is_a_claim_or_an_empty_dir() {
     assert_eq!(valid.storage, ShardStorage::VolumeClaim(Box::new(claim)));
 }
 
+type Change = Box<dyn FnOnce(&mut ShardedPrometheusSpec)>;
+
+/// Each change makes the valid spec invalid with the expected error, whose message names the
+/// offending value (contains the needle).
+fn assert_refused(cases: Vec<(&str, Change, SpromError, &str)>) {
+    for (name, change, expected, needle) in cases {
+        let error = spec(change)
+            .validate(zone_topology::ZONE_LABEL)
+            .unwrap_err();
+        assert_eq!(error, expected, "{name}");
+        let message = error.to_string();
+        assert!(
+            message.contains(needle),
+            "{name}: {message:?} lacks {needle:?}"
+        );
+    }
+}
+
+fn labels(name: &str) -> BTreeMap<String, String> {
+    [(name.to_string(), "x".to_string())].into()
+}
+
+/// The shard count, replicas and zones, and the zone label.
 #[test]
-fn every_invalid_spec_names_the_offending_value() {
-    type Change = Box<dyn FnOnce(&mut ShardedPrometheusSpec)>;
-    let labels =
-        |name: &str| -> BTreeMap<String, String> { [(name.to_string(), "x".to_string())].into() };
-    let cases: Vec<(&str, Change, SpromError, &str)> = vec![
+fn invalid_layouts_name_the_offending_value() {
+    assert_refused(vec![
         (
             "no shards",
             Box::new(|s| s.shards = 0),
@@ -370,39 +390,53 @@ fn every_invalid_spec_names_the_offending_value() {
             SpromError::ZoneLabelNameReserved("shard".into()),
             "\"shard\"",
         ),
+    ]);
+}
+
+/// External labels: label names, none the controller sets.
+#[test]
+fn invalid_external_labels_name_the_offending_value() {
+    assert_refused(vec![
         (
             "external label not a label name",
-            Box::new(move |s| s.external_labels = labels("1st")),
+            Box::new(|s| s.external_labels = labels("1st")),
             SpromError::ExternalLabelName("1st".into()),
             "\"1st\"",
         ),
         (
             "external label shard",
-            Box::new(move |s| s.external_labels = labels("shard")),
+            Box::new(|s| s.external_labels = labels("shard")),
             SpromError::ReservedExternalLabel("shard".into()),
             "\"shard\"",
         ),
         (
             "external label prometheus_replica",
-            Box::new(move |s| s.external_labels = labels("prometheus_replica")),
+            Box::new(|s| s.external_labels = labels("prometheus_replica")),
             SpromError::ReservedExternalLabel("prometheus_replica".into()),
             "\"prometheus_replica\"",
         ),
         (
             "external label zone",
-            Box::new(move |s| s.external_labels = labels("zone")),
+            Box::new(|s| s.external_labels = labels("zone")),
             SpromError::ReservedExternalLabel("zone".into()),
             "\"zone\"",
         ),
         (
             "external label named like the zone label",
-            Box::new(move |s| {
+            Box::new(|s| {
                 s.sharding_strategy.topology.external_label_name = Some("az".into());
                 s.external_labels = labels("az");
             }),
             SpromError::ReservedExternalLabel("az".into()),
             "\"az\"",
         ),
+    ]);
+}
+
+/// Scrape configs, remote writes, the agent's needs and rule files.
+#[test]
+fn invalid_jobs_and_rule_files_name_the_offending_value() {
+    assert_refused(vec![
         (
             "scrape config not an object",
             Box::new(|s| s.scrape_configs.push(json!("job_name: x"))),
@@ -477,6 +511,13 @@ fn every_invalid_spec_names_the_offending_value() {
             },
             "\"rules\"",
         ),
+    ]);
+}
+
+/// Retention, storage and the grace period.
+#[test]
+fn invalid_retention_and_storage_name_the_offending_value() {
+    assert_refused(vec![
         (
             "retention time",
             Box::new(|s| {
@@ -540,18 +581,7 @@ fn every_invalid_spec_names_the_offending_value() {
             SpromError::TerminationGracePeriod(-1),
             "is -1",
         ),
-    ];
-    for (name, change, expected, needle) in cases {
-        let error = spec(change)
-            .validate(zone_topology::ZONE_LABEL)
-            .unwrap_err();
-        assert_eq!(error, expected, "{name}");
-        let message = error.to_string();
-        assert!(
-            message.contains(needle),
-            "{name}: {message:?} lacks {needle:?}"
-        );
-    }
+    ]);
 }
 
 #[test]

@@ -58,8 +58,8 @@ pub enum SpromError {
     )]
     ZoneLabelName(String),
     #[error(
-        "spec.shardingStrategy.topology.externalLabelName {0:?} is also set by the controller \
-         (shard, prometheus_replica): choose another name"
+        "spec.shardingStrategy.topology.externalLabelName {0:?} {why}",
+        why = schema::zone_label_set_by_controller()
     )]
     ZoneLabelNameReserved(String),
     #[error("spec.externalLabels: {0:?} is not {form}", form = LABEL_NAME_FORM)]

@@ -8,6 +8,17 @@ fn sprom(spec: serde_json::Value) -> ShardedPrometheusSpec {
     serde_json::from_value(spec).expect("a spec")
 }
 
+/// Each spec is refused with a message containing its expected text.
+fn assert_each_refused<const N: usize>(cases: [(serde_json::Value, &str); N]) {
+    for (spec, expected) in cases {
+        let error = sprom(spec.clone())
+            .validate("zone")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(expected), "{spec}: {error}");
+    }
+}
+
 #[test]
 fn monitoring_defaults_select_nothing_with_the_upstream_intervals() {
     let valid = sprom(serde_json::json!({})).validate("zone").unwrap();
@@ -82,13 +93,7 @@ fn bad_monitoring_fields_name_the_field() {
             "spec.ruleSelector is set but mode is Agent",
         ),
     ];
-    for (spec, expected) in cases {
-        let error = sprom(spec.clone())
-            .validate("zone")
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains(expected), "{spec}: {error}");
-    }
+    assert_each_refused(cases);
 }
 
 #[test]
@@ -126,8 +131,8 @@ fn pod_template_options_are_kept_and_flags_rendered() {
 }
 
 #[test]
-fn bad_pod_template_and_alerting_fields_name_the_field() {
-    let cases = [
+fn bad_pod_template_fields_name_the_field() {
+    assert_each_refused([
         (
             serde_json::json!({"additionalArgs": [{"name": "config.file", "value": "/x"}]}),
             "--config.file is set by the controller",
@@ -168,6 +173,12 @@ fn bad_pod_template_and_alerting_fields_name_the_field() {
             serde_json::json!({"persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Keep"}}),
             "spec.persistentVolumeClaimRetentionPolicy.whenDeleted is \"Keep\"",
         ),
+    ]);
+}
+
+#[test]
+fn bad_alerting_fields_name_the_field() {
+    assert_each_refused([
         (
             serde_json::json!({"alerting": {"alertmanagers": [{"name": "am"}]}}),
             "spec.alerting.alertmanagers[0]: name is set without port",
@@ -200,14 +211,7 @@ fn bad_pod_template_and_alerting_fields_name_the_field() {
             serde_json::json!({"mode": "Agent", "remoteWrite": [{"url": "http://x"}], "alerting": {"alertmanagers": [{"name": "am", "port": 9093}]}}),
             "spec.alerting is set but mode is Agent",
         ),
-    ];
-    for (spec, expected) in cases {
-        let error = sprom(spec.clone())
-            .validate("zone")
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains(expected), "{spec}: {error}");
-    }
+    ]);
     let valid = sprom(serde_json::json!({"alerting": {"alertmanagers": [
         {"name": "am", "port": "web", "apiVersion": "v2"},
         {"staticAddresses": ["am.example.com:9093"], "scheme": "https"},
@@ -215,4 +219,71 @@ fn bad_pod_template_and_alerting_fields_name_the_field() {
     .validate("zone")
     .unwrap();
     assert_eq!(valid.alerting.map(|a| a.alertmanagers.len()), Some(2));
+}
+
+/// The messages a check shares with its CRD rule read in full as the controller writes them.
+#[test]
+fn messages_shared_with_the_crd_rules() {
+    let cases = [
+        (
+            SpromError::NoZones,
+            "spec.shardingStrategy.topology.values is empty: Topology sharding needs at least one zone (or set shardingStrategy.mode to Classic)",
+        ),
+        (
+            SpromError::ZoneNotLabelValue("a b".into()),
+            "spec.shardingStrategy.topology.values: zone \"a b\" is not a valid label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
+        ),
+        (
+            SpromError::ZoneLabelName("a-b".into()),
+            "spec.shardingStrategy.topology.externalLabelName \"a-b\" is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*); \"\" adds no zone label",
+        ),
+        (
+            SpromError::ZoneLabelNameReserved("shard".into()),
+            "spec.shardingStrategy.topology.externalLabelName \"shard\" is also set by the controller (shard, prometheus_replica): choose another name",
+        ),
+        (
+            SpromError::ExternalLabelName("1st".into()),
+            "spec.externalLabels: \"1st\" is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)",
+        ),
+        (
+            SpromError::RemoteWriteUrl(2),
+            "spec.remoteWrite[2] is not an object with a url: each entry is one Prometheus remote_write",
+        ),
+        (
+            SpromError::AgentWithoutRemoteWrite,
+            "spec.remoteWrite is empty: mode Agent keeps no data locally and forwards everything through remote write, so it needs at least one target",
+        ),
+        (
+            SpromError::AgentWithRuleFiles,
+            "spec.ruleFiles is set but mode is Agent: agents do not evaluate rules; remove ruleFiles or use mode Server",
+        ),
+        (
+            SpromError::RuleFileConfigMap(1),
+            "spec.ruleFiles[1].configMap is empty: name the ConfigMap holding the rules",
+        ),
+        (
+            SpromError::RuleFileKey {
+                index: 0,
+                config_map: "r".into(),
+            },
+            "spec.ruleFiles[0].key is empty (ConfigMap \"r\"): name a key, or leave key out to load every key",
+        ),
+        (
+            SpromError::StorageBoth,
+            "spec.storage sets both volumeClaimTemplate and emptyDir: choose one",
+        ),
+        (
+            SpromError::Selector {
+                field: "spec.ruleSelector",
+                source: SelectorError::Operator {
+                    key: "a".into(),
+                    operator: "Like".into(),
+                },
+            },
+            "spec.ruleSelector: spec.selector: operator \"Like\" of key \"a\" is not In, NotIn, Exists or DoesNotExist",
+        ),
+    ];
+    for (error, message) in cases {
+        assert_eq!(error.to_string(), message);
+    }
 }

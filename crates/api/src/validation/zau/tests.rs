@@ -207,3 +207,29 @@ fn invalid_alert_gates_name_the_field() {
         assert!(!err.contains('\n'), "{gate}: one line: {err}");
     }
 }
+
+/// The messages a check shares with its CRD rule read in full as the controller writes them.
+#[test]
+fn messages_shared_with_the_crd_rules() {
+    let cases = [
+        (
+            ZauError::MissingStatefulSet,
+            "spec.statefulset is empty: name the StatefulSet to roll out",
+        ),
+        (
+            ZauError::GateTarget,
+            "spec.alertGate: set exactly one of url and service",
+        ),
+        (
+            ZauError::MaxUnavailableZero,
+            "spec.maxUnavailable must be at least 1 or 1%: a rollout that can remove no pod cannot progress",
+        ),
+        (
+            ZauError::GateZoneLabel("a.b".into()),
+            "spec.alertGate.zoneLabel \"a.b\" is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)",
+        ),
+    ];
+    for (error, message) in cases {
+        assert_eq!(error.to_string(), message);
+    }
+}

@@ -86,3 +86,12 @@ fn zdb_max_unavailable_zero_is_valid() {
         ZdbError::MaxUnavailable(_)
     ));
 }
+
+/// The message the check shares with its CRD rule reads in full as the controller writes it.
+#[test]
+fn message_shared_with_the_crd_rule() {
+    assert_eq!(
+        ZdbError::EmptySelector.to_string(),
+        "spec.selector is missing or empty: it would select every pod of the namespace"
+    );
+}
