@@ -8,7 +8,8 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
-use kube::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::core::object::HasStatus;
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
@@ -16,9 +17,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use zone_api::conditions::Conditions;
 
+use crate::audit::AuditEvent;
 use crate::localstack::free_port;
 use crate::process::{ControllerProcess, namespace_args};
-use crate::wait_for;
+use crate::{Cluster, TestNamespace, wait_for};
 
 /// Server-side applies `object` (typed, or JSON with its apiVersion, kind and metadata.name) as
 /// `manager`, forcing conflicts (a test owns its objects): the object as the API server stored it.
@@ -203,4 +205,25 @@ pub fn controller_on_free_port(
     let port = free_port();
     let process = controller(binary, namespace, &format!("127.0.0.1:{port}"), env);
     (process, port)
+}
+
+/// The events of the test namespace that `keep` accepts.
+pub async fn events(ns: &TestNamespace, keep: impl Fn(&Event) -> bool) -> Vec<Event> {
+    let events: Api<Event> = ns.api();
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("listing the events of {}: {e}", ns.name))
+        .items
+        .into_iter()
+        .filter(|e| keep(e))
+        .collect()
+}
+
+/// The API server's audit log so far, the lines naming the test namespace.
+pub fn audit(cluster: &Cluster, ns: &TestNamespace) -> Vec<AuditEvent> {
+    let path = cluster
+        .audit_log()
+        .expect("these tests read the API server's audit log (local zonal cluster)");
+    crate::audit::read_containing(&path, &ns.name)
 }

@@ -24,3 +24,25 @@ where
         }
     }
 }
+
+/// Polls `fetch` until it returns no item, or panics after `timeout` naming what was awaited and
+/// the items last seen (or the last error).
+pub async fn wait_until_empty<T, F, Fut>(what: &str, timeout: Duration, mut fetch: F)
+where
+    T: std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Vec<T>, String>>,
+{
+    wait_for(what, timeout, || {
+        let items = fetch();
+        async move {
+            let items = items.await?;
+            if items.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{items:?}"))
+            }
+        }
+    })
+    .await;
+}

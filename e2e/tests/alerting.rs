@@ -15,6 +15,7 @@ use e2e::alertmanager::{
 };
 use e2e::cluster::DeleteOnDrop;
 use e2e::process::ControllerProcess;
+use e2e::wait::wait_until_empty;
 use e2e::{Cluster, TestNamespace, fixture, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::ListParams;
@@ -613,17 +614,10 @@ async fn the_alert_resolves_with_its_target(
         "the same alert resolved"
     );
     assert_ne!(resolved_alert.ends_at, alert.ends_at);
-    wait_for(
+    wait_until_empty(
         "Alertmanager holds no active alert",
         Duration::from_secs(30),
-        || async {
-            let held = alertmanager.alerts().await?;
-            if held.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("{held:?}"))
-            }
-        },
+        || alertmanager.alerts(),
     )
     .await;
     resolved_after

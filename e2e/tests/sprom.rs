@@ -15,7 +15,6 @@ use e2e::process::{ControllerProcess, metric_sum};
 use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -388,14 +387,10 @@ async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
 
 /// The InvalidSpec events of the namespace, described: what each says, when, and which replica
 /// said it.
-async fn invalid_spec_events(events: &Api<Event>) -> Vec<String> {
-    events
-        .list(&ListParams::default())
+async fn invalid_spec_events(ns: &TestNamespace) -> Vec<String> {
+    fixture::events(ns, |e| e.reason.as_deref() == Some(reason::INVALID_SPEC))
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason::INVALID_SPEC))
         .map(|e| {
             format!(
                 "{} at {:?} series {:?} by {:?}: {:?}",
@@ -431,10 +426,9 @@ async fn an_invalid_spec_is_refused_once_without_a_hot_loop(fx: &Fixture) {
     // Watch it for a while: the invalid spec is not retried in a loop.
     let window = Duration::from_secs(30);
     let started = std::time::Instant::now();
-    let events: Api<Event> = fx.ns.api();
     // One Warning event, and it stays one.
     wait_for("the Invalid event", TIMEOUT, || async {
-        match invalid_spec_events(&events).await {
+        match invalid_spec_events(&fx.ns).await {
             found if found.len() == 1 => Ok(()),
             found => Err(format!("{} events: {found:#?}", found.len())),
         }
@@ -447,7 +441,7 @@ async fn an_invalid_spec_is_refused_once_without_a_hot_loop(fx: &Fixture) {
         reconciles <= 5.0,
         "{reconciles} reconciles in 30 s of an invalid spec"
     );
-    let found = invalid_spec_events(&events).await;
+    let found = invalid_spec_events(&fx.ns).await;
     assert_eq!(found.len(), 1, "one event for the invalid spec: {found:#?}");
     let (secrets_after, sets_after) = children(&fx.ns).await;
     for (name, secret) in &secrets_before {

@@ -244,11 +244,7 @@ impl Fixture {
 
     /// The API server's audit log so far, the lines naming this test's namespace.
     fn audit(&self) -> Vec<audit::AuditEvent> {
-        let path = self
-            .cluster
-            .audit_log()
-            .expect("these tests read the API server's audit log (local zonal cluster)");
-        audit::read_containing(&path, &self.ns.name)
+        fixture::audit(&self.cluster, &self.ns)
     }
 
     /// Successful evictions/deletions of this namespace's pods by the controller, in order.
@@ -265,19 +261,11 @@ impl Fixture {
     }
 
     async fn events(&self, reason: &str) -> Vec<Event> {
-        let events: Api<Event> = self.ns.api();
-        events
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.reason.as_deref() == Some(reason)
-                    && e.regarding.as_ref().and_then(|r| r.kind.as_deref())
-                        == Some("ZoneAwareUpdate")
-            })
-            .collect()
+        fixture::events(&self.ns, |e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("ZoneAwareUpdate")
+        })
+        .await
     }
 
     async fn wait_event(&self, reason: &str) -> Event {

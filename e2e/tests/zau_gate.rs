@@ -20,6 +20,7 @@ use e2e::cluster::DeleteOnDrop;
 use e2e::localstack::{aws_env, free_port};
 use e2e::process::{ControllerProcess, http_get_with_token, http_request};
 use e2e::real::RealNodes;
+use e2e::wait::wait_until_empty;
 use e2e::workload::zone_aware_update;
 use e2e::{Cluster, TestNamespace, audit, fixture, pods, wait_for};
 use futures::StreamExt;
@@ -197,15 +198,7 @@ impl Federator {
 
     /// Waits until no `AppErrors` alert is active anywhere.
     async fn wait_quiet(&self) {
-        wait_for(&format!("no {ALERT} alert"), TIMEOUT, || async {
-            let alerts = self.alerts().await?;
-            if alerts.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("{alerts:?}"))
-            }
-        })
-        .await;
+        wait_until_empty(&format!("no {ALERT} alert"), TIMEOUT, || self.alerts()).await;
     }
 }
 
@@ -494,11 +487,7 @@ impl Fixture {
 
     /// The API server's audit log so far, of the requests naming this namespace.
     fn audit(&self) -> Vec<audit::AuditEvent> {
-        let path = self
-            .cluster
-            .audit_log()
-            .expect("these tests read the API server's audit log (local zonal cluster)");
-        audit::read_containing(&path, &self.ns.name)
+        fixture::audit(&self.cluster, &self.ns)
     }
 
     /// Waits until the audit log holds a request of this namespace completed after now (a read
