@@ -4,14 +4,8 @@
 //! `--backend-key-file`). `http://` backends go through the same connector, in plain.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
-use hyper_rustls::{ConfigBuilderExt as _, FixedServerNameResolver, HttpsConnector};
-use hyper_util::client::legacy::connect::HttpConnector;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{ClientConfig, ConfigBuilder, RootCertStore, WantsVerifier};
+use zone_operator::prom_api::tls::{ClientTls, Pem, Roots, TlsError, TlsOptions};
 
 /// The files and name of the flags, as given.
 #[derive(Debug, Clone, Default)]
@@ -58,120 +52,77 @@ pub enum BackendTlsError {
 /// The TLS side of the backends' client.
 #[derive(Clone)]
 pub struct BackendTls {
-    config: ClientConfig,
-    server_name: Option<ServerName<'static>>,
+    client: ClientTls,
 }
 
 impl BackendTls {
-    /// Reads and checks the files now, so a bad one fails the start rather than every request.
     pub fn load(files: &TlsFiles) -> Result<Self, BackendTlsError> {
-        let server_name = files
-            .server_name
-            .as_deref()
-            .map(|name| {
-                ServerName::try_from(name.to_string())
-                    .map_err(|_| BackendTlsError::ServerName(name.to_string()))
-            })
-            .transpose()?;
-        let verifying = match &files.ca {
-            Some(path) => builder()?.with_root_certificates(read_roots(path)?),
-            None => builder()?.with_native_roots().or_else(|error| {
-                // Not fatal: backends are often all http://. An https:// one fails its
-                // handshake, named in a warning.
-                tracing::warn!(error = %error, "no system CA certificates; https:// backends need --backend-ca-file");
-                Ok(builder()?.with_root_certificates(RootCertStore::empty()))
-            })?,
+        let ca = "--backend-ca-file";
+        let roots = match &files.ca {
+            Some(path) => Roots::Pem(read(ca, path)?),
+            None => Roots::System,
         };
-        let config = match &files.client {
-            None => verifying.with_no_client_auth(),
-            Some((cert, key)) => {
-                let chain = read_certificates("--backend-cert-file", cert)?;
-                let key = read_key(key)?;
-                verifying
-                    .with_client_auth_cert(chain, key)
-                    .map_err(BackendTlsError::ClientCertificate)?
-            }
+        let client = match &files.client {
+            Some((cert, key)) => Some((
+                read("--backend-cert-file", cert)?,
+                read("--backend-key-file", key)?,
+            )),
+            None => None,
         };
-        Ok(Self {
-            config,
-            server_name,
-        })
+        let options = TlsOptions {
+            roots,
+            server_name: files.server_name.clone(),
+            insecure_skip_verify: false,
+            client,
+        };
+        let client = ClientTls::new(&options).map_err(|error| BackendTlsError::of(error, files))?;
+        Ok(Self { client })
     }
 
-    /// A connector for `http://` and `https://` URLs, each connection attempt cut at
-    /// `connect_timeout`.
-    pub fn connector(&self, connect_timeout: Duration) -> HttpsConnector<HttpConnector> {
-        let mut http = HttpConnector::new();
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(connect_timeout));
-        // The TLS layer takes https:// URLs; the TCP one must let them through.
-        http.enforce_http(false);
-        let mut builder = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(self.config.clone())
-            .https_or_http();
-        if let Some(name) = &self.server_name {
-            builder = builder.with_server_name_resolver(FixedServerNameResolver::new(name.clone()));
-        }
-        builder.enable_http1().wrap_connector(http)
+    /// What the backends' client dials through.
+    pub fn client(&self) -> &ClientTls {
+        &self.client
     }
 }
 
-/// A config builder with the process's one crypto provider (aws-lc-rs), named rather than taken
-/// from the process default, which may not be installed yet.
-fn builder() -> Result<ConfigBuilder<ClientConfig, WantsVerifier>, BackendTlsError> {
-    ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(BackendTlsError::Config)
+impl BackendTlsError {
+    /// `error`, naming the flag and file it comes from.
+    fn of(error: TlsError, files: &TlsFiles) -> Self {
+        let display =
+            |path: Option<&PathBuf>| path.map(|p| p.display().to_string()).unwrap_or_default();
+        let named = |which: Pem| match which {
+            Pem::Roots => ("--backend-ca-file", display(files.ca.as_ref())),
+            Pem::ClientCertificate => (
+                "--backend-cert-file",
+                display(files.client.as_ref().map(|c| &c.0)),
+            ),
+            Pem::ClientKey => (
+                "--backend-key-file",
+                display(files.client.as_ref().map(|c| &c.1)),
+            ),
+        };
+        match error {
+            TlsError::NoCertificate(which) => {
+                let (flag, path) = named(which);
+                BackendTlsError::NoCertificate { flag, path }
+            }
+            TlsError::Pem(which, source) => {
+                let (flag, path) = named(which);
+                BackendTlsError::Pem { flag, path, source }
+            }
+            TlsError::Root(source) => BackendTlsError::Root {
+                path: display(files.ca.as_ref()),
+                source,
+            },
+            TlsError::ClientCertificate(source) => BackendTlsError::ClientCertificate(source),
+            TlsError::ServerName(name) => BackendTlsError::ServerName(name),
+            TlsError::Config(source) => BackendTlsError::Config(source),
+        }
+    }
 }
 
 fn read(flag: &'static str, path: &Path) -> Result<Vec<u8>, BackendTlsError> {
     std::fs::read(path).map_err(|source| BackendTlsError::Read {
-        flag,
-        path: path.display().to_string(),
-        source,
-    })
-}
-
-fn read_certificates(
-    flag: &'static str,
-    path: &Path,
-) -> Result<Vec<CertificateDer<'static>>, BackendTlsError> {
-    let pem = read(flag, path)?;
-    let certificates = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|source| BackendTlsError::Pem {
-            flag,
-            path: path.display().to_string(),
-            source,
-        })?;
-    if certificates.is_empty() {
-        return Err(BackendTlsError::NoCertificate {
-            flag,
-            path: path.display().to_string(),
-        });
-    }
-    Ok(certificates)
-}
-
-/// Every certificate of the CA bundle, each one a root (a bad one fails: trusting fewer CAs
-/// than the file names would fail later, and less clearly).
-fn read_roots(path: &Path) -> Result<RootCertStore, BackendTlsError> {
-    let mut roots = RootCertStore::empty();
-    for certificate in read_certificates("--backend-ca-file", path)? {
-        roots
-            .add(certificate)
-            .map_err(|source| BackendTlsError::Root {
-                path: path.display().to_string(),
-                source,
-            })?;
-    }
-    Ok(roots)
-}
-
-fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, BackendTlsError> {
-    let flag = "--backend-key-file";
-    let pem = read(flag, path)?;
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|source| BackendTlsError::Pem {
         flag,
         path: path.display().to_string(),
         source,
@@ -186,8 +137,11 @@ mod tests {
 
     use super::*;
     use crate::backend::{Backend, TestCa, rules_data, temp_dir};
-    use crate::body::BodyCaps;
-    use crate::fetch::{FetchError, Fetched, Fetcher};
+    use std::time::Duration;
+
+    use zone_operator::prom_api::{Answer, ApiError, BodyCaps};
+
+    use crate::fetch::Fetcher;
     use crate::metrics::FederatorMetrics;
     use crate::token::BearerToken;
 
@@ -196,7 +150,7 @@ mod tests {
         tls: &BackendTls,
         token: Option<BearerToken>,
         backend: &Backend,
-    ) -> Result<RuleDiscovery, FetchError> {
+    ) -> Result<RuleDiscovery, ApiError> {
         let metrics = FederatorMetrics::register(&prometheus::Registry::new()).unwrap();
         let caps = BodyCaps {
             compressed: 1 << 20,
@@ -209,7 +163,7 @@ mod tests {
             .collect()
             .await;
         let [(_, answer)] = <[_; 1]>::try_from(answers).unwrap();
-        answer.and_then(Fetched::decode)
+        answer.and_then(Answer::decode)
     }
 
     fn files(ca: Option<&Path>, server_name: Option<&str>) -> TlsFiles {
@@ -221,9 +175,9 @@ mod tests {
     }
 
     /// The failure of a handshake, as its warning names it.
-    fn refused(answer: Result<RuleDiscovery, FetchError>, why: &str) {
+    fn refused(answer: Result<RuleDiscovery, ApiError>, why: &str) {
         match answer {
-            Err(FetchError::Connect(message)) => assert!(message.contains(why), "{message}"),
+            Err(ApiError::Connect(message)) => assert!(message.contains(why), "{message}"),
             other => panic!("expected a connect error with {why:?}, got {other:?}"),
         }
     }

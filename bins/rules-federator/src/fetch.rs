@@ -3,41 +3,19 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
 use futures::StreamExt;
-use http_body_util::Empty;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-use serde::Deserialize;
-use zone_rules::RuleDiscovery;
+use zone_operator::prom_api::{Answer, ApiClient, ApiError, BodyCaps};
 
-use crate::body::{BodyCaps, gunzip_capped, read_capped};
 use crate::connector::BackendTls;
 use crate::endpoints::Endpoint;
 use crate::metrics::FederatorMetrics;
 use crate::token::BearerToken;
 
-pub use crate::fetch_error::FetchError;
-
-/// Prometheus's response envelope.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Envelope {
-    status: String,
-    #[serde(default)]
-    data: Option<RuleDiscovery>,
-    #[serde(default)]
-    error: String,
-}
-
 #[derive(Clone)]
 pub struct Fetcher {
-    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    client: ApiClient,
     timeout: Duration,
     concurrency: usize,
-    caps: BodyCaps,
     metrics: FederatorMetrics,
     /// Sent to every backend (`--backend-bearer-token-file`).
     token: Option<Arc<BearerToken>>,
@@ -52,14 +30,10 @@ impl Fetcher {
         metrics: FederatorMetrics,
         tls: &BackendTls,
     ) -> Self {
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build(tls.connector(timeout));
         Self {
-            client,
+            client: ApiClient::new(tls.client(), timeout, Duration::from_secs(60), caps).gzip(),
             timeout,
             concurrency: concurrency.max(1),
-            caps,
             metrics,
             token: None,
         }
@@ -72,108 +46,31 @@ impl Fetcher {
     }
 
     /// `path_and_query` from every endpoint, in the endpoints' order, each answer as soon as it
-    /// and those before it are in (so the caller can fold and drop them one by one).
+    /// and those before it are in (so the caller can fold and drop them one by one); each still
+    /// compressed, decoded by the merge.
     pub fn rules<'a>(
         &'a self,
         endpoints: Vec<Endpoint>,
         path_and_query: &'a str,
-    ) -> impl futures::Stream<Item = (Endpoint, Result<Fetched, FetchError>)> + 'a {
+    ) -> impl futures::Stream<Item = (Endpoint, Result<Answer, ApiError>)> + 'a {
         futures::stream::iter(endpoints)
             .map(move |endpoint| async move {
                 let started = Instant::now();
-                let result =
-                    match tokio::time::timeout(self.timeout, self.get(&endpoint, path_and_query))
-                        .await
-                    {
-                        Ok(result) => result,
-                        Err(_) => Err(FetchError::Timeout(self.timeout)),
-                    };
+                let url = format!("{}{path_and_query}", endpoint.url);
+                let authorization = self.token.as_ref().map(|token| token.header());
+                let get = self.client.get(&url, authorization);
+                let result = match tokio::time::timeout(self.timeout, get).await {
+                    Ok(result) => result,
+                    Err(_) => Err(ApiError::Timeout(self.timeout)),
+                };
                 self.metrics.endpoint_request(
                     endpoint.name(),
                     started.elapsed(),
-                    result.as_ref().err().map(FetchError::kind),
+                    result.as_ref().err().map(ApiError::kind),
                 );
                 (endpoint, result)
             })
             .buffered(self.concurrency)
-    }
-
-    async fn get(&self, endpoint: &Endpoint, path_and_query: &str) -> Result<Fetched, FetchError> {
-        let url = format!("{}{path_and_query}", endpoint.url);
-        let uri: hyper::Uri = url.parse().map_err(|_| FetchError::Url(url.clone()))?;
-        let mut request = hyper::Request::get(uri)
-            .header(hyper::header::ACCEPT, "application/json")
-            // Prometheus compresses what it sends when asked: a tenth of the bytes to move.
-            .header(hyper::header::ACCEPT_ENCODING, "gzip");
-        if let Some(token) = &self.token {
-            request = request.header(hyper::header::AUTHORIZATION, token.header());
-        }
-        let request = request
-            .body(Empty::<Bytes>::new())
-            .map_err(|_| FetchError::Url(url.clone()))?;
-        let response =
-            self.client.request(request).await.map_err(|error| {
-                FetchError::Connect(zone_operator::ErrorChain(&error).to_string())
-            })?;
-        let status = response.status();
-        let gzipped = response
-            .headers()
-            .get(hyper::header::CONTENT_ENCODING)
-            .is_some_and(|encoding| encoding.as_bytes().eq_ignore_ascii_case(b"gzip"));
-        let body = read_capped(response, self.caps.read_limit(gzipped)).await?;
-        Ok(Fetched {
-            status,
-            gzipped,
-            body,
-            uncompressed_cap: self.caps.uncompressed,
-        })
-    }
-}
-
-/// One backend's answer as it came, still compressed: many can wait for their turn to be merged
-/// at a fraction of what they take parsed.
-#[derive(Debug)]
-pub struct Fetched {
-    status: hyper::StatusCode,
-    gzipped: bool,
-    body: Bytes,
-    /// Gunzipped bytes past this are not produced (a gzip bomb stops here).
-    uncompressed_cap: u64,
-}
-
-impl Fetched {
-    /// The rules in the answer, or why there are none.
-    pub fn decode(self) -> Result<RuleDiscovery, FetchError> {
-        let Fetched {
-            status,
-            gzipped,
-            body,
-            uncompressed_cap,
-        } = self;
-        let body = if gzipped {
-            Bytes::from(gunzip_capped(&body, uncompressed_cap)?)
-        } else {
-            body
-        };
-        // The text checked as UTF-8 once, in one pass, rather than string by string.
-        let envelope: Result<Envelope, _> = match std::str::from_utf8(&body) {
-            Ok(text) => serde_json::from_str(text),
-            Err(error) => Err(serde::de::Error::custom(format!("not UTF-8: {error}"))),
-        };
-        match envelope {
-            Ok(Envelope {
-                status: ok,
-                data: Some(data),
-                ..
-            }) if ok == "success" && status.is_success() => Ok(data),
-            Ok(envelope) if envelope.status == "error" => Err(FetchError::Backend(envelope.error)),
-            _ if !status.is_success() => Err(FetchError::Status(
-                status.as_u16(),
-                String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
-            )),
-            Ok(_) => Err(FetchError::BadJson("no data".to_string())),
-            Err(error) => Err(FetchError::BadJson(error.to_string())),
-        }
     }
 }
 
@@ -183,19 +80,20 @@ mod tests {
     use super::*;
     use crate::backend::{Backend, endpoint, rules_data};
     use axum::http::StatusCode;
+    use zone_rules::RuleDiscovery;
 
     const GENEROUS: BodyCaps = BodyCaps {
         compressed: 64 << 20,
         uncompressed: 256 << 20,
     };
 
-    async fn fetch_one(fetcher: &Fetcher, endpoint: Endpoint) -> Result<RuleDiscovery, FetchError> {
+    async fn fetch_one(fetcher: &Fetcher, endpoint: Endpoint) -> Result<RuleDiscovery, ApiError> {
         let answers: Vec<_> = fetcher
             .rules(vec![endpoint], "/api/v1/rules")
             .collect()
             .await;
         let [(_, answer)] = <[_; 1]>::try_from(answers).unwrap();
-        answer.and_then(Fetched::decode)
+        answer.and_then(Answer::decode)
     }
 
     fn fetcher(timeout: Duration) -> (Fetcher, prometheus::Registry) {
@@ -220,36 +118,36 @@ mod tests {
     #[tokio::test]
     async fn decode_names_every_way_an_answer_fails() {
         let (fetcher, registry) = fetcher(Duration::from_secs(30));
-        let cases: [(StatusCode, &str, Option<&str>, FetchError); 5] = [
+        let cases: [(StatusCode, &str, Option<&str>, ApiError); 5] = [
             (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 r#"{"status":"error","errorType":"bad_data","error":"invalid parameter \"match[]\""}"#,
                 None,
-                FetchError::Backend("invalid parameter \"match[]\"".into()),
+                ApiError::ErrorAnswer("bad_data: invalid parameter \"match[]\"".into()),
             ),
             (
                 StatusCode::BAD_GATEWAY,
                 "<html>upstream gone</html>",
                 None,
-                FetchError::Status(502, "<html>upstream gone</html>".into()),
+                ApiError::Status(502, "<html>upstream gone</html>".into()),
             ),
             (
                 StatusCode::OK,
                 r#"{"status":"success"}"#,
                 None,
-                FetchError::BadJson("no data".into()),
+                ApiError::BadJson("no data".into()),
             ),
             (
                 StatusCode::OK,
                 "not json",
                 None,
-                FetchError::BadJson("expected ident at line 1 column 2".into()),
+                ApiError::BadJson("expected ident at line 1 column 2".into()),
             ),
             (
                 StatusCode::OK,
                 r#"{"status":"success","data":{"groups":[]}}"#,
                 Some("gzip"),
-                FetchError::BadJson("bad gzip: invalid gzip header".into()),
+                ApiError::BadJson("bad gzip: invalid gzip header".into()),
             ),
         ];
         for (status, body, encoding, expected) in cases {
@@ -260,7 +158,7 @@ mod tests {
 
         let gone = Backend::gone().await;
         let answer = fetch_one(&fetcher, endpoint(&gone, "0", "a")).await;
-        assert!(matches!(answer, Err(FetchError::Connect(_))), "{answer:?}");
+        assert!(matches!(answer, Err(ApiError::Connect(_))), "{answer:?}");
         let text = zone_operator::metrics::exposition(&registry);
         let errors: Vec<_> = text
             .lines()
@@ -280,6 +178,6 @@ mod tests {
         let (fetcher, _) = fetcher(Duration::from_millis(200));
         let hanging = Backend::hanging().await;
         let answer = fetch_one(&fetcher, hanging.endpoint("0", "a")).await;
-        assert_eq!(answer, Err(FetchError::Timeout(Duration::from_millis(200))));
+        assert_eq!(answer, Err(ApiError::Timeout(Duration::from_millis(200))));
     }
 }

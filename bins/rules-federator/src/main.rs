@@ -10,13 +10,11 @@ mod answer;
 mod api;
 #[cfg(test)]
 mod backend;
-mod body;
 mod cli;
 mod connector;
 mod endpoints;
 mod envelope;
 mod fetch;
-mod fetch_error;
 mod flight;
 mod guard;
 mod merge;

@@ -16,8 +16,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use zone_rules::{MergeOptions, Merger, RuleDiscovery, RuleGroup, Source};
 
 use crate::endpoints::Endpoint;
-use crate::fetch::{FetchError, Fetched};
 use crate::metrics::FederatorMetrics;
+use zone_operator::prom_api::{Answer, ApiError};
 
 /// Decoded answers waiting for their turn to be folded, per core: enough to keep every core
 /// decoding while a slower answer before them is still being decoded.
@@ -108,7 +108,7 @@ fn split(data: RuleDiscovery, partitions: usize) -> Vec<Vec<RuleGroup>> {
 
 /// Merges `fetched` (every endpoint's answer, in endpoint order: it decides exact ties).
 pub async fn merge(
-    fetched: impl Stream<Item = (Endpoint, Result<Fetched, FetchError>)>,
+    fetched: impl Stream<Item = (Endpoint, Result<Answer, ApiError>)>,
     cores: &Cores,
     options: &MergeOptions,
     metrics: &FederatorMetrics,
@@ -192,10 +192,10 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::backend::{Backend, endpoint, rules_data};
-    use crate::body::BodyCaps;
     use crate::connector::BackendTls;
     use crate::fetch::Fetcher;
     use std::time::Duration;
+    use zone_operator::prom_api::BodyCaps;
     use zone_rules::{Rule, merge as merge_serially};
 
     fn metrics() -> FederatorMetrics {

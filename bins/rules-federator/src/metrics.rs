@@ -1,5 +1,6 @@
-//! The federator's own metrics. Failures come as their reason label (`FetchError::kind`), so
-//! this module needs nothing of the fetch that records into it.
+//! The federator's own metrics. Failures come as their reason label
+//! (`zone_operator::prom_api::ApiError::kind`), so this module needs nothing of the fetch that
+//! records into it.
 
 use std::time::Duration;
 
@@ -63,7 +64,7 @@ impl FederatorMetrics {
             endpoint_errors: family(
                 registry,
                 "endpoint_errors_total",
-                "Backend requests that gave nothing, by backend and reason (timeout, connect, status, bad_json, backend_error, url).",
+                "Backend requests that gave nothing, by backend and reason (timeout, connect, status, bad_json, error_answer, url, too_large).",
                 |o| IntCounterVec::new(o, &["endpoint", "reason"]),
             )?,
             merge_seconds: family(

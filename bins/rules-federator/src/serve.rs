@@ -17,7 +17,6 @@ use zone_rules::MergeOptions;
 
 use crate::NAME;
 use crate::api::{self, Api};
-use crate::body::BodyCaps;
 use crate::cli::{Args, Auth, Scheme};
 use crate::connector::{BackendTls, BackendTlsError};
 use crate::endpoints::{Endpoint, EndpointError, Endpoints, PodPort, parse_static};
@@ -27,6 +26,7 @@ use crate::guard::{self, Guard};
 use crate::merge::Cores;
 use crate::metrics::FederatorMetrics;
 use crate::token::{self, BearerToken, TokenError};
+use zone_operator::prom_api::BodyCaps;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

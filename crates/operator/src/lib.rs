@@ -48,6 +48,7 @@ pub mod events;
 pub mod https;
 pub mod leader;
 pub mod metrics;
+pub mod prom_api;
 pub mod readiness;
 pub mod runtime;
 pub mod scope;

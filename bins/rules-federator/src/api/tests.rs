@@ -3,11 +3,11 @@
 
 use super::*;
 use crate::backend::{Backend, RULES, endpoint, rules_data};
-use crate::body::BodyCaps;
 use crate::endpoints::Endpoint;
 use serde_json::Value;
 use std::time::Duration;
 use tower::ServiceExt;
+use zone_operator::prom_api::BodyCaps;
 use zone_rules::{RuleGroup, Source};
 
 /// Long enough for a backend on this machine to answer under a loaded test run, short

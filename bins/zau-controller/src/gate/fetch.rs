@@ -3,27 +3,16 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper::body::Bytes;
-use hyper_rustls::{ConfigBuilderExt as _, FixedServerNameResolver, HttpsConnector};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use hyper::header::HeaderValue;
 use serde::Deserialize;
+use zone_operator::prom_api::tls::{ClientTls, Roots, TlsError, TlsOptions};
+use zone_operator::prom_api::{Answer, ApiClient, ApiError, BodyCaps};
 
 /// The most of an answer that is read: far above any real alert list, far below the memory a
 /// broken endpoint could otherwise take.
-const MAX_BODY_BYTES: usize = 16 << 20;
-
-/// How much of a non-2xx body the error quotes.
-const QUOTED_BODY: usize = 200;
+const MAX_BODY_BYTES: u64 = 16 << 20;
 
 /// Where the alerts are read, and how. Two rollouts with equal endpoints share one cached answer
 /// (the token and TLS settings are part of the identity: a different token may see other alerts).
@@ -60,22 +49,11 @@ impl fmt::Debug for Endpoint {
 /// Why the gate has no clear answer; each one pauses the rollout.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GateError {
-    #[error("no answer within {0:?}")]
-    Timeout(Duration),
-    #[error("cannot connect: {0}")]
-    Connect(String),
-    #[error("HTTP {0}: {1}")]
-    Status(u16, String),
-    #[error("unreadable answer: {0}")]
-    BadJson(String),
-    #[error("it answered with an error: {0}")]
-    ErrorAnswer(String),
-    #[error("answer larger than {0} bytes")]
-    TooLarge(usize),
+    /// The endpoint gave no clear answer.
+    #[error(transparent)]
+    Api(#[from] ApiError),
     #[error("TLS settings unusable: {0}")]
     Tls(String),
-    #[error("bad URL {0:?}")]
-    Url(String),
     /// The Service, its EndpointSlices or a Secret could not be read or used.
     #[error("{0}")]
     Resolve(String),
@@ -87,17 +65,16 @@ impl GateError {
     /// The metric label.
     pub fn kind(&self) -> &'static str {
         match self {
-            GateError::Timeout(_) => "timeout",
-            GateError::Connect(_) => "connect",
-            GateError::Status(..) => "status",
-            GateError::BadJson(_) => "bad_json",
-            GateError::ErrorAnswer(_) => "error_answer",
-            GateError::TooLarge(_) => "too_large",
+            GateError::Api(error) => error.kind(),
             GateError::Tls(_) => "tls",
-            GateError::Url(_) => "url",
             GateError::Resolve(_) => "resolve",
             GateError::Stale(_) => "stale",
         }
+    }
+
+    /// No answer within `timeout`.
+    pub fn timeout(timeout: Duration) -> Self {
+        GateError::Api(ApiError::Timeout(timeout))
     }
 }
 
@@ -114,19 +91,6 @@ pub struct Alert {
     pub active_at: Option<String>,
 }
 
-/// Prometheus's response envelope.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Envelope {
-    status: String,
-    #[serde(default)]
-    data: Option<AlertsData>,
-    #[serde(default)]
-    error_type: String,
-    #[serde(default)]
-    error: String,
-}
-
 #[derive(Deserialize)]
 struct AlertsData {
     /// Prometheus answers `[]` when nothing fires; some servers `null`.
@@ -135,204 +99,78 @@ struct AlertsData {
 }
 
 /// The alerts of an answer, or why it is not a clear one (pure).
-pub fn decode(status: u16, body: &[u8]) -> Result<Vec<Alert>, GateError> {
-    let envelope: Result<Envelope, _> = serde_json::from_slice(body);
-    let success = (200..300).contains(&status);
-    match envelope {
-        Ok(Envelope {
-            status: answer,
-            data: Some(data),
-            ..
-        }) if answer == "success" && success => Ok(data.alerts.unwrap_or_default()),
-        Ok(envelope) if envelope.status == "error" => {
-            let kind = if envelope.error_type.is_empty() {
-                String::new()
-            } else {
-                format!("{}: ", envelope.error_type)
-            };
-            Err(GateError::ErrorAnswer(format!("{kind}{}", envelope.error)))
-        }
-        _ if !success => Err(GateError::Status(status, quote(body))),
-        Ok(envelope) if envelope.status != "success" => Err(GateError::BadJson(format!(
-            "status {:?}, expected \"success\"",
-            envelope.status
-        ))),
-        Ok(_) => Err(GateError::BadJson("no data".to_string())),
-        Err(error) => Err(GateError::BadJson(error.to_string())),
-    }
-}
-
-/// The start of a body, on one line.
-fn quote(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(QUOTED_BODY)]);
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+pub fn decode(answer: Answer) -> Result<Vec<Alert>, GateError> {
+    let data: AlertsData = answer.decode()?;
+    Ok(data.alerts.unwrap_or_default())
 }
 
 /// The HTTP client of one endpoint: connections are kept between polls.
 #[derive(Clone)]
 pub struct GateClient {
-    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    client: ApiClient,
 }
 
 impl GateClient {
     /// A client for `endpoint` (its TLS settings read now: a bad CA fails here, not per request).
     pub fn new(endpoint: &Endpoint, connect_timeout: Duration) -> Result<Self, GateError> {
         let https = endpoint.url.starts_with("https://");
-        let config = client_config(https, endpoint.tls.as_ref())?;
-        let mut http = HttpConnector::new();
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(connect_timeout));
-        http.enforce_http(false);
-        let mut builder = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(config)
-            .https_or_http();
-        if let Some(name) = endpoint.tls.as_ref().and_then(|t| t.server_name.as_deref()) {
-            let name = ServerName::try_from(name.to_string()).map_err(|_| {
-                GateError::Tls(format!("serverName {name:?} is not a DNS name or IP"))
-            })?;
-            builder = builder.with_server_name_resolver(FixedServerNameResolver::new(name));
-        }
-        let connector = builder.enable_http1().wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(connector);
+        let tls = endpoint.tls.clone().unwrap_or_default();
+        let options = TlsOptions {
+            roots: match tls.ca_pem {
+                Some(pem) => Roots::Pem(pem.into_bytes()),
+                // A plain `http://` endpoint needs no roots (none are loaded).
+                None if !https => Roots::Empty,
+                None => Roots::System,
+            },
+            server_name: tls.server_name,
+            insecure_skip_verify: tls.insecure_skip_verify,
+            client: None,
+        };
+        let tls = ClientTls::new(&options).map_err(tls_error)?;
+        let caps = BodyCaps {
+            compressed: MAX_BODY_BYTES,
+            uncompressed: MAX_BODY_BYTES,
+        };
+        let client = ApiClient::new(&tls, connect_timeout, Duration::from_secs(90), caps);
         Ok(Self { client })
     }
 
     /// The alerts at `endpoint` (no timeout here: the caller cuts the whole exchange).
     pub async fn alerts(&self, endpoint: &Endpoint) -> Result<Vec<Alert>, GateError> {
-        let uri: hyper::Uri = endpoint
-            .url
-            .parse()
-            .map_err(|_| GateError::Url(endpoint.url.clone()))?;
-        let mut request =
-            hyper::Request::get(uri).header(hyper::header::ACCEPT, "application/json");
-        if let Some(token) = &endpoint.token {
-            request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        let request = request
-            .body(Empty::<Bytes>::new())
-            .map_err(|_| GateError::Url(endpoint.url.clone()))?;
-        let response =
-            self.client.request(request).await.map_err(|error| {
-                GateError::Connect(zone_operator::ErrorChain(&error).to_string())
-            })?;
-        let status = response.status().as_u16();
-        let body = Limited::new(response.into_body(), MAX_BODY_BYTES)
-            .collect()
-            .await
-            .map_err(|error| {
-                if error.is::<http_body_util::LengthLimitError>() {
-                    GateError::TooLarge(MAX_BODY_BYTES)
-                } else {
-                    GateError::Connect(error.to_string())
-                }
-            })?
-            .to_bytes();
-        decode(status, &body)
+        let authorization = match &endpoint.token {
+            Some(token) => Some(
+                HeaderValue::from_str(&format!("Bearer {token}"))
+                    .map_err(|_| ApiError::Url(endpoint.url.clone()))?,
+            ),
+            None => None,
+        };
+        decode(self.client.get(&endpoint.url, authorization).await?)
     }
 }
 
-/// The TLS side of the client; a plain `http://` endpoint needs no roots (none are loaded).
-fn client_config(https: bool, tls: Option<&TlsSettings>) -> Result<ClientConfig, GateError> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|error| GateError::Tls(error.to_string()))?;
-    let tls = tls.cloned().unwrap_or_default();
-    let config = if tls.insecure_skip_verify {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-            .with_no_client_auth()
-    } else if let Some(pem) = &tls.ca_pem {
-        let mut roots = RootCertStore::empty();
-        let certificates = CertificateDer::pem_slice_iter(pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|error| GateError::Tls(format!("caSecret: unreadable PEM: {error}")))?;
-        if certificates.is_empty() {
-            return Err(GateError::Tls(
-                "caSecret: no PEM certificate in it".to_string(),
-            ));
-        }
-        for certificate in certificates {
-            roots.add(certificate).map_err(|error| {
-                GateError::Tls(format!(
-                    "caSecret: a certificate is unusable as a root: {error}"
-                ))
-            })?;
-        }
-        builder.with_root_certificates(roots).with_no_client_auth()
-    } else if !https {
-        builder
-            .with_root_certificates(RootCertStore::empty())
-            .with_no_client_auth()
-    } else {
-        match builder.clone().with_native_roots() {
-            Ok(builder) => builder.with_no_client_auth(),
-            // No system roots: an https endpoint fails its handshake, named in the condition.
-            Err(_) => builder
-                .with_root_certificates(RootCertStore::empty())
-                .with_no_client_auth(),
-        }
-    };
-    Ok(config)
-}
-
-/// `insecureSkipVerify`: any certificate is accepted; the handshake's signatures are still
-/// checked, so the connection is at least to the holder of the presented key.
-#[derive(Debug)]
-struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+/// Why the TLS settings are unusable, naming the field of the alert gate they come from.
+fn tls_error(error: TlsError) -> GateError {
+    GateError::Tls(match error {
+        TlsError::NoCertificate(_) => "caSecret: no PEM certificate in it".to_string(),
+        TlsError::Pem(_, error) => format!("caSecret: unreadable PEM: {error}"),
+        TlsError::Root(error) => format!("caSecret: a certificate is unusable as a root: {error}"),
+        TlsError::ServerName(name) => format!("serverName {name:?} is not a DNS name or IP"),
+        TlsError::ClientCertificate(error) | TlsError::Config(error) => error.to_string(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use hyper::StatusCode;
+
+    fn decoded(status: u16, body: &[u8]) -> Result<Vec<Alert>, GateError> {
+        decode(Answer::of(
+            StatusCode::from_u16(status).unwrap(),
+            body.to_vec(),
+        ))
+    }
 
     fn alert(name: &str, state: &str) -> Alert {
         Alert {
@@ -349,16 +187,16 @@ mod tests {
              "activeAt":"2026-01-01T00:00:00Z","value":"1e+00"},
             {"labels":{"alertname":"B"},"state":"pending","activeAt":"2026-01-01T00:00:00Z"}]}}"#;
         assert_eq!(
-            decode(200, body),
+            decoded(200, body),
             Ok(vec![alert("A", "firing"), alert("B", "pending")])
         );
         assert_eq!(
-            decode(200, br#"{"status":"success","data":{"alerts":null}}"#),
+            decoded(200, br#"{"status":"success","data":{"alerts":null}}"#),
             Ok(vec![])
         );
         // The federator answers with warnings beside the data: still a clear answer.
         assert_eq!(
-            decode(
+            decoded(
                 200,
                 br#"{"status":"success","warnings":["endpoint x: timeout"],"data":{"alerts":[]}}"#
             ),
@@ -373,42 +211,53 @@ mod tests {
             (
                 503,
                 br#"{"status":"error","errorType":"unavailable","error":"every backend failed"}"#,
-                GateError::ErrorAnswer("unavailable: every backend failed".into()),
+                GateError::Api(ApiError::ErrorAnswer(
+                    "unavailable: every backend failed".into(),
+                )),
             ),
             (
                 200,
                 br#"{"status":"error","error":"boom"}"#,
-                GateError::ErrorAnswer("boom".into()),
+                GateError::Api(ApiError::ErrorAnswer("boom".into())),
             ),
             (
                 500,
                 b"<html>\n internal error\n</html>",
-                GateError::Status(500, "<html> internal error </html>".into()),
+                GateError::Api(ApiError::Status(
+                    500,
+                    "<html> internal error </html>".into(),
+                )),
             ),
             (
                 200,
                 b"not json",
-                GateError::BadJson("expected ident at line 1 column 2".into()),
+                GateError::Api(ApiError::BadJson(
+                    "expected ident at line 1 column 2".into(),
+                )),
             ),
             (
                 200,
                 br#"{"status":"success"}"#,
-                GateError::BadJson("no data".into()),
+                GateError::Api(ApiError::BadJson("no data".into())),
             ),
             (
                 200,
                 br#"{"status":"partial","data":{"alerts":[]}}"#,
-                GateError::BadJson(r#"status "partial", expected "success""#.into()),
+                GateError::Api(ApiError::BadJson(
+                    r#"status "partial", expected "success""#.into(),
+                )),
             ),
             (
                 204,
                 b"",
-                GateError::BadJson("EOF while parsing a value at line 1 column 0".into()),
+                GateError::Api(ApiError::BadJson(
+                    "EOF while parsing a value at line 1 column 0".into(),
+                )),
             ),
         ];
         for (status, body, expected) in cases {
             assert_eq!(
-                decode(status, body),
+                decoded(status, body),
                 Err(expected),
                 "{status} {}",
                 String::from_utf8_lossy(body)

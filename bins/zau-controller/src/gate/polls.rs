@@ -183,7 +183,7 @@ impl GatePolls {
 
 fn no_answer(timeout: Duration) -> Arc<Answer> {
     Arc::new(Answer {
-        result: Err(GateError::Timeout(timeout)),
+        result: Err(GateError::timeout(timeout)),
         at: Instant::now(),
     })
 }
@@ -299,6 +299,6 @@ async fn request(
     };
     match tokio::time::timeout(timeout, client.alerts(endpoint)).await {
         Ok(result) => result,
-        Err(_) => Err(GateError::Timeout(timeout)),
+        Err(_) => Err(GateError::timeout(timeout)),
     }
 }

@@ -10,6 +10,8 @@ use futures::channel::mpsc;
 use kube::runtime::reflector::ObjectRef;
 use zone_api::ZoneAwareUpdate;
 
+use zone_operator::prom_api::ApiError;
+
 use super::fetch::{Endpoint, GateError, TlsSettings};
 use super::polls::GatePolls;
 use super::selector::{Rules, Selector, Verdict};
@@ -99,7 +101,7 @@ async fn every_unclear_answer_pauses() {
         );
         assert!(!error.to_string().contains('\n'), "one line: {error}");
     }
-    let timeout = GateError::Timeout(TIMEOUT).to_string();
+    let timeout = GateError::timeout(TIMEOUT).to_string();
     assert_eq!(timeout, "no answer within 250ms");
 }
 
@@ -153,7 +155,7 @@ async fn https_is_verified_against_the_ca_for_the_server_name() {
         )
         .await;
     match &refused.result {
-        Err(GateError::Connect(message)) => {
+        Err(GateError::Api(ApiError::Connect(message))) => {
             assert!(message.contains("invalid peer certificate"), "{message}")
         }
         other => panic!("{other:?}"),

@@ -25,6 +25,8 @@ use super::context::ResolvedGate;
 use super::observe::Observed;
 use super::{Draft, Step};
 use crate::alarm::AlarmState;
+use zone_operator::prom_api::ApiError;
+
 use crate::gate::{GateError, Rules, Verdict, alert_list, resolve};
 
 /// One source holding the rollout.
@@ -382,7 +384,7 @@ impl Step<'_> {
             .gates
             .answer(&endpoint, me, gate.poll_interval, gate.timeout)
             .await;
-        if matches!(answer.result, Err(GateError::Connect(_))) {
+        if matches!(answer.result, Err(GateError::Api(ApiError::Connect(_)))) {
             // The Service's pod may have moved: resolve it again next time.
             self.ctx.remember(self.uid, |m| m.gate_endpoint = None);
         }

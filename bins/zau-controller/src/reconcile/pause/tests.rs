@@ -254,7 +254,9 @@ fn gate_messages_name_the_alerts_or_the_error() {
         held.message,
         "3 alerts matching {sev=\"x\"} firing at http://f/api/v1/alerts: A, B{zone=\"zone-a\"} and 1 more"
     );
-    let down = Verdict::Unavailable(GateError::Connect("connection refused".into()));
+    let down = Verdict::Unavailable(GateError::Api(ApiError::Connect(
+        "connection refused".into(),
+    )));
     let held = gate_hold("http://f/api/v1/alerts", "{}", true, &down).unwrap();
     assert_eq!(held.reason, reason::ALERT_GATE_UNAVAILABLE);
     assert_eq!(

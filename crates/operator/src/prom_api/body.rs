@@ -1,18 +1,18 @@
-//! The caps on one backend's answer: what is read from the connection, and what it gunzips to.
-//! A broken or hostile backend (a 200 MB answer, a gzip bomb) costs the federator these many
+//! The caps on one endpoint's answer: what is read from the connection, and what it gunzips to.
+//! A broken or hostile endpoint (a 200 MB answer, a gzip bomb) costs its reader these many
 //! bytes, never all its memory, and never twice the cap: buffers grow by doubling, as `Vec`'s
 //! do, clamped to the cap.
 
-use axum::body::Bytes;
 use http_body_util::BodyExt;
+use hyper::body::Bytes;
 
-use crate::fetch_error::FetchError;
+use super::ApiError;
 
-/// How much of one backend's answer is read, at most: a broken or hostile backend (a 200 MB
-/// answer, a gzip bomb) costs the federator these many bytes, not all its memory.
+/// How much of one endpoint's answer is read, at most: a broken or hostile endpoint (a 200 MB
+/// answer, a gzip bomb) costs the reader these many bytes, not all its memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BodyCaps {
-    /// Bytes read from the connection (compressed when the backend gzips).
+    /// Bytes read from the connection (compressed when the endpoint gzips).
     pub compressed: u64,
     /// Bytes of JSON: gunzipped, or read plain.
     pub uncompressed: u64,
@@ -34,8 +34,8 @@ impl BodyCaps {
 pub async fn read_capped(
     response: hyper::Response<hyper::body::Incoming>,
     (what, cap): (&'static str, u64),
-) -> Result<Bytes, FetchError> {
-    let too_large = FetchError::TooLarge { what, cap };
+) -> Result<Bytes, ApiError> {
+    let too_large = ApiError::TooLarge { what, cap };
     let announced = response
         .headers()
         .get(hyper::header::CONTENT_LENGTH)
@@ -47,7 +47,7 @@ pub async fn read_capped(
     let mut read = Vec::new();
     let limit = usize::try_from(cap).unwrap_or(usize::MAX);
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|error| FetchError::Connect(error.to_string()))?;
+        let frame = frame.map_err(|error| ApiError::Connect(error.to_string()))?;
         if let Ok(data) = frame.into_data() {
             if (read.len() + data.len()) as u64 > cap {
                 return Err(too_large);
@@ -73,15 +73,15 @@ fn append_within(buffer: &mut Vec<u8>, data: &[u8], limit: usize) {
 /// Bytes gunzipped from `gzipped` at a time.
 const GUNZIP_CHUNK: usize = 64 << 10;
 
-/// `gzipped` gunzipped, or [`FetchError::TooLarge`] once it passes `cap` bytes. The bytes go
+/// `gzipped` gunzipped, or [`ApiError::TooLarge`] once it passes `cap` bytes. The bytes go
 /// into segments, each as large as all before it (the doubling of a `Vec`, without its copies):
 /// a cut answer never holds more than the cap, where a doubling buffer would hold its old and
 /// new allocation at once (up to three times the cap's half, 384 MiB under the 256Mi default)
 /// as it grows. An answer under the cap in more than one segment is joined into one buffer.
-pub fn gunzip_capped(gzipped: &[u8], cap: u64) -> Result<Vec<u8>, FetchError> {
+pub fn gunzip_capped(gzipped: &[u8], cap: u64) -> Result<Vec<u8>, ApiError> {
     // The size the gzip trailer announces (ISIZE, the last four bytes): one segment of exactly
     // the answer's size, nothing to join. It is only a hint, checked by the decoder at the end
-    // (a hostile backend can announce anything): it is bounded by deflate's largest ratio, and
+    // (a hostile endpoint can announce anything): it is bounded by deflate's largest ratio, and
     // the segments and the cap hold whatever comes. Without one, a guess at the ratio of
     // Prometheus's JSON.
     let announced = gzipped
@@ -102,7 +102,7 @@ pub fn gunzip_capped(gzipped: &[u8], cap: u64) -> Result<Vec<u8>, FetchError> {
 const MAX_DEFLATE_RATIO: usize = 1032;
 
 /// [`gunzip_capped`] with a first segment of `first` bytes.
-fn gunzip_in_segments(gzipped: &[u8], cap: u64, first: usize) -> Result<Vec<u8>, FetchError> {
+fn gunzip_in_segments(gzipped: &[u8], cap: u64, first: usize) -> Result<Vec<u8>, ApiError> {
     let limit = usize::try_from(cap).unwrap_or(usize::MAX);
     let first = first.clamp(1, limit.max(1));
     let mut segments = vec![Vec::with_capacity(first)];
@@ -114,10 +114,10 @@ fn gunzip_in_segments(gzipped: &[u8], cap: u64, first: usize) -> Result<Vec<u8>,
             Ok(0) => break,
             Ok(read) => read,
             Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(error) => return Err(FetchError::BadJson(format!("bad gzip: {error}"))),
+            Err(error) => return Err(ApiError::BadJson(format!("bad gzip: {error}"))),
         };
         if total + read > limit {
-            return Err(FetchError::TooLarge {
+            return Err(ApiError::TooLarge {
                 what: "uncompressed",
                 cap,
             });
@@ -185,7 +185,7 @@ mod tests {
             let over = gzip(&vec![b' '; cap as usize * 2]);
             assert_eq!(
                 gunzip_capped(&over, cap),
-                Err(FetchError::TooLarge {
+                Err(ApiError::TooLarge {
                     what: "uncompressed",
                     cap
                 })
