@@ -20,6 +20,7 @@ use zone_api::conditions::Conditions;
 use crate::audit::AuditEvent;
 use crate::localstack::free_port;
 use crate::process::{ControllerProcess, namespace_args};
+use crate::real::RealNodes;
 use crate::{Cluster, TestNamespace, wait_for};
 
 /// Server-side applies `object` (typed, or JSON with its apiVersion, kind and metadata.name) as
@@ -180,6 +181,22 @@ where
         other => Err(format!("{other:?}")),
     })
     .await
+}
+
+/// `spec` (of a ShardedPrometheus) with what runs its shards on the real nodes, one shard per
+/// zone: the real Prometheus image, the real nodes' selector and toleration, the topology
+/// strategy over zone-a, zone-b and zone-c.
+pub fn on_real_nodes(real: &RealNodes, mut spec: Value) -> Value {
+    let placement = serde_json::json!({
+        "image": real.prometheus_image,
+        "nodeSelector": {"type": "real"},
+        "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
+        "shardingStrategy": {"topology": {"values": ["zone-a", "zone-b", "zone-c"]}},
+    });
+    if let (Some(spec), Value::Object(placement)) = (spec.as_object_mut(), placement) {
+        spec.extend(placement);
+    }
+    spec
 }
 
 /// `binary` (a controller of this workspace) watching only `namespace`, without leader election,

@@ -356,30 +356,29 @@ async fn create_the_rule(fx: &Fixture, zone_b_target: &str) {
 /// with their pod), evaluating the rule every 2 s, sending to the Alertmanager by its Service,
 /// relabelling alerts with `team: sre`.
 fn alerting_spec(fx: &Fixture, real: &e2e::real::RealNodes) -> Value {
-    json!({
-        "shards": 3,
-        "replicas": 2,
-        "image": real.prometheus_image,
-        "nodeSelector": {"type": "real"},
-        "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
-        "shardingStrategy": {"topology": {"values": ZONES}},
-        "scrapeInterval": "2s",
-        "evaluationInterval": "2s",
-        "scrapeConfigs": [{
-            "job_name": "targets",
-            "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [fx.ns.name]}}],
-            "relabel_configs": [
-                {"source_labels": ["__meta_kubernetes_pod_label_app"], "regex": "target", "action": "keep"},
-                {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-            ],
-        }],
-        "ruleFiles": [{"configMap": "rules"}],
-        "alerting": {
-            // The namespace defaults to the ShardedPrometheus's.
-            "alertmanagers": [{"name": e2e::alertmanager::NAME, "port": e2e::alertmanager::PORT_NAME}],
-            "alertRelabelConfigs": [{"targetLabel": "team", "replacement": "sre", "action": "replace"}],
-        },
-    })
+    fixture::on_real_nodes(
+        real,
+        json!({
+            "shards": 3,
+            "replicas": 2,
+            "scrapeInterval": "2s",
+            "evaluationInterval": "2s",
+            "scrapeConfigs": [{
+                "job_name": "targets",
+                "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [fx.ns.name]}}],
+                "relabel_configs": [
+                    {"source_labels": ["__meta_kubernetes_pod_label_app"], "regex": "target", "action": "keep"},
+                    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+                ],
+            }],
+            "ruleFiles": [{"configMap": "rules"}],
+            "alerting": {
+                // The namespace defaults to the ShardedPrometheus's.
+                "alertmanagers": [{"name": e2e::alertmanager::NAME, "port": e2e::alertmanager::PORT_NAME}],
+                "alertRelabelConfigs": [{"targetLabel": "team", "replacement": "sre", "action": "replace"}],
+            },
+        }),
+    )
 }
 
 /// The Prometheus pods of the ShardedPrometheus, each asserted in its shard's zone.

@@ -552,16 +552,15 @@ fn target_job(fx: &Fixture, name: &str) -> Value {
 /// Three shards of one replica of the real Prometheus on the real nodes, with the rule files
 /// of the ConfigMap `rules`, scraping `jobs`.
 fn real_spec(real: &e2e::real::RealNodes, jobs: Vec<Value>) -> Value {
-    json!({
-        "ruleFiles": [{"configMap": "rules"}],
-        "shards": 3,
-        "replicas": 1,
-        "image": real.prometheus_image,
-        "nodeSelector": {"type": "real"},
-        "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
-        "shardingStrategy": {"topology": {"values": ["zone-a", "zone-b", "zone-c"]}},
-        "scrapeConfigs": jobs,
-    })
+    fixture::on_real_nodes(
+        real,
+        json!({
+            "ruleFiles": [{"configMap": "rules"}],
+            "shards": 3,
+            "replicas": 1,
+            "scrapeConfigs": jobs,
+        }),
+    )
 }
 
 /// Waits until the Prometheus of `shard` at `ip` loaded the rule file and scrapes exactly the
@@ -824,14 +823,10 @@ async fn sprom_a_real_hpa_on_cpu_scales_shards_not_pods() {
     // Two replicas per shard with a small CPU request, so that an idle Prometheus is a
     // measurable share of it; Retain, so that scaled-down shards keep running pods.
     let generation = fx
-        .apply(json!({
+        .apply(fixture::on_real_nodes(&real, json!({
             "shards": 3,
             "replicas": 2,
-            "image": real.prometheus_image,
-            "nodeSelector": {"type": "real"},
-            "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
             "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}},
-            "shardingStrategy": {"topology": {"values": ["zone-a", "zone-b", "zone-c"]}},
             "shardRetentionPolicy": {"whenScaled": "Retain", "retain": {"retentionPeriod": "1h"}},
             "scrapeConfigs": [{
                 "job_name": "targets",
@@ -839,7 +834,7 @@ async fn sprom_a_real_hpa_on_cpu_scales_shards_not_pods() {
                 "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [fx.ns.name]}}],
                 "relabel_configs": [{"source_labels": ["__meta_kubernetes_pod_label_app"], "regex": "target", "action": "keep"}],
             }],
-        }))
+        })))
         .await;
     fx.wait_ready_shards("3 ready shards", generation, 3).await;
     the_hpa_scales_up_then_down_counting_active_shards(&fx).await;
@@ -982,16 +977,15 @@ async fn sprom_federator_discovers_the_shards_and_follows_a_scale_without_restar
     });
     fixture::create(&rules, rule_file).await;
     let spec = |shards: u32| {
-        json!({
-            "shards": shards,
-            "replicas": 2,
-            "image": real.prometheus_image,
-            "nodeSelector": {"type": "real"},
-            "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
-            "shardingStrategy": {"topology": {"values": ["zone-a", "zone-b", "zone-c"]}},
-            "ruleFiles": [{"configMap": "alerts"}],
-            "scrapeConfigs": [],
-        })
+        fixture::on_real_nodes(
+            &real,
+            json!({
+                "shards": shards,
+                "replicas": 2,
+                "ruleFiles": [{"configMap": "alerts"}],
+                "scrapeConfigs": [],
+            }),
+        )
     };
     fx.apply(spec(2)).await;
     let port = free_port();
@@ -1079,30 +1073,29 @@ async fn sprom_shards_run_in_a_restricted_namespace_with_a_sidecar_beside_promet
     // The sidecar is the metrics target (it serves on 8080 beside Prometheus's 9090), restricted
     // itself: no escalation, no capability.
     let generation = fx
-        .apply(json!({
-            "shards": 3,
-            "image": real.prometheus_image,
-            "nodeSelector": {"type": "real"},
-            "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
-            "shardingStrategy": {"topology": {"values": ["zone-a", "zone-b", "zone-c"]}},
-            // Every shard scrapes its own pod's sidecar: a static target, kept on every shard
-            // (not hashed to one) by prometheus-operator's opt-out label.
-            "scrapeConfigs": [{"job_name": "sidecar", "scrape_interval": "2s",
-                "static_configs": [{"targets": ["localhost:8080"],
-                    "labels": {"__tmp_disable_sharding": "true"}}]}],
-            "podMetadata": {"labels": {"team": "observability"}},
-            "containers": [{
-                "name": "sidecar",
-                "image": real.metrics_target_image,
-                "imagePullPolicy": "Never",
-                "args": ["serve"],
-                "ports": [{"name": "sidecar", "containerPort": 8080}],
-                "securityContext": {
-                    "allowPrivilegeEscalation": false,
-                    "capabilities": {"drop": ["ALL"]},
-                },
-            }],
-        }))
+        .apply(fixture::on_real_nodes(
+            &real,
+            json!({
+                "shards": 3,
+                // Every shard scrapes its own pod's sidecar: a static target, kept on every shard
+                // (not hashed to one) by prometheus-operator's opt-out label.
+                "scrapeConfigs": [{"job_name": "sidecar", "scrape_interval": "2s",
+                    "static_configs": [{"targets": ["localhost:8080"],
+                        "labels": {"__tmp_disable_sharding": "true"}}]}],
+                "podMetadata": {"labels": {"team": "observability"}},
+                "containers": [{
+                    "name": "sidecar",
+                    "image": real.metrics_target_image,
+                    "imagePullPolicy": "Never",
+                    "args": ["serve"],
+                    "ports": [{"name": "sidecar", "containerPort": 8080}],
+                    "securityContext": {
+                        "allowPrivilegeEscalation": false,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }],
+            }),
+        ))
         .await;
     fx.wait_ready_shards("3 ready shards in the restricted namespace", generation, 3)
         .await;

@@ -75,15 +75,14 @@ impl Fixture {
     }
 
     fn spec(&self, job: Value) -> Value {
-        json!({
-            "shards": 3,
-            "replicas": 1,
-            "image": self.real.prometheus_image,
-            "nodeSelector": {"type": "real"},
-            "tolerations": [{"key": self.real.taint, "operator": "Exists", "effect": "NoSchedule"}],
-            "shardingStrategy": {"topology": {"values": ZONES}},
-            "scrapeConfigs": [job],
-        })
+        fixture::on_real_nodes(
+            &self.real,
+            json!({
+                "shards": 3,
+                "replicas": 1,
+                "scrapeConfigs": [job],
+            }),
+        )
     }
 
     async fn apply(&self, spec: Value) -> i64 {

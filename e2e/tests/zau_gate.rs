@@ -705,13 +705,9 @@ async fn create_sharded_prometheus(ns: &TestNamespace, real: &RealNodes) {
         "apiVersion": "zonecontrol.k8s.aws/v1",
         "kind": "ShardedPrometheus",
         "metadata": {"name": SPROM},
-        "spec": {
+        "spec": fixture::on_real_nodes(real, json!({
             "shards": 3,
             "replicas": 1,
-            "image": real.prometheus_image,
-            "nodeSelector": {"type": "real"},
-            "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
-            "shardingStrategy": {"topology": {"values": ZONES}},
             "scrapeInterval": "2s",
             "evaluationInterval": "2s",
             "ruleFiles": [{"configMap": "rules"}],
@@ -724,7 +720,7 @@ async fn create_sharded_prometheus(ns: &TestNamespace, real: &RealNodes) {
                     {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
                 ],
             }],
-        },
+        })),
     });
     let sproms: Api<ShardedPrometheus> = ns.api();
     fixture::apply(&sproms, SPROM, MANAGER, &sprom).await;
