@@ -312,6 +312,16 @@ fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {type_} condition in {status}"))
 }
 
+/// The status written while `by` holds the rollout: nothing evicted, `pausedRollout` and
+/// `pausedBy` say so.
+fn held_status(fake: &FakeApi, by: &str) -> Value {
+    assert!(evictions(fake).is_empty(), "evicted {:?}", evictions(fake));
+    let status = written_status(fake);
+    assert_eq!(status["pausedRollout"], true);
+    assert_eq!(status["pausedBy"], by);
+    status
+}
+
 /// The Eviction requests, as pod names in order.
 fn evictions(fake: &FakeApi) -> Vec<String> {
     fake.requests()
@@ -393,14 +403,7 @@ async fn a_firing_alarm_pauses_without_evicting() {
     let action = reconcile_unelected(client, zau, caches(OLD), alarms.clone()).await;
 
     assert_eq!(alarms.asked(), ["my-alarm"]);
-    assert!(
-        evictions(&fake).is_empty(),
-        "evicted {:?}",
-        evictions(&fake)
-    );
-    let status = written_status(&fake);
-    assert_eq!(status["pausedRollout"], true);
-    assert_eq!(status["pausedBy"], "Alarm");
+    let status = held_status(&fake, "Alarm");
     let paused = condition(&status, "Paused");
     assert_eq!(paused["status"], "True");
     assert_eq!(paused["reason"], "AlarmFiring");

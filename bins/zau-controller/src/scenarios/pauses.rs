@@ -21,6 +21,14 @@ fn event_reasons(fake: &FakeApi) -> Vec<String> {
         .collect()
 }
 
+/// The reasons of the rollout's own events (`Rollout…`), in order.
+fn rollout_events(fake: &FakeApi) -> Vec<String> {
+    event_reasons(fake)
+        .into_iter()
+        .filter(|r| r.starts_with("Rollout"))
+        .collect()
+}
+
 /// A gate at `base`, every 1 s, on critical alerts.
 fn gate(base: &str) -> Value {
     json!({"url": base, "matchers": "{severity=\"critical\"}", "pollInterval": "1s", "timeout": "1s"})
@@ -70,14 +78,7 @@ async fn a_firing_alert_pauses_and_its_end_resumes() {
     let ctx = gated_context(client, &zau, caches(OLD));
 
     let action = again(&zau, &ctx).await;
-    assert!(
-        evictions(&fake).is_empty(),
-        "evicted {:?}",
-        evictions(&fake)
-    );
-    let status = written_status(&fake);
-    assert_eq!(status["pausedRollout"], true);
-    assert_eq!(status["pausedBy"], "Alert");
+    let status = held_status(&fake, "Alert");
     let paused = condition(&status, "Paused");
     assert_eq!(paused["reason"], "AlertFiring");
     let message = paused["message"].as_str().unwrap();
@@ -103,13 +104,7 @@ async fn a_firing_alert_pauses_and_its_end_resumes() {
     assert_eq!(status["pausedRollout"], false);
     assert!(status.get("pausedBy").is_none(), "{status}");
     assert_eq!(condition(&status, "Paused")["status"], "False");
-    assert_eq!(
-        event_reasons(&fake)
-            .into_iter()
-            .filter(|r| r.starts_with("Rollout"))
-            .collect::<Vec<_>>(),
-        ["RolloutPaused", "RolloutResumed"]
-    );
+    assert_eq!(rollout_events(&fake), ["RolloutPaused", "RolloutResumed"]);
     assert!(fake.unmatched().is_empty(), "{:?}", fake.unmatched());
 }
 
@@ -353,13 +348,7 @@ async fn an_alarm_pause_resumes_when_it_clears() {
     let status = written_status(&fake);
     assert_eq!(status["pausedRollout"], false);
     assert!(status.get("pausedBy").is_none());
-    assert_eq!(
-        event_reasons(&fake)
-            .into_iter()
-            .filter(|r| r.starts_with("Rollout"))
-            .collect::<Vec<_>>(),
-        ["RolloutPaused", "RolloutResumed"]
-    );
+    assert_eq!(rollout_events(&fake), ["RolloutPaused", "RolloutResumed"]);
 }
 
 /// `spec.paused: true` holds the due batch (ManuallyPaused, a Normal event); unset, the batch
@@ -386,13 +375,7 @@ async fn spec_paused_holds_and_unsetting_it_resumes() {
     again(&resumed, &ctx).await;
     assert_eq!(evictions(&fake), ["web-3", "web-2"]);
     assert_eq!(written_status(&fake)["pausedRollout"], false);
-    assert_eq!(
-        event_reasons(&fake)
-            .into_iter()
-            .filter(|r| r.starts_with("Rollout"))
-            .collect::<Vec<_>>(),
-        ["RolloutPaused", "RolloutResumed"]
-    );
+    assert_eq!(rollout_events(&fake), ["RolloutPaused", "RolloutResumed"]);
 }
 
 /// zone-a is done (all its pods new and Ready), zone-b untouched: its first batch waits
