@@ -163,6 +163,7 @@ pub fn alert_list(named: &[String], count: usize) -> String {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use zone_operator::prom_api::ApiError;
 
     /// Matchers nested 100,000 deep are refused with a one-line error, on a thread with a
     /// tokio worker's 2 MiB stack: parsed unchecked, they overflow it and abort the
@@ -349,7 +350,7 @@ mod tests {
         assert_eq!(alert_list(&["A".to_string()], 1), "A");
 
         assert_eq!(gate.verdict(&Ok(vec![])), Verdict::Clear);
-        let error = GateError::Connect("refused".into());
+        let error = GateError::Api(ApiError::Connect("refused".into()));
         assert_eq!(
             gate.verdict(&Err(error.clone())),
             Verdict::Unavailable(error)
