@@ -18,14 +18,12 @@ pub const MAX_DEPTH: usize = 512;
 
 /// Ok, or why `text` nests too deep to be parsed safely (past `limit`).
 pub fn check(text: &str, limit: usize) -> Result<(), String> {
-    let depth = depth(text);
-    if depth > limit {
-        return Err(format!(
-            "the expression nests {depth} levels deep (operators and brackets counted), more \
-             than the {limit} accepted"
-        ));
-    }
-    Ok(())
+    crate::yaml_depth::within(
+        "the expression",
+        "operators and brackets",
+        depth(text),
+        limit,
+    )
 }
 
 /// A level being read: its operators, and the deepest level closed inside it.

@@ -15,11 +15,20 @@ pub const MAX_DEPTH: usize = 256;
 
 /// Ok, or why `text` nests too deep to be parsed (past `limit`).
 pub fn check(text: &str, limit: usize) -> Result<(), String> {
-    let depth = depth(text);
+    within(
+        "the document",
+        "indentation and brackets",
+        depth(text),
+        limit,
+    )
+}
+
+/// Ok, or why `what` (nesting `depth` levels deep, counting `counted`) is refused past `limit`:
+/// the one message of both depth checks (this one and [`crate::promql_depth::check`]).
+pub(crate) fn within(what: &str, counted: &str, depth: usize, limit: usize) -> Result<(), String> {
     if depth > limit {
         return Err(format!(
-            "the document nests {depth} levels deep (indentation and brackets counted), more \
-             than the {limit} accepted"
+            "{what} nests {depth} levels deep ({counted} counted), more than the {limit} accepted"
         ));
     }
     Ok(())
