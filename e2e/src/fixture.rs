@@ -1,13 +1,16 @@
 //! What the tests of the custom resources share: creating and server-side applying an object,
 //! waiting for a resource's status (a predicate, the observed generation, a named condition),
-//! and a controller watching the test's namespace.
+//! the namespace's events and audit log, a controller watching the test's namespace, and
+//! [`Sprom`], the fixture of a ShardedPrometheus under test.
 //!
-//! Each test file keeps a fixture of its own for the state it alone holds (its workloads, its
+//! A test file keeps a fixture of its own only for the state it alone holds (its workloads, its
 //! processes); the reading and waiting are these functions, over any resource with a status.
 
 use std::fmt::Debug;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::core::object::HasStatus;
@@ -16,8 +19,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use zone_api::conditions::Conditions;
+use zone_api::{ShardedPrometheus, ShardedPrometheusStatus};
 
 use crate::audit::AuditEvent;
+use crate::cluster::DeleteOnDrop;
 use crate::localstack::free_port;
 use crate::process::{ControllerProcess, namespace_args};
 use crate::real::RealNodes;
@@ -243,4 +248,135 @@ pub fn audit(cluster: &Cluster, ns: &TestNamespace) -> Vec<AuditEvent> {
         .audit_log()
         .expect("these tests read the API server's audit log (local zonal cluster)");
     crate::audit::read_containing(&path, &ns.name)
+}
+
+/// A ShardedPrometheus under test: a test namespace watched by the shard controller (metrics on
+/// a free port), the resource's name, the field manager the test applies it as, and how long the
+/// test waits for it; once asked for, the Prometheus ServiceAccount allowed to discover.
+pub struct Sprom {
+    pub ns: TestNamespace,
+    pub sproms: Api<ShardedPrometheus>,
+    /// The port of the shard controller's metrics.
+    pub metrics_port: u16,
+    name: &'static str,
+    manager: &'static str,
+    timeout: Duration,
+    _controller: ControllerProcess,
+    binding: Mutex<Option<DeleteOnDrop>>,
+}
+
+impl Sprom {
+    /// A namespace `e2e-<prefix>-...` and the shard controller watching it.
+    pub async fn new(
+        prefix: &str,
+        name: &'static str,
+        manager: &'static str,
+        timeout: Duration,
+    ) -> Sprom {
+        let cluster = Cluster::get();
+        let ns = TestNamespace::create(&cluster, prefix).await;
+        let (controller, metrics_port) = controller_on_free_port("shard-controller", &ns.name, &[]);
+        Sprom {
+            sproms: ns.api(),
+            ns,
+            metrics_port,
+            name,
+            manager,
+            timeout,
+            _controller: controller,
+            binding: Mutex::default(),
+        }
+    }
+
+    /// The Prometheus ServiceAccount, allowed to discover through the shipped ClusterRole (the
+    /// binding is deleted with the fixture).
+    pub async fn prometheus_service_account(&self) {
+        let binding = crate::prometheus::service_account(&self.ns).await;
+        *self.binding.lock().unwrap_or_else(PoisonError::into_inner) = Some(binding);
+    }
+
+    /// Server-side applies the resource with `spec`: the generation the API server gave it.
+    pub async fn apply(&self, spec: Value) -> i64 {
+        crate::apply::sprom(&self.sproms, self.name, self.manager, spec).await
+    }
+
+    /// Waits until the controller observed `generation` and `check` accepts the resource.
+    pub async fn wait_status(
+        &self,
+        what: &str,
+        generation: i64,
+        check: impl Fn(&ShardedPrometheus) -> Result<(), String>,
+    ) -> ShardedPrometheus {
+        wait_observed(
+            &self.sproms,
+            self.name,
+            what,
+            generation,
+            self.timeout,
+            check,
+        )
+        .await
+    }
+
+    /// Waits until the controller observed `generation` with the condition `wanted`, its
+    /// message accepted by `message`.
+    pub async fn wait_condition(
+        &self,
+        generation: i64,
+        wanted: Wanted<'_>,
+        timeout: Duration,
+        message: impl Fn(&str) -> bool,
+    ) -> ShardedPrometheus {
+        wait_condition(
+            &self.sproms,
+            self.name,
+            generation,
+            wanted,
+            timeout,
+            message,
+        )
+        .await
+    }
+
+    /// Waits until the controller observed `generation` with the condition `type_` True for
+    /// `reason`, and returns the status.
+    pub async fn wait_true(
+        &self,
+        generation: i64,
+        type_: &str,
+        reason: &str,
+    ) -> ShardedPrometheusStatus {
+        let wanted = Wanted::true_with(type_, reason);
+        let sprom = self
+            .wait_condition(generation, wanted, self.timeout, |_| true)
+            .await;
+        status_of(&sprom)
+    }
+
+    /// Waits until the controller observed `generation` with `shards` ready shards.
+    pub async fn wait_ready_shards(&self, what: &str, generation: i64, shards: i32) {
+        self.wait_status(what, generation, |sprom| {
+            let ready = sprom.status.as_ref().map_or(0, |s| s.ready_shards);
+            (ready == shards)
+                .then_some(())
+                .ok_or(format!("{ready} ready shards"))
+        })
+        .await;
+    }
+
+    /// The Prometheus pods of the resource.
+    pub async fn prometheus_pods(&self) -> Vec<Pod> {
+        let pods: Api<Pod> = self.ns.api();
+        let selector = format!("app.kubernetes.io/instance={}", self.name);
+        pods.list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap_or_else(|e| panic!("listing the pods of {}: {e}", self.name))
+            .items
+    }
+
+    /// The shard controller's reconciles so far.
+    pub async fn reconciles(&self) -> f64 {
+        crate::process::metric_sum(self.metrics_port, "zone_aware_reconciliations_total", None)
+            .await
+    }
 }

@@ -13,15 +13,12 @@ use std::time::{Duration, Instant};
 use e2e::alertmanager::{
     Alertmanager, AlertmanagerConfig, Notification, WebhookAlert, WebhookReceiver,
 };
-use e2e::cluster::DeleteOnDrop;
-use e2e::process::ControllerProcess;
 use e2e::wait::wait_until_empty;
 use e2e::{Cluster, TestNamespace, fixture, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use zone_api::ShardedPrometheus;
 
 const TIMEOUT: Duration = Duration::from_secs(180);
 const MANAGER: &str = "e2e-alerting";
@@ -31,34 +28,8 @@ const ALERT: &str = "ZoneBTargetUp";
 /// Alertmanager's route.group_interval (e2e::alertmanager's configuration).
 const GROUP_INTERVAL: Duration = Duration::from_secs(2);
 
-struct Fixture {
-    ns: TestNamespace,
-    sproms: Api<ShardedPrometheus>,
-    _controller: ControllerProcess,
-    _binding: DeleteOnDrop,
-}
-
-impl Fixture {
-    /// A test namespace, the shard controller watching it, and the ServiceAccount `prometheus`
-    /// allowed to discover (the shipped ClusterRole, bound for the fixture's lifetime).
-    async fn new(prefix: &str) -> Fixture {
-        let cluster = Cluster::get();
-        let ns = TestNamespace::create(&cluster, prefix).await;
-        let (controller, _) = fixture::controller_on_free_port("shard-controller", &ns.name, &[]);
-
-        let binding = e2e::prometheus::service_account(&ns).await;
-        Fixture {
-            sproms: ns.api(),
-            ns,
-            _controller: controller,
-            _binding: binding,
-        }
-    }
-
-    async fn apply(&self, spec: Value) -> i64 {
-        e2e::apply::sprom(&self.sproms, NAME, MANAGER, spec).await
-    }
-}
+/// The ShardedPrometheus [`NAME`] under test, with the shard controller watching its namespace.
+type Fixture = fixture::Sprom;
 
 /// A Prometheus pod of the ShardedPrometheus: its shard and address.
 struct Replica {
@@ -176,7 +147,8 @@ async fn alerting_one_notification_per_shard_alert_from_both_replicas_then_resol
     let started = Instant::now();
     let cluster = Cluster::get();
     let real = e2e::real::RealNodes::of(&cluster);
-    let fx = Fixture::new("alerting").await;
+    let fx = Fixture::new("alerting", NAME, MANAGER, TIMEOUT).await;
+    fx.prometheus_service_account().await;
     let (receiver, alertmanager) = receiver_and_alertmanager_in_zone_a(&fx, &real).await;
     let (real_zones, zone_b_target) = one_target_per_zone(&fx, &real).await;
     create_the_rule(&fx, &zone_b_target).await;

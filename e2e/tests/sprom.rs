@@ -8,10 +8,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use e2e::cluster::DeleteOnDrop;
-use e2e::fixture::{self, Wanted};
+use e2e::fixture;
 use e2e::localstack::free_port;
-use e2e::process::{ControllerProcess, metric_sum};
+use e2e::process::ControllerProcess;
 use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -20,94 +19,16 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use zone_api::conditions::Conditions;
 use zone_api::sprom::{condition, reason};
-use zone_api::{ShardedPrometheus, ShardedPrometheusStatus};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 const MANAGER: &str = "e2e-sprom";
 const NAME: &str = "prom";
 
-struct Fixture {
-    ns: TestNamespace,
-    sproms: Api<ShardedPrometheus>,
-    metrics_port: u16,
-    _controller: ControllerProcess,
-    binding: std::sync::Mutex<Option<DeleteOnDrop>>,
-}
+/// The ShardedPrometheus [`NAME`] under test, with the shard controller watching its namespace.
+type Fixture = fixture::Sprom;
 
-impl Fixture {
-    async fn new(prefix: &str) -> Fixture {
-        let cluster = Cluster::get();
-        let ns = TestNamespace::create(&cluster, prefix).await;
-        let (controller, metrics_port) =
-            fixture::controller_on_free_port("shard-controller", &ns.name, &[]);
-        Fixture {
-            sproms: ns.api(),
-            ns,
-            metrics_port,
-            _controller: controller,
-            binding: Default::default(),
-        }
-    }
-
-    async fn apply(&self, spec: Value) -> i64 {
-        e2e::apply::sprom(&self.sproms, NAME, MANAGER, spec).await
-    }
-
-    /// Waits until the controller observed `generation` and `check` accepts the resource.
-    async fn wait_status(
-        &self,
-        what: &str,
-        generation: i64,
-        check: impl Fn(&ShardedPrometheus) -> Result<(), String>,
-    ) -> ShardedPrometheus {
-        fixture::wait_observed(&self.sproms, NAME, what, generation, TIMEOUT, check).await
-    }
-
-    /// Waits until the controller observed `generation` with the condition `type_` True for
-    /// `reason`, and returns the status.
-    async fn wait_true(
-        &self,
-        generation: i64,
-        type_: &str,
-        reason: &str,
-    ) -> ShardedPrometheusStatus {
-        let wanted = Wanted::true_with(type_, reason);
-        let sprom =
-            fixture::wait_condition(&self.sproms, NAME, generation, wanted, TIMEOUT, |_| true)
-                .await;
-        fixture::status_of(&sprom)
-    }
-
-    /// Waits until the controller observed `generation` with `shards` ready shards.
-    async fn wait_ready_shards(&self, what: &str, generation: i64, shards: i32) {
-        self.wait_status(what, generation, |s| {
-            let status = s.status.as_ref().unwrap();
-            (status.ready_shards == shards)
-                .then_some(())
-                .ok_or(format!("{} ready shards", status.ready_shards))
-        })
-        .await;
-    }
-
-    /// The Prometheus pods of the ShardedPrometheus.
-    async fn prometheus_pods(&self) -> Vec<Pod> {
-        let pods: Api<Pod> = self.ns.api();
-        pods.list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}")))
-            .await
-            .unwrap()
-            .items
-    }
-
-    async fn reconciles(&self) -> f64 {
-        metric_sum(self.metrics_port, "zone_aware_reconciliations_total", None).await
-    }
-
-    /// The Prometheus ServiceAccount, allowed to discover through the shipped ClusterRole (the
-    /// binding is deleted with the fixture).
-    async fn prometheus_service_account(&self) {
-        let binding = e2e::prometheus::service_account(&self.ns).await;
-        *self.binding.lock().unwrap() = Some(binding);
-    }
+async fn new_fixture(prefix: &str) -> Fixture {
+    Fixture::new(prefix, NAME, MANAGER, TIMEOUT).await
 }
 
 fn spec(shards: u32, jobs: &[&str], zones: &[&str]) -> Value {
@@ -185,7 +106,7 @@ async fn assert_no_config_in_config_maps(ns: &TestNamespace, shards: u32) {
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn sprom_shards_run_in_their_zones_and_follow_config_changes_in_place() {
-    let fx = Fixture::new("sprom").await;
+    let fx = new_fixture("sprom").await;
     fx.prometheus_service_account().await;
     let zones = ["zone-a", "zone-b", "zone-c"];
     let generation = fx.apply(spec(3, &["pods"], &zones)).await;
@@ -315,7 +236,7 @@ async fn deleted_children_come_back(
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
-    let fx = Fixture::new("sprom-invalid").await;
+    let fx = new_fixture("sprom-invalid").await;
     let zones = ["zone-a", "zone-b", "zone-c"];
 
     // No Prometheus ServiceAccount yet: discovery would find nothing; Degraded says so.
@@ -493,7 +414,7 @@ async fn pod_targets(pod_ip: &str, job: &str) -> Result<BTreeMap<String, String>
 async fn sprom_real_prometheus_pods_scrape_the_targets_of_their_own_zone() {
     let cluster = Cluster::get();
     let real = e2e::real::RealNodes::of(&cluster);
-    let fx = Fixture::new("sprom-real").await;
+    let fx = new_fixture("sprom-real").await;
     fx.prometheus_service_account().await;
 
     // The metrics target on the real nodes, spread evenly over the zones.
@@ -655,7 +576,7 @@ async fn a_new_job_reaches_the_running_pods_by_reload(
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn sprom_agents_run_with_agent_flag_no_rules_their_grace_period_and_are_never_retained() {
-    let fx = Fixture::new("sprom-agent").await;
+    let fx = new_fixture("sprom-agent").await;
     fx.prometheus_service_account().await;
     let zones = ["zone-a", "zone-b", "zone-c"];
     let mut agent = spec(3, &["pods"], &zones);
@@ -816,7 +737,7 @@ async fn follow_hpa(
 async fn sprom_a_real_hpa_on_cpu_scales_shards_not_pods() {
     let cluster = Cluster::get();
     let real = e2e::real::RealNodes::of(&cluster);
-    let fx = Fixture::new("sprom-hpa").await;
+    let fx = new_fixture("sprom-hpa").await;
     fx.prometheus_service_account().await;
     let target_addresses = six_metrics_targets(&fx, &real).await;
 
@@ -968,7 +889,7 @@ async fn federated_shards(port: u16) -> Result<BTreeMap<String, Vec<String>>, St
 async fn sprom_federator_discovers_the_shards_and_follows_a_scale_without_restart() {
     let cluster = Cluster::get();
     let real = e2e::real::RealNodes::of(&cluster);
-    let fx = Fixture::new("sprom-fed").await;
+    let fx = new_fixture("sprom-fed").await;
     fx.prometheus_service_account().await;
     let rules: Api<ConfigMap> = fx.ns.api();
     let rule_file = json!({
@@ -1066,7 +987,7 @@ async fn enforce_restricted(fx: &Fixture, image: &str) {
 async fn sprom_shards_run_in_a_restricted_namespace_with_a_sidecar_beside_prometheus() {
     let cluster = Cluster::get();
     let real = e2e::real::RealNodes::of(&cluster);
-    let fx = Fixture::new("sprom-restricted").await;
+    let fx = new_fixture("sprom-restricted").await;
     fx.prometheus_service_account().await;
     enforce_restricted(&fx, &real.metrics_target_image).await;
 
@@ -1158,7 +1079,7 @@ async fn claims_of_shard(ns: &TestNamespace, index: u32) -> Vec<String> {
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn sprom_paused_changes_nothing_and_deleted_shards_take_their_claims_along() {
-    let fx = Fixture::new("sprom-paused").await;
+    let fx = new_fixture("sprom-paused").await;
     fx.prometheus_service_account().await;
     let generation = fx.apply(claimed_spec(3, false)).await;
     fx.wait_status("3 shards", generation, |s| {

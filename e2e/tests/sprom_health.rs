@@ -8,10 +8,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use e2e::cluster::DeleteOnDrop;
 use e2e::fixture::{self, Wanted};
-use e2e::process::{ControllerProcess, http_get_from, metric_sum};
-use e2e::{Cluster, TestNamespace, wait_for};
+use e2e::process::{http_get_from, metric_sum};
+use e2e::{Cluster, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -47,31 +46,20 @@ fn job(namespace: &str, extra: Value) -> Value {
     job
 }
 
+/// The ShardedPrometheus [`NAME`] under test (its Prometheus ServiceAccount bound), and the real
+/// nodes its shards run on.
 struct Fixture {
-    ns: TestNamespace,
-    sproms: Api<ShardedPrometheus>,
+    sprom: fixture::Sprom,
     real: e2e::real::RealNodes,
-    metrics_port: u16,
-    _controller: ControllerProcess,
-    _binding: DeleteOnDrop,
 }
 
 impl Fixture {
     async fn new(prefix: &str) -> Fixture {
         let cluster = Cluster::get();
         let real = e2e::real::RealNodes::of(&cluster);
-        let ns = TestNamespace::create(&cluster, prefix).await;
-        let binding = e2e::prometheus::service_account(&ns).await;
-        let (controller, metrics_port) =
-            fixture::controller_on_free_port("shard-controller", &ns.name, &[]);
-        Fixture {
-            sproms: ns.api(),
-            ns,
-            real,
-            metrics_port,
-            _controller: controller,
-            _binding: binding,
-        }
+        let sprom = fixture::Sprom::new(prefix, NAME, MANAGER, START).await;
+        sprom.prometheus_service_account().await;
+        Fixture { sprom, real }
     }
 
     fn spec(&self, job: Value) -> Value {
@@ -83,10 +71,6 @@ impl Fixture {
                 "scrapeConfigs": [job],
             }),
         )
-    }
-
-    async fn apply(&self, spec: Value) -> i64 {
-        e2e::apply::sprom(&self.sproms, NAME, MANAGER, spec).await
     }
 
     /// Waits until the status of `generation` has ConfigLoaded with `status` and `reason`, and
@@ -104,7 +88,9 @@ impl Fixture {
             status,
             reason,
         };
-        fixture::wait_condition(&self.sproms, NAME, generation, wanted, timeout, check).await
+        self.sprom
+            .wait_condition(generation, wanted, timeout, check)
+            .await
     }
 
     /// Waits until the per-shard config-loaded gauges of the three shards add up to `sum` (3:
@@ -115,11 +101,11 @@ impl Fixture {
             &format!("the config-loaded gauges adding up to {sum}"),
             Duration::from_secs(30),
             || async {
-                let text = e2e::process::http_get(self.metrics_port, "/metrics")
+                let text = e2e::process::http_get(self.sprom.metrics_port, "/metrics")
                     .await
                     .ok_or("no metrics")?;
                 let count = text.lines().filter(|l| l.starts_with(series)).count();
-                let total = metric_sum(self.metrics_port, series, None).await;
+                let total = metric_sum(self.sprom.metrics_port, series, None).await;
                 match (count, total) {
                     (3, total) if total == sum => Ok(()),
                     _ => Err(format!("{count} series adding up to {total}")),
@@ -203,7 +189,7 @@ fn seconds(duration: Duration) -> String {
 async fn sprom_health_a_configuration_prometheus_refuses_is_reported_per_shard_while_the_old_one_scrapes()
  {
     let fx = Fixture::new("sprom-health").await;
-    let ns = fx.ns.name.clone();
+    let ns = fx.sprom.ns.name.clone();
     let good = fx.spec(job(&ns, json!({})));
     let prometheus = a_good_configuration_scrapes_everywhere(&fx, &good).await;
 
@@ -212,7 +198,7 @@ async fn sprom_health_a_configuration_prometheus_refuses_is_reported_per_shard_w
     // config: "field scrape_intervall not found in type config.ScrapeConfig".)
     let changed = Instant::now();
     let bad = fx.spec(job(&ns, json!({"scrape_intervall": "5s"})));
-    let generation = fx.apply(bad).await;
+    let generation = fx.sprom.apply(bad).await;
     let (written, refused, reported) = refusal_timings(&fx, generation, changed, &prometheus).await;
     report_refusal_timings(written, &refused, reported);
     assert_reload_failed_reported(&fx).await;
@@ -233,7 +219,7 @@ async fn sprom_health_a_configuration_prometheus_refuses_is_reported_per_shard_w
 
     // Fixed: every shard loads it, ConfigLoaded is True again.
     let fixed = Instant::now();
-    let generation = fx.apply(good).await;
+    let generation = fx.sprom.apply(good).await;
     fx.wait_config_loaded(
         generation,
         "True",
@@ -264,7 +250,7 @@ async fn a_good_configuration_scrapes_everywhere(
     fx: &Fixture,
     good: &Value,
 ) -> BTreeMap<u32, (String, String)> {
-    let deployments: Api<Deployment> = fx.ns.api();
+    let deployments: Api<Deployment> = fx.sprom.ns.api();
     let target = json!({
         "metadata": {"name": "target"},
         "spec": {
@@ -274,10 +260,10 @@ async fn a_good_configuration_scrapes_everywhere(
         },
     });
     fixture::create(&deployments, target).await;
-    let pods: Api<Pod> = fx.ns.api();
+    let pods: Api<Pod> = fx.sprom.ns.api();
     e2e::pods::wait_available(&pods, "app=target", 3, START).await;
 
-    let generation = fx.apply(good.clone()).await;
+    let generation = fx.sprom.apply(good.clone()).await;
     e2e::pods::wait_available(
         &pods,
         &format!("app.kubernetes.io/instance={NAME}"),
@@ -312,7 +298,7 @@ async fn refusal_timings(
     changed: Instant,
     prometheus: &BTreeMap<u32, (String, String)>,
 ) -> (Duration, Vec<(u32, Duration)>, Duration) {
-    let secrets: Api<Secret> = fx.ns.api();
+    let secrets: Api<Secret> = fx.sprom.ns.api();
     let secrets_written = async {
         wait_for(
             "the three config Secrets rewritten",
@@ -411,7 +397,7 @@ fn report_refusal_timings(written: Duration, refused: &[(u32, Duration)], report
 /// ConfigLoaded's message says the pods refused the configuration and still run the previous
 /// one, Available stays, and a Warning event ReloadFailed names the resource.
 async fn assert_reload_failed_reported(fx: &Fixture) {
-    let sprom = fx.sproms.get(NAME).await.unwrap();
+    let sprom = fx.sprom.sproms.get(NAME).await.unwrap();
     let status = sprom.status.unwrap();
     let message = &status.condition(condition::CONFIG_LOADED).unwrap().message;
     println!("ConfigLoaded message: {message}");
@@ -422,7 +408,7 @@ async fn assert_reload_failed_reported(fx: &Fixture) {
         Some(reason::SHARDS_READY),
         "the pods still serve: Available stays"
     );
-    let events: Api<Event> = fx.ns.api();
+    let events: Api<Event> = fx.sprom.ns.api();
     let warnings = wait_for(
         "the ReloadFailed event",
         Duration::from_secs(30),
