@@ -33,7 +33,7 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// one would start late (rounds never overlap), without hundreds of connections at once.
 const PROBE_CONCURRENCY: usize = 16;
 /// The served configuration of a shard with thousands of jobs is a few MiB.
-const MAX_ANSWER_BYTES: usize = 32 << 20;
+const MAX_ANSWER_BYTES: u64 = 32 << 20;
 /// How long after a shard's configuration changed a pod may still run the previous one before
 /// it counts as not loaded. The controller annotates a shard's pods with the new configuration's
 /// digest when it writes it, which makes the kubelet sync the pod and copy the Secret at once;

@@ -7,11 +7,6 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper::body::Bytes;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -19,6 +14,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use zone_api::ShardedPrometheus;
 use zone_api::sprom::contract::{self, INSTANCE_LABEL};
+use zone_operator::prom_api::tls::{ClientTls, Roots, TlsOptions};
+use zone_operator::prom_api::{ApiClient, ApiError, BodyCaps};
 
 use super::verdict::{Answer, PodProbe, ProbeError};
 use super::{
@@ -97,13 +94,6 @@ pub(super) fn targets(
     (targets, live)
 }
 
-/// Prometheus's answer envelope.
-#[derive(Deserialize)]
-struct Envelope<T> {
-    status: String,
-    data: Option<T>,
-}
-
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RuntimeInfo {
@@ -138,8 +128,6 @@ pub struct Prober {
     pub triggers: UnboundedSender<ObjectRef<ShardedPrometheus>>,
 }
 
-pub(super) type HttpClient = Client<HttpConnector, Empty<Bytes>>;
-
 impl Prober {
     /// Asks every pod every [`PROBE_INTERVAL`], once the pod cache has synced; runs until
     /// aborted (or the cache stops).
@@ -147,12 +135,9 @@ impl Prober {
         if !synced(&self.pods).await || !synced(&self.sproms).await {
             return;
         }
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(PROBE_TIMEOUT));
-        connector.set_nodelay(true);
-        let client: HttpClient = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(PROBE_INTERVAL * 2)
-            .build(connector);
+        let Some(client) = client() else {
+            return;
+        };
         let mut served: HashMap<String, Served> = HashMap::new();
         let mut series: BTreeSet<ShardKey> = BTreeSet::new();
         let mut interval = tokio::time::interval(PROBE_INTERVAL);
@@ -239,7 +224,7 @@ where
 /// Asks one pod; `cached` is what it served at its last answer. Returns the answer and what to
 /// keep for the next round.
 pub(super) async fn probe(
-    client: &HttpClient,
+    client: &ApiClient,
     address: SocketAddr,
     cached: Option<&Served>,
 ) -> (Answer, Option<Served>) {
@@ -286,40 +271,64 @@ pub(super) async fn probe(
     }
 }
 
+/// The client of the Prometheus pods: plain HTTP, answers up to [`MAX_ANSWER_BYTES`]; None
+/// (logged) when it cannot be made.
+pub(super) fn client() -> Option<ApiClient> {
+    let options = TlsOptions {
+        roots: Roots::Empty,
+        ..TlsOptions::default()
+    };
+    let tls = match ClientTls::new(&options) {
+        Ok(tls) => tls,
+        Err(error) => {
+            tracing::error!(error = %zone_operator::ErrorChain(&error), "no client for the Prometheus pods");
+            return None;
+        }
+    };
+    let caps = BodyCaps {
+        compressed: MAX_ANSWER_BYTES,
+        uncompressed: MAX_ANSWER_BYTES,
+    };
+    Some(ApiClient::new(
+        &tls,
+        PROBE_TIMEOUT,
+        PROBE_INTERVAL * 2,
+        caps,
+    ))
+}
+
 /// GET `path` of the Prometheus at `address`, within [`PROBE_TIMEOUT`]: the `data` of its
 /// answer.
 async fn get<T: DeserializeOwned>(
-    client: &HttpClient,
+    client: &ApiClient,
     address: SocketAddr,
     path: &str,
 ) -> Result<T, ProbeError> {
-    let request = hyper::Request::get(format!("http://{address}{path}"))
-        .header(hyper::header::ACCEPT, "application/json")
-        .body(Empty::<Bytes>::new())
-        .map_err(|_| ProbeError::Unreadable)?;
-    let body = tokio::time::timeout(PROBE_TIMEOUT, async {
-        let response = client.request(request).await.map_err(|error| {
-            tracing::debug!(%address, error = %zone_operator::ErrorChain(&error), "Prometheus pod not reached");
+    let url = format!("http://{address}{path}");
+    let answer = tokio::time::timeout(PROBE_TIMEOUT, client.get(&url, None))
+        .await
+        .map_err(|_| ProbeError::Timeout(PROBE_TIMEOUT))?
+        .map_err(|error| probe_error(address, &error))?;
+    if !answer.status.is_success() {
+        return Err(ProbeError::Status(answer.status.as_u16()));
+    }
+    answer
+        .decode()
+        .map_err(|error| probe_error(address, &error))
+}
+
+/// What a pod's condition says of `error` (its details are logged, not put in the status).
+fn probe_error(address: SocketAddr, error: &ApiError) -> ProbeError {
+    match error {
+        ApiError::Timeout(after) => ProbeError::Timeout(*after),
+        ApiError::Connect(_) => {
+            tracing::debug!(%address, %error, "Prometheus pod not reached");
             ProbeError::Connect
-        })?;
-        if !response.status().is_success() {
-            return Err(ProbeError::Status(response.status().as_u16()));
         }
-        Limited::new(response.into_body(), MAX_ANSWER_BYTES)
-            .collect()
-            .await
-            .map(|collected| collected.to_bytes())
-            .map_err(|error| match error.is::<http_body_util::LengthLimitError>() {
-                true => ProbeError::TooLarge,
-                false => ProbeError::Connect,
-            })
-    })
-    .await
-    .map_err(|_| ProbeError::Timeout(PROBE_TIMEOUT))??;
-    let envelope: Envelope<T> =
-        serde_json::from_slice(&body).map_err(|_| ProbeError::Unreadable)?;
-    match (envelope.status.as_str(), envelope.data) {
-        ("success", Some(data)) => Ok(data),
-        _ => Err(ProbeError::Unreadable),
+        ApiError::Status(code, _) => ProbeError::Status(*code),
+        ApiError::TooLarge { .. } => ProbeError::TooLarge,
+        ApiError::BadJson(_) | ApiError::ErrorAnswer(_) | ApiError::Url(_) => {
+            ProbeError::Unreadable
+        }
     }
 }

@@ -8,9 +8,7 @@ use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde_json::json;
@@ -18,9 +16,10 @@ use zone_api::ShardedPrometheus;
 use zone_api::sprom::contract::{self, INSTANCE_LABEL};
 use zone_operator::testing::store_of;
 
-use super::prober::{HttpClient, probe, targets};
+use super::prober::{client, probe, targets};
 use super::verdict::{Answer, ProbeError};
 use super::*;
+use zone_operator::prom_api::ApiClient;
 
 const ONE_JOB: &str = "scrape_configs:\n- job_name: a\n";
 const TWO_JOBS: &str = "scrape_configs:\n- job_name: a\n- job_name: b\n";
@@ -314,8 +313,8 @@ impl FakePrometheus {
     }
 }
 
-fn client() -> HttpClient {
-    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+fn pod_client() -> ApiClient {
+    client().expect("a plain HTTP client")
 }
 
 #[tokio::test]
@@ -323,7 +322,7 @@ async fn a_pod_is_asked_its_configuration_again_only_after_a_reload() {
     let prometheus = FakePrometheus::start().await;
     prometheus.runtime_info(true, "2026-01-01T00:00:01Z");
     prometheus.config(ONE_JOB);
-    let client = client();
+    let client = pod_client();
     let (answer, kept) = probe(&client, prometheus.address, None).await;
     assert_eq!(answer, running(ONE_JOB));
     assert_eq!(prometheus.asked_for_config(), 1);
@@ -353,7 +352,7 @@ async fn a_pod_is_asked_its_configuration_again_only_after_a_reload() {
 #[tokio::test]
 async fn pods_that_cannot_answer_are_not_probed_with_the_reason() {
     let prometheus = FakePrometheus::start().await;
-    let client = client();
+    let client = pod_client();
     prometheus.answer(
         "/api/v1/status/runtimeinfo",
         503,
