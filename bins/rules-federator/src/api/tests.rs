@@ -341,21 +341,20 @@ fn shared_count(registry: &prometheus::Registry, handler: &str) -> usize {
         .map_or(0, |n| n.parse().unwrap())
 }
 
-/// Two backends that answer only when the test lets them.
-async fn gated_backends() -> (Arc<tokio::sync::Semaphore>, Vec<Backend>) {
+/// Two backends that answer only when the test lets them, and the API over them.
+struct Gated {
+    release: Arc<tokio::sync::Semaphore>,
+    backends: Vec<Backend>,
+    api: Arc<Api>,
+    registry: prometheus::Registry,
+}
+
+async fn gated_backends() -> Gated {
     let release = Arc::new(tokio::sync::Semaphore::new(0));
     let backends = vec![
         Backend::gated(release.clone()).await,
         Backend::gated(release.clone()).await,
     ];
-    (release, backends)
-}
-
-/// A request identical to one under way (same path, parameters and caller) joins it: every
-/// backend is asked once and both get the same answer.
-#[tokio::test]
-async fn identical_requests_at_once_share_one_fetch_of_each_backend() {
-    let (release, backends) = gated_backends().await;
     let (api, registry) = api(
         vec![
             backends[0].endpoint("0", "a"),
@@ -363,6 +362,24 @@ async fn identical_requests_at_once_share_one_fetch_of_each_backend() {
         ],
         PartialResponse::Warn,
     );
+    Gated {
+        release,
+        backends,
+        api,
+        registry,
+    }
+}
+
+/// A request identical to one under way (same path, parameters and caller) joins it: every
+/// backend is asked once and both get the same answer.
+#[tokio::test]
+async fn identical_requests_at_once_share_one_fetch_of_each_backend() {
+    let Gated {
+        release,
+        backends,
+        api,
+        registry,
+    } = gated_backends().await;
     for (path, caller) in [
         ("/api/v1/rules?type=alert", None),
         (
@@ -412,14 +429,12 @@ async fn identical_requests_at_once_share_one_fetch_of_each_backend() {
 /// fetched and merged for itself.
 #[tokio::test]
 async fn other_parameters_or_another_caller_fetch_for_themselves() {
-    let (release, backends) = gated_backends().await;
-    let (api, registry) = api(
-        vec![
-            backends[0].endpoint("0", "a"),
-            backends[1].endpoint("1", "a"),
-        ],
-        PartialResponse::Warn,
-    );
+    let Gated {
+        release,
+        backends,
+        api,
+        registry,
+    } = gated_backends().await;
     let grafana = "system:serviceaccount:monitoring:grafana";
     let requests = [
         ("/api/v1/rules", Some(grafana)),
