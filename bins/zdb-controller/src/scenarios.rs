@@ -72,6 +72,75 @@ fn pod(ordinal: u32, node: &str, created: &Value) -> Pod {
     .unwrap()
 }
 
+/// The owner of the budget's pods: a StatefulSet of 3 replicas.
+fn statefulset_json() -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "web", "namespace": NAMESPACE, "uid": "sts-uid"},
+        "spec": {
+            "replicas": 3, "serviceName": "web",
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}},
+        },
+    })
+}
+
+/// The reconcile's context over `client`: `zdb` and pods web-0..2 created at `created`, one in
+/// each zone.
+fn context(client: kube::Client, zdb: &ZoneDisruptionBudget, created: &Value) -> Arc<Context> {
+    let registry = prometheus::Registry::new();
+    Arc::new(Context {
+        client: client.clone(),
+        zdbs: store_of([zdb.clone()]),
+        pods: store_of([
+            pod(0, "node-a", created),
+            pod(1, "node-b", created),
+            pod(2, "node-c", created),
+        ]),
+        zones: NodeZones::from_store(
+            store_of([
+                zoned_node("node-a", "zone-a"),
+                zoned_node("node-b", "zone-b"),
+                zoned_node("node-c", "zone-c"),
+            ]),
+            ZONE_LABEL,
+        ),
+        events: EventPublisher::new(client, "zdb-controller", "test"),
+        metrics: ControllerMetrics::new(&registry, "zdb-controller").unwrap(),
+        zdb_metrics: ZdbMetrics::register(&registry).unwrap(),
+        field_manager: "zdb-controller".to_string(),
+        series: Default::default(),
+    })
+}
+
+/// The second status write, after the re-read: conditional on the re-read version, and with
+/// the webhook's record (`recorded_at`) kept and counted.
+fn assert_keeps_the_record(second: &Value, recorded_at: &Value) {
+    assert_eq!(
+        second["metadata"]["resourceVersion"], "6",
+        "the retry is conditional on the re-read budget"
+    );
+    let status = &second["status"];
+    assert_eq!(status["disruptedPods"], json!({"web-1": recorded_at}));
+    assert_eq!(status["disruptedPodZones"], json!({"web-1": "zone-b"}));
+    // The record counts: web-1 is Ready in the cache but its eviction is under way.
+    assert_eq!(status["currentHealthy"]["zone-b"], 0);
+    assert_eq!(status["currentUnhealthy"]["zone-b"], 1);
+    assert_eq!(status["disruptedZones"], json!(["zone-b"]));
+    assert_eq!(status["disruptionsAllowed"]["zone-a"], 0);
+    let disrupted = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Disrupted")
+        .unwrap();
+    assert_eq!(disrupted["status"], "True");
+    assert!(
+        disrupted["message"].as_str().unwrap().contains("web-1"),
+        "{disrupted}"
+    );
+}
+
 /// The webhook records an eviction in the budget's status between the controller's read and its
 /// write: the controller's PUT (carrying the resourceVersion it read) is answered 409, and the
 /// controller must re-read the budget and compute again from the fresh copy. The write that
@@ -107,18 +176,8 @@ async fn a_status_conflict_rereads_and_keeps_the_webhooks_record() {
 
     let (fake, client) = FakeApi::new();
     // The owner's replica count, read by every computation.
-    fake.on(Method::GET, STATEFULSET).always(
-        200,
-        json!({
-            "apiVersion": "apps/v1", "kind": "StatefulSet",
-            "metadata": {"name": "web", "namespace": NAMESPACE, "uid": "sts-uid"},
-            "spec": {
-                "replicas": 3, "serviceName": "web",
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}}},
-            },
-        }),
-    );
+    fake.on(Method::GET, STATEFULSET)
+        .always(200, statefulset_json());
     fake.on(Method::PUT, BUDGET_STATUS).once(
         409,
         status_json(
@@ -140,29 +199,7 @@ async fn a_status_conflict_rereads_and_keeps_the_webhooks_record() {
     .always_with(|request| (201, request.json().unwrap()));
 
     let zdb: ZoneDisruptionBudget = serde_json::from_value(cached_budget).unwrap();
-    let registry = prometheus::Registry::new();
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        zdbs: store_of([zdb.clone()]),
-        pods: store_of([
-            pod(0, "node-a", &an_hour_ago),
-            pod(1, "node-b", &an_hour_ago),
-            pod(2, "node-c", &an_hour_ago),
-        ]),
-        zones: NodeZones::from_store(
-            store_of([
-                zoned_node("node-a", "zone-a"),
-                zoned_node("node-b", "zone-b"),
-                zoned_node("node-c", "zone-c"),
-            ]),
-            ZONE_LABEL,
-        ),
-        events: EventPublisher::new(client, "zdb-controller", "test"),
-        metrics: ControllerMetrics::new(&registry, "zdb-controller").unwrap(),
-        zdb_metrics: ZdbMetrics::register(&registry).unwrap(),
-        field_manager: "zdb-controller".to_string(),
-        series: Default::default(),
-    });
+    let ctx = context(client, &zdb, &an_hour_ago);
 
     let action = reconcile(Arc::new(zdb), ctx).await.unwrap();
 
@@ -189,30 +226,7 @@ async fn a_status_conflict_rereads_and_keeps_the_webhooks_record() {
     assert_eq!(first["status"].get("disruptedPods"), None);
     assert_eq!(first["status"]["currentHealthy"]["zone-b"], 1);
 
-    let second = puts[1].json().unwrap();
-    assert_eq!(
-        second["metadata"]["resourceVersion"], "6",
-        "the retry is conditional on the re-read budget"
-    );
-    let status = &second["status"];
-    assert_eq!(status["disruptedPods"], json!({"web-1": recorded_at}));
-    assert_eq!(status["disruptedPodZones"], json!({"web-1": "zone-b"}));
-    // The record counts: web-1 is Ready in the cache but its eviction is under way.
-    assert_eq!(status["currentHealthy"]["zone-b"], 0);
-    assert_eq!(status["currentUnhealthy"]["zone-b"], 1);
-    assert_eq!(status["disruptedZones"], json!(["zone-b"]));
-    assert_eq!(status["disruptionsAllowed"]["zone-a"], 0);
-    let disrupted = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Disrupted")
-        .unwrap();
-    assert_eq!(disrupted["status"], "True");
-    assert!(
-        disrupted["message"].as_str().unwrap().contains("web-1"),
-        "{disrupted}"
-    );
+    assert_keeps_the_record(&puts[1].json().unwrap(), &recorded_at);
     // The record expires: the budget is looked at again then.
     assert_ne!(action, Action::await_change());
     assert!(fake.unmatched().is_empty(), "{:?}", fake.unmatched());
