@@ -49,12 +49,7 @@ use crate::resolve::{KeyRef, Resolver};
 pub type Job = Map<String, Value>;
 
 /// How ServiceMonitor targets are discovered (`serviceDiscoveryRole` of the Prometheus CR).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum DiscoveryRole {
-    #[default]
-    Endpoints,
-    EndpointSlice,
-}
+pub use zone_api::sprom::ServiceDiscoveryRole as DiscoveryRole;
 
 /// An entry of the Prometheus CR's `excludedFromEnforcement`: objects the enforced namespace
 /// label is not added to.

@@ -12,12 +12,12 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use serde::de::DeserializeOwned;
 use zone_api::ShardedPrometheus;
-use zone_api::sprom::{ServiceDiscoveryRole, ValidMonitoring, contract, reason};
+use zone_api::sprom::{ValidMonitoring, contract, reason};
 use zone_api::validation::ValidSprom;
 use zone_monitoring::monitors::{PodMonitorSpec, ScrapeConfigSpec, ServiceMonitorSpec};
 use zone_monitoring::resolve::{KeyRef, Resolver, Source, Values};
 use zone_monitoring::rules::PrometheusRuleSpec;
-use zone_monitoring::translate::{self as upstream, DiscoveryRole, Job, Settings};
+use zone_monitoring::translate::{self as upstream, Job, Settings};
 use zone_monitoring::{Object, Rejection};
 use zone_operator::Invalid;
 
@@ -188,18 +188,10 @@ impl Parsed {
     }
 }
 
-/// The role Services are discovered with (`serviceDiscoveryRole`).
-fn discovery_role(monitoring: &ValidMonitoring) -> DiscoveryRole {
-    match monitoring.service_discovery_role {
-        ServiceDiscoveryRole::Endpoints => DiscoveryRole::Endpoints,
-        ServiceDiscoveryRole::EndpointSlice => DiscoveryRole::EndpointSlice,
-    }
-}
-
 /// The Prometheus-level settings of the generated jobs.
 pub fn settings(monitoring: &ValidMonitoring) -> Settings {
     Settings {
-        service_discovery_role: discovery_role(monitoring),
+        service_discovery_role: monitoring.service_discovery_role,
         scrape_interval: Some(monitoring.scrape_interval.clone()),
         scrape_timeout: monitoring.scrape_timeout.clone(),
         ignore_namespace_selectors: monitoring.ignore_namespace_selectors,
@@ -296,31 +288,14 @@ pub fn remote_write(
         .collect()
 }
 
-/// The spec's alerting in the translation's shape; None without Alertmanagers (or in Agent
-/// mode, where validation leaves it out).
-fn alerting_spec(valid: &ValidSprom) -> Result<Option<upstream::AlertingSpec>, String> {
-    let Some(alerting) = &valid.alerting else {
-        return Ok(None);
-    };
-    serde_json::to_value(alerting)
-        .and_then(serde_json::from_value)
-        .map(Some)
-        .map_err(|error| {
-            format!(
-                "spec.alerting: {}",
-                zone_monitoring::redact::serde_error(&error)
-            )
-        })
-}
-
 /// Every Secret and ConfigMap key the spec's Alertmanager entries reference, in the
 /// ShardedPrometheus's `namespace`.
 pub fn alerting_references(valid: &ValidSprom, namespace: &str) -> BTreeSet<KeyRef> {
-    match alerting_spec(valid) {
-        Ok(Some(spec)) => upstream::references_of_alerting(namespace, &spec)
+    match &valid.alerting {
+        Some(spec) => upstream::references_of_alerting(namespace, spec)
             .into_iter()
             .collect(),
-        _ => BTreeSet::new(),
+        None => BTreeSet::new(),
     }
 }
 
@@ -333,15 +308,15 @@ pub fn alerting(
     namespace: &str,
     values: &Values,
 ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, String> {
-    let Some(spec) = alerting_spec(valid)? else {
+    let Some(spec) = &valid.alerting else {
         return Ok(None);
     };
     let settings = upstream::AlertingSettings {
         namespace,
-        service_discovery_role: discovery_role(&valid.monitoring),
+        service_discovery_role: valid.monitoring.service_discovery_role,
         replica_label: contract::REPLICA_EXTERNAL_LABEL,
     };
-    upstream::alerting(&spec, &settings, values).map(Some)
+    upstream::alerting(spec, &settings, values).map(Some)
 }
 
 /// What `selected` adds to the shards of `valid`, given the referenced `values` and the jobs

@@ -24,7 +24,6 @@
 //! `basicAuth` and `authorization` together are refused as upstream refuses them.
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use zone_topology::relabel::{Action, RelabelConfig as Rule};
@@ -40,40 +39,10 @@ use crate::resolve::{KeyRef, Resolver};
 /// The field every error is reported under.
 const FIELD: &str = "spec.alerting";
 
-/// `spec.alerting` in prometheus-operator's camelCase shape. Credentials and relabel rules are
-/// kept as JSON and read here, so an error names the field that holds it.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct AlertingSpec {
-    pub alertmanagers: Vec<AlertmanagerEndpoints>,
-    /// RelabelConfig objects (`sourceLabels`, `targetLabel`, `regex`, `action`…).
-    pub alert_relabel_configs: Vec<Value>,
-}
-
-/// One entry of `alertmanagers`: a Service (`name` and `port`) or `staticAddresses`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct AlertmanagerEndpoints {
-    pub namespace: Option<String>,
-    pub name: Option<String>,
-    pub port: Option<IntOrString>,
-    pub static_addresses: Vec<String>,
-    pub scheme: Option<String>,
-    pub path_prefix: Option<String>,
-    pub api_version: Option<String>,
-    pub timeout: Option<String>,
-    pub enable_http2: Option<bool>,
-    /// TLSConfig: `ca`, `cert` (Secret or ConfigMap keys), `keySecret`, `serverName`,
-    /// `insecureSkipVerify`, `minVersion`, `maxVersion`; `caFile`, `certFile` and `keyFile`
-    /// (paths in the Prometheus container) pass through.
-    pub tls_config: Option<Value>,
-    /// `username` and `password` as Secret keys.
-    pub basic_auth: Option<Value>,
-    /// `type` (default `Bearer`) and `credentials` as a Secret key.
-    pub authorization: Option<Value>,
-    pub relabelings: Vec<Value>,
-    pub alert_relabelings: Vec<Value>,
-}
+/// `spec.alerting` in prometheus-operator's camelCase shape (the ShardedPrometheus's own type).
+/// Credentials and relabel rules are kept as JSON and read here, so an error names the field
+/// that holds it.
+pub use zone_api::sprom::{AlertingSpec, AlertmanagerEndpoints};
 
 /// What the section depends on besides the spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
