@@ -243,11 +243,8 @@ async fn a_status_conflict_rereads_and_keeps_the_webhooks_record() {
 #[tokio::test]
 async fn a_burst_on_one_budget_is_decided_together_without_conflicts() {
     use std::sync::Mutex;
-    use std::time::Duration;
 
     use crate::reconcile::{BudgetView, Draft, compute};
-    use crate::webhook::admission::Eviction;
-    use crate::webhook::judge::{Judge, MAX_API_REQUESTS, MAX_IN_FLIGHT};
     use zone_topology::IntOrPercent;
     use zone_topology::budget::BudgetPod;
 
@@ -293,40 +290,9 @@ async fn a_burst_on_one_budget_is_decided_together_without_conflicts() {
 
     let budget: ZoneDisruptionBudget =
         serde_json::from_value(stored.lock().unwrap().clone()).unwrap();
-    let judge = Arc::new(Judge {
-        client: client.clone(),
-        zdbs: store_of([budget]),
-        zdbs_synced: Arc::new(std::sync::atomic::AtomicBool::new(true)),
-        zones: NodeZones::from_store(store_of([zoned_node("node-a", "zone-a")]), ZONE_LABEL),
-        field_manager: "zdb-controller".into(),
-        deadline: Duration::from_secs(3),
-        metrics: ZdbMetrics::register(&prometheus::Registry::new()).unwrap(),
-        events: EventPublisher::new(client, "zdb-controller", "test"),
-        guesses: Default::default(),
-        recent: Default::default(),
-        denial_ttl: Duration::from_millis(250),
-        queues: Arc::default(),
-        in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
-        api_requests: Arc::new(tokio::sync::Semaphore::new(MAX_API_REQUESTS)),
-    });
+    let judge = burst_judge(client, budget);
 
-    let decisions: Vec<_> = (0..PODS)
-        .map(|ordinal| {
-            let judge = judge.clone();
-            tokio::spawn(async move {
-                let eviction = Eviction {
-                    namespace: NAMESPACE.into(),
-                    pod: format!("web-{ordinal}"),
-                    dry_run: false,
-                };
-                judge.judge(&eviction).await
-            })
-        })
-        .collect();
-    let mut verdicts = Vec::new();
-    for decision in decisions {
-        verdicts.push(decision.await.unwrap());
-    }
+    let verdicts = judge_at_once(&judge, PODS).await;
 
     let allowed: Vec<_> = verdicts.iter().filter(|v| v.allowed).collect();
     assert_eq!(allowed.len(), 1, "{verdicts:?}");
@@ -367,4 +333,57 @@ pub(crate) fn optimistic_status_writes(
             *current = body.clone();
             (200, body)
         });
+}
+
+/// The webhook's judge of the burst scenario: `budget` cached, its pods all in zone-a.
+fn burst_judge(
+    client: kube::Client,
+    budget: ZoneDisruptionBudget,
+) -> Arc<crate::webhook::judge::Judge> {
+    use std::time::Duration;
+
+    use crate::webhook::judge::{Judge, MAX_API_REQUESTS, MAX_IN_FLIGHT};
+    Arc::new(Judge {
+        client: client.clone(),
+        zdbs: store_of([budget]),
+        zdbs_synced: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        zones: NodeZones::from_store(store_of([zoned_node("node-a", "zone-a")]), ZONE_LABEL),
+        field_manager: "zdb-controller".into(),
+        deadline: Duration::from_secs(3),
+        metrics: ZdbMetrics::register(&prometheus::Registry::new()).unwrap(),
+        events: EventPublisher::new(client, "zdb-controller", "test"),
+        guesses: Default::default(),
+        recent: Default::default(),
+        denial_ttl: Duration::from_millis(250),
+        queues: Arc::default(),
+        in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+        api_requests: Arc::new(tokio::sync::Semaphore::new(MAX_API_REQUESTS)),
+    })
+}
+
+/// The evictions of web-0 to web-`pods - 1`, judged all at once; their verdicts in order.
+async fn judge_at_once(
+    judge: &Arc<crate::webhook::judge::Judge>,
+    pods: u32,
+) -> Vec<crate::webhook::verdict::Verdict> {
+    use crate::webhook::admission::Eviction;
+
+    let decisions: Vec<_> = (0..pods)
+        .map(|ordinal| {
+            let judge = judge.clone();
+            tokio::spawn(async move {
+                let eviction = Eviction {
+                    namespace: NAMESPACE.into(),
+                    pod: format!("web-{ordinal}"),
+                    dry_run: false,
+                };
+                judge.judge(&eviction).await
+            })
+        })
+        .collect();
+    let mut verdicts = Vec::new();
+    for decision in decisions {
+        verdicts.push(decision.await.unwrap());
+    }
+    verdicts
 }

@@ -17,7 +17,7 @@ pub mod judge;
 pub mod policy;
 pub mod queue;
 pub mod recent;
-mod verdict;
+pub mod verdict;
 
 use std::future::Future;
 use std::net::SocketAddr;
