@@ -218,6 +218,18 @@ async fn an_unclear_gate_pauses_with_alert_gate_unavailable() {
     }
 }
 
+/// A spec whose gate reads the rules-federator Service (its port by name, a token), scoped to
+/// the rollout's zone.
+fn service_gate() -> Value {
+    json!({"alertGate": {
+        "service": {"namespace": "zone-aware-system", "name": "rules-federator", "port": "http"},
+        "bearerTokenSecret": {"name": "gate-token", "key": "token"},
+        "matchers": "{severity=\"critical\"}",
+        "zoneScope": "RolloutZone",
+        "pollInterval": "1s",
+    }})
+}
+
 /// `alertGate.service`: the Service's EndpointSlices give the address and the named port (no
 /// cluster DNS needed), the token comes from the Secret, and with `zoneScope: RolloutZone` an
 /// alert of another zone lets the batch of zone-a go.
@@ -227,13 +239,7 @@ async fn an_unclear_gate_pauses_with_alert_gate_unavailable() {
 #[tokio::test]
 async fn a_gate_service_is_resolved_and_scoped_to_the_rollout_zone() {
     let server = AlertServer::start(critical("HighErrorRate", "zone-b")).await;
-    let zau = zau_with(json!({"alertGate": {
-        "service": {"namespace": "zone-aware-system", "name": "rules-federator", "port": "http"},
-        "bearerTokenSecret": {"name": "gate-token", "key": "token"},
-        "matchers": "{severity=\"critical\"}",
-        "zoneScope": "RolloutZone",
-        "pollInterval": "1s",
-    }}));
+    let zau = zau_with(service_gate());
     let (fake, client) = fake_api(&zau);
     let port = server.addr.port();
     fake.on(
@@ -281,13 +287,7 @@ async fn a_gate_service_is_resolved_and_scoped_to_the_rollout_zone() {
     server.set(critical("HighErrorRate", "zone-a"));
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let zau = zau_with(json!({"alertGate": {
-            "service": {"namespace": "zone-aware-system", "name": "rules-federator", "port": "http"},
-            "bearerTokenSecret": {"name": "gate-token", "key": "token"},
-            "matchers": "{severity=\"critical\"}",
-            "zoneScope": "RolloutZone",
-            "pollInterval": "1s",
-        }}));
+        let zau = zau_with(service_gate());
         // Fresh pods (the evicted ones were replaced), same zone-a rollout.
         let ctx2 = gated_context(fake.client("apps"), &zau, caches(OLD));
         again(&zau, &ctx2).await;
