@@ -57,26 +57,62 @@ fn unavailable(pods: &[SimPod]) -> usize {
         .count()
 }
 
+/// The scenario's pods, all of the old revision, the broken ones not ready.
+#[allow(clippy::unwrap_used)]
+fn pods_of(s: &Scenario) -> Vec<SimPod> {
+    s.zones
+        .iter()
+        .zip(&s.broken)
+        .enumerate()
+        .map(|(ordinal, (zone, broken))| SimPod {
+            pod: RolloutPod {
+                name: format!("p-{ordinal}"),
+                ordinal: u32::try_from(ordinal).unwrap(),
+                zone: Zone::known(format!("zone-{zone}")),
+                revision: OLD.into(),
+                ready: !broken,
+                terminating: false,
+            },
+            gone: false,
+            broken: *broken,
+            waited: 0,
+        })
+        .collect()
+}
+
+/// Time passes: each in-flight pod advances one stage (terminating, gone, replaced, ready) on
+/// a coin flip, or after waiting three times.
+fn advance<'a>(pods: &mut [SimPod], coin: &mut impl Iterator<Item = &'a bool>) {
+    for sim in pods.iter_mut() {
+        let in_flight = sim.pod.terminating || sim.gone || (!sim.pod.ready && !sim.broken);
+        if !in_flight {
+            continue;
+        }
+        if !coin.next().copied().unwrap_or(true) && sim.waited < 3 {
+            sim.waited += 1;
+            continue;
+        }
+        sim.waited = 0;
+        if sim.pod.terminating {
+            sim.pod.terminating = false;
+            sim.gone = true;
+        } else if sim.gone {
+            sim.gone = false;
+            sim.broken = false;
+            sim.pod.revision = NEW.into();
+            sim.pod.ready = false;
+        } else if !sim.pod.ready && !sim.broken {
+            sim.pod.ready = true;
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
     fn rollouts_respect_the_budget_stay_in_one_zone_and_terminate(s in scenario()) {
-        let mut pods: Vec<SimPod> = s.zones.iter().zip(&s.broken).enumerate()
-            .map(|(ordinal, (zone, broken))| SimPod {
-                pod: RolloutPod {
-                    name: format!("p-{ordinal}"),
-                    ordinal: u32::try_from(ordinal).unwrap(),
-                    zone: Zone::known(format!("zone-{zone}")),
-                    revision: OLD.into(),
-                    ready: !broken,
-                    terminating: false,
-                },
-                gone: false,
-                broken: *broken,
-                waited: 0,
-            })
-            .collect();
+        let mut pods = pods_of(&s);
         let replicas = u32::try_from(pods.len()).unwrap();
         let mut step = 0;
         let mut last_revision: Option<&str> = None;
@@ -139,28 +175,7 @@ proptest! {
                 Plan::Wait(_) => {}
             }
             // Time passes: each in-flight pod advances one stage on a coin flip.
-            for sim in pods.iter_mut() {
-                let in_flight = sim.pod.terminating || sim.gone || (!sim.pod.ready && !sim.broken);
-                if !in_flight {
-                    continue;
-                }
-                if !coin.next().copied().unwrap_or(true) && sim.waited < 3 {
-                    sim.waited += 1;
-                    continue;
-                }
-                sim.waited = 0;
-                if sim.pod.terminating {
-                    sim.pod.terminating = false;
-                    sim.gone = true;
-                } else if sim.gone {
-                    sim.gone = false;
-                    sim.broken = false;
-                    sim.pod.revision = NEW.into();
-                    sim.pod.ready = false;
-                } else if !sim.pod.ready && !sim.broken {
-                    sim.pod.ready = true;
-                }
-            }
+            advance(&mut pods, &mut coin);
         }
         prop_assert!(done, "rollout did not complete in {} iterations", MAX_ITERATIONS);
     }
