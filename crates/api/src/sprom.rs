@@ -2,7 +2,6 @@
 //! the targets of its own zone; autoscalable through the scale subresource, with graceful
 //! (retained) scale-down.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSetPersistentVolumeClaimRetentionPolicy;
@@ -25,6 +24,9 @@ pub mod monitoring;
 pub use alerting::{AlertingSpec, AlertmanagerEndpoints};
 
 pub use monitoring::{MONITORING_GROUP, Selectors, ServiceDiscoveryRole, ValidMonitoring};
+/// Classic, or Topology (the zones of `topology.values`); Spread or Drop: the sharding
+/// layout's own types, with their schemas.
+pub use zone_topology::sharding::{ShardingMode, ZonelessTargets};
 
 /// The image when `spec.image` is not set.
 pub const DEFAULT_IMAGE: &str = "quay.io/prometheus/prometheus:v3.16.0";
@@ -520,29 +522,6 @@ pub struct ShardingStrategy {
     pub zoneless_targets: ZonelessTargets,
 }
 
-/// Classic, or Topology (the zones of `topology.values`).
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ShardingMode {
-    #[serde(alias = "Address")]
-    Classic,
-    #[default]
-    Topology,
-}
-
-/// The schema lists the alias too, or the API server would refuse it.
-impl JsonSchema for ShardingMode {
-    fn schema_name() -> Cow<'static, str> {
-        "ShardingMode".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "string",
-            "enum": ["Classic", "Address", "Topology"]
-        })
-    }
-}
-
 /// The zones of Topology sharding.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -560,14 +539,6 @@ pub struct TopologySharding {
     /// The external label carrying the shard's zone. Default "zone"; "" adds no zone label.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_label_name: Option<String>,
-}
-
-/// Spread or Drop.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum ZonelessTargets {
-    #[default]
-    Spread,
-    Drop,
 }
 
 /// One ConfigMap key (or all keys of a ConfigMap) holding Prometheus rule files.

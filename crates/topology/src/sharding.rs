@@ -99,6 +99,41 @@ pub enum ZonelessTargets {
     Drop,
 }
 
+/// The schemas of the spec's enums: their values (ShardingMode's alias too, or the API server
+/// would refuse it), without per-value descriptions (the field that holds one describes them).
+#[cfg(feature = "schema")]
+mod schema {
+    use std::borrow::Cow;
+
+    use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+
+    impl JsonSchema for super::ShardingMode {
+        fn schema_name() -> Cow<'static, str> {
+            "ShardingMode".into()
+        }
+
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "type": "string",
+                "enum": ["Classic", "Address", "Topology"]
+            })
+        }
+    }
+
+    impl JsonSchema for super::ZonelessTargets {
+        fn schema_name() -> Cow<'static, str> {
+            "ZonelessTargets".into()
+        }
+
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "type": "string",
+                "enum": ["Spread", "Drop"]
+            })
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShardingError {
     #[error("shards must be between 1 and {BUCKETS}, not {0}")]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{
     EmptyDirVolumeSource, PersistentVolumeClaimSpec, ResourceRequirements, Toleration,
 };
-use zone_topology::sharding::{self, ShardLayout, ShardingError};
+use zone_topology::sharding::{ShardLayout, ShardingError};
 
 use super::shared::{
     DurationError, SelectorError, duration, is_label_name, is_label_value, non_empty_or,
@@ -17,7 +17,7 @@ use crate::schema::{self, LABEL_NAME_FORM, LABEL_VALUE_FORM};
 use crate::sprom::monitoring::ValidMonitoring;
 use crate::sprom::{
     self, PrometheusMode, PrometheusStorage, RuleFileRef, ShardedPrometheusSpec, ShardingMode,
-    WhenScaled, ZonelessTargets, contract,
+    WhenScaled, contract,
 };
 use crate::units::{UnitError, parse_prometheus_size};
 
@@ -284,10 +284,7 @@ impl ShardedPrometheusSpec {
         let layout = match strategy.mode {
             ShardingMode::Classic => ShardLayout::classic(shards),
             ShardingMode::Topology => {
-                let zoneless = match strategy.zoneless_targets {
-                    ZonelessTargets::Spread => sharding::ZonelessTargets::Spread,
-                    ZonelessTargets::Drop => sharding::ZonelessTargets::Drop,
-                };
+                let zoneless = strategy.zoneless_targets;
                 ShardLayout::topology(shards, zones(&strategy.topology.values)?, zoneless)
                     .map(|layout| layout.with_zone_label(zone_label))
             }
