@@ -23,7 +23,9 @@ pub mod monitoring;
 
 pub use alerting::{AlertingSpec, AlertmanagerEndpoints};
 
-pub use monitoring::{MONITORING_GROUP, Selectors, ServiceDiscoveryRole, ValidMonitoring};
+pub use monitoring::{
+    ExcludedObject, JobSettings, MONITORING_GROUP, Selectors, ServiceDiscoveryRole, ValidMonitoring,
+};
 /// Classic, or Topology (the zones of `topology.values`); Spread or Drop: the sharding
 /// layout's own types, with their schemas.
 pub use zone_topology::sharding::{ShardingMode, ZonelessTargets};

@@ -51,53 +51,9 @@ pub type Job = Map<String, Value>;
 /// How ServiceMonitor targets are discovered (`serviceDiscoveryRole` of the Prometheus CR).
 pub use zone_api::sprom::ServiceDiscoveryRole as DiscoveryRole;
 
-/// An entry of the Prometheus CR's `excludedFromEnforcement`: objects the enforced namespace
-/// label is not added to.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ExcludedObject {
-    /// API group; empty means `monitoring.coreos.com`.
-    pub group: String,
-    /// `servicemonitors`, `podmonitors` or `scrapeconfigs`.
-    pub resource: String,
-    /// Required: entries without a namespace are ignored, as upstream does.
-    pub namespace: String,
-    /// Empty: every object of that resource in the namespace.
-    pub name: String,
-}
-
-/// The Prometheus-level settings (fields of the Prometheus CR) that shape the generated jobs.
-/// Defaults are the CR's defaults.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Settings {
-    pub service_discovery_role: DiscoveryRole,
-    /// Global scrape interval; `None` is upstream's default, `30s`. Only used to check that an
-    /// endpoint's `scrapeTimeout` fits (a job without `interval` inherits the global one).
-    pub scrape_interval: Option<String>,
-    /// Global scrape timeout. It never appears in jobs (Prometheus applies it, clamped to the
-    /// job's interval); kept so the controller can pass the CR through unchanged.
-    pub scrape_timeout: Option<String>,
-    /// Every monitor only looks in its own namespace, whatever its `namespaceSelector`.
-    pub ignore_namespace_selectors: bool,
-    /// `honor_labels` is always false.
-    pub override_honor_labels: bool,
-    /// `honor_timestamps` is always false.
-    pub override_honor_timestamps: bool,
-    /// Label set to the object's namespace on every target and series.
-    pub enforced_namespace_label: Option<String>,
-    pub excluded_from_enforcement: Vec<ExcludedObject>,
-    /// Pod labels copied onto every ServiceMonitor/PodMonitor target (after the monitor's own).
-    pub pod_target_labels: Vec<String>,
-    /// Refuse ServiceMonitors reading files of the Prometheus container
-    /// (`arbitraryFSAccessThroughSMs.deny`).
-    pub deny_arbitrary_fs_access: bool,
-    pub enforced_sample_limit: Option<u64>,
-    pub enforced_target_limit: Option<u64>,
-    pub enforced_label_limit: Option<u64>,
-    pub enforced_label_name_length_limit: Option<u64>,
-    pub enforced_label_value_length_limit: Option<u64>,
-    pub enforced_keep_dropped_targets: Option<u64>,
-    pub enforced_body_size_limit: Option<String>,
-}
+/// The Prometheus-level settings (fields of the Prometheus CR) that shape the generated jobs,
+/// as the ShardedPrometheus's validation gives them.
+pub use zone_api::sprom::{ExcludedObject, JobSettings as Settings};
 
 /// One job per endpoint, named `serviceMonitor/<namespace>/<name>/<index>`.
 pub fn service_monitor(

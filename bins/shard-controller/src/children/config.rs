@@ -57,7 +57,7 @@ impl<'a> Global<'a> {
     pub fn of(monitoring: &'a zone_api::sprom::ValidMonitoring) -> Global<'a> {
         Global {
             scrape_interval: &monitoring.scrape_interval,
-            scrape_timeout: monitoring.scrape_timeout.as_deref(),
+            scrape_timeout: monitoring.jobs.scrape_timeout.as_deref(),
             evaluation_interval: &monitoring.evaluation_interval,
         }
     }

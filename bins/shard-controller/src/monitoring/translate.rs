@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use serde::de::DeserializeOwned;
 use zone_api::ShardedPrometheus;
-use zone_api::sprom::{ValidMonitoring, contract, reason};
+use zone_api::sprom::{contract, reason};
 use zone_api::validation::ValidSprom;
 use zone_monitoring::monitors::{PodMonitorSpec, ScrapeConfigSpec, ServiceMonitorSpec};
 use zone_monitoring::resolve::{KeyRef, Resolver, Source, Values};
@@ -188,27 +188,6 @@ impl Parsed {
     }
 }
 
-/// The Prometheus-level settings of the generated jobs.
-pub fn settings(monitoring: &ValidMonitoring) -> Settings {
-    Settings {
-        service_discovery_role: monitoring.service_discovery_role,
-        scrape_interval: Some(monitoring.scrape_interval.clone()),
-        scrape_timeout: monitoring.scrape_timeout.clone(),
-        ignore_namespace_selectors: monitoring.ignore_namespace_selectors,
-        override_honor_labels: monitoring.override_honor_labels,
-        override_honor_timestamps: monitoring.override_honor_timestamps,
-        enforced_namespace_label: monitoring.enforced_namespace_label.clone(),
-        enforced_sample_limit: monitoring.enforced_sample_limit,
-        enforced_target_limit: monitoring.enforced_target_limit,
-        enforced_label_limit: monitoring.enforced_label_limit,
-        enforced_label_name_length_limit: monitoring.enforced_label_name_length_limit,
-        enforced_label_value_length_limit: monitoring.enforced_label_value_length_limit,
-        enforced_keep_dropped_targets: monitoring.enforced_keep_dropped_targets,
-        enforced_body_size_limit: monitoring.enforced_body_size_limit.clone(),
-        ..Settings::default()
-    }
-}
-
 /// The ConfigMaps of `spec.ruleFiles` (one reference each, whatever keys are listed), read so
 /// their rule files are checked before Prometheus loads them.
 pub fn rule_file_references(valid: &ValidSprom, namespace: &str) -> BTreeSet<KeyRef> {
@@ -313,7 +292,7 @@ pub fn alerting(
     };
     let settings = upstream::AlertingSettings {
         namespace,
-        service_discovery_role: valid.monitoring.service_discovery_role,
+        service_discovery_role: valid.monitoring.jobs.service_discovery_role,
         replica_label: contract::REPLICA_EXTERNAL_LABEL,
     };
     upstream::alerting(spec, &settings, values).map(Some)
@@ -329,7 +308,7 @@ pub fn translate(
     values: &Values,
     last_good: &LastGood,
 ) -> (Monitoring, LastGood) {
-    let settings = settings(&valid.monitoring);
+    let settings = &valid.monitoring.jobs;
     let mut monitoring = Monitoring::of_spec(valid);
     monitoring.not_served = selected.not_served.clone();
     let mut good = LastGood::new();
@@ -339,7 +318,7 @@ pub fn translate(
             .iter()
             .filter_map(|config| config.get("job_name")?.as_str().map(str::to_string))
             .collect(),
-        settings: &settings,
+        settings,
         values,
         last_good,
         monitoring: &mut monitoring,

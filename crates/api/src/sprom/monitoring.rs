@@ -32,6 +32,54 @@ impl Selectors {
     }
 }
 
+/// An entry of the Prometheus CR's `excludedFromEnforcement`: objects the enforced namespace
+/// label is not added to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExcludedObject {
+    /// API group; empty means `monitoring.coreos.com`.
+    pub group: String,
+    /// `servicemonitors`, `podmonitors` or `scrapeconfigs`.
+    pub resource: String,
+    /// Required: entries without a namespace are ignored, as upstream does.
+    pub namespace: String,
+    /// Empty: every object of that resource in the namespace.
+    pub name: String,
+}
+
+/// The Prometheus-level settings (fields of the Prometheus CR) that shape the generated jobs.
+/// Defaults are the CR's defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobSettings {
+    pub service_discovery_role: ServiceDiscoveryRole,
+    /// Global scrape interval; `None` is upstream's default, `30s`. Only used to check that an
+    /// endpoint's `scrapeTimeout` fits (a job without `interval` inherits the global one).
+    pub scrape_interval: Option<String>,
+    /// Global scrape timeout. It never appears in jobs (Prometheus applies it, clamped to the
+    /// job's interval); kept so the controller can pass the CR through unchanged.
+    pub scrape_timeout: Option<String>,
+    /// Every monitor only looks in its own namespace, whatever its `namespaceSelector`.
+    pub ignore_namespace_selectors: bool,
+    /// `honor_labels` is always false.
+    pub override_honor_labels: bool,
+    /// `honor_timestamps` is always false.
+    pub override_honor_timestamps: bool,
+    /// Label set to the object's namespace on every target and series.
+    pub enforced_namespace_label: Option<String>,
+    pub excluded_from_enforcement: Vec<ExcludedObject>,
+    /// Pod labels copied onto every ServiceMonitor/PodMonitor target (after the monitor's own).
+    pub pod_target_labels: Vec<String>,
+    /// Refuse ServiceMonitors reading files of the Prometheus container
+    /// (`arbitraryFSAccessThroughSMs.deny`).
+    pub deny_arbitrary_fs_access: bool,
+    pub enforced_sample_limit: Option<u64>,
+    pub enforced_target_limit: Option<u64>,
+    pub enforced_label_limit: Option<u64>,
+    pub enforced_label_name_length_limit: Option<u64>,
+    pub enforced_label_value_length_limit: Option<u64>,
+    pub enforced_keep_dropped_targets: Option<u64>,
+    pub enforced_body_size_limit: Option<String>,
+}
+
 /// The validated monitoring part of a spec.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ValidMonitoring {
@@ -40,23 +88,12 @@ pub struct ValidMonitoring {
     pub scrape_configs: Selectors,
     /// Always selects nothing in Agent mode (validation refuses a rule selector there).
     pub rules: Selectors,
-    pub service_discovery_role: ServiceDiscoveryRole,
     /// The global scrape interval: the spec's, else prometheus-operator's 30s.
     pub scrape_interval: String,
-    pub scrape_timeout: Option<String>,
     /// The rule evaluation interval: the spec's, else 30s.
     pub evaluation_interval: String,
-    pub ignore_namespace_selectors: bool,
-    pub override_honor_labels: bool,
-    pub override_honor_timestamps: bool,
-    pub enforced_namespace_label: Option<String>,
-    pub enforced_sample_limit: Option<u64>,
-    pub enforced_target_limit: Option<u64>,
-    pub enforced_label_limit: Option<u64>,
-    pub enforced_label_name_length_limit: Option<u64>,
-    pub enforced_label_value_length_limit: Option<u64>,
-    pub enforced_keep_dropped_targets: Option<u64>,
-    pub enforced_body_size_limit: Option<String>,
+    /// What shapes the jobs made from monitors.
+    pub jobs: JobSettings,
 }
 
 impl ValidMonitoring {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::SpromError;
-use crate::sprom::monitoring::{self, Selectors, ValidMonitoring};
+use crate::sprom::monitoring::{self, JobSettings, Selectors, ValidMonitoring};
 use crate::sprom::{PrometheusMode, ShardedPrometheusSpec};
 use crate::units::parse_prometheus_size;
 use crate::validation::shared::{check_selector, duration, is_label_name};
@@ -18,6 +18,7 @@ impl ShardedPrometheusSpec {
         }
         self.check_scrape_timeout()?;
         self.check_enforced()?;
+        let scrape_interval = interval("spec.scrapeInterval", &self.scrape_interval)?;
         Ok(ValidMonitoring {
             service_monitors: selectors(
                 (
@@ -47,10 +48,18 @@ impl ShardedPrometheusSpec {
                 ("spec.ruleSelector", &self.rule_selector),
                 ("spec.ruleNamespaceSelector", &self.rule_namespace_selector),
             )?,
-            service_discovery_role: self.service_discovery_role.unwrap_or_default(),
-            scrape_interval: interval("spec.scrapeInterval", &self.scrape_interval)?,
-            scrape_timeout: self.scrape_timeout.clone(),
+            jobs: self.job_settings(&scrape_interval)?,
+            scrape_interval,
             evaluation_interval: interval("spec.evaluationInterval", &self.evaluation_interval)?,
+        })
+    }
+
+    /// The knobs of the jobs made from monitors, with the global `scrape_interval`.
+    fn job_settings(&self, scrape_interval: &str) -> Result<JobSettings, SpromError> {
+        Ok(JobSettings {
+            service_discovery_role: self.service_discovery_role.unwrap_or_default(),
+            scrape_interval: Some(scrape_interval.to_string()),
+            scrape_timeout: self.scrape_timeout.clone(),
             ignore_namespace_selectors: self.ignore_namespace_selectors,
             override_honor_labels: self.override_honor_labels,
             override_honor_timestamps: self.override_honor_timestamps,
@@ -71,6 +80,7 @@ impl ShardedPrometheusSpec {
                 self.enforced_keep_dropped_targets,
             )?,
             enforced_body_size_limit: self.enforced_body_size_limit.clone(),
+            ..JobSettings::default()
         })
     }
 

@@ -27,7 +27,7 @@ fn monitoring_defaults_select_nothing_with_the_upstream_intervals() {
     assert_eq!(monitoring.scrape_interval, "30s");
     assert_eq!(monitoring.evaluation_interval, "30s");
     assert_eq!(
-        monitoring.service_discovery_role,
+        monitoring.jobs.service_discovery_role,
         crate::sprom::ServiceDiscoveryRole::Endpoints
     );
 }
@@ -54,9 +54,9 @@ fn monitoring_selectors_and_knobs_are_kept() {
     assert_eq!(monitoring.service_monitors.namespaces, None);
     assert!(monitoring.rules.selector.is_none() && monitoring.rules.namespaces.is_some());
     assert_eq!(monitoring.scrape_interval, "15s");
-    assert_eq!(monitoring.enforced_sample_limit, Some(1000));
+    assert_eq!(monitoring.jobs.enforced_sample_limit, Some(1000));
     assert_eq!(
-        monitoring.service_discovery_role,
+        monitoring.jobs.service_discovery_role,
         crate::sprom::ServiceDiscoveryRole::EndpointSlice
     );
 }
