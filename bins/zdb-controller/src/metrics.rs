@@ -3,10 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use prometheus::core::Collector;
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Registry};
 use zone_api::ZoneDisruptionBudgetStatus;
-use zone_operator::metrics::{MetricsError, create};
+use zone_operator::metrics::{Families, MetricsError};
 
 const PREFIX: &str = "zone_aware_zdb";
 
@@ -62,77 +61,57 @@ pub struct ZdbMetrics {
     failure_policy: IntGaugeVec,
 }
 
-/// Creates and registers one of this binary's metrics: its name and help, stated once, become
-/// its options (under [`PREFIX`]); `new` makes the metric of them (with its labels or buckets).
-fn family<C: Collector + Clone + 'static>(
-    registry: &Registry,
-    name: &'static str,
-    help: &str,
-    new: impl FnOnce(Opts) -> prometheus::Result<C>,
-) -> Result<C, MetricsError> {
-    create(registry, name, new(Opts::new(name, help).namespace(PREFIX)))
-}
-
 impl ZdbMetrics {
     pub fn register(registry: &Registry) -> Result<Self, MetricsError> {
+        let family = Families::new(registry, PREFIX);
         let metrics = Self {
-            shed: family(
-                registry,
-                "webhook_shed_total",
+            shed: family.add(
+                                "webhook_shed_total",
                 "Evictions refused at once under overload, by why: InFlight (too many decisions in this replica), QueueFull or NoTimeLeft (the budget's queue of evictions to record).",
                 |o| IntCounterVec::new(o, &["why"]),
             )?,
-            conflict_retries: family(
-                registry,
-                "webhook_conflict_retries_total",
+            conflict_retries: family.add(
+                                "webhook_conflict_retries_total",
                 "Status writes of a batch of allowed evictions that lost to another writer (another replica, the status controller); the batch is decided again on the winner's version.",
                 prometheus::IntCounter::with_opts,
             )?,
-            batch_size: family(
-                registry,
-                "webhook_batch_size",
+            batch_size: family.add(
+                                "webhook_batch_size",
                 "Evictions recorded by one successful status write (group commit).",
                 |o| Histogram::with_opts(HistogramOpts::from(o).buckets(BATCH_BUCKETS.to_vec())),
             )?,
-            queue_depth: family(
-                registry,
-                "webhook_queue_depth",
+            queue_depth: family.add(
+                                "webhook_queue_depth",
                 "Evictions of a budget waiting for (or in) its next status write in this replica.",
                 |o| IntGaugeVec::new(o, &["namespace", "name"]),
             )?,
-            decisions: family(
-                registry,
-                "webhook_decisions_total",
+            decisions: family.add(
+                                "webhook_decisions_total",
                 "Eviction admission decisions, by result (allowed, denied) and reason.",
                 |o| IntCounterVec::new(o, &["result", "reason"]),
             )?,
-            latency: family(
-                registry,
-                "webhook_duration_seconds",
+            latency: family.add(
+                                "webhook_duration_seconds",
                 "Time to answer one eviction AdmissionReview.",
                 |o| Histogram::with_opts(HistogramOpts::from(o).buckets(LATENCY_BUCKETS.to_vec())),
             )?,
-            allowed: family(
-                registry,
-                "disruptions_allowed",
+            allowed: family.add(
+                                "disruptions_allowed",
                 "Evictions a ZoneDisruptionBudget allows now, per zone.",
                 |o| IntGaugeVec::new(o, &["namespace", "name", "zone"]),
             )?,
-            shadow_denials: family(
-                registry,
-                "shadow_denials_total",
+            shadow_denials: family.add(
+                                "shadow_denials_total",
                 "Evictions allowed only because the budget is in shadow mode (spec.dryRun).",
                 |o| IntCounterVec::new(o, &["namespace", "name"]),
             )?,
-            failure_policy: family(
-                registry,
-                "webhook_failure_policy",
+            failure_policy: family.add(
+                                "webhook_failure_policy",
                 "Webhooks of the eviction webhook configuration at each failurePolicy (Fail, Ignore), as this replica last read it; Ignore above 0 for long means budgets are skipped whenever a call fails.",
                 |o| IntGaugeVec::new(o, &["policy"]),
             )?,
-            unavailable: family(
-                registry,
-                "unavailable_pods",
+            unavailable: family.add(
+                                "unavailable_pods",
                 "Pods a ZoneDisruptionBudget counts as disrupted per zone: unhealthy, missing or evicted and not yet replaced (status.currentUnhealthy); above 0 the zone is disrupted and evictions elsewhere wait.",
                 |o| IntGaugeVec::new(o, &["namespace", "name", "zone"]),
             )?,
@@ -380,22 +359,19 @@ mod tests {
     #[test]
     fn the_binary_serves_the_runtime_s_families_and_its_own() {
         let served = served_metric_families();
-        let mut expected = vec![
-            "zdb_controller_build_info",
-            "zone_aware_leader",
-            "zone_aware_leader_transitions_total",
-            "zone_aware_reconcile_failures_total",
-            "zone_aware_zdb_unavailable_pods",
-            "zone_aware_zdb_disruptions_allowed",
-            "zone_aware_zdb_webhook_decisions_total",
-            "zone_aware_zdb_webhook_queue_depth",
-        ];
-        if cfg!(target_os = "linux") {
-            expected.push("process_cpu_seconds_total");
-        }
-        for family in expected {
-            assert!(served.contains(family), "{family} not served: {served:?}");
-        }
+        zone_operator::testing::assert_serves(
+            &served,
+            &[
+                "zdb_controller_build_info",
+                "zone_aware_leader",
+                "zone_aware_leader_transitions_total",
+                "zone_aware_reconcile_failures_total",
+                "zone_aware_zdb_unavailable_pods",
+                "zone_aware_zdb_disruptions_allowed",
+                "zone_aware_zdb_webhook_decisions_total",
+                "zone_aware_zdb_webhook_queue_depth",
+            ],
+        );
     }
 }
 
@@ -405,9 +381,6 @@ mod tests {
 #[cfg(test)]
 #[test]
 fn every_metric_the_mixin_reads_is_served() {
-    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    let check = zone_monitoring::mixin::check_served(root, crate::NAME, &served_metric_families());
-    if let Err(message) = check {
-        panic!("{message}");
-    }
+    let served = served_metric_families();
+    zone_monitoring::mixin::assert_served(env!("CARGO_MANIFEST_DIR"), crate::NAME, &served);
 }

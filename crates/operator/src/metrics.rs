@@ -126,6 +126,34 @@ pub fn create<C: Collector + Clone + 'static>(
     Ok(collector)
 }
 
+/// A binary's own metrics under one prefix: each one's name and help, stated once, become its
+/// options; the constructor given makes the metric of them (with its labels or buckets).
+#[derive(Clone, Copy)]
+pub struct Families<'a> {
+    registry: &'a Registry,
+    prefix: &'static str,
+}
+
+impl<'a> Families<'a> {
+    pub fn new(registry: &'a Registry, prefix: &'static str) -> Self {
+        Self { registry, prefix }
+    }
+
+    /// Creates and registers `<prefix>_<name>`.
+    pub fn add<C: Collector + Clone + 'static>(
+        &self,
+        name: &'static str,
+        help: &str,
+        new: impl FnOnce(Opts) -> prometheus::Result<C>,
+    ) -> Result<C, MetricsError> {
+        create(
+            self.registry,
+            name,
+            new(Opts::new(name, help).namespace(self.prefix)),
+        )
+    }
+}
+
 /// Every metric of `registry` in the text exposition format, as `/metrics` serves it (tests read
 /// series from it); empty when a metric cannot be encoded.
 pub fn exposition(registry: &Registry) -> String {
