@@ -214,12 +214,5 @@ mod tests {
     }
 }
 
-/// Every metric of this binary the monitoring mixin (monitoring/, rendered to
-/// monitoring/generated/) reads in an alert, a recording rule or a dashboard is served by its
-/// real `/metrics`: a renamed metric fails here, not on the pager.
 #[cfg(test)]
-#[test]
-fn every_metric_the_mixin_reads_is_served() {
-    let served = served_metric_families();
-    zone_monitoring::mixin::assert_served(env!("CARGO_MANIFEST_DIR"), crate::NAME, &served);
-}
+zone_monitoring::every_metric_the_mixin_reads_is_served!(crate::NAME, served_metric_families());

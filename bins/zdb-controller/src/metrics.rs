@@ -358,14 +358,10 @@ mod tests {
 
     #[test]
     fn the_binary_serves_the_runtime_s_families_and_its_own() {
-        let served = served_metric_families();
-        zone_operator::testing::assert_serves(
-            &served,
+        zone_operator::testing::assert_controller_serves(
+            &served_metric_families(),
             &[
                 "zdb_controller_build_info",
-                "zone_aware_leader",
-                "zone_aware_leader_transitions_total",
-                "zone_aware_reconcile_failures_total",
                 "zone_aware_zdb_unavailable_pods",
                 "zone_aware_zdb_disruptions_allowed",
                 "zone_aware_zdb_webhook_decisions_total",
@@ -375,12 +371,5 @@ mod tests {
     }
 }
 
-/// Every metric of this binary the monitoring mixin (monitoring/, rendered to
-/// monitoring/generated/) reads in an alert, a recording rule or a dashboard is served by its
-/// real `/metrics`: a renamed metric fails here, not on the pager.
 #[cfg(test)]
-#[test]
-fn every_metric_the_mixin_reads_is_served() {
-    let served = served_metric_families();
-    zone_monitoring::mixin::assert_served(env!("CARGO_MANIFEST_DIR"), crate::NAME, &served);
-}
+zone_monitoring::every_metric_the_mixin_reads_is_served!(crate::NAME, served_metric_families());

@@ -126,6 +126,22 @@ pub fn assert_served(manifest_dir: &str, binary: &str, families: &BTreeSet<Strin
     }
 }
 
+/// A binary's test that it serves every metric the monitoring mixin (monitoring/, rendered to
+/// monitoring/generated/) reads of it in an alert, a recording rule or a dashboard, through its
+/// real `/metrics` (`$binary`: its name; `$served`: the families served): a renamed metric fails
+/// there, not on the pager. Expands to the test function.
+#[macro_export]
+macro_rules! every_metric_the_mixin_reads_is_served {
+    ($binary:expr, $served:expr) => {
+        #[cfg(test)]
+        #[test]
+        fn every_metric_the_mixin_reads_is_served() {
+            let served = $served;
+            $crate::mixin::assert_served(env!("CARGO_MANIFEST_DIR"), $binary, &served);
+        }
+    };
+}
+
 /// What the rendered mixin reads and records.
 #[derive(Debug, Default)]
 pub struct MixinMetrics {

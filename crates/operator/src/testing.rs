@@ -70,7 +70,9 @@ use serde_json::{Value, json};
 pub use axum::http::Method;
 
 mod served;
-pub use served::{assert_serves, served_metric_families};
+pub use served::{
+    CONTROLLER_FAMILIES, assert_controller_serves, assert_serves, served_metric_families,
+};
 
 /// A cache (reflector store) holding `objects`, filled the way a reflector fills it: the caches
 /// a reconcile reads, for a scenario.

@@ -37,6 +37,19 @@ pub fn assert_serves(served: &BTreeSet<String>, expected: &[&str]) {
     }
 }
 
+/// The families every controller serves besides its own: leadership and reconcile failures.
+pub const CONTROLLER_FAMILIES: [&str; 3] = [
+    "zone_aware_leader",
+    "zone_aware_leader_transitions_total",
+    "zone_aware_reconcile_failures_total",
+];
+
+/// [`assert_serves`] for a controller: [`CONTROLLER_FAMILIES`] and `own`.
+pub fn assert_controller_serves(served: &BTreeSet<String>, own: &[&str]) {
+    assert_serves(served, &CONTROLLER_FAMILIES);
+    assert_serves(served, own);
+}
+
 async fn scrape(registry: Registry) -> io::Result<BTreeSet<String>> {
     let server = BoundServer::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
         .await
