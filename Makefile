@@ -262,7 +262,7 @@ else
 endif
 
 .PHONY: perf
-perf: cluster-up ## Long measurements from e2e/perf/ (not in CI; PERF=substring selects)
+perf: local-crds ## Long measurements from e2e/perf/ (not in CI; PERF=substring selects)
 	$(CARGO) build --release --workspace --bins
 	bash e2e/perf/run.sh $(PERF)
 

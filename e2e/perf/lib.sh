@@ -11,7 +11,7 @@ perf_setup() {
     cd "$root"
     env_file="$root/e2e/.cluster/env"
     if [ ! -f "$env_file" ]; then
-        echo "$name perf: no local cluster ($env_file missing): run \`make cluster-up\` (or \`make perf\`)" >&2
+        echo "$name perf: no local cluster ($env_file missing): run \`make local-crds\` (or \`make perf\`)" >&2
         exit 1
     fi
     # shellcheck disable=SC1090
