@@ -27,7 +27,9 @@
 //!   [`FakeApi::requests`], [`FakeApi::count`], [`FakeApi::unmatched`].
 //!
 //! Also here for the binaries' tests: [`served_metric_families`], the metric families a registry
-//! serves through the runtime's real `/metrics`.
+//! serves through the runtime's real `/metrics`; and [`FakePrometheus`], a fake Prometheus HTTP
+//! API (plain or HTTPS, with the [`TestCa`] that signs its certificate) for the tests of the
+//! clients built on [`crate::prom_api`].
 //!
 //! ```
 //! use k8s_openapi::api::core::v1::Pod;
@@ -69,10 +71,14 @@ use serde_json::{Value, json};
 /// The HTTP method type rules match on, re-exported so tests need no `http` dependency.
 pub use axum::http::Method;
 
+mod fake_prometheus;
 mod served;
+mod test_ca;
+pub use fake_prometheus::{Canned, FakePrometheus, Reply, Seen};
 pub use served::{
     CONTROLLER_FAMILIES, assert_controller_serves, assert_serves, served_metric_families,
 };
+pub use test_ca::{Issued, TestCa};
 
 /// A cache (reflector store) holding `objects`, filled the way a reflector fills it: the caches
 /// a reconcile reads, for a scenario.
