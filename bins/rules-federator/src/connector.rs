@@ -136,7 +136,9 @@ mod tests {
     use zone_rules::RuleDiscovery;
 
     use super::*;
-    use crate::backend::{Backend, TestCa, rules_data, temp_dir};
+    use crate::backend::{
+        FakePrometheus, TestCa, endpoint, rules_data, serving_rules, serving_rules_https, temp_dir,
+    };
     use std::time::Duration;
 
     use zone_operator::prom_api::{Answer, ApiError, BodyCaps};
@@ -149,7 +151,7 @@ mod tests {
     async fn fetch(
         tls: &BackendTls,
         token: Option<BearerToken>,
-        backend: &Backend,
+        backend: &FakePrometheus,
     ) -> Result<RuleDiscovery, ApiError> {
         let metrics = FederatorMetrics::register(&prometheus::Registry::new()).unwrap();
         let caps = BodyCaps {
@@ -159,7 +161,7 @@ mod tests {
         let fetcher =
             Fetcher::new(Duration::from_secs(30), 1, caps, metrics, tls).with_token(token);
         let answers: Vec<_> = fetcher
-            .rules(vec![backend.endpoint("0", "a")], "/api/v1/rules")
+            .rules(vec![endpoint(&backend.url, "0", "a")], "/api/v1/rules")
             .collect()
             .await;
         let [(_, answer)] = <[_; 1]>::try_from(answers).unwrap();
@@ -190,7 +192,7 @@ mod tests {
         let ca = TestCa::new("backend CA");
         let ca_file = dir.join("ca.crt");
         std::fs::write(&ca_file, &ca.pem).unwrap();
-        let backend = Backend::https(&ca.serving(&["prometheus.monitoring.svc"]), None).await;
+        let backend = serving_rules_https(&ca.serving(&["prometheus.monitoring.svc"]), None).await;
         let name = Some("prometheus.monitoring.svc");
 
         let verified = BackendTls::load(&files(Some(&ca_file), name)).unwrap();
@@ -217,7 +219,7 @@ mod tests {
         std::fs::write(&ca_file, &ca.pem).unwrap();
         std::fs::write(&cert, &client.cert).unwrap();
         std::fs::write(&key, &client.key).unwrap();
-        let backend = Backend::https(&ca.serving(&["127.0.0.1"]), Some(&clients)).await;
+        let backend = serving_rules_https(&ca.serving(&["127.0.0.1"]), Some(&clients)).await;
 
         let presenting = BackendTls::load(&TlsFiles {
             client: Some((cert, key)),
@@ -242,8 +244,8 @@ mod tests {
         std::fs::write(&ca_file, &ca.pem).unwrap();
         std::fs::write(&token_file, "s3cret\n").unwrap();
         let tls = BackendTls::load(&files(Some(&ca_file), None)).unwrap();
-        let https = Backend::https(&ca.serving(&["127.0.0.1"]), None).await;
-        let http = Backend::prometheus(true).await;
+        let https = serving_rules_https(&ca.serving(&["127.0.0.1"]), None).await;
+        let http = serving_rules(true).await;
         for backend in [&https, &http] {
             let token = BearerToken::read(&token_file, crate::token::RELOAD).unwrap();
             assert_eq!(fetch(&tls, Some(token), backend).await, Ok(rules_data()));

@@ -78,7 +78,7 @@ impl Fetcher {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::backend::{Backend, endpoint, rules_data};
+    use crate::backend::{FakePrometheus, Reply, endpoint, rules_data, serving_rules};
     use axum::http::StatusCode;
     use zone_rules::RuleDiscovery;
 
@@ -107,10 +107,10 @@ mod tests {
     async fn decode_reads_prometheus_s_answer_gzipped_or_not() {
         let (fetcher, _) = fetcher(Duration::from_secs(30));
         for gzip in [true, false] {
-            let backend = Backend::prometheus(gzip).await;
-            let answer = fetch_one(&fetcher, backend.endpoint("0", "a")).await;
+            let backend = serving_rules(gzip).await;
+            let answer = fetch_one(&fetcher, endpoint(&backend.url, "0", "a")).await;
             assert_eq!(answer, Ok(rules_data()), "gzip: {gzip}");
-            assert_eq!(backend.requests(), ["/api/v1/rules"]);
+            assert_eq!(backend.paths(), ["/api/v1/rules"]);
         }
     }
 
@@ -151,12 +151,17 @@ mod tests {
             ),
         ];
         for (status, body, encoding, expected) in cases {
-            let backend = Backend::answering(status, body, encoding).await;
-            let answer = fetch_one(&fetcher, backend.endpoint("0", "a")).await;
+            let reply = Reply::json(status.as_u16(), body);
+            let reply = match encoding {
+                Some(encoding) => reply.encoding(encoding),
+                None => reply,
+            };
+            let backend = FakePrometheus::start(reply).await;
+            let answer = fetch_one(&fetcher, endpoint(&backend.url, "0", "a")).await;
             assert_eq!(answer, Err(expected), "{status} {body}");
         }
 
-        let gone = Backend::gone().await;
+        let gone = FakePrometheus::gone();
         let answer = fetch_one(&fetcher, endpoint(&gone, "0", "a")).await;
         assert!(matches!(answer, Err(ApiError::Connect(_))), "{answer:?}");
         let text = zone_operator::metrics::exposition(&registry);
@@ -176,8 +181,8 @@ mod tests {
     #[tokio::test]
     async fn a_backend_that_never_answers_is_cut_at_the_timeout() {
         let (fetcher, _) = fetcher(Duration::from_millis(200));
-        let hanging = Backend::hanging().await;
-        let answer = fetch_one(&fetcher, hanging.endpoint("0", "a")).await;
+        let hanging = FakePrometheus::start(Reply::Hang).await;
+        let answer = fetch_one(&fetcher, endpoint(&hanging.url, "0", "a")).await;
         assert_eq!(answer, Err(ApiError::Timeout(Duration::from_millis(200))));
     }
 }

@@ -191,7 +191,7 @@ pub async fn merge(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::backend::{Backend, endpoint, rules_data};
+    use crate::backend::{FakePrometheus, endpoint, json_answer, rules_data, serving_rules};
     use crate::connector::BackendTls;
     use crate::fetch::Fetcher;
     use std::time::Duration;
@@ -255,7 +255,8 @@ mod tests {
         let mut endpoints = Vec::new();
         for index in 0..9 {
             let body = serde_json::json!({"status": "success", "data": answer(index)});
-            let backend = Backend::json(&body.to_string(), index % 2 == 0).await;
+            let backend =
+                FakePrometheus::start(json_answer(body.to_string(), index % 2 == 0)).await;
             let shard = (index % 3).to_string();
             endpoints.push(endpoint(&backend.url, &shard, &index.to_string()));
             sources.push(Source {
@@ -315,15 +316,15 @@ mod tests {
     /// A failed backend is named and skipped in every partition; the others still merge.
     #[tokio::test]
     async fn a_backend_that_fails_is_named_once() {
-        let good = Backend::prometheus(true).await;
-        let gone = Backend::gone().await;
+        let good = serving_rules(true).await;
+        let gone = FakePrometheus::gone();
         let tls = BackendTls::load(&Default::default()).unwrap();
         let caps = BodyCaps {
             compressed: 1 << 20,
             uncompressed: 1 << 20,
         };
         let fetcher = Fetcher::new(Duration::from_secs(30), 4, caps, metrics(), &tls);
-        let endpoints = vec![good.endpoint("0", "a"), endpoint(&gone, "0", "b")];
+        let endpoints = vec![endpoint(&good.url, "0", "a"), endpoint(&gone, "0", "b")];
         let fetched = fetcher.rules(endpoints, "/api/v1/rules");
         let merged = merge(fetched, &Cores::new(2), &options(), &metrics())
             .await

@@ -268,7 +268,7 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::backend::Backend;
+    use crate::backend::serving_rules;
 
     const PATIENCE: Duration = Duration::from_secs(30);
     const POLL: Duration = Duration::from_millis(10);
@@ -322,7 +322,7 @@ mod tests {
     /// graceful stop. The only test that starts the runtime (logging is set up once per process).
     #[tokio::test]
     async fn serves_its_api_health_and_metrics_on_one_port_without_kubernetes() {
-        let backend = Backend::prometheus(true).await;
+        let backend = serving_rules(true).await;
         let endpoint = format!("{}#shard=0&replica=a", backend.url);
         let args = args(&[
             "--endpoint",

@@ -2,7 +2,9 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use crate::backend::{Backend, RULES, endpoint, rules_data};
+use crate::backend::{
+    FakePrometheus, RULES, Reply, endpoint, gated, oversized, rules_data, serving_rules,
+};
 use crate::endpoints::Endpoint;
 use serde_json::Value;
 use std::time::Duration;
@@ -88,16 +90,16 @@ async fn get(api: &Arc<Api>, path: &str) -> (StatusCode, Value) {
 
 #[tokio::test]
 async fn replicas_merge_and_a_hanging_backend_is_cut_and_named_in_a_warning() {
-    let a = Backend::prometheus(true).await;
-    let b = Backend::prometheus(false).await;
-    let other_shard = Backend::prometheus(true).await;
-    let hanging = Backend::hanging().await;
+    let a = serving_rules(true).await;
+    let b = serving_rules(false).await;
+    let other_shard = serving_rules(true).await;
+    let hanging = FakePrometheus::start(Reply::Hang).await;
     let (api, registry) = api(
         vec![
-            a.endpoint("0", "a"),
-            b.endpoint("0", "b"),
-            other_shard.endpoint("1", "a"),
-            hanging.endpoint("1", "b"),
+            endpoint(&a.url, "0", "a"),
+            endpoint(&b.url, "0", "b"),
+            endpoint(&other_shard.url, "1", "a"),
+            endpoint(&hanging.url, "1", "b"),
         ],
         PartialResponse::Warn,
     );
@@ -164,16 +166,16 @@ async fn an_oversized_answer_or_a_gzip_bomb_is_cut_and_named_in_a_warning() {
         (RULES.len() as u64) < caps.compressed,
         "the recorded answer fits"
     );
-    let a = Backend::prometheus(true).await;
-    let other_shard = Backend::prometheus(false).await;
-    let huge = Backend::oversized(8 << 20, false).await;
-    let bomb = Backend::oversized(32 << 20, true).await;
+    let a = serving_rules(true).await;
+    let other_shard = serving_rules(false).await;
+    let huge = oversized(8 << 20, false).await;
+    let bomb = oversized(32 << 20, true).await;
     let (api, registry) = api_capped(
         vec![
-            a.endpoint("0", "a"),
-            huge.endpoint("0", "b"),
-            other_shard.endpoint("1", "a"),
-            bomb.endpoint("1", "b"),
+            endpoint(&a.url, "0", "a"),
+            endpoint(&huge.url, "0", "b"),
+            endpoint(&other_shard.url, "1", "a"),
+            endpoint(&bomb.url, "1", "b"),
         ],
         PartialResponse::Warn,
         caps,
@@ -217,9 +219,12 @@ async fn an_oversized_answer_or_a_gzip_bomb_is_cut_and_named_in_a_warning() {
 
 #[tokio::test]
 async fn abort_fails_the_request_naming_the_failed_backend() {
-    let good = Backend::prometheus(true).await;
-    let failing = Backend::answering(StatusCode::INTERNAL_SERVER_ERROR, "oops", None).await;
-    let endpoints = vec![good.endpoint("0", "a"), failing.endpoint("0", "b")];
+    let good = serving_rules(true).await;
+    let failing = FakePrometheus::start(Reply::json(500, "oops")).await;
+    let endpoints = vec![
+        endpoint(&good.url, "0", "a"),
+        endpoint(&failing.url, "0", "b"),
+    ];
     let (abort, abort_registry) = api(endpoints.clone(), PartialResponse::Abort);
     let (status, answer) = get(&abort, "/api/v1/rules").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
@@ -254,18 +259,14 @@ async fn abort_fails_the_request_naming_the_failed_backend() {
 
 #[tokio::test]
 async fn when_every_backend_fails_the_request_fails_in_warn_mode_too() {
-    let failing = Backend::answering(
-        StatusCode::OK,
-        r#"{"status":"error","error":"loading"}"#,
-        None,
-    )
-    .await;
-    let hanging = Backend::hanging().await;
-    let gone = Backend::gone().await;
+    let failing =
+        FakePrometheus::start(Reply::json(200, r#"{"status":"error","error":"loading"}"#)).await;
+    let hanging = FakePrometheus::start(Reply::Hang).await;
+    let gone = FakePrometheus::gone();
     let (api, _) = api(
         vec![
-            failing.endpoint("0", "a"),
-            hanging.endpoint("0", "b"),
+            endpoint(&failing.url, "0", "a"),
+            endpoint(&hanging.url, "0", "b"),
             endpoint(&gone, "1", "a"),
         ],
         PartialResponse::Warn,
@@ -281,7 +282,7 @@ async fn when_every_backend_fails_the_request_fails_in_warn_mode_too() {
         }
     }
     assert_eq!(
-        failing.requests(),
+        failing.paths(),
         ["/api/v1/rules", "/api/v1/rules?type=alert"],
         "/api/v1/alerts asks the backends for alerting rules only"
     );
@@ -344,21 +345,18 @@ fn shared_count(registry: &prometheus::Registry, handler: &str) -> usize {
 /// Two backends that answer only when the test lets them, and the API over them.
 struct Gated {
     release: Arc<tokio::sync::Semaphore>,
-    backends: Vec<Backend>,
+    backends: Vec<FakePrometheus>,
     api: Arc<Api>,
     registry: prometheus::Registry,
 }
 
 async fn gated_backends() -> Gated {
     let release = Arc::new(tokio::sync::Semaphore::new(0));
-    let backends = vec![
-        Backend::gated(release.clone()).await,
-        Backend::gated(release.clone()).await,
-    ];
+    let backends = vec![gated(release.clone()).await, gated(release.clone()).await];
     let (api, registry) = api(
         vec![
-            backends[0].endpoint("0", "a"),
-            backends[1].endpoint("1", "a"),
+            endpoint(&backends[0].url, "0", "a"),
+            endpoint(&backends[1].url, "1", "a"),
         ],
         PartialResponse::Warn,
     );
@@ -387,8 +385,8 @@ async fn identical_requests_at_once_share_one_fetch_of_each_backend() {
             Some("system:serviceaccount:monitoring:grafana"),
         ),
     ] {
-        let asked = |n: usize| backends.iter().all(|b| b.requests().len() == n);
-        let before = backends[0].requests().len();
+        let asked = |n: usize| backends.iter().all(|b| b.paths().len() == n);
+        let before = backends[0].paths().len();
         let handler = if path.contains("rules") {
             "rules"
         } else {
@@ -451,9 +449,7 @@ async fn other_parameters_or_another_caller_fetch_for_themselves() {
         })
         .collect();
     until("every request reaches every backend", || {
-        backends
-            .iter()
-            .all(|b| b.requests().len() == requests.len())
+        backends.iter().all(|b| b.paths().len() == requests.len())
     })
     .await;
     // And the one that repeats the first joins it.
@@ -471,7 +467,7 @@ async fn other_parameters_or_another_caller_fetch_for_themselves() {
     }
     assert_eq!(repeated.await.unwrap().0, StatusCode::OK);
     for backend in &backends {
-        assert_eq!(backend.requests().len(), requests.len(), "one fetch each");
+        assert_eq!(backend.paths().len(), requests.len(), "one fetch each");
     }
     assert_eq!(api.flights_under_way(), 0);
 }
