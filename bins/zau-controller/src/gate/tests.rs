@@ -15,7 +15,7 @@ use zone_operator::prom_api::ApiError;
 use super::fetch::{Endpoint, GateError, TlsSettings};
 use super::polls::GatePolls;
 use super::selector::{Rules, Selector, Verdict};
-use super::test_server::{AlertServer, Reply, alerts, ca_and_serving, quiet};
+use super::test_server::{FakePrometheus, Reply, TestCa, alerts, quiet};
 
 const INTERVAL: Duration = Duration::from_millis(300);
 const TIMEOUT: Duration = Duration::from_millis(250);
@@ -53,19 +53,16 @@ async fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> boo
 #[tokio::test]
 async fn every_unclear_answer_pauses() {
     // A port nothing listens on: bound, then released.
-    let refused = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        format!("http://{}", listener.local_addr().unwrap())
-    };
+    let refused = FakePrometheus::gone();
     let cases: [(Option<Reply>, &str); 6] = [
         (None, "connect"),
-        (Some(Reply::Answer(500, "internal error".into())), "status"),
+        (Some(Reply::json(500, "internal error")), "status"),
         (Some(Reply::Hang), "timeout"),
-        (Some(Reply::Answer(200, "{\"status\":".into())), "bad_json"),
+        (Some(Reply::json(200, "{\"status\":")), "bad_json"),
         (
-            Some(Reply::Answer(
+            Some(Reply::json(
                 422,
-                r#"{"status":"error","errorType":"bad_data","error":"nope"}"#.into(),
+                r#"{"status":"error","errorType":"bad_data","error":"nope"}"#,
             )),
             "error_answer",
         ),
@@ -77,8 +74,8 @@ async fn every_unclear_answer_pauses() {
         let base = match reply {
             None => refused.clone(),
             Some(reply) => {
-                let server = AlertServer::start(reply).await;
-                let base = server.base("http");
+                let server = FakePrometheus::start(reply).await;
+                let base = server.url.clone();
                 servers.push(server);
                 base
             }
@@ -109,16 +106,16 @@ async fn every_unclear_answer_pauses() {
 /// another CA is refused (and pauses); insecureSkipVerify accepts it. The token goes along.
 #[tokio::test]
 async fn https_is_verified_against_the_ca_for_the_server_name() {
-    let (ca, cert, key) = ca_and_serving(&["rules-federator.zone-aware-system.svc"]);
-    let (other_ca, _, _) = ca_and_serving(&["x"]);
-    let server = AlertServer::start_tls(
+    let ca = TestCa::new("gate CA");
+    let other_ca = TestCa::new("gate CA").pem;
+    let server = FakePrometheus::https(
         alerts(&[(&[("alertname", "A"), ("severity", "critical")], "firing")]),
-        &cert,
-        &key,
+        &ca.serving(&["rules-federator.zone-aware-system.svc"]),
+        None,
     )
     .await;
     let https = |ca: Option<&str>, insecure: bool| Endpoint {
-        url: format!("{}/api/v1/alerts", server.base("https")),
+        url: format!("{}/api/v1/alerts", server.url),
         token: Some("s3cret".into()),
         tls: Some(TlsSettings {
             ca_pem: ca.map(str::to_string),
@@ -129,7 +126,7 @@ async fn https_is_verified_against_the_ca_for_the_server_name() {
     let polls = GatePolls::new(None, None);
     let verified = polls
         .answer(
-            &https(Some(&ca), false),
+            &https(Some(&ca.pem), false),
             zau("a"),
             INTERVAL,
             Duration::from_secs(2),
@@ -176,8 +173,8 @@ async fn https_is_verified_against_the_ca_for_the_server_name() {
 /// endpoint (it may see other alerts).
 #[tokio::test]
 async fn readers_of_one_endpoint_share_its_polls() {
-    let server = AlertServer::start(quiet()).await;
-    let shared = endpoint(&server.base("http"));
+    let server = FakePrometheus::start(quiet()).await;
+    let shared = endpoint(&server.url);
     let polls = GatePolls::new(None, None);
     let first = polls.answer(&shared, zau("a"), INTERVAL, TIMEOUT).await;
     let second = polls.answer(&shared, zau("b"), INTERVAL, TIMEOUT).await;
@@ -225,8 +222,8 @@ async fn readers_of_one_endpoint_share_its_polls() {
 /// 100 ms speeds up polls that were every 10 s, at once.
 #[tokio::test]
 async fn the_smallest_interval_of_the_readers_wins() {
-    let server = AlertServer::start(quiet()).await;
-    let shared = endpoint(&server.base("http"));
+    let server = FakePrometheus::start(quiet()).await;
+    let shared = endpoint(&server.url);
     let polls = GatePolls::new(None, None);
     let _ = polls
         .answer(&shared, zau("slow"), Duration::from_secs(10), TIMEOUT)
@@ -252,8 +249,8 @@ async fn the_smallest_interval_of_the_readers_wins() {
 /// latency from the alert appearing at the endpoint to the trigger.
 #[tokio::test]
 async fn a_changed_answer_triggers_its_readers() {
-    let server = AlertServer::start(quiet()).await;
-    let shared = endpoint(&server.base("http"));
+    let server = FakePrometheus::start(quiet()).await;
+    let shared = endpoint(&server.url);
     let (sender, mut triggers) = mpsc::unbounded();
     let polls = GatePolls::new(Some(sender), None);
     let _ = polls.answer(&shared, zau("a"), INTERVAL, TIMEOUT).await;
@@ -306,8 +303,8 @@ async fn a_changed_answer_triggers_its_readers() {
 /// endpoint is not polled any more.
 #[tokio::test]
 async fn an_endpoint_nobody_reads_stops_being_polled() {
-    let server = AlertServer::start(quiet()).await;
-    let shared = endpoint(&server.base("http"));
+    let server = FakePrometheus::start(quiet()).await;
+    let shared = endpoint(&server.url);
     let polls = GatePolls::new(None, None);
     let _ = polls.answer(&shared, zau("a"), INTERVAL, TIMEOUT).await;
     let _ = polls.answer(&shared, zau("b"), INTERVAL, TIMEOUT).await;
@@ -331,8 +328,8 @@ async fn an_endpoint_nobody_reads_stops_being_polled() {
 /// A reader whose own interval shrinks (its spec changed) speeds the polls up at once too.
 #[tokio::test]
 async fn a_reader_shortening_its_interval_wakes_the_poller() {
-    let server = AlertServer::start(quiet()).await;
-    let shared = endpoint(&server.base("http"));
+    let server = FakePrometheus::start(quiet()).await;
+    let shared = endpoint(&server.url);
     let polls = GatePolls::new(None, None);
     let _ = polls
         .answer(&shared, zau("a"), Duration::from_secs(10), TIMEOUT)

@@ -8,7 +8,7 @@ use futures::StreamExt;
 use futures::channel::mpsc;
 
 use super::*;
-use crate::gate::test_server::{AlertServer, alerts, quiet};
+use crate::gate::test_server::{FakePrometheus, Reply, alerts, quiet};
 
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/apps/events";
 
@@ -34,7 +34,7 @@ fn gate(base: &str) -> Value {
     json!({"url": base, "matchers": "{severity=\"critical\"}", "pollInterval": "1s", "timeout": "1s"})
 }
 
-fn critical(name: &str, zone: &str) -> crate::gate::test_server::Reply {
+fn critical(name: &str, zone: &str) -> Reply {
     alerts(&[(
         &[
             ("alertname", name),
@@ -70,8 +70,8 @@ fn gated_context(fake_client: kube::Client, zau: &ZoneAwareUpdate, caches: Cache
 /// test fails on the eviction list; without the resume, it fails on the second one.
 #[tokio::test]
 async fn a_firing_alert_pauses_and_its_end_resumes() {
-    let server = AlertServer::start(critical("HighErrorRate", "zone-a")).await;
-    let zau = zau_with(json!({"alertGate": gate(&server.base("http"))}));
+    let server = FakePrometheus::start(critical("HighErrorRate", "zone-a")).await;
+    let zau = zau_with(json!({"alertGate": gate(&server.url)}));
     let (fake, client) = fake_api(&zau);
     fake.on_prefix(Method::POST, "/api/v1/namespaces/apps/pods/")
         .always(201, evicted());
@@ -114,8 +114,8 @@ async fn a_firing_alert_pauses_and_its_end_resumes() {
 /// switch by at most Prometheus's evaluation).
 #[tokio::test]
 async fn an_alert_is_recorded_within_one_poll_interval() {
-    let server = AlertServer::start(quiet()).await;
-    let zau = zau_with(json!({"alertGate": gate(&server.base("http"))}));
+    let server = FakePrometheus::start(quiet()).await;
+    let zau = zau_with(json!({"alertGate": gate(&server.url)}));
     let (fake, client) = fake_api(&zau);
     // web-3 was replaced and is not Ready yet: no batch is due, pods are being replaced.
     let pods = [
@@ -172,10 +172,7 @@ async fn an_alert_is_recorded_within_one_poll_interval() {
 /// exist, each pause with AlertGateUnavailable naming the endpoint (or the field) and why.
 #[tokio::test]
 async fn an_unclear_gate_pauses_with_alert_gate_unavailable() {
-    let refused = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        format!("http://{}", listener.local_addr().unwrap())
-    };
+    let refused = FakePrometheus::gone();
     let missing_secret = {
         let mut gate = gate("http://127.0.0.1:9");
         gate["bearerTokenSecret"] = json!({"name": "gate-token", "key": "token"});
@@ -238,7 +235,7 @@ fn service_gate() -> Value {
 /// the gate would pause; if the zone scope were ignored, the zone-b alert would pause.
 #[tokio::test]
 async fn a_gate_service_is_resolved_and_scoped_to_the_rollout_zone() {
-    let server = AlertServer::start(critical("HighErrorRate", "zone-b")).await;
+    let server = FakePrometheus::start(critical("HighErrorRate", "zone-b")).await;
     let zau = zau_with(service_gate());
     let (fake, client) = fake_api(&zau);
     let port = server.addr.port();
@@ -304,8 +301,8 @@ async fn a_gate_service_is_resolved_and_scoped_to_the_rollout_zone() {
 /// is not even asked.
 #[tokio::test]
 async fn ignore_alarm_silences_the_gate() {
-    let server = AlertServer::start(critical("HighErrorRate", "zone-a")).await;
-    let zau = zau_with(json!({"alertGate": gate(&server.base("http")), "ignoreAlarm": true}));
+    let server = FakePrometheus::start(critical("HighErrorRate", "zone-a")).await;
+    let zau = zau_with(json!({"alertGate": gate(&server.url), "ignoreAlarm": true}));
     let (fake, client) = fake_api(&zau);
     fake.on_prefix(Method::POST, "/api/v1/namespaces/apps/pods/")
         .always(201, evicted());
@@ -384,7 +381,7 @@ async fn spec_paused_holds_and_unsetting_it_resumes() {
 /// and the field is cleared.
 #[tokio::test]
 async fn a_bake_holds_the_next_zone_then_lets_it_go() {
-    let server = AlertServer::start(quiet()).await;
+    let server = FakePrometheus::start(quiet()).await;
     let pods = || {
         [
             pod_on(0, NEW, "node-a", true),
@@ -393,7 +390,7 @@ async fn a_bake_holds_the_next_zone_then_lets_it_go() {
             pod_on(3, OLD, "node-b", true),
         ]
     };
-    let zau = zau_with(json!({"bakeTime": "5m", "alertGate": gate(&server.base("http"))}));
+    let zau = zau_with(json!({"bakeTime": "5m", "alertGate": gate(&server.url)}));
     let (fake, client) = fake_api(&zau);
     fake.on_prefix(Method::POST, "/api/v1/namespaces/apps/pods/")
         .always(201, evicted());
@@ -436,7 +433,7 @@ async fn a_bake_holds_the_next_zone_then_lets_it_go() {
 
     // The bake is over (recorded in the past) and the alert gone: zone-b's first batch goes.
     server.set(quiet());
-    let mut baked = zau_with(json!({"bakeTime": "5m", "alertGate": gate(&server.base("http"))}));
+    let mut baked = zau_with(json!({"bakeTime": "5m", "alertGate": gate(&server.url)}));
     baked.status.as_mut().unwrap().next_zone_not_before =
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             Timestamp::from_second(before.as_second() - 1).unwrap(),
