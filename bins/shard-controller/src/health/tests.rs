@@ -1,20 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashMap;
-use std::convert::Infallible;
-use std::net::SocketAddr;
-
-use http_body_util::Full;
-use hyper::body::Bytes;
-use hyper::service::service_fn;
-use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde_json::json;
 use zone_api::ShardedPrometheus;
 use zone_api::sprom::contract::{self, INSTANCE_LABEL};
-use zone_operator::testing::store_of;
+use zone_operator::testing::{FakePrometheus, Reply, store_of};
 
 use super::prober::{client, probe, targets};
 use super::verdict::{Answer, ProbeError};
@@ -231,86 +222,22 @@ fn the_running_pods_of_active_shards_are_asked() {
     );
 }
 
-/// A Prometheus that answers each path with a fixed status and body, and counts the requests.
-struct FakePrometheus {
-    address: SocketAddr,
-    answers: Arc<Mutex<HashMap<String, (u16, String)>>>,
-    requests: Arc<Mutex<Vec<String>>>,
+const RUNTIME_INFO: &str = "/api/v1/status/runtimeinfo";
+const CONFIG: &str = "/api/v1/status/config";
+
+/// A Prometheus answering nothing yet (404 on every path).
+async fn fake_prometheus() -> FakePrometheus {
+    FakePrometheus::start(Reply::json(404, "")).await
 }
 
-impl FakePrometheus {
-    async fn start() -> FakePrometheus {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let answers: Arc<Mutex<HashMap<String, (u16, String)>>> = Arc::default();
-        let requests: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (served, seen) = (answers.clone(), requests.clone());
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let (served, seen) = (served.clone(), seen.clone());
-                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                    let path = request.uri().path().to_string();
-                    seen.lock().unwrap().push(path.clone());
-                    let (code, body) = served
-                        .lock()
-                        .unwrap()
-                        .get(&path)
-                        .cloned()
-                        .unwrap_or((404, String::new()));
-                    let response = Response::builder()
-                        .status(code)
-                        .body(Full::new(Bytes::from(body)))
-                        .unwrap();
-                    async move { Ok::<_, Infallible>(response) }
-                });
-                tokio::spawn(
-                    hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service),
-                );
-            }
-        });
-        FakePrometheus {
-            address,
-            answers,
-            requests,
-        }
-    }
+fn runtime_info(success: bool, last_config_time: &str) -> Reply {
+    Reply::success(json!({
+        "startTime": "2026-01-01T00:00:00.5Z", "reloadConfigSuccess": success,
+        "lastConfigTime": last_config_time, "corruptionCount": 0}))
+}
 
-    fn answer(&self, path: &str, code: u16, body: serde_json::Value) {
-        self.answers
-            .lock()
-            .unwrap()
-            .insert(path.to_string(), (code, body.to_string()));
-    }
-
-    fn runtime_info(&self, success: bool, last_config_time: &str) {
-        self.answer(
-            "/api/v1/status/runtimeinfo",
-            200,
-            json!({"status": "success", "data": {
-                "startTime": "2026-01-01T00:00:00.5Z", "reloadConfigSuccess": success,
-                "lastConfigTime": last_config_time, "corruptionCount": 0}}),
-        );
-    }
-
-    fn config(&self, yaml: &str) {
-        self.answer(
-            "/api/v1/status/config",
-            200,
-            json!({"status": "success", "data": {"yaml": yaml}}),
-        );
-    }
-
-    fn asked_for_config(&self) -> usize {
-        let requests = self.requests.lock().unwrap();
-        requests
-            .iter()
-            .filter(|path| *path == "/api/v1/status/config")
-            .count()
-    }
+fn config(yaml: &str) -> Reply {
+    Reply::success(json!({"yaml": yaml}))
 }
 
 fn pod_client() -> ApiClient {
@@ -319,63 +246,55 @@ fn pod_client() -> ApiClient {
 
 #[tokio::test]
 async fn a_pod_is_asked_its_configuration_again_only_after_a_reload() {
-    let prometheus = FakePrometheus::start().await;
-    prometheus.runtime_info(true, "2026-01-01T00:00:01Z");
-    prometheus.config(ONE_JOB);
+    let prometheus = fake_prometheus().await;
+    prometheus.answer(RUNTIME_INFO, runtime_info(true, "2026-01-01T00:00:01Z"));
+    prometheus.answer(CONFIG, config(ONE_JOB));
     let client = pod_client();
-    let (answer, kept) = probe(&client, prometheus.address, None).await;
+    let (answer, kept) = probe(&client, prometheus.addr, None).await;
     assert_eq!(answer, running(ONE_JOB));
-    assert_eq!(prometheus.asked_for_config(), 1);
+    assert_eq!(prometheus.count(CONFIG), 1);
     // Nothing reloaded: the kept fingerprint, no second request for the configuration.
-    prometheus.config(TWO_JOBS);
-    let (answer, kept) = probe(&client, prometheus.address, kept.as_ref()).await;
+    prometheus.answer(CONFIG, config(TWO_JOBS));
+    let (answer, kept) = probe(&client, prometheus.addr, kept.as_ref()).await;
     assert_eq!(answer, running(ONE_JOB));
-    assert_eq!(prometheus.asked_for_config(), 1);
+    assert_eq!(prometheus.count(CONFIG), 1);
     // A reload: asked again.
-    prometheus.runtime_info(true, "2026-01-01T00:05:00Z");
-    let (answer, kept) = probe(&client, prometheus.address, kept.as_ref()).await;
+    prometheus.answer(RUNTIME_INFO, runtime_info(true, "2026-01-01T00:05:00Z"));
+    let (answer, kept) = probe(&client, prometheus.addr, kept.as_ref()).await;
     assert_eq!(answer, running(TWO_JOBS));
-    assert_eq!(prometheus.asked_for_config(), 2);
+    assert_eq!(prometheus.count(CONFIG), 2);
     // A refused reload: what still runs is named by its time; the configuration is not asked.
-    prometheus.runtime_info(false, "2026-01-01T00:05:00Z");
-    let (answer, kept) = probe(&client, prometheus.address, kept.as_ref()).await;
+    prometheus.answer(RUNTIME_INFO, runtime_info(false, "2026-01-01T00:05:00Z"));
+    let (answer, kept) = probe(&client, prometheus.addr, kept.as_ref()).await;
     assert_eq!(
         answer,
         Answer::Refused {
             last_config_time: Some("2026-01-01T00:05:00Z".into())
         }
     );
-    assert_eq!(prometheus.asked_for_config(), 2);
+    assert_eq!(prometheus.count(CONFIG), 2);
     assert!(kept.is_some(), "kept for when the reload succeeds again");
 }
 
 #[tokio::test]
 async fn pods_that_cannot_answer_are_not_probed_with_the_reason() {
-    let prometheus = FakePrometheus::start().await;
+    let prometheus = fake_prometheus().await;
     let client = pod_client();
-    prometheus.answer(
-        "/api/v1/status/runtimeinfo",
-        503,
-        json!("Service Unavailable"),
-    );
-    let (answer, _) = probe(&client, prometheus.address, None).await;
+    let unavailable = json!("Service Unavailable").to_string();
+    prometheus.answer(RUNTIME_INFO, Reply::json(503, unavailable));
+    let (answer, _) = probe(&client, prometheus.addr, None).await;
     assert_eq!(answer, Answer::Unreachable(ProbeError::Status(503)));
-    prometheus.answer(
-        "/api/v1/status/runtimeinfo",
-        200,
-        json!({"status": "error", "error": "nope"}),
-    );
-    let (answer, _) = probe(&client, prometheus.address, None).await;
+    let error = json!({"status": "error", "error": "nope"}).to_string();
+    prometheus.answer(RUNTIME_INFO, Reply::json(200, error));
+    let (answer, _) = probe(&client, prometheus.addr, None).await;
     assert_eq!(answer, Answer::Unreachable(ProbeError::Unreadable));
-    prometheus.runtime_info(true, "2026-01-01T00:00:01Z");
-    prometheus.config("scrape_configs: [");
-    let (answer, kept) = probe(&client, prometheus.address, None).await;
+    prometheus.answer(RUNTIME_INFO, runtime_info(true, "2026-01-01T00:00:01Z"));
+    prometheus.answer(CONFIG, config("scrape_configs: ["));
+    let (answer, kept) = probe(&client, prometheus.addr, None).await;
     assert_eq!(answer, Answer::Unreachable(ProbeError::Unreadable));
     assert!(kept.is_none());
     // Nobody listening.
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = closed.local_addr().unwrap();
-    drop(closed);
-    let (answer, _) = probe(&client, address, None).await;
+    let gone = FakePrometheus::gone_address();
+    let (answer, _) = probe(&client, gone, None).await;
     assert_eq!(answer, Answer::Unreachable(ProbeError::Connect));
 }
