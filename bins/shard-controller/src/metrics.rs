@@ -184,14 +184,7 @@ impl SpromMetrics {
 #[cfg(test)]
 #[allow(clippy::expect_used)]
 pub(crate) fn served_metric_families() -> BTreeSet<String> {
-    use zone_operator::metrics::{Profile, register_common};
-    let registry = Registry::new();
-    let common = register_common(&registry, crate::NAME, Profile::Controllers)
-        .expect("the runtime's metrics register");
-    common
-        .reconcile
-        .controller(crate::NAME)
-        .reconcile_failure("Sample");
+    let registry = zone_operator::testing::controller_registry(crate::NAME);
     let metrics =
         SpromMetrics::register(&registry).expect("the ShardedPrometheus metrics register");
     let status = ShardedPrometheusStatus::default();

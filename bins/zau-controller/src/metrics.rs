@@ -193,14 +193,7 @@ fn progressed(previous: &ZoneAwareUpdateStatus, next: &ZoneAwareUpdateStatus) ->
 #[cfg(test)]
 #[allow(clippy::expect_used)]
 pub(crate) fn served_metric_families() -> std::collections::BTreeSet<String> {
-    use zone_operator::metrics::{Profile, register_common};
-    let registry = Registry::new();
-    let common = register_common(&registry, crate::NAME, Profile::Controllers)
-        .expect("the runtime's metrics register");
-    common
-        .reconcile
-        .controller(crate::NAME)
-        .reconcile_failure("Sample");
+    let registry = zone_operator::testing::controller_registry(crate::NAME);
     let metrics = ZauMetrics::register(&registry).expect("the rollout metrics register");
     let status = ZoneAwareUpdateStatus {
         old_replicas: [("zone-a".to_owned(), 1)].into(),

@@ -232,14 +232,7 @@ impl ZdbMetrics {
 #[cfg(test)]
 #[allow(clippy::expect_used)]
 pub(crate) fn served_metric_families() -> std::collections::BTreeSet<String> {
-    use zone_operator::metrics::{Profile, register_common};
-    let registry = Registry::new();
-    let common = register_common(&registry, crate::NAME, Profile::Controllers)
-        .expect("the runtime's metrics register");
-    common
-        .reconcile
-        .controller(crate::NAME)
-        .reconcile_failure("Sample");
+    let registry = zone_operator::testing::controller_registry(crate::NAME);
     let metrics = ZdbMetrics::register(&registry).expect("the budget metrics register");
     metrics.decision(false, reason::ZONE_BUDGET_EXHAUSTED);
     metrics.queue_depth("apps", "web", 1);

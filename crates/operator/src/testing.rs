@@ -76,7 +76,8 @@ mod served;
 mod test_ca;
 pub use fake_prometheus::{Canned, FakePrometheus, Reply, Seen};
 pub use served::{
-    CONTROLLER_FAMILIES, assert_controller_serves, assert_serves, served_metric_families,
+    CONTROLLER_FAMILIES, assert_controller_serves, assert_serves, controller_registry,
+    served_metric_families,
 };
 pub use test_ca::{Issued, TestCa};
 

@@ -37,6 +37,22 @@ pub fn assert_serves(served: &BTreeSet<String>, expected: &[&str]) {
     }
 }
 
+/// A registry with the runtime's common families of a controller named `binary`, as its `main`
+/// registers them, the labelled ones with a sample series (a family without a series is not
+/// served): add the binary's own metrics, then read [`served_metric_families`].
+#[allow(clippy::expect_used)]
+pub fn controller_registry(binary: &str) -> Registry {
+    use crate::metrics::{Profile, register_common};
+    let registry = Registry::new();
+    let common = register_common(&registry, binary, Profile::Controllers)
+        .expect("the runtime's metrics register");
+    common
+        .reconcile
+        .controller(binary)
+        .reconcile_failure("Sample");
+    registry
+}
+
 /// The families every controller serves besides its own: leadership and reconcile failures.
 pub const CONTROLLER_FAMILIES: [&str; 3] = [
     "zone_aware_leader",
