@@ -49,6 +49,13 @@ fn quick(api: &FakeLeaseApi, identity: &str) -> Replica {
     )
 }
 
+/// Whether `handle` acquires the lease within [`PATIENCE`] (panics if it has not decided by then).
+async fn acquired(handle: &LeaderHandle) -> bool {
+    tokio::time::timeout(PATIENCE, handle.acquired())
+        .await
+        .expect("decided within PATIENCE")
+}
+
 async fn until(handle: &LeaderHandle, what: impl Fn(&LeaderStatus) -> bool) -> LeaderStatus {
     let mut status = handle.watch();
     tokio::time::timeout(PATIENCE, status.wait_for(|s| what(s)))
@@ -80,11 +87,7 @@ fn existing(holder: &str, renewed: Timestamp, seconds: i32, transitions: i32) ->
 async fn creates_a_missing_lease_and_releases_it_on_stop() {
     let api = FakeLeaseApi::new();
     let a = quick(&api, "a");
-    assert!(
-        tokio::time::timeout(PATIENCE, a.handle.acquired())
-            .await
-            .unwrap()
-    );
+    assert!(acquired(&a.handle).await);
     assert!(a.handle.is_leader());
     assert_eq!(api.holder().as_deref(), Some("a"));
     assert_eq!(api.transitions(), Some(0));
@@ -163,11 +166,7 @@ async fn an_expired_lease_is_taken_over_with_a_transition() {
     let long_ago = Timestamp::now() - SignedDuration::from_secs(60);
     api.put(existing("dead", long_ago, 15, 4));
     let b = quick(&api, "b");
-    assert!(
-        tokio::time::timeout(PATIENCE, b.handle.acquired())
-            .await
-            .unwrap()
-    );
+    assert!(acquired(&b.handle).await);
     assert_eq!(api.holder().as_deref(), Some("b"));
     assert_eq!(api.transitions(), Some(5));
     b.stop.cancel();
@@ -177,11 +176,7 @@ async fn an_expired_lease_is_taken_over_with_a_transition() {
 async fn the_standby_takes_over_right_after_a_release() {
     let api = FakeLeaseApi::new();
     let a = quick(&api, "a");
-    assert!(
-        tokio::time::timeout(PATIENCE, a.handle.acquired())
-            .await
-            .unwrap()
-    );
+    assert!(acquired(&a.handle).await);
     let b = quick(&api, "b");
     until(
         &b.handle,
@@ -192,11 +187,7 @@ async fn the_standby_takes_over_right_after_a_release() {
     a.stop.cancel();
     a.task.await.unwrap().unwrap();
     // The lease lasts 30 s: acquiring within PATIENCE proves the release, not expiry, freed it.
-    assert!(
-        tokio::time::timeout(PATIENCE, b.handle.acquired())
-            .await
-            .unwrap()
-    );
+    assert!(acquired(&b.handle).await);
     assert_eq!(api.holder().as_deref(), Some("b"));
     assert_eq!(api.transitions(), Some(1));
     b.stop.cancel();
@@ -231,11 +222,7 @@ async fn racing_replicas_elect_exactly_one() {
 async fn confirm_catches_a_stolen_lease_and_fires_lost() {
     let api = FakeLeaseApi::new();
     let a = quick(&api, "a");
-    assert!(
-        tokio::time::timeout(PATIENCE, a.handle.acquired())
-            .await
-            .unwrap()
-    );
+    assert!(acquired(&a.handle).await);
     api.steal("intruder", 30);
 
     assert!(!a.handle.confirm().await.unwrap());
@@ -258,11 +245,7 @@ async fn confirm_catches_a_stolen_lease_and_fires_lost() {
 async fn the_elector_notices_a_stolen_lease_on_its_own() {
     let api = FakeLeaseApi::new();
     let a = quick(&api, "a");
-    assert!(
-        tokio::time::timeout(PATIENCE, a.handle.acquired())
-            .await
-            .unwrap()
-    );
+    assert!(acquired(&a.handle).await);
     api.steal("intruder", 30);
     tokio::time::timeout(PATIENCE, a.handle.lost())
         .await
@@ -278,11 +261,7 @@ async fn an_api_outage_ends_leadership_before_the_lease_expires() {
     let api = FakeLeaseApi::new();
     let lease_duration = Duration::from_secs(3);
     let a = start(&api, "a", lease_duration, Duration::from_millis(500));
-    assert!(
-        tokio::time::timeout(PATIENCE, a.handle.acquired())
-            .await
-            .unwrap()
-    );
+    assert!(acquired(&a.handle).await);
     let renewed = api.lease().unwrap().spec.unwrap().renew_time.unwrap().0;
 
     api.set_outage(true);

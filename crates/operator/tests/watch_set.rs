@@ -6,7 +6,7 @@
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 use zone_operator::testing::{FakeApi, Method};
@@ -46,6 +46,16 @@ fn script(fake: &FakeApi, events: Value) {
 
 fn strip(pod: &mut Pod) {
     pod.metadata.managed_fields = None;
+}
+
+/// The pods of `apps`, kept in `set` (stripped, triggering nothing).
+fn keep_pods(set: &mut WatchSet<ConfigMap>, client: kube::Client) -> Store<Pod> {
+    set.keep(
+        "pods",
+        Api::<Pod>::namespaced(client, "apps"),
+        watcher::Config::default(),
+        strip,
+    )
 }
 
 /// The ConfigMap a pod names in its `config` label.
@@ -109,12 +119,7 @@ async fn a_kept_cache_triggers_nothing() {
     let (fake, client) = FakeApi::new();
     script(&fake, json!([]));
     let mut set = WatchSet::<ConfigMap>::new();
-    let pods = set.keep(
-        "pods",
-        Api::<Pod>::namespaced(client, "apps"),
-        watcher::Config::default(),
-        strip,
-    );
+    let pods = keep_pods(&mut set, client);
     let (drive, mut triggers) = set.start();
     let drive = tokio::spawn(drive);
     pods.wait_until_ready().await.unwrap();
@@ -130,12 +135,7 @@ async fn run_keeps_the_caches_of_a_process_without_a_controller() {
     let (fake, client) = FakeApi::new();
     script(&fake, json!([]));
     let mut set = WatchSet::<ConfigMap>::new();
-    let pods = set.keep(
-        "pods",
-        Api::<Pod>::namespaced(client, "apps"),
-        watcher::Config::default(),
-        strip,
-    );
+    let pods = keep_pods(&mut set, client);
     let (nodes, node_changes) = futures::channel::mpsc::unbounded::<()>();
     set.drive(node_changes);
     let run = tokio::spawn(set.run());
@@ -163,12 +163,7 @@ async fn synced_waits_for_every_cache_and_dropping_the_driver_stops_them() {
             }),
         );
     let mut set = WatchSet::<ConfigMap>::new();
-    let pods = set.keep(
-        "pods",
-        Api::<Pod>::namespaced(client.clone(), "apps"),
-        watcher::Config::default(),
-        strip,
-    );
+    let pods = keep_pods(&mut set, client.clone());
     let zones = set.zones(&client, ZONE_LABEL, InitialList::Paginated);
     let synced = set.synced();
     let (driving, mut triggers) = set.spawn();
