@@ -30,35 +30,30 @@ fn rules(rules: impl IntoIterator<Item = kube::core::Rule>) -> Vec<Value> {
 }
 
 /// (CRD plural, JSON pointer into its schema, the rules there, in order).
-fn placements() -> Vec<(&'static str, &'static str, Vec<Value>)> {
-    const SPEC: &str = "/properties/spec";
-    vec![
-        ("zoneawareupdates", SPEC, rules([statefulset_named()])),
+fn placements() -> Vec<(&'static str, String, Vec<Value>)> {
+    const ZAU: &str = "zoneawareupdates";
+    const ZDB: &str = "zonedisruptionbudgets";
+    const SPROM: &str = "shardedprometheuses";
+    // (plural, the field's path below spec, with `/properties/` between names; "" for spec)
+    let table: Vec<(&'static str, &str, Vec<Value>)> = vec![
+        (ZAU, "", rules([statefulset_named()])),
         (
-            "zoneawareupdates",
-            "/properties/spec/properties/maxUnavailable",
+            ZAU,
+            "maxUnavailable",
             rules([max_unavailable_form(), max_unavailable_not_zero()]),
         ),
+        (ZAU, "exponentialFactor", rules([exponential_factor()])),
         (
-            "zoneawareupdates",
-            "/properties/spec/properties/exponentialFactor",
-            rules([exponential_factor()]),
-        ),
-        (
-            "zoneawareupdates",
-            "/properties/spec/properties/alertGate",
+            ZAU,
+            "alertGate",
             rules([zone_api::zau::alert_gate_one_target()]),
         ),
-        ("zonedisruptionbudgets", SPEC, rules([selector_not_empty()])),
+        (ZDB, "", rules([selector_not_empty()])),
         // 0 is a valid budget (a freeze): no zero rule here.
+        (ZDB, "maxUnavailable", rules([max_unavailable_form()])),
         (
-            "zonedisruptionbudgets",
-            "/properties/spec/properties/maxUnavailable",
-            rules([max_unavailable_form()]),
-        ),
-        (
-            "zonedisruptionbudgets",
-            "/properties/spec/properties/selector/properties/matchExpressions/items",
+            ZDB,
+            "selector/properties/matchExpressions/items",
             rules([
                 selector_operator(),
                 selector_values_listed(),
@@ -66,8 +61,8 @@ fn placements() -> Vec<(&'static str, &'static str, Vec<Value>)> {
             ]),
         ),
         (
-            "shardedprometheuses",
-            SPEC,
+            SPROM,
+            "",
             rules([
                 zones_listed(),
                 external_labels_not_reserved(),
@@ -77,13 +72,13 @@ fn placements() -> Vec<(&'static str, &'static str, Vec<Value>)> {
             ]),
         ),
         (
-            "shardedprometheuses",
-            "/properties/spec/properties/externalLabels",
+            SPROM,
+            "externalLabels",
             rules([external_labels_are_label_names()]),
         ),
         (
-            "shardedprometheuses",
-            "/properties/spec/properties/shardingStrategy",
+            SPROM,
+            "shardingStrategy",
             rules([
                 zones_are_label_values(),
                 zones_unique(),
@@ -92,68 +87,70 @@ fn placements() -> Vec<(&'static str, &'static str, Vec<Value>)> {
             ]),
         ),
         (
-            "shardedprometheuses",
-            "/properties/spec/properties/scrapeConfigs/items",
+            SPROM,
+            "scrapeConfigs/items",
             rules([scrape_config_job_name()]),
         ),
+        (SPROM, "remoteWrite/items", rules([remote_write_url()])),
         (
-            "shardedprometheuses",
-            "/properties/spec/properties/remoteWrite/items",
-            rules([remote_write_url()]),
-        ),
-        (
-            "shardedprometheuses",
-            "/properties/spec/properties/ruleFiles/items/properties/configMap",
+            SPROM,
+            "ruleFiles/items/properties/configMap",
             rules([rule_file_config_map()]),
         ),
         (
-            "shardedprometheuses",
-            "/properties/spec/properties/ruleFiles/items/properties/key",
+            SPROM,
+            "ruleFiles/items/properties/key",
             rules([rule_file_key()]),
         ),
         (
-            "shardedprometheuses",
-            "/properties/spec/properties/retention/properties/time",
+            SPROM,
+            "retention/properties/time",
             rules([prometheus_duration("spec.retention.time")]),
         ),
         (
-            "shardedprometheuses",
-            "/properties/spec/properties/retention/properties/size",
+            SPROM,
+            "retention/properties/size",
             rules([prometheus_size("spec.retention.size")]),
         ),
         (
-            "shardedprometheuses",
-            "/properties/spec/properties/shardRetentionPolicy/properties/retain/properties/retentionPeriod",
+            SPROM,
+            "shardRetentionPolicy/properties/retain/properties/retentionPeriod",
             rules([prometheus_duration(
                 "spec.shardRetentionPolicy.retain.retentionPeriod",
             )]),
         ),
+        (SPROM, "storage", rules([storage_one_kind()])),
         (
-            "shardedprometheuses",
-            "/properties/spec/properties/storage",
-            rules([storage_one_kind()]),
-        ),
-        (
-            "shardedprometheuses",
-            "/properties/spec/properties/scrapeInterval",
+            SPROM,
+            "scrapeInterval",
             rules([prometheus_duration("spec.scrapeInterval")]),
         ),
         (
-            "shardedprometheuses",
-            "/properties/spec/properties/scrapeTimeout",
+            SPROM,
+            "scrapeTimeout",
             rules([prometheus_duration("spec.scrapeTimeout")]),
         ),
         (
-            "shardedprometheuses",
-            "/properties/spec/properties/evaluationInterval",
+            SPROM,
+            "evaluationInterval",
             rules([prometheus_duration("spec.evaluationInterval")]),
         ),
         (
-            "shardedprometheuses",
-            "/properties/spec/properties/enforcedBodySizeLimit",
+            SPROM,
+            "enforcedBodySizeLimit",
             rules([prometheus_size("spec.enforcedBodySizeLimit")]),
         ),
-    ]
+    ];
+    table
+        .into_iter()
+        .map(|(plural, field, rules)| {
+            let pointer = match field {
+                "" => "/properties/spec".to_string(),
+                field => format!("/properties/spec/properties/{field}"),
+            };
+            (plural, pointer, rules)
+        })
+        .collect()
 }
 
 /// Every `x-kubernetes-validations` entry under `node`, with the pointer of its node.
