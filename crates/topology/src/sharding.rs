@@ -24,7 +24,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::relabel::RelabelConfig;
+use crate::relabel::{CompiledRules, Labels, RelabelConfig, RelabelError};
 
 pub use bucket_regex::bucket_regex;
 pub use owners::{BUCKETS, buckets_of, owners};
@@ -429,6 +429,24 @@ fn check_shards(shards: u32) -> Result<(), ShardingError> {
         return Err(ShardingError::ShardCount(shards));
     }
     Ok(())
+}
+
+/// Every shard's rules of `layout`, compiled, in shard order: what each shard's Prometheus
+/// applies to a target.
+pub fn compiled_rules(layout: &ShardLayout) -> Result<Vec<CompiledRules>, RelabelError> {
+    (0..layout.shards())
+        .map(|shard| CompiledRules::new(&layout.rules(shard)))
+        .collect()
+}
+
+/// The shards whose rules (`rules`, in shard order, as [`compiled_rules`] gives them) keep a
+/// target with `labels`: exactly one for a target every layout scrapes, none for one dropped.
+pub fn keepers(rules: &[CompiledRules], labels: &Labels) -> Vec<u32> {
+    (0u32..)
+        .zip(rules)
+        .filter(|(_, rules)| rules.apply(labels).is_some())
+        .map(|(shard, _)| shard)
+        .collect()
 }
 
 /// Rules for a shard that must scrape nothing (a retained shard after a scale-down): it keeps

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 use zone_topology::relabel::{CompiledRules, Labels};
 use zone_topology::sharding::{
-    ShardLayout, TMP_HASH, TMP_TOPOLOGY, TOPOLOGY_SOURCES, ZonelessTargets,
+    ShardLayout, TMP_HASH, TMP_TOPOLOGY, TOPOLOGY_SOURCES, ZonelessTargets, compiled_rules, keepers,
 };
 
 /// Zone names, some with RE2 metacharacters, so escaping is exercised.
@@ -89,18 +89,8 @@ impl Target {
     }
 }
 
-fn keepers(rules: &[CompiledRules], labels: &Labels) -> Vec<u32> {
-    (0u32..)
-        .zip(rules)
-        .filter(|(_, rules)| rules.apply(labels).is_some())
-        .map(|(shard, _)| shard)
-        .collect()
-}
-
 fn compiled(layout: &ShardLayout) -> Vec<CompiledRules> {
-    (0..layout.shards())
-        .map(|shard| CompiledRules::new(&layout.rules(shard)).unwrap())
-        .collect()
+    compiled_rules(layout).unwrap()
 }
 
 fn scenario() -> impl Strategy<Value = (Vec<String>, u32, Vec<Target>)> {

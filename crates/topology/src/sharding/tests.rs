@@ -22,17 +22,7 @@ fn target(address: &str, extra: &[(&str, &str)]) -> Labels {
 }
 
 fn compiled(layout: &ShardLayout) -> Vec<CompiledRules> {
-    (0..layout.shards())
-        .map(|shard| CompiledRules::new(&layout.rules(shard)).unwrap())
-        .collect()
-}
-
-fn keepers(rules: &[CompiledRules], labels: &Labels) -> Vec<u32> {
-    (0u32..)
-        .zip(rules)
-        .filter(|(_, rules)| rules.apply(labels).is_some())
-        .map(|(shard, _)| shard)
-        .collect()
+    compiled_rules(layout).unwrap()
 }
 
 /// The proposal's edge-case table, 10 shards over zones A..C: zone A gets the extra shard, and
