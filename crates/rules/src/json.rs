@@ -124,6 +124,19 @@ fn key_next(out: &mut Vec<u8>, name: &str) {
     key(out, name);
 }
 
+/// [`evaluation`] of a rule of either kind (both name those fields alike).
+macro_rules! evaluation {
+    ($out:expr, $rule:expr) => {
+        evaluation(
+            $out,
+            &$rule.health,
+            &$rule.last_error,
+            &$rule.last_evaluation,
+            $rule.evaluation_time,
+        )
+    };
+}
+
 fn alerting(out: &mut Vec<u8>, rule: &AlertingRule) {
     text(out, "state", &rule.state);
     text(out, "name", &rule.name);
@@ -139,13 +152,7 @@ fn alerting(out: &mut Vec<u8>, rule: &AlertingRule) {
         None => out.extend_from_slice(b"null"),
         Some(alerts) => list(out, alerts),
     }
-    evaluation(
-        out,
-        &rule.health,
-        &rule.last_error,
-        &rule.last_evaluation,
-        rule.evaluation_time,
-    );
+    evaluation!(out, rule);
 }
 
 fn recording(out: &mut Vec<u8>, rule: &RecordingRule) {
@@ -153,13 +160,7 @@ fn recording(out: &mut Vec<u8>, rule: &RecordingRule) {
     text(out, "query", &rule.query);
     key_next(out, "labels");
     rule.labels.write_json(out);
-    evaluation(
-        out,
-        &rule.health,
-        &rule.last_error,
-        &rule.last_evaluation,
-        rule.evaluation_time,
-    );
+    evaluation!(out, rule);
 }
 
 /// The fields every rule ends with: its health, last error (when there is one), evaluation time
