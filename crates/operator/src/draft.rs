@@ -78,29 +78,12 @@ impl<S: Conditions> Draft<S> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use zone_api::conditions::INVALID;
 
     use super::*;
 
-    #[derive(Debug, Default, Clone, PartialEq)]
-    struct Status {
-        generation: Option<i64>,
-        conditions: Vec<Condition>,
-        replicas: u32,
-    }
-
-    impl Conditions for Status {
-        fn conditions(&self) -> &[Condition] {
-            &self.conditions
-        }
-        fn conditions_mut(&mut self) -> &mut Vec<Condition> {
-            &mut self.conditions
-        }
-        fn generation(&self) -> Option<i64> {
-            self.generation
-        }
-    }
+    /// A status with conditions and more: a ShardedPrometheus's.
+    type Status = zone_api::sprom::ShardedPrometheusStatus;
 
     const BLOCKED: Blocked = Blocked {
         condition: "Ready",
@@ -109,8 +92,8 @@ mod tests {
 
     fn draft(generation: i64) -> Draft<Status> {
         Draft::new(Status {
-            generation: Some(generation),
-            replicas: 3,
+            observed_generation: generation,
+            shards: 3,
             ..Status::default()
         })
     }
@@ -133,7 +116,7 @@ mod tests {
             ("False", "InvalidSpec")
         );
         assert_eq!(ready.message, BLOCKED.consequence);
-        assert_eq!(draft.status.replicas, 3, "the rest of the status stays");
+        assert_eq!(draft.status.shards, 3, "the rest of the status stays");
         let events = draft.events.events();
         assert_eq!(events.len(), 1);
         assert!(events[0].warning);
@@ -155,7 +138,7 @@ mod tests {
             let mut first = draft(2);
             first.refuse(Invalid::new("InvalidSpec", "spec.x: bad"), BLOCKED);
             let mut second = Draft::new(Status {
-                generation: Some(generation),
+                observed_generation: generation,
                 ..first.status.clone()
             });
             second.refuse(Invalid::new("InvalidSpec", message), BLOCKED);
