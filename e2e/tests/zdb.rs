@@ -841,6 +841,15 @@ async fn a_pod_selected_by_two_budgets_cannot_be_evicted() {
     })
     .await;
     let pod = fixture.list_pods().await[0].name_any();
+    // The webhook's cache of budgets is its own watch, which converges on its own (one that
+    // expires re-lists after a backoff): dry runs, which evict nothing, show when it has both.
+    wait_for("the webhook to refuse a dry run", TIMEOUT, || async {
+        match evict(&fixture.pods, &pod, true).await {
+            Err((429, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
     assert_denied(
         evict(&fixture.pods, &pod, false).await,
         "a pod of two budgets",
