@@ -1,5 +1,5 @@
-//! Wiring of the status controller (leader only): caches of budgets and pods (the node zones
-//! are the webhook's, kept on every replica), the kube Controller on ZoneDisruptionBudgets,
+//! Wiring of the status controller (leader only): the cache of pods (the budgets and the node
+//! zones are the webhook's, kept on every replica), the kube Controller on ZoneDisruptionBudgets,
 //! readiness, shutdown.
 //!
 //! Any change of a pod reconciles every budget of its namespace (a pod whose labels changed may
@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
 use zone_api::ZoneDisruptionBudget;
 use zone_operator::controller::{self, CachesStopped};
 use zone_operator::zones;
@@ -19,7 +19,7 @@ use zone_operator::{RuntimeParts, WatchSet};
 
 use crate::cli::Args;
 use crate::metrics::ZdbMetrics;
-use crate::nodes::SharedZones;
+use crate::shared::{SharedBudgets, SharedZones};
 use crate::reconcile::{self, Context};
 
 /// The budgets of `namespace`.
@@ -34,22 +34,18 @@ fn zdbs_in(
         .collect()
 }
 
-/// Runs until shutdown. `zones` is the webhook's node cache.
+/// Runs until shutdown. `budgets` and `zones` are the webhook's caches.
 pub async fn run(
     parts: RuntimeParts,
     args: Args,
     zdb_metrics: ZdbMetrics,
+    budgets: SharedBudgets,
     zones: SharedZones,
 ) -> Result<(), CachesStopped> {
     let scope = &args.scope;
     let client = parts.client.clone();
     let initial_list = parts.initial_list(scope.namespace()).await;
-
-    let (zdbs, zdb_writer) = reflector::store();
-    let zdb_stream = watcher(scope.api(&client), watcher::Config::default())
-        .backoff(zone_operator::backoff::WatchBackoff::default())
-        .reflect(zdb_writer)
-        .applied_objects();
+    let zdbs = budgets.store().clone();
 
     let mut watches = WatchSet::new();
     let pod_zdbs = zdbs.clone();
@@ -60,11 +56,10 @@ pub async fn run(
         zones::strip_pod,
         move |pod| zdbs_in(&pod_zdbs, &pod.namespace().unwrap_or_default()),
     );
-    // The pod and node caches are what decisions read; the watch of the budgets themselves is
-    // driven by the controller below and needs no gate.
     let pods_synced = watches.synced();
     let synced = async {
         pods_synced.await.map_err(drop)?;
+        budgets.wait_until_ready().await.map_err(drop)?;
         zones.wait_until_ready().await.map_err(drop)
     };
     let (_driving, trigger_stream) = watches.spawn();
@@ -84,7 +79,12 @@ pub async fn run(
         field_manager: scope.field_manager(&parts.controller),
         series: Default::default(),
     });
-    let controller = Controller::for_stream(zdb_stream, zdbs).reconcile_on(trigger_stream);
+    // The budgets' own changes come from the webhook's cache (every budget first), not from a
+    // watch of the controller's: the Controller's stream of its kind stays empty.
+    let no_watch = futures::stream::pending::<Result<ZoneDisruptionBudget, watcher::Error>>();
+    let controller = Controller::for_stream(no_watch, zdbs)
+        .reconcile_on(budgets.triggers())
+        .reconcile_on(trigger_stream);
     controller::run(controller, &parts.shutdown, reconcile::reconcile, context).await;
     Ok(())
 }

@@ -6,11 +6,11 @@ mod cli;
 mod controller;
 mod expected;
 mod metrics;
-mod nodes;
 mod pods;
 mod reconcile;
 #[cfg(test)]
 mod scenarios;
+mod shared;
 mod view;
 mod webhook;
 
@@ -36,18 +36,18 @@ async fn main() -> ExitCode {
     // The webhook serves on every replica, standby or leader: evictions must be judged while
     // the status controller waits for the Lease.
     let initial_list = parts.initial_list(args.scope.namespace()).await;
-    // Its node cache is the status controller's too: nodes are watched once.
-    let zones = match webhook::start(&parts, &args, initial_list, zdb_metrics.clone()).await {
+    // Its caches are the status controller's too: budgets and nodes are watched once.
+    let (budgets, zones) = match webhook::start(&parts, &args, initial_list, zdb_metrics.clone()).await {
         Ok(webhook) => {
             runtime.spawn_every_replica(webhook.task);
-            webhook.zones
+            (webhook.budgets, webhook.zones)
         }
         Err(error) => return zone_operator::report_exit(&error),
     };
     // The API server calls the webhook through its Service and does not retry a refused call:
     // a terminating replica stays serving until the endpoints have dropped it.
     runtime.drain_on_shutdown(args.shutdown_delay, webhook::in_flight_grace(&args));
-    let controller = controller::run(parts, args, zdb_metrics, zones);
+    let controller = controller::run(parts, args, zdb_metrics, budgets, zones);
     match runtime.run(controller).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => zone_operator::report_exit(&error),

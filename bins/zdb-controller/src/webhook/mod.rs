@@ -31,7 +31,8 @@ use axum::routing::post;
 use axum::{Json, Router};
 use kube::Client;
 use kube::core::admission::AdmissionResponse;
-use kube::runtime::reflector::Store;
+use futures::StreamExt;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use zone_api::ZoneDisruptionBudget;
 use zone_operator::https::{self, BindError, CertSource};
@@ -43,7 +44,7 @@ use zone_operator::{InitialList, RuntimeParts, WatchSet};
 
 use crate::cli::Args;
 use crate::metrics::{ZdbMetrics, reason};
-use crate::nodes::SharedZones;
+use crate::shared::{SharedBudgets, SharedZones};
 use judge::Judge;
 
 pub const PATH: &str = "/validate-eviction";
@@ -65,10 +66,11 @@ pub fn in_flight_grace(args: &Args) -> Duration {
 
 const ANSWER_MARGIN: Duration = Duration::from_secs(1);
 
-/// The webhook, started: the future that keeps its caches and serves, and its node cache (the
-/// status controller reads it too).
+/// The webhook, started: the future that keeps its caches and serves, and the caches (the
+/// status controller reads them too).
 pub struct Started<T> {
     pub task: T,
+    pub budgets: SharedBudgets,
     pub zones: SharedZones,
 }
 
@@ -93,20 +95,23 @@ pub async fn start(
 
     let mut watches = WatchSet::<ZoneDisruptionBudget>::new();
     let caches = Caches {
-        zdbs: watches.keep(
+        budgets: SharedBudgets::new(watches.watch(
             "zonedisruptionbudgets",
             args.scope.api::<ZoneDisruptionBudget>(&client),
             watcher::Config::default(),
             // The webhook's copies match and choose; what it decides from is read fresh.
             |zdb| zdb.metadata.managed_fields = None,
-        ),
+            // Each change is the status controller's trigger (see `Caches::run`).
+            |zdb| vec![ObjectRef::from_obj(zdb)],
+        )),
         zones: SharedZones::new(watches.zones(&client, &args.scope.zone_label, initial_list)),
-        // Set once the budget cache has its first list, by the serving path below: the one
-        // waiter of the store (a kube Store wakes only the last of concurrent waiters).
+        // Set once the budget cache has its first list, by the serving path below.
         zdbs_synced: Arc::new(AtomicBool::new(false)),
     };
     let keeper = keeper(parts, args, address, &caches, &metrics);
-    let shared_zones = caches.zones.clone();
+    let (shared_budgets, shared_zones) = (caches.budgets.clone(), caches.zones.clone());
+    // The caches serve the decisions until the listener has closed: they end with `serving`.
+    let keep_caches = caches.run(watches);
     let judge = judge(parts, args, &caches, metrics);
     // The API server keeps its connections to a replica alive: told to close them while this
     // replica drains, it moves to the others before the listener closes.
@@ -136,11 +141,9 @@ pub async fn start(
         // The gates close as they drop: this replica no longer serves.
         drop(gates);
     };
-    // The caches serve the decisions until the listener has closed: they end with `serving`.
-    let caches = watches.run();
     let task = async move {
         let caches = async {
-            caches.await;
+            keep_caches.await;
             std::future::pending::<()>().await;
         };
         tokio::select! {
@@ -150,6 +153,7 @@ pub async fn start(
     };
     Ok(Started {
         task,
+        budgets: shared_budgets,
         zones: shared_zones,
     })
 }
@@ -163,9 +167,25 @@ struct Gates {
 
 /// What the webhook judges from: the budgets and the nodes' zones, as watched.
 struct Caches {
-    zdbs: Store<ZoneDisruptionBudget>,
+    budgets: SharedBudgets,
     zones: SharedZones,
     zdbs_synced: Arc<AtomicBool>,
+}
+
+impl Caches {
+    /// The future keeping the caches of `watches`, which publishes every budget change for the
+    /// status controller. Ends when every watch has.
+    fn run(&self, watches: WatchSet<ZoneDisruptionBudget>) -> impl Future<Output = ()> + use<> {
+        let (drive, changes) = watches.start();
+        let budgets = self.budgets.clone();
+        let publish = changes.for_each(move |budget| {
+            budgets.publish(budget);
+            std::future::ready(())
+        });
+        async move {
+            futures::join!(drive, publish);
+        }
+    }
 }
 
 /// The keeper of the webhook configuration's failurePolicy, once this replica can be called.
@@ -194,7 +214,7 @@ fn judge(parts: &RuntimeParts, args: &Args, caches: &Caches, metrics: ZdbMetrics
     let queues = Arc::new(queue::BudgetQueues::with_metrics(metrics.clone()));
     Arc::new(Judge {
         client: parts.client.clone(),
-        zdbs: caches.zdbs.clone(),
+        zdbs: caches.budgets.store().clone(),
         zdbs_synced: caches.zdbs_synced.clone(),
         zones: caches.zones.zones().clone(),
         field_manager: args.scope.field_manager(&parts.controller),
@@ -231,7 +251,7 @@ async fn prepare(
     }
     // Judging without the budgets refuses every eviction of a selected pod (fail safe, but a
     // replica that can only refuse is no endpoint to route to).
-    if caches.zdbs.wait_until_ready().await.is_err() {
+    if caches.budgets.wait_until_ready().await.is_err() {
         tracing::error!(
             "the budget cache stopped before its first list; the webhook is not serving"
         );
