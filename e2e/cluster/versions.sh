@@ -17,4 +17,6 @@ ALERTMANAGER_VERSION=v0.35.0
 JSONNET_VERSION=v0.22.0
 # helm, the chart check and the helm e2e test (tools/helm/go.mod pins it).
 HELM_VERSION=v3.22.0
+# Thanos: the shards' sidecars, the Querier, Store and Ruler (tools/thanos/go.mod pins it).
+THANOS_VERSION=v0.42.5
 ZAC_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/zone-aware-controllers"
