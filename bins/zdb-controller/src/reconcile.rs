@@ -201,6 +201,7 @@ impl Context {
                 )
             }
         };
+        log_ended_records(zdb, &previous, &draft.status);
         Ok(Computed {
             previous,
             status: draft.status,
@@ -235,6 +236,21 @@ impl Context {
             selected,
             max_unavailable: valid.max_unavailable,
         })
+    }
+}
+
+/// Logs each eviction record the computation ended (its pod recreated and scheduled, replaced,
+/// or expired): when a budget counts an evicted pod again is otherwise visible only as a number.
+fn log_ended_records(
+    zdb: &ZoneDisruptionBudget,
+    previous: &ZoneDisruptionBudgetStatus,
+    next: &ZoneDisruptionBudgetStatus,
+) {
+    for (pod, at) in &previous.disrupted_pods {
+        if !next.disrupted_pods.contains_key(pod) {
+            let zone = previous.disrupted_pod_zones.get(pod).map(String::as_str);
+            tracing::info!(namespace = ?zdb.namespace(), budget = %zdb.name_any(), pod = %pod, zone = ?zone, recorded = %at.0, "eviction record ended");
+        }
     }
 }
 
