@@ -20,8 +20,10 @@ use crate::{lenient, schema};
 pub mod alerting;
 pub mod contract;
 pub mod monitoring;
+pub mod thanos;
 
 pub use alerting::{AlertingSpec, AlertmanagerEndpoints};
+pub use thanos::{ThanosSpec, ThanosTlsConfig};
 
 pub use monitoring::{
     ExcludedObject, JobSettings, MONITORING_GROUP, Selectors, ServiceDiscoveryRole, ValidMonitoring,
@@ -358,6 +360,11 @@ pub struct ShardedPrometheusSpec {
     /// Where the shards send their alerts (Server mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alerting: Option<AlertingSpec>,
+
+    /// A Thanos sidecar in every shard pod (Server mode): the shards' data served to a Thanos
+    /// Querier and uploaded to object storage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thanos: Option<ThanosSpec>,
 
     /// Nothing is changed while set: the shards keep running as they are, a changed spec
     /// (shards included) is applied once unpaused; condition Paused says so.

@@ -119,6 +119,11 @@ fn placements() -> Vec<(&'static str, String, Vec<Value>)> {
                 "spec.shardRetentionPolicy.retain.retentionPeriod",
             )]),
         ),
+        (
+            SPROM,
+            "thanos/properties/blockSize",
+            rules([prometheus_duration("spec.thanos.blockSize")]),
+        ),
         (SPROM, "storage", rules([storage_one_kind()])),
         (
             SPROM,

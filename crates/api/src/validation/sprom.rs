@@ -24,7 +24,12 @@ use crate::units::{UnitError, parse_prometheus_size};
 mod alerting;
 mod monitoring;
 mod pod;
+mod thanos;
 
+pub use thanos::{
+    BLOCK_DURATION_FLAGS, ObjectStorage, RESERVED_SIDECAR_FLAGS, THANOS_SIDECAR_CONTAINER, ThanosError,
+    ValidThanos,
+};
 pub use pod::{
     PROMETHEUS_CONTAINER, PodOptions, RESERVED_FLAGS, RESERVED_POD_LABELS, RESERVED_VOLUMES,
     RULE_VOLUME_PREFIX,
@@ -93,6 +98,8 @@ pub enum SpromError {
     RuleFileKey { index: usize, config_map: String },
     #[error(transparent)]
     Duration(#[from] DurationError),
+    #[error(transparent)]
+    Thanos(#[from] ThanosError),
     #[error("spec.retention.size: {value:?} is not a Prometheus size: {source}")]
     RetentionSize {
         value: String,
@@ -206,6 +213,8 @@ pub struct ValidSprom {
     pub paused: bool,
     /// The pod template options, checked (reserved flags, labels, volume and container names).
     pub pod: PodOptions,
+    /// The Thanos sidecar of every shard pod; None without `spec.thanos`.
+    pub thanos: Option<ValidThanos>,
 }
 
 impl ValidSprom {
@@ -274,6 +283,7 @@ impl ShardedPrometheusSpec {
             alerting: self.alerting()?,
             paused: self.paused,
             pod: self.pod_options()?,
+            thanos: self.thanos()?,
         })
     }
 
