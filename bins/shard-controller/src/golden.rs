@@ -56,6 +56,9 @@ fn built_yaml(manifest: &Path) -> String {
         documents.push(serde_norway::to_string(&shard.stateful_set).unwrap());
         documents.push(serde_norway::to_string(&shard.service).unwrap());
     }
+    if let Some(service) = &built.thanos_service {
+        documents.push(serde_norway::to_string(service).unwrap());
+    }
     documents.join("---\n")
 }
 
@@ -170,4 +173,10 @@ fn a_retained_shard_scrapes_evaluates_and_alerts_nothing_and_keeps_its_labels() 
         labels.as_object().unwrap().values().any(|v| v == "zone-b"),
         "{labels}"
     );
+}
+
+#[test]
+fn a_thanos_sidecar_builds_as_reviewed() {
+    let root = manifest_dir().join("fixtures");
+    check(&root.join("thanos.yaml"), &root.join("thanos.golden.yaml"));
 }

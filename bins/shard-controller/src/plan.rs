@@ -17,7 +17,7 @@ use zone_operator::{Invalid, PendingEvents};
 
 use crate::children::build::{self, BuildInput, applied_hash};
 use crate::children::config::CONFIG_KEY;
-use crate::children::retention;
+use crate::children::{retention, thanos};
 use crate::context::RESYNC;
 use crate::health::verdict::{self, ShardConfig};
 use crate::health::{AppliedConfig, ConfigObservation, Fingerprint};
@@ -260,6 +260,10 @@ fn writes(
     let mut children = Vec::new();
     for config_map in built.rule_config_maps {
         children.push(Child::ConfigMap(Box::new(config_map)));
+    }
+    if let Some(service) = built.thanos_service {
+        wanted.insert(thanos::service_name(input.name));
+        children.push(Child::Service(Box::new(service)));
     }
     for shard in built.shards {
         wanted.insert(shard_name(input.name, shard.index));

@@ -24,6 +24,7 @@ use zone_api::sprom::contract::{
 use zone_api::validation::{PROMETHEUS_CONTAINER, ShardStorage, ValidSprom};
 
 use crate::children::config::{self, CONFIG_DIR, CONFIG_KEY, ConfigError, POD_NAME_ENV, RULES_DIR};
+use crate::children::thanos;
 use crate::monitoring::Monitoring;
 
 /// A ConfigMap holds at most 1 MiB; rule files are split over ConfigMaps of at most this many
@@ -73,6 +74,8 @@ pub struct Built {
     pub rule_config_maps: Vec<ConfigMap>,
     /// Scrape jobs (and roles) where the user turned node metadata off explicitly.
     pub node_metadata_disabled: Vec<String>,
+    /// The headless Service of every shard's Thanos sidecar (`spec.thanos`).
+    pub thanos_service: Option<Service>,
 }
 
 /// Builds the children of every active shard.
@@ -81,6 +84,13 @@ pub fn build(input: &BuildInput<'_>) -> Result<Built, ConfigError> {
         shards: Vec::with_capacity(input.valid.shards() as usize),
         rule_config_maps: rule_config_maps(input),
         node_metadata_disabled: Vec::new(),
+        thanos_service: input.valid.thanos.as_ref().map(|_| {
+            with_applied_hash(thanos::service(
+                input.name,
+                input.namespace,
+                &instance_labels(input.name),
+            ))
+        }),
     };
     for index in 0..input.valid.shards() {
         let (shard, disabled) = shard_children(input, index)?;
@@ -418,10 +428,21 @@ fn restricted_container_security_context() -> SecurityContext {
 }
 
 /// The Prometheus container, with the user's container of the same name merged into it, then
-/// the user's other containers in their order.
+/// the Thanos sidecar, then the user's other containers in their order.
 fn containers(valid: &ValidSprom, mounts: Vec<VolumeMount>) -> Vec<Container> {
     let mut prometheus = prometheus_container(valid, mounts);
-    let mut others = Vec::new();
+    let mut others: Vec<Container> = valid
+        .thanos
+        .iter()
+        .map(|sidecar| {
+            let data = VolumeMount {
+                name: DATA_VOLUME.into(),
+                mount_path: DATA_DIR.into(),
+                ..VolumeMount::default()
+            };
+            thanos::sidecar(sidecar, WEB_PORT, data, container_security_context(valid))
+        })
+        .collect();
     for container in &valid.pod.containers {
         if container.name == PROMETHEUS_CONTAINER {
             prometheus = merge_container(prometheus, container);
@@ -590,6 +611,9 @@ fn prometheus_container(valid: &ValidSprom, mounts: Vec<VolumeMount>) -> Contain
             valid.pod.enable_features.join(",")
         ));
     }
+    if let Some(sidecar) = &valid.thanos {
+        args.extend(thanos::prometheus_args(sidecar));
+    }
     args.extend(valid.pod.additional_args.iter().cloned());
     let mut mounts = mounts;
     mounts.extend(valid.pod.volume_mounts.iter().cloned());
@@ -629,13 +653,16 @@ fn prometheus_container(valid: &ValidSprom, mounts: Vec<VolumeMount>) -> Contain
         }),
         resources: valid.resources.clone(),
         volume_mounts: Some(mounts),
-        security_context: Some(
-            valid
-                .pod
-                .container_security_context
-                .clone()
-                .unwrap_or_else(restricted_container_security_context),
-        ),
+        security_context: Some(container_security_context(valid)),
         ..Container::default()
     }
+}
+
+/// The security context of the containers the controller adds: the user's, else "restricted".
+fn container_security_context(valid: &ValidSprom) -> SecurityContext {
+    valid
+        .pod
+        .container_security_context
+        .clone()
+        .unwrap_or_else(restricted_container_security_context)
 }
