@@ -3,8 +3,9 @@
 # one-layer OCI image tars (images/oci-image.py) and imported into each node's containerd.
 #
 #   images.sh test-images          the pause (pod sandbox), metrics-target, Prometheus,
-#                                  Alertmanager, metrics-server and prometheus-config-reloader
-#                                  images
+#                                  Alertmanager, metrics-server, prometheus-config-reloader and
+#                                  Thanos images (their tars in lib.sh's TEST_IMAGE_TARS; nothing
+#                                  imported)
 #   images.sh project              the project's image (the Dockerfile's final stage: the static
 #                                  controller binaries, non-root) and the test images, imported
 #                                  into the running nodes
@@ -143,6 +144,13 @@ test_images() {
             --entrypoint /bin/prometheus-config-reloader \
             --file "$CONFIG_RELOADER_BIN:/bin/prometheus-config-reloader:755" >/dev/null
     fi
+    [ -x "$THANOS_BIN" ] || die "$THANOS_BIN is missing (e2e/cluster/build.sh builds it)"
+    if [ ! -f "$IMAGES/thanos.tar" ] || [ "$THANOS_BIN" -nt "$IMAGES/thanos.tar" ]; then
+        # As the upstream image: the binary at /bin/thanos as the entrypoint (the subcommand is
+        # the first argument), here as user nobody; pods mount their data directories.
+        oci --name "$THANOS_IMAGE" --out "$IMAGES/thanos.tar" --user 65534:65534 \
+            --entrypoint /bin/thanos --file "$THANOS_BIN:/bin/thanos:755" >/dev/null
+    fi
 }
 
 project_image() { # [only]: without the test images
@@ -156,9 +164,8 @@ project_image() { # [only]: without the test images
     local what="$PROJECT_IMAGE"
     if [ "${1:-}" != only ]; then
         test_images
-        tars+=("$IMAGES/pause.tar" "$IMAGES/metrics-target.tar" "$IMAGES/prometheus.tar"
-            "$IMAGES/alertmanager.tar" "$IMAGES/metrics-server.tar" "$IMAGES/config-reloader.tar")
-        what+=" and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE, $ALERTMANAGER_IMAGE, $METRICS_SERVER_IMAGE, $CONFIG_RELOADER_IMAGE)"
+        tars+=("${TEST_IMAGE_TARS[@]}")
+        what+=" and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE, $ALERTMANAGER_IMAGE, $METRICS_SERVER_IMAGE, $CONFIG_RELOADER_IMAGE, $THANOS_IMAGE)"
     fi
     local zone imported=0
     for zone in "${REAL_ZONES[@]}"; do

@@ -47,6 +47,14 @@ METRICS_SERVER_BIN="$ZAC_CACHE/metrics-server-$METRICS_SERVER_VERSION/metrics-se
 PROMETHEUS_OPERATOR_DIR="$ZAC_CACHE/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"
 CONFIG_RELOADER_IMAGE="localhost/zone-aware-e2e/prometheus-config-reloader:$PROMETHEUS_OPERATOR_VERSION"
 CONFIG_RELOADER_BIN="$PROMETHEUS_OPERATOR_DIR/prometheus-config-reloader"
+# Thanos from build.sh's static binary (one binary: sidecar, query, store, rule), for the shards'
+# sidecars and what joins the shards again.
+THANOS_IMAGE="localhost/zone-aware-e2e/thanos:$THANOS_VERSION"
+THANOS_BIN="$ZAC_CACHE/thanos-$THANOS_VERSION/thanos"
+# The tars of the test images (images.sh test-images writes them), imported into every real node.
+TEST_IMAGE_TARS=("$IMAGES/pause.tar" "$IMAGES/metrics-target.tar" "$IMAGES/prometheus.tar"
+    "$IMAGES/alertmanager.tar" "$IMAGES/metrics-server.tar" "$IMAGES/config-reloader.tar"
+    "$IMAGES/thanos.tar")
 PROJECT_IMAGE="${LOCAL_IMG:-localhost/zone-aware-controllers:dev}"
 # Only pods that tolerate this taint (and select type=real) run on the real nodes.
 REAL_NODE_TAINT=zonecontrol.k8s.aws/real-node
