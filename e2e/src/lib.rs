@@ -3,7 +3,8 @@
 //! audit log, controller processes, TLS (a test CA, a server for webhooks), a proxy in front of
 //! webhook replicas, the perf drivers' shared measurements, and the real Prometheus (promtool, and
 //! a process per shard) run on the configs the shard controller renders, and a real Alertmanager
-//! with a webhook receiver in the test process, and the monitoring mixin rendered by jsonnet.
+//! with a webhook receiver in the test process, and the monitoring mixin rendered by jsonnet, and
+//! Thanos (its image on the real nodes, a Querier on the host).
 //!
 //! Tests are `#[ignore = "needs the local zonal cluster (make e2e)"]`, so `cargo test --workspace`
 //! stays cluster-free; `make e2e` starts the cluster and runs them with `--ignored`.
@@ -32,6 +33,7 @@ pub mod prometheus;
 pub mod proxy;
 pub mod quota;
 pub mod real;
+pub mod thanos;
 pub mod tls;
 pub mod wait;
 pub mod webhook;

@@ -1,0 +1,460 @@
+//! Thanos (one static binary from `e2e/cluster/build.sh`: `thanos sidecar`, `query`, `store`,
+//! `rule`) for the tests that join the shards of a ShardedPrometheus again: the image the real
+//! nodes run it from ([`image`], the shards' sidecars), and a Querier run on the host
+//! ([`ThanosQuery`]) that reads the sidecars' StoreAPI at the pods' IPs (routable from this
+//! host) and deduplicates the replicas of each shard.
+//!
+//! The image name and the binary's path are those of `e2e/cluster/lib.sh` (`THANOS_IMAGE`,
+//! `THANOS_BIN`, from the version and cache directory of `e2e/cluster/versions.sh`), or the
+//! binary in `THANOS_BIN_DIR`. Tests that run the binary are `#[ignore]`d like the other e2e
+//! tests.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::prometheus::url_encode;
+use crate::{Cluster, wait_for};
+
+/// The label each replica of a shard carries as an external label, which the Querier removes to
+/// merge the replicas' series (`--query.replica-label`).
+pub const REPLICA_LABEL: &str = "prometheus_replica";
+
+/// The sidecar's gRPC (StoreAPI) port in a pod: what [`ThanosQuery::start`] is given as
+/// `<pod IP>:10901`.
+pub const SIDECAR_GRPC_PORT: u16 = 10901;
+
+/// How long a Thanos process gets to answer `/-/ready`. The Querier waits for its first round of
+/// endpoint checks (up to 30 s when an endpoint does not answer) before it is ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Lines of a Thanos log printed when a test fails.
+const LOG_TAIL_LINES: usize = 60;
+
+/// The value of `variable` after sourcing `e2e/cluster/lib.sh` with the cache home `xdg` (the
+/// value of `XDG_CACHE_HOME`, `None` when unset). Sourced rather than parsed: the value is
+/// whatever its shell expressions make it, exactly as for images.sh.
+fn lib_sh_var(variable: &str, xdg: Option<&str>) -> String {
+    let lib = crate::cluster::e2e_dir().join("cluster/lib.sh");
+    let mut bash = Command::new("bash");
+    bash.arg("-c")
+        .arg(r#"source "$1" && printf %s "${!2}""#)
+        .arg("bash")
+        .arg(&lib)
+        .arg(variable);
+    match xdg {
+        Some(xdg) => bash.env("XDG_CACHE_HOME", xdg),
+        None => bash.env_remove("XDG_CACHE_HOME"),
+    };
+    let output = bash
+        .output()
+        .unwrap_or_else(|e| panic!("sourcing {}: {e}", lib.display()));
+    let value = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success() && !value.is_empty(),
+        "{variable} of {}: {}",
+        lib.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    value
+}
+
+/// The Thanos image imported into every real node (`imagePullPolicy: Never`):
+/// `E2E_THANOS_IMAGE` of the cluster's env file when it names one, else `THANOS_IMAGE` of
+/// `e2e/cluster/lib.sh`, the name `e2e/cluster/images.sh` imports it under.
+pub fn image(cluster: &Cluster) -> String {
+    cluster.var("E2E_THANOS_IMAGE").unwrap_or_else(|| {
+        lib_sh_var(
+            "THANOS_IMAGE",
+            std::env::var("XDG_CACHE_HOME").ok().as_deref(),
+        )
+    })
+}
+
+/// The `thanos` binary: the one in `THANOS_BIN_DIR` when set, else the one
+/// `e2e/cluster/build.sh` caches (`THANOS_BIN` of `e2e/cluster/lib.sh`). Panics, naming the
+/// path, when it is missing.
+pub fn binary() -> PathBuf {
+    let path = match std::env::var_os("THANOS_BIN_DIR") {
+        Some(dir) => PathBuf::from(dir).join("thanos"),
+        None => PathBuf::from(lib_sh_var(
+            "THANOS_BIN",
+            std::env::var("XDG_CACHE_HOME").ok().as_deref(),
+        )),
+    };
+    assert!(
+        path.is_file(),
+        "{} is missing: run e2e/cluster/build.sh (or set THANOS_BIN_DIR)",
+        path.display()
+    );
+    path
+}
+
+/// The last `lines` lines of the file at `path` (empty when it cannot be read).
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A `thanos <component>` process on the host, its stdout and stderr in a log file (the tail
+/// printed when the test fails). Killed on drop.
+struct ThanosProcess {
+    /// What it is in messages, e.g. `query`.
+    name: String,
+    log: PathBuf,
+    child: Child,
+}
+
+impl ThanosProcess {
+    /// Starts `thanos <args>` (the component first) and waits until it answers `/-/ready` with
+    /// 200 on `http`. Panics if it exits first or is not ready in time; its log is printed then.
+    async fn start(name: &str, args: &[String], http: SocketAddr) -> ThanosProcess {
+        let binary = binary();
+        let (log, out, err) = crate::process::log_file(&format!("thanos-{name}"));
+        let child = Command::new(&binary)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+        // From here a panic drops the process, which prints its log.
+        let mut process = ThanosProcess {
+            name: name.to_string(),
+            log,
+            child,
+        };
+        let child = &mut process.child;
+        let exited = wait_for(
+            &format!("thanos {name} to get ready"),
+            READY_TIMEOUT,
+            || {
+                let exited = child.try_wait();
+                async move {
+                    if let Ok(Some(status)) = exited {
+                        return Ok(Some(status));
+                    }
+                    match crate::process::http_get_from(http, "/-/ready").await {
+                        Ok((200, _)) => Ok(None),
+                        Ok((code, body)) => Err(format!("{code}: {}", body.trim())),
+                        Err(e) => Err(e),
+                    }
+                }
+            },
+        )
+        .await;
+        if let Some(status) = exited {
+            panic!("thanos {name} exited ({status}) before it got ready");
+        }
+        process
+    }
+}
+
+impl Drop for ThanosProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "---- thanos {} log ({}), last {LOG_TAIL_LINES} lines ----\n{}",
+                self.name,
+                self.log.display(),
+                tail(&self.log, LOG_TAIL_LINES)
+            );
+        }
+    }
+}
+
+/// Two distinct free ports on 127.0.0.1.
+fn two_free_ports() -> (u16, u16) {
+    let first = crate::localstack::free_port();
+    loop {
+        let second = crate::localstack::free_port();
+        if second != first {
+            return (first, second);
+        }
+    }
+}
+
+/// `data` of a Thanos HTTP API answer (`{"status": "success", "data": ...}`) to `GET <path>`
+/// that answered `code` with `body`, or why there is none.
+fn api_data(path: &str, code: u16, body: &str) -> Result<Value, String> {
+    let mut answer: Value = serde_json::from_str(body)
+        .map_err(|e| format!("GET {path}: {code}, not JSON ({e}): {body}"))?;
+    if code != 200 || answer["status"] != "success" {
+        return Err(format!("GET {path}: {code}: {body}"));
+    }
+    Ok(answer["data"].take())
+}
+
+/// The endpoints of a `/api/v1/stores` answer's `data` (component type → its endpoints) that are
+/// connected and healthy: listed with no `lastError`, as `<type> <address>`. An endpoint the
+/// Querier never reached is not listed at all; one that failed after it was reached is listed
+/// with its error until `--store.unhealthy-timeout`.
+pub fn healthy_endpoints(stores: &Value) -> Vec<String> {
+    let mut healthy = Vec::new();
+    for (kind, endpoints) in stores.as_object().into_iter().flatten() {
+        for endpoint in endpoints.as_array().into_iter().flatten() {
+            let error = &endpoint["lastError"];
+            if error.is_null() || error == "" {
+                healthy.push(format!(
+                    "{kind} {}",
+                    endpoint["name"].as_str().unwrap_or("?")
+                ));
+            }
+        }
+    }
+    healthy.sort();
+    healthy
+}
+
+/// A Thanos Querier (`thanos query`) of a test on 127.0.0.1, reading the StoreAPI endpoints it
+/// was started with (the shards' sidecars) and deduplicating along [`REPLICA_LABEL`]. Its output
+/// is in a log file, the tail printed when the test fails; killed on drop.
+pub struct ThanosQuery {
+    /// The addresses it was given (`--endpoint`).
+    pub endpoints: Vec<String>,
+    /// Its HTTP API's port on 127.0.0.1, free when it started.
+    pub http_port: u16,
+    /// Its own gRPC (StoreAPI) port on 127.0.0.1, free when it started.
+    pub grpc_port: u16,
+    process: ThanosProcess,
+}
+
+impl ThanosQuery {
+    /// Starts `thanos query` on `endpoints` (`host:port` of StoreAPI servers, e.g. the sidecars'
+    /// `<pod IP>:10901`; none is allowed), with [`REPLICA_LABEL`] as the replica label and no
+    /// automatic downsampling, and waits until it is ready (`/-/ready`: after its first round of
+    /// endpoint checks). The endpoints may not be connected yet: see
+    /// [`wait_endpoints`](Self::wait_endpoints).
+    pub async fn start(endpoints: &[String]) -> ThanosQuery {
+        let (http_port, grpc_port) = two_free_ports();
+        let mut args = vec![
+            "query".to_string(),
+            format!("--http-address=127.0.0.1:{http_port}"),
+            format!("--grpc-address=127.0.0.1:{grpc_port}"),
+            format!("--query.replica-label={REPLICA_LABEL}"),
+            "--no-query.auto-downsampling".to_string(),
+        ];
+        args.extend(endpoints.iter().map(|e| format!("--endpoint={e}")));
+        let http = SocketAddr::from(([127, 0, 0, 1], http_port));
+        let process = ThanosProcess::start("query", &args, http).await;
+        ThanosQuery {
+            endpoints: endpoints.to_vec(),
+            http_port,
+            grpc_port,
+            process,
+        }
+    }
+
+    fn address(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.http_port))
+    }
+
+    /// Its base URL, `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address())
+    }
+
+    /// Its log file.
+    pub fn log(&self) -> &Path {
+        &self.process.log
+    }
+
+    /// `data` of the API's answer at `path`, or why there is none.
+    async fn api(&self, path: &str) -> Result<Value, String> {
+        let (code, body) = crate::process::http_get_from(self.address(), path).await?;
+        api_data(path, code, &body)
+    }
+
+    /// `data.result` of an instant query of `promql` now, deduplicated (`dedup=true`) and
+    /// failing rather than answering from part of the endpoints (`partial_response=false`).
+    /// `Err` carries the HTTP status and body (e.g. an endpoint that failed the query).
+    pub async fn query(&self, promql: &str) -> Result<Value, String> {
+        let path = format!(
+            "/api/v1/query?query={}&dedup=true&partial_response=false",
+            url_encode(promql)
+        );
+        let mut data = self.api(&path).await?;
+        match data["result"].take() {
+            Value::Null => Err(format!("GET {path}: no data.result in {data}")),
+            result => Ok(result),
+        }
+    }
+
+    /// `data` of `/api/v1/stores`: component type (`sidecar`, `store`, `rule`, ...) → the
+    /// endpoints of that type it has reached, each with `name` (its address), `lastCheck`,
+    /// `lastError`, `labelSets`, `minTime` and `maxTime`.
+    pub async fn stores(&self) -> Value {
+        self.api("/api/v1/stores")
+            .await
+            .unwrap_or_else(|e| panic!("thanos query: {e}"))
+    }
+
+    /// Waits (up to `timeout`) until at least `n` endpoints are connected and healthy (see
+    /// [`healthy_endpoints`]). The Querier checks its endpoints every 5 s, so one that started
+    /// after it is seen within about that.
+    pub async fn wait_endpoints(&self, n: usize, timeout: Duration) {
+        wait_for(
+            &format!(
+                "thanos query: {n} healthy endpoints of {:?}",
+                self.endpoints
+            ),
+            timeout,
+            || async move {
+                let stores = self.api("/api/v1/stores").await?;
+                if healthy_endpoints(&stores).len() >= n {
+                    Ok(())
+                } else {
+                    Err(stores.to_string())
+                }
+            },
+        )
+        .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::prometheus::PrometheusProcess;
+
+    #[test]
+    fn the_image_and_binary_are_those_of_lib_sh() {
+        let image = lib_sh_var("THANOS_IMAGE", None);
+        assert!(
+            image.starts_with("localhost/zone-aware-e2e/thanos:v0."),
+            "{image}"
+        );
+        let binary = lib_sh_var("THANOS_BIN", Some("/xdg"));
+        assert!(
+            binary.starts_with("/xdg/zone-aware-controllers/thanos-v0.")
+                && binary.ends_with("/thanos"),
+            "{binary}"
+        );
+        let version = image.rsplit(':').next().unwrap();
+        assert!(binary.contains(&format!("thanos-{version}/")), "{binary}");
+    }
+
+    #[test]
+    fn healthy_endpoints_are_those_without_an_error() {
+        let stores = json!({
+            "sidecar": [
+                {"name": "10.245.1.5:10901", "lastCheck": "2026-01-01T00:00:00Z", "lastError": null,
+                 "labelSets": [{"shard": "0", "prometheus_replica": "a"}], "minTime": 0, "maxTime": 1},
+                {"name": "10.245.2.5:10901", "lastCheck": "2026-01-01T00:00:00Z",
+                 "lastError": "rpc error: code = Unavailable", "labelSets": [], "minTime": 0, "maxTime": 0},
+            ],
+            "store": [{"name": "10.245.3.5:10901", "lastError": null}],
+        });
+        assert_eq!(
+            healthy_endpoints(&stores),
+            ["sidecar 10.245.1.5:10901", "store 10.245.3.5:10901"]
+        );
+        assert!(healthy_endpoints(&json!({})).is_empty());
+    }
+
+    #[test]
+    fn api_answers_are_checked() {
+        let data = api_data("/x", 200, r#"{"status":"success","data":{"a":1}}"#).unwrap();
+        assert_eq!(data, json!({"a": 1}));
+        let error = api_data("/x", 422, r#"{"status":"error","error":"bad"}"#).unwrap_err();
+        assert!(error.contains("422") && error.contains("bad"), "{error}");
+        assert!(api_data("/x", 502, "<html>").is_err());
+    }
+
+    /// A `thanos sidecar` on the host in front of `prometheus` (its API and TSDB directory).
+    async fn sidecar(prometheus: &PrometheusProcess) -> (ThanosProcess, String) {
+        let (http_port, grpc_port) = two_free_ports();
+        let args = vec![
+            "sidecar".to_string(),
+            format!("--prometheus.url={}", prometheus.url()),
+            format!("--tsdb.path={}", prometheus.dir.join("data").display()),
+            format!("--http-address=127.0.0.1:{http_port}"),
+            format!("--grpc-address=127.0.0.1:{grpc_port}"),
+        ];
+        let http = SocketAddr::from(([127, 0, 0, 1], http_port));
+        let process =
+            ThanosProcess::start(&format!("sidecar-{}", prometheus.name), &args, http).await;
+        (process, format!("127.0.0.1:{grpc_port}"))
+    }
+
+    /// A replica of shard 0 that scrapes one target nothing listens on: `up` is 0, with the same
+    /// labels in every replica but the replica label.
+    fn replica_config(replica: &str) -> String {
+        format!(
+            r#"
+global:
+  scrape_interval: 1s
+  external_labels: {{shard: "0", {REPLICA_LABEL}: "{replica}"}}
+scrape_configs:
+  - job_name: unreachable
+    static_configs: [{{targets: ["127.0.0.1:1"]}}]
+    relabel_configs: [{{target_label: instance, replacement: target}}]
+"#
+        )
+    }
+
+    #[tokio::test]
+    #[ignore = "needs the Thanos and Prometheus binaries (e2e/cluster/build.sh builds them)"]
+    async fn the_querier_answers_alone_and_deduplicates_two_replicas_behind_sidecars() {
+        let timeout = Duration::from_secs(60);
+        let alone = ThanosQuery::start(&[]).await;
+        let result = alone.query("vector(1)").await.expect("vector(1)");
+        assert_eq!(result.as_array().map(Vec::len), Some(1), "{result}");
+        assert_eq!(result[0]["value"][1], "1", "{result}");
+        assert_eq!(alone.stores().await, json!({}));
+        alone.wait_endpoints(0, timeout).await;
+        let refused = alone
+            .query("sum(")
+            .await
+            .expect_err("a PromQL syntax error");
+        assert!(refused.contains("400"), "{refused}");
+        drop(alone);
+
+        let a = PrometheusProcess::start("replica-a", &replica_config("a"), &[]).await;
+        let b = PrometheusProcess::start("replica-b", &replica_config("b"), &[]).await;
+        let (_sidecar_a, endpoint_a) = sidecar(&a).await;
+        let (_sidecar_b, endpoint_b) = sidecar(&b).await;
+        let query = ThanosQuery::start(&[endpoint_a, endpoint_b]).await;
+        query.wait_endpoints(2, timeout).await;
+        let stores = query.stores().await;
+        assert_eq!(healthy_endpoints(&stores).len(), 2, "{stores}");
+        assert!(
+            healthy_endpoints(&stores)
+                .iter()
+                .all(|e| e.starts_with("sidecar ")),
+            "{stores}"
+        );
+
+        // Both replicas scraped: one series, without the replica label.
+        let result = wait_for("both replicas to scrape", timeout, || async {
+            let result = query.query(r#"up{job="unreachable"}"#).await?;
+            let raw = query
+                .api(&format!(
+                    "/api/v1/query?query={}&dedup=false",
+                    url_encode(r#"up{job="unreachable"}"#)
+                ))
+                .await?;
+            match raw["result"].as_array().map(Vec::len) {
+                Some(2) => Ok(result),
+                _ => Err(format!("without dedup: {raw}")),
+            }
+        })
+        .await;
+        assert_eq!(
+            result,
+            json!([{
+                "metric": {"__name__": "up", "instance": "target", "job": "unreachable", "shard": "0"},
+                "value": result[0]["value"],
+            }]),
+        );
+        assert_eq!(result[0]["value"][1], "0");
+    }
+}
