@@ -484,3 +484,32 @@ fn config_loaded_follows_the_pods_answers_and_the_grace_of_a_change() {
         Some(reason::SHARDS_READY)
     );
 }
+
+/// The sidecars' headless Service is a child like the shards': written with `spec.thanos`,
+/// wanted while it stays, pruned once `spec.thanos` is removed.
+#[test]
+fn the_sidecar_service_comes_with_spec_thanos_and_goes_with_it() {
+    let with = valid(json!({
+        "shards": 2,
+        "shardingStrategy": {"topology": {"values": ["a", "b", "c"]}},
+        "thanos": {},
+    }));
+    let first = planned(&with, &full());
+    assert!(
+        applies(&first).contains(&(ChildKind::Service, "p-thanos-sidecar".to_string())),
+        "{:?}",
+        applies(&first)
+    );
+    let observed = applied(&first);
+    let again = planned(&with, &observed);
+    assert!(again.wanted.contains("p-thanos-sidecar"));
+    assert!(again.prune.is_empty(), "{:?}", again.prune);
+
+    let without = valid(json!({
+        "shards": 2,
+        "shardingStrategy": {"topology": {"values": ["a", "b", "c"]}},
+    }));
+    let removed = planned(&without, &observed);
+    assert!(!removed.wanted.contains("p-thanos-sidecar"));
+    assert_eq!(removed.prune, [ChildKind::Service]);
+}
