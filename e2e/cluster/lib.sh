@@ -113,3 +113,7 @@ wait_until() { # name timeout-seconds command...
         sleep 0.2
     done
 }
+
+node_ip() { # the host's first global IPv4 address: the kubelet refuses a loopback one
+    ip -4 -o addr show scope global | awk '{ split($4, a, "/"); print a[1]; exit }'
+}

@@ -121,10 +121,6 @@ table ip $NAT_TABLE {
 NFT
 }
 
-node_ip() { # the host's first global IPv4 address: the kubelet refuses a loopback one
-    ip -4 -o addr show scope global | awk '{ split($4, a, "/"); print a[1]; exit }'
-}
-
 write_node_config() { # zone kubelet-port healthz-port node-ip
     local zone="$1" port="$2" healthz="$3" ip="$4" dir="$NODES/$1"
     local node bridge subnet
@@ -254,9 +250,7 @@ up() { # api-port
     done
     for zone in "${REAL_ZONES[@]}"; do
         wait_until "node-$zone" 60 test -S "$NODES/$zone/containerd.sock"
-        bash "$here/images.sh" import "$zone" "$IMAGES/pause.tar" "$IMAGES/metrics-target.tar" \
-            "$IMAGES/prometheus.tar" "$IMAGES/alertmanager.tar" "$IMAGES/metrics-server.tar" \
-            "$IMAGES/config-reloader.tar"
+        bash "$here/images.sh" import "$zone" "${TEST_IMAGE_TARS[@]}"
     done
     for zone in "${REAL_ZONES[@]}"; do
         wait_until "node-$zone" 120 kubectl wait --for=condition=Ready "node/$(node_of "$zone")" --timeout=2s

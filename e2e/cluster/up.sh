@@ -210,8 +210,15 @@ if [ "$REAL_NODES" = 1 ]; then
 fi
 
 # Host mode with every directory under the state dir: left to itself, LocalStack takes this host
-# for a container and writes /etc/localstack, /var/lib/localstack and /tmp/localstack.
-RUNTIME_COMPONENTS=aws GATEWAY_LISTEN="127.0.0.1:$LS_PORT" SERVICES=cloudwatch \
+# for a container and writes /etc/localstack, /var/lib/localstack and /tmp/localstack. CloudWatch
+# for the controllers on this host; S3, the object store of the shards' Thanos sidecars, also on
+# the host's address, which the pods of the real nodes reach.
+LS_LISTEN="127.0.0.1:$LS_PORT" LS_POD_ENDPOINT=""
+if [ "$REAL_NODES" = 1 ]; then
+    LS_POD_ENDPOINT="$(node_ip):$LS_PORT"
+    LS_LISTEN+=",$LS_POD_ENDPOINT"
+fi
+RUNTIME_COMPONENTS=aws GATEWAY_LISTEN="$LS_LISTEN" SERVICES=cloudwatch,s3 \
     OVERRIDE_IN_DOCKER=0 FILESYSTEM_ROOT="$STATE/localstack-fs" \
     LOCALSTACK_VOLUME_DIR="$STATE/localstack" DISABLE_EVENTS=1 SKIP_SSL_CERT_DOWNLOAD=1 \
     start localstack "$LOCALSTACK_VENV/bin/python" -m localstack.runtime.main
@@ -234,6 +241,8 @@ export E2E_AUDIT_LOG="$LOGS/audit.log"
 export E2E_LOGS="$LOGS"
 export E2E_KWOK_READY_DELAY_MS="$READY_DELAY_MS"
 export AWS_ENDPOINT_URL="http://127.0.0.1:$LS_PORT"
+# LocalStack as the pods of the real nodes reach it (host:port; empty without real nodes).
+export E2E_POD_S3_ENDPOINT="$LS_POD_ENDPOINT"
 # Tests that stop and restart CloudWatch run their own LocalStack with this interpreter.
 export E2E_LOCALSTACK_PYTHON="$LOCALSTACK_VENV/bin/python"
 export AWS_ACCESS_KEY_ID=test
@@ -245,6 +254,7 @@ export E2E_REAL_NODE_TAINT="$REAL_NODE_TAINT"
 export E2E_METRICS_TARGET_IMAGE="$METRICS_TARGET_IMAGE"
 export E2E_PROMETHEUS_IMAGE="$PROMETHEUS_IMAGE"
 export E2E_ALERTMANAGER_IMAGE="$ALERTMANAGER_IMAGE"
+export E2E_THANOS_IMAGE="$THANOS_IMAGE"
 export E2E_PROJECT_IMAGE="$PROJECT_IMAGE"
 ENV
 echo "cluster-up: ready in $((SECONDS - started))s — source e2e/.cluster/env (KUBECONFIG, AWS_ENDPOINT_URL)"
