@@ -1,0 +1,260 @@
+//! ShardedPrometheus with `spec.thanos` on the real nodes, as the shard controller's
+//! ServiceAccount: a Thanos sidecar beside every shard replica's real Prometheus, a real Thanos
+//! Querier over the sidecars that the headless Service `<name>-thanos-sidecar` lists, and the
+//! blocks the sidecars upload to LocalStack's S3.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use e2e::fixture;
+use e2e::real::RealNodes;
+use e2e::thanos::{SIDECAR_GRPC_PORT, ThanosQuery};
+use e2e::{Cluster, wait_for};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
+use kube::api::ListParams;
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(180);
+/// The first block is cut after 1.5 block lengths of samples and a compaction tick (1 min),
+/// then shipped by the sidecar's next sync (30 s).
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(360);
+const MANAGER: &str = "e2e-thanos";
+const NAME: &str = "prom";
+const SERVICE: &str = "prom-thanos-sidecar";
+const BUCKET: &str = "e2e-thanos";
+const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
+
+type Fixture = fixture::Sprom;
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster with its real nodes (make e2e)"]
+async fn thanos_a_querier_over_the_sidecar_service_sees_each_target_once_and_blocks_reach_s3() {
+    let cluster = Cluster::get();
+    let real = RealNodes::of(&cluster);
+    let fx = Fixture::new("thanos", NAME, MANAGER, TIMEOUT).await;
+    fx.prometheus_service_account().await;
+    // Six targets spread over the zones: two per zone, so two per shard.
+    real.run_metrics_targets(&fx.ns, "target", 6, TIMEOUT).await;
+    let s3 = objstore(&cluster, &fx).await;
+
+    let generation = fx.apply(spec(&cluster, &real, &fx)).await;
+    fx.wait_ready_shards("3 shards of 2 replicas with their sidecars", generation, 3)
+        .await;
+    let endpoints = sidecar_endpoints(&fx, 6).await;
+    let query = ThanosQuery::start(&endpoints).await;
+    query.wait_endpoints(6, TIMEOUT).await;
+
+    every_target_once_per_shard_deduplicated(&query).await;
+    blocks_reach_the_bucket(s3).await;
+}
+
+/// Three shards of two replicas on the real nodes scraping the targets every 2 s, each pod with
+/// a sidecar uploading 1-minute blocks to the bucket of the Secret `objstore`.
+fn spec(cluster: &Cluster, real: &RealNodes, fx: &Fixture) -> Value {
+    fixture::on_real_nodes(
+        real,
+        json!({
+            "shards": 3,
+            "replicas": 2,
+            "scrapeConfigs": [{
+                "job_name": "targets",
+                "scrape_interval": "2s",
+                "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [fx.ns.name]}}],
+                "relabel_configs": [{"source_labels": ["__meta_kubernetes_pod_label_app"], "regex": "target", "action": "keep"}],
+            }],
+            "thanos": {
+                "image": e2e::thanos::image(cluster),
+                "objectStorageConfig": {"name": "objstore", "key": "objstore.yml"},
+                "blockSize": "1m",
+            },
+        }),
+    )
+}
+
+/// LocalStack's S3 as the pods reach it: the bucket [`BUCKET`], made here, and the Secret
+/// `objstore` holding the sidecars' objstore configuration. Returns the address this host
+/// reaches it at.
+async fn objstore(cluster: &Cluster, fx: &Fixture) -> SocketAddr {
+    let pod_endpoint = cluster
+        .var("E2E_POD_S3_ENDPOINT")
+        .filter(|endpoint| !endpoint.is_empty())
+        .expect("E2E_POD_S3_ENDPOINT: LocalStack's S3 as the real nodes' pods reach it");
+    let s3: SocketAddr = pod_endpoint.parse().unwrap();
+    let (code, body) = e2e::process::http_request(s3, "PUT", &format!("/{BUCKET}"), None)
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "creating the bucket: {body}");
+    let config = format!(
+        "type: S3\nconfig:\n  bucket: {BUCKET}\n  endpoint: {pod_endpoint}\n  insecure: true\n  \
+         access_key: test\n  secret_key: test\n  region: us-east-1\n  bucket_lookup_type: path\n\
+         prefix: {}\n",
+        fx.ns.name
+    );
+    let secrets: Api<Secret> = fx.ns.api();
+    fixture::create(
+        &secrets,
+        json!({"metadata": {"name": "objstore"}, "stringData": {"objstore.yml": config}}),
+    )
+    .await;
+    s3
+}
+
+/// The gRPC addresses of the ready sidecars behind the headless Service, once there are `n`.
+async fn sidecar_endpoints(fx: &Fixture, n: usize) -> Vec<String> {
+    let slices: Api<EndpointSlice> = fx.ns.api();
+    let selector = format!("kubernetes.io/service-name={SERVICE}");
+    wait_for(
+        &format!("{n} ready sidecars behind {SERVICE}"),
+        TIMEOUT,
+        || async {
+            let listed = slices
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut addresses = Vec::new();
+            for slice in &listed.items {
+                let port = slice
+                    .ports
+                    .iter()
+                    .flatten()
+                    .find(|port| port.name.as_deref() == Some("grpc"))
+                    .and_then(|port| port.port);
+                assert_eq!(port, Some(i32::from(SIDECAR_GRPC_PORT)), "{slice:?}");
+                for endpoint in &slice.endpoints {
+                    let ready = endpoint.conditions.as_ref().and_then(|c| c.ready);
+                    if ready == Some(true) {
+                        addresses.extend(
+                            endpoint
+                                .addresses
+                                .iter()
+                                .map(|ip| format!("{ip}:{SIDECAR_GRPC_PORT}")),
+                        );
+                    }
+                }
+            }
+            (addresses.len() == n)
+                .then_some(addresses.clone())
+                .ok_or(format!("{addresses:?}"))
+        },
+    )
+    .await
+}
+
+/// Through the Querier: every shard scrapes its zone's two targets, each target is one series
+/// once the replicas are deduplicated and two without.
+async fn every_target_once_per_shard_deduplicated(query: &ThanosQuery) {
+    let expected: BTreeMap<(String, String), String> = ZONES
+        .iter()
+        .enumerate()
+        .map(|(shard, zone)| ((shard.to_string(), (*zone).to_string()), "2".to_string()))
+        .collect();
+    wait_for(
+        "count by (shard, zone) (up{job=\"targets\"}) through the Querier",
+        TIMEOUT,
+        || async {
+            let result = query
+                .query("count by (shard, zone) (up{job=\"targets\"} == 1)")
+                .await?;
+            let counted: BTreeMap<(String, String), String> = samples(&result)
+                .into_iter()
+                .map(|(labels, value)| ((labels["shard"].clone(), labels["zone"].clone()), value))
+                .collect();
+            (counted == expected)
+                .then_some(())
+                .ok_or(format!("{counted:?}"))
+        },
+    )
+    .await;
+    // Every replica scrapes them (the slower ones a scrape later): 12 series without dedup.
+    wait_for(
+        "every replica's series, 12 without dedup",
+        TIMEOUT,
+        || async {
+            let raw = raw_query(query, "count(up{job=\"targets\"})").await;
+            let count = samples(&raw).first().map(|(_, value)| value.clone());
+            (count.as_deref() == Some("12"))
+                .then_some(())
+                .ok_or(format!("{count:?}"))
+        },
+    )
+    .await;
+    let deduplicated = query.query("count(up{job=\"targets\"})").await.unwrap();
+    assert_eq!(samples(&deduplicated)[0].1, "6", "one series per target");
+}
+
+/// The labels and value of each sample of an instant vector.
+fn samples(result: &Value) -> Vec<(BTreeMap<String, String>, String)> {
+    result
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|sample| {
+            let labels = serde_json::from_value(sample["metric"].clone()).unwrap_or_default();
+            (
+                labels,
+                sample["value"][1].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `promql` through the Querier without deduplication.
+async fn raw_query(query: &ThanosQuery, promql: &str) -> Value {
+    let address: SocketAddr = format!("127.0.0.1:{}", query.http_port).parse().unwrap();
+    let path = format!(
+        "/api/v1/query?dedup=false&query={}",
+        e2e::prometheus::url_encode(promql)
+    );
+    let (code, body) = e2e::process::http_get_from(address, &path).await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    answer["data"]["result"].clone()
+}
+
+/// A block of every shard × replica in the bucket, its meta.json carrying the pod's external
+/// labels (shard, zone and prometheus_replica).
+async fn blocks_reach_the_bucket(s3: SocketAddr) {
+    wait_for(
+        "a block of each of the 6 pods in the bucket",
+        UPLOAD_TIMEOUT,
+        || async {
+            let (code, listing) =
+                e2e::process::http_get_from(s3, &format!("/{BUCKET}?list-type=2")).await?;
+            if code != 200 {
+                return Err(format!("{code}: {listing}"));
+            }
+            let mut replicas = std::collections::BTreeSet::new();
+            for key in listing
+                .split("<Key>")
+                .skip(1)
+                .filter_map(|k| k.split("</Key>").next())
+            {
+                if !key.ends_with("/meta.json") {
+                    continue;
+                }
+                let (_, meta) =
+                    e2e::process::http_get_from(s3, &format!("/{BUCKET}/{key}")).await?;
+                let meta: Value = serde_json::from_str(&meta).map_err(|e| format!("{key}: {e}"))?;
+                let labels = &meta["thanos"]["labels"];
+                let (Some(shard), Some(zone), Some(replica)) = (
+                    labels["shard"].as_str(),
+                    labels["zone"].as_str(),
+                    labels["prometheus_replica"].as_str(),
+                ) else {
+                    return Err(format!("{key}: labels {labels}"));
+                };
+                let index: usize = shard.parse().map_err(|_| format!("shard {shard}"))?;
+                assert_eq!(ZONES.get(index), Some(&zone), "{key}: {labels}");
+                replicas.insert(replica.to_string());
+            }
+            (replicas.len() == 6)
+                .then_some(())
+                .ok_or(format!("blocks of {replicas:?}"))
+        },
+    )
+    .await;
+}
