@@ -19,8 +19,8 @@ use zone_operator::{RuntimeParts, WatchSet};
 
 use crate::cli::Args;
 use crate::metrics::ZdbMetrics;
-use crate::shared::{SharedBudgets, SharedZones};
 use crate::reconcile::{self, Context};
+use crate::shared::{SharedBudgets, SharedZones};
 
 /// The budgets of `namespace`.
 fn zdbs_in(

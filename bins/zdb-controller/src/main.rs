@@ -37,13 +37,14 @@ async fn main() -> ExitCode {
     // the status controller waits for the Lease.
     let initial_list = parts.initial_list(args.scope.namespace()).await;
     // Its caches are the status controller's too: budgets and nodes are watched once.
-    let (budgets, zones) = match webhook::start(&parts, &args, initial_list, zdb_metrics.clone()).await {
-        Ok(webhook) => {
-            runtime.spawn_every_replica(webhook.task);
-            (webhook.budgets, webhook.zones)
-        }
-        Err(error) => return zone_operator::report_exit(&error),
-    };
+    let (budgets, zones) =
+        match webhook::start(&parts, &args, initial_list, zdb_metrics.clone()).await {
+            Ok(webhook) => {
+                runtime.spawn_every_replica(webhook.task);
+                (webhook.budgets, webhook.zones)
+            }
+            Err(error) => return zone_operator::report_exit(&error),
+        };
     // The API server calls the webhook through its Service and does not retry a refused call:
     // a terminating replica stays serving until the endpoints have dropped it.
     runtime.drain_on_shutdown(args.shutdown_delay, webhook::in_flight_grace(&args));

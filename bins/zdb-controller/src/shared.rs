@@ -145,8 +145,11 @@ mod tests {
         .unwrap()
     }
 
+    /// The names, sorted (a store lists in no order).
     fn names(refs: &[ObjectRef<ZoneDisruptionBudget>]) -> Vec<String> {
-        refs.iter().map(|r| r.name.clone()).collect()
+        let mut names: Vec<String> = refs.iter().map(|r| r.name.clone()).collect();
+        names.sort();
+        names
     }
 
     /// The controller starts from every cached budget, then follows the published changes; one

@@ -96,10 +96,7 @@ pub fn sidecar(
         image: Some(thanos.image.clone()),
         args: Some(args),
         env: (!env.is_empty()).then_some(env),
-        ports: Some(vec![
-            port("grpc", GRPC_PORT),
-            port("http", HTTP_PORT),
-        ]),
+        ports: Some(vec![port("grpc", GRPC_PORT), port("http", HTTP_PORT)]),
         readiness_probe: Some(probe("/-/ready")),
         liveness_probe: Some(Probe {
             failure_threshold: Some(6),

@@ -26,13 +26,13 @@ mod monitoring;
 mod pod;
 mod thanos;
 
-pub use thanos::{
-    BLOCK_DURATION_FLAGS, ObjectStorage, RESERVED_SIDECAR_FLAGS, THANOS_SIDECAR_CONTAINER, ThanosError,
-    ValidThanos,
-};
 pub use pod::{
     PROMETHEUS_CONTAINER, PodOptions, RESERVED_FLAGS, RESERVED_POD_LABELS, RESERVED_VOLUMES,
     RULE_VOLUME_PREFIX,
+};
+pub use thanos::{
+    BLOCK_DURATION_FLAGS, ObjectStorage, RESERVED_SIDECAR_FLAGS, THANOS_SIDECAR_CONTAINER,
+    ThanosError, ValidThanos,
 };
 
 /// Why a ShardedPrometheus spec cannot be acted on.

@@ -184,9 +184,15 @@ fn object_storage(selector: &SecretKeySelector) -> Result<ObjectStorage, ThanosE
 
 fn check_tls(tls: &ThanosTlsConfig) -> Result<(), ThanosError> {
     let given = |file: &Option<String>| file.as_deref().is_some_and(|f| !f.is_empty());
-    match (given(&tls.cert_file), given(&tls.key_file), given(&tls.ca_file)) {
+    match (
+        given(&tls.cert_file),
+        given(&tls.key_file),
+        given(&tls.ca_file),
+    ) {
         (true, true, _) => Ok(()),
-        (true, false, _) | (false, true, _) => Err(ThanosError::Tls("certFile and keyFile go together")),
+        (true, false, _) | (false, true, _) => {
+            Err(ThanosError::Tls("certFile and keyFile go together"))
+        }
         (false, false, true) => Err(ThanosError::Tls(
             "caFile verifies clients of a TLS server: give certFile and keyFile too",
         )),
@@ -236,7 +242,10 @@ mod tests {
     fn defaults_are_the_operators() {
         let valid = checked(json!({})).unwrap().unwrap();
         assert_eq!(valid.image, "quay.io/thanos/thanos:v0.42.5");
-        assert_eq!((valid.log_level.as_str(), valid.log_format.as_str()), ("info", "logfmt"));
+        assert_eq!(
+            (valid.log_level.as_str(), valid.log_format.as_str()),
+            ("info", "logfmt")
+        );
         assert_eq!(valid.block_size, "2h");
         assert_eq!(valid.object_storage, None);
         let versioned = checked(json!({"version": "v0.41.0"})).unwrap().unwrap();
@@ -249,33 +258,75 @@ mod tests {
     #[test]
     fn refusals_name_the_field_and_the_way_out() {
         let cases = [
-            (json!({"logLevel": "trace"}), "spec.thanos.logLevel \"trace\""),
+            (
+                json!({"logLevel": "trace"}),
+                "spec.thanos.logLevel \"trace\"",
+            ),
             (json!({"logFormat": "xml"}), "spec.thanos.logFormat \"xml\""),
             (json!({"blockSize": "2 hours"}), "spec.thanos.blockSize"),
-            (json!({"objectStorageConfig": {"name": "objstore"}}), "needs both name and key"),
-            (json!({"grpcServerTlsConfig": {"certFile": "/tls/crt"}}), "certFile and keyFile go together"),
-            (json!({"grpcServerTlsConfig": {"caFile": "/tls/ca"}}), "give certFile and keyFile too"),
-            (json!({"additionalArgs": [{"name": "--tsdb.path"}]}), "additionalArgs[0]"),
-            (json!({"additionalArgs": [{"name": "objstore.config", "value": "x"}]}), "--objstore.config is set by the controller"),
+            (
+                json!({"objectStorageConfig": {"name": "objstore"}}),
+                "needs both name and key",
+            ),
+            (
+                json!({"grpcServerTlsConfig": {"certFile": "/tls/crt"}}),
+                "certFile and keyFile go together",
+            ),
+            (
+                json!({"grpcServerTlsConfig": {"caFile": "/tls/ca"}}),
+                "give certFile and keyFile too",
+            ),
+            (
+                json!({"additionalArgs": [{"name": "--tsdb.path"}]}),
+                "additionalArgs[0]",
+            ),
+            (
+                json!({"additionalArgs": [{"name": "objstore.config", "value": "x"}]}),
+                "--objstore.config is set by the controller",
+            ),
         ];
         for (thanos, expected) in cases {
             let error = checked(thanos.clone()).unwrap_err().to_string();
             assert!(error.contains(expected), "{thanos}: {error}");
         }
-        let own = spec(json!({}), json!({"containers": [{"name": "thanos-sidecar"}]}));
-        assert!(own.thanos().unwrap_err().to_string().contains("named thanos-sidecar"));
-        let agent = spec(json!({}), json!({"mode": "Agent", "remoteWrite": [{"url": "http://x"}]}));
-        assert!(agent.thanos().unwrap_err().to_string().contains("mode is Agent"));
+        let own = spec(
+            json!({}),
+            json!({"containers": [{"name": "thanos-sidecar"}]}),
+        );
+        assert!(
+            own.thanos()
+                .unwrap_err()
+                .to_string()
+                .contains("named thanos-sidecar")
+        );
+        let agent = spec(
+            json!({}),
+            json!({"mode": "Agent", "remoteWrite": [{"url": "http://x"}]}),
+        );
+        assert!(
+            agent
+                .thanos()
+                .unwrap_err()
+                .to_string()
+                .contains("mode is Agent")
+        );
     }
 
     /// Under an uploading sidecar the block durations are the controller's; without uploads
     /// they stay the user's.
     #[test]
     fn block_duration_flags_are_reserved_only_while_uploading() {
-        let args = json!({"additionalArgs": [{"name": "storage.tsdb.max-block-duration", "value": "6h"}]});
+        let args =
+            json!({"additionalArgs": [{"name": "storage.tsdb.max-block-duration", "value": "6h"}]});
         let uploading = json!({"objectStorageConfig": {"name": "objstore", "key": "objstore.yml"}});
-        let error = spec(uploading, args.clone()).thanos().unwrap_err().to_string();
-        assert!(error.contains("--storage.tsdb.max-block-duration is set by the controller"), "{error}");
+        let error = spec(uploading, args.clone())
+            .thanos()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("--storage.tsdb.max-block-duration is set by the controller"),
+            "{error}"
+        );
         assert!(spec(json!({}), args).thanos().is_ok());
     }
 }
