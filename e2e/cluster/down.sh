@@ -36,4 +36,7 @@ for name in "${CONTROLLERS[@]}" localstack kwok kube-scheduler kube-controller-m
     fi
     rm -f "$pid_file"
 done
+if [ -f "$STATE/localstack-s3-made" ]; then
+    rm -rf "$LOCALSTACK_S3_DIR" "$STATE/localstack-s3-made"
+fi
 rm -f "$STATE/env"

@@ -117,3 +117,7 @@ wait_until() { # name timeout-seconds command...
 node_ip() { # the host's first global IPv4 address: the kubelet refuses a loopback one
     ip -4 -o addr show scope global | awk '{ split($4, a, "/"); print a[1]; exit }'
 }
+
+# LocalStack's S3 keeps its objects under this fixed path (not under the state dir): up.sh
+# records whether it made it, and down.sh removes it then.
+LOCALSTACK_S3_DIR=/tmp/localstack-s3-storage

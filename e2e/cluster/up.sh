@@ -218,6 +218,7 @@ if [ "$REAL_NODES" = 1 ]; then
     LS_POD_ENDPOINT="$(node_ip):$LS_PORT"
     LS_LISTEN+=",$LS_POD_ENDPOINT"
 fi
+[ -e "$LOCALSTACK_S3_DIR" ] || [ -e "$STATE/localstack-s3-made" ] || touch "$STATE/localstack-s3-made"
 RUNTIME_COMPONENTS=aws GATEWAY_LISTEN="$LS_LISTEN" SERVICES=cloudwatch,s3 \
     OVERRIDE_IN_DOCKER=0 FILESYSTEM_ROOT="$STATE/localstack-fs" \
     LOCALSTACK_VOLUME_DIR="$STATE/localstack" DISABLE_EVENTS=1 SKIP_SSL_CERT_DOWNLOAD=1 \
