@@ -10,9 +10,9 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
-    HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, Service,
-    ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
+    ObjectFieldSelector, PersistentVolumeClaim, PodSecurityContext, PodSpec, PodTemplateSpec,
+    Probe, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, Service, ServicePort,
+    ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -24,7 +24,7 @@ use zone_api::sprom::contract::{
 use zone_api::validation::{PROMETHEUS_CONTAINER, ShardStorage, ValidSprom};
 
 use crate::children::config::{self, CONFIG_DIR, CONFIG_KEY, ConfigError, POD_NAME_ENV, RULES_DIR};
-use crate::children::thanos;
+use crate::children::{http_probe, thanos};
 use crate::monitoring::Monitoring;
 
 /// A ConfigMap holds at most 1 MiB; rule files are split over ConfigMaps of at most this many
@@ -617,15 +617,7 @@ fn prometheus_container(valid: &ValidSprom, mounts: Vec<VolumeMount>) -> Contain
     args.extend(valid.pod.additional_args.iter().cloned());
     let mut mounts = mounts;
     mounts.extend(valid.pod.volume_mounts.iter().cloned());
-    let probe = |path: &str| Probe {
-        http_get: Some(HTTPGetAction {
-            path: Some(path.to_string()),
-            port: IntOrString::String("web".into()),
-            ..HTTPGetAction::default()
-        }),
-        period_seconds: Some(5),
-        ..Probe::default()
-    };
+    let probe = |path: &str| http_probe(path, "web");
     Container {
         name: PROMETHEUS_CONTAINER.into(),
         image: Some(valid.image.clone()),

@@ -4,12 +4,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Probe, SecretKeySelector,
-    SecurityContext, Service, ServicePort, ServiceSpec, VolumeMount,
+    Container, ContainerPort, EnvVar, EnvVarSource, Probe, SecretKeySelector, SecurityContext,
+    Service, ServicePort, ServiceSpec, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use zone_api::validation::{THANOS_SIDECAR_CONTAINER, ValidThanos};
+
+use super::http_probe;
 
 /// The sidecar's StoreAPI (gRPC) port, as prometheus-operator's.
 pub const GRPC_PORT: i32 = 10901;
@@ -45,12 +47,42 @@ pub fn sidecar(
     data_mount: VolumeMount,
     security_context: SecurityContext,
 ) -> Container {
+    let (args, env) = sidecar_args(thanos, web_port, &data_mount.mount_path);
+    let probe = |path: &str| http_probe(path, "http");
+    Container {
+        name: THANOS_SIDECAR_CONTAINER.into(),
+        image: Some(thanos.image.clone()),
+        args: Some(args),
+        env: (!env.is_empty()).then_some(env),
+        ports: Some(vec![port("grpc", GRPC_PORT), port("http", HTTP_PORT)]),
+        readiness_probe: Some(probe("/-/ready")),
+        liveness_probe: Some(Probe {
+            failure_threshold: Some(6),
+            ..probe("/-/healthy")
+        }),
+        resources: thanos.resources.clone(),
+        volume_mounts: Some(
+            std::iter::once(data_mount)
+                .chain(thanos.volume_mounts.iter().cloned())
+                .collect(),
+        ),
+        security_context: Some(security_context),
+        ..Container::default()
+    }
+}
+
+/// The sidecar's flags, and the environment they read the objstore configuration from.
+fn sidecar_args(
+    thanos: &ValidThanos,
+    web_port: i32,
+    tsdb_path: &str,
+) -> (Vec<String>, Vec<EnvVar>) {
     let mut args = vec![
         "sidecar".to_string(),
         format!("--prometheus.url=http://localhost:{web_port}/"),
         format!("--grpc-address=:{GRPC_PORT}"),
         format!("--http-address=:{HTTP_PORT}"),
-        format!("--tsdb.path={}", data_mount.mount_path),
+        format!("--tsdb.path={tsdb_path}"),
         format!("--log.level={}", thanos.log_level),
         format!("--log.format={}", thanos.log_format),
     ];
@@ -82,35 +114,7 @@ pub fn sidecar(
         }
     }
     args.extend(thanos.additional_args.iter().cloned());
-    let probe = |path: &str| Probe {
-        http_get: Some(HTTPGetAction {
-            path: Some(path.to_string()),
-            port: IntOrString::String("http".into()),
-            ..HTTPGetAction::default()
-        }),
-        period_seconds: Some(5),
-        ..Probe::default()
-    };
-    Container {
-        name: THANOS_SIDECAR_CONTAINER.into(),
-        image: Some(thanos.image.clone()),
-        args: Some(args),
-        env: (!env.is_empty()).then_some(env),
-        ports: Some(vec![port("grpc", GRPC_PORT), port("http", HTTP_PORT)]),
-        readiness_probe: Some(probe("/-/ready")),
-        liveness_probe: Some(Probe {
-            failure_threshold: Some(6),
-            ..probe("/-/healthy")
-        }),
-        resources: thanos.resources.clone(),
-        volume_mounts: Some(
-            std::iter::once(data_mount)
-                .chain(thanos.volume_mounts.iter().cloned())
-                .collect(),
-        ),
-        security_context: Some(security_context),
-        ..Container::default()
-    }
+    (args, env)
 }
 
 fn port(name: &str, port: i32) -> ContainerPort {
