@@ -94,20 +94,7 @@ pub async fn start(
     };
 
     let mut watches = WatchSet::<ZoneDisruptionBudget>::new();
-    let caches = Caches {
-        budgets: SharedBudgets::new(watches.watch(
-            "zonedisruptionbudgets",
-            args.scope.api::<ZoneDisruptionBudget>(&client),
-            watcher::Config::default(),
-            // The webhook's copies match and choose; what it decides from is read fresh.
-            |zdb| zdb.metadata.managed_fields = None,
-            // Each change is the status controller's trigger (see `Caches::run`).
-            |zdb| vec![ObjectRef::from_obj(zdb)],
-        )),
-        zones: SharedZones::new(watches.zones(&client, &args.scope.zone_label, initial_list)),
-        // Set once the budget cache has its first list, by the serving path below.
-        zdbs_synced: Arc::new(AtomicBool::new(false)),
-    };
+    let caches = Caches::watched(&mut watches, &client, args, initial_list);
     let keeper = keeper(parts, args, address, &caches, &metrics);
     let (shared_budgets, shared_zones) = (caches.budgets.clone(), caches.zones.clone());
     // The caches serve the decisions until the listener has closed: they end with `serving`.
@@ -173,6 +160,29 @@ struct Caches {
 }
 
 impl Caches {
+    /// The caches, added to `watches`.
+    fn watched(
+        watches: &mut WatchSet<ZoneDisruptionBudget>,
+        client: &Client,
+        args: &Args,
+        initial_list: InitialList,
+    ) -> Caches {
+        Caches {
+            budgets: SharedBudgets::new(watches.watch(
+                "zonedisruptionbudgets",
+                args.scope.api::<ZoneDisruptionBudget>(client),
+                watcher::Config::default(),
+                // The webhook's copies match and choose; what it decides from is read fresh.
+                |zdb| zdb.metadata.managed_fields = None,
+                // Each change is the status controller's trigger (see `Caches::run`).
+                |zdb| vec![ObjectRef::from_obj(zdb)],
+            )),
+            zones: SharedZones::new(watches.zones(client, &args.scope.zone_label, initial_list)),
+            // Set once the budget cache has its first list, by the serving path of `start`.
+            zdbs_synced: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
     /// The future keeping the caches of `watches`, which publishes every budget change for the
     /// status controller. Ends when every watch has.
     fn run(&self, watches: WatchSet<ZoneDisruptionBudget>) -> impl Future<Output = ()> + use<> {
