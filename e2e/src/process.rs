@@ -185,6 +185,33 @@ impl Drop for ControllerProcess {
     }
 }
 
+/// Waits until the process `child` (`what`, for the messages) answers 200 on `/-/ready` at
+/// `address` within `timeout`; panics if it exits first.
+pub async fn wait_http_ready(
+    child: &mut Child,
+    what: &str,
+    address: SocketAddr,
+    timeout: Duration,
+) {
+    let exited = wait_for(&format!("{what} to get ready"), timeout, || {
+        let exited = child.try_wait();
+        async move {
+            if let Ok(Some(status)) = exited {
+                return Ok(Some(status));
+            }
+            match http_get_from(address, "/-/ready").await {
+                Ok((200, _)) => Ok(None),
+                Ok((code, body)) => Err(format!("{code}: {}", body.trim())),
+                Err(e) => Err(e),
+            }
+        }
+    })
+    .await;
+    if let Some(status) = exited {
+        panic!("{what} exited ({status}) before it got ready");
+    }
+}
+
 /// `GET http://<address><path>` over plain HTTP/1.0 (a controller's `/readyz` or `/metrics`): the
 /// status code and the body.
 pub async fn http_get_from(address: SocketAddr, path: &str) -> Result<(u16, String), String> {

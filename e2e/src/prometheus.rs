@@ -364,28 +364,13 @@ impl PrometheusProcess {
             child,
         };
         let address = process.address();
-        let child = &mut process.child;
-        let exited = wait_for(
-            &format!("Prometheus {name} to get ready"),
+        crate::process::wait_http_ready(
+            &mut process.child,
+            &format!("Prometheus {name}"),
+            address,
             READY_TIMEOUT,
-            || {
-                let exited = child.try_wait();
-                async move {
-                    if let Ok(Some(status)) = exited {
-                        return Ok(Some(status));
-                    }
-                    match crate::process::http_get_from(address, "/-/ready").await {
-                        Ok((200, _)) => Ok(None),
-                        Ok((code, body)) => Err(format!("{code}: {}", body.trim())),
-                        Err(e) => Err(e),
-                    }
-                }
-            },
         )
         .await;
-        if let Some(status) = exited {
-            panic!("Prometheus {name} exited ({status}) before it got ready");
-        }
         process
     }
 

@@ -128,28 +128,13 @@ impl ThanosProcess {
             log,
             child,
         };
-        let child = &mut process.child;
-        let exited = wait_for(
-            &format!("thanos {name} to get ready"),
+        crate::process::wait_http_ready(
+            &mut process.child,
+            &format!("thanos {name}"),
+            http,
             READY_TIMEOUT,
-            || {
-                let exited = child.try_wait();
-                async move {
-                    if let Ok(Some(status)) = exited {
-                        return Ok(Some(status));
-                    }
-                    match crate::process::http_get_from(http, "/-/ready").await {
-                        Ok((200, _)) => Ok(None),
-                        Ok((code, body)) => Err(format!("{code}: {}", body.trim())),
-                        Err(e) => Err(e),
-                    }
-                }
-            },
         )
         .await;
-        if let Some(status) = exited {
-            panic!("thanos {name} exited ({status}) before it got ready");
-        }
         process
     }
 }
