@@ -36,6 +36,14 @@ build_k8s() { # [binary...] (default: all five)
     rmdir "$dir/.tmp"
 }
 
+# The -ldflags of a static build whose `--version` (prometheus/common/version) reports the tag
+# `tag` (v1.2.3: version 1.2.3, revision v1.2.3) and a fixed build date, the same on every machine.
+version_ldflags() { # tag
+    local pkg=github.com/prometheus/common/version
+    printf '%s' "-s -w -X $pkg.Version=${1#v} -X $pkg.Revision=$1 -X $pkg.Branch=HEAD" \
+        " -X $pkg.BuildUser=zone-aware-e2e -X $pkg.BuildDate=19700101-00:00:00"
+}
+
 build_simple() { # name version module-dir package
     local name="$1" version="$2" module="$3" pkg="$4"
     local dir="$ZAC_CACHE/$name-$version"
@@ -98,11 +106,8 @@ build_metrics_server() {
 build_prometheus_operator() {
     local dir="$ZAC_CACHE/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION" bin src
     local module=github.com/prometheus-operator/prometheus-operator
-    local ldflags="-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_OPERATOR_VERSION#v}"
-    ldflags+=" -X github.com/prometheus/common/version.Revision=$PROMETHEUS_OPERATOR_VERSION"
-    ldflags+=" -X github.com/prometheus/common/version.Branch=HEAD"
-    ldflags+=" -X github.com/prometheus/common/version.BuildUser=zone-aware-e2e"
-    ldflags+=" -X github.com/prometheus/common/version.BuildDate=19700101-00:00:00"
+    local ldflags
+    ldflags="$(version_ldflags "$PROMETHEUS_OPERATOR_VERSION")"
     mkdir -p "$dir"
     if [ ! -x "$dir/prometheus-operator" ] || [ ! -x "$dir/prometheus-config-reloader" ]; then
         # Both in one go build (cmd/operator's binary is named operator).
@@ -136,11 +141,8 @@ build_alertmanager() {
     local dir="$ZAC_CACHE/alertmanager-$ALERTMANAGER_VERSION" src
     local module=github.com/prometheus/alertmanager
     [ -x "$dir/alertmanager" ] && return 0
-    local ldflags="-s -w -X github.com/prometheus/common/version.Version=${ALERTMANAGER_VERSION#v}"
-    ldflags+=" -X github.com/prometheus/common/version.Revision=$ALERTMANAGER_VERSION"
-    ldflags+=" -X github.com/prometheus/common/version.Branch=HEAD"
-    ldflags+=" -X github.com/prometheus/common/version.BuildUser=zone-aware-e2e"
-    ldflags+=" -X github.com/prometheus/common/version.BuildDate=19700101-00:00:00"
+    local ldflags
+    ldflags="$(version_ldflags "$ALERTMANAGER_VERSION")"
     mkdir -p "$dir"
     echo "building alertmanager $ALERTMANAGER_VERSION (a cold build takes about 3 minutes)"
     {
@@ -172,11 +174,8 @@ build_thanos() {
     local dir="$ZAC_CACHE/thanos-$THANOS_VERSION" toolchain
     [ -x "$dir/thanos" ] && return 0
     toolchain="go$(sed -n 's/^go //p' "$here/tools/thanos/go.mod")"
-    local ldflags="-s -w -X github.com/prometheus/common/version.Version=${THANOS_VERSION#v}"
-    ldflags+=" -X github.com/prometheus/common/version.Revision=$THANOS_VERSION"
-    ldflags+=" -X github.com/prometheus/common/version.Branch=HEAD"
-    ldflags+=" -X github.com/prometheus/common/version.BuildUser=zone-aware-e2e"
-    ldflags+=" -X github.com/prometheus/common/version.BuildDate=19700101-00:00:00"
+    local ldflags
+    ldflags="$(version_ldflags "$THANOS_VERSION")"
     mkdir -p "$dir"
     echo "building thanos $THANOS_VERSION with $toolchain (a cold build takes about 10 minutes)"
     (cd "$here/tools/thanos" && GOTOOLCHAIN="$toolchain" CGO_ENABLED=0 go build -trimpath \
