@@ -50,15 +50,22 @@ async fn thanos_a_querier_over_the_sidecar_service_sees_each_target_once_and_blo
 
     every_target_once_per_shard_deduplicated(&query).await;
     blocks_reach_the_bucket(s3).await;
+    a_retained_shard_stays_behind_the_service_and_queryable(&cluster, &real, &fx, &query).await;
 }
 
 /// Three shards of two replicas on the real nodes scraping the targets every 2 s, each pod with
-/// a sidecar uploading 1-minute blocks to the bucket of the Secret `objstore`.
+/// a sidecar uploading 1-minute blocks to the bucket of the Secret `objstore`; a scale-down
+/// retains the shards removed for an hour.
 fn spec(cluster: &Cluster, real: &RealNodes, fx: &Fixture) -> Value {
+    sized_spec(cluster, real, fx, 3)
+}
+
+fn sized_spec(cluster: &Cluster, real: &RealNodes, fx: &Fixture, shards: u32) -> Value {
     fixture::on_real_nodes(
         real,
         json!({
-            "shards": 3,
+            "shards": shards,
+            "shardRetentionPolicy": {"whenScaled": "Retain", "retain": {"retentionPeriod": "1h"}},
             "replicas": 2,
             "scrapeConfigs": [{
                 "job_name": "targets",
@@ -257,4 +264,37 @@ async fn blocks_reach_the_bucket(s3: SocketAddr) {
         },
     )
     .await;
+}
+
+/// Scaled to 2, shard 2 is retained: it scrapes nothing more, but its pods stay behind the
+/// sidecars' Service, and the Querier still answers with its zone's series of the last minutes.
+async fn a_retained_shard_stays_behind_the_service_and_queryable(
+    cluster: &Cluster,
+    real: &RealNodes,
+    fx: &Fixture,
+    query: &ThanosQuery,
+) {
+    let generation = fx.apply(sized_spec(cluster, real, fx, 2)).await;
+    fx.wait_status("shard 2 retained", generation, |sprom| {
+        let status = sprom.status.clone().unwrap_or_default();
+        let retained: Vec<i32> = status.retained_shards.iter().map(|r| r.index).collect();
+        (status.shards == 2 && retained == [2])
+            .then_some(())
+            .ok_or(format!("{} shards, retained {retained:?}", status.shards))
+    })
+    .await;
+    sidecar_endpoints(fx, 6).await;
+    let result = query
+        .query("count by (shard, zone) (count_over_time(up{job=\"targets\", shard=\"2\"}[10m]))")
+        .await
+        .unwrap();
+    let counted: Vec<_> = samples(&result)
+        .into_iter()
+        .map(|(labels, value)| (labels["zone"].clone(), value))
+        .collect();
+    assert_eq!(
+        counted,
+        [("zone-c".to_string(), "2".to_string())],
+        "{result}"
+    );
 }
