@@ -111,22 +111,10 @@ impl ShardedPrometheusSpec {
 
     /// `additionalArgs` as `--name[=value]` flags, none of [`RESERVED_FLAGS`].
     fn additional_args(&self) -> Result<Vec<String>, SpromError> {
-        let mut additional_args = Vec::with_capacity(self.additional_args.len());
-        for (index, argument) in self.additional_args.iter().enumerate() {
-            let name = argument.name.as_str();
-            if name.is_empty() || name.starts_with('-') || name.contains('=') {
-                return Err(SpromError::ArgumentName(index));
-            }
-            let flag = name.strip_prefix("no-").unwrap_or(name);
-            if RESERVED_FLAGS.contains(&flag) {
-                return Err(SpromError::ReservedArgument(name.to_string()));
-            }
-            additional_args.push(match &argument.value {
-                Some(value) if !value.is_empty() => format!("--{name}={value}"),
-                _ => format!("--{name}"),
-            });
-        }
-        Ok(additional_args)
+        flags(&self.additional_args, RESERVED_FLAGS).map_err(|error| match error {
+            FlagError::Name(index) => SpromError::ArgumentName(index),
+            FlagError::Reserved(name) => SpromError::ReservedArgument(name),
+        })
     }
 
     /// `persistentVolumeClaimRetentionPolicy`: Retain or Delete.
@@ -150,6 +138,37 @@ impl ShardedPrometheusSpec {
         }
         Ok(())
     }
+}
+
+/// Why an `{name, value}` argument is not a flag that may be passed.
+pub(super) enum FlagError {
+    /// The index of a name that is empty, starts with a dash or holds '='.
+    Name(usize),
+    /// A name of the reserved flags (or its `no-` form).
+    Reserved(String),
+}
+
+/// `arguments` as `--name[=value]` flags (`--name` without a value), none of `reserved`.
+pub(super) fn flags(
+    arguments: &[sprom::Argument],
+    reserved: &[&str],
+) -> Result<Vec<String>, FlagError> {
+    let mut flags = Vec::with_capacity(arguments.len());
+    for (index, argument) in arguments.iter().enumerate() {
+        let name = argument.name.as_str();
+        if name.is_empty() || name.starts_with('-') || name.contains('=') {
+            return Err(FlagError::Name(index));
+        }
+        let flag = name.strip_prefix("no-").unwrap_or(name);
+        if reserved.contains(&flag) {
+            return Err(FlagError::Reserved(name.to_string()));
+        }
+        flags.push(match &argument.value {
+            Some(value) if !value.is_empty() => format!("--{name}={value}"),
+            _ => format!("--{name}"),
+        });
+    }
+    Ok(flags)
 }
 
 /// The containers of `field`: named, each once; the "prometheus" entry leaves args and command

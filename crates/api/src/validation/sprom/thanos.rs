@@ -4,6 +4,7 @@ use k8s_openapi::api::core::v1::{ResourceRequirements, SecretKeySelector, Volume
 
 use super::super::shared::{DurationError, duration, non_empty_or};
 use super::SpromError;
+use super::pod::{FlagError, flags};
 use crate::sprom::thanos::{
     DEFAULT_BLOCK_SIZE, DEFAULT_THANOS_REPOSITORY, DEFAULT_THANOS_VERSION, ThanosTlsConfig,
 };
@@ -202,22 +203,10 @@ fn check_tls(tls: &ThanosTlsConfig) -> Result<(), ThanosError> {
 
 /// `spec.thanos.additionalArgs` as `--name[=value]` flags, none of [`RESERVED_SIDECAR_FLAGS`].
 fn sidecar_args(arguments: &[crate::sprom::Argument]) -> Result<Vec<String>, ThanosError> {
-    let mut args = Vec::with_capacity(arguments.len());
-    for (index, argument) in arguments.iter().enumerate() {
-        let name = argument.name.as_str();
-        if name.is_empty() || name.starts_with('-') || name.contains('=') {
-            return Err(ThanosError::ArgumentName(index));
-        }
-        let flag = name.strip_prefix("no-").unwrap_or(name);
-        if RESERVED_SIDECAR_FLAGS.contains(&flag) {
-            return Err(ThanosError::ReservedArgument(name.to_string()));
-        }
-        args.push(match &argument.value {
-            Some(value) if !value.is_empty() => format!("--{name}={value}"),
-            _ => format!("--{name}"),
-        });
-    }
-    Ok(args)
+    flags(arguments, RESERVED_SIDECAR_FLAGS).map_err(|error| match error {
+        FlagError::Name(index) => ThanosError::ArgumentName(index),
+        FlagError::Reserved(name) => ThanosError::ReservedArgument(name),
+    })
 }
 
 #[cfg(test)]
