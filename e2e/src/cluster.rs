@@ -25,6 +25,34 @@ pub fn e2e_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
+/// `expression` as bash prints it after sourcing `script` (a path below `e2e/`), with the cache
+/// home `xdg` (the value of `XDG_CACHE_HOME`, `None` when unset). Sourced rather than parsed: a
+/// value is whatever the scripts' shell expressions make it, exactly as for build.sh and
+/// images.sh. Panics when the script fails or the value is empty.
+pub fn sourced(script: &str, expression: &str, xdg: Option<&str>) -> String {
+    let path = e2e_dir().join(script);
+    let mut bash = std::process::Command::new("bash");
+    bash.arg("-c")
+        .arg(format!(r#"source "$1" && printf %s "{expression}""#))
+        .arg("bash")
+        .arg(&path);
+    match xdg {
+        Some(xdg) => bash.env("XDG_CACHE_HOME", xdg),
+        None => bash.env_remove("XDG_CACHE_HOME"),
+    };
+    let output = bash
+        .output()
+        .unwrap_or_else(|e| panic!("sourcing {}: {e}", path.display()));
+    let value = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success() && !value.is_empty(),
+        "{expression} of {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    value
+}
+
 fn env_file() -> PathBuf {
     e2e_dir().join(".cluster/env")
 }

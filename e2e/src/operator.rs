@@ -155,13 +155,6 @@ pub async fn install_crds(cluster: &Cluster) {
     }
 }
 
-/// The last `lines` lines of the file at `path` (empty when it cannot be read).
-fn tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
 /// A prometheus-operator process of a test, on the host with the cluster's admin kubeconfig,
 /// restricted to the test's namespaces. Its web server (metrics, `/healthz`) listens on a free
 /// port of 127.0.0.1 without TLS; no kubelet Service is managed. Killed (by PID) on drop; its
@@ -267,7 +260,7 @@ impl Drop for Operator {
             eprintln!(
                 "---- prometheus-operator log ({}), last {LOG_TAIL_LINES} lines ----\n{}",
                 self.log.display(),
-                tail(&self.log, LOG_TAIL_LINES)
+                crate::process::tail(&self.log, LOG_TAIL_LINES)
             );
         }
     }

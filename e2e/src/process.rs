@@ -185,6 +185,13 @@ impl Drop for ControllerProcess {
     }
 }
 
+/// The last `lines` lines of the file at `path` (empty when it cannot be read).
+pub fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
 /// Waits until the process `child` (`what`, for the messages) answers 200 on `/-/ready` at
 /// `address` within `timeout`; panics if it exits first.
 pub async fn wait_http_ready(

@@ -71,29 +71,13 @@ pub fn binaries() -> PrometheusBinaries {
 }
 
 /// The directory `e2e/cluster/build.sh` builds Prometheus into, for the cache home `xdg` (the
-/// value of `XDG_CACHE_HOME`, `None` when unset). `versions.sh` is sourced rather than parsed:
-/// the directory is whatever its shell expression makes it, exactly as for build.sh.
+/// value of `XDG_CACHE_HOME`, `None` when unset).
 fn cached_binaries_dir(xdg: Option<&str>) -> PathBuf {
-    let versions = crate::cluster::e2e_dir().join("cluster/versions.sh");
-    let mut bash = Command::new("bash");
-    bash.arg("-c")
-        .arg(r#"source "$1" && printf %s "$ZAC_CACHE/prometheus-$PROMETHEUS_VERSION""#)
-        .arg("bash")
-        .arg(&versions);
-    match xdg {
-        Some(xdg) => bash.env("XDG_CACHE_HOME", xdg),
-        None => bash.env_remove("XDG_CACHE_HOME"),
-    };
-    let output = bash
-        .output()
-        .unwrap_or_else(|e| panic!("sourcing {}: {e}", versions.display()));
-    assert!(
-        output.status.success(),
-        "sourcing {}: {}",
-        versions.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&output.stdout).into_owned())
+    PathBuf::from(crate::cluster::sourced(
+        "cluster/versions.sh",
+        "$ZAC_CACHE/prometheus-$PROMETHEUS_VERSION",
+        xdg,
+    ))
 }
 
 /// Distinguishes the temporary directories of several Prometheus runs (and checks) of one test
@@ -305,13 +289,6 @@ pub fn url_encode(s: &str) -> String {
     out
 }
 
-/// The last `lines` lines of the file at `path` (empty when it cannot be read).
-fn tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
 /// A `prometheus` process of a test on 127.0.0.1: its config file and TSDB in a temporary
 /// directory of its own, its output in a log file (the tail printed when the test fails). The
 /// config file is re-read when it changes (`--config.auto-reload`), so a test can hand it the
@@ -520,7 +497,7 @@ impl Drop for PrometheusProcess {
                 self.name,
                 self.log.display(),
                 self.dir.display(),
-                tail(&self.log, LOG_TAIL_LINES)
+                crate::process::tail(&self.log, LOG_TAIL_LINES)
             );
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);

@@ -21,6 +21,8 @@ pub struct RealNodes {
     pub prometheus_image: String,
     /// Alertmanager 0.35, static, from e2e/cluster/build.sh.
     pub alertmanager_image: String,
+    /// Thanos (sidecar, query, store, rule), static, from e2e/cluster/build.sh.
+    pub thanos_image: String,
 }
 
 impl RealNodes {
@@ -41,6 +43,7 @@ impl RealNodes {
             project_image: var("E2E_PROJECT_IMAGE"),
             prometheus_image: var("E2E_PROMETHEUS_IMAGE"),
             alertmanager_image: var("E2E_ALERTMANAGER_IMAGE"),
+            thanos_image: var("E2E_THANOS_IMAGE"),
         }
     }
 

@@ -1,23 +1,22 @@
 //! Thanos (one static binary from `e2e/cluster/build.sh`: `thanos sidecar`, `query`, `store`,
-//! `rule`) for the tests that join the shards of a ShardedPrometheus again: the image the real
-//! nodes run it from ([`image`], the shards' sidecars), and a Querier run on the host
-//! ([`ThanosQuery`]) that reads the sidecars' StoreAPI at the pods' IPs (routable from this
-//! host) and deduplicates the replicas of each shard.
+//! `rule`) for the tests that join the shards of a ShardedPrometheus again: a Querier run on the
+//! host ([`ThanosQuery`]) that reads the sidecars' StoreAPI at the pods' IPs (routable from this
+//! host) and deduplicates the replicas of each shard. The real nodes run the shards' sidecars
+//! from the image of `RealNodes::thanos_image`.
 //!
-//! The image name and the binary's path are those of `e2e/cluster/lib.sh` (`THANOS_IMAGE`,
-//! `THANOS_BIN`, from the version and cache directory of `e2e/cluster/versions.sh`), or the
-//! binary in `THANOS_BIN_DIR`. Tests that run the binary are `#[ignore]`d like the other e2e
+//! The binary is `THANOS_BIN` of `e2e/cluster/lib.sh` (from the version and cache directory of
+//! `e2e/cluster/versions.sh`), or the one in `THANOS_BIN_DIR`. Tests that run the binary are `#[ignore]`d like the other e2e
 //! tests.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::prometheus::url_encode;
-use crate::{Cluster, wait_for};
+use crate::wait_for;
 
 /// The label each replica of a shard carries as an external label, which the Querier removes to
 /// merge the replicas' series (`--query.replica-label`).
@@ -34,54 +33,15 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Lines of a Thanos log printed when a test fails.
 const LOG_TAIL_LINES: usize = 60;
 
-/// The value of `variable` after sourcing `e2e/cluster/lib.sh` with the cache home `xdg` (the
-/// value of `XDG_CACHE_HOME`, `None` when unset). Sourced rather than parsed: the value is
-/// whatever its shell expressions make it, exactly as for images.sh.
-fn lib_sh_var(variable: &str, xdg: Option<&str>) -> String {
-    let lib = crate::cluster::e2e_dir().join("cluster/lib.sh");
-    let mut bash = Command::new("bash");
-    bash.arg("-c")
-        .arg(r#"source "$1" && printf %s "${!2}""#)
-        .arg("bash")
-        .arg(&lib)
-        .arg(variable);
-    match xdg {
-        Some(xdg) => bash.env("XDG_CACHE_HOME", xdg),
-        None => bash.env_remove("XDG_CACHE_HOME"),
-    };
-    let output = bash
-        .output()
-        .unwrap_or_else(|e| panic!("sourcing {}: {e}", lib.display()));
-    let value = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success() && !value.is_empty(),
-        "{variable} of {}: {}",
-        lib.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    value
-}
-
-/// The Thanos image imported into every real node (`imagePullPolicy: Never`):
-/// `E2E_THANOS_IMAGE` of the cluster's env file when it names one, else `THANOS_IMAGE` of
-/// `e2e/cluster/lib.sh`, the name `e2e/cluster/images.sh` imports it under.
-pub fn image(cluster: &Cluster) -> String {
-    cluster.var("E2E_THANOS_IMAGE").unwrap_or_else(|| {
-        lib_sh_var(
-            "THANOS_IMAGE",
-            std::env::var("XDG_CACHE_HOME").ok().as_deref(),
-        )
-    })
-}
-
 /// The `thanos` binary: the one in `THANOS_BIN_DIR` when set, else the one
 /// `e2e/cluster/build.sh` caches (`THANOS_BIN` of `e2e/cluster/lib.sh`). Panics, naming the
 /// path, when it is missing.
 pub fn binary() -> PathBuf {
     let path = match std::env::var_os("THANOS_BIN_DIR") {
         Some(dir) => PathBuf::from(dir).join("thanos"),
-        None => PathBuf::from(lib_sh_var(
-            "THANOS_BIN",
+        None => PathBuf::from(crate::cluster::sourced(
+            "cluster/lib.sh",
+            "$THANOS_BIN",
             std::env::var("XDG_CACHE_HOME").ok().as_deref(),
         )),
     };
@@ -91,13 +51,6 @@ pub fn binary() -> PathBuf {
         path.display()
     );
     path
-}
-
-/// The last `lines` lines of the file at `path` (empty when it cannot be read).
-fn tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// A `thanos <component>` process on the host, its stdout and stderr in a log file (the tail
@@ -148,7 +101,7 @@ impl Drop for ThanosProcess {
                 "---- thanos {} log ({}), last {LOG_TAIL_LINES} lines ----\n{}",
                 self.name,
                 self.log.display(),
-                tail(&self.log, LOG_TAIL_LINES)
+                crate::process::tail(&self.log, LOG_TAIL_LINES)
             );
         }
     }
@@ -207,7 +160,8 @@ pub struct ThanosQuery {
     pub http_port: u16,
     /// Its own gRPC (StoreAPI) port on 127.0.0.1, free when it started.
     pub grpc_port: u16,
-    process: ThanosProcess,
+    /// Kept for its drop: the process is killed, its log shown if the test failed.
+    _process: ThanosProcess,
 }
 
 impl ThanosQuery {
@@ -232,22 +186,12 @@ impl ThanosQuery {
             endpoints: endpoints.to_vec(),
             http_port,
             grpc_port,
-            process,
+            _process: process,
         }
     }
 
     fn address(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.http_port))
-    }
-
-    /// Its base URL, `http://127.0.0.1:<port>`.
-    pub fn url(&self) -> String {
-        format!("http://{}", self.address())
-    }
-
-    /// Its log file.
-    pub fn log(&self) -> &Path {
-        &self.process.log
     }
 
     /// `data` of the API's answer at `path`, or why there is none.
@@ -269,6 +213,14 @@ impl ThanosQuery {
             Value::Null => Err(format!("GET {path}: no data.result in {data}")),
             result => Ok(result),
         }
+    }
+
+    /// `data.result` of an instant query of `promql` now without deduplication (`dedup=false`):
+    /// every replica's series.
+    pub async fn query_raw(&self, promql: &str) -> Result<Value, String> {
+        let path = format!("/api/v1/query?query={}&dedup=false", url_encode(promql));
+        let mut data = self.api(&path).await?;
+        Ok(data["result"].take())
     }
 
     /// `data` of `/api/v1/stores`: component type (`sidecar`, `store`, `rule`, ...) → the
@@ -312,12 +264,12 @@ mod tests {
 
     #[test]
     fn the_image_and_binary_are_those_of_lib_sh() {
-        let image = lib_sh_var("THANOS_IMAGE", None);
+        let image = crate::cluster::sourced("cluster/lib.sh", "$THANOS_IMAGE", None);
         assert!(
             image.starts_with("localhost/zone-aware-e2e/thanos:v0."),
             "{image}"
         );
-        let binary = lib_sh_var("THANOS_BIN", Some("/xdg"));
+        let binary = crate::cluster::sourced("cluster/lib.sh", "$THANOS_BIN", Some("/xdg"));
         assert!(
             binary.starts_with("/xdg/zone-aware-controllers/thanos-v0.")
                 && binary.ends_with("/thanos"),
@@ -421,13 +373,8 @@ scrape_configs:
         // Both replicas scraped: one series, without the replica label.
         let result = wait_for("both replicas to scrape", timeout, || async {
             let result = query.query(r#"up{job="unreachable"}"#).await?;
-            let raw = query
-                .api(&format!(
-                    "/api/v1/query?query={}&dedup=false",
-                    url_encode(r#"up{job="unreachable"}"#)
-                ))
-                .await?;
-            match raw["result"].as_array().map(Vec::len) {
+            let raw = query.query_raw(r#"up{job="unreachable"}"#).await?;
+            match raw.as_array().map(Vec::len) {
                 Some(2) => Ok(result),
                 _ => Err(format!("without dedup: {raw}")),
             }

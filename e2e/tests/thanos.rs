@@ -41,7 +41,7 @@ async fn thanos_a_querier_over_the_sidecar_service_sees_each_target_once_and_blo
     real.run_metrics_targets(&fx.ns, "target", 6, TIMEOUT).await;
     let s3 = objstore(&cluster, &fx).await;
 
-    let generation = fx.apply(spec(&cluster, &real, &fx)).await;
+    let generation = fx.apply(spec(&real, &fx, 3)).await;
     fx.wait_ready_shards("3 shards of 2 replicas with their sidecars", generation, 3)
         .await;
     let endpoints = sidecar_endpoints(&fx, 6).await;
@@ -50,17 +50,13 @@ async fn thanos_a_querier_over_the_sidecar_service_sees_each_target_once_and_blo
 
     every_target_once_per_shard_deduplicated(&query).await;
     blocks_reach_the_bucket(s3).await;
-    a_retained_shard_stays_behind_the_service_and_queryable(&cluster, &real, &fx, &query).await;
+    a_retained_shard_stays_behind_the_service_and_queryable(&real, &fx, &query).await;
 }
 
-/// Three shards of two replicas on the real nodes scraping the targets every 2 s, each pod with
-/// a sidecar uploading 1-minute blocks to the bucket of the Secret `objstore`; a scale-down
+/// `shards` shards of two replicas on the real nodes scraping the targets every 2 s, each pod
+/// with a sidecar uploading 1-minute blocks to the bucket of the Secret `objstore`; a scale-down
 /// retains the shards removed for an hour.
-fn spec(cluster: &Cluster, real: &RealNodes, fx: &Fixture) -> Value {
-    sized_spec(cluster, real, fx, 3)
-}
-
-fn sized_spec(cluster: &Cluster, real: &RealNodes, fx: &Fixture, shards: u32) -> Value {
+fn spec(real: &RealNodes, fx: &Fixture, shards: u32) -> Value {
     fixture::on_real_nodes(
         real,
         json!({
@@ -74,7 +70,7 @@ fn sized_spec(cluster: &Cluster, real: &RealNodes, fx: &Fixture, shards: u32) ->
                 "relabel_configs": [{"source_labels": ["__meta_kubernetes_pod_label_app"], "regex": "target", "action": "keep"}],
             }],
             "thanos": {
-                "image": e2e::thanos::image(cluster),
+                "image": real.thanos_image,
                 "objectStorageConfig": {"name": "objstore", "key": "objstore.yml"},
                 "blockSize": "1m",
             },
@@ -181,7 +177,7 @@ async fn every_target_once_per_shard_deduplicated(query: &ThanosQuery) {
         "every replica's series, 12 without dedup",
         TIMEOUT,
         || async {
-            let raw = raw_query(query, "count(up{job=\"targets\"})").await;
+            let raw = query.query_raw("count(up{job=\"targets\"})").await?;
             let count = samples(&raw).first().map(|(_, value)| value.clone());
             (count.as_deref() == Some("12"))
                 .then_some(())
@@ -207,19 +203,6 @@ fn samples(result: &Value) -> Vec<(BTreeMap<String, String>, String)> {
             )
         })
         .collect()
-}
-
-/// `promql` through the Querier without deduplication.
-async fn raw_query(query: &ThanosQuery, promql: &str) -> Value {
-    let address: SocketAddr = format!("127.0.0.1:{}", query.http_port).parse().unwrap();
-    let path = format!(
-        "/api/v1/query?dedup=false&query={}",
-        e2e::prometheus::url_encode(promql)
-    );
-    let (code, body) = e2e::process::http_get_from(address, &path).await.unwrap();
-    assert_eq!(code, 200, "{body}");
-    let answer: Value = serde_json::from_str(&body).unwrap();
-    answer["data"]["result"].clone()
 }
 
 /// A block of every shard × replica in the bucket, its meta.json carrying the pod's external
@@ -269,12 +252,11 @@ async fn blocks_reach_the_bucket(s3: SocketAddr) {
 /// Scaled to 2, shard 2 is retained: it scrapes nothing more, but its pods stay behind the
 /// sidecars' Service, and the Querier still answers with its zone's series of the last minutes.
 async fn a_retained_shard_stays_behind_the_service_and_queryable(
-    cluster: &Cluster,
     real: &RealNodes,
     fx: &Fixture,
     query: &ThanosQuery,
 ) {
-    let generation = fx.apply(sized_spec(cluster, real, fx, 2)).await;
+    let generation = fx.apply(spec(real, fx, 2)).await;
     fx.wait_status("shard 2 retained", generation, |sprom| {
         let status = sprom.status.clone().unwrap_or_default();
         let retained: Vec<i32> = status.retained_shards.iter().map(|r| r.index).collect();
