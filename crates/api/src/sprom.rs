@@ -63,6 +63,10 @@ pub mod condition {
     pub const CONFIG_LOADED: &str = "ConfigLoaded";
     /// spec.paused is set: nothing is changed until it is cleared.
     pub const PAUSED: &str = "Paused";
+    /// With spec.thanos uploading: every shard a scale-down removed has uploaded everything it
+    /// held (its head included) and is deleted; False names the shards kept until theirs is
+    /// done, and why. Absent without the final upload.
+    pub const REMOVED_SHARDS_UPLOADED: &str = "RemovedShardsUploaded";
 }
 
 /// Condition reasons (CamelCase, stable: alerts and scripts match on them).
@@ -118,6 +122,19 @@ pub mod reason {
     pub const PAUSED: &str = "Paused";
     /// Paused False.
     pub const NOT_PAUSED: &str = "NotPaused";
+    /// RemovedShardsUploaded True: no removed shard waits for its final upload.
+    pub const NONE_PENDING: &str = "NonePending";
+    /// RemovedShardsUploaded False: a removed shard's pods are snapshotting or uploading.
+    pub const UPLOAD_IN_PROGRESS: &str = "UploadInProgress";
+    /// RemovedShardsUploaded False (and a Warning event): an upload attempt failed; the shard
+    /// is kept and the attempt retried.
+    pub const UPLOAD_FAILED: &str = "UploadFailed";
+    /// Event: a pod of a removed shard starts its final upload.
+    pub const SHARD_UPLOAD_STARTED: &str = "ShardUploadStarted";
+    /// Warning event: an attempt at a removed shard's final upload failed.
+    pub const SHARD_UPLOAD_FAILED: &str = "ShardUploadFailed";
+    /// Event: removed shards deleted once everything they held was uploaded.
+    pub const SHARDS_UPLOADED: &str = "ShardsUploaded";
 }
 
 /// Runs Prometheus as `shards` StatefulSets of `replicas` pods. In Topology sharding, shard i

@@ -14,9 +14,9 @@ pub use shared::{
     is_label_name,
 };
 pub use sprom::{
-    PROMETHEUS_CONTAINER, PodOptions, RESERVED_FLAGS, RESERVED_POD_LABELS, RESERVED_VOLUMES,
-    RULE_VOLUME_PREFIX, ShardStorage, SpromError, THANOS_SIDECAR_CONTAINER, ThanosError,
-    ValidSprom, ValidThanos,
+    ObjectStorage, PROMETHEUS_CONTAINER, PodOptions, RESERVED_FLAGS, RESERVED_POD_LABELS,
+    RESERVED_VOLUMES, RULE_VOLUME_PREFIX, ShardStorage, SpromError, THANOS_SIDECAR_CONTAINER,
+    ThanosError, ValidSprom, ValidThanos,
 };
 pub use zau::{
     DEFAULT_GATE_POLL_INTERVAL, DEFAULT_GATE_TIMEOUT, DEFAULT_GATE_ZONE_LABEL, GateTarget,

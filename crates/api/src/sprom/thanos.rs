@@ -73,6 +73,14 @@ pub struct ThanosSpec {
     /// Mounts added to the sidecar container (the volumes are `spec.volumes`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volume_mounts: Vec<VolumeMount>,
+
+    /// With `objectStorageConfig`: a shard removed by a scale-down (at its retention deadline,
+    /// or at once under `whenScaled: Delete`) is deleted only once everything it holds, its
+    /// head included, is in the object store. Set to false to delete removed shards without
+    /// that final upload, accepting the loss of what no uploaded block holds yet (up to
+    /// `blockSize` × 1.5 per replica). Default: true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload_before_deletion: Option<bool>,
 }
 
 /// TLS files of the sidecar's gRPC server, as paths in the sidecar container.

@@ -59,8 +59,30 @@ impl ApiClient {
         url: &str,
         authorization: Option<HeaderValue>,
     ) -> Result<Answer, ApiError> {
+        self.send(hyper::Method::GET, url, authorization).await
+    }
+
+    /// POST to `url` with an empty body (the admin API's actions). No timeout here: the caller
+    /// cuts the whole exchange.
+    pub async fn post(
+        &self,
+        url: &str,
+        authorization: Option<HeaderValue>,
+    ) -> Result<Answer, ApiError> {
+        self.send(hyper::Method::POST, url, authorization).await
+    }
+
+    async fn send(
+        &self,
+        method: hyper::Method,
+        url: &str,
+        authorization: Option<HeaderValue>,
+    ) -> Result<Answer, ApiError> {
         let uri: hyper::Uri = url.parse().map_err(|_| ApiError::Url(url.to_string()))?;
-        let mut request = hyper::Request::get(uri).header(ACCEPT, "application/json");
+        let mut request = hyper::Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(ACCEPT, "application/json");
         if self.gzip {
             request = request.header(ACCEPT_ENCODING, "gzip");
         }

@@ -50,6 +50,15 @@ pub struct ValidThanos {
     /// `--name[=value]` flags, none of [`RESERVED_SIDECAR_FLAGS`].
     pub additional_args: Vec<String>,
     pub volume_mounts: Vec<VolumeMount>,
+    /// A removed shard is deleted only after its final upload (only with an object store).
+    pub upload_before_deletion: bool,
+}
+
+impl ValidThanos {
+    /// Whether a removed shard waits for its final upload before it is deleted.
+    pub fn final_upload(&self) -> bool {
+        self.object_storage.is_some() && self.upload_before_deletion
+    }
 }
 
 /// A key of a Secret of the ShardedPrometheus's namespace.
@@ -157,6 +166,7 @@ impl ShardedPrometheusSpec {
             block_size,
             additional_args: sidecar_args(&thanos.additional_args)?,
             volume_mounts: thanos.volume_mounts.clone(),
+            upload_before_deletion: thanos.upload_before_deletion != Some(false),
         }))
     }
 
