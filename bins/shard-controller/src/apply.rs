@@ -51,6 +51,16 @@ pub async fn apply(
                 stateful_set,
                 retained,
             } => writer.mark(stateful_set, retained.as_ref()).await?,
+            Write::StartUpload {
+                pod,
+                ip,
+                path,
+                container,
+            } => {
+                let params = writer.params();
+                crate::snapshot::start(&writer.api(), &params, pod, ip, path.as_deref(), container)
+                    .await?
+            }
         }
     }
     let mut pruned = Vec::new();
@@ -91,6 +101,13 @@ impl Writer<'_> {
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
     {
         Api::namespaced(self.ctx.client.clone(), self.namespace)
+    }
+
+    fn params(&self) -> PatchParams {
+        PatchParams {
+            field_manager: Some(self.ctx.field_manager.clone()),
+            ..PatchParams::default()
+        }
     }
 
     async fn apply(&self, child: &Child) -> Result<(), ChildError> {

@@ -5,13 +5,13 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::store::WriterDropped;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use zone_api::ShardedPrometheus;
 use zone_monitoring::resolve::Source;
 use zone_operator::controller::{self, CachesStopped};
@@ -53,7 +53,11 @@ const KEPT_ANNOTATIONS: [&str; 4] = [
 /// fields are most of its size, and 100 shards would keep them all in memory.
 fn strip_stateful_set(sts: &mut StatefulSet) {
     strip_meta(sts);
-    sts.spec = None;
+    // Of the spec, only how many pods it keeps (a removed shard's final upload waits for each).
+    sts.spec = sts.spec.take().map(|spec| StatefulSetSpec {
+        replicas: spec.replicas,
+        ..StatefulSetSpec::default()
+    });
 }
 
 /// Keeps of a child's metadata what the controller reads: name, labels, owner and its own
@@ -117,12 +121,14 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         &sproms,
     );
     // The shards' Prometheus pods, for the prober that asks them which configuration they run
-    // (labels, phase and IP only); their answers, when they change, reconcile the resource.
-    let pods = watches.keep(
+    // (labels, phase and IP, and the final upload's ephemeral containers); their answers, when
+    // they change, reconcile the resource, as does a change of a pod that uploads.
+    let pods = watches.watch(
         "pods",
         scope.api::<Pod>(&client),
         watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
         health::strip_pod,
+        uploading_pod_owner,
     );
     let (probe_triggers, probed) = futures::channel::mpsc::unbounded();
     watches.trigger(probed.map(|sprom| vec![sprom]));
@@ -178,6 +184,22 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
     prober.abort();
     drive.abort();
     Ok(())
+}
+
+/// The ShardedPrometheus of a pod with a final upload's ephemeral containers (stripped as
+/// [`health::strip_pod`] strips it): its attempts' ends move the upload on.
+fn uploading_pod_owner(pod: &Pod) -> Vec<ObjectRef<ShardedPrometheus>> {
+    let uploading = pod
+        .spec
+        .as_ref()
+        .is_some_and(|spec| spec.ephemeral_containers.is_some());
+    let owner = pod.labels().get(zone_api::sprom::contract::INSTANCE_LABEL);
+    match (uploading, owner, pod.namespace()) {
+        (true, Some(name), Some(namespace)) => {
+            vec![ObjectRef::new(name).within(&namespace)]
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// The watches of the monitoring kinds and of namespace labels (for the namespace selectors of

@@ -12,7 +12,7 @@
 //! pods. Agents serve both endpoints too (checked with Prometheus 3.16 `--agent`).
 
 mod fingerprint;
-mod prober;
+pub(crate) mod prober;
 pub mod verdict;
 
 use std::collections::{BTreeMap, BTreeSet};

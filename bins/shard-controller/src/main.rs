@@ -18,6 +18,7 @@ mod plan;
 mod reconcile;
 #[cfg(test)]
 mod scenarios;
+mod snapshot;
 mod status;
 mod validate;
 

@@ -34,7 +34,7 @@ impl SpromMetrics {
                 IntGaugeVec::new(
                     Opts::new(
                         "shards",
-                        "Shards of a ShardedPrometheus by state: active (its StatefulSet exists), ready (every replica ready), retained (scaled down, kept for queries).",
+                        "Shards of a ShardedPrometheus by state: active (its StatefulSet exists), ready (every replica ready), retained (scaled down, kept for queries), uploading (scaled down and kept until their final upload to the object store is done).",
                     )
                     .namespace(PREFIX),
                     &["namespace", "name", "state"],
@@ -147,6 +147,7 @@ impl SpromMetrics {
         name: &str,
         status: &ShardedPrometheusStatus,
         next_deletion: Option<Timestamp>,
+        uploading: usize,
     ) {
         let set = |state: &str, value: usize| {
             self.shards
@@ -156,6 +157,7 @@ impl SpromMetrics {
         set("active", usize::try_from(status.shards).unwrap_or(0));
         set("ready", usize::try_from(status.ready_shards).unwrap_or(0));
         set("retained", status.retained_shards.len());
+        set("uploading", uploading);
         match next_deletion {
             Some(at) => self
                 .next_deletion
@@ -169,7 +171,7 @@ impl SpromMetrics {
 
     /// Drops the series of a deleted resource.
     pub fn forget(&self, namespace: &str, name: &str) {
-        for state in ["active", "ready", "retained"] {
+        for state in ["active", "ready", "retained", "uploading"] {
             let _ = self.shards.remove_label_values(&[namespace, name, state]);
         }
         let _ = self.next_deletion.remove_label_values(&[namespace, name]);
@@ -188,7 +190,7 @@ pub(crate) fn served_metric_families() -> BTreeSet<String> {
     let metrics =
         SpromMetrics::register(&registry).expect("the ShardedPrometheus metrics register");
     let status = ShardedPrometheusStatus::default();
-    metrics.observe("monitoring", "k8s", &status, Some(Timestamp::UNIX_EPOCH));
+    metrics.observe("monitoring", "k8s", &status, Some(Timestamp::UNIX_EPOCH), 0);
     metrics.config_loaded("monitoring", "k8s", 0, Some(true));
     let zones = BTreeSet::from(["zone-a".to_owned()]);
     metrics.zone_shards("monitoring", "k8s", Some(&zones), &status);

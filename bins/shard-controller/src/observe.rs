@@ -14,6 +14,7 @@ use zone_operator::children;
 
 use crate::children::build::{ZONE_ANNOTATION, applied_hash};
 use crate::children::retention::{self, DELETION_DEADLINE_ANNOTATION, RETAINED_SINCE_ANNOTATION};
+use crate::children::upload;
 use crate::context::{Context, RESYNC};
 use crate::health::ConfigObservation;
 use crate::monitoring::Monitoring;
@@ -59,12 +60,16 @@ pub struct Observed {
     pub monitoring: Monitoring,
     /// The configurations applied to the shards, and what their Prometheus pods answered.
     pub config: ConfigObservation,
+    /// The pods of every shard, by shard index, with what they show of a final upload.
+    pub uploads: BTreeMap<u32, Vec<upload::PodUpload>>,
 }
 
 /// A shard's StatefulSet, as the cache holds it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ObservedStatefulSet {
     pub ready_replicas: i32,
+    /// The pods it should have (`spec.replicas`; None: not said).
+    pub replicas: Option<u32>,
     /// The zone it was built for ([`ZONE_ANNOTATION`]).
     pub zone: Option<String>,
     /// The raw retention marks.
@@ -116,6 +121,7 @@ pub async fn observe(
         zones_with_nodes: ctx.zones.zones_present(),
         full_apply: resync_due(ctx, sprom),
         config: ctx.config_health.observe(&namespace, &name),
+        uploads: uploads(&ctx.pods, &namespace, &name),
         ..Observed::default()
     };
     let children = &mut observed.children;
@@ -186,6 +192,11 @@ fn stateful_sets(
             let index = contract::shard_of(sts.labels())?;
             let annotation = |key: &str| sts.annotations().get(key).cloned();
             let observed = ObservedStatefulSet {
+                replicas: sts
+                    .spec
+                    .as_ref()
+                    .and_then(|spec| spec.replicas)
+                    .and_then(|replicas| u32::try_from(replicas).ok()),
                 ready_replicas: sts
                     .status
                     .as_ref()
@@ -198,6 +209,24 @@ fn stateful_sets(
             Some((index, observed))
         })
         .collect()
+}
+
+/// The pods of `name`'s shards in `namespace`, by shard index, as the final upload reads them.
+fn uploads(
+    pods: &Store<k8s_openapi::api::core::v1::Pod>,
+    namespace: &str,
+    name: &str,
+) -> BTreeMap<u32, Vec<upload::PodUpload>> {
+    let mut by_shard: BTreeMap<u32, Vec<upload::PodUpload>> = BTreeMap::new();
+    for pod in pods.state() {
+        let labels = pod.labels();
+        let ours = pod.metadata.namespace.as_deref() == Some(namespace)
+            && labels.get(INSTANCE_LABEL).map(String::as_str) == Some(name);
+        if let (true, Some(index)) = (ours, contract::shard_of(labels)) {
+            by_shard.entry(index).or_default().push(upload::read(&pod));
+        }
+    }
+    by_shard
 }
 
 /// Adds the children of `kind` in `namespace` labelled as `name`'s, with their applied hashes.

@@ -7,22 +7,22 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, EphemeralContainer, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use zone_api::sprom::contract::shard_name;
 use zone_api::sprom::{RetainedShard, ShardedPrometheusStatus, WhenScaled, reason};
-use zone_api::validation::ValidSprom;
+use zone_api::validation::{ValidSprom, ValidThanos};
 use zone_operator::{Invalid, PendingEvents};
 
 use crate::children::build::{self, BuildInput, applied_hash};
 use crate::children::config::CONFIG_KEY;
-use crate::children::{retention, thanos};
+use crate::children::{retention, thanos, upload};
 use crate::context::RESYNC;
 use crate::health::verdict::{self, ShardConfig};
 use crate::health::{AppliedConfig, ConfigObservation, Fingerprint};
 use crate::observe::{ChildKind, Observed};
-use crate::status::{Observation, ObservedShard};
+use crate::status::{Observation, ObservedShard, UploadingShard};
 use crate::validate::invalid_scrape_config;
 
 /// The resource a plan is for.
@@ -87,6 +87,15 @@ pub enum Write {
         stateful_set: String,
         retained: Option<retention::Retained>,
     },
+    /// An attempt at a removed shard's final upload in pod `pod` (at `ip`): the ephemeral
+    /// `container` over the snapshot `path`, or over one taken first (None) once the pod runs
+    /// the retired configuration.
+    StartUpload {
+        pod: String,
+        ip: String,
+        path: Option<String>,
+        container: Box<EphemeralContainer>,
+    },
 }
 
 /// Everything one reconcile does.
@@ -110,6 +119,8 @@ pub struct Plan {
     /// The configuration of each active shard, for the prober to compare with what its pods
     /// run (recorded once applied).
     pub configs: BTreeMap<u32, AppliedConfig>,
+    /// Removed shards kept until their final upload is done.
+    pub uploading: usize,
 }
 
 /// Plans the reconcile of `target`, whose spec is `valid`, given what was `observed` at `now`.
@@ -130,7 +141,8 @@ pub fn plan(
         when_scaled: valid.when_scaled,
         period: valid.retained_shard_period,
     };
-    let fate = retention::plan(valid.shards(), policy, &observed.existing_shards(), now);
+    let mut fate = retention::plan(valid.shards(), policy, &observed.existing_shards(), now);
+    let uploads = final_uploads(target.name, valid, observed, &mut fate, now);
     let node_metadata_disabled = built.node_metadata_disabled.clone();
     let wanted_config_maps: BTreeSet<String> = built
         .rule_config_maps
@@ -139,7 +151,7 @@ pub fn plan(
         .collect();
     let configs = applied_configs(&built, observed);
     let config_loaded = config_verdicts(&configs, &observed.config);
-    let (writes, wanted) = writes(&input, built, &fate, observed)?;
+    let (writes, wanted) = writes(&input, built, &fate, &uploads, observed)?;
     let prune = ChildKind::PRUNE_ORDER
         .into_iter()
         .filter(|kind| {
@@ -154,9 +166,15 @@ pub fn plan(
     let next_config_check = config_loaded.as_deref().and_then(verdict::next_change);
     let mut observation = observation(target, valid, observed, &fate, &node_metadata_disabled);
     observation.config = config_loaded;
+    observation.uploads = valid
+        .thanos
+        .as_ref()
+        .is_some_and(ValidThanos::final_upload)
+        .then(|| uploads.draining.iter().map(upload_observation).collect());
     let (status, mut events) = crate::status::compute(target.previous, &observation);
     let new_generation = target.previous.observed_generation != target.generation;
     retention_events(&fate, policy, new_generation, &mut events);
+    upload_events(&uploads, &mut events);
     // Nothing is watched that tells of an RBAC fix: look again once the answer expires. A
     // retained shard's deadline is a wake-up of its own: no polling for it.
     let mut resync = match observed.forbidden.is_empty() && !observed.monitoring.access_denied {
@@ -167,6 +185,11 @@ pub fn plan(
     // with no event to tell: look again then (a second later, past the boundary).
     if let Some(left) = next_config_check {
         resync = resync.min(left + Duration::from_secs(1));
+    }
+    // A shard waiting for its final upload: an attempt's end reconciles (its pod is watched);
+    // a retry is due at its time; a pod not yet on the retired configuration, soon.
+    if let Some(next) = uploads.next_look(now) {
+        resync = resync.min(next);
     }
     Ok(Plan {
         writes,
@@ -179,7 +202,125 @@ pub fn plan(
         requeue_after: fate.requeue_after.map_or(resync, |due| due.min(resync)),
         next_deletion: fate.next_deadline(),
         configs,
+        uploading: uploads.draining.len(),
     })
+}
+
+/// The final uploads of the shards the retention plan deletes now.
+#[derive(Debug, Default)]
+struct Uploads {
+    /// Not done yet: the shard stays (taken out of the plan's deletions).
+    draining: Vec<upload::ShardUpload>,
+    /// Done: the shards are deleted now.
+    done: Vec<u32>,
+}
+
+impl Uploads {
+    /// When to look again at the shards still uploading.
+    fn next_look(&self, now: Timestamp) -> Option<Duration> {
+        if self.draining.is_empty() {
+            return None;
+        }
+        let retry = self
+            .draining
+            .iter()
+            .filter_map(upload::ShardUpload::next_retry)
+            .min()
+            .map(|at| Duration::try_from(now.duration_until(at)).unwrap_or_default());
+        Some(retry.map_or(UPLOAD_LOOK_AGAIN, |retry| {
+            retry.min(UPLOAD_LOOK_AGAIN) + Duration::from_millis(1)
+        }))
+    }
+}
+
+/// While a removed shard waits for its final upload, it is looked at again at least this often
+/// (its pods turning to the retired configuration are not watched).
+const UPLOAD_LOOK_AGAIN: Duration = Duration::from_secs(10);
+
+/// With `spec.thanos` uploading and the final upload not opted out: the shards `fate` deletes
+/// now, pod by pod; those not done are kept (removed from `fate.deleted`).
+fn final_uploads(
+    name: &str,
+    valid: &ValidSprom,
+    observed: &Observed,
+    fate: &mut retention::Plan,
+    now: Timestamp,
+) -> Uploads {
+    let mut uploads = Uploads::default();
+    if !valid.thanos.as_ref().is_some_and(ValidThanos::final_upload) {
+        return uploads;
+    }
+    fate.deleted.retain(|(index, _)| {
+        let replicas = observed
+            .stateful_sets
+            .get(index)
+            .and_then(|sts| sts.replicas)
+            .unwrap_or(valid.replicas);
+        let pods = observed
+            .uploads
+            .get(index)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let shard = upload::ShardUpload::of(*index, &shard_name(name, *index), replicas, pods, now);
+        if shard.done() {
+            uploads.done.push(*index);
+            return true;
+        }
+        uploads.draining.push(shard);
+        false
+    });
+    uploads
+}
+
+/// What the status says of a shard still uploading.
+fn upload_observation(shard: &upload::ShardUpload) -> UploadingShard {
+    UploadingShard {
+        index: shard.index,
+        waiting_on: shard.waiting_on(),
+        failing: shard.failing(),
+    }
+}
+
+/// Events: each attempt started (after a failed one, with its error), and the shards deleted
+/// once uploaded.
+fn upload_events(uploads: &Uploads, events: &mut PendingEvents) {
+    for shard in &uploads.draining {
+        for (pod, step) in &shard.pods {
+            match step {
+                upload::Step::Start { number: 1, .. } => events.normal(
+                    reason::SHARD_UPLOAD_STARTED,
+                    "Upload",
+                    format!(
+                        "shard {}: pod {pod} snapshots its TSDB and uploads it before the shard is deleted",
+                        shard.index
+                    ),
+                ),
+                upload::Step::Start { number, .. } => events.warning(
+                    reason::SHARD_UPLOAD_FAILED,
+                    "Upload",
+                    format!(
+                        "shard {}: pod {pod}'s upload attempt {} failed; attempt {number} starts",
+                        shard.index,
+                        number - 1
+                    ),
+                ),
+                upload::Step::GaveUp(why) => {
+                    events.warning(reason::SHARD_UPLOAD_FAILED, "Upload", why.clone())
+                }
+                upload::Step::Wait { .. } | upload::Step::Uploaded => {}
+            }
+        }
+    }
+    if !uploads.done.is_empty() {
+        events.normal(
+            reason::SHARDS_UPLOADED,
+            "Delete",
+            format!(
+                "shard(s) {} deleted: every pod's TSDB, its head included, is in the object store",
+                list(&uploads.done)
+            ),
+        );
+    }
 }
 
 /// The fingerprint of each active shard's configuration as built, and whether its Secret in
@@ -254,6 +395,7 @@ fn writes(
     input: &BuildInput<'_>,
     built: build::Built,
     fate: &retention::Plan,
+    uploads: &Uploads,
     observed: &Observed,
 ) -> Result<(Vec<Write>, BTreeSet<String>), Invalid> {
     let mut wanted = BTreeSet::new();
@@ -293,6 +435,32 @@ fn writes(
             });
         }
     }
+    for shard in &uploads.draining {
+        let zone = observed
+            .stateful_sets
+            .get(&shard.index)
+            .and_then(|sts| sts.zone.as_deref());
+        // Retired, as a retained shard is: it scrapes nothing more while it uploads.
+        let config = build::retained_config(input, shard.index, zone)
+            .map_err(|error| invalid_scrape_config(&error))?;
+        wanted.insert(shard_name(input.name, shard.index));
+        writes.extend(changed([Child::Secret(Box::new(config))], observed));
+        for (pod, step) in &shard.pods {
+            let upload::Step::Start { number, path, ip } = step else {
+                continue;
+            };
+            let Some(container) = build::upload_container(input, shard.index, zone, pod, *number)
+            else {
+                continue;
+            };
+            writes.push(Write::StartUpload {
+                pod: pod.clone(),
+                ip: ip.clone(),
+                path: path.clone(),
+                container: Box::new(container),
+            });
+        }
+    }
     Ok((writes, wanted))
 }
 
@@ -324,6 +492,7 @@ fn observation<'a>(
         forbidden: &observed.forbidden,
         monitoring: &observed.monitoring,
         config: None,
+        uploads: None,
         retained: fate
             .retained
             .iter()

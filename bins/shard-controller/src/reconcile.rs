@@ -119,8 +119,13 @@ pub async fn reconcile(
             plan.status
                 .conditions
                 .retain(|condition| condition.type_ != condition::PAUSED);
-            ctx.sprom_metrics
-                .observe(&namespace, &name, &plan.status, plan.next_deletion);
+            ctx.sprom_metrics.observe(
+                &namespace,
+                &name,
+                &plan.status,
+                plan.next_deletion,
+                plan.uploading,
+            );
             let topology = sprom.spec.sharding_strategy.mode == ShardingMode::Topology;
             let zones_with_nodes = topology.then(|| ctx.zones.zones_present());
             ctx.sprom_metrics.zone_shards(

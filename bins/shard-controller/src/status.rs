@@ -44,6 +44,19 @@ pub struct Observation<'a> {
     /// The verdicts on the active shards' Prometheus pods (`None`: not asked yet since the
     /// controller started; `ConfigLoaded` stays as it was).
     pub config: Option<Vec<ShardConfig>>,
+    /// With the final upload of removed shards: those still uploading (`None`: no final
+    /// upload; the condition is left out).
+    pub uploads: Option<Vec<UploadingShard>>,
+}
+
+/// A removed shard kept until its final upload is done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadingShard {
+    pub index: u32,
+    /// What each pod not done waits on.
+    pub waiting_on: Vec<String>,
+    /// An attempt failed.
+    pub failing: bool,
 }
 
 /// How many rule file problems Degraded names; the rest are counted.
@@ -84,7 +97,45 @@ pub fn compute(
         );
     }
     degraded_condition(previous, observation, &mut status, &mut events);
+    upload_condition(observation.uploads.as_deref(), &mut status);
     (status, events)
+}
+
+/// RemovedShardsUploaded, from the shards still uploading; removed without the final upload.
+fn upload_condition(uploads: Option<&[UploadingShard]>, status: &mut ShardedPrometheusStatus) {
+    let Some(uploads) = uploads else {
+        status
+            .conditions
+            .retain(|c| c.type_ != condition::REMOVED_SHARDS_UPLOADED);
+        return;
+    };
+    if uploads.is_empty() {
+        status.set_condition(
+            condition::REMOVED_SHARDS_UPLOADED,
+            true,
+            reason::NONE_PENDING,
+            "no removed shard waits for its final upload",
+        );
+        return;
+    }
+    let failing = uploads.iter().any(|shard| shard.failing);
+    let message = uploads
+        .iter()
+        .map(|shard| {
+            format!(
+                "shard {} is kept until its final upload is done: {}",
+                shard.index,
+                shard.waiting_on.join("; ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(". ");
+    let why = if failing {
+        reason::UPLOAD_FAILED
+    } else {
+        reason::UPLOAD_IN_PROGRESS
+    };
+    status.set_condition(condition::REMOVED_SHARDS_UPLOADED, false, why, message);
 }
 
 /// Each shard's status, the counts of shards and ready shards, and the scale selector.
@@ -447,6 +498,7 @@ mod tests {
             retained: Vec::new(),
             monitoring: &NO_MONITORING,
             config: None,
+            uploads: None,
         }
     }
 

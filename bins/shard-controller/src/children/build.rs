@@ -10,9 +10,9 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
-    ObjectFieldSelector, PersistentVolumeClaim, PodSecurityContext, PodSpec, PodTemplateSpec,
-    Probe, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, Service, ServicePort,
-    ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
+    EphemeralContainer, ObjectFieldSelector, PersistentVolumeClaim, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, Service,
+    ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -163,6 +163,34 @@ pub fn retained_config(
     config_secret(input, index, Some(zone), &[]).map(|(config, _)| config)
 }
 
+/// Attempt `number` of the final upload in pod `pod` of removed shard `index` (formerly of
+/// `zone`): an ephemeral container labelling the blocks as the pod's sidecar does. None
+/// without `spec.thanos`.
+pub fn upload_container(
+    input: &BuildInput<'_>,
+    index: u32,
+    zone: Option<&str>,
+    pod: &str,
+    number: u32,
+) -> Option<EphemeralContainer> {
+    let thanos = input.valid.thanos.as_ref()?;
+    let labels = config::external_labels_of(&shard_config(input, index, Some(zone), &[]), pod);
+    let data = VolumeMount {
+        name: DATA_VOLUME.into(),
+        mount_path: DATA_DIR.into(),
+        ..VolumeMount::default()
+    };
+    let security = container_security_context(input.valid);
+    Some(thanos::upload_container(
+        thanos, number, &labels, data, security,
+    ))
+}
+
+/// Where Prometheus's admin API writes the snapshot `name`, as the pod's containers see it.
+pub fn snapshot_path(name: &str) -> String {
+    format!("{DATA_DIR}/snapshots/{name}")
+}
+
 /// The name of the `index`th ConfigMap of rule files made from PrometheusRules.
 pub fn rule_config_map_name(name: &str, index: usize) -> String {
     format!("{name}-rulefiles-{index}")
@@ -226,16 +254,16 @@ fn child_meta(input: &BuildInput<'_>, index: u32) -> ObjectMeta {
     }
 }
 
-/// Shard `index`'s configuration Secret; `retained` (with the shard's former zone) renders
-/// one that scrapes nothing.
-fn config_secret(
-    input: &BuildInput<'_>,
+/// Shard `index`'s configuration as rendered; `retained` (with the shard's former zone) one
+/// that scrapes nothing.
+fn shard_config<'a>(
+    input: &BuildInput<'a>,
     index: u32,
-    retained: Option<Option<&str>>,
-    rule_files: &[(String, Option<String>)],
-) -> Result<(Secret, Vec<String>), ConfigError> {
+    retained: Option<Option<&'a str>>,
+    rule_files: &'a [(String, Option<String>)],
+) -> config::ShardConfig<'a> {
     let valid = input.valid;
-    let rendered = config::render(&config::ShardConfig {
+    config::ShardConfig {
         layout: &valid.layout,
         shard: index,
         scrape_configs: &valid.scrape_configs,
@@ -248,7 +276,18 @@ fn config_secret(
         rule_files,
         retained: retained.is_some(),
         retained_zone: retained.flatten(),
-    })?;
+    }
+}
+
+/// Shard `index`'s configuration Secret; `retained` (with the shard's former zone) renders
+/// one that scrapes nothing.
+fn config_secret(
+    input: &BuildInput<'_>,
+    index: u32,
+    retained: Option<Option<&str>>,
+    rule_files: &[(String, Option<String>)],
+) -> Result<(Secret, Vec<String>), ConfigError> {
+    let rendered = config::render(&shard_config(input, index, retained, rule_files))?;
     let secret = Secret {
         metadata: child_meta(input, index),
         data: Some(BTreeMap::from([(

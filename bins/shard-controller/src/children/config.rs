@@ -285,6 +285,16 @@ pub fn render(input: &ShardConfig<'_>) -> Result<Rendered, ConfigError> {
     })
 }
 
+/// The external labels pod `pod` of the shard of `input` stores its blocks with.
+pub fn external_labels_of(input: &ShardConfig<'_>, pod: &str) -> BTreeMap<String, String> {
+    let mut labels = external_labels(input);
+    labels.insert(
+        contract::REPLICA_EXTERNAL_LABEL.to_string(),
+        pod.to_string(),
+    );
+    labels
+}
+
 /// The user's external labels with the shard's, its zone's and the replica's.
 fn external_labels(input: &ShardConfig<'_>) -> BTreeMap<String, String> {
     let mut external_labels: BTreeMap<String, String> = input.external_labels.clone();

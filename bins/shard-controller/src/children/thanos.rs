@@ -4,12 +4,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, EnvVarSource, Probe, SecretKeySelector, SecurityContext,
-    Service, ServicePort, ServiceSpec, VolumeMount,
+    Container, ContainerPort, EnvVar, EnvVarSource, EphemeralContainer, Probe, SecretKeySelector,
+    SecurityContext, Service, ServicePort, ServiceSpec, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use zone_api::validation::{THANOS_SIDECAR_CONTAINER, ValidThanos};
+use zone_api::validation::{ObjectStorage, THANOS_SIDECAR_CONTAINER, ValidThanos};
 
 use super::http_probe;
 
@@ -28,15 +28,20 @@ pub fn service_name(name: &str) -> String {
 }
 
 /// Prometheus flags under the sidecar: with uploads, blocks are cut at `blockSize` and never
-/// compacted locally (a compacted block would be uploaded again, overlapping its parts).
+/// compacted locally (a compacted block would be uploaded again, overlapping its parts); with
+/// the final upload of removed shards, the admin API, whose snapshot writes the head as a block.
 pub fn prometheus_args(thanos: &ValidThanos) -> Vec<String> {
-    match thanos.object_storage {
+    let mut args = match thanos.object_storage {
         Some(_) => vec![
             format!("--storage.tsdb.min-block-duration={}", thanos.block_size),
             format!("--storage.tsdb.max-block-duration={}", thanos.block_size),
         ],
         None => Vec::new(),
+    };
+    if thanos.final_upload() {
+        args.push("--web.enable-admin-api".to_string());
     }
+    args
 }
 
 /// The sidecar of a shard pod: it reads Prometheus at localhost and its TSDB from the data
@@ -71,6 +76,62 @@ pub fn sidecar(
     }
 }
 
+/// Attempt `number` of a removed shard's final upload in one of its pods, as an ephemeral
+/// container: the sidecar's image uploads the blocks of a snapshot directory (its `--path` is
+/// added once the snapshot is taken) with the pod's external `labels`, reading the data volume
+/// (`data_mount`) and the objstore configuration as the sidecar does. On failure, the end of its
+/// log is its termination message, which the status quotes.
+pub fn upload_container(
+    thanos: &ValidThanos,
+    number: u32,
+    labels: &BTreeMap<String, String>,
+    data_mount: VolumeMount,
+    security_context: SecurityContext,
+) -> EphemeralContainer {
+    let mut args = vec![
+        "tools".to_string(),
+        "bucket".to_string(),
+        "upload-blocks".to_string(),
+        format!("--log.level={}", thanos.log_level),
+        format!("--log.format={}", thanos.log_format),
+    ];
+    let mut env = Vec::new();
+    if let Some(store) = &thanos.object_storage {
+        args.push(format!("--objstore.config=$({OBJSTORE_ENV})"));
+        env.push(objstore_env(store));
+    }
+    // Go-quoted values: a JSON string is one (`upload-blocks` unquotes them).
+    args.extend(labels.iter().map(|(name, value)| {
+        let quoted = serde_json::to_string(value).unwrap_or_default();
+        format!("--label={name}={quoted}")
+    }));
+    EphemeralContainer {
+        name: super::upload::container_name(number),
+        image: Some(thanos.image.clone()),
+        args: Some(args),
+        env: (!env.is_empty()).then_some(env),
+        volume_mounts: Some(vec![data_mount]),
+        security_context: Some(security_context),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..EphemeralContainer::default()
+    }
+}
+
+fn objstore_env(store: &ObjectStorage) -> EnvVar {
+    EnvVar {
+        name: OBJSTORE_ENV.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: store.secret.clone(),
+                key: store.key.clone(),
+                optional: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
 /// The sidecar's flags, and the environment they read the objstore configuration from.
 fn sidecar_args(
     thanos: &ValidThanos,
@@ -89,18 +150,7 @@ fn sidecar_args(
     let mut env = Vec::new();
     if let Some(store) = &thanos.object_storage {
         args.push(format!("--objstore.config=$({OBJSTORE_ENV})"));
-        env.push(EnvVar {
-            name: OBJSTORE_ENV.into(),
-            value_from: Some(EnvVarSource {
-                secret_key_ref: Some(SecretKeySelector {
-                    name: store.secret.clone(),
-                    key: store.key.clone(),
-                    optional: None,
-                }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        });
+        env.push(objstore_env(store));
     }
     if let Some(tls) = &thanos.tls {
         for (flag, file) in [

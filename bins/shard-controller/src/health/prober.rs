@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde::Deserialize;
@@ -44,10 +44,23 @@ pub fn strip_pod(pod: &mut Pod) {
         Some([(crate::apply::CONFIG_DIGEST_ANNOTATION.to_string(), digest)].into())
     });
     meta.owner_references = None;
-    pod.spec = None;
+    // Only the final upload's ephemeral containers (see children::upload).
+    let ours = |name: &str| crate::children::upload::attempt_number(name).is_some();
+    pod.spec = pod.spec.take().and_then(|spec| {
+        let mut uploads = spec.ephemeral_containers?;
+        uploads.retain(|container| ours(&container.name));
+        (!uploads.is_empty()).then(|| PodSpec {
+            ephemeral_containers: Some(uploads),
+            ..PodSpec::default()
+        })
+    });
     pod.status = pod.status.take().map(|status| PodStatus {
         phase: status.phase,
         pod_ip: status.pod_ip,
+        ephemeral_container_statuses: status.ephemeral_container_statuses.map(|mut statuses| {
+            statuses.retain(|status| ours(&status.name));
+            statuses
+        }),
         ..PodStatus::default()
     });
 }
@@ -96,17 +109,17 @@ pub(super) fn targets(
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RuntimeInfo {
+pub(crate) struct RuntimeInfo {
     #[serde(default)]
     start_time: Option<String>,
     reload_config_success: bool,
     #[serde(default)]
-    last_config_time: Option<String>,
+    pub(crate) last_config_time: Option<String>,
 }
 
 #[derive(Deserialize)]
-struct ServedConfig {
-    yaml: String,
+pub(crate) struct ServedConfig {
+    pub(crate) yaml: String,
 }
 
 /// A pod's served configuration, kept while it has not reloaded: asked again only when its
@@ -273,7 +286,7 @@ pub(super) async fn probe(
 
 /// The client of the Prometheus pods: plain HTTP, answers up to [`MAX_ANSWER_BYTES`]; None
 /// (logged) when it cannot be made.
-pub(super) fn client() -> Option<ApiClient> {
+pub(crate) fn client() -> Option<ApiClient> {
     let options = TlsOptions {
         roots: Roots::Empty,
         ..TlsOptions::default()
@@ -299,7 +312,7 @@ pub(super) fn client() -> Option<ApiClient> {
 
 /// GET `path` of the Prometheus at `address`, within [`PROBE_TIMEOUT`]: the `data` of its
 /// answer.
-async fn get<T: DeserializeOwned>(
+pub(crate) async fn get<T: DeserializeOwned>(
     client: &ApiClient,
     address: SocketAddr,
     path: &str,

@@ -87,7 +87,7 @@ fn applies(plan: &Plan) -> Vec<(ChildKind, String)> {
         .iter()
         .filter_map(|write| match write {
             Write::Apply(child) => Some((child.kind(), child.name().to_string())),
-            Write::Mark { .. } => None,
+            Write::Mark { .. } | Write::StartUpload { .. } => None,
         })
         .collect()
 }
@@ -512,4 +512,129 @@ fn the_sidecar_service_comes_with_spec_thanos_and_goes_with_it() {
     let removed = planned(&without, &observed);
     assert!(!removed.wanted.contains("p-thanos-sidecar"));
     assert_eq!(removed.prune, [ChildKind::Service]);
+}
+
+fn uploading(shards: u32, upload_before_deletion: bool) -> ValidSprom {
+    valid(json!({
+        "shards": shards,
+        "shardingStrategy": {"topology": {"values": ["a", "b", "c"]}},
+        "shardRetentionPolicy": {"whenScaled": "Delete"},
+        "thanos": {
+            "objectStorageConfig": {"name": "bucket", "key": "objstore.yml"},
+            "uploadBeforeDeletion": upload_before_deletion,
+        },
+    }))
+}
+
+/// A pod of `shard` running at 10.0.0.9, with attempt 1 of the final upload ended with `exit`
+/// (None: no attempt yet).
+fn pod_upload(shard: u32, exit: Option<i32>) -> (u32, Vec<upload::PodUpload>) {
+    let attempts = exit
+        .map(|code| upload::Attempt {
+            number: 1,
+            path: Some("/prometheus/snapshots/s".into()),
+            outcome: match code {
+                0 => upload::Outcome::Succeeded,
+                _ => upload::Outcome::Failed {
+                    message: "dial tcp: connection refused".into(),
+                    at: Some(now()),
+                },
+            },
+        })
+        .into_iter()
+        .collect();
+    let pod = upload::PodUpload {
+        name: format!("p-shard-{shard}-0"),
+        ip: Some("10.0.0.9".into()),
+        attempts,
+    };
+    (shard, vec![pod])
+}
+
+/// Under Delete with an uploading sidecar, a removed shard stays, retired, until every pod's
+/// final upload is done; then it is pruned, with an event; a failed attempt is in the status.
+#[test]
+fn a_removed_shard_stays_until_its_final_upload_is_done() {
+    let before = planned(&uploading(3, true), &full());
+    let mut observed = applied(&before);
+    for sts in observed.stateful_sets.values_mut() {
+        sts.replicas = Some(1);
+    }
+    observed.uploads = [pod_upload(2, None)].into();
+    let after = planned(&uploading(2, true), &observed);
+    assert!(after.wanted.contains("p-shard-2"), "{:?}", after.wanted);
+    assert_eq!(after.uploading, 1);
+    let starts: Vec<&Write> = after
+        .writes
+        .iter()
+        .filter(|write| matches!(write, Write::StartUpload { .. }))
+        .collect();
+    let [
+        Write::StartUpload {
+            pod,
+            ip,
+            path: None,
+            container,
+        },
+    ] = starts.as_slice()
+    else {
+        panic!("{starts:?}");
+    };
+    assert_eq!((pod.as_str(), ip.as_str()), ("p-shard-2-0", "10.0.0.9"));
+    let args = container.args.clone().unwrap_or_default();
+    assert!(
+        args.contains(&"--label=shard=\"2\"".to_string()),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--label=prometheus_replica=\"p-shard-2-0\"".to_string()),
+        "{args:?}"
+    );
+    assert!(
+        applies(&after).contains(&(ChildKind::Secret, "p-shard-2".to_string())),
+        "the shard is retired while it uploads: {:?}",
+        applies(&after)
+    );
+    let condition = after
+        .status
+        .condition(condition::REMOVED_SHARDS_UPLOADED)
+        .unwrap();
+    assert_eq!(condition.reason, reason::UPLOAD_IN_PROGRESS);
+
+    observed.uploads = [pod_upload(2, Some(1))].into();
+    let failed = planned(&uploading(2, true), &observed);
+    assert!(failed.wanted.contains("p-shard-2"));
+    let condition = failed
+        .status
+        .condition(condition::REMOVED_SHARDS_UPLOADED)
+        .unwrap();
+    assert_eq!(condition.reason, reason::UPLOAD_FAILED);
+    assert!(
+        condition.message.contains("connection refused"),
+        "{}",
+        condition.message
+    );
+    assert!(failed.requeue_after <= Duration::from_secs(11));
+
+    observed.uploads = [pod_upload(2, Some(0))].into();
+    let done = planned(&uploading(2, true), &observed);
+    assert!(!done.wanted.contains("p-shard-2"), "{:?}", done.wanted);
+    assert_eq!(done.uploading, 0);
+    let condition = done
+        .status
+        .condition(condition::REMOVED_SHARDS_UPLOADED)
+        .unwrap();
+    assert_eq!(condition.reason, reason::NONE_PENDING);
+    assert!(format!("{:?}", done.events).contains(reason::SHARDS_UPLOADED));
+
+    // Opted out: pruned at once, no condition.
+    observed.uploads = [pod_upload(2, None)].into();
+    let skipped = planned(&uploading(2, false), &observed);
+    assert!(!skipped.wanted.contains("p-shard-2"));
+    assert!(
+        skipped
+            .status
+            .condition(condition::REMOVED_SHARDS_UPLOADED)
+            .is_none()
+    );
 }
