@@ -671,7 +671,8 @@ async fn pod_changed_only_in_its_digest(admin: Client, token: Client, namespace:
         "metadata": {"name": "shard-pod", "labels": {"app.kubernetes.io/managed-by": "shard-controller"}},
         "spec": {"nodeSelector": {"type": "kwok"},
                  "tolerations": [{"operator": "Exists"}],
-                 "containers": [{"name": "prometheus", "image": "registry.invalid/prometheus:1"}]},
+                 "containers": [{"name": "prometheus", "image": "registry.invalid/prometheus:1"},
+                                {"name": "thanos-sidecar", "image": "registry.invalid/thanos:1"}]},
     }))
     .unwrap();
     Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin, namespace)
@@ -697,6 +698,37 @@ async fn pod_changed_only_in_its_digest(admin: Client, token: Client, namespace:
         message.contains("only in its zonecontrol.k8s.aws/config-digest annotation"),
         "{message}"
     );
+    ephemeral_containers_only_the_final_upload(&pods).await;
+}
+
+/// As the shard-controller's token: a debugging ephemeral container (another image, a shell) is
+/// refused; the final upload's, the sidecar's image running upload-blocks, is added.
+async fn ephemeral_containers_only_the_final_upload(pods: &Api<k8s_openapi::api::core::v1::Pod>) {
+    let add = |container: serde_json::Value| {
+        let patch = json!({"spec": {"ephemeralContainers": [container]}});
+        async move {
+            pods.patch_ephemeral_containers(
+                "shard-pod",
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            )
+            .await
+        }
+    };
+    let shell =
+        add(json!({"name": "debug", "image": "registry.invalid/evil:1", "command": ["sh"]}));
+    let message = denied_by_policy(shell.await).unwrap();
+    assert!(message.contains("final upload's ephemeral"), "{message}");
+    let other_image = add(
+        json!({"name": "thanos-upload-1", "image": "registry.invalid/evil:1",
+        "args": ["tools", "bucket", "upload-blocks", "--path=/prometheus/snapshots/s"]}),
+    );
+    denied_by_policy(other_image.await).unwrap();
+    let upload = add(
+        json!({"name": "thanos-upload-1", "image": "registry.invalid/thanos:1",
+        "args": ["tools", "bucket", "upload-blocks", "--path=/prometheus/snapshots/s"]}),
+    );
+    upload.await.unwrap();
 }
 
 /// As the zdb-controller's, the rules-federator's and the zau-controller's ServiceAccounts (their
