@@ -14,15 +14,11 @@ use zone_api::ShardedPrometheus;
 use zone_api::sprom::contract;
 use zone_operator::children::{self, ChildError};
 
-use crate::children::build;
+use crate::children::build::{self, CONFIG_DIGEST_ANNOTATION};
 use crate::children::retention;
 use crate::context::Context;
 use crate::observe::ChildKind;
 use crate::plan::{Child, Plan, Write};
-
-/// On every Prometheus pod: the digest of the configuration Secret its shard was last given
-/// (see [`Writer::nudge_pods`]).
-pub const CONFIG_DIGEST_ANNOTATION: &str = "zonecontrol.k8s.aws/config-digest";
 
 /// Makes the plan's writes and prunes, after recording each active shard's configuration for
 /// the prober; on success after a full apply, remembers it so that the next reconciles of

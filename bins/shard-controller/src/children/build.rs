@@ -34,6 +34,9 @@ pub const RULE_CONFIG_MAP_BUDGET: usize = 512 * 1024;
 /// Annotation on every child: a digest of what the controller applied, so a reconcile that
 /// would apply the same again (a readiness change of a pod, say) skips the write.
 pub const APPLIED_HASH_ANNOTATION: &str = "zonecontrol.k8s.aws/applied-hash";
+/// On every Prometheus pod: the digest of the configuration Secret its shard was last given
+/// (written by the apply step, which nudges the pods whose digest differs).
+pub const CONFIG_DIGEST_ANNOTATION: &str = "zonecontrol.k8s.aws/config-digest";
 /// Annotation on a Topology shard's StatefulSet: the shard's zone.
 pub const ZONE_ANNOTATION: &str = "zonecontrol.k8s.aws/zone";
 /// How often Prometheus checks its configuration and rule files for a change.

@@ -92,14 +92,8 @@ pub fn upload_container(
         "tools".to_string(),
         "bucket".to_string(),
         "upload-blocks".to_string(),
-        format!("--log.level={}", thanos.log_level),
-        format!("--log.format={}", thanos.log_format),
     ];
-    let mut env = Vec::new();
-    if let Some(store) = &thanos.object_storage {
-        args.push(format!("--objstore.config=$({OBJSTORE_ENV})"));
-        env.push(objstore_env(store));
-    }
+    let env = logging_and_objstore(thanos, &mut args);
     // Go-quoted values: a JSON string is one (`upload-blocks` unquotes them).
     args.extend(labels.iter().map(|(name, value)| {
         let quoted = serde_json::to_string(value).unwrap_or_default();
@@ -115,6 +109,18 @@ pub fn upload_container(
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..EphemeralContainer::default()
     }
+}
+
+/// Adds the log flags and, with an object store, its flag to `args`; returns the environment that
+/// flag reads the configuration from (the sidecar's and the upload's alike).
+fn logging_and_objstore(thanos: &ValidThanos, args: &mut Vec<String>) -> Vec<EnvVar> {
+    args.push(format!("--log.level={}", thanos.log_level));
+    args.push(format!("--log.format={}", thanos.log_format));
+    let Some(store) = &thanos.object_storage else {
+        return Vec::new();
+    };
+    args.push(format!("--objstore.config=$({OBJSTORE_ENV})"));
+    vec![objstore_env(store)]
 }
 
 fn objstore_env(store: &ObjectStorage) -> EnvVar {
@@ -144,14 +150,8 @@ fn sidecar_args(
         format!("--grpc-address=:{GRPC_PORT}"),
         format!("--http-address=:{HTTP_PORT}"),
         format!("--tsdb.path={tsdb_path}"),
-        format!("--log.level={}", thanos.log_level),
-        format!("--log.format={}", thanos.log_format),
     ];
-    let mut env = Vec::new();
-    if let Some(store) = &thanos.object_storage {
-        args.push(format!("--objstore.config=$({OBJSTORE_ENV})"));
-        env.push(objstore_env(store));
-    }
+    let env = logging_and_objstore(thanos, &mut args);
     if let Some(tls) = &thanos.tls {
         for (flag, file) in [
             ("grpc-server-tls-cert", &tls.cert_file),

@@ -40,8 +40,14 @@ pub fn strip_pod(pod: &mut Pod) {
     meta.managed_fields = None;
     // Only the digest of the configuration the pod was last nudged with.
     meta.annotations = meta.annotations.take().and_then(|mut annotations| {
-        let digest = annotations.remove(crate::apply::CONFIG_DIGEST_ANNOTATION)?;
-        Some([(crate::apply::CONFIG_DIGEST_ANNOTATION.to_string(), digest)].into())
+        let digest = annotations.remove(crate::children::build::CONFIG_DIGEST_ANNOTATION)?;
+        Some(
+            [(
+                crate::children::build::CONFIG_DIGEST_ANNOTATION.to_string(),
+                digest,
+            )]
+            .into(),
+        )
     });
     meta.owner_references = None;
     // Only the final upload's ephemeral containers (see children::upload).
