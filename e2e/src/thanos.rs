@@ -150,6 +150,52 @@ pub fn healthy_endpoints(stores: &Value) -> Vec<String> {
     healthy
 }
 
+/// A Thanos Store Gateway (`thanos store`) of a test on 127.0.0.1 over a bucket: the blocks
+/// uploaded there, listed again every 5 s. Killed on drop.
+pub struct ThanosStore {
+    /// Its gRPC (StoreAPI) address, for [`ThanosQuery::start`].
+    pub grpc: String,
+    // Dropped in this order: the process, then its directory.
+    _process: ThanosProcess,
+    dir: PathBuf,
+}
+
+impl Drop for ThanosStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl ThanosStore {
+    /// Starts `thanos store` over the bucket of `objstore` (an objstore configuration, YAML) and
+    /// waits until it is ready.
+    pub async fn start(objstore: &str) -> ThanosStore {
+        let (http_port, grpc_port) = two_free_ports();
+        let dir = std::env::temp_dir().join(format!(
+            "e2e-thanos-store-{}-{grpc_port}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory for thanos store");
+        let config = dir.join("objstore.yml");
+        std::fs::write(&config, objstore).expect("writing the objstore configuration");
+        let args = vec![
+            "store".to_string(),
+            format!("--http-address=127.0.0.1:{http_port}"),
+            format!("--grpc-address=127.0.0.1:{grpc_port}"),
+            format!("--data-dir={}", dir.join("data").display()),
+            format!("--objstore.config-file={}", config.display()),
+            "--sync-block-duration=5s".to_string(),
+        ];
+        let http = SocketAddr::from(([127, 0, 0, 1], http_port));
+        let process = ThanosProcess::start("store", &args, http).await;
+        ThanosStore {
+            grpc: format!("127.0.0.1:{grpc_port}"),
+            _process: process,
+            dir,
+        }
+    }
+}
+
 /// A Thanos Querier (`thanos query`) of a test on 127.0.0.1, reading the StoreAPI endpoints it
 /// was started with (the shards' sidecars) and deduplicating along [`REPLICA_LABEL`]. Its output
 /// is in a log file, the tail printed when the test fails; killed on drop.

@@ -9,14 +9,17 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use e2e::fixture;
+use e2e::fixture::Wanted;
 use e2e::real::RealNodes;
-use e2e::thanos::{SIDECAR_GRPC_PORT, ThanosQuery};
+use e2e::thanos::{SIDECAR_GRPC_PORT, ThanosQuery, ThanosStore};
 use e2e::{Cluster, wait_for};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::ListParams;
 use serde_json::{Value, json};
+use zone_api::sprom::{condition, reason};
 
 const TIMEOUT: Duration = Duration::from_secs(180);
 /// The first block is cut after 1.5 block lengths of samples and a compaction tick (1 min),
@@ -27,6 +30,11 @@ const NAME: &str = "prom";
 const SERVICE: &str = "prom-thanos-sidecar";
 const BUCKET: &str = "e2e-thanos";
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
+/// How long a retained shard is kept: its deadline passes within the test.
+const RETAINED_FOR: &str = "2m";
+/// From a removed shard's retirement to its deletion: the pods settle on the retired
+/// configuration (75 s), snapshot, upload; a failed attempt is retried after 15 s.
+const FINAL_UPLOAD_TIMEOUT: Duration = Duration::from_secs(420);
 
 type Fixture = fixture::Sprom;
 
@@ -39,9 +47,9 @@ async fn thanos_a_querier_over_the_sidecar_service_sees_each_target_once_and_blo
     fx.prometheus_service_account().await;
     // Six targets spread over the zones: two per zone, so two per shard.
     real.run_metrics_targets(&fx.ns, "target", 6, TIMEOUT).await;
-    let s3 = objstore(&cluster, &fx).await;
+    let (s3, bucket) = objstore(&cluster, &fx).await;
 
-    let generation = fx.apply(spec(&real, &fx, 3)).await;
+    let generation = fx.apply(spec(&real, &fx, 3, "Retain")).await;
     fx.wait_ready_shards("3 shards of 2 replicas with their sidecars", generation, 3)
         .await;
     let endpoints = sidecar_endpoints(&fx, 6).await;
@@ -49,19 +57,33 @@ async fn thanos_a_querier_over_the_sidecar_service_sees_each_target_once_and_blo
     query.wait_endpoints(6, TIMEOUT).await;
 
     every_target_once_per_shard_deduplicated(&query).await;
-    blocks_reach_the_bucket(s3).await;
+    blocks_reach_the_bucket(s3, &fx.ns.name).await;
+    let store = ThanosStore::start(&bucket).await;
+    let from_bucket = ThanosQuery::start(std::slice::from_ref(&store.grpc)).await;
+    from_bucket.wait_endpoints(1, TIMEOUT).await;
     a_retained_shard_stays_behind_the_service_and_queryable(&real, &fx, &query).await;
+    let held = settled_samples(&query, 2).await;
+    a_removed_shard_is_deleted_once_all_it_held_is_in_the_bucket(&fx, &from_bucket, 2, held).await;
+    an_upload_cut_keeps_the_shard_until_the_store_is_back(
+        &real,
+        &fx,
+        &query,
+        &from_bucket,
+        &bucket,
+    )
+    .await;
+    no_block_twice_in_the_bucket(s3, &fx.ns.name).await;
 }
 
 /// `shards` shards of two replicas on the real nodes scraping the targets every 2 s, each pod
 /// with a sidecar uploading 1-minute blocks to the bucket of the Secret `objstore`; a scale-down
-/// retains the shards removed for an hour.
-fn spec(real: &RealNodes, fx: &Fixture, shards: u32) -> Value {
+/// retains the shards removed for two minutes (`when_scaled` Retain) or deletes them.
+fn spec(real: &RealNodes, fx: &Fixture, shards: u32, when_scaled: &str) -> Value {
     fixture::on_real_nodes(
         real,
         json!({
             "shards": shards,
-            "shardRetentionPolicy": {"whenScaled": "Retain", "retain": {"retentionPeriod": "1h"}},
+            "shardRetentionPolicy": {"whenScaled": when_scaled, "retain": {"retentionPeriod": RETAINED_FOR}},
             "replicas": 2,
             "scrapeConfigs": [{
                 "job_name": "targets",
@@ -80,8 +102,8 @@ fn spec(real: &RealNodes, fx: &Fixture, shards: u32) -> Value {
 
 /// LocalStack's S3 as the pods reach it: the bucket [`BUCKET`], made here, and the Secret
 /// `objstore` holding the sidecars' objstore configuration. Returns the address this host
-/// reaches it at.
-async fn objstore(cluster: &Cluster, fx: &Fixture) -> SocketAddr {
+/// reaches it at, and the configuration.
+async fn objstore(cluster: &Cluster, fx: &Fixture) -> (SocketAddr, String) {
     let pod_endpoint = cluster
         .var("E2E_POD_S3_ENDPOINT")
         .filter(|endpoint| !endpoint.is_empty())
@@ -91,19 +113,38 @@ async fn objstore(cluster: &Cluster, fx: &Fixture) -> SocketAddr {
         .await
         .unwrap();
     assert_eq!(code, 200, "creating the bucket: {body}");
-    let config = format!(
-        "type: S3\nconfig:\n  bucket: {BUCKET}\n  endpoint: {pod_endpoint}\n  insecure: true\n  \
-         access_key: test\n  secret_key: test\n  region: us-east-1\n  bucket_lookup_type: path\n\
-         prefix: {}\n",
-        fx.ns.name
-    );
+    let config = objstore_config(&pod_endpoint, &fx.ns.name);
     let secrets: Api<Secret> = fx.ns.api();
     fixture::create(
         &secrets,
         json!({"metadata": {"name": "objstore"}, "stringData": {"objstore.yml": config}}),
     )
     .await;
-    s3
+    (s3, config)
+}
+
+/// The objstore configuration of the test's part (`prefix`) of [`BUCKET`] at `endpoint`.
+fn objstore_config(endpoint: &str, prefix: &str) -> String {
+    format!(
+        "type: S3\nconfig:\n  bucket: {BUCKET}\n  endpoint: {endpoint}\n  insecure: true\n  \
+         access_key: test\n  secret_key: test\n  region: us-east-1\n  bucket_lookup_type: path\n\
+         prefix: {prefix}\n"
+    )
+}
+
+/// Replaces the sidecars' objstore configuration in the Secret `objstore` (read by each upload
+/// attempt as it starts).
+async fn set_objstore(fx: &Fixture, config: &str) {
+    let secrets: Api<Secret> = fx.ns.api();
+    let patch = json!({"stringData": {"objstore.yml": config}});
+    secrets
+        .patch(
+            "objstore",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
 }
 
 /// The gRPC addresses of the ready sidecars behind the headless Service, once there are `n`.
@@ -205,15 +246,20 @@ fn samples(result: &Value) -> Vec<(BTreeMap<String, String>, String)> {
         .collect()
 }
 
+/// The S3 listing of the test's part of the bucket (its objstore `prefix`): a bucket other runs
+/// wrote to holds blocks of pods of the same names.
+fn listing_of(prefix: &str) -> String {
+    format!("/{BUCKET}?list-type=2&prefix={prefix}/")
+}
+
 /// A block of every shard × replica in the bucket, its meta.json carrying the pod's external
 /// labels (shard, zone and prometheus_replica).
-async fn blocks_reach_the_bucket(s3: SocketAddr) {
+async fn blocks_reach_the_bucket(s3: SocketAddr, prefix: &str) {
     wait_for(
         "a block of each of the 6 pods in the bucket",
         UPLOAD_TIMEOUT,
         || async {
-            let (code, listing) =
-                e2e::process::http_get_from(s3, &format!("/{BUCKET}?list-type=2")).await?;
+            let (code, listing) = e2e::process::http_get_from(s3, &listing_of(prefix)).await?;
             if code != 200 {
                 return Err(format!("{code}: {listing}"));
             }
@@ -256,7 +302,7 @@ async fn a_retained_shard_stays_behind_the_service_and_queryable(
     fx: &Fixture,
     query: &ThanosQuery,
 ) {
-    let generation = fx.apply(spec(real, fx, 2)).await;
+    let generation = fx.apply(spec(real, fx, 2, "Retain")).await;
     fx.wait_status("shard 2 retained", generation, |sprom| {
         let status = sprom.status.clone().unwrap_or_default();
         let retained: Vec<i32> = status.retained_shards.iter().map(|r| r.index).collect();
@@ -279,4 +325,178 @@ async fn a_retained_shard_stays_behind_the_service_and_queryable(
         [("zone-c".to_string(), "2".to_string())],
         "{result}"
     );
+}
+
+/// Every sample shard `shard`'s replicas hold (raw: each replica's own), once the shard scrapes
+/// no more: the count the Querier gives, unchanged for 10 s (five scrape intervals).
+async fn settled_samples(query: &ThanosQuery, shard: u32) -> u64 {
+    let promql = format!("sum(count_over_time(up{{job=\"targets\", shard=\"{shard}\"}}[1h]))");
+    let seen: std::cell::Cell<Option<(std::time::Instant, u64)>> = std::cell::Cell::new(None);
+    wait_for(
+        &format!("shard {shard}'s sample count, unchanged for 10 s"),
+        TIMEOUT,
+        || async {
+            let count = sample_count(query, &promql).await?;
+            match seen.get() {
+                Some((since, before)) if before == count => {
+                    if since.elapsed() >= Duration::from_secs(10) {
+                        return Ok(count);
+                    }
+                }
+                _ => seen.set(Some((std::time::Instant::now(), count))),
+            }
+            Err(format!("{count} since {:?}", seen.get()))
+        },
+    )
+    .await
+}
+
+/// The single value of `promql` (raw), as a whole number; 0 for an empty result.
+async fn sample_count(query: &ThanosQuery, promql: &str) -> Result<u64, String> {
+    let result = query.query_raw(promql).await?;
+    if result.as_array().is_some_and(Vec::is_empty) {
+        return Ok(0);
+    }
+    samples(&result)
+        .first()
+        .and_then(|(_, value)| value.parse::<f64>().ok())
+        .map(|value| value as u64)
+        .ok_or(format!("{promql}: {result}"))
+}
+
+/// Shard `shard`'s StatefulSet is gone once the bucket holds every one of the `held` samples its
+/// replicas held (before: only the blocks the sidecars had shipped, the head missing); and the
+/// Querier over the bucket alone counts `held` of them.
+async fn a_removed_shard_is_deleted_once_all_it_held_is_in_the_bucket(
+    fx: &Fixture,
+    from_bucket: &ThanosQuery,
+    shard: u32,
+    held: u64,
+) {
+    let promql = format!("sum(count_over_time(up{{job=\"targets\", shard=\"{shard}\"}}[1h]))");
+    let shipped = sample_count(from_bucket, &promql).await.unwrap();
+    eprintln!(
+        "shard {shard}: {held} samples held, {shipped} in the bucket before its final upload"
+    );
+    assert!(
+        shipped < held,
+        "the head is not in the bucket before the final upload: {shipped} of {held}"
+    );
+    let stateful_sets: Api<StatefulSet> = fx.ns.api();
+    let name = format!("{NAME}-shard-{shard}");
+    wait_for(
+        &format!("{name} deleted after its final upload"),
+        FINAL_UPLOAD_TIMEOUT,
+        || async {
+            match stateful_sets
+                .get_opt(&name)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                None => Ok(()),
+                Some(_) => {
+                    let sprom = fx.sproms.get(NAME).await.map_err(|e| e.to_string())?;
+                    Err(format!("{:?}", sprom.status.map(|s| s.conditions)))
+                }
+            }
+        },
+    )
+    .await;
+    wait_for(
+        &format!("every sample of shard {shard} through the Querier over the bucket"),
+        TIMEOUT,
+        || async {
+            let count = sample_count(from_bucket, &promql).await?;
+            (count == held)
+                .then_some(())
+                .ok_or(format!("{count} of {held}"))
+        },
+    )
+    .await;
+    eprintln!("shard {shard}: {held} samples in the bucket after its deletion");
+}
+
+/// Scaled to 1 under Delete with the object store unreachable: shard 1 is kept, retired, and its
+/// status says why; once the store is back, the next attempt uploads and the shard goes with no
+/// sample lost.
+async fn an_upload_cut_keeps_the_shard_until_the_store_is_back(
+    real: &RealNodes,
+    fx: &Fixture,
+    query: &ThanosQuery,
+    from_bucket: &ThanosQuery,
+    bucket: &str,
+) {
+    let unreachable = objstore_config("127.0.0.1:1", &fx.ns.name);
+    set_objstore(fx, &unreachable).await;
+    let generation = fx.apply(spec(real, fx, 1, "Delete")).await;
+    let held = settled_samples(query, 1).await;
+    let wanted = Wanted {
+        type_: condition::REMOVED_SHARDS_UPLOADED,
+        status: "False",
+        reason: reason::UPLOAD_FAILED,
+    };
+    fx.wait_condition(generation, wanted, FINAL_UPLOAD_TIMEOUT, |message| {
+        message.contains("shard 1") && message.contains("attempt 1 failed")
+    })
+    .await;
+    let stateful_sets: Api<StatefulSet> = fx.ns.api();
+    assert!(
+        stateful_sets
+            .get_opt(&format!("{NAME}-shard-1"))
+            .await
+            .unwrap()
+            .is_some(),
+        "a shard whose upload failed is kept"
+    );
+    set_objstore(fx, bucket).await;
+    a_removed_shard_is_deleted_once_all_it_held_is_in_the_bucket(fx, from_bucket, 1, held).await;
+    fx.wait_true(
+        generation,
+        condition::REMOVED_SHARDS_UPLOADED,
+        reason::NONE_PENDING,
+    )
+    .await;
+}
+
+/// No block is in the bucket twice: the blocks of each replica do not overlap in time (a
+/// snapshot's blocks that the sidecar had shipped already were skipped, and so were those an
+/// earlier attempt finished).
+async fn no_block_twice_in_the_bucket(s3: SocketAddr, prefix: &str) {
+    let (code, listing) = e2e::process::http_get_from(s3, &listing_of(prefix))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{listing}");
+    let mut blocks: BTreeMap<String, Vec<(i64, i64, String)>> = BTreeMap::new();
+    for key in listing
+        .split("<Key>")
+        .skip(1)
+        .filter_map(|k| k.split("</Key>").next())
+        .filter(|key| key.ends_with("/meta.json"))
+    {
+        let (_, meta) = e2e::process::http_get_from(s3, &format!("/{BUCKET}/{key}"))
+            .await
+            .unwrap();
+        let meta: Value = serde_json::from_str(&meta).unwrap();
+        let replica = meta["thanos"]["labels"]["prometheus_replica"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let range = (
+            meta["minTime"].as_i64().unwrap(),
+            meta["maxTime"].as_i64().unwrap(),
+            key.to_string(),
+        );
+        blocks.entry(replica).or_default().push(range);
+    }
+    for (replica, mut ranges) in blocks {
+        ranges.sort();
+        for pair in ranges.windows(2) {
+            assert!(
+                pair[1].0 >= pair[0].1,
+                "{replica}: blocks overlap: {:?} and {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+    }
 }
