@@ -16,7 +16,7 @@ pub use shared::{
 pub use sprom::{
     ObjectStorage, PROMETHEUS_CONTAINER, PodOptions, RESERVED_FLAGS, RESERVED_POD_LABELS,
     RESERVED_VOLUMES, RULE_VOLUME_PREFIX, ShardStorage, SpromError, THANOS_SIDECAR_CONTAINER,
-    ThanosError, ValidSprom, ValidThanos,
+    THANOS_UPLOAD_CONTAINER_PREFIX, ThanosError, ValidSprom, ValidThanos,
 };
 pub use zau::{
     DEFAULT_GATE_POLL_INTERVAL, DEFAULT_GATE_TIMEOUT, DEFAULT_GATE_ZONE_LABEL, GateTarget,

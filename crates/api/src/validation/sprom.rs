@@ -32,7 +32,7 @@ pub use pod::{
 };
 pub use thanos::{
     BLOCK_DURATION_FLAGS, ObjectStorage, RESERVED_SIDECAR_FLAGS, THANOS_SIDECAR_CONTAINER,
-    ThanosError, ValidThanos,
+    THANOS_UPLOAD_CONTAINER_PREFIX, ThanosError, ValidThanos,
 };
 
 /// Why a ShardedPrometheus spec cannot be acted on.

@@ -13,6 +13,10 @@ use crate::sprom::{PrometheusMode, ShardedPrometheusSpec};
 /// The sidecar container's name: `spec.containers` may not use it while `spec.thanos` is set.
 pub const THANOS_SIDECAR_CONTAINER: &str = "thanos-sidecar";
 
+/// The final upload's ephemeral containers are named this, then the attempt's number:
+/// `spec.containers` may not use such a name while `spec.thanos` is set (it would collide).
+pub const THANOS_UPLOAD_CONTAINER_PREFIX: &str = "thanos-upload-";
+
 /// Sidecar flags the controller sets itself; `spec.thanos.additionalArgs` may not name them.
 pub const RESERVED_SIDECAR_FLAGS: &[&str] = &[
     "prometheus.url",
@@ -82,6 +86,11 @@ pub enum ThanosError {
     )]
     SidecarContainer,
     #[error(
+        "spec.containers has a container named {0:?}: names starting with thanos-upload- are \
+         the final upload's (spec.thanos); rename the container"
+    )]
+    UploadContainer(String),
+    #[error(
         "spec.thanos.objectStorageConfig needs both name and key: the Secret, and its key \
          holding Thanos's objstore configuration"
     )]
@@ -129,6 +138,13 @@ impl ShardedPrometheusSpec {
             .any(|container| container.name == THANOS_SIDECAR_CONTAINER)
         {
             return Err(ThanosError::SidecarContainer.into());
+        }
+        if let Some(container) = self
+            .containers
+            .iter()
+            .find(|container| container.name.starts_with(THANOS_UPLOAD_CONTAINER_PREFIX))
+        {
+            return Err(ThanosError::UploadContainer(container.name.clone()).into());
         }
         let object_storage = thanos
             .object_storage_config
@@ -297,6 +313,17 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("named thanos-sidecar")
+        );
+        let upload = spec(
+            json!({}),
+            json!({"containers": [{"name": "thanos-upload-1"}]}),
+        );
+        assert!(
+            upload
+                .thanos()
+                .unwrap_err()
+                .to_string()
+                .contains("\"thanos-upload-1\"")
         );
         let agent = spec(
             json!({}),
