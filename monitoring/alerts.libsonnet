@@ -255,6 +255,15 @@ local alert(c, name, expr, forDuration, severity, summary, description) = {
             'Shard {{ $labels.sprom_shard }} of {{ $labels.namespace }}/{{ $labels.name }} does not run its configuration.',
             'A Prometheus pod of shard {{ $labels.sprom_shard }} of {{ $labels.namespace }}/{{ $labels.name }} refused the configuration applied to it, or still runs another one, for %(shardConfigNotLoadedFor)s. It scrapes and evaluates with its previous configuration.' % c,
           ),
+          alert(
+            c,
+            'ZoneAwareShardUploadStuck',
+            'max by (namespace, name) (zone_aware_sprom_shards{%(shardSelector)s, state="uploading"}) > 0' % c,
+            c.shardUploadStuckFor,
+            'warning',
+            '{{ $value }} removed shard(s) of {{ $labels.namespace }}/{{ $labels.name }} wait for their final upload.',
+            'The ShardedPrometheus {{ $labels.namespace }}/{{ $labels.name }} has kept {{ $value }} shard(s) removed by a scale-down for %(shardUploadStuckFor)s because their final upload to the object store is not done (condition RemovedShardsUploaded). They keep their pods and volumes until it is.' % c,
+          ),
         ],
       },
       {

@@ -47,6 +47,7 @@
     shardNotReadyFor: '15m',
     zoneWithoutShardFor: '10m',
     shardConfigNotLoadedFor: '10m',
+    shardUploadStuckFor: '30m',
     federatorBackendErrorsFor: '15m',
     // Share of the federator's answers that missed at least one backend.
     federatorPartialRatio: 0.05,

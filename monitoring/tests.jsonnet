@@ -259,6 +259,16 @@ local tests = [
     ['5m', 'ZoneAwareShardConfigNotLoaded', []],
     ['15m', 'ZoneAwareShardConfigNotLoaded', [firing('ZoneAwareShardConfigNotLoaded', { namespace: 'monitoring', name: 'k8s', sprom_shard: '1' })]],
   ]),
+  test('a removed shard cannot upload', [
+    ['zone_aware_sprom_shards{%s, namespace="monitoring", name="k8s", state="uploading"}' % shard, '1x60'],
+  ], [
+    ['20m', 'ZoneAwareShardUploadStuck', []],
+    ['40m', 'ZoneAwareShardUploadStuck', [firing('ZoneAwareShardUploadStuck', { namespace: 'monitoring', name: 'k8s' }, { '$value': '1' })]],
+  ]),
+  test('removed shards upload and go', [
+    ['zone_aware_sprom_shards{%s, namespace="monitoring", name="k8s", state="uploading"}' % shard, '1x10 0x50'],
+  ], [['40m', 'ZoneAwareShardUploadStuck', []]]),
+
   test('every shard runs its configuration', [
     ['zone_aware_sprom_shard_config_loaded{%s, namespace="monitoring", name="k8s", shard="1"}' % shard, '1x30'],
   ], [['15m', 'ZoneAwareShardConfigNotLoaded', []]]),
