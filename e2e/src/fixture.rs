@@ -261,7 +261,7 @@ pub struct Sprom {
     name: &'static str,
     manager: &'static str,
     timeout: Duration,
-    _controller: ControllerProcess,
+    controller: Mutex<Option<ControllerProcess>>,
     binding: Mutex<Option<DeleteOnDrop>>,
 }
 
@@ -283,9 +283,21 @@ impl Sprom {
             name,
             manager,
             timeout,
-            _controller: controller,
+            controller: Mutex::new(Some(controller)),
             binding: Mutex::default(),
         }
+    }
+
+    /// Stops the shard controller and starts another (same namespace, same metrics port): what
+    /// the first one knew must come back from the cluster.
+    pub fn restart_controller(&self) {
+        let mut running = self
+            .controller
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        drop(running.take());
+        let listen = format!("127.0.0.1:{}", self.metrics_port);
+        *running = Some(controller("shard-controller", &self.ns.name, &listen, &[]));
     }
 
     /// The Prometheus ServiceAccount, allowed to discover through the shipped ClusterRole (the

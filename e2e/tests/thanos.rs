@@ -417,8 +417,8 @@ async fn a_removed_shard_is_deleted_once_all_it_held_is_in_the_bucket(
 }
 
 /// Scaled to 1 under Delete with the object store unreachable: shard 1 is kept, retired, and its
-/// status says why; once the store is back, the next attempt uploads and the shard goes with no
-/// sample lost.
+/// status says why; the controller is restarted; once the store is back, the next attempt
+/// uploads and the shard goes with no sample lost.
 async fn an_upload_cut_keeps_the_shard_until_the_store_is_back(
     real: &RealNodes,
     fx: &Fixture,
@@ -448,6 +448,8 @@ async fn an_upload_cut_keeps_the_shard_until_the_store_is_back(
             .is_some(),
         "a shard whose upload failed is kept"
     );
+    // A new controller knows the failed attempt only from the pod: the next one is attempt 2.
+    fx.restart_controller();
     set_objstore(fx, bucket).await;
     a_removed_shard_is_deleted_once_all_it_held_is_in_the_bucket(fx, from_bucket, 1, held).await;
     fx.wait_true(
