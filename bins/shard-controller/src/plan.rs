@@ -175,22 +175,7 @@ pub fn plan(
     let new_generation = target.previous.observed_generation != target.generation;
     retention_events(&fate, policy, new_generation, &mut events);
     upload_events(&uploads, &mut events);
-    // Nothing is watched that tells of an RBAC fix: look again once the answer expires. A
-    // retained shard's deadline is a wake-up of its own: no polling for it.
-    let mut resync = match observed.forbidden.is_empty() && !observed.monitoring.access_denied {
-        true => RESYNC,
-        false => crate::access::CACHE_FOR,
-    };
-    // A pod still on the previous configuration turns into ConfigNotLoaded when the grace ends,
-    // with no event to tell: look again then (a second later, past the boundary).
-    if let Some(left) = next_config_check {
-        resync = resync.min(left + Duration::from_secs(1));
-    }
-    // A shard waiting for its final upload: an attempt's end reconciles (its pod is watched);
-    // a retry is due at its time; a pod not yet on the retired configuration, soon.
-    if let Some(next) = uploads.next_look(now) {
-        resync = resync.min(next);
-    }
+    let resync = resync(observed, next_config_check, uploads.next_look(now));
     Ok(Plan {
         writes,
         wanted,
@@ -204,6 +189,31 @@ pub fn plan(
         configs,
         uploading: uploads.draining.len(),
     })
+}
+
+/// When to look again, deadlines of retained shards aside (a wake-up of their own: no polling
+/// for them): after [`RESYNC`], or sooner when nothing watched would tell of a change.
+fn resync(
+    observed: &Observed,
+    next_config_check: Option<Duration>,
+    next_upload_look: Option<Duration>,
+) -> Duration {
+    // Nothing is watched that tells of an RBAC fix: look again once the answer expires.
+    let mut resync = match observed.forbidden.is_empty() && !observed.monitoring.access_denied {
+        true => RESYNC,
+        false => crate::access::CACHE_FOR,
+    };
+    // A pod still on the previous configuration turns into ConfigNotLoaded when the grace ends,
+    // with no event to tell: look again then (a second later, past the boundary).
+    if let Some(left) = next_config_check {
+        resync = resync.min(left + Duration::from_secs(1));
+    }
+    // A shard waiting for its final upload: an attempt's end reconciles (its pod is watched);
+    // a retry is due at its time; a pod not yet on the retired configuration, soon.
+    if let Some(next) = next_upload_look {
+        resync = resync.min(next);
+    }
+    resync
 }
 
 /// The final uploads of the shards the retention plan deletes now.
