@@ -97,17 +97,7 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
     let client = parts.client.clone();
     let initial_list = parts.initial_list(scope.namespace()).await;
 
-    let (sproms, sprom_writer) = reflector::store();
-    // Our status writes change the resourceVersion, not the generation: filtering on the
-    // generation keeps them from triggering another reconcile.
-    let sprom_stream = watcher(
-        scope.api::<ShardedPrometheus>(&client),
-        watcher::Config::default(),
-    )
-    .backoff(zone_operator::backoff::WatchBackoff::default())
-    .reflect(sprom_writer)
-    .applied_objects()
-    .predicate_filter(predicates::generation, Default::default());
+    let (sproms, sprom_stream) = watch_sproms(scope, &client);
 
     let mut watches = WatchSet::<ShardedPrometheus>::new();
     let index = SharedIndex::default();
@@ -120,16 +110,7 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         initial_list,
         &sproms,
     );
-    // The shards' Prometheus pods, for the prober that asks them which configuration they run
-    // (labels, phase and IP, and the final upload's ephemeral containers); their answers, when
-    // they change, reconcile the resource, as does a change of a pod that uploads.
-    let pods = watches.watch(
-        "pods",
-        scope.api::<Pod>(&client),
-        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
-        health::strip_pod,
-        uploading_pod_owner,
-    );
+    let pods = watch_pods(&mut watches, scope, &client);
     let (probe_triggers, probed) = futures::channel::mpsc::unbounded();
     watches.trigger(probed.map(|sprom| vec![sprom]));
     let (drive, trigger_stream) = watches.start();
@@ -184,6 +165,45 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
     prober.abort();
     drive.abort();
     Ok(())
+}
+
+/// The ShardedPrometheuses: their cache, and the stream of those whose generation changed (our
+/// status writes change the resourceVersion, not the generation: filtering on the generation
+/// keeps them from triggering another reconcile).
+fn watch_sproms(
+    scope: &ScopeArgs,
+    client: &Client,
+) -> (
+    Store<ShardedPrometheus>,
+    impl futures::Stream<Item = Result<ShardedPrometheus, watcher::Error>> + Send + use<>,
+) {
+    let (sproms, sprom_writer) = reflector::store();
+    let stream = watcher(
+        scope.api::<ShardedPrometheus>(client),
+        watcher::Config::default(),
+    )
+    .backoff(zone_operator::backoff::WatchBackoff::default())
+    .reflect(sprom_writer)
+    .applied_objects()
+    .predicate_filter(predicates::generation, Default::default());
+    (sproms, stream)
+}
+
+/// The shards' Prometheus pods, for the prober that asks them which configuration they run
+/// (labels, phase and IP, and the final upload's ephemeral containers); their answers, when
+/// they change, reconcile the resource, as does a change of a pod that uploads.
+fn watch_pods(
+    watches: &mut WatchSet<ShardedPrometheus>,
+    scope: &ScopeArgs,
+    client: &Client,
+) -> Store<Pod> {
+    watches.watch(
+        "pods",
+        scope.api::<Pod>(client),
+        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
+        health::strip_pod,
+        uploading_pod_owner,
+    )
 }
 
 /// The ShardedPrometheus of a pod with a final upload's ephemeral containers (stripped as

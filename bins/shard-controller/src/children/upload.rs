@@ -179,21 +179,14 @@ fn backoff(failed: u32) -> Duration {
 /// What comes next for `pod` at `now`.
 pub fn step(pod: &PodUpload, now: Timestamp) -> Step {
     let last = pod.attempts.last();
-    match last.map(|attempt| &attempt.outcome) {
+    let (message, at) = match last.map(|attempt| &attempt.outcome) {
         Some(Outcome::Succeeded) => return Step::Uploaded,
-        Some(Outcome::Running) => {
-            return Step::Wait {
-                why: format!("pod {} is uploading", pod.name),
-                until: None,
-            };
-        }
-        _ => {}
-    }
+        Some(Outcome::Running) => return waiting(format!("pod {} is uploading", pod.name)),
+        Some(Outcome::Failed { message, at }) => (message, *at),
+        None => (&String::new(), None),
+    };
     let Some(ip) = pod.ip.clone() else {
-        return Step::Wait {
-            why: format!("pod {} is not running", pod.name),
-            until: None,
-        };
+        return waiting(format!("pod {} is not running", pod.name));
     };
     let Some(attempt) = last else {
         return Step::Start {
@@ -201,9 +194,6 @@ pub fn step(pod: &PodUpload, now: Timestamp) -> Step {
             path: None,
             ip,
         };
-    };
-    let Outcome::Failed { message, at } = &attempt.outcome else {
-        return Step::Uploaded;
     };
     let failed = u32::try_from(pod.attempts.len()).unwrap_or(u32::MAX);
     let error = format!(
@@ -228,6 +218,11 @@ pub fn step(pod: &PodUpload, now: Timestamp) -> Step {
             ip,
         },
     }
+}
+
+/// A wait until something changes (the pod, or its attempt's end, is watched).
+fn waiting(why: String) -> Step {
+    Step::Wait { why, until: None }
 }
 
 /// How long a pod runs the retired configuration before its snapshot: past one round of
@@ -294,10 +289,7 @@ impl ShardUpload {
             .map(|name| {
                 let step = match observed.iter().find(|pod| pod.name == name) {
                     Some(pod) => step(pod, now),
-                    None => Step::Wait {
-                        why: format!("pod {name} does not exist"),
-                        until: None,
-                    },
+                    None => waiting(format!("pod {name} does not exist")),
                 };
                 (name, step)
             })
