@@ -22,10 +22,17 @@ pub struct Monitoring {
     /// Rule files made from PrometheusRules, stored in [`crate::children::build::rule_config_map_name`]
     /// ConfigMaps.
     pub rule_files: Vec<RuleFile>,
+    /// With `spec.thanos`: the rule files of the global PrometheusRules, for the Thanos Ruler
+    /// (stored in [`crate::children::build::global_rule_config_map_name`] ConfigMaps; at least
+    /// one, empty without global rules). None without `spec.thanos`: global rules stay on the
+    /// shards.
+    pub global_rule_files: Option<Vec<RuleFile>>,
     /// Monitors whose jobs are in `jobs`.
     pub monitors: u32,
     /// Rule groups in `rule_files`.
     pub rule_groups: u32,
+    /// Rule groups in `global_rule_files`.
+    pub global_rule_groups: u32,
     /// Selected objects left out, and why (bounded lists are made from it for the status).
     pub rejected: Vec<Rejection>,
     /// Selected kinds the API server does not serve (prometheus-operator's CRDs missing).
@@ -46,8 +53,10 @@ impl Monitoring {
         remote_write: Vec::new(),
         alerting: None,
         rule_files: Vec::new(),
+        global_rule_files: None,
         monitors: 0,
         rule_groups: 0,
+        global_rule_groups: 0,
         rejected: Vec::new(),
         not_served: Vec::new(),
         rule_file_problems: Vec::new(),

@@ -156,6 +156,7 @@ fn shard_counts(observation: &Observation<'_>, status: &mut ShardedPrometheusSta
         });
     }
     status.shards = to_i32(observation.shards.len() as u32);
+    status.global_rule_groups = to_i32(observation.monitoring.global_rule_groups);
     status.ready_shards = to_i32(
         observation
             .shards
@@ -219,6 +220,19 @@ fn degraded_condition(
     }
 }
 
+/// The message of MonitoringObjectsAccepted when every selected object is in: what the shards
+/// load, and what the Thanos Ruler gets (with `spec.thanos` and global rules).
+fn accepted_message(monitoring: &Monitoring) -> String {
+    let shards = format!(
+        "{} monitors and {} rule groups in every shard's configuration",
+        monitoring.monitors, monitoring.rule_groups
+    );
+    match monitoring.global_rule_groups {
+        0 => shards,
+        global => format!("{shards}; {global} global rule groups for the Thanos Ruler"),
+    }
+}
+
 /// MonitoringObjectsAccepted: True when every selected object is in the configuration; False
 /// naming (up to [`REJECTED_LISTED`]) those left out, with a Warning event per object when the
 /// list changes, or the kinds the API server does not serve.
@@ -239,10 +253,7 @@ fn monitoring_condition(
             type_,
             true,
             reason::ALL_ACCEPTED,
-            format!(
-                "{} monitors and {} rule groups in every shard's configuration",
-                monitoring.monitors, monitoring.rule_groups
-            ),
+            accepted_message(monitoring),
         );
         return;
     }

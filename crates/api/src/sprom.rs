@@ -696,6 +696,16 @@ pub struct ShardedPrometheusStatus {
     )]
     pub retained_shards: Vec<RetainedShard>,
 
+    /// With `spec.thanos`: the rule groups of global PrometheusRules (label
+    /// `zonecontrol.k8s.aws/scope: global`), which no shard loads; they are in the ConfigMaps
+    /// `<name>-global-rulefiles-<n>` for a Thanos Ruler.
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "is_zero"
+    )]
+    pub global_rule_groups: i32,
+
     /// Available, Degraded, Invalid.
     #[serde(
         default,

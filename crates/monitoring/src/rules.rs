@@ -45,10 +45,23 @@ impl RuleFile {
     }
 }
 
-/// The rule file of one PrometheusRule, or why it is left out. `partial_response_strategy`
-/// (Thanos Ruler only) is dropped, as upstream does for Prometheus; an empty `interval` or
-/// `for` means unset, as upstream.
-pub fn rule_file(obj: &Object<PrometheusRuleSpec>) -> Result<RuleFile, Rejection> {
+/// Who loads a rule file: the formats differ in one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evaluator {
+    /// A shard's Prometheus: `partial_response_strategy` is dropped, as upstream does (Prometheus
+    /// refuses a file holding it).
+    Prometheus,
+    /// A Thanos Ruler (global rules): `partial_response_strategy` is kept, and must be `warn` or
+    /// `abort` (the Ruler refuses anything else at load time).
+    ThanosRuler,
+}
+
+/// The rule file of one PrometheusRule for `evaluator`, or why it is left out. An empty
+/// `interval` or `for` means unset, as upstream.
+pub fn rule_file(
+    obj: &Object<PrometheusRuleSpec>,
+    evaluator: Evaluator,
+) -> Result<RuleFile, Rejection> {
     let reject = |reason: String| Rejection {
         kind: KIND,
         namespace: obj.namespace.clone(),
@@ -56,7 +69,10 @@ pub fn rule_file(obj: &Object<PrometheusRuleSpec>) -> Result<RuleFile, Rejection
         reason,
     };
     validate::spec(&obj.spec).map_err(reject)?;
-    let content = render::yaml(&obj.spec).map_err(reject)?;
+    if evaluator == Evaluator::ThanosRuler {
+        validate::partial_response(&obj.spec).map_err(reject)?;
+    }
+    let content = render::yaml(&obj.spec, evaluator).map_err(reject)?;
     if content.len() > MAX_RULE_FILE_BYTES {
         return Err(reject(format!(
             "the rendered rule file is {} bytes, above the limit of {MAX_RULE_FILE_BYTES} bytes; \
@@ -87,16 +103,19 @@ pub fn check_rule_file(text: &str) -> Result<(), String> {
     validate::spec(&spec)
 }
 
-/// The rule files of `objects` and the rejected objects, both ordered by namespace, then name
-/// (then uid), whatever order the objects were listed in, so the generated ConfigMaps only
-/// change when the rules do.
-pub fn rule_files(objects: &[Object<PrometheusRuleSpec>]) -> (Vec<RuleFile>, Vec<Rejection>) {
+/// The rule files of `objects` for `evaluator` and the rejected objects, both ordered by
+/// namespace, then name (then uid), whatever order the objects were listed in, so the generated
+/// ConfigMaps only change when the rules do.
+pub fn rule_files(
+    objects: &[Object<PrometheusRuleSpec>],
+    evaluator: Evaluator,
+) -> (Vec<RuleFile>, Vec<Rejection>) {
     let mut ordered: Vec<&Object<PrometheusRuleSpec>> = objects.iter().collect();
     ordered.sort_by(|a, b| (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid)));
     let mut files = Vec::new();
     let mut rejections = Vec::new();
     for obj in ordered {
-        match rule_file(obj) {
+        match rule_file(obj, evaluator) {
             Ok(file) => files.push(file),
             Err(rejection) => rejections.push(rejection),
         }

@@ -199,30 +199,59 @@ pub fn rule_config_map_name(name: &str, index: usize) -> String {
     format!("{name}-rulefiles-{index}")
 }
 
-/// The ConfigMaps of the rule files made from PrometheusRules: as few as fit
+/// The name of the `index`th ConfigMap of the Thanos Ruler's rule files (global
+/// PrometheusRules). The Ruler mounts them; `config/thanos` names `-0` to `-3`.
+pub fn global_rule_config_map_name(name: &str, index: usize) -> String {
+    format!("{name}-global-rulefiles-{index}")
+}
+
+/// The ConfigMaps of the rule files made from PrometheusRules: the shards', then the Thanos
+/// Ruler's (with `spec.thanos`: at least one, empty without global rules, so the Ruler's
+/// volume exists and removing the last global rule empties it); as few as fit
 /// [`RULE_CONFIG_MAP_BUDGET`] each.
 fn rule_config_maps(input: &BuildInput<'_>) -> Vec<ConfigMap> {
-    rule_chunks(input)
+    let shards = rule_chunks(input)
         .into_iter()
         .enumerate()
         .map(|(index, chunk)| {
-            let data = chunk
-                .iter()
-                .map(|file| (file.name.clone(), file.content.clone()))
-                .collect();
-            let config_map = ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some(rule_config_map_name(input.name, index)),
-                    namespace: Some(input.namespace.to_string()),
-                    labels: Some(instance_labels(input.name)),
-                    ..ObjectMeta::default()
-                },
-                data: Some(data),
-                ..ConfigMap::default()
-            };
-            with_applied_hash(config_map)
-        })
-        .collect()
+            rule_config_map(input, rule_config_map_name(input.name, index), &chunk)
+        });
+    let global = input
+        .monitoring
+        .global_rule_files
+        .iter()
+        .flat_map(|files| zone_monitoring::rules::chunks(files, RULE_CONFIG_MAP_BUDGET))
+        .enumerate()
+        .map(|(index, chunk)| {
+            rule_config_map(
+                input,
+                global_rule_config_map_name(input.name, index),
+                &chunk,
+            )
+        });
+    shards.chain(global).collect()
+}
+
+/// One ConfigMap of rule files, a key each.
+fn rule_config_map(
+    input: &BuildInput<'_>,
+    name: String,
+    files: &[&zone_monitoring::rules::RuleFile],
+) -> ConfigMap {
+    let data = files
+        .iter()
+        .map(|file| (file.name.clone(), file.content.clone()))
+        .collect();
+    with_applied_hash(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(input.namespace.to_string()),
+            labels: Some(instance_labels(input.name)),
+            ..ObjectMeta::default()
+        },
+        data: Some(data),
+        ..ConfigMap::default()
+    })
 }
 
 /// The rule files from PrometheusRules, packed into ConfigMap-sized chunks; none without rule

@@ -327,21 +327,54 @@ pub fn translate(
     run.monitors::<ServiceMonitorKind>(&selected.service_monitors);
     run.monitors::<PodMonitorKind>(&selected.pod_monitors);
     run.monitors::<ScrapeConfigKind>(&selected.scrape_configs);
-    let mut rules = Vec::new();
-    for parsed in &selected.rules {
+    rule_files(valid, &selected.rules, &mut monitoring);
+    (monitoring, good)
+}
+
+/// The shards' rule files and, with `spec.thanos`, the Thanos Ruler's: the PrometheusRules
+/// labelled [`contract::RULE_SCOPE_LABEL`]` = `[`contract::GLOBAL_SCOPE`] go to the Ruler and
+/// to no shard. Without `spec.thanos` nothing queries every shard, so they stay on the shards
+/// (evaluated on each shard's share, as before) rather than vanish.
+fn rule_files(
+    valid: &ValidSprom,
+    parsed: &[ParsedObject<PrometheusRuleSpec>],
+    monitoring: &mut Monitoring,
+) {
+    use zone_monitoring::rules::{Evaluator, RuleFile};
+    let split = valid.thanos.is_some();
+    let (mut shards, mut global) = (Vec::new(), Vec::new());
+    for parsed in parsed {
         match parsed {
-            Ok(object) => rules.push(object.clone()),
+            Ok(object) if split && is_global(object) => global.push(object.clone()),
+            Ok(object) => shards.push(object.clone()),
             Err(rejection) => monitoring.rejected.push(rejection.clone()),
         }
     }
-    let (files, rejected) = zone_monitoring::rules::rule_files(&rules);
-    monitoring.rule_groups = files
-        .iter()
-        .map(|file| u32::try_from(file.groups).unwrap_or(u32::MAX))
-        .sum();
+    let groups = |files: &[RuleFile]| -> u32 {
+        files
+            .iter()
+            .map(|file| u32::try_from(file.groups).unwrap_or(u32::MAX))
+            .fold(0, u32::saturating_add)
+    };
+    let (files, rejected) = zone_monitoring::rules::rule_files(&shards, Evaluator::Prometheus);
+    monitoring.rule_groups = groups(&files);
     monitoring.rule_files = files;
     monitoring.rejected.extend(rejected);
-    (monitoring, good)
+    if split {
+        let (files, rejected) = zone_monitoring::rules::rule_files(&global, Evaluator::ThanosRuler);
+        monitoring.global_rule_groups = groups(&files);
+        monitoring.global_rule_files = Some(files);
+        monitoring.rejected.extend(rejected);
+    }
+}
+
+/// Whether a PrometheusRule is marked global.
+fn is_global<S>(object: &Object<S>) -> bool {
+    object
+        .labels
+        .get(contract::RULE_SCOPE_LABEL)
+        .map(String::as_str)
+        == Some(contract::GLOBAL_SCOPE)
 }
 
 struct Translation<'a> {
@@ -662,6 +695,73 @@ mod tests {
         assert_eq!(monitoring.rule_groups, 1);
         assert_eq!(monitoring.not_served, [ScrapeConfigKind::RESOURCE]);
         assert!(monitoring.jobs.is_empty());
+    }
+
+    /// A global PrometheusRule goes to the Thanos Ruler's files (with its
+    /// partial_response_strategy) and to no shard's; without `spec.thanos` it stays on the
+    /// shards, since nothing else would evaluate it. A global rule the Ruler would refuse is
+    /// rejected like any other.
+    #[test]
+    fn global_rules_go_to_the_ruler_only_with_thanos() {
+        let rule = |name: &str, global: bool, strategy: &str| -> Arc<Raw<PrometheusRuleKind>> {
+            let labels = if global {
+                json!({contract::RULE_SCOPE_LABEL: contract::GLOBAL_SCOPE})
+            } else {
+                json!({contract::RULE_SCOPE_LABEL: "shard"})
+            };
+            Arc::new(
+                serde_json::from_value(json!({
+                    "metadata": {"name": name, "namespace": "team", "uid": "u", "labels": labels},
+                    "spec": {"groups": [{"name": name, "partial_response_strategy": strategy,
+                        "rules": [{"alert": "XGone", "expr": "absent(up{job=\"x\"})"}]}]},
+                }))
+                .unwrap(),
+            )
+        };
+        let selected = Parsed::of(&Selected {
+            rules: vec![
+                rule("local", false, "warn"),
+                rule("global", true, "warn"),
+                rule("bad-global", true, "sometimes"),
+            ],
+            ..Selected::default()
+        });
+        let names = |files: &[zone_monitoring::rules::RuleFile]| -> Vec<String> {
+            files.iter().map(|file| file.name.clone()).collect()
+        };
+
+        let (plain, _) = translate(&valid(), &selected, &Values::default(), &LastGood::new());
+        assert_eq!(plain.global_rule_files, None);
+        assert_eq!(
+            names(&plain.rule_files),
+            [
+                "team-bad-global-u.yaml",
+                "team-global-u.yaml",
+                "team-local-u.yaml"
+            ]
+        );
+        assert_eq!((plain.rule_groups, plain.global_rule_groups), (3, 0));
+
+        let sprom: ShardedPrometheus = serde_json::from_value(json!({
+            "apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ShardedPrometheus",
+            "metadata": {"name": "p", "namespace": "mon"},
+            "spec": {"shardingStrategy": {"mode": "Classic"}, "ruleSelector": {}, "thanos": {}},
+        }))
+        .unwrap();
+        let thanos = sprom.spec.validate("zone").unwrap();
+        let (split, _) = translate(&thanos, &selected, &Values::default(), &LastGood::new());
+        assert_eq!(names(&split.rule_files), ["team-local-u.yaml"]);
+        assert!(!split.rule_files[0].content.contains("partial_response"));
+        let global = split.global_rule_files.expect("the Ruler's files");
+        assert_eq!(names(&global), ["team-global-u.yaml"]);
+        assert!(
+            global[0]
+                .content
+                .contains("partial_response_strategy: warn")
+        );
+        assert_eq!((split.rule_groups, split.global_rule_groups), (1, 1));
+        let rejected: Vec<&str> = split.rejected.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(rejected, ["bad-global"]);
     }
 
     /// `fixtures/alerting.yaml`: the ShardedPrometheus, valid, and the Secrets and ConfigMaps

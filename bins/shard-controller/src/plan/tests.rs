@@ -638,3 +638,34 @@ fn a_removed_shard_stays_until_its_final_upload_is_done() {
             .is_none()
     );
 }
+
+/// The Thanos Ruler's ConfigMap is applied with the rules (empty without global rules) and is
+/// no shard's volume; it is pruned when the rules no longer go to a Ruler.
+#[test]
+fn the_rulers_rule_files_are_applied_mounted_by_no_shard_and_pruned() {
+    let with = valid(json!({
+        "shards": 1,
+        "shardingStrategy": {"topology": {"values": ["a", "b", "c"]}},
+        "thanos": {},
+    }));
+    let mut observed = full();
+    observed.monitoring.global_rule_files = Some(Vec::new());
+    let first = planned(&with, &observed);
+    let config_maps: Vec<String> = applies(&first)
+        .into_iter()
+        .filter(|(kind, _)| *kind == ChildKind::ConfigMap)
+        .map(|(_, name)| name)
+        .collect();
+    assert_eq!(config_maps, ["p-global-rulefiles-0"]);
+    let mounted = first.writes.iter().any(|write| {
+        matches!(write, Write::Apply(Child::StatefulSet(sts))
+            if serde_json::to_string(sts).unwrap().contains("global-rulefiles"))
+    });
+    assert!(!mounted, "a shard mounts the Ruler's rule files");
+
+    let mut cached = applied(&first);
+    cached.monitoring.global_rule_files = Some(Vec::new());
+    assert!(planned(&with, &cached).prune.is_empty());
+    cached.monitoring.global_rule_files = None;
+    assert_eq!(planned(&with, &cached).prune, [ChildKind::ConfigMap]);
+}

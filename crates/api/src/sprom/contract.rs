@@ -19,6 +19,13 @@ pub const SHARD_POD_LABEL: &str = "zonecontrol.k8s.aws/shard";
 /// The StatefulSet controller's pod-ordinal label (Kubernetes >= 1.28): replica 0 of a shard.
 pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 
+/// Label of a PrometheusRule whose rules need every shard's series (`absent()`, cluster-wide
+/// sums): with `spec.thanos`, no shard loads them and a Thanos Ruler evaluates them once over
+/// a Querier. The value is [`GLOBAL_SCOPE`].
+pub const RULE_SCOPE_LABEL: &str = "zonecontrol.k8s.aws/scope";
+/// The value of [`RULE_SCOPE_LABEL`] that marks a PrometheusRule global.
+pub const GLOBAL_SCOPE: &str = "global";
+
 /// The external label naming a sample's (and a rule's, an alert's) shard: its index.
 pub use zone_topology::sharding::SHARD_EXTERNAL_LABEL;
 /// The external label naming a sample's Prometheus pod: replicas of a shard differ only by it.

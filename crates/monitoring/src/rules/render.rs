@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::Evaluator;
 use super::spec::{PrometheusRuleSpec, Rule, RuleGroup};
 
 #[derive(Serialize)]
@@ -25,6 +26,8 @@ struct Group<'a> {
     limit: Option<i64>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     labels: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partial_response_strategy: Option<&'a str>,
     rules: Vec<FileRule<'a>>,
 }
 
@@ -47,13 +50,17 @@ struct FileRule<'a> {
 
 impl<'a> Group<'a> {
     /// `partial_response_strategy` is Thanos Ruler's: Prometheus refuses a file holding it.
-    fn new(group: &'a RuleGroup) -> Group<'a> {
+    fn new(group: &'a RuleGroup, evaluator: Evaluator) -> Group<'a> {
         Group {
             name: &group.name,
             interval: non_empty(&group.interval),
             query_offset: group.query_offset.as_deref(),
             limit: group.limit,
             labels: &group.labels,
+            partial_response_strategy: match evaluator {
+                Evaluator::Prometheus => None,
+                Evaluator::ThanosRuler => non_empty(&group.partial_response_strategy),
+            },
             rules: group.rules.iter().map(FileRule::new).collect(),
         }
     }
@@ -80,10 +87,14 @@ fn non_empty(value: &Option<String>) -> Option<&str> {
     value.as_deref().filter(|value| !value.is_empty())
 }
 
-/// The YAML of the rule file of `spec`.
-pub(super) fn yaml(spec: &PrometheusRuleSpec) -> Result<String, String> {
+/// The YAML of the rule file of `spec` for `evaluator`.
+pub(super) fn yaml(spec: &PrometheusRuleSpec, evaluator: Evaluator) -> Result<String, String> {
     let file = File {
-        groups: spec.groups.iter().map(Group::new).collect(),
+        groups: spec
+            .groups
+            .iter()
+            .map(|group| Group::new(group, evaluator))
+            .collect(),
     };
     serde_norway::to_string(&file).map_err(|error| format!("rendering the rule file: {error}"))
 }

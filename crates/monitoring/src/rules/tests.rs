@@ -4,8 +4,8 @@ use serde::Deserialize;
 
 use super::spec::IntOrString;
 use super::{
-    MAX_RULE_FILE_BYTES, PrometheusRuleSpec, Rule, RuleFile, RuleGroup, chunks, rule_file,
-    rule_files,
+    Evaluator, MAX_RULE_FILE_BYTES, PrometheusRuleSpec, Rule, RuleFile, RuleGroup, chunks,
+    rule_file, rule_files,
 };
 use crate::Object;
 
@@ -109,7 +109,7 @@ fn realistic_object_renders_the_file_prometheus_loads() {
         "the fixture sets it, so dropping it is tested"
     );
     assert_eq!(object.spec.groups[1].rules[1].expr, IntOrString::Int(1));
-    let file = rule_file(&object).expect("valid");
+    let file = rule_file(&object, Evaluator::Prometheus).expect("valid");
     assert_eq!(
         file.name,
         "shop-api-6f1c2a9e-0b7d-4c1e-9a53-2d8e4f0b7c11.yaml"
@@ -126,7 +126,7 @@ fn rendered_file_reads_back_as_the_same_rules() {
     struct File {
         groups: Vec<BTreeMap<String, serde_json::Value>>,
     }
-    let file = rule_file(&fixture(API)).expect("valid");
+    let file = rule_file(&fixture(API), Evaluator::Prometheus).expect("valid");
     let read: File = serde_norway::from_str(&file.content).expect("YAML");
     let keys: Vec<Vec<&str>> = read
         .groups
@@ -164,7 +164,7 @@ fn numeric_expr_from_the_api_server() {
         spec.groups[0].rules[1].expr,
         IntOrString::String("1".into())
     );
-    let file = rule_file(&object("ns", "n", spec)).expect("valid");
+    let file = rule_file(&object("ns", "n", spec), Evaluator::Prometheus).expect("valid");
     assert_eq!(
         file.content,
         "groups:\n- name: g\n  rules:\n  - alert: Always\n    expr: '1'\n  - record: one\n    \
@@ -201,7 +201,7 @@ fn crd_field_names() {
     assert_eq!(group.rules[0].keep_firing_for.as_deref(), Some("2m"));
     // Written back unchanged (the controller may patch or compare objects).
     assert_eq!(serde_json::to_value(&spec).expect("JSON"), json);
-    let file = rule_file(&object("ns", "n", spec)).expect("valid");
+    let file = rule_file(&object("ns", "n", spec), Evaluator::Prometheus).expect("valid");
     assert!(
         !file.content.contains("partial_response"),
         "{}",
@@ -234,7 +234,8 @@ fn invalid_object_is_rejected_whole() {
         ],
         ..RuleGroup::default()
     });
-    let rejection = rule_file(&object("shop", "api", spec)).expect_err("invalid");
+    let rejection =
+        rule_file(&object("shop", "api", spec), Evaluator::Prometheus).expect_err("invalid");
     assert_eq!(
         (
             rejection.kind,
@@ -270,7 +271,8 @@ fn oversized_file_is_rejected() {
             ..RuleGroup::default()
         }],
     };
-    let rejection = rule_file(&object("ns", "big", spec)).expect_err("too big");
+    let rejection =
+        rule_file(&object("ns", "big", spec), Evaluator::Prometheus).expect_err("too big");
     assert!(
         rejection
             .reason
@@ -292,7 +294,7 @@ fn rule_files_are_ordered_by_namespace_then_name() {
         object("team-a", "a", good()),
     ];
     let names = |objects: &[Object<PrometheusRuleSpec>]| {
-        let (files, rejections) = rule_files(objects);
+        let (files, rejections) = rule_files(objects, Evaluator::Prometheus);
         let files: Vec<String> = files.into_iter().map(|file| file.name).collect();
         let rejected: Vec<String> = rejections
             .into_iter()
@@ -376,4 +378,39 @@ fn a_file_over_the_budget_gets_its_own_chunk() {
 #[test]
 fn no_files_is_one_empty_chunk() {
     assert_eq!(chunk_names(chunks(&[], 100)), [Vec::<&str>::new()]);
+}
+
+/// A Thanos Ruler's file keeps `partial_response_strategy` (Prometheus's drops it), and a value
+/// the Ruler would refuse at load time leaves the object out with the group named.
+#[test]
+fn a_thanos_ruler_file_keeps_the_partial_response_strategy_and_checks_it() {
+    let spec = |strategy: &str| -> PrometheusRuleSpec {
+        serde_json::from_value(serde_json::json!({"groups": [{
+            "name": "global",
+            "partial_response_strategy": strategy,
+            "rules": [{"alert": "A", "expr": "absent(up{job=\"x\"})"}],
+        }]}))
+        .expect("CRD JSON")
+    };
+    let file = rule_file(&object("ns", "n", spec("warn")), Evaluator::ThanosRuler).expect("valid");
+    assert!(
+        file.content.contains("partial_response_strategy: warn"),
+        "{}",
+        file.content
+    );
+    let file = rule_file(&object("ns", "n", spec("ABORT")), Evaluator::ThanosRuler).expect("valid");
+    assert!(file.content.contains("partial_response_strategy: ABORT"));
+    let file = rule_file(&object("ns", "n", spec("maybe")), Evaluator::Prometheus).expect("valid");
+    assert!(
+        !file.content.contains("partial_response"),
+        "{}",
+        file.content
+    );
+
+    let rejection =
+        rule_file(&object("ns", "n", spec("maybe")), Evaluator::ThanosRuler).expect_err("refused");
+    assert_eq!(
+        rejection.reason,
+        "group \"global\": partial_response_strategy: \"maybe\" is not warn or abort"
+    );
 }

@@ -73,6 +73,23 @@ fn rule_at(number: usize, rule: &Rule) -> String {
     }
 }
 
+/// For a Thanos Ruler: every group's `partial_response_strategy` is `warn` or `abort` (any
+/// case, as Thanos reads it) or unset (`abort`).
+pub(super) fn partial_response(spec: &PrometheusRuleSpec) -> Result<(), String> {
+    for group in &spec.groups {
+        if let Some(strategy) = group.partial_response_strategy.as_deref()
+            && !strategy.is_empty()
+            && !["warn", "abort"].contains(&strategy.to_ascii_lowercase().as_str())
+        {
+            return Err(format!(
+                "group {:?}: partial_response_strategy: {strategy:?} is not warn or abort",
+                group.name
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The group's own fields.
 fn group(group: &RuleGroup) -> Vec<String> {
     let mut problems = Vec::new();
