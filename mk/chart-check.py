@@ -33,10 +33,12 @@ BOOKKEEPING_LABELS = {
     "app.kubernetes.io/version",
 }
 
-# (name, helm --set values, config/ components): the defaults, and every optional component of
-# `make deploy` against the chart values that stand for it.
+# (name, helm --set values, config/ components, standalone kustomizations): the defaults, every
+# optional component of `make deploy` against the chart values that stand for it, and the
+# kustomizations applied on their own in another namespace (config/thanos, in the
+# ShardedPrometheus's) against theirs.
 SCENARIOS = [
-    ("defaults", [], []),
+    ("defaults", [], [], []),
     (
         "options (MONITORING=1 CERT_MANAGER=1 ZAU_POD_REMOVAL=delete)",
         [
@@ -45,7 +47,9 @@ SCENARIOS = [
             "zauController.podRemoval=delete",
         ],
         ["config/certmanager", "config/rbac/pod-delete", "config/monitoring"],
+        [],
     ),
+    ("thanos (config/thanos)", ["thanos.enabled=true"], [], ["config/thanos"]),
 ]
 
 # The chart's copies of files generated into config/, and the target that writes both.
@@ -306,8 +310,11 @@ def main():
     check_federator_tls_modes(args.helm)
     check_watch_namespace_roles(args.helm)
     failed = False
-    for name, sets, components in SCENARIOS:
-        difference = compare(name, render_chart(args.helm, sets), render_config(args.kubectl, components))
+    for name, sets, components, standalone in SCENARIOS:
+        config = render_config(args.kubectl, components)
+        for directory in standalone:
+            config += "\n---\n" + run([args.kubectl, "kustomize", directory])
+        difference = compare(name, render_chart(args.helm, sets), config)
         if difference:
             print(f"chart-check: {name}: the chart and config/ differ: {difference}", file=sys.stderr)
             failed = True

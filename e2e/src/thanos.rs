@@ -8,11 +8,13 @@
 //! `e2e/cluster/versions.sh`), or the one in `THANOS_BIN_DIR`. Tests that run the binary are `#[ignore]`d like the other e2e
 //! tests.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::Value;
 
 use crate::prometheus::url_encode;
@@ -298,6 +300,144 @@ impl ThanosQuery {
             },
         )
         .await;
+    }
+}
+
+/// The gRPC addresses (`<pod IP>:10901`) of the ready sidecars behind the headless Service
+/// `service` of `ns`, once there are `n`.
+pub async fn sidecar_endpoints(
+    ns: &crate::TestNamespace,
+    service: &str,
+    n: usize,
+    timeout: Duration,
+) -> Vec<String> {
+    let slices: kube::Api<EndpointSlice> = ns.api();
+    let selector = format!("kubernetes.io/service-name={service}");
+    wait_for(
+        &format!("{n} ready sidecars behind {service}"),
+        timeout,
+        || async {
+            let listed = slices
+                .list(&kube::api::ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut addresses = Vec::new();
+            for slice in &listed.items {
+                let port = slice
+                    .ports
+                    .iter()
+                    .flatten()
+                    .find(|port| port.name.as_deref() == Some("grpc"))
+                    .and_then(|port| port.port);
+                assert_eq!(port, Some(i32::from(SIDECAR_GRPC_PORT)), "{slice:?}");
+                for endpoint in &slice.endpoints {
+                    let ready = endpoint.conditions.as_ref().and_then(|c| c.ready);
+                    if ready == Some(true) {
+                        addresses.extend(
+                            endpoint
+                                .addresses
+                                .iter()
+                                .map(|ip| format!("{ip}:{SIDECAR_GRPC_PORT}")),
+                        );
+                    }
+                }
+            }
+            (addresses.len() == n)
+                .then_some(addresses.clone())
+                .ok_or(format!("{addresses:?}"))
+        },
+    )
+    .await
+}
+
+/// The labels and value of each sample of an instant vector.
+pub fn samples(result: &Value) -> Vec<(BTreeMap<String, String>, String)> {
+    result
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|sample| {
+            let labels = serde_json::from_value(sample["metric"].clone()).unwrap_or_default();
+            (
+                labels,
+                sample["value"][1].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A Thanos Ruler (`thanos rule`) of a test on 127.0.0.1, run with the flags of
+/// `config/thanos`'s Ruler that matter to evaluation and alerting: it evaluates the rule files
+/// of a directory (the test writes the keys of the shard controller's
+/// `<name>-global-rulefiles-N` ConfigMaps there) through a Querier's HTTP API, deduplicated,
+/// and sends its alerts to one Alertmanager with the replica label dropped. Killed on drop, its
+/// directory removed.
+pub struct ThanosRuler {
+    http_port: u16,
+    /// The directory its `--rule-file` glob reads.
+    pub rules_dir: PathBuf,
+    // Dropped in this order: the process, then its directory.
+    _process: ThanosProcess,
+    dir: PathBuf,
+}
+
+impl Drop for ThanosRuler {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The label telling a Ruler's replicas apart, dropped from the alerts they send
+/// (`--alert.label-drop`), as `config/thanos` runs them.
+pub const RULER_REPLICA_LABEL: &str = "ruler_replica";
+
+impl ThanosRuler {
+    /// Starts `thanos rule` over the rule files `files` (name, content), querying the Querier
+    /// at `query` (its HTTP API) and alerting the Alertmanager at `alertmanager`
+    /// (`http://host:port`); waits until it is ready.
+    pub async fn start(
+        files: &[(String, String)],
+        query: &ThanosQuery,
+        alertmanager: &str,
+    ) -> ThanosRuler {
+        let (http_port, grpc_port) = two_free_ports();
+        let dir = std::env::temp_dir().join(format!(
+            "e2e-thanos-rule-{}-{grpc_port}",
+            std::process::id()
+        ));
+        let rules_dir = dir.join("rules");
+        std::fs::create_dir_all(&rules_dir).expect("a directory for thanos rule");
+        for (name, content) in files {
+            std::fs::write(rules_dir.join(name), content).expect("writing a rule file");
+        }
+        let args = vec![
+            "rule".to_string(),
+            format!("--http-address=127.0.0.1:{http_port}"),
+            format!("--grpc-address=127.0.0.1:{grpc_port}"),
+            format!("--data-dir={}", dir.join("data").display()),
+            format!("--rule-file={}/*.yaml", rules_dir.display()),
+            format!("--query=127.0.0.1:{}", query.http_port),
+            format!("--alertmanagers.url={alertmanager}"),
+            format!("--label={RULER_REPLICA_LABEL}=\"ruler-0\""),
+            format!("--alert.label-drop={RULER_REPLICA_LABEL}"),
+            "--eval-interval=5s".to_string(),
+            "--resend-delay=5s".to_string(),
+        ];
+        let http = SocketAddr::from(([127, 0, 0, 1], http_port));
+        let process = ThanosProcess::start("rule", &args, http).await;
+        ThanosRuler {
+            http_port,
+            rules_dir,
+            _process: process,
+            dir,
+        }
+    }
+
+    /// `data` of the Ruler's API at `path` (`/api/v1/rules`, `/api/v1/alerts`).
+    pub async fn api(&self, path: &str) -> Result<Value, String> {
+        let address = SocketAddr::from(([127, 0, 0, 1], self.http_port));
+        let (code, body) = crate::process::http_get_from(address, path).await?;
+        api_data(path, code, &body)
     }
 }
 

@@ -11,13 +11,11 @@ use std::time::Duration;
 use e2e::fixture;
 use e2e::fixture::Wanted;
 use e2e::real::RealNodes;
-use e2e::thanos::{SIDECAR_GRPC_PORT, ThanosQuery, ThanosStore};
+use e2e::thanos::{ThanosQuery, ThanosStore, samples, sidecar_endpoints};
 use e2e::{Cluster, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
-use kube::api::ListParams;
 use serde_json::{Value, json};
 use zone_api::sprom::{condition, reason};
 
@@ -52,7 +50,7 @@ async fn thanos_a_querier_over_the_sidecar_service_sees_each_target_once_and_blo
     let generation = fx.apply(spec(&real, &fx, 3, "Retain")).await;
     fx.wait_ready_shards("3 shards of 2 replicas with their sidecars", generation, 3)
         .await;
-    let endpoints = sidecar_endpoints(&fx, 6).await;
+    let endpoints = sidecar_endpoints(&fx.ns, SERVICE, 6, TIMEOUT).await;
     let query = ThanosQuery::start(&endpoints).await;
     query.wait_endpoints(6, TIMEOUT).await;
 
@@ -147,47 +145,6 @@ async fn set_objstore(fx: &Fixture, config: &str) {
         .unwrap();
 }
 
-/// The gRPC addresses of the ready sidecars behind the headless Service, once there are `n`.
-async fn sidecar_endpoints(fx: &Fixture, n: usize) -> Vec<String> {
-    let slices: Api<EndpointSlice> = fx.ns.api();
-    let selector = format!("kubernetes.io/service-name={SERVICE}");
-    wait_for(
-        &format!("{n} ready sidecars behind {SERVICE}"),
-        TIMEOUT,
-        || async {
-            let listed = slices
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut addresses = Vec::new();
-            for slice in &listed.items {
-                let port = slice
-                    .ports
-                    .iter()
-                    .flatten()
-                    .find(|port| port.name.as_deref() == Some("grpc"))
-                    .and_then(|port| port.port);
-                assert_eq!(port, Some(i32::from(SIDECAR_GRPC_PORT)), "{slice:?}");
-                for endpoint in &slice.endpoints {
-                    let ready = endpoint.conditions.as_ref().and_then(|c| c.ready);
-                    if ready == Some(true) {
-                        addresses.extend(
-                            endpoint
-                                .addresses
-                                .iter()
-                                .map(|ip| format!("{ip}:{SIDECAR_GRPC_PORT}")),
-                        );
-                    }
-                }
-            }
-            (addresses.len() == n)
-                .then_some(addresses.clone())
-                .ok_or(format!("{addresses:?}"))
-        },
-    )
-    .await
-}
-
 /// Through the Querier: every shard scrapes its zone's two targets, each target is one series
 /// once the replicas are deduplicated and two without.
 async fn every_target_once_per_shard_deduplicated(query: &ThanosQuery) {
@@ -228,22 +185,6 @@ async fn every_target_once_per_shard_deduplicated(query: &ThanosQuery) {
     .await;
     let deduplicated = query.query("count(up{job=\"targets\"})").await.unwrap();
     assert_eq!(samples(&deduplicated)[0].1, "6", "one series per target");
-}
-
-/// The labels and value of each sample of an instant vector.
-fn samples(result: &Value) -> Vec<(BTreeMap<String, String>, String)> {
-    result
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|sample| {
-            let labels = serde_json::from_value(sample["metric"].clone()).unwrap_or_default();
-            (
-                labels,
-                sample["value"][1].as_str().unwrap_or_default().to_string(),
-            )
-        })
-        .collect()
 }
 
 /// The S3 listing of the test's part of the bucket (its objstore `prefix`): a bucket other runs
@@ -311,7 +252,7 @@ async fn a_retained_shard_stays_behind_the_service_and_queryable(
             .ok_or(format!("{} shards, retained {retained:?}", status.shards))
     })
     .await;
-    sidecar_endpoints(fx, 6).await;
+    sidecar_endpoints(&fx.ns, SERVICE, 6, TIMEOUT).await;
     let result = query
         .query("count by (shard, zone) (count_over_time(up{job=\"targets\", shard=\"2\"}[10m]))")
         .await
