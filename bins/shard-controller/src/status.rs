@@ -621,6 +621,31 @@ mod tests {
             ("True", reason::ALL_ACCEPTED)
         );
         assert_eq!(status.shard_statuses[0].rule_groups, 5);
+        assert_eq!(
+            accepted.message,
+            "2 monitors and 5 rule groups in every shard's configuration"
+        );
+        assert_eq!(status.global_rule_groups, 0);
+
+        let monitoring = Monitoring {
+            global_rule_files: Some(Vec::new()),
+            global_rule_groups: 3,
+            ..monitoring
+        };
+        let obs = Observation {
+            monitoring: &monitoring,
+            ..observation(&layout, &[(0, 2)], &[])
+        };
+        let (status, _) = compute(&status, &obs);
+        let accepted = status
+            .condition(condition::MONITORING_OBJECTS_ACCEPTED)
+            .unwrap();
+        assert_eq!(
+            accepted.message,
+            "2 monitors and 5 rule groups in every shard's configuration; 3 global rule groups \
+             for the Thanos Ruler"
+        );
+        assert_eq!(status.global_rule_groups, 3);
     }
 
     #[test]
