@@ -32,6 +32,8 @@ E2E_EXCLUSIVE ?= oracle tenancy deploy deploy_local helm install
 # E2E_IMAGE_SUITES run the project's image on the real nodes besides the exclusive ones: they wait
 # for it, which `make e2e` builds while the other suites run.
 E2E_IMAGE_SUITES ?= monitoring
+# E2E_THANOS_SUITES run Thanos: they wait for its build and image (E2E_THANOS_CMD).
+E2E_THANOS_SUITES ?= thanos thanos_rules
 # PERF=<substring> runs only the matching e2e/perf/*.sh measurements.
 PERF ?=
 
@@ -245,6 +247,9 @@ check-arm64: ## The arm64 binaries run under qemu-user-static: --help, a rules-f
 # Built without the test builds' lints: a profile of its own, nothing to share with them.
 E2E_IMAGE_CMD = $(IMAGE_ENV) IMAGE_PROFILE=e2e-image \
 	env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS bash e2e/cluster/images.sh project-only
+# Thanos (its binary from its Go module, cached by version; its image in the nodes) for the
+# suites of E2E_THANOS_SUITES: built while the other suites run (the cluster starts without it).
+E2E_THANOS_CMD = bash e2e/cluster/build.sh thanos && bash e2e/cluster/images.sh thanos
 
 .PHONY: e2e
 e2e: local-crds chart-tools ## End-to-end tests against the local zonal cluster (E2E_SUITE=file, E2E_FILTER=substring)
@@ -253,11 +258,13 @@ e2e: local-crds chart-tools ## End-to-end tests against the local zonal cluster 
 	$(LINTED) $(CARGO) build --workspace --all-targets
 ifneq ($(E2E_SUITE),)
 	$(E2E_IMAGE_CMD)
+	$(if $(filter $(E2E_SUITE),$(E2E_THANOS_SUITES)),$(E2E_THANOS_CMD))
 	$(LINTED) $(CARGO) test --workspace --test $(E2E_SUITE) -- --ignored --test-threads=$(E2E_THREADS) $(E2E_FILTER) $(addprefix --skip ,$(E2E_SKIP))
 else
 	# The image is built while the suites that do not run it go ahead (run_suites.py).
 	$(LINTED) CARGO='$(CARGO)' python3 e2e/run_suites.py --lanes $(E2E_LANES) --threads $(E2E_THREADS) \
 		--image-cmd "$(E2E_IMAGE_CMD)" $(addprefix --image-suite ,$(E2E_IMAGE_SUITES)) \
+		--thanos-cmd "$(E2E_THANOS_CMD)" $(addprefix --thanos-suite ,$(E2E_THANOS_SUITES)) \
 		$(addprefix --exclusive ,$(E2E_EXCLUSIVE)) $(if $(E2E_FILTER),--filter '$(E2E_FILTER)') $(addprefix --skip ,$(E2E_SKIP))
 endif
 

@@ -12,7 +12,9 @@ With --image-cmd, the project's image is built and imported by that command in t
 at the lowest CPU priority, while the suites that do not run it go ahead: it fills the cores
 those leave idle. The suites that run the image (--image-suite, and every exclusive one) start
 once it is in the nodes; a suite started before that gets E2E_PROJECT_IMAGE_PENDING=1, and the
-harness fails it if it asks for the image (e2e::real), naming the list to add it to.
+harness fails it if it asks for the image (e2e::real), naming the list to add it to. --thanos-cmd
+is the same for Thanos (its binary, built from its Go module on a cold machine, and its image in
+the nodes) and the suites of --thanos-suite.
 
 Every binary's output is printed whole when it ends, with cargo's `Running` line before it, so
 logs read as cargo's and `test result:` lines can be summed. Exit status 1 when any binary failed
@@ -20,6 +22,7 @@ logs read as cargo's and `test result:` lines can be summed. Exit status 1 when 
 
     run_suites.py [--lanes N] [--threads N] [--filter SUBSTRING] [--skip SUBSTRING]...
                   [--exclusive SUITE]... [--image-cmd CMD [--image-suite SUITE]...]
+                  [--thanos-cmd CMD [--thanos-suite SUITE]...]
 """
 
 import argparse
@@ -69,10 +72,12 @@ def build(cargo: str) -> list[dict]:
     return found
 
 
-class Image:
-    """The project's image, built and imported by a command in the background (or ready)."""
+class Prereq:
+    """What some suites need in the nodes (the project's image, Thanos), made by a command in the
+    background (or ready)."""
 
-    def __init__(self, cmd: str | None, lock: threading.Lock):
+    def __init__(self, what: str, cmd: str | None, lock: threading.Lock):
+        self.what = what
         self.cmd = cmd
         self.lock = lock  # the runner's: one report at a time on stdout
         self.done = threading.Event()
@@ -98,7 +103,7 @@ class Image:
         self.ok = rc == 0
         took = time.monotonic() - self.t0
         with self.lock:
-            print(f"== the project's image ({self.cmd}): {'ok' if self.ok else f'FAILED (exit {rc})'} "
+            print(f"== {self.what} ({self.cmd}): {'ok' if self.ok else f'FAILED (exit {rc})'} "
                   f"in {took:.1f} s", flush=True)
             sys.stdout.write(output)
             sys.stdout.flush()
@@ -106,10 +111,11 @@ class Image:
 
 
 class Runner:
-    def __init__(self, args, durations: dict, image: Image):
+    def __init__(self, args, durations: dict, image: Prereq, thanos: Prereq):
         self.args = args
         self.durations = durations
         self.image = image
+        self.thanos = thanos
         self.failed: list[str] = []
         self.lock = image.lock
         self.children: set[subprocess.Popen] = set()
@@ -146,36 +152,47 @@ class Runner:
             if rc != 0:
                 self.failed.append(t["label"])
 
-    def needs_image(self, t: dict) -> bool:
-        return t["kind"] == "test" and t["name"] in self.args.image_suite
+    def needs(self, t: dict) -> list[Prereq]:
+        """What t waits for: the project's image, Thanos, or nothing."""
+        if t["kind"] != "test":
+            return []
+        return [prereq for prereq, suites in ((self.image, self.args.image_suite),
+                                              (self.thanos, self.args.thanos_suite))
+                if t["name"] in suites]
 
     def run_ready(self, t: dict) -> None:
-        """Runs t, whose image (if it runs it) is ready; a suite whose image failed is failed, not
-        run."""
-        if self.needs_image(t) and not self.image.ok:
+        """Runs t, whose prerequisites are ready; a suite whose prerequisite failed is failed,
+        not run."""
+        failed = [prereq.what for prereq in self.needs(t) if not prereq.ok]
+        if failed:
             with self.lock:
-                print(f"== {t['label']}: FAILED (not run: the project's image failed to build)", flush=True)
+                print(f"== {t['label']}: FAILED (not run: {', '.join(failed)} failed)", flush=True)
                 self.failed.append(t["label"])
         else:
             self.run(t)
 
     def lanes(self, tests: list[dict], n: int) -> None:
-        """Runs tests in n lanes, in order, each suite that runs the image once it is ready."""
+        """Runs tests in n lanes, in order, each suite once what it needs is ready."""
         queue = list(tests)
         take = threading.Lock()
+
+        def ready(t: dict) -> bool:
+            return all(prereq.done.is_set() for prereq in self.needs(t))
 
         def lane():
             while True:
                 with take:
                     if not queue:
                         return
-                    ready = self.image.done.is_set()
-                    t = next((t for t in queue if ready or not self.needs_image(t)), None)
+                    t = next((t for t in queue if ready(t)), None)
                     if t is not None:
                         queue.remove(t)
+                    waiting = [p for q in queue for p in self.needs(q) if not p.done.is_set()]
                 if t is None:
-                    # Only suites that run the image are left: nothing to do until it is ready.
-                    self.image.done.wait()
+                    # Only suites waiting for a prerequisite are left: nothing to do until one is
+                    # ready (looked at again every second, as the other may come first).
+                    if waiting:
+                        waiting[0].done.wait(timeout=1)
                     continue
                 self.run_ready(t)
 
@@ -192,11 +209,12 @@ class Runner:
                     os.killpg(child.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-            if self.image.child is not None and self.image.child.poll() is None:
-                try:
-                    os.killpg(self.image.child.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+            for prereq in (self.image, self.thanos):
+                if prereq.child is not None and prereq.child.poll() is None:
+                    try:
+                        os.killpg(prereq.child.pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
         sys.exit(130)
 
 
@@ -209,6 +227,8 @@ def main() -> int:
     p.add_argument("--exclusive", action="append", default=[])
     p.add_argument("--image-cmd", default=None)
     p.add_argument("--image-suite", action="append", default=[])
+    p.add_argument("--thanos-cmd", default=None)
+    p.add_argument("--thanos-suite", action="append", default=[])
     args = p.parse_args()
     # The suites that install the whole project run its image.
     args.image_suite = args.image_suite + args.exclusive
@@ -226,8 +246,10 @@ def main() -> int:
             pass
 
     tests = build(cargo)
-    image = Image(args.image_cmd, threading.Lock())
-    runner = Runner(args, durations, image)
+    lock = threading.Lock()
+    image = Prereq("the project's image", args.image_cmd, lock)
+    thanos = Prereq("Thanos", args.thanos_cmd, lock)
+    runner = Runner(args, durations, image, thanos)
     signal.signal(signal.SIGTERM, runner.stop)
     signal.signal(signal.SIGINT, runner.stop)
 
@@ -238,8 +260,10 @@ def main() -> int:
 
     t0 = time.monotonic()
     image.start()
+    thanos.start()
     runner.lanes(shared, args.lanes)
     image.done.wait()
+    thanos.done.wait()
     for t in exclusive:
         runner.run_ready(t)
     try:

@@ -3,9 +3,11 @@
 # one-layer OCI image tars (images/oci-image.py) and imported into each node's containerd.
 #
 #   images.sh test-images          the pause (pod sandbox), metrics-target, Prometheus,
-#                                  Alertmanager, metrics-server, prometheus-config-reloader and
-#                                  Thanos images (their tars in lib.sh's TEST_IMAGE_TARS; nothing
+#                                  Alertmanager, metrics-server and prometheus-config-reloader
+#                                  images (their tars in lib.sh's TEST_IMAGE_TARS; nothing
 #                                  imported)
+#   images.sh thanos               Thanos's image (build.sh thanos built its binary), imported
+#                                  into the running nodes (make e2e, before the Thanos suites)
 #   images.sh project              the project's image (the Dockerfile's final stage: the static
 #                                  controller binaries, non-root) and the test images, imported
 #                                  into the running nodes
@@ -144,13 +146,26 @@ test_images() {
             --entrypoint /bin/prometheus-config-reloader \
             --file "$CONFIG_RELOADER_BIN:/bin/prometheus-config-reloader:755" >/dev/null
     fi
-    [ -x "$THANOS_BIN" ] || die "$THANOS_BIN is missing (e2e/cluster/build.sh builds it)"
-    if [ ! -f "$IMAGES/thanos.tar" ] || [ "$THANOS_BIN" -nt "$IMAGES/thanos.tar" ]; then
+}
+
+# Thanos's image, apart from the test images: its binary is the one cold Go build the cluster can
+# start without (build.sh thanos), so `make e2e` imports it before the suites that run it.
+thanos_image() {
+    [ -x "$THANOS_BIN" ] || die "$THANOS_BIN is missing (e2e/cluster/build.sh thanos builds it)"
+    mkdir -p "$IMAGES"
+    if [ ! -f "$THANOS_IMAGE_TAR" ] || [ "$THANOS_BIN" -nt "$THANOS_IMAGE_TAR" ]; then
         # As the upstream image: the binary at /bin/thanos as the entrypoint (the subcommand is
         # the first argument), here as user nobody; pods mount their data directories.
-        oci --name "$THANOS_IMAGE" --out "$IMAGES/thanos.tar" --user 65534:65534 \
+        oci --name "$THANOS_IMAGE" --out "$THANOS_IMAGE_TAR" --user 65534:65534 \
             --entrypoint /bin/thanos --file "$THANOS_BIN:/bin/thanos:755" >/dev/null
     fi
+    local zone imported=0
+    for zone in "${REAL_ZONES[@]}"; do
+        [ -S "$NODES/$zone/containerd.sock" ] || continue
+        import "$zone" "$THANOS_IMAGE_TAR"
+        imported=$((imported + 1))
+    done
+    echo "image: $THANOS_IMAGE imported into $imported real nodes"
 }
 
 project_image() { # [only]: without the test images
@@ -165,7 +180,7 @@ project_image() { # [only]: without the test images
     if [ "${1:-}" != only ]; then
         test_images
         tars+=("${TEST_IMAGE_TARS[@]}")
-        what+=" and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE, $ALERTMANAGER_IMAGE, $METRICS_SERVER_IMAGE, $CONFIG_RELOADER_IMAGE, $THANOS_IMAGE)"
+        what+=" and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE, $ALERTMANAGER_IMAGE, $METRICS_SERVER_IMAGE, $CONFIG_RELOADER_IMAGE)"
     fi
     local zone imported=0
     for zone in "${REAL_ZONES[@]}"; do
@@ -232,9 +247,10 @@ case "${1:-}" in
 test-images) test_images ;;
 project) project_image ;;
 project-only) project_image only ;;
+thanos) thanos_image ;;
 import) shift; import "$@" ;;
 import-pinned) shift; import_pinned "$@" ;;
 multiarch) shift; multiarch_image "$@" ;;
 static) static_arch "${2:-}" ;;
-*) echo "usage: $0 test-images|project|project-only|import ZONE TAR...|import-pinned TAR NAME:TAG@DIGEST|multiarch OUT.tar NAME|static ARCH" >&2; exit 2 ;;
+*) echo "usage: $0 test-images|project|project-only|thanos|import ZONE TAR...|import-pinned TAR NAME:TAG@DIGEST|multiarch OUT.tar NAME|static ARCH" >&2; exit 2 ;;
 esac

@@ -22,7 +22,7 @@ mib="${UPLOAD_PERF_MIB:-1024}"
 target_s="${UPLOAD_PERF_TARGET_S:-120}"
 endpoint="${E2E_POD_S3_ENDPOINT:?E2E_POD_S3_ENDPOINT: LocalStack S3 of the local cluster}"
 if [ ! -x "$THANOS_BIN" ]; then
-    echo "upload perf: $THANOS_BIN missing: run e2e/cluster/build.sh" >&2
+    echo "upload perf: $THANOS_BIN missing: run e2e/cluster/build.sh thanos" >&2
     exit 1
 fi
 

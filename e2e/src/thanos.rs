@@ -1,4 +1,4 @@
-//! Thanos (one static binary from `e2e/cluster/build.sh`: `thanos sidecar`, `query`, `store`,
+//! Thanos (one static binary from `e2e/cluster/build.sh thanos`: `thanos sidecar`, `query`, `store`,
 //! `rule`) for the tests that join the shards of a ShardedPrometheus again: a Querier run on the
 //! host ([`ThanosQuery`]) that reads the sidecars' StoreAPI at the pods' IPs (routable from this
 //! host) and deduplicates the replicas of each shard. The real nodes run the shards' sidecars
@@ -49,7 +49,7 @@ pub fn binary() -> PathBuf {
     };
     assert!(
         path.is_file(),
-        "{} is missing: run e2e/cluster/build.sh (or set THANOS_BIN_DIR)",
+        "{} is missing: run e2e/cluster/build.sh thanos (or set THANOS_BIN_DIR)",
         path.display()
     );
     path
