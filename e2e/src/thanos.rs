@@ -159,12 +159,28 @@ pub struct ThanosStore {
     pub grpc: String,
     // Dropped in this order: the process, then its directory.
     _process: ThanosProcess,
-    dir: PathBuf,
+    _dir: ScratchDir,
 }
 
-impl Drop for ThanosStore {
+/// A directory of a Thanos process of a test (its data, its configuration), removed on drop.
+struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    /// `e2e-thanos-<component>-<pid>-<port>` in the temporary directory, created.
+    fn new(component: &str, port: u16) -> ScratchDir {
+        let dir = std::env::temp_dir().join(format!(
+            "e2e-thanos-{component}-{}-{port}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("a directory for thanos {component}: {e}"));
+        ScratchDir(dir)
+    }
+}
+
+impl Drop for ScratchDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -173,18 +189,14 @@ impl ThanosStore {
     /// waits until it is ready.
     pub async fn start(objstore: &str) -> ThanosStore {
         let (http_port, grpc_port) = two_free_ports();
-        let dir = std::env::temp_dir().join(format!(
-            "e2e-thanos-store-{}-{grpc_port}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).expect("a directory for thanos store");
-        let config = dir.join("objstore.yml");
+        let dir = ScratchDir::new("store", grpc_port);
+        let config = dir.0.join("objstore.yml");
         std::fs::write(&config, objstore).expect("writing the objstore configuration");
         let args = vec![
             "store".to_string(),
             format!("--http-address=127.0.0.1:{http_port}"),
             format!("--grpc-address=127.0.0.1:{grpc_port}"),
-            format!("--data-dir={}", dir.join("data").display()),
+            format!("--data-dir={}", dir.0.join("data").display()),
             format!("--objstore.config-file={}", config.display()),
             "--sync-block-duration=5s".to_string(),
         ];
@@ -193,7 +205,7 @@ impl ThanosStore {
         ThanosStore {
             grpc: format!("127.0.0.1:{grpc_port}"),
             _process: process,
-            dir,
+            _dir: dir,
         }
     }
 }
@@ -378,13 +390,7 @@ pub struct ThanosRuler {
     pub rules_dir: PathBuf,
     // Dropped in this order: the process, then its directory.
     _process: ThanosProcess,
-    dir: PathBuf,
-}
-
-impl Drop for ThanosRuler {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+    _dir: ScratchDir,
 }
 
 /// The label telling a Ruler's replicas apart, dropped from the alerts they send
@@ -401,11 +407,8 @@ impl ThanosRuler {
         alertmanager: &str,
     ) -> ThanosRuler {
         let (http_port, grpc_port) = two_free_ports();
-        let dir = std::env::temp_dir().join(format!(
-            "e2e-thanos-rule-{}-{grpc_port}",
-            std::process::id()
-        ));
-        let rules_dir = dir.join("rules");
+        let dir = ScratchDir::new("rule", grpc_port);
+        let rules_dir = dir.0.join("rules");
         std::fs::create_dir_all(&rules_dir).expect("a directory for thanos rule");
         for (name, content) in files {
             std::fs::write(rules_dir.join(name), content).expect("writing a rule file");
@@ -414,7 +417,7 @@ impl ThanosRuler {
             "rule".to_string(),
             format!("--http-address=127.0.0.1:{http_port}"),
             format!("--grpc-address=127.0.0.1:{grpc_port}"),
-            format!("--data-dir={}", dir.join("data").display()),
+            format!("--data-dir={}", dir.0.join("data").display()),
             format!("--rule-file={}/*.yaml", rules_dir.display()),
             format!("--query=127.0.0.1:{}", query.http_port),
             format!("--alertmanagers.url={alertmanager}"),
@@ -429,7 +432,7 @@ impl ThanosRuler {
             http_port,
             rules_dir,
             _process: process,
-            dir,
+            _dir: dir,
         }
     }
 
