@@ -395,7 +395,7 @@ pub struct ThanosRuler {
 
 /// The label telling a Ruler's replicas apart, dropped from the alerts they send
 /// (`--alert.label-drop`), as `config/thanos` runs them.
-pub const RULER_REPLICA_LABEL: &str = "ruler_replica";
+pub const RULER_REPLICA_LABEL: &str = "thanos_ruler_replica";
 
 impl ThanosRuler {
     /// Starts `thanos rule` over the rule files `files` (name, content), querying the Querier

@@ -16,7 +16,7 @@ use e2e::alertmanager::{
 use e2e::fixture;
 use e2e::operator::monitoring_resource;
 use e2e::real::RealNodes;
-use e2e::thanos::{ThanosQuery, ThanosRuler, samples, sidecar_endpoints};
+use e2e::thanos::{RULER_REPLICA_LABEL, ThanosQuery, ThanosRuler, samples, sidecar_endpoints};
 use e2e::{Cluster, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -374,7 +374,7 @@ async fn once_at_the_alertmanager_when_x_is_gone(
         assert_eq!(alerts.len(), 1, "{alerts:?}");
         let labels = &alerts[0].labels;
         assert!(
-            !labels.contains_key("shard") && !labels.contains_key("ruler_replica"),
+            !labels.contains_key("shard") && !labels.contains_key(RULER_REPLICA_LABEL),
             "{labels:?}"
         );
         let about =
