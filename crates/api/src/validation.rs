@@ -4,6 +4,7 @@
 //! One module per kind, each with its error enum and the spec ready to act on; where a check has
 //! a CEL twin in the CRD schema ([`crate::schema`]), both say it with the same text.
 
+pub mod cel;
 mod shared;
 pub mod sprom;
 pub mod zau;

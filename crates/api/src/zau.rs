@@ -96,7 +96,7 @@ pub const ALARM_REASONS: [&str; 3] = [
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = crate::schema::statefulset_named())]
+#[x_kube(validation = crate::validation::zau::cel::statefulset_named())]
 pub struct ZoneAwareUpdateSpec {
     /// The name of the StatefulSet (in the same namespace) this rollout applies to.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -106,8 +106,8 @@ pub struct ZoneAwareUpdateSpec {
     /// least 1 or 1%. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(
-        validation = crate::schema::max_unavailable_form(),
-        validation = crate::schema::max_unavailable_not_zero()
+        validation = crate::validation::cel::max_unavailable_form(),
+        validation = crate::validation::zau::cel::max_unavailable_not_zero()
     )]
     pub max_unavailable: Option<IntOrString>,
 
@@ -115,7 +115,7 @@ pub struct ZoneAwareUpdateSpec {
     /// "0" disables the growth (every batch is maxUnavailable); otherwise it must be >= 1.
     #[serde(default = "default_exponential_factor")]
     #[schemars(default = "default_exponential_factor")]
-    #[x_kube(validation = crate::schema::exponential_factor())]
+    #[x_kube(validation = crate::validation::zau::cel::exponential_factor())]
     pub exponential_factor: String,
 
     /// Name of a CloudWatch alarm (metric or composite) that pauses the rollout while in ALARM.
@@ -270,7 +270,8 @@ pub struct SecretKeyRef {
 
 /// On `spec.alertGate`: it names one place to ask.
 pub fn alert_gate_one_target() -> Rule {
-    Rule::new("has(self.url) != has(self.service)").message(crate::schema::ALERT_GATE_ONE_TARGET)
+    Rule::new("has(self.url) != has(self.service)")
+        .message(crate::validation::zau::cel::ALERT_GATE_ONE_TARGET)
 }
 
 fn default_exponential_factor() -> String {

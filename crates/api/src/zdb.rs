@@ -54,7 +54,7 @@ pub mod reason {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = crate::schema::selector_not_empty())]
+#[x_kube(validation = crate::validation::zdb::cel::selector_not_empty())]
 pub struct ZoneDisruptionBudgetSpec {
     /// Label query over the pods the budget protects (required, not empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -64,7 +64,7 @@ pub struct ZoneDisruptionBudgetSpec {
     /// Max unavailable pods per zone, as a number or a percentage of all expected pods (rounded
     /// up). 0 or 0% freezes the workload: no running pod it selects may be evicted. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = crate::schema::max_unavailable_form())]
+    #[x_kube(validation = crate::validation::cel::max_unavailable_form())]
     pub max_unavailable: Option<IntOrString>,
 
     /// Shadow mode: never deny, but count and report what would have been denied.
@@ -81,9 +81,9 @@ fn selector_schema(generator: &mut SchemaGenerator) -> Schema {
         schema::add_rules(
             requirement,
             [
-                schema::selector_operator(),
-                schema::selector_values_listed(),
-                schema::selector_values_absent(),
+                crate::validation::cel::selector_operator(),
+                crate::validation::cel::selector_values_listed(),
+                crate::validation::cel::selector_values_absent(),
             ],
         );
     }

@@ -7,8 +7,12 @@
 
 use regex::Regex;
 use serde_json::Value;
-use zone_api::schema::{self, *};
+use zone_api::schema::*;
 use zone_api::units::{parse_prometheus_duration, parse_prometheus_size};
+use zone_api::validation::cel::*;
+use zone_api::validation::sprom::cel::*;
+use zone_api::validation::zau::cel::*;
+use zone_api::validation::zdb::cel::*;
 use zone_api::validation::{int_or_percent, is_label_name};
 use zone_api::{ShardedPrometheusSpec, SpromError};
 use zone_topology::IntOrPercent;
@@ -442,7 +446,7 @@ fn size_pattern_agrees_with_the_parser() {
 /// The rules quote these names; a renamed contract label must not leave a rule behind.
 #[test]
 fn reserved_names_come_from_the_contract() {
-    let rule = serde_json::to_value(schema::external_labels_not_reserved()).unwrap();
+    let rule = serde_json::to_value(external_labels_not_reserved()).unwrap();
     let text = rule["rule"].as_str().unwrap();
     for reserved in [
         zone_api::sprom::contract::SHARD_EXTERNAL_LABEL,

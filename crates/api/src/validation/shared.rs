@@ -7,7 +7,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use zone_topology::{IntOrPercent, IntOrPercentError};
 
-use crate::schema;
 use crate::units::{UnitError, parse_prometheus_duration};
 
 /// When `maxUnavailable` is not set: one pod, the most careful budget that still makes progress.
@@ -28,7 +27,7 @@ pub struct DurationError {
 pub enum SelectorError {
     #[error(
         "spec.selector: operator {operator:?} of key {key:?} is not {operators}",
-        operators = schema::SELECTOR_OPERATORS
+        operators = super::cel::SELECTOR_OPERATORS
     )]
     Operator { key: String, operator: String },
     #[error("spec.selector: key {key:?} with operator {operator} needs {needs}")]

@@ -13,7 +13,7 @@ use zone_topology::sharding::{ShardLayout, ShardingError};
 use super::shared::{
     DurationError, SelectorError, duration, is_label_name, is_label_value, non_empty_or,
 };
-use crate::schema::{self, LABEL_NAME_FORM, LABEL_VALUE_FORM};
+use crate::schema::{LABEL_NAME_FORM, LABEL_VALUE_FORM};
 use crate::sprom::monitoring::ValidMonitoring;
 use crate::sprom::{
     self, PrometheusMode, PrometheusStorage, RuleFileRef, ShardedPrometheusSpec, ShardingMode,
@@ -22,6 +22,7 @@ use crate::sprom::{
 use crate::units::{UnitError, parse_prometheus_size};
 
 mod alerting;
+pub mod cel;
 mod monitoring;
 mod pod;
 mod thanos;
@@ -44,7 +45,7 @@ pub enum SpromError {
     Layout(#[source] ShardingError),
     #[error("spec.replicas is {0}: every shard needs at least 1 replica")]
     Replicas(i32),
-    #[error("{}", schema::ZONES_LISTED)]
+    #[error("{}", cel::ZONES_LISTED)]
     NoZones,
     #[error("spec.shardingStrategy.topology.values[{0}] is empty: name a zone")]
     EmptyZone(usize),
@@ -64,7 +65,7 @@ pub enum SpromError {
     ZoneLabelName(String),
     #[error(
         "spec.shardingStrategy.topology.externalLabelName {0:?} {why}",
-        why = schema::zone_label_set_by_controller()
+        why = cel::zone_label_set_by_controller()
     )]
     ZoneLabelNameReserved(String),
     #[error("spec.externalLabels: {0:?} is not {form}", form = LABEL_NAME_FORM)]
@@ -82,18 +83,18 @@ pub enum SpromError {
     DuplicateJobName(String),
     #[error(
         "spec.remoteWrite[{0}] is not an object with a url: {why}",
-        why = schema::REMOTE_WRITE_ENTRY
+        why = cel::REMOTE_WRITE_ENTRY
     )]
     RemoteWriteUrl(usize),
-    #[error("{}", schema::AGENT_REMOTE_WRITES)]
+    #[error("{}", cel::AGENT_REMOTE_WRITES)]
     AgentWithoutRemoteWrite,
-    #[error("{}", schema::AGENT_HAS_NO_RULE_FILES)]
+    #[error("{}", cel::AGENT_HAS_NO_RULE_FILES)]
     AgentWithRuleFiles,
-    #[error("spec.ruleFiles[{0}].configMap {why}", why = schema::RULE_FILE_CONFIG_MAP)]
+    #[error("spec.ruleFiles[{0}].configMap {why}", why = cel::RULE_FILE_CONFIG_MAP)]
     RuleFileConfigMap(usize),
     #[error(
         "spec.ruleFiles[{index}].key is empty (ConfigMap {config_map:?}): {why}",
-        why = schema::RULE_FILE_KEY
+        why = cel::RULE_FILE_KEY
     )]
     RuleFileKey { index: usize, config_map: String },
     #[error(transparent)]
@@ -106,7 +107,7 @@ pub enum SpromError {
         #[source]
         source: UnitError,
     },
-    #[error("{}", schema::STORAGE_ONE_KIND)]
+    #[error("{}", cel::STORAGE_ONE_KIND)]
     StorageBoth,
     #[error("spec.terminationGracePeriodSeconds is {0}: it must be 0 or more")]
     TerminationGracePeriod(i64),

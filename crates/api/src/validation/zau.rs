@@ -7,17 +7,19 @@ use zone_topology::rollout::{RolloutError, parse_exponential_factor};
 use zone_topology::{IntOrPercent, IntOrPercentError};
 
 use super::shared::{DurationError, duration, is_label_name, max_unavailable, non_empty_or};
-use crate::schema::{self, LABEL_NAME_FORM};
+use crate::schema::LABEL_NAME_FORM;
 use crate::zau::{
     AlertGate, GateScheme, GateService, GateTlsConfig, SecretKeyRef, ZoneAwareUpdateSpec, ZoneScope,
 };
 
+pub mod cel;
+
 /// Why a ZoneAwareUpdate spec cannot be acted on.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ZauError {
-    #[error("{}", schema::STATEFULSET_NAMED)]
+    #[error("{}", cel::STATEFULSET_NAMED)]
     MissingStatefulSet,
-    #[error("{}", schema::ALERT_GATE_ONE_TARGET)]
+    #[error("{}", cel::ALERT_GATE_ONE_TARGET)]
     GateTarget,
     #[error("spec.alertGate.url {url:?}: {why}")]
     GateUrl { url: String, why: &'static str },
@@ -58,7 +60,7 @@ pub enum ZauError {
     ExponentialFactor(#[source] RolloutError),
     #[error("spec.maxUnavailable: {0}")]
     MaxUnavailable(#[source] IntOrPercentError),
-    #[error("{}", schema::MAX_UNAVAILABLE_NOT_ZERO)]
+    #[error("{}", cel::MAX_UNAVAILABLE_NOT_ZERO)]
     MaxUnavailableZero,
     #[error(transparent)]
     Duration(#[from] DurationError),

@@ -4,13 +4,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use zone_topology::{IntOrPercent, IntOrPercentError};
 
 use super::shared::{SelectorError, check_selector, max_unavailable};
-use crate::schema;
 use crate::zdb::ZoneDisruptionBudgetSpec;
+
+pub mod cel;
 
 /// Why a ZoneDisruptionBudget spec cannot be acted on.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ZdbError {
-    #[error("{}", schema::SELECTOR_NOT_EMPTY)]
+    #[error("{}", cel::SELECTOR_NOT_EMPTY)]
     EmptySelector,
     #[error(transparent)]
     Selector(#[from] SelectorError),

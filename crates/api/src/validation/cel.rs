@@ -1,0 +1,57 @@
+//! The CEL rules that ZoneAwareUpdate and ZoneDisruptionBudget share (maxUnavailable, label
+//! selectors), beside the checks of [`super::shared`] that say the same thing with the same text.
+
+use kube::core::{Message, Reason, Rule};
+
+use crate::schema::INT_OR_PERCENT;
+
+/// An int-or-string field holding an integer or a percentage. The upper bound is the Kubernetes
+/// `IntOrString`'s: a larger integer would make the stored object unreadable to the controllers.
+pub fn max_unavailable_form() -> Rule {
+    Rule::new(format!(
+        "type(self) == int ? self >= 0 && self <= {max} : self.trim().matches('{INT_OR_PERCENT}')",
+        max = i32::MAX
+    ))
+    .message(Message::Message(format!(
+        "spec.maxUnavailable must be an integer from 0 to {max} or a percentage like \"25%\"",
+        max = i32::MAX
+    )))
+}
+
+/// The operators of a label selector expression, in the rule and the check.
+pub const SELECTOR_OPERATORS: &str = "In, NotIn, Exists or DoesNotExist";
+
+/// On each `selector.matchExpressions` item.
+pub fn selector_operator() -> Rule {
+    Rule::new("self.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist']")
+        .message(Message::Message(format!(
+            "spec.selector.matchExpressions[].operator must be {SELECTOR_OPERATORS}"
+        )))
+        .field_path(".operator")
+}
+
+/// On each `selector.matchExpressions` item.
+pub fn selector_values_listed() -> Rule {
+    Rule::new(
+        "!(self.operator in ['In', 'NotIn']) || has(self.values) && size(self.values) > 0",
+    )
+    .message(
+        "spec.selector.matchExpressions[].values: operators In and NotIn need at least one value",
+    )
+    .field_path(".values")
+    .reason(Reason::FieldValueRequired)
+}
+
+/// On each `selector.matchExpressions` item.
+pub fn selector_values_absent() -> Rule {
+    Rule::new(
+        "!(self.operator in ['Exists', 'DoesNotExist']) || \
+         !has(self.values) || size(self.values) == 0",
+    )
+    .message(
+        "spec.selector.matchExpressions[].values: operators Exists and DoesNotExist take no \
+         values",
+    )
+    .field_path(".values")
+    .reason(Reason::FieldValueForbidden)
+}
