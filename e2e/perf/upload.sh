@@ -79,7 +79,7 @@ config:
 EOF
 
 upload() {
-    "$THANOS_BIN" tools bucket upload-blocks --log.level=warn \
+    "$THANOS_BIN" tools bucket upload-blocks --shipper.upload-compacted --log.level=warn \
         --objstore.config-file="$work/objstore.yml" --path="$work/snapshot" \
         --label='shard="2"' --label='zone="zone-c"' --label='prometheus_replica="perf-0"'
 }

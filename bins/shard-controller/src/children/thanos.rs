@@ -92,6 +92,10 @@ pub fn upload_container(
         "tools".to_string(),
         "bucket".to_string(),
         "upload-blocks".to_string(),
+        // Every block of the snapshot, compacted ones too: a shard that ran before it had an
+        // object store holds blocks Prometheus compacted, which the sidecar never ships (it ships
+        // level-1 blocks only). Blocks already in the bucket are skipped either way.
+        "--shipper.upload-compacted".to_string(),
     ];
     let env = logging_and_objstore(thanos, &mut args);
     // Go-quoted values: a JSON string is one (`upload-blocks` unquotes them).

@@ -590,6 +590,16 @@ fn a_removed_shard_stays_until_its_final_upload_is_done() {
         args.contains(&"--label=prometheus_replica=\"p-shard-2-0\"".to_string()),
         "{args:?}"
     );
+    assert_eq!(
+        args[..4],
+        [
+            "tools",
+            "bucket",
+            "upload-blocks",
+            "--shipper.upload-compacted"
+        ],
+        "every block of the snapshot, compacted ones too"
+    );
     assert!(
         applies(&after).contains(&(ChildKind::Secret, "p-shard-2".to_string())),
         "the shard is retired while it uploads: {:?}",
