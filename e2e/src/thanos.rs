@@ -386,8 +386,6 @@ pub fn samples(result: &Value) -> Vec<(BTreeMap<String, String>, String)> {
 /// directory removed.
 pub struct ThanosRuler {
     http_port: u16,
-    /// The directory its `--rule-file` glob reads.
-    pub rules_dir: PathBuf,
     // Dropped in this order: the process, then its directory.
     _process: ThanosProcess,
     _dir: ScratchDir,
@@ -430,7 +428,6 @@ impl ThanosRuler {
         let process = ThanosProcess::start("rule", &args, http).await;
         ThanosRuler {
             http_port,
-            rules_dir,
             _process: process,
             _dir: dir,
         }

@@ -29,10 +29,6 @@ pub struct Monitoring {
     pub global_rule_files: Option<Vec<RuleFile>>,
     /// Monitors whose jobs are in `jobs`.
     pub monitors: u32,
-    /// Rule groups in `rule_files`.
-    pub rule_groups: u32,
-    /// Rule groups in `global_rule_files`.
-    pub global_rule_groups: u32,
     /// Selected objects left out, and why (bounded lists are made from it for the status).
     pub rejected: Vec<Rejection>,
     /// Selected kinds the API server does not serve (prometheus-operator's CRDs missing).
@@ -55,13 +51,21 @@ impl Monitoring {
         rule_files: Vec::new(),
         global_rule_files: None,
         monitors: 0,
-        rule_groups: 0,
-        global_rule_groups: 0,
         rejected: Vec::new(),
         not_served: Vec::new(),
         rule_file_problems: Vec::new(),
         access_denied: false,
     };
+
+    /// Rule groups in `rule_files` (every shard evaluates them).
+    pub fn rule_groups(&self) -> u32 {
+        groups(&self.rule_files)
+    }
+
+    /// Rule groups in `global_rule_files` (the Thanos Ruler evaluates them).
+    pub fn global_rule_groups(&self) -> u32 {
+        self.global_rule_files.as_deref().map_or(0, groups)
+    }
 
     /// Nothing from monitoring objects: the spec's own remote_write only.
     pub fn of_spec(valid: &ValidSprom) -> Monitoring {
@@ -70,6 +74,14 @@ impl Monitoring {
             ..Monitoring::default()
         }
     }
+}
+
+/// The rule groups of `files`.
+fn groups(files: &[RuleFile]) -> u32 {
+    files
+        .iter()
+        .map(|file| u32::try_from(file.groups).unwrap_or(u32::MAX))
+        .fold(0, u32::saturating_add)
 }
 
 pub mod cache;

@@ -149,14 +149,14 @@ fn shard_counts(observation: &Observation<'_>, status: &mut ShardedPrometheusSta
             ready_replicas: observed.ready_replicas,
             stateful_set: contract::shard_name(observation.name, *index),
             monitors: to_i32(observation.monitoring.monitors),
-            rule_groups: to_i32(observation.monitoring.rule_groups),
+            rule_groups: to_i32(observation.monitoring.rule_groups()),
             rejected_objects: to_i32(
                 u32::try_from(observation.monitoring.rejected.len()).unwrap_or(u32::MAX),
             ),
         });
     }
     status.shards = to_i32(observation.shards.len() as u32);
-    status.global_rule_groups = to_i32(observation.monitoring.global_rule_groups);
+    status.global_rule_groups = to_i32(observation.monitoring.global_rule_groups());
     status.ready_shards = to_i32(
         observation
             .shards
@@ -225,9 +225,10 @@ fn degraded_condition(
 fn accepted_message(monitoring: &Monitoring) -> String {
     let shards = format!(
         "{} monitors and {} rule groups in every shard's configuration",
-        monitoring.monitors, monitoring.rule_groups
+        monitoring.monitors,
+        monitoring.rule_groups()
     );
-    match monitoring.global_rule_groups {
+    match monitoring.global_rule_groups() {
         0 => shards,
         global => format!("{shards}; {global} global rule groups for the Thanos Ruler"),
     }
@@ -603,9 +604,15 @@ mod tests {
                 .contains("servicemonitors.monitoring.coreos.com/v1")
         );
         assert_eq!(events.events().len(), 1);
+        let file = |groups: usize| zone_monitoring::rules::RuleFile {
+            name: format!("ns-r{groups}-u.yaml"),
+            content: String::new(),
+            groups,
+            rules: groups,
+        };
         let monitoring = Monitoring {
             monitors: 2,
-            rule_groups: 5,
+            rule_files: vec![file(2), file(3)],
             ..Monitoring::default()
         };
         let obs = Observation {
@@ -628,8 +635,7 @@ mod tests {
         assert_eq!(status.global_rule_groups, 0);
 
         let monitoring = Monitoring {
-            global_rule_files: Some(Vec::new()),
-            global_rule_groups: 3,
+            global_rule_files: Some(vec![file(1), file(2)]),
             ..monitoring
         };
         let obs = Observation {

@@ -340,7 +340,7 @@ fn rule_files(
     parsed: &[ParsedObject<PrometheusRuleSpec>],
     monitoring: &mut Monitoring,
 ) {
-    use zone_monitoring::rules::{Evaluator, RuleFile};
+    use zone_monitoring::rules::Evaluator;
     let split = valid.thanos.is_some();
     let (mut shards, mut global) = (Vec::new(), Vec::new());
     for parsed in parsed {
@@ -350,19 +350,11 @@ fn rule_files(
             Err(rejection) => monitoring.rejected.push(rejection.clone()),
         }
     }
-    let groups = |files: &[RuleFile]| -> u32 {
-        files
-            .iter()
-            .map(|file| u32::try_from(file.groups).unwrap_or(u32::MAX))
-            .fold(0, u32::saturating_add)
-    };
     let (files, rejected) = zone_monitoring::rules::rule_files(&shards, Evaluator::Prometheus);
-    monitoring.rule_groups = groups(&files);
     monitoring.rule_files = files;
     monitoring.rejected.extend(rejected);
     if split {
         let (files, rejected) = zone_monitoring::rules::rule_files(&global, Evaluator::ThanosRuler);
-        monitoring.global_rule_groups = groups(&files);
         monitoring.global_rule_files = Some(files);
         monitoring.rejected.extend(rejected);
     }
@@ -692,7 +684,7 @@ mod tests {
         );
         assert!(monitoring.rejected[0].reason.starts_with("spec: "));
         assert_eq!(monitoring.rule_files.len(), 1);
-        assert_eq!(monitoring.rule_groups, 1);
+        assert_eq!(monitoring.rule_groups(), 1);
         assert_eq!(monitoring.not_served, [ScrapeConfigKind::RESOURCE]);
         assert!(monitoring.jobs.is_empty());
     }
@@ -740,7 +732,7 @@ mod tests {
                 "team-local-u.yaml"
             ]
         );
-        assert_eq!((plain.rule_groups, plain.global_rule_groups), (3, 0));
+        assert_eq!((plain.rule_groups(), plain.global_rule_groups()), (3, 0));
 
         let sprom: ShardedPrometheus = serde_json::from_value(json!({
             "apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ShardedPrometheus",
@@ -752,14 +744,17 @@ mod tests {
         let (split, _) = translate(&thanos, &selected, &Values::default(), &LastGood::new());
         assert_eq!(names(&split.rule_files), ["team-local-u.yaml"]);
         assert!(!split.rule_files[0].content.contains("partial_response"));
-        let global = split.global_rule_files.expect("the Ruler's files");
-        assert_eq!(names(&global), ["team-global-u.yaml"]);
+        let global = split
+            .global_rule_files
+            .as_deref()
+            .expect("the Ruler's files");
+        assert_eq!(names(global), ["team-global-u.yaml"]);
         assert!(
             global[0]
                 .content
                 .contains("partial_response_strategy: warn")
         );
-        assert_eq!((split.rule_groups, split.global_rule_groups), (1, 1));
+        assert_eq!((split.rule_groups(), split.global_rule_groups()), (1, 1));
         let rejected: Vec<&str> = split.rejected.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(rejected, ["bad-global"]);
     }
