@@ -123,7 +123,7 @@ fn config_thanos_is_accepted_by_the_api_server(cluster: &Cluster, namespace: &st
     let applied = e2e::identity::run(apply, Some(rendered.as_bytes()));
     assert_eq!(
         applied.lines().count(),
-        7,
+        9,
         "every object of config/thanos: {applied}"
     );
 }
