@@ -43,6 +43,17 @@ impl Stamp {
         }
     }
 
+    /// The instant `seconds` since 1970-01-01T00:00:00Z and `nanos` past them, written as
+    /// Prometheus writes it (Go's RFC 3339 in UTC, trailing zeros of the fraction dropped);
+    /// `None` outside years 0000 to 9999 or with `nanos` past a second. For instants read from
+    /// another encoding (Thanos's gRPC answers carry them as protobuf Timestamps).
+    pub fn from_unix(seconds: i64, nanos: u32) -> Option<Stamp> {
+        // 0000-01-01T00:00:00Z and 9999-12-31T23:59:59Z.
+        const RANGE: std::ops::RangeInclusive<i64> = -62_167_219_200..=253_402_300_799;
+        (RANGE.contains(&seconds) && nanos < 1_000_000_000)
+            .then_some(Stamp(Repr::Utc { seconds, nanos }))
+    }
+
     /// `f` of the text, as it was read.
     pub fn with_text<R>(&self, f: impl FnOnce(&str) -> R) -> R {
         match &self.0 {
@@ -311,6 +322,33 @@ mod tests {
             }
             day = day.tomorrow().unwrap();
         }
+    }
+
+    /// An instant given as seconds and nanoseconds (a protobuf Timestamp) is the same stamp as
+    /// Prometheus's text of it, and writes that text; out of range it is refused.
+    #[test]
+    fn instants_from_unix_time_are_prometheus_texts() {
+        for text in [
+            "2026-11-25T12:00:01Z",
+            "2026-11-25T12:00:01.5Z",
+            "2026-11-25T12:00:01.123456789Z",
+            "1969-12-31T23:59:59.999999999Z",
+            "0001-01-01T00:00:00Z",
+            "0000-01-01T00:00:00Z",
+            "9999-12-30T12:00:00.999999999Z",
+        ] {
+            let instant: jiff::Timestamp = text.parse().unwrap();
+            // As a protobuf Timestamp: whole seconds floored, nanoseconds never negative.
+            let total = instant.as_nanosecond();
+            let seconds = i64::try_from(total.div_euclid(1_000_000_000)).unwrap();
+            let nanos = u32::try_from(total.rem_euclid(1_000_000_000)).unwrap();
+            let stamp = Stamp::from_unix(seconds, nanos).unwrap();
+            assert_eq!(stamp, Stamp::from(text), "{text}");
+            assert_eq!(stamp.to_string(), text);
+        }
+        assert_eq!(Stamp::from_unix(-62_167_219_201, 0), None);
+        assert_eq!(Stamp::from_unix(253_402_300_800, 0), None);
+        assert_eq!(Stamp::from_unix(0, 1_000_000_000), None);
     }
 
     /// Texts in another form than Go's are kept as they were: they read as the same instant,
