@@ -12,7 +12,7 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::OwnedSemaphorePermit;
-use zone_rules::{MergeOptions, RulesQuery, parse_rules_query};
+use zone_rules::{MergeOptions, RuleDiscovery, RulesQuery, parse_rules_query};
 
 use crate::answer::{self, Answer};
 use crate::cli::PartialResponse;
@@ -21,7 +21,7 @@ use crate::envelope::error;
 use crate::fetch::Fetcher;
 use crate::flight::{Flights, Joined};
 use crate::guard::Caller;
-use crate::merge::{Cores, Merged, merge};
+use crate::merge::{Cores, Merged, PoolError, merge};
 use crate::metrics::FederatorMetrics;
 
 pub struct Api {
@@ -50,6 +50,49 @@ pub struct FlightKey {
     params: Vec<(String, String)>,
     /// The user the API server vouched for (`--auth=kubernetes`); `None` without it.
     caller: Option<String>,
+}
+
+/// Why a request gets no rules: Prometheus's error type and message, and the HTTP status that
+/// carries them (gRPC maps the same refusal to its own codes).
+#[derive(Debug)]
+pub struct Refusal {
+    pub status: StatusCode,
+    pub error_type: &'static str,
+    pub message: String,
+}
+
+impl Refusal {
+    fn unavailable(message: String) -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            error_type: "unavailable",
+            message,
+        }
+    }
+
+    fn bad_data(message: String) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            error_type: "bad_data",
+            message,
+        }
+    }
+}
+
+impl From<Refusal> for Answer {
+    fn from(refusal: Refusal) -> Self {
+        Answer::error(refusal.status, refusal.error_type, &refusal.message)
+    }
+}
+
+impl From<PoolError> for Refusal {
+    fn from(error: PoolError) -> Self {
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            error_type: "internal",
+            message: error.to_string(),
+        }
+    }
 }
 
 /// `/api/v1/rules` and `/api/v1/alerts` over `api`, to serve next to the runtime's routes.
@@ -101,7 +144,11 @@ impl Api {
     ///
     /// Every backend is asked at once. Answers that come before the turn wait compressed; from
     /// the turn on they are decoded on every core and folded in, in endpoint order.
-    async fn merged(&self, backend_query: &str) -> Result<(Merged, OwnedSemaphorePermit), Answer> {
+    async fn merged(
+        &self,
+        backend_query: &str,
+        partial: PartialResponse,
+    ) -> Result<(Merged, OwnedSemaphorePermit), Refusal> {
         let path = if backend_query.is_empty() {
             "/api/v1/rules".to_string()
         } else {
@@ -125,60 +172,60 @@ impl Api {
             }
         };
         let Ok(turn) = turn else {
-            return Err(Answer::error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "shutting down",
-            ));
+            return Err(Refusal::unavailable("shutting down".to_string()));
         };
         let started = Instant::now();
         let answers = futures::stream::iter(early).chain(fetched);
         let merged = merge(answers, &self.cores, &self.options, &self.metrics).await?;
         let failed = merged.warnings.len();
-        if failed > 0 && (self.partial == PartialResponse::Abort || merged.answered == 0) {
-            let message = format!(
+        if failed > 0 && (partial == PartialResponse::Abort || merged.answered == 0) {
+            return Err(Refusal::unavailable(format!(
                 "{failed} of {} backends failed: {}",
                 failed + merged.answered,
                 merged.warnings.join("; ")
-            );
-            return Err(Answer::error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                &message,
-            ));
+            )));
         }
         self.metrics.merged(started.elapsed());
         Ok((merged, turn))
     }
 
-    /// The answer to `/api/v1/rules` with `query` (`given`, as read).
-    async fn rules_answer(&self, query: RulesQuery, given: &[(String, String)]) -> Answer {
-        let (merged, turn) = match self
-            .merged(&backend_query(&query, given, &self.options))
-            .await
-        {
-            Ok(merged) => merged,
-            Err(answer) => return answer,
-        };
+    /// The rules of `query` (`given`, as read) over every backend, with the warnings of the
+    /// failed ones when `partial` lets them fail; and the merge turn, kept until they are sent.
+    pub async fn rules_data(
+        &self,
+        query: RulesQuery,
+        given: &[(String, String)],
+        partial: PartialResponse,
+    ) -> Result<(RuleDiscovery, Vec<String>, OwnedSemaphorePermit), Refusal> {
+        let (merged, turn) = self
+            .merged(&backend_query(&query, given, &self.options), partial)
+            .await?;
         let Merged {
             groups, warnings, ..
         } = merged;
-        let data = match self.cores.run(move || query.apply(groups)).await {
-            Ok(Ok(data)) => data,
-            Ok(Err(bad)) => return Answer::error(StatusCode::BAD_REQUEST, "bad_data", &bad.0),
-            Err(pool) => return pool.into(),
+        let data = match self.cores.run(move || query.apply(groups)).await? {
+            Ok(data) => data,
+            Err(bad) => return Err(Refusal::bad_data(bad.0)),
         };
         self.metrics.served("groups", data.groups.len());
         self.metrics
             .served("rules", data.groups.iter().map(|g| g.rules.len()).sum());
-        Answer::rules(data, &warnings, &self.cores, turn).await
+        Ok((data, warnings, turn))
+    }
+
+    /// The answer to `/api/v1/rules` with `query` (`given`, as read).
+    async fn rules_answer(&self, query: RulesQuery, given: &[(String, String)]) -> Answer {
+        match self.rules_data(query, given, self.partial).await {
+            Ok((data, warnings, turn)) => Answer::rules(data, &warnings, &self.cores, turn).await,
+            Err(refusal) => refusal.into(),
+        }
     }
 
     /// The answer to `/api/v1/alerts`.
     async fn alerts_answer(&self) -> Answer {
-        let (merged, turn) = match self.merged("type=alert").await {
+        let (merged, turn) = match self.merged("type=alert", self.partial).await {
             Ok(merged) => merged,
-            Err(answer) => return answer,
+            Err(refusal) => return refusal.into(),
         };
         let Merged {
             groups, warnings, ..

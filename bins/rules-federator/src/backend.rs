@@ -6,15 +6,74 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use zone_rules::RuleDiscovery;
+use std::time::Duration;
 
-use crate::endpoints::Endpoint;
+use zone_operator::prom_api::BodyCaps;
+use zone_rules::{MergeOptions, RuleDiscovery};
+
+use crate::api::Api;
+use crate::cli::PartialResponse;
+use crate::endpoints::{Endpoint, Endpoints};
+use crate::fetch::Fetcher;
+use crate::flight::Flights;
+use crate::merge::Cores;
+use crate::metrics::FederatorMetrics;
 
 pub use zone_operator::testing::{FakePrometheus, Issued, Reply, TestCa};
 
 /// `/api/v1/rules` of a Prometheus 3 loaded with the e2e tests' `a.yaml` (a recording rule, an
 /// alert firing, one pending, one inactive), field for field as Prometheus writes it.
 pub const RULES: &str = include_str!("../testdata/prometheus-rules.json");
+
+/// Long enough for a backend on this machine to answer under a loaded test run, short
+/// enough that waiting for a hanging one costs little.
+pub const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The shipped defaults: far above the recorded answer.
+pub const DEFAULT_CAPS: BodyCaps = BodyCaps {
+    compressed: 64 << 20,
+    uncompressed: 256 << 20,
+};
+
+/// An API over `endpoints`, with the shipped caps, and the registry of its metrics.
+pub fn api(endpoints: Vec<Endpoint>, partial: PartialResponse) -> (Arc<Api>, prometheus::Registry) {
+    api_capped(endpoints, partial, DEFAULT_CAPS)
+}
+
+/// [`api`] with `caps`.
+pub fn api_capped(
+    endpoints: Vec<Endpoint>,
+    partial: PartialResponse,
+    caps: BodyCaps,
+) -> (Arc<Api>, prometheus::Registry) {
+    let registry = prometheus::Registry::new();
+    let metrics = FederatorMetrics::register(&registry).unwrap();
+    let api = Api {
+        endpoints: Endpoints::fixed(endpoints),
+        fetcher: Fetcher::new(
+            TIMEOUT,
+            8,
+            caps,
+            metrics.clone(),
+            &crate::connector::BackendTls::load(&Default::default()).unwrap(),
+        ),
+        options: options(),
+        partial,
+        metrics,
+        merges: Arc::new(tokio::sync::Semaphore::new(1)),
+        cores: Cores::new(2),
+        flights: Flights::default(),
+    };
+    (Arc::new(api), registry)
+}
+
+/// The shipped replica and shard labels.
+pub fn options() -> MergeOptions {
+    MergeOptions {
+        replica_labels: vec!["prometheus_replica".into(), "replica".into()],
+        shard_label: Some("shard".into()),
+    }
+}
 
 /// `data` of [`RULES`].
 pub fn rules_data() -> RuleDiscovery {

@@ -296,6 +296,14 @@ pub struct Args {
     #[arg(long, env = "PARTIAL_RESPONSE", value_enum, default_value_t = PartialResponse::Warn)]
     pub partial_response: PartialResponse,
 
+    /// Serve Thanos's gRPC Rules and Info APIs on this address too (Thanos's gRPC port is
+    /// 10901), so a Thanos Querier can take the federator as one of its `--endpoint`s. Off by
+    /// default. A gRPC request's own partial response strategy decides what its failed backends
+    /// make of it. Plain gRPC for now: refused with --tls-cert-dir, --tls-self-signed-secret or
+    /// --auth=kubernetes, whose protection the port would go around.
+    #[arg(long, env = "GRPC_LISTEN_ADDRESS", value_name = "ADDRESS")]
+    pub grpc_listen_address: Option<std::net::SocketAddr>,
+
     /// Labels that differ between the replicas of one shard, removed before rules and alerts
     /// are compared (repeatable).
     #[arg(long = "replica-label", env = "REPLICA_LABELS", value_delimiter = ',', default_values_t = [contract::REPLICA_EXTERNAL_LABEL.to_string(), THANOS_REPLICA_LABEL.to_string()])]

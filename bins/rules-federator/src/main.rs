@@ -16,6 +16,7 @@ mod endpoints;
 mod envelope;
 mod fetch;
 mod flight;
+mod grpc;
 mod guard;
 mod merge;
 mod metrics;

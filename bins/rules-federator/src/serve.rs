@@ -22,6 +22,7 @@ use crate::connector::{BackendTls, BackendTlsError};
 use crate::endpoints::{Endpoint, EndpointError, Endpoints, PodPort, parse_static};
 use crate::fetch::Fetcher;
 use crate::flight::Flights;
+use crate::grpc;
 use crate::guard::{self, Guard};
 use crate::merge::Cores;
 use crate::metrics::FederatorMetrics;
@@ -47,6 +48,12 @@ pub enum StartError {
     Token(#[from] TokenError),
     #[error("--tls-cert-validity, --tls-cert-renew-before")]
     CertValidity(#[from] ValidityError),
+    #[error(
+        "--grpc-listen-address serves plain gRPC: not with HTTPS or --auth=kubernetes, whose protection it would go around"
+    )]
+    GrpcUnprotected,
+    #[error("--grpc-listen-address {0}")]
+    GrpcListen(std::net::SocketAddr, #[source] std::io::Error),
 }
 
 /// Starts the runtime and mounts the API on it; returns the work for [`Runtime::run`]: ready
@@ -69,6 +76,9 @@ pub async fn start(
         || attributes.is_some()
         || matches!(serving, Serving::Https(CertSource::SelfSigned(_)));
     let https = matches!(serving, Serving::Https(_));
+    if args.grpc_listen_address.is_some() && (https || attributes.is_some()) {
+        return Err(StartError::GrpcUnprotected);
+    }
     let mut runtime = Runtime::start_unelected_serving(NAME, &args.base, kubernetes, serving)
         .await
         .map_err(|error| StartError::Runtime(Box::new(error)))?;
@@ -101,10 +111,17 @@ pub async fn start(
         &tls,
     )
     .with_token(token);
-    let api = backend_api(args, endpoints.clone(), fetcher, metrics);
+    let api = Arc::new(backend_api(args, endpoints.clone(), fetcher, metrics));
     let guard = request_guard(args, &parts.client, attributes);
     let authenticated = guard.auth.is_some();
-    runtime.merge_routes(guard::guarded(api::router(Arc::new(api)), Arc::new(guard)));
+    runtime.merge_routes(guard::guarded(api::router(api.clone()), Arc::new(guard)));
+    if let Some(address) = args.grpc_listen_address {
+        let (bound, work) = grpc::serve(address, api, parts.shutdown.clone())
+            .await
+            .map_err(|error| StartError::GrpcListen(address, error))?;
+        tracing::info!(address = %bound, "serving thanos.Rules and thanos.info.Info over gRPC");
+        runtime.spawn_every_replica(work);
+    }
     let scheme = if https { "https" } else { "http" };
     tracing::info!(address = %runtime.local_addr(), scheme, authenticated, "serving /api/v1/rules, /api/v1/alerts");
     let work = ready_until_shutdown(endpoints, parts.readiness, parts.shutdown);
@@ -324,12 +341,19 @@ mod tests {
     async fn serves_its_api_health_and_metrics_on_one_port_without_kubernetes() {
         let backend = serving_rules(true).await;
         let endpoint = format!("{}#shard=0&replica=a", backend.url);
+        let grpc_port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let grpc = format!("--grpc-listen-address=127.0.0.1:{grpc_port}");
         let args = args(&[
             "--endpoint",
             &endpoint,
             "--kubeconfig=/nonexistent/kubeconfig",
             "--identity=federator-0",
             "--shutdown-delay=1s",
+            &grpc,
         ]);
         let (runtime, work) = start(&args).await.unwrap();
         let address = runtime.local_addr();
@@ -349,6 +373,22 @@ mod tests {
         let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(answer["data"]["groups"][0]["name"], "common", "{answer}");
         assert_eq!(http_get(address, "/api/v1/alerts").await.0, 200);
+        // Thanos's Rules API on its own port: the same group.
+        let mut rules = zone_thanos::thanos::rules_client::RulesClient::connect(format!(
+            "http://127.0.0.1:{grpc_port}"
+        ))
+        .await
+        .unwrap();
+        let mut stream = rules
+            .rules(zone_thanos::thanos::RulesRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        let first = stream.message().await.unwrap().unwrap();
+        assert!(
+            matches!(&first.result, Some(zone_thanos::thanos::rules_response::Result::Group(g)) if g.name == "common"),
+            "{first:?}"
+        );
         let (code, metrics) = http_get(address, "/metrics").await;
         assert_eq!(code, 200);
         assert!(
@@ -363,8 +403,35 @@ mod tests {
         assert_eq!(http_get(address, "/readyz").await.0, 503);
         let (code, body) = http_get(address, "/api/v1/rules").await;
         assert_eq!(code, 200, "{body}");
+        let answer = rules
+            .rules(zone_thanos::thanos::RulesRequest::default())
+            .await;
+        assert!(
+            answer.is_ok(),
+            "gRPC too through the drain delay: {answer:?}"
+        );
         let stopped = tokio::time::timeout(PATIENCE, run).await.unwrap().unwrap();
         assert!(stopped.is_ok(), "{stopped:?}");
         assert!(tokio::net::TcpStream::connect(address).await.is_err());
+        let grpc_address: SocketAddr = format!("127.0.0.1:{grpc_port}").parse().unwrap();
+        assert!(tokio::net::TcpStream::connect(grpc_address).await.is_err());
+    }
+
+    /// Plain gRPC beside an API that HTTPS or caller authentication protects would go around
+    /// them: refused before anything starts.
+    #[tokio::test]
+    async fn grpc_is_refused_where_the_api_is_protected() {
+        for protection in ["--auth=kubernetes", "--tls-cert-dir=/nonexistent"] {
+            let args = args(&[
+                "--endpoint=http://prom:9090",
+                "--grpc-listen-address=127.0.0.1:0",
+                protection,
+            ]);
+            let refused = start(&args).await.err();
+            assert!(
+                matches!(refused, Some(StartError::GrpcUnprotected)),
+                "{protection}: {refused:?}"
+            );
+        }
     }
 }

@@ -3,61 +3,14 @@
 
 use super::*;
 use crate::backend::{
-    FakePrometheus, RULES, Reply, endpoint, gated, oversized, rules_data, serving_rules,
+    FakePrometheus, RULES, Reply, api, api_capped, endpoint, gated, options, oversized, rules_data,
+    serving_rules,
 };
-use crate::endpoints::Endpoint;
 use serde_json::Value;
 use std::time::Duration;
 use tower::ServiceExt;
 use zone_operator::prom_api::BodyCaps;
 use zone_rules::{RuleGroup, Source};
-
-/// Long enough for a backend on this machine to answer under a loaded test run, short
-/// enough that waiting for a hanging one costs little.
-const TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The shipped defaults: far above the recorded answer.
-const DEFAULT_CAPS: BodyCaps = BodyCaps {
-    compressed: 64 << 20,
-    uncompressed: 256 << 20,
-};
-
-fn api(endpoints: Vec<Endpoint>, partial: PartialResponse) -> (Arc<Api>, prometheus::Registry) {
-    api_capped(endpoints, partial, DEFAULT_CAPS)
-}
-
-fn api_capped(
-    endpoints: Vec<Endpoint>,
-    partial: PartialResponse,
-    caps: BodyCaps,
-) -> (Arc<Api>, prometheus::Registry) {
-    let registry = prometheus::Registry::new();
-    let metrics = FederatorMetrics::register(&registry).unwrap();
-    let api = Api {
-        endpoints: Endpoints::fixed(endpoints),
-        fetcher: Fetcher::new(
-            TIMEOUT,
-            8,
-            caps,
-            metrics.clone(),
-            &crate::connector::BackendTls::load(&Default::default()).unwrap(),
-        ),
-        options: options(),
-        partial,
-        metrics,
-        merges: Arc::new(tokio::sync::Semaphore::new(1)),
-        cores: Cores::new(2),
-        flights: Flights::default(),
-    };
-    (Arc::new(api), registry)
-}
-
-fn options() -> MergeOptions {
-    MergeOptions {
-        replica_labels: vec!["prometheus_replica".into(), "replica".into()],
-        shard_label: Some("shard".into()),
-    }
-}
 
 /// What the merge makes of the recorded answer from `shards`, one backend each.
 fn merged_from(shards: &[(&str, &str)]) -> Vec<RuleGroup> {
@@ -108,7 +61,7 @@ async fn replicas_merge_and_a_hanging_backend_is_cut_and_named_in_a_warning() {
             groups, warnings, ..
         },
         turn,
-    )) = api.merged("").await
+    )) = api.merged("", PartialResponse::Warn).await
     else {
         panic!("no merge")
     };
@@ -185,7 +138,7 @@ async fn an_oversized_answer_or_a_gzip_bomb_is_cut_and_named_in_a_warning() {
             groups, warnings, ..
         },
         _turn,
-    )) = api.merged("").await
+    )) = api.merged("", PartialResponse::Warn).await
     else {
         panic!("no merge")
     };

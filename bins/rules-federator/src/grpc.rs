@@ -1,0 +1,179 @@
+//! Thanos's gRPC APIs on `--grpc-listen-address`: `thanos.Rules/Rules`, the same merged and
+//! deduplicated groups as `/api/v1/rules`, filtered as the request says; and
+//! `thanos.info.Info/Info`, which tells a Thanos Querier that the federator serves rules, so it
+//! can be one of its `--endpoint`s.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::Stream;
+use tonic::{Request, Response, Status};
+use zone_operator::Shutdown;
+use zone_rules::parse_rules_query;
+use zone_thanos::thanos::info::info_server::{Info, InfoServer};
+use zone_thanos::thanos::info::{InfoRequest, InfoResponse, RulesInfo};
+use zone_thanos::thanos::rules_request::Type;
+use zone_thanos::thanos::rules_server::{Rules, RulesServer};
+use zone_thanos::thanos::{
+    PartialResponseStrategy, RuleGroup, RulesRequest, RulesResponse, rules_response,
+};
+
+use crate::api::{Api, Refusal};
+use crate::cli::PartialResponse;
+
+/// What the federator tells an Info caller it is: a component that federates others' APIs, as
+/// a Thanos Querier does.
+const COMPONENT_TYPE: &str = "query";
+
+/// The Rules and Info services over the API the HTTP routes serve.
+#[derive(Clone)]
+pub struct Services {
+    api: Arc<Api>,
+}
+
+/// Binds `address` (so a taken port fails the start) and serves both services there until
+/// `shutdown` and its drain delay, as the HTTP port (callers whose view of the Service still
+/// holds this replica are answered); then the connections are told to go away (HTTP/2 GOAWAY)
+/// and the calls under way finish.
+pub async fn serve(
+    address: SocketAddr,
+    api: Arc<Api>,
+    shutdown: Shutdown,
+) -> std::io::Result<(SocketAddr, impl Future<Output = ()> + Send + use<>)> {
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    let bound = listener.local_addr()?;
+    let services = Services { api };
+    let server = tonic::transport::Server::builder()
+        .add_service(RulesServer::new(services.clone()))
+        .add_service(InfoServer::new(services));
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    let work = async move {
+        let drained = {
+            let shutdown = shutdown.clone();
+            async move {
+                shutdown.cancelled().await;
+                tokio::time::sleep(shutdown.drain_delay()).await;
+            }
+        };
+        let stopped = server.serve_with_incoming_shutdown(incoming, drained).await;
+        if let Err(error) = stopped {
+            tracing::error!(%error, "the gRPC server stopped");
+            shutdown.trigger();
+        }
+    };
+    Ok((bound, work))
+}
+
+/// The request's filters as the HTTP API's parameters, so both are read by one parser.
+fn params(request: &RulesRequest) -> Vec<(String, String)> {
+    let mut given = Vec::new();
+    match request.r#type() {
+        Type::All => {}
+        Type::Alert => given.push(("type".to_string(), "alert".to_string())),
+        Type::Record => given.push(("type".to_string(), "record".to_string())),
+    }
+    let repeated = [
+        ("match[]", &request.matcher_string),
+        ("rule_name[]", &request.rule_name),
+        ("rule_group[]", &request.rule_group),
+        ("file[]", &request.file),
+    ];
+    for (name, values) in repeated {
+        given.extend(values.iter().map(|value| (name.to_string(), value.clone())));
+    }
+    given
+}
+
+/// A refusal as gRPC says it: bad input is the caller's, the rest is unavailable or internal.
+fn status(refusal: Refusal) -> Status {
+    match refusal.error_type {
+        "bad_data" => Status::invalid_argument(refusal.message),
+        "unavailable" => Status::unavailable(refusal.message),
+        _ => Status::internal(refusal.message),
+    }
+}
+
+type RulesStream = Pin<Box<dyn Stream<Item = Result<RulesResponse, Status>> + Send>>;
+
+impl Services {
+    /// The answer to `request`: its warnings, then its groups, one a message.
+    async fn answer(&self, request: &RulesRequest) -> Result<Vec<RulesResponse>, Status> {
+        let given = params(request);
+        let query = parse_rules_query(&given).map_err(|bad| Status::invalid_argument(bad.0))?;
+        let partial = match request.partial_response_strategy() {
+            PartialResponseStrategy::Abort => PartialResponse::Abort,
+            PartialResponseStrategy::Warn => PartialResponse::Warn,
+        };
+        let (data, warnings, turn) = self
+            .api
+            .rules_data(query, &given, partial)
+            .await
+            .map_err(status)?;
+        let messages = self
+            .api
+            .cores
+            .run(move || {
+                let warnings = warnings.into_iter().map(rules_response::Result::Warning);
+                let groups = data
+                    .groups
+                    .iter()
+                    .map(|group| rules_response::Result::Group(RuleGroup::from(group)));
+                warnings
+                    .chain(groups)
+                    .map(|result| RulesResponse {
+                        result: Some(result),
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .map_err(|pool| status(pool.into()))?;
+        drop(turn);
+        if !messages.is_empty()
+            && matches!(messages[0].result, Some(rules_response::Result::Warning(_)))
+        {
+            self.api.metrics.partial_response("grpc_rules");
+        }
+        Ok(messages)
+    }
+}
+
+#[tonic::async_trait]
+impl Rules for Services {
+    type RulesStream = RulesStream;
+
+    async fn rules(
+        &self,
+        request: Request<RulesRequest>,
+    ) -> Result<Response<Self::RulesStream>, Status> {
+        let started = Instant::now();
+        let answer = self.answer(request.get_ref()).await;
+        let metrics = &self.api.metrics;
+        let code = match &answer {
+            Ok(_) => 200,
+            Err(status) if status.code() == tonic::Code::InvalidArgument => 400,
+            Err(status) if status.code() == tonic::Code::Unavailable => 503,
+            Err(_) => 500,
+        };
+        metrics.request("grpc_rules", code);
+        metrics.request_duration("grpc_rules", started.elapsed());
+        let messages = answer?;
+        let stream: RulesStream = Box::pin(futures::stream::iter(messages.into_iter().map(Ok)));
+        Ok(Response::new(stream))
+    }
+}
+
+#[tonic::async_trait]
+impl Info for Services {
+    async fn info(&self, _: Request<InfoRequest>) -> Result<Response<InfoResponse>, Status> {
+        Ok(Response::new(InfoResponse {
+            component_type: COMPONENT_TYPE.to_string(),
+            rules: Some(RulesInfo {}),
+            ..InfoResponse::default()
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,156 @@
+//! The gRPC services against in-process backends, called by a real tonic client over TCP.
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::backend::{FakePrometheus, Reply, api, endpoint, serving_rules};
+use zone_rules::RuleDiscovery;
+use zone_thanos::thanos::info::info_client::InfoClient;
+use zone_thanos::thanos::rules_client::RulesClient;
+
+/// The services over `api` on a free port of 127.0.0.1: a client of each, and the shutdown
+/// that ends the server.
+async fn started(api: Arc<Api>) -> (RulesClient<tonic::transport::Channel>, String, Shutdown) {
+    let shutdown = Shutdown::new();
+    let (bound, work) = serve("127.0.0.1:0".parse().unwrap(), api, shutdown.clone())
+        .await
+        .unwrap();
+    tokio::spawn(work);
+    let url = format!("http://{bound}");
+    (
+        RulesClient::connect(url.clone()).await.unwrap(),
+        url,
+        shutdown,
+    )
+}
+
+/// Every message of a Rules call: the warnings and the groups, read back into the model.
+async fn call(
+    client: &mut RulesClient<tonic::transport::Channel>,
+    request: RulesRequest,
+) -> Result<(Vec<String>, RuleDiscovery), Status> {
+    let mut stream = client.rules(request).await?.into_inner();
+    let (mut warnings, mut data) = (Vec::new(), RuleDiscovery::default());
+    while let Some(message) = stream.message().await? {
+        match message.result {
+            Some(rules_response::Result::Warning(warning)) => warnings.push(warning),
+            Some(rules_response::Result::Group(group)) => {
+                data.groups.push(zone_rules::RuleGroup::from(group));
+            }
+            None => panic!("an empty message"),
+        }
+    }
+    Ok((warnings, data))
+}
+
+/// The same backends over gRPC and over HTTP: the same groups, the same warning for the
+/// backend that does not answer, which gRPC sends first.
+#[tokio::test]
+async fn rules_over_grpc_are_the_http_answer() {
+    let a = serving_rules(true).await;
+    let b = serving_rules(false).await;
+    let other_shard = serving_rules(true).await;
+    let gone = FakePrometheus::gone();
+    let (api, registry) = api(
+        vec![
+            endpoint(&a.url, "0", "a"),
+            endpoint(&b.url, "0", "b"),
+            endpoint(&other_shard.url, "1", "a"),
+            endpoint(&gone, "1", "b"),
+        ],
+        PartialResponse::Abort,
+    );
+    let (mut client, _, shutdown) = started(api.clone()).await;
+    let (warnings, grpc) = call(&mut client, RulesRequest::default()).await.unwrap();
+    // The HTTP route's own strategy is Abort: its data is compared without the gone backend.
+    let (http, http_warnings, _turn) = api
+        .rules_data(
+            zone_rules::RulesQuery::default(),
+            &[],
+            PartialResponse::Warn,
+        )
+        .await
+        .unwrap();
+    assert_eq!(grpc, http);
+    assert_eq!(grpc.groups[0].rules.len(), 8, "four rules of each shard");
+    assert_eq!(warnings, http_warnings);
+    assert_eq!(warnings.len(), 1);
+    assert!(warnings[0].contains(&gone), "{warnings:?}");
+    let text = zone_operator::metrics::exposition(&registry);
+    assert!(
+        text.contains(r#"zone_aware_federator_partial_responses_total{handler="grpc_rules"} 1"#),
+        "{text}"
+    );
+    shutdown.trigger();
+}
+
+/// The request's type and matchers filter as the HTTP API's parameters do; a matcher that does
+/// not parse is the caller's error; ABORT fails the call on a failed backend, naming it.
+#[tokio::test]
+async fn filters_and_the_partial_response_strategy_are_the_requests() {
+    let a = serving_rules(true).await;
+    let gone = FakePrometheus::gone();
+    let (api, _) = api(
+        vec![endpoint(&a.url, "0", "a"), endpoint(&gone, "1", "a")],
+        PartialResponse::Warn,
+    );
+    let (mut client, _, shutdown) = started(api).await;
+    let alerts_only = RulesRequest {
+        r#type: Type::Alert.into(),
+        ..RulesRequest::default()
+    };
+    let (_, data) = call(&mut client, alerts_only).await.unwrap();
+    let rules: Vec<_> = data.groups.iter().flat_map(|g| &g.rules).collect();
+    assert_eq!(rules.len(), 3, "the three alerting rules: {rules:?}");
+    assert!(
+        rules
+            .iter()
+            .all(|r| matches!(r, zone_rules::Rule::Alerting(_)))
+    );
+
+    let team_a = RulesRequest {
+        matcher_string: vec![r#"{team="a"}"#.to_string()],
+        r#type: Type::Alert.into(),
+        ..RulesRequest::default()
+    };
+    let (_, data) = call(&mut client, team_a).await.unwrap();
+    let names: Vec<_> = data
+        .groups
+        .iter()
+        .flat_map(|g| &g.rules)
+        .map(zone_rules::Rule::name)
+        .collect();
+    assert_eq!(names, ["AlwaysFiring", "NeverFires"]);
+
+    let bad = RulesRequest {
+        matcher_string: vec!["{".to_string()],
+        ..RulesRequest::default()
+    };
+    let refused = call(&mut client, bad).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+
+    let abort = RulesRequest {
+        partial_response_strategy: PartialResponseStrategy::Abort.into(),
+        ..RulesRequest::default()
+    };
+    let failed = call(&mut client, abort).await.unwrap_err();
+    assert_eq!(failed.code(), tonic::Code::Unavailable, "{failed:?}");
+    assert!(failed.message().contains(&gone), "{failed:?}");
+    shutdown.trigger();
+}
+
+/// Info says rules are served, as the component a Querier federates.
+#[tokio::test]
+async fn info_advertises_the_rules_api() {
+    let a = FakePrometheus::start(Reply::Hang).await;
+    let (api, _) = api(vec![endpoint(&a.url, "0", "a")], PartialResponse::Warn);
+    let (_, url, shutdown) = started(api).await;
+    let mut info = InfoClient::connect(url).await.unwrap();
+    let answer = info.info(InfoRequest {}).await.unwrap().into_inner();
+    assert_eq!(answer.component_type, "query");
+    assert!(answer.rules.is_some());
+    assert!(
+        answer.store.is_none(),
+        "no StoreAPI: the Querier must not ask for series"
+    );
+    shutdown.trigger();
+}
