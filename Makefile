@@ -14,7 +14,7 @@ BINS := $(shell cat bins.txt)
 # a git checkout). Given to the image and static builds only: in every build it would recompile
 # the runtime crate at each commit.
 ZONE_AWARE_REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, crd_validation, deploy, deploy_local, federator, federator_security, helm, install, monitoring, oracle, sharding, smoke, sprom, sprom_health, tenancy, thanos, thanos_rules, zau, zau_gate, zdb).
+# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, crd_validation, deploy, deploy_local, federator, federator_security, federator_thanos, helm, install, monitoring, oracle, sharding, smoke, sprom, sprom_health, tenancy, thanos, thanos_rules, zau, zau_gate, zdb).
 E2E_SUITE ?=
 # E2E_FILTER=<substring> runs only the e2e tests whose function name contains it (in every suite,
 # or in E2E_SUITE's).
@@ -33,7 +33,7 @@ E2E_EXCLUSIVE ?= oracle tenancy deploy deploy_local helm install
 # for it, which `make e2e` builds while the other suites run.
 E2E_IMAGE_SUITES ?= monitoring
 # E2E_THANOS_SUITES run Thanos: they wait for its build and image (E2E_THANOS_CMD).
-E2E_THANOS_SUITES ?= thanos thanos_rules
+E2E_THANOS_SUITES ?= thanos thanos_rules federator_thanos
 # PERF=<substring> runs only the matching e2e/perf/*.sh measurements.
 PERF ?=
 

@@ -254,8 +254,8 @@ impl ThanosQuery {
         SocketAddr::from(([127, 0, 0, 1], self.http_port))
     }
 
-    /// `data` of the API's answer at `path`, or why there is none.
-    async fn api(&self, path: &str) -> Result<Value, String> {
+    /// `data` of the API's answer at `path` (`/api/v1/rules`, ...), or why there is none.
+    pub async fn api(&self, path: &str) -> Result<Value, String> {
         let (code, body) = crate::process::http_get_from(self.address(), path).await?;
         api_data(path, code, &body)
     }

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use e2e::localstack::free_port;
@@ -14,88 +13,14 @@ use e2e::prometheus::PrometheusProcess;
 use e2e::wait_for;
 use serde_json::Value;
 
+#[path = "federator/shards.rs"]
+mod shards;
 #[path = "federator/spawn.rs"]
 mod spawn;
 
+use shards::{Rules, config, merged_rules_settled, two_shards_of_two_replicas};
+
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Rules both shards load: a recording rule, an alert that fires, one pending for an hour, one
-/// that never fires; `common` is also the name of a group in `b.yaml`.
-const A_YAML: &str = r#"groups:
-- name: common
-  interval: 1s
-  rules:
-  - record: job:up:sum
-    expr: sum by (job) (up)
-  - alert: AlwaysFiring
-    expr: vector(1)
-    labels: {severity: page, team: a}
-  - alert: PendingLong
-    expr: vector(1)
-    for: 1h
-    labels: {team: b}
-  - alert: NeverFires
-    expr: vector(1) == 2
-    labels: {team: a}
-"#;
-const B_YAML: &str = r#"groups:
-- name: common
-  interval: 1s
-  rules:
-  - record: b:one
-    expr: vector(1)
-    labels: {team: b}
-"#;
-/// Only shard 1 has this one.
-const ONLY_YAML: &str = r#"groups:
-- name: extra
-  interval: 1s
-  rules:
-  - alert: OnlyOnShardOne
-    expr: vector(1)
-    labels: {team: c}
-"#;
-
-struct Rules {
-    dir: PathBuf,
-}
-
-impl Rules {
-    /// The rule files in a directory of `test`'s own (the tests run in parallel in one process,
-    /// and each removes its directory when it ends; Prometheus re-reads the files every second).
-    fn write(test: &str) -> Rules {
-        let dir =
-            std::env::temp_dir().join(format!("e2e-federator-rules-{}-{test}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        for (name, text) in [
-            ("a.yaml", A_YAML),
-            ("b.yaml", B_YAML),
-            ("only.yaml", ONLY_YAML),
-        ] {
-            std::fs::write(dir.join(name), text).unwrap();
-        }
-        Rules { dir }
-    }
-
-    fn path(&self, name: &str) -> String {
-        self.dir.join(name).display().to_string()
-    }
-}
-
-impl Drop for Rules {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn config(shard: Option<u32>, replica: &str, files: &[String]) -> String {
-    let mut labels = format!("    prometheus_replica: {replica}\n");
-    if let Some(shard) = shard {
-        labels.push_str(&format!("    shard: \"{shard}\"\n"));
-    }
-    let files: String = files.iter().map(|f| format!("  - {f}\n")).collect();
-    format!("global:\n  evaluation_interval: 1s\n  external_labels:\n{labels}rule_files:\n{files}")
-}
 
 async fn get(port: u16, path: &str) -> (u16, Value) {
     let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -165,22 +90,10 @@ fn unsharded(shape: &Shape) -> Vec<Unsharded> {
 #[ignore = "needs Prometheus 3.16 (make e2e)"]
 async fn federator_merges_shards_and_replicas_like_prometheus_would() {
     let rules = Rules::write("merge");
-    let common = vec![rules.path("a.yaml"), rules.path("b.yaml")];
-    let mut shard_one = common.clone();
-    shard_one.push(rules.path("only.yaml"));
-    let mut backends = Vec::new();
-    let mut endpoints = Vec::new();
-    for (shard, files) in [(0u32, &common), (1, &shard_one)] {
-        for replica in ["a", "b"] {
-            let name = format!("fed-{shard}-{replica}");
-            let process =
-                PrometheusProcess::start(&name, &config(Some(shard), &name, files), &[]).await;
-            endpoints.push(format!("{}#shard={shard}&replica={name}", process.url()));
-            backends.push(process);
-        }
-    }
+    let (mut backends, endpoints) = two_shards_of_two_replicas(&rules, "fed").await;
     let union =
-        PrometheusProcess::start("fed-union", &config(None, "union", &shard_one), &[]).await;
+        PrometheusProcess::start("fed-union", &config(None, "union", &rules.of_shard(1)), &[])
+            .await;
     let (_federator, port) = federator(&endpoints, &[]);
 
     let merged = merged_rules_settled(port).await;
@@ -198,34 +111,6 @@ async fn federator_merges_shards_and_replicas_like_prometheus_would() {
 
     one_backend_gone_warns_or_aborts(&mut backends, &endpoints, port, &merged).await;
     drop(union);
-}
-
-/// Settled: every rule of every replica evaluated (each group on its own schedule), the
-/// always-firing alert firing on both shards. Returns the federator's answer.
-async fn merged_rules_settled(port: u16) -> Value {
-    wait_for("the merged rules, settled", TIMEOUT, || async {
-        let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let (code, body) = http_get_from(address, "/api/v1/rules").await?;
-        let value: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
-        let rules: Vec<Value> = value["data"]["groups"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
-            .collect();
-        let unevaluated = rules
-            .iter()
-            .filter(|r| r["health"] != "ok" || r["state"] == "unknown")
-            .count();
-        let firing = rules
-            .iter()
-            .filter(|r| r["name"] == "AlwaysFiring" && r["state"] == "firing")
-            .count();
-        (code == 200 && firing == 2 && unevaluated == 0)
-            .then_some(value)
-            .ok_or(format!("{code}: {firing} firing"))
-    })
-    .await
 }
 
 /// Groups by file then name; rules in evaluation order, each shard's copy next to the other;

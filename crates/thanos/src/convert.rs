@@ -75,21 +75,24 @@ fn labels(set: Option<&thanos::LabelSet>) -> Labels {
     .unwrap_or_default()
 }
 
-/// A rule's or an alert's state as the wire names it; an unknown text as inactive.
+/// A rule's or an alert's state as the wire names it; a text it has no name for as unknown.
 fn state(text: &str) -> thanos::AlertState {
     match text {
         "firing" => thanos::AlertState::Firing,
         "pending" => thanos::AlertState::Pending,
-        _ => thanos::AlertState::Inactive,
+        "inactive" => thanos::AlertState::Inactive,
+        _ => thanos::AlertState::Unknown,
     }
 }
 
-/// The state's text as Prometheus writes it (the wire's name in lower case).
+/// The state's text as Prometheus writes it (the wire's name in lower case); a number the wire
+/// has no name for as unknown.
 fn state_text(state: i32) -> &'static str {
     match thanos::AlertState::try_from(state) {
         Ok(thanos::AlertState::Firing) => "firing",
         Ok(thanos::AlertState::Pending) => "pending",
-        _ => "inactive",
+        Ok(thanos::AlertState::Inactive) => "inactive",
+        _ => "unknown",
     }
 }
 

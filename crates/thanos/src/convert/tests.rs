@@ -4,7 +4,7 @@ use prost::Message;
 use super::*;
 
 /// A group as Prometheus 3 writes it: an alerting rule with a firing and a pending alert, an
-/// inactive one never evaluated, a recording rule with labels.
+/// inactive one, one Prometheus 3 has not evaluated yet, a recording rule with labels.
 const GROUP: &str = r#"{
   "name": "node", "file": "/etc/prometheus/rules/node.yaml", "interval": 30, "limit": 0,
   "evaluationTime": 0.000412, "lastEvaluation": "2026-11-29T09:46:26.123456789Z",
@@ -21,6 +21,9 @@ const GROUP: &str = r#"{
         "activeAt": "2026-11-29T09:45:56.5Z", "value": "0e+00"}],
      "health": "ok", "evaluationTime": 0.0002, "lastEvaluation": "2026-11-29T09:46:26.1Z"},
     {"type": "alerting", "state": "inactive", "name": "Never", "query": "vector(1) < 0",
+     "duration": 0, "keepFiringFor": 0, "labels": {}, "annotations": {}, "alerts": [],
+     "health": "unknown", "evaluationTime": 0, "lastEvaluation": "0001-01-01T00:00:00Z"},
+    {"type": "alerting", "state": "unknown", "name": "NotYet", "query": "vector(1)",
      "duration": 0, "keepFiringFor": 0, "labels": {}, "annotations": {}, "alerts": [],
      "health": "unknown", "evaluationTime": 0, "lastEvaluation": "0001-01-01T00:00:00Z"},
     {"type": "recording", "name": "job:up:sum", "query": "sum by (job) (up)",
@@ -82,8 +85,21 @@ fn fields_map_as_thanos_maps_them() {
         panic!("the second rule is alerting");
     };
     assert_eq!(never.last_evaluation, Some(go_zero()), "Go's zero time");
+    let Some(thanos::rule::Result::Alert(not_yet)) = &wire.rules[2].result else {
+        panic!("the third rule is alerting");
+    };
+    // Thanos v0.42's numbers: UNKNOWN 0, INACTIVE 1, PENDING 2, FIRING 3.
+    assert_eq!(
+        (
+            not_yet.state,
+            never.state,
+            alert.alerts[1].state,
+            alert.state
+        ),
+        (0, 1, 2, 3)
+    );
     assert!(matches!(
-        wire.rules[2].result,
+        wire.rules[3].result,
         Some(thanos::rule::Result::Recording(_))
     ));
 }
@@ -107,7 +123,7 @@ fn odd_wire_values_read_as_prometheus_values() {
     ] {
         assert_eq!(stamp(Some(&odd)), zero, "{odd:?}");
     }
-    assert_eq!(state_text(7), "inactive");
+    assert_eq!(state_text(7), "unknown");
     let wire = thanos::RuleGroup {
         name: "g".into(),
         rules: vec![thanos::Rule { result: None }],

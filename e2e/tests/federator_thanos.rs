@@ -1,0 +1,165 @@
+//! rules-federator and Thanos: a real Thanos Querier (v0.42, the cached build) whose only
+//! endpoint is the federator's gRPC port, over real Prometheus 3.16 processes (two shards of two
+//! replicas on 127.0.0.1). The Querier finds the Rules API through Info and serves the
+//! federator's groups as its own `/api/v1/rules` and `/api/v1/alerts`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use e2e::localstack::free_port;
+use e2e::process::http_get_from;
+use e2e::thanos::ThanosQuery;
+use e2e::wait_for;
+use serde_json::Value;
+
+#[path = "federator/shards.rs"]
+mod shards;
+#[path = "federator/spawn.rs"]
+mod spawn;
+
+use shards::{Rules, merged_rules_settled, two_shards_of_two_replicas};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A rule as both sides must agree on it: group file and name, type, name, state, health and
+/// labels (the shard's among them), and its alerts' label sets and states.
+type Rule = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    Vec<String>,
+);
+
+fn rules_of(data: &Value) -> BTreeSet<Rule> {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let mut rules = BTreeSet::new();
+    for group in data["groups"].as_array().into_iter().flatten() {
+        for rule in group["rules"].as_array().into_iter().flatten() {
+            let mut alerts: Vec<String> = rule["alerts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|a| format!("{} {}", a["labels"], a["state"]))
+                .collect();
+            alerts.sort();
+            rules.insert((
+                text(&group["file"]),
+                text(&group["name"]),
+                text(&rule["type"]),
+                text(&rule["name"]),
+                text(&rule["state"]),
+                text(&rule["health"]),
+                rule["labels"].to_string(),
+                alerts,
+            ));
+        }
+    }
+    rules
+}
+
+/// The fields of every group, rule and alert of an answer, by where they are.
+fn fields(data: &Value) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let keys = |value: &Value, at: &str, names: &mut BTreeSet<String>| {
+        for key in value.as_object().into_iter().flatten().map(|(k, _)| k) {
+            names.insert(format!("{at}.{key}"));
+        }
+    };
+    for group in data["groups"].as_array().into_iter().flatten() {
+        keys(group, "group", &mut names);
+        for rule in group["rules"].as_array().into_iter().flatten() {
+            keys(
+                rule,
+                &format!("{} rule", rule["type"].as_str().unwrap_or("?")),
+                &mut names,
+            );
+            for alert in rule["alerts"].as_array().into_iter().flatten() {
+                keys(alert, "alert", &mut names);
+            }
+        }
+    }
+    names
+}
+
+async fn federator_data(port: u16, path: &str) -> Value {
+    let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (code, body) = http_get_from(address, path).await.unwrap();
+    assert_eq!(code, 200, "{path}: {body}");
+    let mut answer: Value = serde_json::from_str(&body).unwrap();
+    answer["data"].take()
+}
+
+#[tokio::test]
+#[ignore = "needs Prometheus 3.16 and Thanos (make e2e)"]
+async fn a_thanos_querier_over_the_federators_grpc_port_serves_its_groups() {
+    let rules = Rules::write("thanos");
+    let (_backends, endpoints) = two_shards_of_two_replicas(&rules, "fedthanos").await;
+    let grpc = free_port();
+    let grpc_flag = format!("--grpc-listen-address=127.0.0.1:{grpc}");
+    let env = [("KUBECONFIG", "/dev/null".to_string())];
+    let (_federator, port) = spawn::federator(&endpoints, &[&grpc_flag], &env);
+    let ours = merged_rules_settled(port).await["data"].take();
+
+    let query = ThanosQuery::start(&[format!("127.0.0.1:{grpc}")]).await;
+    // The Querier checks its endpoints every 5 s: its rules are the federator's once it has.
+    let theirs = wait_for(
+        "the Querier's rules from the federator",
+        TIMEOUT,
+        || async {
+            let data = query.api("/api/v1/rules").await?;
+            let (found, wanted) = (rules_of(&data), rules_of(&ours));
+            if found == wanted {
+                Ok(data)
+            } else {
+                Err(format!("{} of {} rules: {data}", found.len(), wanted.len()))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        rules_of(&theirs).len(),
+        11,
+        "five rules of shard 0, six of shard 1"
+    );
+    // What Thanos's formatting adds or leaves out, field by field (docs/rules-federator.md).
+    let (ours_fields, theirs_fields) = (fields(&ours), fields(&theirs));
+    eprintln!(
+        "fields only the federator writes: {:?}; only the Querier: {:?}",
+        ours_fields.difference(&theirs_fields).collect::<Vec<_>>(),
+        theirs_fields.difference(&ours_fields).collect::<Vec<_>>()
+    );
+
+    let order = |data: &Value| -> Vec<String> {
+        data["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+            .map(|r| format!("{} {}", r["name"], r["labels"]["shard"]))
+            .collect()
+    };
+    eprintln!(
+        "rule order, federator: {:?}; Querier: {:?}",
+        order(&ours),
+        order(&theirs)
+    );
+
+    let our_alerts = federator_data(port, "/api/v1/alerts").await;
+    let alerts = |data: &Value| -> BTreeSet<String> {
+        data["alerts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| format!("{} {}", a["labels"], a["state"]))
+            .collect()
+    };
+    let their_alerts = query.api("/api/v1/alerts").await.unwrap();
+    assert_eq!(alerts(&their_alerts), alerts(&our_alerts));
+    assert_eq!(alerts(&our_alerts).len(), 5, "{our_alerts}");
+}
