@@ -11,6 +11,9 @@ use zone_operator::BaseArgs;
 /// The replica label of Thanos and of many Prometheus setups, removed by default beside the
 /// ShardedPrometheus one.
 const THANOS_REPLICA_LABEL: &str = "replica";
+/// The replica label of Thanos Rulers as prometheus-operator (and `config/thanos`) labels them:
+/// their replicas' rules collapse by default too.
+const THANOS_RULER_REPLICA_LABEL: &str = "thanos_ruler_replica";
 
 /// What a request gets when some backends fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -306,7 +309,7 @@ pub struct Args {
 
     /// Labels that differ between the replicas of one shard, removed before rules and alerts
     /// are compared (repeatable).
-    #[arg(long = "replica-label", env = "REPLICA_LABELS", value_delimiter = ',', default_values_t = [contract::REPLICA_EXTERNAL_LABEL.to_string(), THANOS_REPLICA_LABEL.to_string()])]
+    #[arg(long = "replica-label", env = "REPLICA_LABELS", value_delimiter = ',', default_values_t = [contract::REPLICA_EXTERNAL_LABEL.to_string(), THANOS_REPLICA_LABEL.to_string(), THANOS_RULER_REPLICA_LABEL.to_string()])]
     pub replica_labels: Vec<String>,
 
     /// The label that tells the shards' rules and alerts apart; empty: none.
@@ -425,7 +428,10 @@ mod tests {
             assert_eq!(defaults.partial_response, PartialResponse::Warn);
         }
         if unset("REPLICA_LABELS") {
-            assert_eq!(defaults.replica_labels, ["prometheus_replica", "replica"]);
+            assert_eq!(
+                defaults.replica_labels,
+                ["prometheus_replica", "replica", "thanos_ruler_replica"]
+            );
         }
         if unset("SHARD_LABEL") {
             assert_eq!(defaults.shard_label, "shard");
