@@ -200,9 +200,8 @@ impl Api {
         let (merged, turn) = self
             .merged(&backend_query(&query, given, &self.options), partial)
             .await?;
-        let Merged {
-            groups, warnings, ..
-        } = merged;
+        let warnings = merged.all_warnings();
+        let groups = merged.groups;
         let data = match self.cores.run(move || query.apply(groups)).await? {
             Ok(data) => data,
             Err(bad) => return Err(Refusal::bad_data(bad.0)),
@@ -227,9 +226,8 @@ impl Api {
             Ok(merged) => merged,
             Err(refusal) => return refusal.into(),
         };
-        let Merged {
-            groups, warnings, ..
-        } = merged;
+        let warnings = merged.all_warnings();
+        let groups = merged.groups;
         let data = match self
             .cores
             .run(move || zone_rules::into_alerts(groups))

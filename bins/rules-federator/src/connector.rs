@@ -141,7 +141,7 @@ mod tests {
     };
     use std::time::Duration;
 
-    use zone_operator::prom_api::{Answer, ApiError, BodyCaps};
+    use zone_operator::prom_api::{ApiError, BodyCaps};
 
     use crate::fetch::Fetcher;
     use crate::metrics::FederatorMetrics;
@@ -165,7 +165,9 @@ mod tests {
             .collect()
             .await;
         let [(_, answer)] = <[_; 1]>::try_from(answers).unwrap();
-        answer.and_then(Answer::decode)
+        answer
+            .and_then(crate::fetch::Fetched::decode)
+            .map(|(data, _)| data)
     }
 
     fn files(ca: Option<&Path>, server_name: Option<&str>) -> TlsFiles {

@@ -5,11 +5,31 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use zone_operator::prom_api::{Answer, ApiClient, ApiError, BodyCaps};
+use zone_rules::RuleDiscovery;
 
 use crate::connector::BackendTls;
 use crate::endpoints::Endpoint;
+use crate::grpc_backend::{self, Channels, GrpcAnswer};
 use crate::metrics::FederatorMetrics;
 use crate::token::BearerToken;
+
+/// One backend's answer as it came: an HTTP body still compressed, or a gRPC backend's groups.
+#[derive(Debug)]
+pub enum Fetched {
+    Http(Answer),
+    Grpc(GrpcAnswer),
+}
+
+impl Fetched {
+    /// The groups, and what the backend itself warned of (a federating backend's failed
+    /// endpoints).
+    pub fn decode(self) -> Result<(RuleDiscovery, Vec<String>), ApiError> {
+        match self {
+            Fetched::Http(answer) => answer.decode().map(|data| (data, Vec::new())),
+            Fetched::Grpc(GrpcAnswer { data, warnings }) => Ok((data, warnings)),
+        }
+    }
+}
 
 #[derive(Clone)]
 pub struct Fetcher {
@@ -19,6 +39,10 @@ pub struct Fetcher {
     metrics: FederatorMetrics,
     /// Sent to every backend (`--backend-bearer-token-file`).
     token: Option<Arc<BearerToken>>,
+    /// The gRPC backends' connections.
+    channels: Channels,
+    /// What one gRPC backend's messages may add up to (the HTTP answers' uncompressed cap).
+    grpc_cap: u64,
 }
 
 impl Fetcher {
@@ -36,6 +60,8 @@ impl Fetcher {
             concurrency: concurrency.max(1),
             metrics,
             token: None,
+            channels: Channels::default(),
+            grpc_cap: caps.uncompressed,
         }
     }
 
@@ -52,17 +78,17 @@ impl Fetcher {
         &'a self,
         endpoints: Vec<Endpoint>,
         path_and_query: &'a str,
-    ) -> impl futures::Stream<Item = (Endpoint, Result<Answer, ApiError>)> + 'a {
+    ) -> impl futures::Stream<Item = (Endpoint, Result<Fetched, ApiError>)> + 'a {
         futures::stream::iter(endpoints)
             .map(move |endpoint| async move {
                 let started = Instant::now();
-                let url = format!("{}{path_and_query}", endpoint.url);
-                let authorization = self.token.as_ref().map(|token| token.header());
-                let get = self.client.get(&url, authorization);
-                let result = match tokio::time::timeout(self.timeout, get).await {
-                    Ok(result) => result,
-                    Err(_) => Err(ApiError::Timeout(self.timeout)),
-                };
+                let result =
+                    match tokio::time::timeout(self.timeout, self.fetch(&endpoint, path_and_query))
+                        .await
+                    {
+                        Ok(result) => result,
+                        Err(_) => Err(ApiError::Timeout(self.timeout)),
+                    };
                 self.metrics.endpoint_request(
                     endpoint.name(),
                     started.elapsed(),
@@ -71,6 +97,28 @@ impl Fetcher {
                 (endpoint, result)
             })
             .buffered(self.concurrency)
+    }
+
+    /// One backend's answer: a GET of `path_and_query`, or over gRPC the Rules call its query
+    /// string asks for.
+    async fn fetch(&self, endpoint: &Endpoint, path_and_query: &str) -> Result<Fetched, ApiError> {
+        if endpoint.url.starts_with(grpc_backend::SCHEME) {
+            let query = path_and_query
+                .split_once('?')
+                .map_or("", |(_, query)| query);
+            let request = grpc_backend::request(query);
+            let answer = self
+                .channels
+                .rules(&endpoint.url, request, self.grpc_cap)
+                .await?;
+            return Ok(Fetched::Grpc(answer));
+        }
+        let url = format!("{}{path_and_query}", endpoint.url);
+        let authorization = self.token.as_ref().map(|token| token.header());
+        self.client
+            .get(&url, authorization)
+            .await
+            .map(Fetched::Http)
     }
 }
 
@@ -93,7 +141,7 @@ mod tests {
             .collect()
             .await;
         let [(_, answer)] = <[_; 1]>::try_from(answers).unwrap();
-        answer.and_then(Answer::decode)
+        answer.and_then(Fetched::decode).map(|(data, _)| data)
     }
 
     fn fetcher(timeout: Duration) -> (Fetcher, prometheus::Registry) {

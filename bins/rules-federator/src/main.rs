@@ -17,6 +17,7 @@ mod envelope;
 mod fetch;
 mod flight;
 mod grpc;
+mod grpc_backend;
 mod guard;
 mod merge;
 mod metrics;

@@ -17,7 +17,9 @@ use zone_rules::{MergeOptions, Merger, RuleDiscovery, RuleGroup, Source};
 
 use crate::endpoints::Endpoint;
 use crate::metrics::FederatorMetrics;
-use zone_operator::prom_api::{Answer, ApiError};
+use zone_operator::prom_api::ApiError;
+
+use crate::fetch::Fetched;
 
 /// Decoded answers waiting for their turn to be folded, per core: enough to keep every core
 /// decoding while a slower answer before them is still being decoded.
@@ -85,8 +87,22 @@ impl Cores {
 pub struct Merged {
     /// Sorted by file and name.
     pub groups: Vec<RuleGroup>,
+    /// One per backend that failed.
     pub warnings: Vec<String>,
+    /// What backends that answered warned of themselves (gRPC backends that federate others),
+    /// each prefixed with the backend.
+    pub backend_warnings: Vec<String>,
     pub answered: usize,
+}
+
+impl Merged {
+    /// The warnings an answer carries: the failed backends', then those the backends that
+    /// answered gave themselves.
+    pub fn all_warnings(&self) -> Vec<String> {
+        let mut warnings = self.warnings.clone();
+        warnings.extend(self.backend_warnings.iter().cloned());
+        warnings
+    }
 }
 
 /// The partition of a group: by its key, so every backend's copy of it meets in one merger.
@@ -108,7 +124,7 @@ fn split(data: RuleDiscovery, partitions: usize) -> Vec<Vec<RuleGroup>> {
 
 /// Merges `fetched` (every endpoint's answer, in endpoint order: it decides exact ties).
 pub async fn merge(
-    fetched: impl Stream<Item = (Endpoint, Result<Answer, ApiError>)>,
+    fetched: impl Stream<Item = (Endpoint, Result<Fetched, ApiError>)>,
     cores: &Cores,
     options: &MergeOptions,
     metrics: &FederatorMetrics,
@@ -134,7 +150,11 @@ pub async fn merge(
             .map(|(endpoint, fetched)| async move {
                 let decoded = match fetched {
                     Ok(fetched) => match cores
-                        .run(move || fetched.decode().map(|data| split(data, partitions)))
+                        .run(move || {
+                            fetched
+                                .decode()
+                                .map(|(data, warned)| (split(data, partitions), warned))
+                        })
                         .await
                     {
                         Ok(decoded) => decoded.map_err(|why| (why, true)),
@@ -150,8 +170,13 @@ pub async fn merge(
     while let Some(next) = decoded.next().await {
         let (endpoint, decoded) = next?;
         match decoded {
-            Ok(parts) => {
+            Ok((parts, warned)) => {
                 merged.answered += 1;
+                merged.backend_warnings.extend(
+                    warned
+                        .into_iter()
+                        .map(|warning| format!("endpoint {}: {warning}", endpoint.url)),
+                );
                 for (queue, groups) in queues.iter().zip(parts) {
                     let source = Source {
                         shard: endpoint.shard.clone(),

@@ -4,6 +4,9 @@
 
 pub mod convert;
 
+/// The message runtime the generated code is built on (encoded sizes, decoding).
+pub use prost;
+
 /// Package `thanos`: the Rules service and its messages; `thanos.info` within it (its messages
 /// name `thanos.LabelSet` as `super::LabelSet`).
 #[allow(clippy::all, clippy::pedantic, missing_docs)]

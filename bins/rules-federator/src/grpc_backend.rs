@@ -1,0 +1,266 @@
+//! Backends spoken to over Thanos's gRPC Rules API (`--endpoint grpc://host:port`): Thanos
+//! sidecars, Rulers and Queriers, and other federators. Their groups join the same merge as the
+//! HTTP backends' (a group read here equals the same group read over HTTP); their failures are
+//! named in the warnings the same way.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tonic::transport::Channel;
+use zone_operator::prom_api::ApiError;
+use zone_rules::{RuleDiscovery, RuleGroup};
+use zone_thanos::thanos::rules_client::RulesClient;
+use zone_thanos::thanos::rules_request::Type;
+use zone_thanos::thanos::{PartialResponseStrategy, RulesRequest, rules_response};
+
+/// The scheme of a gRPC backend's URL.
+pub const SCHEME: &str = "grpc://";
+
+/// What one gRPC backend gave: its groups, and the warnings it streamed (a federating backend's
+/// own failed endpoints).
+#[derive(Debug, Default, PartialEq)]
+pub struct GrpcAnswer {
+    pub data: RuleDiscovery,
+    pub warnings: Vec<String>,
+}
+
+/// The HTTP API's query string (the filters the backends are sent) as a Rules request. A
+/// backend that federates others is asked to warn rather than fail: this side decides what a
+/// failure makes of the answer.
+pub fn request(query: &str) -> RulesRequest {
+    let mut request = RulesRequest {
+        partial_response_strategy: PartialResponseStrategy::Warn.into(),
+        ..RulesRequest::default()
+    };
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        let value = value.into_owned();
+        match key.as_ref() {
+            "type" if value == "alert" => request.r#type = Type::Alert.into(),
+            "type" if value == "record" => request.r#type = Type::Record.into(),
+            "match[]" => request.matcher_string.push(value),
+            "rule_name[]" => request.rule_name.push(value),
+            "rule_group[]" => request.rule_group.push(value),
+            "file[]" => request.file.push(value),
+            _ => {}
+        }
+    }
+    request
+}
+
+/// One channel per backend, kept between requests (HTTP/2: one connection carries them all).
+#[derive(Clone, Default)]
+pub struct Channels {
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+impl Channels {
+    /// The channel to `url` (`grpc://host:port`), made on first use; it connects when a call
+    /// needs it.
+    fn get(&self, url: &str) -> Result<Channel, ApiError> {
+        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(channel) = channels.get(url) {
+            return Ok(channel.clone());
+        }
+        let address = format!("http://{}", url.trim_start_matches(SCHEME));
+        let channel = Channel::from_shared(address)
+            .map_err(|_| ApiError::Url(url.to_string()))?
+            .connect_lazy();
+        channels.insert(url.to_string(), channel.clone());
+        Ok(channel)
+    }
+
+    /// The groups of `url` for `request`, read until the stream ends; cut once the messages
+    /// pass `cap` bytes (as an HTTP answer past its uncompressed cap), so a broken or hostile
+    /// backend costs at most that.
+    pub async fn rules(
+        &self,
+        url: &str,
+        request: RulesRequest,
+        cap: u64,
+    ) -> Result<GrpcAnswer, ApiError> {
+        let too_large = ApiError::TooLarge {
+            what: "uncompressed",
+            cap,
+        };
+        let limit = usize::try_from(cap).unwrap_or(usize::MAX);
+        let mut client = RulesClient::new(self.get(url)?).max_decoding_message_size(limit);
+        let mut stream = client.rules(request).await.map_err(status)?.into_inner();
+        let (mut answer, mut read) = (GrpcAnswer::default(), 0u64);
+        while let Some(message) = stream.message().await.map_err(status)? {
+            read += zone_thanos::prost::Message::encoded_len(&message) as u64;
+            if read > cap {
+                return Err(too_large);
+            }
+            match message.result {
+                Some(rules_response::Result::Group(group)) => {
+                    answer.data.groups.push(RuleGroup::from(group));
+                }
+                Some(rules_response::Result::Warning(warning)) => answer.warnings.push(warning),
+                None => {}
+            }
+        }
+        Ok(answer)
+    }
+}
+
+/// A failed call as the HTTP backends' failures are named: no connection, or the status the
+/// backend answered.
+fn status(status: tonic::Status) -> ApiError {
+    match status.code() {
+        // The channel's own failures (no connection, a broken one), as tonic words them.
+        tonic::Code::Unavailable
+            if ["connect", "transport"]
+                .iter()
+                .any(|word| status.message().contains(word)) =>
+        {
+            ApiError::Connect(status.message().to_string())
+        }
+        code => ApiError::ErrorAnswer(format!("gRPC {code:?}: {}", status.message())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::pin::Pin;
+
+    use futures::Stream;
+    use tonic::{Request, Response, Status};
+    use zone_rules::Source;
+    use zone_thanos::thanos::RulesResponse;
+    use zone_thanos::thanos::rules_server::{Rules, RulesServer};
+
+    use super::*;
+    use crate::backend::{FakePrometheus, api, endpoint, options, rules_data, serving_rules};
+    use crate::cli::PartialResponse;
+
+    /// A Thanos sidecar in front of the Prometheus the HTTP test backends play: the same
+    /// groups over gRPC, after `warnings`.
+    #[derive(Clone)]
+    struct FakeSidecar {
+        warnings: Vec<String>,
+    }
+
+    #[tonic::async_trait]
+    impl Rules for FakeSidecar {
+        type RulesStream = Pin<Box<dyn Stream<Item = Result<RulesResponse, Status>> + Send>>;
+
+        async fn rules(
+            &self,
+            _: Request<RulesRequest>,
+        ) -> Result<Response<Self::RulesStream>, Status> {
+            let warnings = self
+                .warnings
+                .iter()
+                .cloned()
+                .map(rules_response::Result::Warning);
+            let groups = rules_data()
+                .groups
+                .iter()
+                .map(|group| rules_response::Result::Group(group.into()))
+                .collect::<Vec<_>>();
+            let messages: Vec<_> = warnings
+                .chain(groups)
+                .map(|result| {
+                    Ok(RulesResponse {
+                        result: Some(result),
+                    })
+                })
+                .collect();
+            Ok(Response::new(Box::pin(futures::stream::iter(messages))))
+        }
+    }
+
+    /// A fake sidecar on a free port of 127.0.0.1: its `grpc://` URL.
+    async fn sidecar(warnings: &[&str]) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let service = RulesServer::new(FakeSidecar {
+            warnings: warnings.iter().map(ToString::to_string).collect(),
+        });
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        format!("{SCHEME}{address}")
+    }
+
+    /// gRPC and HTTP backends in one merge: a replica read over gRPC collapses with its twin
+    /// read over HTTP, a shard read only over gRPC is there; a gRPC backend that is gone is
+    /// named in a warning, and one that warns of its own is quoted.
+    #[tokio::test]
+    async fn grpc_backends_merge_with_http_ones() {
+        let http = serving_rules(true).await;
+        let twin = sidecar(&[]).await;
+        let other_shard = sidecar(&["endpoint x: it is down"]).await;
+        let gone = format!("{SCHEME}{}", FakePrometheus::gone_address());
+        let (api, _) = api(
+            vec![
+                endpoint(&http.url, "0", "a"),
+                endpoint(&twin, "0", "b"),
+                endpoint(&other_shard, "1", "a"),
+                endpoint(&gone, "1", "b"),
+            ],
+            PartialResponse::Warn,
+        );
+        let (data, warnings, _turn) = api
+            .rules_data(
+                zone_rules::RulesQuery::default(),
+                &[],
+                PartialResponse::Warn,
+            )
+            .await
+            .unwrap();
+        let expected = zone_rules::merge(
+            &[("0", &http.url), ("1", &other_shard)].map(|(shard, name)| Source {
+                shard: shard.to_string(),
+                name: name.to_string(),
+                groups: rules_data().groups,
+            }),
+            &options(),
+        );
+        assert_eq!(data.groups, expected);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with(&format!("endpoint {gone}: cannot connect")),
+            "{warnings:?}"
+        );
+        assert_eq!(
+            warnings[1],
+            format!("endpoint {other_shard}: endpoint x: it is down")
+        );
+    }
+
+    /// `grpc://host:port` is an endpoint; a path or nothing after the scheme is not.
+    #[test]
+    fn grpc_urls_are_endpoints() {
+        use crate::endpoints::parse_static;
+        let parsed = parse_static("grpc://ruler:10901#shard=0&replica=r0").unwrap();
+        assert_eq!(
+            (parsed.url.as_str(), parsed.shard.as_str()),
+            ("grpc://ruler:10901", "0")
+        );
+        assert!(parse_static("grpc://").is_err());
+        assert!(parse_static("grpc://ruler:10901/api").is_err());
+    }
+
+    /// Every filter the backends are sent becomes the request's field; the page and
+    /// `exclude_alerts` (which the wire has no field for) stay here.
+    #[test]
+    fn the_backend_query_is_the_request() {
+        let request = request(
+            "type=alert&match%5B%5D=%7Bteam%3D%22a%22%7D&rule_name%5B%5D=A&rule_group%5B%5D=g&file%5B%5D=f&exclude_alerts=true",
+        );
+        assert_eq!(request.r#type(), Type::Alert);
+        assert_eq!(request.matcher_string, [r#"{team="a"}"#]);
+        assert_eq!(request.rule_name, ["A"]);
+        assert_eq!(request.rule_group, ["g"]);
+        assert_eq!(request.file, ["f"]);
+        assert_eq!(
+            request.partial_response_strategy(),
+            PartialResponseStrategy::Warn
+        );
+        assert_eq!(super::request("").r#type(), Type::All);
+    }
+}
