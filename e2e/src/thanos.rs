@@ -378,6 +378,36 @@ pub fn samples(result: &Value) -> Vec<(BTreeMap<String, String>, String)> {
         .collect()
 }
 
+/// A Thanos sidecar (`thanos sidecar`) of a test on 127.0.0.1 beside a [`PrometheusProcess`],
+/// without an object store: its gRPC APIs (the Rules API among them) over that Prometheus.
+/// Killed on drop.
+pub struct ThanosSidecar {
+    /// Its gRPC address (`127.0.0.1:<port>`).
+    pub grpc: String,
+    _process: ThanosProcess,
+}
+
+impl ThanosSidecar {
+    /// Starts a sidecar of `prometheus` (which must have external labels) and waits until it is
+    /// ready (it has read them).
+    pub async fn start(prometheus: &crate::prometheus::PrometheusProcess) -> ThanosSidecar {
+        let (http_port, grpc_port) = two_free_ports();
+        let args = vec![
+            "sidecar".to_string(),
+            format!("--http-address=127.0.0.1:{http_port}"),
+            format!("--grpc-address=127.0.0.1:{grpc_port}"),
+            format!("--prometheus.url={}", prometheus.url()),
+            format!("--tsdb.path={}", prometheus.dir.join("data").display()),
+        ];
+        let http = SocketAddr::from(([127, 0, 0, 1], http_port));
+        let process = ThanosProcess::start("sidecar", &args, http).await;
+        ThanosSidecar {
+            grpc: format!("127.0.0.1:{grpc_port}"),
+            _process: process,
+        }
+    }
+}
+
 /// A Thanos Ruler (`thanos rule`) of a test on 127.0.0.1, run with the flags of
 /// `config/thanos`'s Ruler that matter to evaluation and alerting: it evaluates the rule files
 /// of a directory (the test writes the keys of the shard controller's
@@ -386,9 +416,13 @@ pub fn samples(result: &Value) -> Vec<(BTreeMap<String, String>, String)> {
 /// directory removed.
 pub struct ThanosRuler {
     http_port: u16,
-    // Dropped in this order: the process, then its directory.
+    /// Its gRPC address (`127.0.0.1:<port>`): the StoreAPI and the Rules API.
+    pub grpc: String,
+    // Dropped in this order: the process, then its directories (the rule files' is shared by
+    // the test's replicas: the first dropped removes it).
     _process: ThanosProcess,
     _dir: ScratchDir,
+    _rules: ScratchDir,
 }
 
 /// The label telling a Ruler's replicas apart, dropped from the alerts they send
@@ -404,9 +438,26 @@ impl ThanosRuler {
         query: &ThanosQuery,
         alertmanager: &str,
     ) -> ThanosRuler {
+        Self::start_replica(files, query, alertmanager, "ruler-0").await
+    }
+
+    /// [`ThanosRuler::start`] as the replica `replica` ([`RULER_REPLICA_LABEL`]'s value): two
+    /// replicas evaluate the same rules, their rules and alerts told apart by that label.
+    pub async fn start_replica(
+        files: &[(String, String)],
+        query: &ThanosQuery,
+        alertmanager: &str,
+        replica: &str,
+    ) -> ThanosRuler {
         let (http_port, grpc_port) = two_free_ports();
         let dir = ScratchDir::new("rule", grpc_port);
-        let rules_dir = dir.0.join("rules");
+        // The same path for every replica of the test, as the replicas of a StatefulSet mount
+        // their rule files: a group is told apart by its file and name.
+        let rules_dir = std::env::temp_dir().join(format!(
+            "e2e-thanos-rules-{}-{}",
+            std::process::id(),
+            files.first().map_or("none", |(name, _)| name.as_str())
+        ));
         std::fs::create_dir_all(&rules_dir).expect("a directory for thanos rule");
         for (name, content) in files {
             std::fs::write(rules_dir.join(name), content).expect("writing a rule file");
@@ -419,7 +470,7 @@ impl ThanosRuler {
             format!("--rule-file={}/*.yaml", rules_dir.display()),
             format!("--query=127.0.0.1:{}", query.http_port),
             format!("--alertmanagers.url={alertmanager}"),
-            format!("--label={RULER_REPLICA_LABEL}=\"ruler-0\""),
+            format!("--label={RULER_REPLICA_LABEL}=\"{replica}\""),
             format!("--alert.label-drop={RULER_REPLICA_LABEL}"),
             "--eval-interval=5s".to_string(),
             "--resend-delay=5s".to_string(),
@@ -428,8 +479,10 @@ impl ThanosRuler {
         let process = ThanosProcess::start("rule", &args, http).await;
         ThanosRuler {
             http_port,
+            grpc: format!("127.0.0.1:{grpc_port}"),
             _process: process,
             _dir: dir,
+            _rules: ScratchDir(rules_dir),
         }
     }
 

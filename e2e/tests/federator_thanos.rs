@@ -1,7 +1,9 @@
 //! rules-federator and Thanos: a real Thanos Querier (v0.42, the cached build) whose only
 //! endpoint is the federator's gRPC port, over real Prometheus 3.16 processes (two shards of two
 //! replicas on 127.0.0.1). The Querier finds the Rules API through Info and serves the
-//! federator's groups as its own `/api/v1/rules` and `/api/v1/alerts`.
+//! federator's groups as its own `/api/v1/rules` and `/api/v1/alerts`. And the other way: a real
+//! Thanos Ruler (two replicas) and a real Thanos sidecar as the federator's gRPC backends, beside
+//! the HTTP ones, in one merged answer.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
@@ -10,7 +12,7 @@ use std::time::Duration;
 
 use e2e::localstack::free_port;
 use e2e::process::http_get_from;
-use e2e::thanos::ThanosQuery;
+use e2e::thanos::{ThanosQuery, ThanosRuler, ThanosSidecar};
 use e2e::wait_for;
 use serde_json::Value;
 
@@ -162,4 +164,107 @@ async fn a_thanos_querier_over_the_federators_grpc_port_serves_its_groups() {
     let their_alerts = query.api("/api/v1/alerts").await.unwrap();
     assert_eq!(alerts(&their_alerts), alerts(&our_alerts));
     assert_eq!(alerts(&our_alerts).len(), 5, "{our_alerts}");
+}
+
+/// The global rules two Ruler replicas evaluate: an alert that fires and a recording rule.
+const GLOBAL_YAML: &str = r#"groups:
+- name: global
+  interval: 5s
+  rules:
+  - record: global:one
+    expr: vector(1)
+  - alert: GlobalFiring
+    expr: vector(1)
+    labels: {team: g}
+"#;
+
+#[tokio::test]
+#[ignore = "needs Prometheus 3.16 and Thanos (make e2e)"]
+async fn a_ruler_and_a_sidecar_over_grpc_join_the_http_backends_in_one_answer() {
+    let rules = Rules::write("grpc-backends");
+    let (backends, endpoints) = two_shards_of_two_replicas(&rules, "fedgrpc").await;
+    // What the same four Prometheus give over HTTP alone.
+    let env = [("KUBECONFIG", "/dev/null".to_string())];
+    let (_http_only, http_port) = spawn::federator(&endpoints, &[], &env);
+    let http_only = merged_rules_settled(http_port).await["data"].take();
+
+    // Shard 1's replica b read through a sidecar instead; two Ruler replicas; one gone.
+    let sidecar = ThanosSidecar::start(&backends[3]).await;
+    let no_stores = ThanosQuery::start(&[]).await;
+    let global = [("global.yaml".to_string(), GLOBAL_YAML.to_string())];
+    let nowhere = format!("http://{}", free_gone());
+    let mut rulers = Vec::new();
+    for replica in ["ruler-0", "ruler-1"] {
+        rulers.push(ThanosRuler::start_replica(&global, &no_stores, &nowhere, replica).await);
+    }
+    let gone = format!("grpc://{}#shard=2&replica=gone", free_gone());
+    let mut mixed = endpoints[..3].to_vec();
+    mixed.push(format!(
+        "grpc://{}#shard=1&replica=fedgrpc-1-b",
+        sidecar.grpc
+    ));
+    mixed.extend(
+        rulers
+            .iter()
+            .zip(["ruler-0", "ruler-1"])
+            .map(|(ruler, replica)| {
+                format!("grpc://{}#shard=global&replica={replica}", ruler.grpc)
+            }),
+    );
+    mixed.push(gone.clone());
+    let (_mixed, port) = spawn::federator(&mixed, &[], &env);
+
+    let answer = wait_for(
+        "the Ruler's group evaluated in the merge",
+        TIMEOUT,
+        || async {
+            let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            let (code, body) = http_get_from(address, "/api/v1/rules").await?;
+            let answer: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+            let firing = rules_of(&answer["data"])
+                .iter()
+                .any(|rule| rule.3 == "GlobalFiring" && rule.4 == "firing");
+            (code == 200 && firing)
+                .then_some(answer)
+                .ok_or(format!("{code}: {body}"))
+        },
+    )
+    .await;
+    let merged = rules_of(&answer["data"]);
+    let (global_rules, shard_rules): (BTreeSet<Rule>, BTreeSet<Rule>) =
+        merged.into_iter().partition(|rule| rule.1 == "global");
+    assert_eq!(
+        shard_rules,
+        rules_of(&http_only),
+        "the sidecar's replica collapses with its twin read over HTTP"
+    );
+    let names: Vec<&str> = global_rules.iter().map(|rule| rule.3.as_str()).collect();
+    assert_eq!(
+        names,
+        ["GlobalFiring", "global:one"],
+        "each Ruler rule once"
+    );
+    for rule in &global_rules {
+        assert!(
+            !rule.6.contains("thanos_ruler_replica"),
+            "the Ruler replica label is removed: {rule:?}"
+        );
+    }
+    let warnings: Vec<String> = answer["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| w.as_str().map(str::to_string))
+        .collect();
+    let gone_url = gone.split('#').next().unwrap();
+    assert!(
+        warnings.len() == 1
+            && warnings[0].starts_with(&format!("endpoint {gone_url}: cannot connect")),
+        "{warnings:?}"
+    );
+}
+
+/// An address of 127.0.0.1 where nothing listens.
+fn free_gone() -> SocketAddr {
+    format!("127.0.0.1:{}", free_port()).parse().unwrap()
 }
