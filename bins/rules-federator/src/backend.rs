@@ -18,6 +18,8 @@ use crate::fetch::Fetcher;
 use crate::flight::Flights;
 use crate::merge::Cores;
 use crate::metrics::FederatorMetrics;
+use zone_thanos::thanos::rules_server::{Rules, RulesServer};
+use zone_thanos::thanos::{RulesRequest, RulesResponse, rules_response};
 
 pub use zone_operator::testing::{FakePrometheus, Issued, Reply, TestCa};
 
@@ -134,4 +136,119 @@ pub fn temp_dir(what: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// A Thanos sidecar in front of the Prometheus [`RULES`] plays: the same groups over gRPC,
+/// after `warnings`.
+#[derive(Clone)]
+struct FakeSidecar {
+    warnings: Vec<String>,
+}
+
+type RulesStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<RulesResponse, tonic::Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Rules for FakeSidecar {
+    type RulesStream = RulesStream;
+
+    async fn rules(
+        &self,
+        _: tonic::Request<RulesRequest>,
+    ) -> Result<tonic::Response<RulesStream>, tonic::Status> {
+        let warnings = self
+            .warnings
+            .iter()
+            .cloned()
+            .map(rules_response::Result::Warning);
+        let groups: Vec<_> = rules_data()
+            .groups
+            .iter()
+            .map(|group| rules_response::Result::Group(group.into()))
+            .collect();
+        let messages: Vec<_> = warnings
+            .chain(groups)
+            .map(|result| {
+                Ok(RulesResponse {
+                    result: Some(result),
+                })
+            })
+            .collect();
+        Ok(tonic::Response::new(Box::pin(futures::stream::iter(
+            messages,
+        ))))
+    }
+}
+
+/// A server's TLS connection, as tonic's server takes connections.
+struct TlsConnection(tokio_rustls::server::TlsStream<tokio::net::TcpStream>);
+
+impl tonic::transport::server::Connected for TlsConnection {
+    type ConnectInfo = ();
+    fn connect_info(&self) {}
+}
+
+impl tokio::io::AsyncRead for TlsConnection {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for TlsConnection {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// A fake sidecar on a free port of 127.0.0.1 sending `warnings` before its groups, in plain
+/// (`grpc://`) or with `tls` (`grpcs://`; a client its TLS refuses gets no connection): its URL.
+pub async fn sidecar(warnings: &[&str], tls: Option<rustls::ServerConfig>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let server = tonic::transport::Server::builder().add_service(RulesServer::new(FakeSidecar {
+        warnings: warnings.iter().map(ToString::to_string).collect(),
+    }));
+    let Some(mut tls) = tls else {
+        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        tokio::spawn(server.serve_with_incoming(incoming));
+        return format!("{}{address}", crate::grpc_backend::SCHEME);
+    };
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    // Connections whose handshake fails are dropped; the next is awaited.
+    let incoming = futures::stream::unfold((listener, acceptor), |(listener, acceptor)| async {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            if let Ok(tls) = acceptor.accept(stream).await {
+                let connection = Ok::<_, std::io::Error>(TlsConnection(tls));
+                return Some((connection, (listener, acceptor)));
+            }
+        }
+    });
+    tokio::spawn(server.serve_with_incoming(incoming));
+    format!("{}{address}", crate::grpc_backend::TLS_SCHEME)
 }

@@ -137,7 +137,8 @@ mod tests {
 
     use super::*;
     use crate::backend::{
-        FakePrometheus, TestCa, endpoint, rules_data, serving_rules, serving_rules_https, temp_dir,
+        FakePrometheus, TestCa, endpoint, rules_data, serving_rules, serving_rules_https, sidecar,
+        temp_dir,
     };
     use std::time::Duration;
 
@@ -153,6 +154,15 @@ mod tests {
         token: Option<BearerToken>,
         backend: &FakePrometheus,
     ) -> Result<RuleDiscovery, ApiError> {
+        fetch_url(tls, token, &backend.url).await
+    }
+
+    /// What `tls` (and `token`) get from the backend at `url`.
+    async fn fetch_url(
+        tls: &BackendTls,
+        token: Option<BearerToken>,
+        url: &str,
+    ) -> Result<RuleDiscovery, ApiError> {
         let metrics = FederatorMetrics::register(&prometheus::Registry::new()).unwrap();
         let caps = BodyCaps {
             compressed: 1 << 20,
@@ -161,7 +171,7 @@ mod tests {
         let fetcher =
             Fetcher::new(Duration::from_secs(30), 1, caps, metrics, tls).with_token(token);
         let answers: Vec<_> = fetcher
-            .rules(vec![endpoint(&backend.url, "0", "a")], "/api/v1/rules")
+            .rules(vec![endpoint(url, "0", "a")], "/api/v1/rules")
             .collect()
             .await;
         let [(_, answer)] = <[_; 1]>::try_from(answers).unwrap();
@@ -234,6 +244,41 @@ mod tests {
             fetch(&anonymous, None, &backend).await,
             "CertificateRequired",
         );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A gRPC backend over mutual TLS (a Thanos Ruler or sidecar with --grpc-server-tls-*):
+    /// verified against the CA file, given the client certificate; without one it refuses the
+    /// handshake, and the warning says so.
+    #[tokio::test]
+    async fn a_grpc_backend_over_mutual_tls_gets_the_client_certificate() {
+        let dir = temp_dir("grpc-mtls");
+        let ca = TestCa::new("backend CA");
+        let clients = TestCa::new("clients CA");
+        let client = clients.client("rules-federator");
+        let ca_file = dir.join("ca.crt");
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::write(&ca_file, &ca.pem).unwrap();
+        std::fs::write(&cert, &client.cert).unwrap();
+        std::fs::write(&key, &client.key).unwrap();
+        let serving =
+            zone_operator::testing::server_tls(&ca.serving(&["127.0.0.1"]), Some(&clients));
+        let url = sidecar(&[], Some(serving)).await;
+        assert!(url.starts_with("grpcs://"), "{url}");
+
+        let presenting = BackendTls::load(&TlsFiles {
+            client: Some((cert, key)),
+            ..files(Some(&ca_file), None)
+        })
+        .unwrap();
+        assert_eq!(fetch_url(&presenting, None, &url).await, Ok(rules_data()));
+        let anonymous = BackendTls::load(&files(Some(&ca_file), None)).unwrap();
+        refused(
+            fetch_url(&anonymous, None, &url).await,
+            "CertificateRequired",
+        );
+        let unverified = BackendTls::load(&files(None, None)).unwrap();
+        refused(fetch_url(&unverified, None, &url).await, "UnknownIssuer");
         std::fs::remove_dir_all(dir).unwrap();
     }
 

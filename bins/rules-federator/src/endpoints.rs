@@ -31,19 +31,17 @@ impl Endpoint {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EndpointError {
-    #[error("--endpoint {0:?}: only http://, https:// and grpc:// URLs are supported")]
+    #[error("--endpoint {0:?}: only http://, https://, grpc:// and grpcs:// URLs are supported")]
     Scheme(String),
     #[error("--endpoint {0:?}: unknown fragment key {1:?} (shard, replica)")]
     Fragment(String, String),
 }
 
-/// `http[s]://host:port[/prefix][#shard=S&replica=R]`, or `grpc://host:port[#...]` for
+/// `http[s]://host:port[/prefix][#shard=S&replica=R]`, or `grpc[s]://host:port[#...]` for
 /// Thanos's gRPC Rules API (a Thanos sidecar, Ruler or Querier, another federator).
 pub fn parse_static(text: &str) -> Result<Endpoint, EndpointError> {
     let (url, fragment) = text.split_once('#').unwrap_or((text, ""));
-    let grpc = url
-        .strip_prefix(crate::grpc_backend::SCHEME)
-        .is_some_and(|address| !address.is_empty() && !address.contains('/'));
+    let grpc = crate::grpc_backend::address(url).is_some();
     if !url.starts_with("http://") && !url.starts_with("https://") && !grpc {
         return Err(EndpointError::Scheme(text.to_string()));
     }

@@ -31,6 +31,9 @@ impl Fetched {
     }
 }
 
+/// How long a backend's connection may take (the HTTP client's too).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+
 #[derive(Clone)]
 pub struct Fetcher {
     client: ApiClient,
@@ -55,12 +58,12 @@ impl Fetcher {
         tls: &BackendTls,
     ) -> Self {
         Self {
-            client: ApiClient::new(tls.client(), timeout, Duration::from_secs(60), caps).gzip(),
+            client: ApiClient::new(tls.client(), timeout, CONNECT_TIMEOUT, caps).gzip(),
             timeout,
             concurrency: concurrency.max(1),
             metrics,
             token: None,
-            channels: Channels::default(),
+            channels: Channels::new(tls.client().clone(), CONNECT_TIMEOUT),
             grpc_cap: caps.uncompressed,
         }
     }
@@ -102,7 +105,7 @@ impl Fetcher {
     /// One backend's answer: a GET of `path_and_query`, or over gRPC the Rules call its query
     /// string asks for.
     async fn fetch(&self, endpoint: &Endpoint, path_and_query: &str) -> Result<Fetched, ApiError> {
-        if endpoint.url.starts_with(grpc_backend::SCHEME) {
+        if grpc_backend::address(&endpoint.url).is_some() {
             let query = path_and_query
                 .split_once('?')
                 .map_or("", |(_, query)| query);

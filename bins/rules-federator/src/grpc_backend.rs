@@ -6,8 +6,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use std::time::Duration;
+
 use tonic::transport::Channel;
 use zone_operator::prom_api::ApiError;
+use zone_operator::prom_api::tls::ClientTls;
 use zone_rules::{RuleDiscovery, RuleGroup};
 use zone_thanos::thanos::rules_client::RulesClient;
 use zone_thanos::thanos::rules_request::Type;
@@ -15,6 +18,16 @@ use zone_thanos::thanos::{PartialResponseStrategy, RulesRequest, rules_response}
 
 /// The scheme of a gRPC backend's URL.
 pub const SCHEME: &str = "grpc://";
+/// The scheme of a gRPC backend dialled over TLS, verified and with the client certificate as
+/// `https://` backends are (`--backend-ca-file`, `--backend-server-name`, `--backend-cert-file`).
+pub const TLS_SCHEME: &str = "grpcs://";
+
+/// The address of a gRPC backend's URL, `host:port`; `None` when the URL is not a gRPC one.
+pub fn address(url: &str) -> Option<&str> {
+    url.strip_prefix(SCHEME)
+        .or_else(|| url.strip_prefix(TLS_SCHEME))
+        .filter(|address| !address.is_empty() && !address.contains('/'))
+}
 
 /// What one gRPC backend gave: its groups, and the warnings it streamed (a federating backend's
 /// own failed endpoints).
@@ -48,23 +61,38 @@ pub fn request(query: &str) -> RulesRequest {
 }
 
 /// One channel per backend, kept between requests (HTTP/2: one connection carries them all).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Channels {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
+    tls: ClientTls,
+    connect_timeout: Duration,
 }
 
 impl Channels {
-    /// The channel to `url` (`grpc://host:port`), made on first use; it connects when a call
-    /// needs it.
+    /// Channels dialled through `tls` (`grpcs://`; `grpc://` in plain).
+    pub fn new(tls: ClientTls, connect_timeout: Duration) -> Self {
+        Self {
+            channels: Arc::default(),
+            tls,
+            connect_timeout,
+        }
+    }
+
+    /// The channel to `url`, made on first use; it connects when a call needs it.
     fn get(&self, url: &str) -> Result<Channel, ApiError> {
         let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(channel) = channels.get(url) {
             return Ok(channel.clone());
         }
-        let address = format!("http://{}", url.trim_start_matches(SCHEME));
-        let channel = Channel::from_shared(address)
+        let address = address(url).ok_or_else(|| ApiError::Url(url.to_string()))?;
+        let scheme = if url.starts_with(TLS_SCHEME) {
+            "https"
+        } else {
+            "http"
+        };
+        let channel = Channel::from_shared(format!("{scheme}://{address}"))
             .map_err(|_| ApiError::Url(url.to_string()))?
-            .connect_lazy();
+            .connect_with_connector_lazy(self.tls.grpc_connector(self.connect_timeout));
         channels.insert(url.to_string(), channel.clone());
         Ok(channel)
     }
@@ -103,88 +131,38 @@ impl Channels {
     }
 }
 
-/// A failed call as the HTTP backends' failures are named: no connection, or the status the
-/// backend answered.
+/// A failed call as the HTTP backends' failures are named: no connection (the channel's own
+/// failure, with its causes: a refused handshake says why), or the status the backend answered.
 fn status(status: tonic::Status) -> ApiError {
-    match status.code() {
-        // The channel's own failures (no connection, a broken one), as tonic words them.
-        tonic::Code::Unavailable
-            if ["connect", "transport"]
-                .iter()
-                .any(|word| status.message().contains(word)) =>
-        {
-            ApiError::Connect(status.message().to_string())
-        }
-        code => ApiError::ErrorAnswer(format!("gRPC {code:?}: {}", status.message())),
+    // A status the backend sent has no cause; one the channel made of its own failure has.
+    let transport = std::error::Error::source(&status).is_some()
+        || ["connect", "transport"]
+            .iter()
+            .any(|word| status.message().contains(word));
+    if !transport {
+        return ApiError::ErrorAnswer(format!("gRPC {:?}: {}", status.code(), status.message()));
     }
+    let mut message = status.message().to_string();
+    let mut cause = std::error::Error::source(&status);
+    // A few levels: the causes' own messages repeat past them.
+    for _ in 0..6 {
+        let Some(error) = cause else { break };
+        message.push_str(&format!(": {error}"));
+        cause = error.source();
+    }
+    ApiError::Connect(message)
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use std::pin::Pin;
-
-    use futures::Stream;
-    use tonic::{Request, Response, Status};
     use zone_rules::Source;
-    use zone_thanos::thanos::RulesResponse;
-    use zone_thanos::thanos::rules_server::{Rules, RulesServer};
 
     use super::*;
-    use crate::backend::{FakePrometheus, api, endpoint, options, rules_data, serving_rules};
+    use crate::backend::{
+        FakePrometheus, api, endpoint, options, rules_data, serving_rules, sidecar,
+    };
     use crate::cli::PartialResponse;
-
-    /// A Thanos sidecar in front of the Prometheus the HTTP test backends play: the same
-    /// groups over gRPC, after `warnings`.
-    #[derive(Clone)]
-    struct FakeSidecar {
-        warnings: Vec<String>,
-    }
-
-    #[tonic::async_trait]
-    impl Rules for FakeSidecar {
-        type RulesStream = Pin<Box<dyn Stream<Item = Result<RulesResponse, Status>> + Send>>;
-
-        async fn rules(
-            &self,
-            _: Request<RulesRequest>,
-        ) -> Result<Response<Self::RulesStream>, Status> {
-            let warnings = self
-                .warnings
-                .iter()
-                .cloned()
-                .map(rules_response::Result::Warning);
-            let groups = rules_data()
-                .groups
-                .iter()
-                .map(|group| rules_response::Result::Group(group.into()))
-                .collect::<Vec<_>>();
-            let messages: Vec<_> = warnings
-                .chain(groups)
-                .map(|result| {
-                    Ok(RulesResponse {
-                        result: Some(result),
-                    })
-                })
-                .collect();
-            Ok(Response::new(Box::pin(futures::stream::iter(messages))))
-        }
-    }
-
-    /// A fake sidecar on a free port of 127.0.0.1: its `grpc://` URL.
-    async fn sidecar(warnings: &[&str]) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let service = RulesServer::new(FakeSidecar {
-            warnings: warnings.iter().map(ToString::to_string).collect(),
-        });
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-        );
-        format!("{SCHEME}{address}")
-    }
 
     /// gRPC and HTTP backends in one merge: a replica read over gRPC collapses with its twin
     /// read over HTTP, a shard read only over gRPC is there; a gRPC backend that is gone is
@@ -192,8 +170,8 @@ mod tests {
     #[tokio::test]
     async fn grpc_backends_merge_with_http_ones() {
         let http = serving_rules(true).await;
-        let twin = sidecar(&[]).await;
-        let other_shard = sidecar(&["endpoint x: it is down"]).await;
+        let twin = sidecar(&[], None).await;
+        let other_shard = sidecar(&["endpoint x: it is down"], None).await;
         let gone = format!("{SCHEME}{}", FakePrometheus::gone_address());
         let (api, _) = api(
             vec![
@@ -232,6 +210,26 @@ mod tests {
         );
     }
 
+    /// A status the backend answered is its answer (named with its code); the channel's own
+    /// failure is a connection that failed.
+    #[test]
+    fn statuses_are_named_as_http_failures_are() {
+        assert_eq!(
+            status(tonic::Status::invalid_argument("bad matcher")),
+            ApiError::ErrorAnswer("gRPC InvalidArgument: bad matcher".to_string())
+        );
+        assert_eq!(
+            status(tonic::Status::unavailable("2 of 3 backends failed")),
+            ApiError::ErrorAnswer("gRPC Unavailable: 2 of 3 backends failed".to_string())
+        );
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let failed = status(tonic::Status::from_error(Box::new(io)));
+        assert!(
+            matches!(&failed, ApiError::Connect(message) if message.contains("refused")),
+            "{failed:?}"
+        );
+    }
+
     /// `grpc://host:port` is an endpoint; a path or nothing after the scheme is not.
     #[test]
     fn grpc_urls_are_endpoints() {
@@ -241,6 +239,7 @@ mod tests {
             (parsed.url.as_str(), parsed.shard.as_str()),
             ("grpc://ruler:10901", "0")
         );
+        assert!(parse_static("grpcs://ruler:10901").is_ok());
         assert!(parse_static("grpc://").is_err());
         assert!(parse_static("grpc://ruler:10901/api").is_err());
     }

@@ -74,7 +74,7 @@ pub use axum::http::Method;
 mod fake_prometheus;
 mod served;
 mod test_ca;
-pub use fake_prometheus::{Canned, FakePrometheus, Reply, Seen};
+pub use fake_prometheus::{Canned, FakePrometheus, Reply, Seen, server_tls};
 pub use served::{
     CONTROLLER_FAMILIES, assert_controller_serves, assert_serves, controller_registry,
     served_metric_families,

@@ -117,6 +117,20 @@ impl ClientTls {
     /// The connector of a client: `https://` through this TLS, `http://` in plain; a connection
     /// not made within `connect_timeout` fails.
     pub fn connector(&self, connect_timeout: Duration) -> HttpsConnector<HttpConnector> {
+        self.connector_for(connect_timeout, false)
+    }
+
+    /// The connector of a gRPC client: as [`ClientTls::connector`], but HTTP/2 only (ALPN
+    /// `h2`, which gRPC servers require; `http://` is HTTP/2 in plain).
+    pub fn grpc_connector(&self, connect_timeout: Duration) -> HttpsConnector<HttpConnector> {
+        self.connector_for(connect_timeout, true)
+    }
+
+    fn connector_for(
+        &self,
+        connect_timeout: Duration,
+        http2: bool,
+    ) -> HttpsConnector<HttpConnector> {
         let mut http = HttpConnector::new();
         http.set_nodelay(true);
         http.set_connect_timeout(Some(connect_timeout));
@@ -127,7 +141,11 @@ impl ClientTls {
         if let Some(name) = &self.server_name {
             builder = builder.with_server_name_resolver(FixedServerNameResolver::new(name.clone()));
         }
-        builder.enable_http1().wrap_connector(http)
+        if http2 {
+            builder.enable_http2().wrap_connector(http)
+        } else {
+            builder.enable_http1().wrap_connector(http)
+        }
     }
 }
 

@@ -226,32 +226,7 @@ impl FakePrometheus {
 
     /// HTTPS with `serving`, asking for a client certificate signed by `client_ca` when given.
     pub async fn https(reply: Reply, serving: &Issued, client_ca: Option<&TestCa>) -> Self {
-        let chain = CertificateDer::pem_slice_iter(serving.cert.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .expect("a PEM certificate chain");
-        let key = PrivateKeyDer::from_pem_slice(serving.key.as_bytes()).expect("a PEM key");
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .expect("TLS versions");
-        let builder = match client_ca {
-            None => builder.with_no_client_auth(),
-            Some(ca) => {
-                let mut roots = rustls::RootCertStore::empty();
-                let cert = CertificateDer::from_pem_slice(ca.pem.as_bytes()).expect("a PEM CA");
-                roots.add(cert).expect("a CA certificate");
-                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                    Arc::new(roots),
-                    provider,
-                )
-                .build()
-                .expect("a client verifier");
-                builder.with_client_cert_verifier(verifier)
-            }
-        };
-        let config = builder
-            .with_single_cert(chain, key)
-            .expect("a serving certificate");
+        let config = server_tls(serving, client_ca);
         Self::serve(reply, Some(TlsAcceptor::from(Arc::new(config)))).await
     }
 
@@ -357,6 +332,37 @@ where
     let _ = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(io), service)
         .await;
+}
+
+/// A test server's TLS: `serving`'s certificate, asking for a client certificate signed by
+/// `client_ca` when given (any other is refused, as is none).
+pub fn server_tls(serving: &Issued, client_ca: Option<&TestCa>) -> rustls::ServerConfig {
+    let chain = CertificateDer::pem_slice_iter(serving.cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .expect("a PEM certificate chain");
+    let key = PrivateKeyDer::from_pem_slice(serving.key.as_bytes()).expect("a PEM key");
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions");
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            let cert = CertificateDer::from_pem_slice(ca.pem.as_bytes()).expect("a PEM CA");
+            roots.add(cert).expect("a CA certificate");
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .expect("a client verifier");
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    builder
+        .with_single_cert(chain, key)
+        .expect("a serving certificate")
 }
 
 #[cfg(test)]
