@@ -302,8 +302,9 @@ pub struct Args {
     /// Serve Thanos's gRPC Rules and Info APIs on this address too (Thanos's gRPC port is
     /// 10901), so a Thanos Querier can take the federator as one of its `--endpoint`s. Off by
     /// default. A gRPC request's own partial response strategy decides what its failed backends
-    /// make of it. Plain gRPC for now: refused with --tls-cert-dir, --tls-self-signed-secret or
-    /// --auth=kubernetes, whose protection the port would go around.
+    /// make of it. With --tls-cert-dir, over TLS only, with the HTTPS port's certificate (reloaded
+    /// as it is). Refused with --auth=kubernetes (the port would go around it) and
+    /// --tls-self-signed-secret (its certificate is not served there yet).
     #[arg(long, env = "GRPC_LISTEN_ADDRESS", value_name = "ADDRESS")]
     pub grpc_listen_address: Option<std::net::SocketAddr>,
 

@@ -11,6 +11,7 @@ use std::time::Instant;
 use futures::Stream;
 use tonic::{Request, Response, Status};
 use zone_operator::Shutdown;
+use zone_operator::tls::CertStore;
 use zone_rules::parse_rules_query;
 use zone_thanos::thanos::info::info_server::{Info, InfoServer};
 use zone_thanos::thanos::info::{InfoRequest, InfoResponse, RulesInfo};
@@ -36,11 +37,13 @@ pub struct Services {
 /// Binds `address` (so a taken port fails the start) and serves both services there until
 /// `shutdown` and its drain delay, as the HTTP port (callers whose view of the Service still
 /// holds this replica are answered); then the connections are told to go away (HTTP/2 GOAWAY)
-/// and the calls under way finish.
+/// and the calls under way finish. With `tls`, over TLS only, with the certificate the store
+/// holds at each handshake (the HTTPS port's, reloaded as it is).
 pub async fn serve(
     address: SocketAddr,
     api: Arc<Api>,
     shutdown: Shutdown,
+    tls: Option<Arc<CertStore>>,
 ) -> std::io::Result<(SocketAddr, impl Future<Output = ()> + Send + use<>)> {
     let listener = tokio::net::TcpListener::bind(address).await?;
     let bound = listener.local_addr()?;
@@ -48,7 +51,10 @@ pub async fn serve(
     let server = tonic::transport::Server::builder()
         .add_service(RulesServer::new(services.clone()))
         .add_service(InfoServer::new(services));
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    let incoming = match tls {
+        None => Incoming::Plain(tonic::transport::server::TcpIncoming::from(listener)),
+        Some(certs) => Incoming::Tls(tls_incoming(listener, certs, shutdown.clone())),
+    };
     let work = async move {
         let drained = {
             let shutdown = shutdown.clone();
@@ -64,6 +70,130 @@ pub async fn serve(
         }
     };
     Ok((bound, work))
+}
+
+/// Connections as the server takes them: plain TCP, or TLS once its handshake is done.
+enum Incoming {
+    Plain(tonic::transport::server::TcpIncoming),
+    Tls(tokio::sync::mpsc::Receiver<Connection>),
+}
+
+impl Stream for Incoming {
+    type Item = std::io::Result<Connection>;
+
+    fn poll_next(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        match self.get_mut() {
+            Incoming::Plain(tcp) => Pin::new(tcp)
+                .poll_next(cx)
+                .map(|next| next.map(|accepted| accepted.map(Connection::Plain))),
+            Incoming::Tls(handshaken) => handshaken.poll_recv(cx).map(|next| next.map(Ok)),
+        }
+    }
+}
+
+/// How long a client may take over its TLS handshake before its connection is dropped.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Accepts on `listener` until `shutdown`, each handshake in a task of its own (a slow client
+/// holds up no other); the connections whose handshake succeeded, in the order they did.
+fn tls_incoming(
+    listener: tokio::net::TcpListener,
+    certs: Arc<CertStore>,
+    shutdown: Shutdown,
+) -> tokio::sync::mpsc::Receiver<Connection> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let Ok(builder) =
+        rustls::ServerConfig::builder_with_provider(provider).with_safe_default_protocol_versions()
+    else {
+        unreachable!("the provider supports the default protocol versions")
+    };
+    let mut config = builder.with_no_client_auth().with_cert_resolver(certs);
+    // gRPC clients (Go's among them) insist on HTTP/2 negotiated by ALPN.
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let (handshaken, receiver) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = shutdown.cancelled() => return,
+            };
+            let Ok((stream, peer)) = accepted else {
+                continue;
+            };
+            let (acceptor, handshaken) = (acceptor.clone(), handshaken.clone());
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = handshaken.send(Connection::Tls(Box::new(tls))).await;
+                    }
+                    Ok(Err(error)) => tracing::debug!(%peer, %error, "gRPC TLS handshake failed"),
+                    Err(_) => tracing::debug!(%peer, "gRPC TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    receiver
+}
+
+/// A connection of the gRPC port.
+pub enum Connection {
+    Plain(tokio::net::TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>),
+}
+
+impl tonic::transport::server::Connected for Connection {
+    type ConnectInfo = ();
+    fn connect_info(&self) {}
+}
+
+impl tokio::io::AsyncRead for Connection {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Connection::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
+            Connection::Tls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Connection {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Connection::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
+            Connection::Tls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Connection::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
+            Connection::Tls(tls) => Pin::new(tls.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Connection::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
+            Connection::Tls(tls) => Pin::new(tls.as_mut()).poll_shutdown(cx),
+        }
+    }
 }
 
 /// The request's filters as the HTTP API's parameters, so both are read by one parser.

@@ -49,9 +49,11 @@ pub enum StartError {
     #[error("--tls-cert-validity, --tls-cert-renew-before")]
     CertValidity(#[from] ValidityError),
     #[error(
-        "--grpc-listen-address serves plain gRPC: not with HTTPS or --auth=kubernetes, whose protection it would go around"
+        "--grpc-listen-address: not with --auth=kubernetes or --tls-self-signed-secret yet (the gRPC port would go around the first; it takes its certificate from --tls-cert-dir only)"
     )]
     GrpcUnprotected,
+    #[error("--grpc-listen-address over TLS")]
+    GrpcCertificate(#[source] zone_operator::tls::TlsError),
     #[error("--grpc-listen-address {0}")]
     GrpcListen(std::net::SocketAddr, #[source] std::io::Error),
 }
@@ -76,9 +78,15 @@ pub async fn start(
         || attributes.is_some()
         || matches!(serving, Serving::Https(CertSource::SelfSigned(_)));
     let https = matches!(serving, Serving::Https(_));
-    if args.grpc_listen_address.is_some() && (https || attributes.is_some()) {
+    let self_signed = matches!(serving, Serving::Https(CertSource::SelfSigned(_)));
+    if args.grpc_listen_address.is_some() && (self_signed || attributes.is_some()) {
         return Err(StartError::GrpcUnprotected);
     }
+    // The gRPC port serves the HTTPS port's certificate, from the same directory.
+    let grpc_tls = match &serving {
+        Serving::Https(source @ CertSource::Dir(_)) => Some(source.clone()),
+        _ => None,
+    };
     let mut runtime = Runtime::start_unelected_serving(NAME, &args.base, kubernetes, serving)
         .await
         .map_err(|error| StartError::Runtime(Box::new(error)))?;
@@ -116,10 +124,19 @@ pub async fn start(
     let authenticated = guard.auth.is_some();
     runtime.merge_routes(guard::guarded(api::router(api.clone()), Arc::new(guard)));
     if let Some(address) = args.grpc_listen_address {
-        let (bound, work) = grpc::serve(address, api, parts.shutdown.clone())
+        let certs = match &grpc_tls {
+            Some(source) => Some(
+                zone_operator::https::certificates(&parts.client, source)
+                    .await
+                    .map_err(StartError::GrpcCertificate)?,
+            ),
+            None => None,
+        };
+        let tls = certs.is_some();
+        let (bound, work) = grpc::serve(address, api, parts.shutdown.clone(), certs)
             .await
             .map_err(|error| StartError::GrpcListen(address, error))?;
-        tracing::info!(address = %bound, "serving thanos.Rules and thanos.info.Info over gRPC");
+        tracing::info!(address = %bound, tls, "serving thanos.Rules and thanos.info.Info over gRPC");
         runtime.spawn_every_replica(work);
     }
     let scheme = if https { "https" } else { "http" };
@@ -417,11 +434,14 @@ mod tests {
         assert!(tokio::net::TcpStream::connect(grpc_address).await.is_err());
     }
 
-    /// Plain gRPC beside an API that HTTPS or caller authentication protects would go around
-    /// them: refused before anything starts.
+    /// gRPC beside an API that caller authentication protects would go around it, and the
+    /// self-signed certificate is not served on it yet: refused before anything starts.
     #[tokio::test]
     async fn grpc_is_refused_where_the_api_is_protected() {
-        for protection in ["--auth=kubernetes", "--tls-cert-dir=/nonexistent"] {
+        for protection in [
+            "--auth=kubernetes",
+            "--tls-self-signed-secret=federator-tls",
+        ] {
             let args = args(&[
                 "--endpoint=http://prom:9090",
                 "--grpc-listen-address=127.0.0.1:0",

@@ -11,7 +11,7 @@ use zone_thanos::thanos::rules_client::RulesClient;
 /// that ends the server.
 async fn started(api: Arc<Api>) -> (RulesClient<tonic::transport::Channel>, String, Shutdown) {
     let shutdown = Shutdown::new();
-    let (bound, work) = serve("127.0.0.1:0".parse().unwrap(), api, shutdown.clone())
+    let (bound, work) = serve("127.0.0.1:0".parse().unwrap(), api, shutdown.clone(), None)
         .await
         .unwrap();
     tokio::spawn(work);
@@ -152,5 +152,74 @@ async fn info_advertises_the_rules_api() {
         answer.store.is_none(),
         "no StoreAPI: the Querier must not ask for series"
     );
+    shutdown.trigger();
+}
+
+/// With the HTTPS port's certificate store, the port speaks TLS only: a client trusting the CA
+/// (the federator's own gRPC backend client, `grpcs://`) reads the rules; a plain one gets no
+/// answer; a certificate renewed into the store is served at the next handshake.
+#[tokio::test]
+async fn over_tls_the_port_serves_the_certificate_of_the_store() {
+    use crate::backend::{TestCa, temp_dir};
+    use crate::connector::{BackendTls, TlsFiles};
+    use crate::grpc_backend::{Channels, request};
+    use zone_operator::tls::{CertStore, PemPair};
+
+    let backend = serving_rules(true).await;
+    let (api, _) = api(
+        vec![endpoint(&backend.url, "0", "a")],
+        PartialResponse::Warn,
+    );
+    let certified = |ca: &TestCa| {
+        let issued = ca.serving(&["127.0.0.1"]);
+        let pair = PemPair {
+            cert: issued.cert.into_bytes(),
+            key: issued.key.into_bytes(),
+        };
+        pair.certified_key().unwrap()
+    };
+    let (first, second) = (TestCa::new("first CA"), TestCa::new("second CA"));
+    let store = Arc::new(CertStore::new(certified(&first)));
+    let shutdown = Shutdown::new();
+    let (bound, work) = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        api,
+        shutdown.clone(),
+        Some(store.clone()),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(work);
+    let dir = temp_dir("grpc-tls");
+    let trusting = |ca: &TestCa, name: &str| {
+        let file = dir.join(name);
+        std::fs::write(&file, &ca.pem).unwrap();
+        let tls = BackendTls::load(&TlsFiles {
+            ca: Some(file),
+            ..TlsFiles::default()
+        })
+        .unwrap();
+        Channels::new(tls.client().clone(), std::time::Duration::from_secs(5))
+    };
+    let url = format!("grpcs://{bound}");
+    let answer = trusting(&first, "first.crt")
+        .rules(&url, request(""), 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(answer.data.groups[0].name, "common");
+
+    let plain = RulesClient::connect(format!("http://{bound}"))
+        .await
+        .unwrap()
+        .rules(RulesRequest::default())
+        .await;
+    assert!(plain.is_err(), "plain gRPC on the TLS port: {plain:?}");
+
+    store.swap(certified(&second));
+    let renewed = trusting(&second, "second.crt")
+        .rules(&url, request(""), 1 << 20)
+        .await;
+    assert!(renewed.is_ok(), "{renewed:?}");
+    std::fs::remove_dir_all(dir).unwrap();
     shutdown.trigger();
 }
