@@ -16,8 +16,12 @@ use crate::cli::PartialResponse;
 use crate::endpoints::{Endpoint, Endpoints};
 use crate::fetch::Fetcher;
 use crate::flight::Flights;
+use crate::guard::Guard;
 use crate::merge::Cores;
 use crate::metrics::FederatorMetrics;
+use serde_json::json;
+use zone_operator::auth::{Attributes, KubeAuth};
+use zone_operator::testing::{FakeApi, Method};
 use zone_thanos::thanos::rules_server::{Rules, RulesServer};
 use zone_thanos::thanos::{RulesRequest, RulesResponse, rules_response};
 
@@ -251,4 +255,57 @@ pub async fn sidecar(warnings: &[&str], tls: Option<rustls::ServerConfig>) -> St
     });
     tokio::spawn(server.serve_with_incoming(incoming));
     format!("{}{address}", crate::grpc_backend::TLS_SCHEME)
+}
+
+pub const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+pub const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+
+/// The fake API server of the caller checks: `grafana-token` is Grafana's ServiceAccount, allowed;
+/// `pod-token` another pod's, denied; any other token is not accepted. Grafana may `get`
+/// `/api/v1/alerts` and `/thanos.Rules/Rules`.
+pub fn fake_api() -> (FakeApi, kube::Client) {
+    let (fake, client) = FakeApi::new();
+    fake.on(Method::POST, TOKEN_REVIEWS).always_with(|request| {
+        let review = request.json().unwrap();
+        let user = match review["spec"]["token"].as_str() {
+            Some("grafana-token") => "system:serviceaccount:monitoring:grafana",
+            Some("pod-token") => "system:serviceaccount:apps:web",
+            _ => {
+                let status = json!({"authenticated": false, "error": "invalid bearer token"});
+                return (201, json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "status": status}));
+            }
+        };
+        let status = json!({
+            "authenticated": true,
+            "user": {"username": user, "groups": ["system:serviceaccounts"], "uid": "u-1"},
+        });
+        (201, json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "status": status}))
+    });
+    fake.on(Method::POST, ACCESS_REVIEWS).always_with(|request| {
+        let review = request.json().unwrap();
+        let path = &review["spec"]["nonResourceAttributes"]["path"];
+        let allowed = review["spec"]["user"] == "system:serviceaccount:monitoring:grafana"
+            && (path == "/api/v1/alerts" || path == "/thanos.Rules/Rules")
+            && review["spec"]["nonResourceAttributes"]["verb"] == "get"
+            && review["spec"]["groups"] == json!(["system:serviceaccounts"]);
+        let status = if allowed {
+            json!({"allowed": true})
+        } else {
+            json!({"allowed": false, "reason": "no RBAC rule"})
+        };
+        (201, json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "status": status}))
+    });
+    (fake, client)
+}
+
+pub fn authenticating(client: kube::Client) -> Guard {
+    Guard {
+        requests: Arc::new(tokio::sync::Semaphore::new(8)),
+        auth: Some(Arc::new(KubeAuth::new(
+            client,
+            Attributes::NonResource { verb: "get".into() },
+            Duration::from_secs(60),
+            Duration::from_secs(10),
+        ))),
+    }
 }

@@ -8,9 +8,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
+use tokio::sync::OwnedSemaphorePermit;
 use tonic::{Request, Response, Status};
 use zone_operator::Shutdown;
+use zone_operator::auth::Decision;
 use zone_operator::tls::CertStore;
 use zone_rules::parse_rules_query;
 use zone_thanos::thanos::info::info_server::{Info, InfoServer};
@@ -23,16 +25,23 @@ use zone_thanos::thanos::{
 
 use crate::api::{Api, Refusal};
 use crate::cli::PartialResponse;
+use crate::guard::Guard;
 
 /// What the federator tells an Info caller it is: a component that federates others' APIs, as
 /// a Thanos Querier does.
 const COMPONENT_TYPE: &str = "query";
 
-/// The Rules and Info services over the API the HTTP routes serve.
+/// The Rules and Info services over the API the HTTP routes serve, behind the HTTP routes'
+/// guard (the same turns, the same caller checks).
 #[derive(Clone)]
 pub struct Services {
     api: Arc<Api>,
+    guard: Arc<Guard>,
 }
+
+/// The gRPC path of the Rules call: what `--auth=kubernetes` reviews for a non-resource
+/// permission, as the HTTP path for `/api/v1/rules`.
+const RULES_PATH: &str = "/thanos.Rules/Rules";
 
 /// Binds `address` (so a taken port fails the start) and serves both services there until
 /// `shutdown` and its drain delay, as the HTTP port (callers whose view of the Service still
@@ -42,12 +51,13 @@ pub struct Services {
 pub async fn serve(
     address: SocketAddr,
     api: Arc<Api>,
+    guard: Arc<Guard>,
     shutdown: Shutdown,
     tls: Option<Arc<CertStore>>,
 ) -> std::io::Result<(SocketAddr, impl Future<Output = ()> + Send + use<>)> {
     let listener = tokio::net::TcpListener::bind(address).await?;
     let bound = listener.local_addr()?;
-    let services = Services { api };
+    let services = Services { api, guard };
     let server = tonic::transport::Server::builder()
         .add_service(RulesServer::new(services.clone()))
         .add_service(InfoServer::new(services));
@@ -228,6 +238,40 @@ fn status(refusal: Refusal) -> Status {
 type RulesStream = Pin<Box<dyn Stream<Item = Result<RulesResponse, Status>> + Send>>;
 
 impl Services {
+    /// A turn among the requests served at once (refused past `--max-concurrent-requests`, as
+    /// HTTP is), and with `--auth=kubernetes` the caller's bearer token (`authorization`
+    /// metadata) reviewed as an HTTP caller's is.
+    async fn admit(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+    ) -> Result<OwnedSemaphorePermit, Status> {
+        let Ok(turn) = self.guard.requests.clone().try_acquire_owned() else {
+            return Err(Status::unavailable(
+                "too many concurrent requests; retry later",
+            ));
+        };
+        let Some(auth) = &self.guard.auth else {
+            return Ok(turn);
+        };
+        let authorization = metadata
+            .get("authorization")
+            .and_then(|value| value.to_str().ok());
+        match auth.check(authorization, RULES_PATH).await {
+            Decision::Allowed { user } => {
+                tracing::debug!(user = %user, path = RULES_PATH, "caller allowed");
+                Ok(turn)
+            }
+            Decision::Unauthenticated(why) => Err(Status::unauthenticated(why)),
+            Decision::Forbidden { user, reason } => {
+                tracing::info!(user = %user, path = RULES_PATH, reason = %reason, "caller forbidden");
+                Err(Status::permission_denied(format!(
+                    "user {user:?} may not read {RULES_PATH}"
+                )))
+            }
+            Decision::Unavailable(why) => Err(Status::unavailable(why)),
+        }
+    }
+
     /// The answer to `request`: its warnings, then its groups, one a message.
     async fn answer(&self, request: &RulesRequest) -> Result<Vec<RulesResponse>, Status> {
         let given = params(request);
@@ -278,6 +322,7 @@ impl Rules for Services {
         request: Request<RulesRequest>,
     ) -> Result<Response<Self::RulesStream>, Status> {
         let started = Instant::now();
+        let turn = self.admit(request.metadata()).await?;
         let answer = self.answer(request.get_ref()).await;
         let metrics = &self.api.metrics;
         let code = match &answer {
@@ -289,7 +334,11 @@ impl Rules for Services {
         metrics.request("grpc_rules", code);
         metrics.request_duration("grpc_rules", started.elapsed());
         let messages = answer?;
-        let stream: RulesStream = Box::pin(futures::stream::iter(messages.into_iter().map(Ok)));
+        // The turn is held until the client has taken the last message.
+        let stream: RulesStream = Box::pin(futures::stream::iter(messages).map(move |message| {
+            let _held = &turn;
+            Ok(message)
+        }));
         Ok(Response::new(stream))
     }
 }

@@ -104,45 +104,7 @@ mod tests {
     use zone_operator::testing::{FakeApi, Method};
 
     use super::*;
-
-    const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
-    const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
-
-    /// The fake API server: `grafana-token` is Grafana's ServiceAccount, allowed;
-    /// `pod-token` another pod's, denied; any other token is not accepted.
-    fn fake_api() -> (FakeApi, kube::Client) {
-        let (fake, client) = FakeApi::new();
-        fake.on(Method::POST, TOKEN_REVIEWS).always_with(|request| {
-            let review = request.json().unwrap();
-            let user = match review["spec"]["token"].as_str() {
-                Some("grafana-token") => "system:serviceaccount:monitoring:grafana",
-                Some("pod-token") => "system:serviceaccount:apps:web",
-                _ => {
-                    let status = json!({"authenticated": false, "error": "invalid bearer token"});
-                    return (201, json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "status": status}));
-                }
-            };
-            let status = json!({
-                "authenticated": true,
-                "user": {"username": user, "groups": ["system:serviceaccounts"], "uid": "u-1"},
-            });
-            (201, json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "status": status}))
-        });
-        fake.on(Method::POST, ACCESS_REVIEWS).always_with(|request| {
-            let review = request.json().unwrap();
-            let allowed = review["spec"]["user"] == "system:serviceaccount:monitoring:grafana"
-                && review["spec"]["nonResourceAttributes"]
-                    == json!({"path": "/api/v1/alerts", "verb": "get"})
-                && review["spec"]["groups"] == json!(["system:serviceaccounts"]);
-            let status = if allowed {
-                json!({"allowed": true})
-            } else {
-                json!({"allowed": false, "reason": "no RBAC rule"})
-            };
-            (201, json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "status": status}))
-        });
-        (fake, client)
-    }
+    use crate::backend::{ACCESS_REVIEWS, TOKEN_REVIEWS, authenticating, fake_api};
 
     /// `/api/v1/alerts` answering 200 at once, or once `release` has a permit (a slow merge).
     fn router(guard: Guard, release: Option<Arc<Semaphore>>) -> Router {
@@ -180,18 +142,6 @@ mod tests {
             .await
             .unwrap();
         (status, retry, serde_json::from_slice(&body).unwrap())
-    }
-
-    fn authenticating(client: kube::Client) -> Guard {
-        Guard {
-            requests: Arc::new(Semaphore::new(8)),
-            auth: Some(Arc::new(KubeAuth::new(
-                client,
-                Attributes::NonResource { verb: "get".into() },
-                Duration::from_secs(60),
-                Duration::from_secs(10),
-            ))),
-        }
     }
 
     #[tokio::test]

@@ -49,7 +49,7 @@ pub enum StartError {
     #[error("--tls-cert-validity, --tls-cert-renew-before")]
     CertValidity(#[from] ValidityError),
     #[error(
-        "--grpc-listen-address: not with --auth=kubernetes or --tls-self-signed-secret yet (the gRPC port would go around the first; it takes its certificate from --tls-cert-dir only)"
+        "--grpc-listen-address: not with --tls-self-signed-secret yet (the gRPC port takes its certificate from --tls-cert-dir only)"
     )]
     GrpcUnprotected,
     #[error("--grpc-listen-address over TLS")]
@@ -79,7 +79,7 @@ pub async fn start(
         || matches!(serving, Serving::Https(CertSource::SelfSigned(_)));
     let https = matches!(serving, Serving::Https(_));
     let self_signed = matches!(serving, Serving::Https(CertSource::SelfSigned(_)));
-    if args.grpc_listen_address.is_some() && (self_signed || attributes.is_some()) {
+    if args.grpc_listen_address.is_some() && self_signed {
         return Err(StartError::GrpcUnprotected);
     }
     // The gRPC port serves the HTTPS port's certificate, from the same directory.
@@ -120,9 +120,9 @@ pub async fn start(
     )
     .with_token(token);
     let api = Arc::new(backend_api(args, endpoints.clone(), fetcher, metrics));
-    let guard = request_guard(args, &parts.client, attributes);
+    let guard = Arc::new(request_guard(args, &parts.client, attributes));
     let authenticated = guard.auth.is_some();
-    runtime.merge_routes(guard::guarded(api::router(api.clone()), Arc::new(guard)));
+    runtime.merge_routes(guard::guarded(api::router(api.clone()), guard.clone()));
     if let Some(address) = args.grpc_listen_address {
         let certs = match &grpc_tls {
             Some(source) => Some(
@@ -133,7 +133,7 @@ pub async fn start(
             None => None,
         };
         let tls = certs.is_some();
-        let (bound, work) = grpc::serve(address, api, parts.shutdown.clone(), certs)
+        let (bound, work) = grpc::serve(address, api, guard, parts.shutdown.clone(), certs)
             .await
             .map_err(|error| StartError::GrpcListen(address, error))?;
         tracing::info!(address = %bound, tls, "serving thanos.Rules and thanos.info.Info over gRPC");
@@ -434,14 +434,11 @@ mod tests {
         assert!(tokio::net::TcpStream::connect(grpc_address).await.is_err());
     }
 
-    /// gRPC beside an API that caller authentication protects would go around it, and the
-    /// self-signed certificate is not served on it yet: refused before anything starts.
+    /// The self-signed certificate is not served on the gRPC port yet: gRPC beside it is
+    /// refused before anything starts, rather than served in plain.
     #[tokio::test]
     async fn grpc_is_refused_where_the_api_is_protected() {
-        for protection in [
-            "--auth=kubernetes",
-            "--tls-self-signed-secret=federator-tls",
-        ] {
+        for protection in ["--tls-self-signed-secret=federator-tls"] {
             let args = args(&[
                 "--endpoint=http://prom:9090",
                 "--grpc-listen-address=127.0.0.1:0",

@@ -7,13 +7,27 @@ use zone_rules::RuleDiscovery;
 use zone_thanos::thanos::info::info_client::InfoClient;
 use zone_thanos::thanos::rules_client::RulesClient;
 
+/// A guard of 64 requests at once, letting anyone in.
+fn open_guard() -> Arc<Guard> {
+    Arc::new(Guard {
+        requests: Arc::new(tokio::sync::Semaphore::new(64)),
+        auth: None,
+    })
+}
+
 /// The services over `api` on a free port of 127.0.0.1: a client of each, and the shutdown
 /// that ends the server.
 async fn started(api: Arc<Api>) -> (RulesClient<tonic::transport::Channel>, String, Shutdown) {
     let shutdown = Shutdown::new();
-    let (bound, work) = serve("127.0.0.1:0".parse().unwrap(), api, shutdown.clone(), None)
-        .await
-        .unwrap();
+    let (bound, work) = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        api,
+        open_guard(),
+        shutdown.clone(),
+        None,
+    )
+    .await
+    .unwrap();
     tokio::spawn(work);
     let url = format!("http://{bound}");
     (
@@ -184,6 +198,7 @@ async fn over_tls_the_port_serves_the_certificate_of_the_store() {
     let (bound, work) = serve(
         "127.0.0.1:0".parse().unwrap(),
         api,
+        open_guard(),
         shutdown.clone(),
         Some(store.clone()),
     )
@@ -221,5 +236,88 @@ async fn over_tls_the_port_serves_the_certificate_of_the_store() {
         .await;
     assert!(renewed.is_ok(), "{renewed:?}");
     std::fs::remove_dir_all(dir).unwrap();
+    shutdown.trigger();
+}
+
+/// With `--auth=kubernetes` a Rules call is reviewed as an HTTP request is: no token is
+/// Unauthenticated, a token without the permission PermissionDenied, a permitted one answered;
+/// past `--max-concurrent-requests` a call is refused at once.
+#[tokio::test]
+async fn rules_calls_pass_the_http_routes_guard() {
+    use crate::backend::{authenticating, fake_api};
+    let backend = serving_rules(true).await;
+    let (api, _) = api(
+        vec![endpoint(&backend.url, "0", "a")],
+        PartialResponse::Warn,
+    );
+    let (_fake, client) = fake_api();
+    let shutdown = Shutdown::new();
+    let guard = Arc::new(authenticating(client));
+    let (bound, work) = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        api.clone(),
+        guard,
+        shutdown.clone(),
+        None,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(work);
+    let mut client = RulesClient::connect(format!("http://{bound}"))
+        .await
+        .unwrap();
+    let with = |token: Option<&str>| {
+        let mut request = tonic::Request::new(RulesRequest::default());
+        if let Some(token) = token {
+            request
+                .metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse().unwrap());
+        }
+        request
+    };
+    let anonymous = client.rules(with(None)).await.unwrap_err();
+    assert_eq!(
+        anonymous.code(),
+        tonic::Code::Unauthenticated,
+        "{anonymous:?}"
+    );
+    let pod = client.rules(with(Some("pod-token"))).await.unwrap_err();
+    assert_eq!(pod.code(), tonic::Code::PermissionDenied, "{pod:?}");
+    assert!(
+        pod.message().contains("system:serviceaccount:apps:web"),
+        "{pod:?}"
+    );
+    let mut grafana = client
+        .rules(with(Some("grafana-token")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(grafana.message().await.unwrap().is_some());
+    shutdown.trigger();
+
+    let full = Arc::new(Guard {
+        requests: Arc::new(tokio::sync::Semaphore::new(0)),
+        auth: None,
+    });
+    let shutdown = Shutdown::new();
+    let (bound, work) = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        api,
+        full,
+        shutdown.clone(),
+        None,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(work);
+    let mut client = RulesClient::connect(format!("http://{bound}"))
+        .await
+        .unwrap();
+    let busy = client.rules(RulesRequest::default()).await.unwrap_err();
+    assert_eq!(busy.code(), tonic::Code::Unavailable, "{busy:?}");
+    assert!(
+        busy.message().contains("too many concurrent requests"),
+        "{busy:?}"
+    );
     shutdown.trigger();
 }
