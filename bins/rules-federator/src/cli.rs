@@ -45,6 +45,10 @@ pub enum Scheme {
     Http,
     /// TLS, verified as `--backend-ca-file` and `--backend-server-name` say.
     Https,
+    /// Thanos's gRPC Rules API: each pod's Thanos sidecar (`--discover-port 10901`).
+    Grpc,
+    /// gRPC over TLS, verified (and a client certificate presented) as for `https`.
+    Grpcs,
 }
 
 impl Scheme {
@@ -52,6 +56,8 @@ impl Scheme {
         match self {
             Scheme::Http => "http",
             Scheme::Https => "https",
+            Scheme::Grpc => "grpc",
+            Scheme::Grpcs => "grpcs",
         }
     }
 }
@@ -142,8 +148,9 @@ pub struct Args {
     pub discover_port: u16,
 
     /// How the discovered pods are asked: `https` when their Prometheus serves TLS (its web
-    /// config). They are dialled by IP: give `--backend-server-name` for the name their
-    /// certificate holds.
+    /// config); `grpc` (or `grpcs`) to read their Thanos sidecars' Rules API instead, with
+    /// `--discover-port 10901`. They are dialled by IP: give `--backend-server-name` for the
+    /// name their certificate holds.
     #[arg(long, env = "DISCOVER_SCHEME", value_enum, default_value_t = Scheme::Http)]
     pub discover_scheme: Scheme,
 

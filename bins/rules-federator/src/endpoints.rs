@@ -246,5 +246,13 @@ mod tests {
             of_pod(&pod("True", Some("fd00::5")), https).unwrap().url,
             "https://[fd00::5]:9443"
         );
+        // A pod's Thanos sidecar: an endpoint the fetch reads over gRPC.
+        let sidecar = PodPort {
+            scheme: Scheme::Grpc,
+            port: 10901,
+        };
+        let url = of_pod(&pod("True", Some("10.0.0.5")), sidecar).unwrap().url;
+        assert_eq!(url, "grpc://10.0.0.5:10901");
+        assert_eq!(crate::grpc_backend::address(&url), Some("10.0.0.5:10901"));
     }
 }
