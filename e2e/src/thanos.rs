@@ -391,14 +391,24 @@ impl ThanosSidecar {
     /// Starts a sidecar of `prometheus` (which must have external labels) and waits until it is
     /// ready (it has read them).
     pub async fn start(prometheus: &crate::prometheus::PrometheusProcess) -> ThanosSidecar {
+        Self::start_with(prometheus, &[]).await
+    }
+
+    /// [`ThanosSidecar::start`] with `extra` flags (its gRPC server's TLS:
+    /// `--grpc-server-tls-cert`, `-key`, `-client-ca`).
+    pub async fn start_with(
+        prometheus: &crate::prometheus::PrometheusProcess,
+        extra: &[String],
+    ) -> ThanosSidecar {
         let (http_port, grpc_port) = two_free_ports();
-        let args = vec![
+        let mut args = vec![
             "sidecar".to_string(),
             format!("--http-address=127.0.0.1:{http_port}"),
             format!("--grpc-address=127.0.0.1:{grpc_port}"),
             format!("--prometheus.url={}", prometheus.url()),
             format!("--tsdb.path={}", prometheus.dir.join("data").display()),
         ];
+        args.extend(extra.iter().cloned());
         let http = SocketAddr::from(([127, 0, 0, 1], http_port));
         let process = ThanosProcess::start("sidecar", &args, http).await;
         ThanosSidecar {

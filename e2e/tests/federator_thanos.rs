@@ -21,7 +21,9 @@ mod shards;
 #[path = "federator/spawn.rs"]
 mod spawn;
 
-use shards::{Rules, merged_rules_settled, two_shards_of_two_replicas};
+use e2e::prometheus::PrometheusProcess;
+use e2e::tls::TestCa;
+use shards::{Rules, config, merged_rules_settled, two_shards_of_two_replicas};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -267,4 +269,78 @@ async fn a_ruler_and_a_sidecar_over_grpc_join_the_http_backends_in_one_answer() 
 /// An address of 127.0.0.1 where nothing listens.
 fn free_gone() -> SocketAddr {
     format!("127.0.0.1:{}", free_port()).parse().unwrap()
+}
+
+/// A sidecar serving gRPC over mutual TLS (`--grpc-server-tls-*`): a federator given the CA and
+/// a client certificate the sidecar's client CA signed reads its rules over `grpcs://`; one
+/// without a client certificate is refused at the handshake, and its answer names the backend
+/// and why.
+#[tokio::test]
+#[ignore = "needs Prometheus 3.16 and Thanos (make e2e)"]
+async fn a_sidecar_over_mutual_tls_gives_its_rules_only_to_a_client_certificate() {
+    let rules = Rules::write("mtls");
+    let name = "fedmtls-0-a";
+    let prometheus =
+        PrometheusProcess::start(name, &config(Some(0), name, &rules.of_shard(0)), &[]).await;
+    let dir = std::env::temp_dir().join(format!("e2e-federator-mtls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (servers, clients) = (TestCa::new("sidecar CA"), TestCa::new("clients CA"));
+    let (serving, client) = (
+        servers.leaf(1),
+        clients.issue(vec!["rules-federator".into()], None),
+    );
+    let file = |name: &str, content: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, content).unwrap();
+        path.display().to_string()
+    };
+    let sidecar_flags = [
+        format!(
+            "--grpc-server-tls-cert={}",
+            file("sidecar.crt", &serving.cert)
+        ),
+        format!(
+            "--grpc-server-tls-key={}",
+            file("sidecar.key", &serving.key)
+        ),
+        format!(
+            "--grpc-server-tls-client-ca={}",
+            file("clients.crt", &clients.pem)
+        ),
+    ];
+    let sidecar = ThanosSidecar::start_with(&prometheus, &sidecar_flags).await;
+    let ca = format!("--backend-ca-file={}", file("ca.crt", &servers.pem));
+    let cert = format!("--backend-cert-file={}", file("client.crt", &client.cert));
+    let key = format!("--backend-key-file={}", file("client.key", &client.key));
+    let url = format!("grpcs://{}", sidecar.grpc);
+    let endpoint = [format!("{url}#shard=0&replica={name}")];
+    let env = [("KUBECONFIG", "/dev/null".to_string())];
+    let (_presenting, presenting) = spawn::federator(&endpoint, &[&ca, &cert, &key], &env);
+    let (_anonymous, anonymous) = spawn::federator(&endpoint, &[&ca], &env);
+
+    let read = wait_for("the sidecar's rules over mutual TLS", TIMEOUT, || async {
+        let address: SocketAddr = format!("127.0.0.1:{presenting}").parse().unwrap();
+        let (code, body) = http_get_from(address, "/api/v1/rules").await?;
+        let answer: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+        let rules = rules_of(&answer["data"]);
+        (code == 200 && rules.len() == 5 && answer.get("warnings").is_none())
+            .then_some(rules)
+            .ok_or(format!("{code}: {body}"))
+    })
+    .await;
+    assert!(
+        read.iter().all(|rule| rule.6.contains(r#""shard":"0""#)),
+        "{read:?}"
+    );
+
+    let address: SocketAddr = format!("127.0.0.1:{anonymous}").parse().unwrap();
+    let (code, body) = http_get_from(address, "/api/v1/rules").await.unwrap();
+    assert_eq!(code, 503, "no backend answered: {body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    let error = answer["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!("endpoint {url}: cannot connect")),
+        "the refused backend named: {error}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
 }
