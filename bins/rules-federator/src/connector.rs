@@ -188,6 +188,23 @@ mod tests {
         }
     }
 
+    /// The backends' TLS trusting `ca` and presenting a client certificate `clients` signed,
+    /// its files written into `dir`; and the CA file.
+    fn presenting(dir: &Path, ca: &TestCa, clients: &TestCa) -> (BackendTls, PathBuf) {
+        let client = clients.client("rules-federator");
+        let ca_file = dir.join("ca.crt");
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::write(&ca_file, &ca.pem).unwrap();
+        std::fs::write(&cert, &client.cert).unwrap();
+        std::fs::write(&key, &client.key).unwrap();
+        let tls = BackendTls::load(&TlsFiles {
+            client: Some((cert, key)),
+            ..files(Some(&ca_file), None)
+        })
+        .unwrap();
+        (tls, ca_file)
+    }
+
     /// The failure of a handshake, as its warning names it.
     fn refused(answer: Result<RuleDiscovery, ApiError>, why: &str) {
         match answer {
@@ -223,21 +240,10 @@ mod tests {
     #[tokio::test]
     async fn a_backend_asking_for_a_client_certificate_gets_the_configured_one() {
         let dir = temp_dir("client-cert");
-        let ca = TestCa::new("backend CA");
-        let clients = TestCa::new("clients CA");
-        let client = clients.client("rules-federator");
-        let ca_file = dir.join("ca.crt");
-        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
-        std::fs::write(&ca_file, &ca.pem).unwrap();
-        std::fs::write(&cert, &client.cert).unwrap();
-        std::fs::write(&key, &client.key).unwrap();
+        let (ca, clients) = (TestCa::new("backend CA"), TestCa::new("clients CA"));
+        let (presenting, ca_file) = presenting(&dir, &ca, &clients);
         let backend = serving_rules_https(&ca.serving(&["127.0.0.1"]), Some(&clients)).await;
 
-        let presenting = BackendTls::load(&TlsFiles {
-            client: Some((cert, key)),
-            ..files(Some(&ca_file), None)
-        })
-        .unwrap();
         assert_eq!(fetch(&presenting, None, &backend).await, Ok(rules_data()));
         let anonymous = BackendTls::load(&files(Some(&ca_file), None)).unwrap();
         refused(
@@ -253,24 +259,13 @@ mod tests {
     #[tokio::test]
     async fn a_grpc_backend_over_mutual_tls_gets_the_client_certificate() {
         let dir = temp_dir("grpc-mtls");
-        let ca = TestCa::new("backend CA");
-        let clients = TestCa::new("clients CA");
-        let client = clients.client("rules-federator");
-        let ca_file = dir.join("ca.crt");
-        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
-        std::fs::write(&ca_file, &ca.pem).unwrap();
-        std::fs::write(&cert, &client.cert).unwrap();
-        std::fs::write(&key, &client.key).unwrap();
+        let (ca, clients) = (TestCa::new("backend CA"), TestCa::new("clients CA"));
+        let (presenting, ca_file) = presenting(&dir, &ca, &clients);
         let serving =
             zone_operator::testing::server_tls(&ca.serving(&["127.0.0.1"]), Some(&clients));
         let url = sidecar(&[], Some(serving)).await;
         assert!(url.starts_with("grpcs://"), "{url}");
 
-        let presenting = BackendTls::load(&TlsFiles {
-            client: Some((cert, key)),
-            ..files(Some(&ca_file), None)
-        })
-        .unwrap();
         assert_eq!(fetch_url(&presenting, None, &url).await, Ok(rules_data()));
         let anonymous = BackendTls::load(&files(Some(&ca_file), None)).unwrap();
         refused(

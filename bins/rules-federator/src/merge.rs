@@ -122,19 +122,41 @@ fn split(data: RuleDiscovery, partitions: usize) -> Vec<Vec<RuleGroup>> {
     parts
 }
 
-/// Merges `fetched` (every endpoint's answer, in endpoint order: it decides exact ties).
-pub async fn merge(
-    fetched: impl Stream<Item = (Endpoint, Result<Fetched, ApiError>)>,
+/// One backend's answer decoded on a core and split into the partitions' groups, with the
+/// warnings it gave itself; or why there is none, and whether anything came.
+type Decoded = Result<(Vec<Vec<RuleGroup>>, Vec<String>), (ApiError, bool)>;
+
+async fn decode(
     cores: &Cores,
-    options: &MergeOptions,
-    metrics: &FederatorMetrics,
-) -> Result<Merged, PoolError> {
-    let partitions = cores.count();
-    let (queues, folds): (Vec<_>, Vec<_>) = (0..partitions)
+    fetched: Result<Fetched, ApiError>,
+    partitions: usize,
+) -> Result<Decoded, PoolError> {
+    let fetched = match fetched {
+        Ok(fetched) => fetched,
+        Err(why) => return Ok(Err((why, false))),
+    };
+    let decoded = cores
+        .run(move || {
+            fetched
+                .decode()
+                .map(|(data, warned)| (split(data, partitions), warned))
+        })
+        .await?;
+    Ok(decoded.map_err(|why| (why, true)))
+}
+
+/// A merger thread per partition, mostly waiting for answers (the decoding is the work): the
+/// queues feeding them, and their results.
+type Folds = (
+    Vec<tokio::sync::mpsc::Sender<Source>>,
+    Vec<tokio::task::JoinHandle<Vec<RuleGroup>>>,
+);
+
+fn folds(partitions: usize, options: &MergeOptions) -> Folds {
+    (0..partitions)
         .map(|_| {
             let (queue, mut answers) = tokio::sync::mpsc::channel::<Source>(FOLD_QUEUE);
             let options = options.clone();
-            // A thread per partition, mostly waiting for answers: the decoding is the work.
             let fold = tokio::task::spawn_blocking(move || {
                 let mut merger = Merger::new(options);
                 while let Some(source) = answers.blocking_recv() {
@@ -144,25 +166,22 @@ pub async fn merge(
             });
             (queue, fold)
         })
-        .unzip();
+        .unzip()
+}
+
+/// Merges `fetched` (every endpoint's answer, in endpoint order: it decides exact ties).
+pub async fn merge(
+    fetched: impl Stream<Item = (Endpoint, Result<Fetched, ApiError>)>,
+    cores: &Cores,
+    options: &MergeOptions,
+    metrics: &FederatorMetrics,
+) -> Result<Merged, PoolError> {
+    let partitions = cores.count();
+    let (queues, folds) = folds(partitions, options);
     let mut decoded = std::pin::pin!(
         fetched
             .map(|(endpoint, fetched)| async move {
-                let decoded = match fetched {
-                    Ok(fetched) => match cores
-                        .run(move || {
-                            fetched
-                                .decode()
-                                .map(|(data, warned)| (split(data, partitions), warned))
-                        })
-                        .await
-                    {
-                        Ok(decoded) => decoded.map_err(|why| (why, true)),
-                        Err(pool) => return Err(pool),
-                    },
-                    Err(why) => Err((why, false)),
-                };
-                Ok((endpoint, decoded))
+                Ok::<_, PoolError>((endpoint, decode(cores, fetched, partitions).await?))
             })
             .buffered(partitions * LOOK_AHEAD)
     );

@@ -78,15 +78,7 @@ pub async fn start(
         || attributes.is_some()
         || matches!(serving, Serving::Https(CertSource::SelfSigned(_)));
     let https = matches!(serving, Serving::Https(_));
-    let self_signed = matches!(serving, Serving::Https(CertSource::SelfSigned(_)));
-    if args.grpc_listen_address.is_some() && self_signed {
-        return Err(StartError::GrpcUnprotected);
-    }
-    // The gRPC port serves the HTTPS port's certificate, from the same directory.
-    let grpc_tls = match &serving {
-        Serving::Https(source @ CertSource::Dir(_)) => Some(source.clone()),
-        _ => None,
-    };
+    let grpc_tls = grpc_tls(args, &serving)?;
     let mut runtime = Runtime::start_unelected_serving(NAME, &args.base, kubernetes, serving)
         .await
         .map_err(|error| StartError::Runtime(Box::new(error)))?;
@@ -124,25 +116,51 @@ pub async fn start(
     let authenticated = guard.auth.is_some();
     runtime.merge_routes(guard::guarded(api::router(api.clone()), guard.clone()));
     if let Some(address) = args.grpc_listen_address {
-        let certs = match &grpc_tls {
-            Some(source) => Some(
-                zone_operator::https::certificates(&parts.client, source)
-                    .await
-                    .map_err(StartError::GrpcCertificate)?,
-            ),
-            None => None,
-        };
-        let tls = certs.is_some();
-        let (bound, work) = grpc::serve(address, api, guard, parts.shutdown.clone(), certs)
-            .await
-            .map_err(|error| StartError::GrpcListen(address, error))?;
-        tracing::info!(address = %bound, tls, "serving thanos.Rules and thanos.info.Info over gRPC");
+        let work = start_grpc(address, grpc_tls.as_ref(), api, guard, &parts).await?;
         runtime.spawn_every_replica(work);
     }
     let scheme = if https { "https" } else { "http" };
     tracing::info!(address = %runtime.local_addr(), scheme, authenticated, "serving /api/v1/rules, /api/v1/alerts");
     let work = ready_until_shutdown(endpoints, parts.readiness, parts.shutdown);
     Ok((runtime, work))
+}
+
+/// Where the gRPC port's certificate comes from: the HTTPS port's directory (`None` in plain).
+/// The self-signed certificate is not served there yet: gRPC beside it is refused rather than
+/// served in plain.
+fn grpc_tls(args: &Args, serving: &Serving) -> Result<Option<CertSource>, StartError> {
+    if args.grpc_listen_address.is_none() {
+        return Ok(None);
+    }
+    match serving {
+        Serving::Https(CertSource::SelfSigned(_)) => Err(StartError::GrpcUnprotected),
+        Serving::Https(source @ CertSource::Dir(_)) => Ok(Some(source.clone())),
+        Serving::Http => Ok(None),
+    }
+}
+
+/// Binds the gRPC port at `address` (over TLS from `tls`) behind `guard`: the work serving it.
+async fn start_grpc(
+    address: std::net::SocketAddr,
+    tls: Option<&CertSource>,
+    api: Arc<Api>,
+    guard: Arc<Guard>,
+    parts: &zone_operator::RuntimeParts,
+) -> Result<impl Future<Output = ()> + Send + use<>, StartError> {
+    let certs = match tls {
+        Some(source) => Some(
+            zone_operator::https::certificates(&parts.client, source)
+                .await
+                .map_err(StartError::GrpcCertificate)?,
+        ),
+        None => None,
+    };
+    let tls = certs.is_some();
+    let (bound, work) = grpc::serve(address, api, guard, parts.shutdown.clone(), certs)
+        .await
+        .map_err(|error| StartError::GrpcListen(address, error))?;
+    tracing::info!(address = %bound, tls, "serving thanos.Rules and thanos.info.Info over gRPC");
+    Ok(work)
 }
 
 /// The endpoints of the Prometheus pods `selector` finds (and the `fixed` ones), kept by a

@@ -1,6 +1,8 @@
 //! The gRPC services against in-process backends, called by a real tonic client over TCP.
 #![allow(clippy::unwrap_used)]
 
+use std::net::SocketAddr;
+
 use super::*;
 use crate::backend::{FakePrometheus, Reply, api, endpoint, serving_rules};
 use zone_rules::RuleDiscovery;
@@ -15,20 +17,30 @@ fn open_guard() -> Arc<Guard> {
     })
 }
 
-/// The services over `api` on a free port of 127.0.0.1: a client of each, and the shutdown
-/// that ends the server.
-async fn started(api: Arc<Api>) -> (RulesClient<tonic::transport::Channel>, String, Shutdown) {
+/// The services over `api` behind `guard` (over TLS from `tls`) on a free port of 127.0.0.1:
+/// the address, and the shutdown that ends the server.
+async fn serving(
+    api: Arc<Api>,
+    guard: Arc<Guard>,
+    tls: Option<Arc<CertStore>>,
+) -> (SocketAddr, Shutdown) {
     let shutdown = Shutdown::new();
     let (bound, work) = serve(
         "127.0.0.1:0".parse().unwrap(),
         api,
-        open_guard(),
+        guard,
         shutdown.clone(),
-        None,
+        tls,
     )
     .await
     .unwrap();
     tokio::spawn(work);
+    (bound, shutdown)
+}
+
+/// The services over `api`, open to anyone: a client, the URL, and the shutdown.
+async fn started(api: Arc<Api>) -> (RulesClient<tonic::transport::Channel>, String, Shutdown) {
+    let (bound, shutdown) = serving(api, open_guard(), None).await;
     let url = format!("http://{bound}");
     (
         RulesClient::connect(url.clone()).await.unwrap(),
@@ -177,7 +189,7 @@ async fn over_tls_the_port_serves_the_certificate_of_the_store() {
     use crate::backend::{TestCa, temp_dir};
     use crate::connector::{BackendTls, TlsFiles};
     use crate::grpc_backend::{Channels, request};
-    use zone_operator::tls::{CertStore, PemPair};
+    use zone_operator::tls::PemPair;
 
     let backend = serving_rules(true).await;
     let (api, _) = api(
@@ -194,17 +206,7 @@ async fn over_tls_the_port_serves_the_certificate_of_the_store() {
     };
     let (first, second) = (TestCa::new("first CA"), TestCa::new("second CA"));
     let store = Arc::new(CertStore::new(certified(&first)));
-    let shutdown = Shutdown::new();
-    let (bound, work) = serve(
-        "127.0.0.1:0".parse().unwrap(),
-        api,
-        open_guard(),
-        shutdown.clone(),
-        Some(store.clone()),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(work);
+    let (bound, shutdown) = serving(api, open_guard(), Some(store.clone())).await;
     let dir = temp_dir("grpc-tls");
     let trusting = |ca: &TestCa, name: &str| {
         let file = dir.join(name);
@@ -251,18 +253,7 @@ async fn rules_calls_pass_the_http_routes_guard() {
         PartialResponse::Warn,
     );
     let (_fake, client) = fake_api();
-    let shutdown = Shutdown::new();
-    let guard = Arc::new(authenticating(client));
-    let (bound, work) = serve(
-        "127.0.0.1:0".parse().unwrap(),
-        api.clone(),
-        guard,
-        shutdown.clone(),
-        None,
-    )
-    .await
-    .unwrap();
-    tokio::spawn(work);
+    let (bound, shutdown) = serving(api.clone(), Arc::new(authenticating(client)), None).await;
     let mut client = RulesClient::connect(format!("http://{bound}"))
         .await
         .unwrap();
@@ -299,17 +290,7 @@ async fn rules_calls_pass_the_http_routes_guard() {
         requests: Arc::new(tokio::sync::Semaphore::new(0)),
         auth: None,
     });
-    let shutdown = Shutdown::new();
-    let (bound, work) = serve(
-        "127.0.0.1:0".parse().unwrap(),
-        api,
-        full,
-        shutdown.clone(),
-        None,
-    )
-    .await
-    .unwrap();
-    tokio::spawn(work);
+    let (bound, shutdown) = serving(api, full, None).await;
     let mut client = RulesClient::connect(format!("http://{bound}"))
         .await
         .unwrap();
