@@ -786,39 +786,41 @@ mod tests {
             }
             CopyRank::of(&rule)
         };
+        // (state, health, last evaluation) of the better copy, of the worse one, and why.
         let better = [
             (
-                copy("firing", "err", T1),
-                copy("pending", "ok", T2),
+                ("firing", "err", T1),
+                ("pending", "ok", T2),
                 "state before health",
             ),
             (
-                copy("pending", "err", T2),
-                copy("inactive", "ok", T2),
+                ("pending", "err", T2),
+                ("inactive", "ok", T2),
                 "pending over inactive",
             ),
             (
-                copy("inactive", "ok", T1),
-                copy("unknown", "ok", T2),
+                ("inactive", "ok", T1),
+                ("unknown", "ok", T2),
                 "inactive over unknown",
             ),
             (
-                copy("firing", "ok", T1),
-                copy("firing", "err", T2),
+                ("firing", "ok", T1),
+                ("firing", "err", T2),
                 "health before evaluation",
             ),
             (
-                copy("firing", "ok", T2),
-                copy("firing", "ok", T1),
+                ("firing", "ok", T2),
+                ("firing", "ok", T1),
                 "evaluated later",
             ),
             (
-                copy("firing", "ok", T1),
-                copy("firing", "ok", ""),
+                ("firing", "ok", T1),
+                ("firing", "ok", ""),
                 "evaluated at all",
             ),
         ];
-        for (a, b, why) in better {
+        for ((s1, h1, t1), (s2, h2, t2), why) in better {
+            let (a, b) = (copy(s1, h1, t1), copy(s2, h2, t2));
             assert!(a > b, "{why}: {a:?} > {b:?}");
         }
         let instance = |state: &str, at: Option<&str>| {
