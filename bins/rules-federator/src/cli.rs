@@ -309,10 +309,10 @@ pub struct Args {
     /// Serve Thanos's gRPC Rules and Info APIs on this address too (Thanos's gRPC port is
     /// 10901), so a Thanos Querier can take the federator as one of its `--endpoint`s. Off by
     /// default. A gRPC request's own partial response strategy decides what its failed backends
-    /// make of it. With --tls-cert-dir, over TLS only, with the HTTPS port's certificate (reloaded
-    /// as it is); with --auth=kubernetes, a Rules call's bearer token (`authorization` metadata)
-    /// is reviewed as an HTTP caller's; --max-concurrent-requests counts its calls too. Refused
-    /// with --tls-self-signed-secret (its certificate is not served there yet).
+    /// make of it. With HTTPS (--tls-cert-dir or --tls-self-signed-secret), over TLS only, with
+    /// the HTTPS port's certificate (reloaded or renewed as it is); with --auth=kubernetes, a
+    /// Rules call's bearer token (`authorization` metadata) is reviewed as an HTTP caller's;
+    /// --max-concurrent-requests counts its calls too.
     #[arg(long, env = "GRPC_LISTEN_ADDRESS", value_name = "ADDRESS")]
     pub grpc_listen_address: Option<std::net::SocketAddr>,
 

@@ -48,12 +48,6 @@ pub enum StartError {
     Token(#[from] TokenError),
     #[error("--tls-cert-validity, --tls-cert-renew-before")]
     CertValidity(#[from] ValidityError),
-    #[error(
-        "--grpc-listen-address: not with --tls-self-signed-secret yet (the gRPC port takes its certificate from --tls-cert-dir only)"
-    )]
-    GrpcUnprotected,
-    #[error("--grpc-listen-address over TLS")]
-    GrpcCertificate(#[source] zone_operator::tls::TlsError),
     #[error("--grpc-listen-address {0}")]
     GrpcListen(std::net::SocketAddr, #[source] std::io::Error),
 }
@@ -78,7 +72,6 @@ pub async fn start(
         || attributes.is_some()
         || matches!(serving, Serving::Https(CertSource::SelfSigned(_)));
     let https = matches!(serving, Serving::Https(_));
-    let grpc_tls = grpc_tls(args, &serving)?;
     let mut runtime = Runtime::start_unelected_serving(NAME, &args.base, kubernetes, serving)
         .await
         .map_err(|error| StartError::Runtime(Box::new(error)))?;
@@ -116,7 +109,9 @@ pub async fn start(
     let authenticated = guard.auth.is_some();
     runtime.merge_routes(guard::guarded(api::router(api.clone()), guard.clone()));
     if let Some(address) = args.grpc_listen_address {
-        let work = start_grpc(address, grpc_tls.as_ref(), api, guard, &parts).await?;
+        // The HTTPS port's certificate, however it is kept (a directory, the self-signed Secret).
+        let certs = runtime.cert_store();
+        let work = start_grpc(address, certs, api, guard, parts.shutdown.clone()).await?;
         runtime.spawn_every_replica(work);
     }
     let scheme = if https { "https" } else { "http" };
@@ -125,38 +120,16 @@ pub async fn start(
     Ok((runtime, work))
 }
 
-/// Where the gRPC port's certificate comes from: the HTTPS port's directory (`None` in plain).
-/// The self-signed certificate is not served there yet: gRPC beside it is refused rather than
-/// served in plain.
-fn grpc_tls(args: &Args, serving: &Serving) -> Result<Option<CertSource>, StartError> {
-    if args.grpc_listen_address.is_none() {
-        return Ok(None);
-    }
-    match serving {
-        Serving::Https(CertSource::SelfSigned(_)) => Err(StartError::GrpcUnprotected),
-        Serving::Https(source @ CertSource::Dir(_)) => Ok(Some(source.clone())),
-        Serving::Http => Ok(None),
-    }
-}
-
-/// Binds the gRPC port at `address` (over TLS from `tls`) behind `guard`: the work serving it.
+/// Binds the gRPC port at `address` (over TLS from `certs`) behind `guard`: the work serving it.
 async fn start_grpc(
     address: std::net::SocketAddr,
-    tls: Option<&CertSource>,
+    certs: Option<Arc<zone_operator::tls::CertStore>>,
     api: Arc<Api>,
     guard: Arc<Guard>,
-    parts: &zone_operator::RuntimeParts,
+    shutdown: Shutdown,
 ) -> Result<impl Future<Output = ()> + Send + use<>, StartError> {
-    let certs = match tls {
-        Some(source) => Some(
-            zone_operator::https::certificates(&parts.client, source)
-                .await
-                .map_err(StartError::GrpcCertificate)?,
-        ),
-        None => None,
-    };
     let tls = certs.is_some();
-    let (bound, work) = grpc::serve(address, api, guard, parts.shutdown.clone(), certs)
+    let (bound, work) = grpc::serve(address, api, guard, shutdown, certs)
         .await
         .map_err(|error| StartError::GrpcListen(address, error))?;
     tracing::info!(address = %bound, tls, "serving thanos.Rules and thanos.info.Info over gRPC");
@@ -450,23 +423,5 @@ mod tests {
         assert!(tokio::net::TcpStream::connect(address).await.is_err());
         let grpc_address: SocketAddr = format!("127.0.0.1:{grpc_port}").parse().unwrap();
         assert!(tokio::net::TcpStream::connect(grpc_address).await.is_err());
-    }
-
-    /// The self-signed certificate is not served on the gRPC port yet: gRPC beside it is
-    /// refused before anything starts, rather than served in plain.
-    #[tokio::test]
-    async fn grpc_is_refused_where_the_api_is_protected() {
-        for protection in ["--tls-self-signed-secret=federator-tls"] {
-            let args = args(&[
-                "--endpoint=http://prom:9090",
-                "--grpc-listen-address=127.0.0.1:0",
-                protection,
-            ]);
-            let refused = start(&args).await.err();
-            assert!(
-                matches!(refused, Some(StartError::GrpcUnprotected)),
-                "{protection}: {refused:?}"
-            );
-        }
     }
 }

@@ -38,6 +38,7 @@ use crate::{
     server::{BoundServer, ExtraRoutes, ServerError},
     shutdown::{Shutdown, ShutdownError},
     telemetry::{self, TelemetryError},
+    tls::CertStore,
     tls::TlsError,
     watch::InitialList,
 };
@@ -166,6 +167,8 @@ pub struct Runtime {
     /// How long the tasks of every replica get, once the server has stopped, to finish their
     /// in-flight work before they are aborted ([`Runtime::drain_on_shutdown`]).
     in_flight_grace: Duration,
+    /// The HTTPS certificate store (with [`Serving::Https`]).
+    certs: Option<Arc<CertStore>>,
 }
 
 /// The leader election's task and what stops it, when elected.
@@ -267,6 +270,7 @@ impl Runtime {
         };
         let bound = bind(args, serving, &client, &connections).await?;
         let address = bound.local_addr();
+        let certs = bound.cert_store();
 
         let (leader, elector) = elect(controller, leader_args, &client, &identity)?;
         if let Some(leader_metrics) = common.leader {
@@ -303,6 +307,7 @@ impl Runtime {
             elector,
             every_replica: Vec::new(),
             in_flight_grace: Duration::ZERO,
+            certs,
         })
     }
 
@@ -351,6 +356,12 @@ impl Runtime {
     /// Where `/healthz`, `/readyz` and `/metrics` are served.
     pub fn local_addr(&self) -> SocketAddr {
         self.address
+    }
+
+    /// The certificate store the HTTPS port serves from (reloaded or renewed in place), for
+    /// another port of the process to serve the same certificate; `None` in plain HTTP.
+    pub fn cert_store(&self) -> Option<Arc<CertStore>> {
+        self.certs.clone()
     }
 
     /// Runs `controllers` while this replica leads, then shuts everything down in order.

@@ -147,6 +147,11 @@ impl BoundServer {
         self.address
     }
 
+    /// The certificate store of [`BoundServer::with_tls`], if any.
+    pub fn cert_store(&self) -> Option<Arc<CertStore>> {
+        self.tls.clone()
+    }
+
     /// Serves until `shutdown` triggers and its drain delay has passed
     /// ([`Shutdown::stop_accepting`]: `/readyz` answers 503 meanwhile), then finishes in-flight
     /// requests and returns.

@@ -234,6 +234,12 @@ async fn with_tls_it_serves_https_only_and_stops_on_shutdown() {
         .await
         .unwrap()
         .with_tls(certs.clone());
+    // The store another port of the process serves the same certificate from.
+    assert!(
+        server
+            .cert_store()
+            .is_some_and(|store| Arc::ptr_eq(&store, &certs))
+    );
     let address = server.local_addr();
     let readiness = Readiness::new();
     let shutdown = Shutdown::new();
