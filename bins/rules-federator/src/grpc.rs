@@ -63,7 +63,7 @@ pub async fn serve(
         .add_service(InfoServer::new(services));
     let incoming = match tls {
         None => Incoming::Plain(tonic::transport::server::TcpIncoming::from(listener)),
-        Some(certs) => Incoming::Tls(tls_incoming(listener, certs, shutdown.clone())),
+        Some(certs) => Incoming::Tls(tls_incoming(listener, acceptor(certs)?, shutdown.clone())),
     };
     let work = async move {
         let drained = {
@@ -107,23 +107,25 @@ impl Stream for Incoming {
 /// How long a client may take over its TLS handshake before its connection is dropped.
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// TLS with the certificate `certs` holds at each handshake, HTTP/2 negotiated by ALPN (gRPC
+/// clients, Go's among them, insist on it).
+fn acceptor(certs: Arc<CertStore>) -> std::io::Result<tokio_rustls::TlsAcceptor> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?;
+    let mut config = builder.with_no_client_auth().with_cert_resolver(certs);
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
 /// Accepts on `listener` until `shutdown`, each handshake in a task of its own (a slow client
 /// holds up no other); the connections whose handshake succeeded, in the order they did.
 fn tls_incoming(
     listener: tokio::net::TcpListener,
-    certs: Arc<CertStore>,
+    acceptor: tokio_rustls::TlsAcceptor,
     shutdown: Shutdown,
 ) -> tokio::sync::mpsc::Receiver<Connection> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let Ok(builder) =
-        rustls::ServerConfig::builder_with_provider(provider).with_safe_default_protocol_versions()
-    else {
-        unreachable!("the provider supports the default protocol versions")
-    };
-    let mut config = builder.with_no_client_auth().with_cert_resolver(certs);
-    // gRPC clients (Go's among them) insist on HTTP/2 negotiated by ALPN.
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let (handshaken, receiver) = tokio::sync::mpsc::channel(64);
     tokio::spawn(async move {
         loop {
