@@ -216,22 +216,7 @@ async fn a_ruler_and_a_sidecar_over_grpc_join_the_http_backends_in_one_answer() 
     mixed.push(gone.clone());
     let (_mixed, port) = spawn::federator(&mixed, &[], &env);
 
-    let answer = wait_for(
-        "the Ruler's group evaluated in the merge",
-        TIMEOUT,
-        || async {
-            let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-            let (code, body) = http_get_from(address, "/api/v1/rules").await?;
-            let answer: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
-            let firing = rules_of(&answer["data"])
-                .iter()
-                .any(|rule| rule.3 == "GlobalFiring" && rule.4 == "firing");
-            (code == 200 && firing)
-                .then_some(answer)
-                .ok_or(format!("{code}: {body}"))
-        },
-    )
-    .await;
+    let answer = settled_with_the_rulers_group(port).await;
     let merged = rules_of(&answer["data"]);
     let (global_rules, shard_rules): (BTreeSet<Rule>, BTreeSet<Rule>) =
         merged.into_iter().partition(|rule| rule.1 == "global");
@@ -252,18 +237,43 @@ async fn a_ruler_and_a_sidecar_over_grpc_join_the_http_backends_in_one_answer() 
             "the Ruler replica label is removed: {rule:?}"
         );
     }
-    let warnings: Vec<String> = answer["warnings"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|w| w.as_str().map(str::to_string))
-        .collect();
+    let warnings = warnings_of(&answer);
     let gone_url = gone.split('#').next().unwrap();
     assert!(
         warnings.len() == 1
             && warnings[0].starts_with(&format!("endpoint {gone_url}: cannot connect")),
         "{warnings:?}"
     );
+}
+
+/// The answer of the federator on `port` once the Rulers' alert fires in it.
+async fn settled_with_the_rulers_group(port: u16) -> Value {
+    wait_for(
+        "the Ruler's group evaluated in the merge",
+        TIMEOUT,
+        || async {
+            let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            let (code, body) = http_get_from(address, "/api/v1/rules").await?;
+            let answer: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+            let firing = rules_of(&answer["data"])
+                .iter()
+                .any(|rule| rule.3 == "GlobalFiring" && rule.4 == "firing");
+            (code == 200 && firing)
+                .then_some(answer)
+                .ok_or(format!("{code}: {body}"))
+        },
+    )
+    .await
+}
+
+/// The text warnings of an answer.
+fn warnings_of(answer: &Value) -> Vec<String> {
+    answer["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| w.as_str().map(str::to_string))
+        .collect()
 }
 
 /// An address of 127.0.0.1 where nothing listens.
