@@ -82,6 +82,7 @@ impl Fetcher {
         endpoints: Vec<Endpoint>,
         path_and_query: &'a str,
     ) -> impl futures::Stream<Item = (Endpoint, Result<Fetched, ApiError>)> + 'a {
+        self.channels.keep_only(&endpoints);
         futures::stream::iter(endpoints)
             .map(move |endpoint| async move {
                 let started = Instant::now();

@@ -287,6 +287,9 @@ impl Services {
             .rules_data(query, &given, partial)
             .await
             .map_err(status)?;
+        if !warnings.is_empty() {
+            self.api.metrics.partial_response("grpc_rules");
+        }
         let messages = self
             .api
             .cores
@@ -306,11 +309,6 @@ impl Services {
             .await
             .map_err(|pool| status(pool.into()))?;
         drop(turn);
-        if !messages.is_empty()
-            && matches!(messages[0].result, Some(rules_response::Result::Warning(_)))
-        {
-            self.api.metrics.partial_response("grpc_rules");
-        }
         Ok(messages)
     }
 }

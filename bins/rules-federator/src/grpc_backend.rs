@@ -78,6 +78,13 @@ impl Channels {
         }
     }
 
+    /// Drops the channels of backends no longer among `endpoints` (discovered pods come and go
+    /// with new IPs): the map holds at most the current backends.
+    pub fn keep_only(&self, endpoints: &[crate::endpoints::Endpoint]) {
+        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        channels.retain(|url, _| endpoints.iter().any(|endpoint| &endpoint.url == url));
+    }
+
     /// The channel to `url`, made on first use; it connects when a call needs it.
     fn get(&self, url: &str) -> Result<Channel, ApiError> {
         let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
@@ -228,6 +235,19 @@ mod tests {
             matches!(&failed, ApiError::Connect(message) if message.contains("refused")),
             "{failed:?}"
         );
+    }
+
+    /// The channel map follows the endpoints: a backend gone is dropped, the others kept.
+    #[tokio::test]
+    async fn channels_of_gone_backends_are_dropped() {
+        let tls = crate::connector::BackendTls::load(&Default::default()).unwrap();
+        let channels = Channels::new(tls.client().clone(), Duration::from_secs(1));
+        let (a, b) = ("grpc://127.0.0.1:1", "grpc://127.0.0.1:2");
+        channels.get(a).unwrap();
+        channels.get(b).unwrap();
+        channels.keep_only(&[endpoint(a, "0", "a")]);
+        let kept: Vec<String> = channels.channels.lock().unwrap().keys().cloned().collect();
+        assert_eq!(kept, [a]);
     }
 
     /// `grpc://host:port` is an endpoint; a path or nothing after the scheme is not.
