@@ -254,6 +254,11 @@ impl ThanosQuery {
         SocketAddr::from(([127, 0, 0, 1], self.http_port))
     }
 
+    /// The process id (e.g. for its CPU time in `/proc/<pid>/stat`).
+    pub fn pid(&self) -> u32 {
+        self._process.child.id()
+    }
+
     /// `data` of the API's answer at `path` (`/api/v1/rules`, ...), or why there is none.
     pub async fn api(&self, path: &str) -> Result<Value, String> {
         let (code, body) = crate::process::http_get_from(self.address(), path).await?;

@@ -16,11 +16,22 @@
 //!    p50/p99 (and the p50 of the time to the first byte: what comes after it is the sending),
 //!    the federator's CPU seconds per request, and its peak RSS (VmHWM) over the scenario.
 //!
+//! 4. The same 100-backend scenario over Thanos's gRPC Rules API: 100 fake Thanos sidecars (50
+//!    shards × 2, their external labels `shard` and `prometheus_replica` on every rule as a
+//!    sidecar adds them) stream the same groups, one message per group, encoded once when they
+//!    start (so this process spends no CPU encoding during the measurement); the federator reads
+//!    them as `grpc://` backends. Then a real Thanos Querier (v0.42, `--endpoint` on each of the
+//!    same 100 sidecars, deduplicating along `prometheus_replica`) answers `/api/v1/rules` and
+//!    `/api/v1/alerts` one at a time; the group, rule and alert counts of both answers are
+//!    printed and compared.
+//!
 //! Targets (`/api/v1/rules`): 100 backends one at a time p50 <= 600 ms and <= 1.5 CPU-seconds
 //! per request, four at a time p50 <= 1.2 s, peak RSS <= 512 MiB over the whole scenario; 10
-//! backends p50 <= 150 ms; the small answer at 10 backends p99 <= 50 ms.
+//! backends p50 <= 150 ms; the small answer at 10 backends p99 <= 50 ms; over the 100 gRPC
+//! backends, the federator's p50 and CPU per request at most a fifth of the Querier's.
 //!
-//! Settings (environment): `FED_PERF_REQUESTS_100` (10), `FED_PERF_REQUESTS_10` (40).
+//! Settings (environment): `FED_PERF_REQUESTS_100` (10), `FED_PERF_REQUESTS_10` (40),
+//! `FED_PERF_REQUESTS_QUERIER` (5).
 //!
 //! Exit status: 0 when every target is met, 1 otherwise.
 #![forbid(unsafe_code)]
@@ -42,9 +53,13 @@ use e2e::localstack::free_port;
 use e2e::perf::{cpu_seconds, memory_kib, mib, quantile, setting, until_signalled};
 use e2e::process::ControllerProcess;
 use e2e::prometheus::PrometheusProcess;
+use e2e::rules_grpc;
+use e2e::thanos::ThanosQuery;
 use e2e::wait_for;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use zone_rules::RuleGroup;
+use zone_thanos::thanos::{Label, LabelSet};
 
 /// The rule file the recording is taken from: 10 rules, 8 alert instances.
 const RULES: &str = r#"groups:
@@ -117,9 +132,9 @@ async fn record() -> Value {
     recorded
 }
 
-/// The answer of one backend of `shard`: the recorded group repeated `groups` times (renamed),
+/// The groups of one backend of `shard`: the recorded group repeated `groups` times (renamed),
 /// its alert instances labelled with the shard.
-fn scaled(recorded: &Value, groups: usize, shard: usize) -> Vec<u8> {
+fn scaled_groups(recorded: &Value, groups: usize, shard: usize) -> Vec<Value> {
     let mut out = Vec::with_capacity(groups);
     for g in 0..groups {
         let mut group = recorded.clone();
@@ -135,7 +150,35 @@ fn scaled(recorded: &Value, groups: usize, shard: usize) -> Vec<u8> {
         }
         out.push(group);
     }
-    serde_json::to_vec(&json!({"status": "success", "data": {"groups": out}})).unwrap()
+    out
+}
+
+/// The answer of one HTTP backend of `shard` (see [`scaled_groups`]).
+fn scaled(recorded: &Value, groups: usize, shard: usize) -> Vec<u8> {
+    let groups = scaled_groups(recorded, groups, shard);
+    serde_json::to_vec(&json!({"status": "success", "data": {"groups": groups}})).unwrap()
+}
+
+/// The external labels of the sidecar of `replica` of `shard`.
+fn external_labels(shard: usize, replica: &str) -> [(&'static str, String); 2] {
+    [
+        ("prometheus_replica", replica.to_string()),
+        ("shard", shard.to_string()),
+    ]
+}
+
+/// The same groups as a Thanos sidecar of `replica` of `shard` streams them: its external
+/// labels added to every rule's labels.
+fn sidecar_groups(recorded: &Value, groups: usize, shard: usize, replica: &str) -> Vec<RuleGroup> {
+    let mut groups = scaled_groups(recorded, groups, shard);
+    for group in &mut groups {
+        for rule in group["rules"].as_array_mut().unwrap() {
+            for (name, value) in external_labels(shard, replica) {
+                rule["labels"][name] = json!(value);
+            }
+        }
+    }
+    serde_json::from_value(Value::Array(groups)).unwrap()
 }
 
 /// One backend's answer, plain and gzipped.
@@ -206,6 +249,37 @@ async fn backends(recorded: &Value, groups: usize, shards: usize) -> Vec<String>
         }
     }
     endpoints
+}
+
+/// `shards` × 2 fake Thanos sidecars answering the same groups over gRPC (their messages
+/// encoded once); their `host:port`.
+async fn grpc_backends(recorded: &Value, groups: usize, shards: usize) -> Vec<String> {
+    let mut addresses = Vec::new();
+    for shard in 0..shards {
+        for replica in ["a", "b"] {
+            let messages = rules_grpc::encode(&sidecar_groups(recorded, groups, shard, replica));
+            if shard == 0 && replica == "a" {
+                let size: usize = messages.iter().map(Bytes::len).sum();
+                println!(
+                    "gRPC backend answer ({groups} groups): {:.2} MB of protobuf in {} messages",
+                    size as f64 / 1e6,
+                    messages.len()
+                );
+            }
+            let labels = LabelSet {
+                labels: external_labels(shard, replica)
+                    .into_iter()
+                    .map(|(name, value)| Label {
+                        name: name.to_string(),
+                        value,
+                    })
+                    .collect(),
+            };
+            let address = rules_grpc::serve(Arc::new(messages), labels).await;
+            addresses.push(address.to_string());
+        }
+    }
+    addresses
 }
 
 /// GET `path` from the federator: the status, the body's size, the time to the first byte and
@@ -329,6 +403,64 @@ struct Headline {
     x1: Option<Figures>,
     x4: Option<Figures>,
     peak_rss_mib: f64,
+    /// Groups, rules and alert instances in the answer to `/api/v1/rules`.
+    counts: (usize, usize, usize),
+}
+
+/// Groups, rules and alert instances of `/api/v1/rules` on `address` (printed).
+async fn answer_counts(label: &str, address: SocketAddr) -> (usize, usize, usize) {
+    let (code, body) = e2e::process::http_get_from(address, "/api/v1/rules")
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{label}: {body:.300}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    let groups = answer["data"]["groups"].as_array().unwrap();
+    let rules = groups.iter().flat_map(|g| g["rules"].as_array().unwrap());
+    let alerts: usize = rules
+        .clone()
+        .map(|r| r["alerts"].as_array().map_or(0, Vec::len))
+        .sum();
+    let counts = (groups.len(), rules.count(), alerts);
+    println!(
+        "{label}: the answer has {} groups, {} rules, {} alert instances",
+        counts.0, counts.1, counts.2
+    );
+    counts
+}
+
+/// A Thanos Querier over the gRPC backends `addresses` (deduplicating along
+/// `prometheus_replica`): `/api/v1/rules` and `/api/v1/alerts` one at a time, as the
+/// federator's. Its `/api/v1/rules` figures.
+async fn querier_scenario(addresses: &[String], requests: usize) -> Headline {
+    let label = format!("Thanos Querier, {} gRPC backends", addresses.len());
+    let querier = ThanosQuery::start(addresses).await;
+    querier
+        .wait_endpoints(addresses.len(), Duration::from_secs(120))
+        .await;
+    let (port, pid) = (querier.http_port, querier.pid());
+    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut headline = Headline {
+        counts: answer_counts(&label, address).await,
+        ..Headline::default()
+    };
+    for (name, path) in &PATHS[..2] {
+        let figures = measure(pid, port, path, requests, 1).await;
+        println!(
+            "{label}: {name:<8} x1: p50 {:>7.1} ms, p99 {:>7.1} ms, {:.3} CPU-s/request, {:.1} MB answer, first byte p50 {:.1} ms",
+            figures.p50 * 1000.0,
+            figures.p99 * 1000.0,
+            figures.cpu_per_request,
+            figures.bytes as f64 / 1e6,
+            figures.first_byte_p50 * 1000.0
+        );
+        if *name == "rules" {
+            headline.x1 = Some(figures);
+        }
+    }
+    let (_, hwm) = memory_kib(pid).unwrap_or((0, 0));
+    headline.peak_rss_mib = mib(hwm);
+    println!("{label}: peak RSS {:.1} MiB", headline.peak_rss_mib);
+    headline
 }
 
 /// One scenario with a fresh federator.
@@ -355,9 +487,10 @@ async fn scenario(label: &str, endpoints: &[String], requests: usize) -> Headlin
     .await;
     assert!(federator.is_running(), "the federator exited");
     // One request first: connections made, allocator warmed, as in steady use.
-    let (code, _, _, _) = fetch(port, "/api/v1/rules").await;
-    assert_eq!(code, 200);
-    let mut headline = Headline::default();
+    let mut headline = Headline {
+        counts: answer_counts(label, address).await,
+        ..Headline::default()
+    };
     for parallel in [1, 4] {
         for (name, path) in PATHS {
             let figures = measure(pid, port, path, requests, parallel).await;
@@ -413,6 +546,47 @@ async fn one_at_a_time(recorded: &Value, label: &str, groups: usize) -> Figures 
     headline.x1.unwrap_or_else(Figures::nan)
 }
 
+/// The federator over 100 gRPC backends (50 shards × 2 sidecars, the same groups as the HTTP
+/// ones), then a Thanos Querier over the very same backends: ours at least 5× faster in p50 and
+/// in CPU per request.
+async fn grpc_against_querier(recorded: &Value, check: &mut impl FnMut(&str, f64, f64, &str)) {
+    let addresses = grpc_backends(recorded, 200, 50).await;
+    let endpoints: Vec<String> = addresses.iter().map(|a| format!("grpc://{a}")).collect();
+    let ours = scenario(
+        "100 gRPC backends",
+        &endpoints,
+        setting("FED_PERF_REQUESTS_100", 10),
+    )
+    .await;
+    let querier = querier_scenario(&addresses, setting("FED_PERF_REQUESTS_QUERIER", 5)).await;
+    println!(
+        "the same answer from both: {} (federator {:?}, Querier {:?}: groups, rules, alert instances)",
+        if ours.counts == querier.counts {
+            "yes"
+        } else {
+            "NO"
+        },
+        ours.counts,
+        querier.counts
+    );
+    let (ours, theirs) = (
+        ours.x1.unwrap_or_else(Figures::nan),
+        querier.x1.unwrap_or_else(Figures::nan),
+    );
+    check(
+        "100 gRPC backends: p50 ours / the Querier's",
+        ours.p50 / theirs.p50,
+        0.2,
+        "",
+    );
+    check(
+        "100 gRPC backends: CPU per request ours / the Querier's",
+        ours.cpu_per_request / theirs.cpu_per_request,
+        0.2,
+        "",
+    );
+}
+
 async fn run() -> bool {
     let recorded = record().await;
     let mut ok = true;
@@ -440,6 +614,7 @@ async fn run() -> bool {
     check("100 backends CPU per request", x1.cpu_per_request, 1.5, "s");
     check("100 backends p50, four at a time", x4.p50, 1.2, "s");
     check("100 backends peak RSS", headline.peak_rss_mib, 512.0, "MiB");
+    grpc_against_querier(&recorded, &mut check).await;
     let big_10 = one_at_a_time(&recorded, "10 backends", 200).await;
     check("10 backends p50", big_10.p50, 0.150, "s");
     let small_10 = one_at_a_time(&recorded, "10 backends, small", 20).await;

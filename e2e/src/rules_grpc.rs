@@ -1,0 +1,148 @@
+//! Fake Thanos Rules endpoints for measurements (`make perf`): each answers every
+//! `thanos.Rules/Rules` call with the same stream of messages, encoded once when it starts, so
+//! the side measured pays for decoding them and this process does not pay for encoding them on
+//! the cores it shares; and `thanos.info.Info/Info` says it serves rules, as a sidecar does, so
+//! a Thanos Querier takes it as an endpoint too. The request's filters are ignored.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, BufMut, Bytes};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::{Body, BoxFuture, Service, StdError, http};
+use tonic::server::{NamedService, ServerStreamingService};
+use tonic::{Request, Response, Status};
+use zone_rules::RuleGroup;
+use zone_thanos::prost::Message;
+use zone_thanos::thanos::info::info_server::{Info, InfoServer};
+use zone_thanos::thanos::info::{InfoRequest, InfoResponse, RulesInfo};
+use zone_thanos::thanos::{LabelSet, RulesResponse, rules_response};
+
+/// `groups` as the `RulesResponse` messages of one Rules stream (one group each, as Thanos
+/// streams them), encoded.
+pub fn encode(groups: &[RuleGroup]) -> Vec<Bytes> {
+    groups
+        .iter()
+        .map(|group| {
+            let message = RulesResponse {
+                result: Some(rules_response::Result::Group(group.into())),
+            };
+            Bytes::from(message.encode_to_vec())
+        })
+        .collect()
+}
+
+/// Starts an endpoint on 127.0.0.1 that streams `messages` (see [`encode`]) to every Rules
+/// call and advertises `labels` (its external labels) in Info; its address.
+pub async fn serve(messages: Arc<Vec<Bytes>>, labels: LabelSet) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binding a port on 127.0.0.1");
+    let address = listener.local_addr().expect("a bound listener's address");
+    let router = tonic::transport::Server::builder()
+        .add_service(PreEncoded(messages))
+        .add_service(InfoServer::new(Advertised(labels)));
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    tokio::spawn(async move {
+        let _ = router.serve_with_incoming(incoming).await;
+    });
+    address
+}
+
+/// Messages passed through as they are: encoded already on the way out, not decoded on the way
+/// in.
+#[derive(Clone, Copy, Default)]
+struct Raw;
+
+impl Codec for Raw {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = Raw;
+    type Decoder = Raw;
+
+    fn encoder(&mut self) -> Raw {
+        Raw
+    }
+
+    fn decoder(&mut self) -> Raw {
+        Raw
+    }
+}
+
+impl Encoder for Raw {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for Raw {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+/// The Rules service: every call gets the same messages.
+#[derive(Clone)]
+struct PreEncoded(Arc<Vec<Bytes>>);
+
+impl NamedService for PreEncoded {
+    const NAME: &'static str = "thanos.Rules";
+}
+
+impl ServerStreamingService<Bytes> for PreEncoded {
+    type Response = Bytes;
+    type ResponseStream = futures::stream::Iter<std::vec::IntoIter<Result<Bytes, Status>>>;
+    type Future = std::future::Ready<Result<Response<Self::ResponseStream>, Status>>;
+
+    fn call(&mut self, _: Request<Bytes>) -> Self::Future {
+        let messages: Vec<_> = self.0.iter().cloned().map(Ok).collect();
+        std::future::ready(Ok(Response::new(futures::stream::iter(messages))))
+    }
+}
+
+impl<B> Service<http::Request<B>> for PreEncoded
+where
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Infallible>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let service = self.clone();
+        Box::pin(async move {
+            Ok(tonic::server::Grpc::new(Raw)
+                .server_streaming(service, request)
+                .await)
+        })
+    }
+}
+
+/// The Info service of a sidecar with `labels` as its external labels.
+struct Advertised(LabelSet);
+
+#[tonic::async_trait]
+impl Info for Advertised {
+    async fn info(&self, _: Request<InfoRequest>) -> Result<Response<InfoResponse>, Status> {
+        Ok(Response::new(InfoResponse {
+            component_type: "sidecar".to_string(),
+            label_sets: vec![self.0.clone()],
+            rules: Some(RulesInfo {}),
+            ..InfoResponse::default()
+        }))
+    }
+}
