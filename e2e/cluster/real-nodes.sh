@@ -33,7 +33,9 @@ SYSCTLS=(net.ipv4.ip_forward net.ipv4.conf.all.forwarding net.ipv4.conf.default.
     net.ipv4.conf.all.accept_redirects net.ipv4.conf.default.accept_redirects
     vm.overcommit_memory kernel.panic kernel.panic_on_oops
     kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
-PACKAGES=(containerd runc containernetworking-plugins nftables)
+# dnsmasq-base: the real DNS server of the federator's e2e tests of DNS-named backends (no
+# service of its own: the tests start and stop it).
+PACKAGES=(containerd runc containernetworking-plugins nftables dnsmasq-base)
 
 prereqs() {
     mkdir -p "$ZAC_CACHE"
@@ -43,6 +45,7 @@ prereqs() {
     command -v runc >/dev/null || missing+=(runc)
     [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
     command -v nft >/dev/null || missing+=(nftables)
+    command -v dnsmasq >/dev/null || missing+=(dnsmasq-base)
     if [ ${#missing[@]} -gt 0 ]; then
         echo "cluster-up: installing ${missing[*]} (Debian packages) for the real nodes"
         { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \

@@ -3,13 +3,15 @@
 //! replicas on 127.0.0.1). The Querier finds the Rules API through Info and serves the
 //! federator's groups as its own `/api/v1/rules` and `/api/v1/alerts`. And the other way: a real
 //! Thanos Ruler (two replicas) and a real Thanos sidecar as the federator's gRPC backends, beside
-//! the HTTP ones, in one merged answer.
+//! the HTTP ones, in one merged answer; and two Rulers found by an SRV record at a real DNS
+//! server (dnsmasq).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use e2e::dns::{Dnsmasq, Srv};
 use e2e::localstack::free_port;
 use e2e::process::http_get_from;
 use e2e::thanos::{ThanosQuery, ThanosRuler, ThanosSidecar};
@@ -244,6 +246,78 @@ async fn a_ruler_and_a_sidecar_over_grpc_join_the_http_backends_in_one_answer() 
             && warnings[0].starts_with(&format!("endpoint {gone_url}: cannot connect")),
         "{warnings:?}"
     );
+}
+
+/// Two Ruler replicas named by one SRV record at a real DNS server (dnsmasq), as a headless
+/// Service's `_grpc._tcp` record names its pods: the federator finds both and answers their group
+/// once. When the records change (the server restarted with one Ruler and a target where nothing
+/// listens), the next lookup follows: the gone target is named in the warnings.
+#[tokio::test]
+#[ignore = "needs Thanos and dnsmasq (make e2e)"]
+async fn rulers_named_by_an_srv_record_are_found_and_followed() {
+    let no_stores = ThanosQuery::start(&[]).await;
+    let global = [("global.yaml".to_string(), GLOBAL_YAML.to_string())];
+    let nowhere = format!("http://{}", free_gone());
+    let mut rulers = Vec::new();
+    for replica in ["ruler-0", "ruler-1"] {
+        rulers.push(ThanosRuler::start_replica(&global, &no_stores, &nowhere, replica).await);
+    }
+    let port_of = |address: &str| address.rsplit(':').next().unwrap().parse::<u16>().unwrap();
+    let name = "_grpc._tcp.rulers.monitoring.e2e.test";
+    let record = |target, port| Srv { name, target, port };
+    let dns_port = free_port();
+    let both = [
+        record(
+            "ruler-0.rulers.monitoring.e2e.test",
+            port_of(&rulers[0].grpc),
+        ),
+        record(
+            "ruler-1.rulers.monitoring.e2e.test",
+            port_of(&rulers[1].grpc),
+        ),
+    ];
+    let dns = Dnsmasq::start(dns_port, &both).await;
+    let server = dns.address.to_string();
+    let extra = ["--dns-server", server.as_str(), "--dns-sd-interval", "1s"];
+    let env = [("KUBECONFIG", "/dev/null".to_string())];
+    let (_federator, port) = spawn::federator(&[format!("dnssrv+{name}")], &extra, &env);
+
+    let answer = settled_with_the_rulers_group(port).await;
+    let names: Vec<String> = rules_of(&answer["data"])
+        .into_iter()
+        .map(|rule| rule.3)
+        .collect();
+    assert_eq!(
+        names,
+        ["GlobalFiring", "global:one"],
+        "each Ruler rule once"
+    );
+    assert_eq!(warnings_of(&answer), Vec::<String>::new());
+
+    drop(dns);
+    let gone = free_gone();
+    let changed = [
+        record(
+            "ruler-0.rulers.monitoring.e2e.test",
+            port_of(&rulers[0].grpc),
+        ),
+        record("ruler-2.rulers.monitoring.e2e.test", gone.port()),
+    ];
+    let _dns = Dnsmasq::start(dns_port, &changed).await;
+    let gone_url = format!("grpc://{gone}");
+    wait_for("the new target asked", TIMEOUT, || async {
+        let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let (_, body) = http_get_from(address, "/api/v1/rules").await?;
+        let answer: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+        let warnings = warnings_of(&answer);
+        let rules = rules_of(&answer["data"]).len();
+        (warnings.len() == 1
+            && warnings[0].starts_with(&format!("endpoint {gone_url}:"))
+            && rules == 2)
+            .then_some(())
+            .ok_or(format!("{rules} rules, warnings {warnings:?}"))
+    })
+    .await;
 }
 
 /// The answer of the federator on `port` once the Rulers' alert fires in it.

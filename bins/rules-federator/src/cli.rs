@@ -105,7 +105,11 @@ pub struct Args {
 
     /// A Prometheus to ask, as its base URL; repeat the flag for more. The fragment tells its
     /// shard and replica: `http://prom-a:9090#shard=0&replica=a`. Endpoints without a shard
-    /// are replicas of one unsharded Prometheus.
+    /// are replicas of one unsharded Prometheus. `grpc[s]://host:port` is a Thanos Rules API
+    /// (a sidecar, Ruler, Querier). Backends named in DNS as Thanos names them:
+    /// `dnssrv+grpc://_grpc._tcp.<service>.<namespace>.svc` (each SRV target's addresses, at the
+    /// record's port) and `dns+http://<host>:<port>` (each address of the host); without a
+    /// scheme (`dnssrv+_grpc._tcp.<name>`) they are gRPC. Looked up every --dns-sd-interval.
     #[arg(
         long = "endpoint",
         env = "ENDPOINTS",
@@ -231,6 +235,16 @@ pub struct Args {
     #[arg(long, env = "TLS_CERT_RENEW_BEFORE", default_value = "720h", value_parser = zone_operator::duration::parse_duration, value_name = "DURATION")]
     pub tls_cert_renew_before: Duration,
 
+    /// How often the DNS endpoints (dns+, dnssrv+) are looked up again; a lookup that fails
+    /// keeps the backends the name had.
+    #[arg(long, env = "DNS_SD_INTERVAL", default_value = "30s", value_parser = zone_operator::duration::parse_duration, value_name = "DURATION")]
+    pub dns_sd_interval: Duration,
+
+    /// The DNS server (`ip:port`) the DNS endpoints are looked up at, instead of those of
+    /// /etc/resolv.conf (whose search domains then do not apply: give full names).
+    #[arg(long, env = "DNS_SERVER", value_name = "ADDRESS")]
+    pub dns_server: Option<std::net::SocketAddr>,
+
     /// How long one backend may take to answer before it is cut and named in a warning.
     #[arg(long, env = "ENDPOINT_TIMEOUT", default_value = "10s", value_parser = zone_operator::duration::parse_duration)]
     pub endpoint_timeout: Duration,
@@ -315,6 +329,15 @@ pub struct Args {
     /// --max-concurrent-requests counts its calls too.
     #[arg(long, env = "GRPC_LISTEN_ADDRESS", value_name = "ADDRESS")]
     pub grpc_listen_address: Option<std::net::SocketAddr>,
+
+    /// The gRPC port asks callers for a client certificate signed by a CA of this PEM file (a
+    /// Thanos Querier's --grpc-client-tls-cert, which sends no bearer token). With
+    /// --auth=kubernetes a caller presenting one is the user its subject's common name names
+    /// (its organizations the groups, as the API server reads client certificates) and only
+    /// its permission is reviewed; callers without one still send a bearer token. Without
+    /// --auth, the certificate is required. Needs TLS; read at start.
+    #[arg(long, env = "GRPC_CLIENT_CA_FILE", value_name = "PATH")]
+    pub grpc_client_ca_file: Option<PathBuf>,
 
     /// Labels that differ between the replicas of one shard, removed before rules and alerts
     /// are compared (repeatable).

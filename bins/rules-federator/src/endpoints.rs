@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
+use tokio::sync::watch;
 use zone_api::sprom::contract::SHARD_POD_LABEL;
 use zone_operator::ErrorChain;
 
@@ -31,10 +32,14 @@ impl Endpoint {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EndpointError {
-    #[error("--endpoint {0:?}: only http://, https://, grpc:// and grpcs:// URLs are supported")]
+    #[error(
+        "--endpoint {0:?}: only http://, https://, grpc:// and grpcs:// URLs are supported, or DNS names (dns+, dnssrv+)"
+    )]
     Scheme(String),
     #[error("--endpoint {0:?}: unknown fragment key {1:?} (shard, replica)")]
     Fragment(String, String),
+    #[error("--endpoint {0:?}: {1}")]
+    Dns(String, String),
 }
 
 /// `http[s]://host:port[/prefix][#shard=S&replica=R]`, or `grpc[s]://host:port[#...]` for
@@ -68,6 +73,8 @@ pub fn parse_static(text: &str) -> Result<Endpoint, EndpointError> {
 pub struct Endpoints {
     fixed: Arc<Vec<Endpoint>>,
     pods: Option<(Store<Pod>, PodPort)>,
+    /// The backends found by another source (the DNS names): `None` until it looked once.
+    found: Option<watch::Receiver<Option<Vec<Endpoint>>>>,
 }
 
 /// Where Prometheus serves in a discovered pod.
@@ -82,6 +89,7 @@ impl Endpoints {
         Self {
             fixed: Arc::new(endpoints),
             pods: None,
+            found: None,
         }
     }
 
@@ -121,13 +129,28 @@ impl Endpoints {
             Self {
                 fixed: Arc::new(fixed),
                 pods: Some((store, port)),
+                found: None,
             },
             keep,
         )
     }
 
-    /// Waits until discovery has listed once (at once without discovery).
+    /// These endpoints and those another source sends on `found` (the DNS names' backends).
+    pub fn with_found(self, found: watch::Receiver<Option<Vec<Endpoint>>>) -> Self {
+        Self {
+            found: Some(found),
+            ..self
+        }
+    }
+
+    /// Waits until discovery has listed once and the other source looked once (at once
+    /// without either).
     pub async fn wait_ready(&self) -> bool {
+        if let Some(found) = &self.found
+            && found.clone().wait_for(Option::is_some).await.is_err()
+        {
+            return false;
+        }
         match &self.pods {
             Some((store, _)) => store.wait_until_ready().await.is_ok(),
             None => true,
@@ -139,6 +162,9 @@ impl Endpoints {
         let mut all: Vec<Endpoint> = self.fixed.as_ref().clone();
         if let Some((store, port)) = &self.pods {
             all.extend(store.state().iter().filter_map(|pod| of_pod(pod, *port)));
+        }
+        if let Some(found) = &self.found {
+            all.extend(found.borrow().iter().flatten().cloned());
         }
         all.sort();
         all

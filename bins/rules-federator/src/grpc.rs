@@ -53,7 +53,7 @@ pub async fn serve(
     api: Arc<Api>,
     guard: Arc<Guard>,
     shutdown: Shutdown,
-    tls: Option<Arc<CertStore>>,
+    tls: Option<(Arc<CertStore>, Option<ClientCerts>)>,
 ) -> std::io::Result<(SocketAddr, impl Future<Output = ()> + Send + use<>)> {
     let listener = tokio::net::TcpListener::bind(address).await?;
     let bound = listener.local_addr()?;
@@ -63,7 +63,10 @@ pub async fn serve(
         .add_service(InfoServer::new(services));
     let incoming = match tls {
         None => Incoming::Plain(tonic::transport::server::TcpIncoming::from(listener)),
-        Some(certs) => Incoming::Tls(tls_incoming(listener, acceptor(certs)?, shutdown.clone())),
+        Some((certs, clients)) => {
+            let acceptor = acceptor(certs, clients.as_ref())?;
+            Incoming::Tls(tls_incoming(listener, acceptor, shutdown.clone()))
+        }
     };
     let work = async move {
         let drained = {
@@ -107,14 +110,92 @@ impl Stream for Incoming {
 /// How long a client may take over its TLS handshake before its connection is dropped.
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The client certificates the gRPC port asks for: those a CA of `--grpc-client-ca-file`
+/// signed.
+pub struct ClientCerts {
+    roots: Arc<rustls::RootCertStore>,
+    /// A caller without one is refused at the handshake (without `--auth=kubernetes`, the
+    /// certificate is what lets a caller in).
+    required: bool,
+}
+
+impl ClientCerts {
+    /// The CA certificates of `pem`.
+    pub fn new(pem: &[u8], required: bool) -> Result<Self, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        use rustls::pki_types::pem::PemObject;
+        for certificate in rustls::pki_types::CertificateDer::pem_slice_iter(pem) {
+            let certificate = certificate.map_err(|e| format!("unreadable PEM: {e}"))?;
+            roots
+                .add(certificate)
+                .map_err(|e| format!("a certificate is unusable as a CA: {e}"))?;
+        }
+        if roots.is_empty() {
+            return Err("no PEM certificate in it".to_string());
+        }
+        Ok(Self {
+            roots: Arc::new(roots),
+            required,
+        })
+    }
+}
+
+/// Who a caller is by the client certificate it presented (verified against the client CAs):
+/// its subject's common name is the user, its organizations the groups, as the API server
+/// reads a client certificate. Empty user: the certificate names none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertCaller {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+/// What a connection tells each of its calls: the certificate's caller, if it presented one.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectedCaller(pub Option<CertCaller>);
+
+/// The caller a verified client certificate names.
+fn cert_caller(certificate: &rustls::pki_types::CertificateDer<'_>) -> Option<CertCaller> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(certificate.as_ref()).ok()?;
+    let subject = parsed.subject();
+    let user = subject
+        .iter_common_name()
+        .next()
+        .and_then(|name| name.as_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let groups = subject
+        .iter_organization()
+        .filter_map(|org| org.as_str().ok().map(str::to_string))
+        .collect();
+    Some(CertCaller { user, groups })
+}
+
 /// TLS with the certificate `certs` holds at each handshake, HTTP/2 negotiated by ALPN (gRPC
-/// clients, Go's among them, insist on it).
-fn acceptor(certs: Arc<CertStore>) -> std::io::Result<tokio_rustls::TlsAcceptor> {
+/// clients, Go's among them, insist on it); asking for a client certificate with `clients`.
+fn acceptor(
+    certs: Arc<CertStore>,
+    clients: Option<&ClientCerts>,
+) -> std::io::Result<tokio_rustls::TlsAcceptor> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(std::io::Error::other)?;
-    let mut config = builder.with_no_client_auth().with_cert_resolver(certs);
+    let builder = match clients {
+        None => builder.with_no_client_auth(),
+        Some(clients) => {
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                clients.roots.clone(),
+                provider,
+            );
+            let verifier = if clients.required {
+                verifier
+            } else {
+                verifier.allow_unauthenticated()
+            };
+            builder.with_client_cert_verifier(verifier.build().map_err(std::io::Error::other)?)
+        }
+    };
+    let mut config = builder.with_cert_resolver(certs);
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
@@ -140,7 +221,14 @@ fn tls_incoming(
             tokio::spawn(async move {
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                     Ok(Ok(tls)) => {
-                        let _ = handshaken.send(Connection::Tls(Box::new(tls))).await;
+                        let caller = tls
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(<[_]>::first)
+                            .and_then(cert_caller);
+                        let connection = Connection::Tls(Box::new(tls), ConnectedCaller(caller));
+                        let _ = handshaken.send(connection).await;
                     }
                     Ok(Err(error)) => tracing::debug!(%peer, %error, "gRPC TLS handshake failed"),
                     Err(_) => tracing::debug!(%peer, "gRPC TLS handshake timed out"),
@@ -154,12 +242,20 @@ fn tls_incoming(
 /// A connection of the gRPC port.
 pub enum Connection {
     Plain(tokio::net::TcpStream),
-    Tls(Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>),
+    Tls(
+        Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>,
+        ConnectedCaller,
+    ),
 }
 
 impl tonic::transport::server::Connected for Connection {
-    type ConnectInfo = ();
-    fn connect_info(&self) {}
+    type ConnectInfo = ConnectedCaller;
+    fn connect_info(&self) -> ConnectedCaller {
+        match self {
+            Connection::Plain(_) => ConnectedCaller::default(),
+            Connection::Tls(_, caller) => caller.clone(),
+        }
+    }
 }
 
 impl tokio::io::AsyncRead for Connection {
@@ -170,7 +266,7 @@ impl tokio::io::AsyncRead for Connection {
     ) -> std::task::Poll<std::io::Result<()>> {
         match self.get_mut() {
             Connection::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
-            Connection::Tls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
+            Connection::Tls(tls, _) => Pin::new(tls.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -183,7 +279,7 @@ impl tokio::io::AsyncWrite for Connection {
     ) -> std::task::Poll<std::io::Result<usize>> {
         match self.get_mut() {
             Connection::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
-            Connection::Tls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
+            Connection::Tls(tls, _) => Pin::new(tls.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -193,7 +289,7 @@ impl tokio::io::AsyncWrite for Connection {
     ) -> std::task::Poll<std::io::Result<()>> {
         match self.get_mut() {
             Connection::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
-            Connection::Tls(tls) => Pin::new(tls.as_mut()).poll_flush(cx),
+            Connection::Tls(tls, _) => Pin::new(tls.as_mut()).poll_flush(cx),
         }
     }
 
@@ -203,7 +299,7 @@ impl tokio::io::AsyncWrite for Connection {
     ) -> std::task::Poll<std::io::Result<()>> {
         match self.get_mut() {
             Connection::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
-            Connection::Tls(tls) => Pin::new(tls.as_mut()).poll_shutdown(cx),
+            Connection::Tls(tls, _) => Pin::new(tls.as_mut()).poll_shutdown(cx),
         }
     }
 }
@@ -243,9 +339,12 @@ impl Services {
     /// A turn among the requests served at once (refused past `--max-concurrent-requests`, as
     /// HTTP is), and with `--auth=kubernetes` the caller's bearer token (`authorization`
     /// metadata) reviewed as an HTTP caller's is.
+    /// A caller that presented a client certificate is the user it names, and only whether
+    /// that user may is reviewed.
     async fn admit(
         &self,
         metadata: &tonic::metadata::MetadataMap,
+        caller: Option<&CertCaller>,
     ) -> Result<OwnedSemaphorePermit, Status> {
         let Ok(turn) = self.guard.requests.clone().try_acquire_owned() else {
             return Err(Status::unavailable(
@@ -255,10 +354,19 @@ impl Services {
         let Some(auth) = &self.guard.auth else {
             return Ok(turn);
         };
-        let authorization = metadata
-            .get("authorization")
-            .and_then(|value| value.to_str().ok());
-        match auth.check(authorization, RULES_PATH).await {
+        let decision = match caller {
+            Some(caller) => {
+                auth.check_user(&caller.user, &caller.groups, RULES_PATH)
+                    .await
+            }
+            None => {
+                let authorization = metadata
+                    .get("authorization")
+                    .and_then(|value| value.to_str().ok());
+                auth.check(authorization, RULES_PATH).await
+            }
+        };
+        match decision {
             Decision::Allowed { user } => {
                 tracing::debug!(user = %user, path = RULES_PATH, "caller allowed");
                 Ok(turn)
@@ -322,7 +430,11 @@ impl Rules for Services {
         request: Request<RulesRequest>,
     ) -> Result<Response<Self::RulesStream>, Status> {
         let started = Instant::now();
-        let turn = self.admit(request.metadata()).await?;
+        let caller = request
+            .extensions()
+            .get::<ConnectedCaller>()
+            .and_then(|connected| connected.0.as_ref());
+        let turn = self.admit(request.metadata(), caller).await?;
         let answer = self.answer(request.get_ref()).await;
         let metrics = &self.api.metrics;
         let code = match &answer {

@@ -12,6 +12,7 @@ mod api;
 mod backend;
 mod cli;
 mod connector;
+mod dns;
 mod endpoints;
 mod envelope;
 mod fetch;

@@ -7,6 +7,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use zone_operator::auth::{Attributes, AttributesError, KubeAuth};
 use zone_operator::https::CertSource;
 use zone_operator::metrics::MetricsError;
@@ -19,6 +20,7 @@ use crate::NAME;
 use crate::api::{self, Api};
 use crate::cli::{Args, Auth, Scheme};
 use crate::connector::{BackendTls, BackendTlsError};
+use crate::dns::{self, DnsEndpoint, DnsSettings};
 use crate::endpoints::{Endpoint, EndpointError, Endpoints, PodPort, parse_static};
 use crate::fetch::Fetcher;
 use crate::flight::Flights;
@@ -50,6 +52,10 @@ pub enum StartError {
     CertValidity(#[from] ValidityError),
     #[error("--grpc-listen-address {0}")]
     GrpcListen(std::net::SocketAddr, #[source] std::io::Error),
+    #[error("DNS endpoints: {0}")]
+    Dns(String),
+    #[error("--grpc-client-ca-file {0}: {1}")]
+    GrpcClientCa(String, String),
 }
 
 /// Starts the runtime and mounts the API on it; returns the work for [`Runtime::run`]: ready
@@ -77,7 +83,7 @@ pub async fn start(
         .map_err(|error| StartError::Runtime(Box::new(error)))?;
     // Every replica serves behind the Service: at SIGTERM it leaves the endpoints first.
     runtime.drain_on_shutdown(args.shutdown_delay, Duration::ZERO);
-    let fixed = static_endpoints(args)?;
+    let (fixed, named) = static_endpoints(args)?;
     let tls = BackendTls::load(&args.backend_tls_files())?;
     let token = args
         .backend_bearer_token_file
@@ -85,14 +91,29 @@ pub async fn start(
         .map(|path| BearerToken::read(path, token::RELOAD))
         .transpose()?;
     if token.is_some() {
-        warn_of_plain_http(&fixed, selector.is_some().then_some(args.discover_scheme));
+        warn_of_plain_http(
+            &fixed,
+            &named,
+            selector.is_some().then_some(args.discover_scheme),
+        );
     }
     let parts = runtime.clone_parts();
     let metrics = FederatorMetrics::register(&parts.registry).map_err(StartError::Metrics)?;
-    let endpoints = match selector {
+    let mut endpoints = match selector {
         None => Endpoints::fixed(fixed),
         Some(selector) => discover(&mut runtime, args, fixed, &parts.client, &selector),
     };
+    if !named.is_empty() {
+        let (found, receiver) = watch::channel(None);
+        let settings = DnsSettings {
+            server: args.dns_server,
+            interval: args.dns_sd_interval,
+        };
+        tracing::info!(names = named.len(), interval = ?settings.interval, server = ?settings.server, "looking up the DNS endpoints");
+        let work = dns::keep_resolved(named, &settings, found).map_err(StartError::Dns)?;
+        runtime.spawn_every_replica(work);
+        endpoints = endpoints.with_found(receiver);
+    }
     let fetcher = Fetcher::new(
         args.endpoint_timeout,
         usize::from(args.max_concurrency),
@@ -110,8 +131,18 @@ pub async fn start(
     runtime.merge_routes(guard::guarded(api::router(api.clone()), guard.clone()));
     if let Some(address) = args.grpc_listen_address {
         // The HTTPS port's certificate, however it is kept (a directory, the self-signed Secret).
-        let certs = runtime.cert_store();
-        let work = start_grpc(address, certs, api, guard, parts.shutdown.clone()).await?;
+        let tls = match runtime.cert_store() {
+            Some(certs) => Some((certs, grpc_client_certs(args)?)),
+            None if args.grpc_client_ca_file.is_some() => {
+                return Err(StartError::GrpcClientCa(
+                    String::new(),
+                    "client certificates need TLS (--tls-cert-dir or --tls-self-signed-secret)"
+                        .to_string(),
+                ));
+            }
+            None => None,
+        };
+        let work = start_grpc(address, tls, api, guard, parts.shutdown.clone()).await?;
         runtime.spawn_every_replica(work);
     }
     let scheme = if https { "https" } else { "http" };
@@ -120,19 +151,38 @@ pub async fn start(
     Ok((runtime, work))
 }
 
-/// Binds the gRPC port at `address` (over TLS from `certs`) behind `guard`: the work serving it.
+/// The client certificates of `--grpc-client-ca-file`: required unless `--auth=kubernetes` lets
+/// callers in by their bearer tokens too.
+fn grpc_client_certs(args: &Args) -> Result<Option<grpc::ClientCerts>, StartError> {
+    let Some(path) = &args.grpc_client_ca_file else {
+        return Ok(None);
+    };
+    let failed = |why: String| StartError::GrpcClientCa(path.display().to_string(), why);
+    let pem = std::fs::read(path).map_err(|e| failed(format!("cannot read: {e}")))?;
+    let required = args.auth == Auth::None;
+    grpc::ClientCerts::new(&pem, required)
+        .map(Some)
+        .map_err(failed)
+}
+
+/// Binds the gRPC port at `address` (over TLS from `tls`, asking for client certificates when
+/// it says) behind `guard`: the work serving it.
 async fn start_grpc(
     address: std::net::SocketAddr,
-    certs: Option<Arc<zone_operator::tls::CertStore>>,
+    tls: Option<(
+        Arc<zone_operator::tls::CertStore>,
+        Option<grpc::ClientCerts>,
+    )>,
     api: Arc<Api>,
     guard: Arc<Guard>,
     shutdown: Shutdown,
 ) -> Result<impl Future<Output = ()> + Send + use<>, StartError> {
-    let tls = certs.is_some();
-    let (bound, work) = grpc::serve(address, api, guard, shutdown, certs)
+    let client_certificates = tls.as_ref().is_some_and(|(_, clients)| clients.is_some());
+    let tls_on = tls.is_some();
+    let (bound, work) = grpc::serve(address, api, guard, shutdown, tls)
         .await
         .map_err(|error| StartError::GrpcListen(address, error))?;
-    tracing::info!(address = %bound, tls, "serving thanos.Rules and thanos.info.Info over gRPC");
+    tracing::info!(address = %bound, tls = tls_on, client_certificates, "serving thanos.Rules and thanos.info.Info over gRPC");
     Ok(work)
 }
 
@@ -238,27 +288,40 @@ fn authz_attributes(args: &Args) -> Result<Option<Attributes>, StartError> {
         .map_err(StartError::Authz)
 }
 
-/// The `--endpoint`s; an error when there is no backend at all.
-fn static_endpoints(args: &Args) -> Result<Vec<Endpoint>, StartError> {
-    let fixed = args
+/// The `--endpoint`s: the URLs and the DNS names; an error when there is no backend at all.
+fn static_endpoints(args: &Args) -> Result<(Vec<Endpoint>, Vec<DnsEndpoint>), StartError> {
+    let mut fixed = Vec::new();
+    let mut named = Vec::new();
+    for text in args
         .endpoints
         .iter()
-        .filter(|e| !e.trim().is_empty())
-        .map(|e| parse_static(e.trim()))
-        .collect::<Result<Vec<_>, _>>()?;
-    if fixed.is_empty() && args.discovery_selector().is_none() {
+        .map(|e| e.trim())
+        .filter(|e| !e.is_empty())
+    {
+        match dns::parse(text) {
+            Some(name) => named.push(name?),
+            None => fixed.push(parse_static(text)?),
+        }
+    }
+    if fixed.is_empty() && named.is_empty() && args.discovery_selector().is_none() {
         return Err(StartError::NoBackend);
     }
-    Ok(fixed)
+    Ok((fixed, named))
 }
 
 /// The bearer token goes to every backend: say so when some are asked in plain HTTP, where
 /// anyone on the path reads it.
-fn warn_of_plain_http(fixed: &[Endpoint], discovered: Option<Scheme>) {
+fn warn_of_plain_http(fixed: &[Endpoint], named: &[DnsEndpoint], discovered: Option<Scheme>) {
     let plain: Vec<&str> = fixed
         .iter()
         .filter(|e| e.url.starts_with("http://"))
         .map(Endpoint::name)
+        .chain(
+            named
+                .iter()
+                .filter(|n| n.scheme() == "http://")
+                .map(|n| n.text.as_str()),
+        )
         .collect();
     if !plain.is_empty() || discovered == Some(Scheme::Http) {
         tracing::warn!(endpoints = ?plain, discovered_pods = discovered == Some(Scheme::Http), "the backends' bearer token is sent over plain HTTP");
@@ -326,7 +389,17 @@ mod tests {
             Err(StartError::Endpoint(EndpointError::Scheme(_)))
         ));
         let fixed = static_endpoints(&args(&["--endpoint= http://prom:9090/ ", "--endpoint="]));
-        assert_eq!(fixed.unwrap().len(), 1, "blank entries are skipped");
+        assert_eq!(fixed.unwrap().0.len(), 1, "blank entries are skipped");
+        let (fixed, named) = static_endpoints(&args(&[
+            "--endpoint=dnssrv+_grpc._tcp.rulers.monitoring.svc",
+            "--endpoint=grpc://ruler:10901",
+        ]))
+        .unwrap();
+        assert_eq!((fixed.len(), named.len()), (1, 1), "a DNS name is no URL");
+        assert!(matches!(
+            static_endpoints(&args(&["--endpoint=dns+http://prom"])),
+            Err(StartError::Endpoint(EndpointError::Dns(..)))
+        ));
     }
 
     /// The status and body of `GET path` (through a real client: the rules come chunked).

@@ -144,16 +144,53 @@ impl KubeAuth {
         if token.len() > MAX_TOKEN_BYTES {
             return Decision::Unauthenticated("token too long".to_string());
         }
-        // The path matters only when it is what is authorized.
-        let key_path = match self.attributes {
-            Attributes::NonResource { .. } => path.to_string(),
-            Attributes::Resource(_) => String::new(),
-        };
-        let key = (token.to_string(), key_path);
+        let key = (token.to_string(), self.key_path(path));
         if let Some(cached) = self.cached(&key) {
             return cached;
         }
         let decision = self.review(token, path).await;
+        self.remember_decision(key, &decision);
+        decision
+    }
+
+    /// The decision for a request to `path` of a caller whose identity the transport proved
+    /// (a client certificate verified against a trusted CA: its subject's common name is the
+    /// user, its organizations the groups, as the API server reads one): only whether the user
+    /// may (a SubjectAccessReview), cached as token decisions are.
+    pub async fn check_user(&self, user: &str, groups: &[String], path: &str) -> Decision {
+        if user.is_empty() {
+            return Decision::Unauthenticated(
+                "a client certificate without a common name".to_string(),
+            );
+        }
+        // Not a token: a key no token can equal (tokens have no NUL).
+        let key = (
+            format!("\0x509\0{user}\0{}", groups.join("\0")),
+            self.key_path(path),
+        );
+        if let Some(cached) = self.cached(&key) {
+            return cached;
+        }
+        let info = UserInfo {
+            username: Some(user.to_string()),
+            groups: Some(groups.to_vec()),
+            ..UserInfo::default()
+        };
+        let decision = self.authorize(info, path).await;
+        self.remember_decision(key, &decision);
+        decision
+    }
+
+    /// The path matters only when it is what is authorized.
+    fn key_path(&self, path: &str) -> String {
+        match self.attributes {
+            Attributes::NonResource { .. } => path.to_string(),
+            Attributes::Resource(_) => String::new(),
+        }
+    }
+
+    /// Keeps `decision` for its time to live (none for an unavailable one: asked again).
+    fn remember_decision(&self, key: (String, String), decision: &Decision) {
         let ttl = match decision {
             Decision::Allowed { .. } => Some(self.allowed_ttl),
             Decision::Unauthenticated(_) | Decision::Forbidden { .. } => Some(self.denied_ttl),
@@ -162,7 +199,6 @@ impl KubeAuth {
         if let Some(ttl) = ttl.filter(|ttl| !ttl.is_zero()) {
             self.remember(key, decision.clone(), ttl);
         }
-        decision
     }
 
     fn cached(&self, key: &(String, String)) -> Option<Decision> {

@@ -22,7 +22,7 @@ fn open_guard() -> Arc<Guard> {
 async fn serving(
     api: Arc<Api>,
     guard: Arc<Guard>,
-    tls: Option<Arc<CertStore>>,
+    tls: Option<(Arc<CertStore>, Option<ClientCerts>)>,
 ) -> (SocketAddr, Shutdown) {
     let shutdown = Shutdown::new();
     let (bound, work) = serve(
@@ -206,7 +206,7 @@ async fn over_tls_the_port_serves_the_certificate_of_the_store() {
     };
     let (first, second) = (TestCa::new("first CA"), TestCa::new("second CA"));
     let store = Arc::new(CertStore::new(certified(&first)));
-    let (bound, shutdown) = serving(api, open_guard(), Some(store.clone())).await;
+    let (bound, shutdown) = serving(api, open_guard(), Some((store.clone(), None))).await;
     let dir = temp_dir("grpc-tls");
     let trusting = |ca: &TestCa, name: &str| {
         let file = dir.join(name);
@@ -301,4 +301,108 @@ async fn rules_calls_pass_the_http_routes_guard() {
         "{busy:?}"
     );
     shutdown.trigger();
+}
+
+/// `--grpc-client-ca-file`: with `--auth=kubernetes`, a caller presenting a client certificate
+/// of the client CA is the user its common name names (its organization the group), and only
+/// its permission is reviewed; a caller without one is asked for a bearer token; a certificate
+/// of another CA is refused at the handshake. Without auth the certificate is required.
+#[tokio::test]
+async fn a_client_certificate_names_the_caller() {
+    use crate::backend::{TestCa, authenticating, fake_api, temp_dir};
+    use crate::connector::{BackendTls, TlsFiles};
+    use crate::grpc_backend::{Channels, request};
+    use zone_operator::testing::Issued;
+    use zone_operator::tls::PemPair;
+
+    let backend = serving_rules(true).await;
+    let (api, _) = api(
+        vec![endpoint(&backend.url, "0", "a")],
+        PartialResponse::Warn,
+    );
+    let (servers, clients, strangers) = (
+        TestCa::new("serving CA"),
+        TestCa::new("clients CA"),
+        TestCa::new("another CA"),
+    );
+    let serving_pair = servers.serving(&["127.0.0.1"]);
+    let pair = PemPair {
+        cert: serving_pair.cert.into_bytes(),
+        key: serving_pair.key.into_bytes(),
+    };
+    let store = Arc::new(CertStore::new(pair.certified_key().unwrap()));
+    let dir = temp_dir("grpc-client-certs");
+    let ca_file = dir.join("ca.crt");
+    std::fs::write(&ca_file, &servers.pem).unwrap();
+    let presenting = |name: &str, issued: Option<&Issued>| {
+        let client = issued.map(|issued| {
+            let (cert, key) = (
+                dir.join(format!("{name}.crt")),
+                dir.join(format!("{name}.key")),
+            );
+            std::fs::write(&cert, &issued.cert).unwrap();
+            std::fs::write(&key, &issued.key).unwrap();
+            (cert, key)
+        });
+        let files = TlsFiles {
+            ca: Some(ca_file.clone()),
+            client,
+            server_name: None,
+        };
+        let tls = BackendTls::load(&files).unwrap();
+        Channels::new(tls.client().clone(), std::time::Duration::from_secs(5))
+    };
+    let grafana = clients.client_in(
+        "system:serviceaccount:monitoring:grafana",
+        Some("system:serviceaccounts"),
+    );
+    let querier = clients.client_in("thanos-querier", None);
+    let forged = strangers.client_in(
+        "system:serviceaccount:monitoring:grafana",
+        Some("system:serviceaccounts"),
+    );
+
+    let (_fake, kube) = fake_api();
+    let optional = ClientCerts::new(clients.pem.as_bytes(), false).unwrap();
+    let guard = Arc::new(authenticating(kube));
+    let (bound, shutdown) =
+        serving(api.clone(), guard, Some((store.clone(), Some(optional)))).await;
+    let url = format!("grpcs://{bound}");
+    let call = |name: &'static str, issued: Option<&Issued>| {
+        let channels = presenting(name, issued);
+        let url = url.clone();
+        async move { channels.rules(&url, request(""), 1 << 20).await }
+    };
+    let allowed = call("grafana", Some(&grafana)).await.unwrap();
+    assert_eq!(allowed.data.groups[0].name, "common");
+    let denied = call("querier", Some(&querier))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        denied.contains("PermissionDenied") && denied.contains("\"thanos-querier\""),
+        "{denied}"
+    );
+    let anonymous = call("anonymous", None).await.unwrap_err().to_string();
+    assert!(anonymous.contains("no bearer token"), "{anonymous}");
+    let refused = call("forged", Some(&forged)).await.unwrap_err().to_string();
+    assert!(refused.contains("cannot connect"), "{refused}");
+    shutdown.trigger();
+
+    let required = ClientCerts::new(clients.pem.as_bytes(), true).unwrap();
+    let (bound, shutdown) = serving(api, open_guard(), Some((store, Some(required)))).await;
+    let url = format!("grpcs://{bound}");
+    let without = presenting("without", None)
+        .rules(&url, request(""), 1 << 20)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(without.contains("cannot connect"), "{without}");
+    let with = presenting("with", Some(&querier))
+        .rules(&url, request(""), 1 << 20)
+        .await;
+    assert!(with.is_ok(), "{with:?}");
+    shutdown.trigger();
+    std::fs::remove_dir_all(dir).unwrap();
+    assert!(ClientCerts::new(b"not a certificate", true).is_err());
 }

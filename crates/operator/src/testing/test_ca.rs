@@ -41,8 +41,19 @@ impl TestCa {
 
     /// A client certificate for `name`.
     pub fn client(&self, name: &str) -> Issued {
+        self.client_in(name, None)
+    }
+
+    /// A client certificate for `name`, in the organization `group` when given (the group the
+    /// API server reads from a client certificate).
+    pub fn client_in(&self, name: &str, group: Option<&str>) -> Issued {
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("client parameters");
         params.distinguished_name.push(DnType::CommonName, name);
+        if let Some(group) = group {
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, group);
+        }
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         self.sign(params)
     }
