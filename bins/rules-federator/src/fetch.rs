@@ -9,15 +9,16 @@ use zone_rules::RuleDiscovery;
 
 use crate::connector::BackendTls;
 use crate::endpoints::Endpoint;
-use crate::grpc_backend::{self, Channels, GrpcAnswer};
+use crate::grpc_backend::{self, Channels, GrpcAnswer, RawAnswer};
 use crate::metrics::FederatorMetrics;
 use crate::token::BearerToken;
 
-/// One backend's answer as it came: an HTTP body still compressed, or a gRPC backend's groups.
+/// One backend's answer as it came: an HTTP body still compressed, or a gRPC backend's messages
+/// still encoded.
 #[derive(Debug)]
 pub enum Fetched {
     Http(Answer),
-    Grpc(GrpcAnswer),
+    Grpc(RawAnswer),
 }
 
 impl Fetched {
@@ -26,7 +27,9 @@ impl Fetched {
     pub fn decode(self) -> Result<(RuleDiscovery, Vec<String>), ApiError> {
         match self {
             Fetched::Http(answer) => answer.decode().map(|data| (data, Vec::new())),
-            Fetched::Grpc(GrpcAnswer { data, warnings }) => Ok((data, warnings)),
+            Fetched::Grpc(raw) => raw
+                .decode()
+                .map(|GrpcAnswer { data, warnings }| (data, warnings)),
         }
     }
 }
@@ -113,7 +116,7 @@ impl Fetcher {
             let request = grpc_backend::request(query);
             let answer = self
                 .channels
-                .rules(&endpoint.url, request, self.grpc_cap)
+                .rules_raw(&endpoint.url, request, self.grpc_cap)
                 .await?;
             return Ok(Fetched::Grpc(answer));
         }

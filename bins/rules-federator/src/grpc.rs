@@ -53,7 +53,7 @@ pub async fn serve(
     api: Arc<Api>,
     guard: Arc<Guard>,
     shutdown: Shutdown,
-    tls: Option<(Arc<CertStore>, Option<ClientCerts>)>,
+    tls: Option<PortTls>,
 ) -> std::io::Result<(SocketAddr, impl Future<Output = ()> + Send + use<>)> {
     let listener = tokio::net::TcpListener::bind(address).await?;
     let bound = listener.local_addr()?;
@@ -109,6 +109,10 @@ impl Stream for Incoming {
 
 /// How long a client may take over its TLS handshake before its connection is dropped.
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The gRPC port's TLS: the serving certificate's store, and the client certificates it asks
+/// for, if any.
+pub type PortTls = (Arc<CertStore>, Option<ClientCerts>);
 
 /// The client certificates the gRPC port asks for: those a CA of `--grpc-client-ca-file`
 /// signed.

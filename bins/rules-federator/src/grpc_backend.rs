@@ -8,13 +8,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use std::time::Duration;
 
+use bytes::{Buf, Bytes};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 use zone_operator::prom_api::ApiError;
 use zone_operator::prom_api::tls::ClientTls;
-use zone_rules::{RuleDiscovery, RuleGroup};
-use zone_thanos::thanos::rules_client::RulesClient;
+use zone_rules::RuleDiscovery;
+use zone_thanos::prost::Message;
 use zone_thanos::thanos::rules_request::Type;
-use zone_thanos::thanos::{PartialResponseStrategy, RulesRequest, rules_response};
+use zone_thanos::thanos::{PartialResponseStrategy, RulesRequest};
+use zone_thanos::wire::{self, Response};
 
 /// The scheme of a gRPC backend's URL.
 pub const SCHEME: &str = "grpc://";
@@ -104,37 +107,115 @@ impl Channels {
         Ok(channel)
     }
 
-    /// The groups of `url` for `request`, read until the stream ends; cut once the messages
-    /// pass `cap` bytes (as an HTTP answer past its uncompressed cap), so a broken or hostile
-    /// backend costs at most that.
+    /// The messages `url` streams for `request`, as they came (decoded on a core when merged,
+    /// see [`RawAnswer::decode`], as HTTP answers stay compressed until then), read until the
+    /// stream ends; cut once they pass `cap` bytes (as an HTTP answer past its uncompressed
+    /// cap), so a broken or hostile backend costs at most that.
+    pub async fn rules_raw(
+        &self,
+        url: &str,
+        request: RulesRequest,
+        cap: u64,
+    ) -> Result<RawAnswer, ApiError> {
+        let limit = usize::try_from(cap).unwrap_or(usize::MAX);
+        let mut grpc = tonic::client::Grpc::new(self.get(url)?).max_decoding_message_size(limit);
+        grpc.ready()
+            .await
+            .map_err(|error| status(tonic::Status::from_error(error.into())))?;
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static(RULES_PATH);
+        let mut stream = grpc
+            .server_streaming(tonic::Request::new(request), path, RawMessages)
+            .await
+            .map_err(status)?
+            .into_inner();
+        let (mut answer, mut read) = (RawAnswer::default(), 0u64);
+        while let Some(message) = stream.message().await.map_err(status)? {
+            read += message.len() as u64;
+            if read > cap {
+                return Err(ApiError::TooLarge {
+                    what: "uncompressed",
+                    cap,
+                });
+            }
+            answer.messages.push(message);
+        }
+        Ok(answer)
+    }
+
+    /// [`rules_raw`](Self::rules_raw), decoded.
+    #[cfg(test)]
     pub async fn rules(
         &self,
         url: &str,
         request: RulesRequest,
         cap: u64,
     ) -> Result<GrpcAnswer, ApiError> {
-        let too_large = ApiError::TooLarge {
-            what: "uncompressed",
-            cap,
-        };
-        let limit = usize::try_from(cap).unwrap_or(usize::MAX);
-        let mut client = RulesClient::new(self.get(url)?).max_decoding_message_size(limit);
-        let mut stream = client.rules(request).await.map_err(status)?.into_inner();
-        let (mut answer, mut read) = (GrpcAnswer::default(), 0u64);
-        while let Some(message) = stream.message().await.map_err(status)? {
-            read += zone_thanos::prost::Message::encoded_len(&message) as u64;
-            if read > cap {
-                return Err(too_large);
-            }
-            match message.result {
-                Some(rules_response::Result::Group(group)) => {
-                    answer.data.groups.push(RuleGroup::from(group));
-                }
-                Some(rules_response::Result::Warning(warning)) => answer.warnings.push(warning),
-                None => {}
+        self.rules_raw(url, request, cap).await?.decode()
+    }
+}
+
+/// The Rules method.
+const RULES_PATH: &str = "/thanos.Rules/Rules";
+
+/// What one gRPC backend streamed: its messages' bytes.
+#[derive(Debug, Default)]
+pub struct RawAnswer {
+    pub messages: Vec<Bytes>,
+}
+
+impl RawAnswer {
+    /// The groups and warnings of the messages, decoded straight into the merge's model
+    /// ([`zone_thanos::wire`]); a message that does not parse fails the backend's answer.
+    pub fn decode(self) -> Result<GrpcAnswer, ApiError> {
+        let mut answer = GrpcAnswer::default();
+        for message in &self.messages {
+            match wire::decode_response(message) {
+                Ok(Response::Group(group)) => answer.data.groups.push(group),
+                Ok(Response::Warning(warning)) => answer.warnings.push(warning),
+                Ok(Response::Empty) => {}
+                Err(error) => return Err(ApiError::BadJson(error.to_string())),
             }
         }
         Ok(answer)
+    }
+}
+
+/// The Rules call's codec: the request encoded as the generated message, the streamed messages
+/// left as their bytes.
+#[derive(Clone, Copy, Default)]
+struct RawMessages;
+
+impl Codec for RawMessages {
+    type Encode = RulesRequest;
+    type Decode = Bytes;
+    type Encoder = RawMessages;
+    type Decoder = RawMessages;
+
+    fn encoder(&mut self) -> RawMessages {
+        RawMessages
+    }
+
+    fn decoder(&mut self) -> RawMessages {
+        RawMessages
+    }
+}
+
+impl Encoder for RawMessages {
+    type Item = RulesRequest;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: RulesRequest, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        item.encode(dst)
+            .map_err(|error| tonic::Status::internal(error.to_string()))
+    }
+}
+
+impl Decoder for RawMessages {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
     }
 }
 

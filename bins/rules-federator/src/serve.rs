@@ -104,15 +104,7 @@ pub async fn start(
         Some(selector) => discover(&mut runtime, args, fixed, &parts.client, &selector),
     };
     if !named.is_empty() {
-        let (found, receiver) = watch::channel(None);
-        let settings = DnsSettings {
-            server: args.dns_server,
-            interval: args.dns_sd_interval,
-        };
-        tracing::info!(names = named.len(), interval = ?settings.interval, server = ?settings.server, "looking up the DNS endpoints");
-        let work = dns::keep_resolved(named, &settings, found).map_err(StartError::Dns)?;
-        runtime.spawn_every_replica(work);
-        endpoints = endpoints.with_found(receiver);
+        endpoints = look_up(&mut runtime, args, named, endpoints)?;
     }
     let fetcher = Fetcher::new(
         args.endpoint_timeout,
@@ -130,18 +122,7 @@ pub async fn start(
     let authenticated = guard.auth.is_some();
     runtime.merge_routes(guard::guarded(api::router(api.clone()), guard.clone()));
     if let Some(address) = args.grpc_listen_address {
-        // The HTTPS port's certificate, however it is kept (a directory, the self-signed Secret).
-        let tls = match runtime.cert_store() {
-            Some(certs) => Some((certs, grpc_client_certs(args)?)),
-            None if args.grpc_client_ca_file.is_some() => {
-                return Err(StartError::GrpcClientCa(
-                    String::new(),
-                    "client certificates need TLS (--tls-cert-dir or --tls-self-signed-secret)"
-                        .to_string(),
-                ));
-            }
-            None => None,
-        };
+        let tls = grpc_tls(&runtime, args)?;
         let work = start_grpc(address, tls, api, guard, parts.shutdown.clone()).await?;
         runtime.spawn_every_replica(work);
     }
@@ -149,6 +130,37 @@ pub async fn start(
     tracing::info!(address = %runtime.local_addr(), scheme, authenticated, "serving /api/v1/rules, /api/v1/alerts");
     let work = ready_until_shutdown(endpoints, parts.readiness, parts.shutdown);
     Ok((runtime, work))
+}
+
+/// `endpoints` and the backends of the DNS names `named`, looked up by a task on every replica.
+fn look_up(
+    runtime: &mut Runtime,
+    args: &Args,
+    named: Vec<DnsEndpoint>,
+    endpoints: Endpoints,
+) -> Result<Endpoints, StartError> {
+    let (found, receiver) = watch::channel(None);
+    let settings = DnsSettings {
+        server: args.dns_server,
+        interval: args.dns_sd_interval,
+    };
+    tracing::info!(names = named.len(), interval = ?settings.interval, server = ?settings.server, "looking up the DNS endpoints");
+    let work = dns::keep_resolved(named, &settings, found).map_err(StartError::Dns)?;
+    runtime.spawn_every_replica(work);
+    Ok(endpoints.with_found(receiver))
+}
+
+/// The gRPC port's TLS: the HTTPS port's certificate, however it is kept (a directory, the
+/// self-signed Secret), and the client certificates it asks for; none without HTTPS.
+fn grpc_tls(runtime: &Runtime, args: &Args) -> Result<Option<grpc::PortTls>, StartError> {
+    match runtime.cert_store() {
+        Some(certs) => Ok(Some((certs, grpc_client_certs(args)?))),
+        None if args.grpc_client_ca_file.is_some() => Err(StartError::GrpcClientCa(
+            String::new(),
+            "client certificates need TLS (--tls-cert-dir or --tls-self-signed-secret)".to_string(),
+        )),
+        None => Ok(None),
+    }
 }
 
 /// The client certificates of `--grpc-client-ca-file`: required unless `--auth=kubernetes` lets
@@ -169,10 +181,7 @@ fn grpc_client_certs(args: &Args) -> Result<Option<grpc::ClientCerts>, StartErro
 /// it says) behind `guard`: the work serving it.
 async fn start_grpc(
     address: std::net::SocketAddr,
-    tls: Option<(
-        Arc<zone_operator::tls::CertStore>,
-        Option<grpc::ClientCerts>,
-    )>,
+    tls: Option<grpc::PortTls>,
     api: Arc<Api>,
     guard: Arc<Guard>,
     shutdown: Shutdown,

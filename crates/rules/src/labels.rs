@@ -149,6 +149,27 @@ impl Labels {
         *self = kept;
     }
 
+    /// The set of `pairs`, read in order: the last of a repeated name wins, as in a JSON object
+    /// read into a map. Pairs sorted by name already (as Prometheus and Thanos send them) are
+    /// copied once, into a set allocated at its size.
+    pub fn from_pairs(pairs: &[(&str, &str)]) -> Labels {
+        if !pairs.windows(2).all(|pair| pair[0].0 < pair[1].0) {
+            return pairs.iter().copied().collect();
+        }
+        let size = pairs
+            .iter()
+            .map(|(name, value)| name.len() + value.len())
+            .sum();
+        let mut labels = Labels {
+            text: String::with_capacity(size),
+            ends: Vec::with_capacity(2 * pairs.len()),
+        };
+        for (name, value) in pairs {
+            labels.push(name, value);
+        }
+        labels
+    }
+
     /// Appends a pair that sorts after every other.
     fn push(&mut self, name: &str, value: &str) {
         self.text.push_str(name);

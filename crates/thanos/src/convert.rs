@@ -14,7 +14,7 @@ use zone_rules::{Alert, Rule, RuleGroup, Stamp};
 use crate::thanos;
 
 /// Go's zero `time.Time`, 0001-01-01T00:00:00Z, in seconds since 1970.
-const GO_ZERO_SECONDS: i64 = -62_135_596_800;
+pub(crate) const GO_ZERO_SECONDS: i64 = -62_135_596_800;
 
 /// Nanoseconds in a second.
 const NANOS: i128 = 1_000_000_000;
@@ -87,7 +87,7 @@ fn state(text: &str) -> thanos::AlertState {
 
 /// The state's text as Prometheus writes it (the wire's name in lower case); a number the wire
 /// has no name for as unknown.
-fn state_text(state: i32) -> &'static str {
+pub(crate) fn state_text(state: i32) -> &'static str {
     match thanos::AlertState::try_from(state) {
         Ok(thanos::AlertState::Firing) => "firing",
         Ok(thanos::AlertState::Pending) => "pending",
@@ -219,4 +219,4 @@ fn instance(alert: thanos::AlertInstance) -> Alert {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod convert;
+pub mod wire;
 
 /// The message runtime the generated code is built on (encoded sizes, decoding).
 pub use prost;

@@ -303,6 +303,33 @@ async fn rules_calls_pass_the_http_routes_guard() {
     shutdown.trigger();
 }
 
+/// gRPC channels trusting `ca_file`, presenting `issued` (written into `dir` as `name`) when
+/// given.
+fn presenting(
+    dir: &std::path::Path,
+    ca_file: &std::path::Path,
+    name: &str,
+    issued: Option<&zone_operator::testing::Issued>,
+) -> crate::grpc_backend::Channels {
+    use crate::connector::{BackendTls, TlsFiles};
+    let client = issued.map(|issued| {
+        let (cert, key) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&cert, &issued.cert).unwrap();
+        std::fs::write(&key, &issued.key).unwrap();
+        (cert, key)
+    });
+    let files = TlsFiles {
+        ca: Some(ca_file.to_path_buf()),
+        client,
+        server_name: None,
+    };
+    let tls = BackendTls::load(&files).unwrap();
+    crate::grpc_backend::Channels::new(tls.client().clone(), std::time::Duration::from_secs(5))
+}
+
 /// `--grpc-client-ca-file`: with `--auth=kubernetes`, a caller presenting a client certificate
 /// of the client CA is the user its common name names (its organization the group), and only
 /// its permission is reviewed; a caller without one is asked for a bearer token; a certificate
@@ -310,8 +337,7 @@ async fn rules_calls_pass_the_http_routes_guard() {
 #[tokio::test]
 async fn a_client_certificate_names_the_caller() {
     use crate::backend::{TestCa, authenticating, fake_api, temp_dir};
-    use crate::connector::{BackendTls, TlsFiles};
-    use crate::grpc_backend::{Channels, request};
+    use crate::grpc_backend::request;
     use zone_operator::testing::Issued;
     use zone_operator::tls::PemPair;
 
@@ -334,24 +360,7 @@ async fn a_client_certificate_names_the_caller() {
     let dir = temp_dir("grpc-client-certs");
     let ca_file = dir.join("ca.crt");
     std::fs::write(&ca_file, &servers.pem).unwrap();
-    let presenting = |name: &str, issued: Option<&Issued>| {
-        let client = issued.map(|issued| {
-            let (cert, key) = (
-                dir.join(format!("{name}.crt")),
-                dir.join(format!("{name}.key")),
-            );
-            std::fs::write(&cert, &issued.cert).unwrap();
-            std::fs::write(&key, &issued.key).unwrap();
-            (cert, key)
-        });
-        let files = TlsFiles {
-            ca: Some(ca_file.clone()),
-            client,
-            server_name: None,
-        };
-        let tls = BackendTls::load(&files).unwrap();
-        Channels::new(tls.client().clone(), std::time::Duration::from_secs(5))
-    };
+    let presenting = |name: &str, issued: Option<&Issued>| presenting(&dir, &ca_file, name, issued);
     let grafana = clients.client_in(
         "system:serviceaccount:monitoring:grafana",
         Some("system:serviceaccounts"),

@@ -5,7 +5,7 @@ use super::*;
 
 /// A group as Prometheus 3 writes it: an alerting rule with a firing and a pending alert, an
 /// inactive one, one Prometheus 3 has not evaluated yet, a recording rule with labels.
-const GROUP: &str = r#"{
+pub(crate) const GROUP: &str = r#"{
   "name": "node", "file": "/etc/prometheus/rules/node.yaml", "interval": 30, "limit": 0,
   "evaluationTime": 0.000412, "lastEvaluation": "2026-11-29T09:46:26.123456789Z",
   "rules": [
@@ -32,7 +32,7 @@ const GROUP: &str = r#"{
   ]
 }"#;
 
-fn group() -> RuleGroup {
+pub(crate) fn group() -> RuleGroup {
     serde_json::from_str(GROUP).unwrap()
 }
 
