@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hash, Hasher};
 
-use crate::model::{Alert, Labels, Rule, RuleGroup};
+use crate::model::{Alert, Labels, Rule, RuleGroup, Text};
 use crate::stamp::Stamp;
 
 /// One backend's answer.
@@ -52,10 +52,11 @@ pub struct MergeOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct DefKey {
     alerting: bool,
-    name: String,
+    /// Kept inline when short (most names, many queries): no allocation per definition.
+    name: Text,
     /// Without the replica labels.
     labels: Labels,
-    query: String,
+    query: Text,
     duration_bits: u64,
     /// The n-th copy of the same definition within one group of one source.
     occurrence: usize,
@@ -89,9 +90,9 @@ impl DefKey {
         let (alerting, name, query, duration_bits) = identity(rule);
         Self {
             alerting,
-            name: name.to_string(),
+            name: Text::from(name),
             labels: kept_labels(rule, options).collect(),
-            query: query.to_string(),
+            query: Text::from(query),
             duration_bits,
             occurrence,
         }
@@ -133,8 +134,11 @@ fn fingerprint(
 #[derive(Debug, Default)]
 struct Definitions {
     keys: Vec<DefKey>,
-    /// Fingerprint → the definitions with it (one, but for a collision).
-    by_fingerprint: HashMap<u64, Vec<DefId>, foldhash::fast::RandomState>,
+    /// Fingerprint → the first definition with it; the others (a collision) chained in
+    /// `same_fingerprint`, so a definition costs no list of its own.
+    by_fingerprint: HashMap<u64, DefId, foldhash::fast::RandomState>,
+    /// By definition: the next definition with its fingerprint.
+    same_fingerprint: Vec<Option<DefId>>,
     /// The group copy ([`Merger::copies`]) that last used each definition: a definition already
     /// used by this copy is met again, so this rule is its next occurrence.
     last_used: Vec<usize>,
@@ -165,12 +169,16 @@ impl Definitions {
         let mut occurrence = 0;
         loop {
             let hash = fingerprint(self.by_fingerprint.hasher(), rule, occurrence, options);
-            let ids = self.by_fingerprint.entry(hash).or_default();
-            let found = ids
-                .iter()
-                .copied()
-                .find(|&id| self.keys[id].is(rule, occurrence, options));
-            let id = match found {
+            let first = self.by_fingerprint.get(&hash).copied();
+            let mut candidate = first;
+            let mut last = None;
+            while let Some(id) = candidate
+                && !self.keys[id].is(rule, occurrence, options)
+            {
+                last = Some(id);
+                candidate = self.same_fingerprint[id];
+            }
+            let id = match candidate {
                 Some(id) if self.last_used[id] == copy => {
                     occurrence += 1;
                     continue;
@@ -178,8 +186,14 @@ impl Definitions {
                 Some(id) => id,
                 None => {
                     let id = self.keys.len();
-                    ids.push(id);
+                    match last {
+                        Some(last) => self.same_fingerprint[last] = Some(id),
+                        None => {
+                            self.by_fingerprint.insert(hash, id);
+                        }
+                    }
                     self.keys.push(DefKey::of(rule, occurrence, options));
+                    self.same_fingerprint.push(None);
                     self.last_used.push(copy);
                     id
                 }
@@ -425,43 +439,78 @@ impl Merger {
 #[derive(Debug, Default)]
 struct Order {
     /// By definition: the definitions some source evaluates right after it.
-    next: Vec<Vec<DefId>>,
+    next: Vec<Successors>,
+}
+
+/// The definitions evaluated right after one: mostly one, held inline (a list of its own for
+/// each of the group's definitions cost an allocation each, and a group of 50 shards' rules
+/// has hundreds).
+#[derive(Debug, Default)]
+struct Successors {
+    first: Option<DefId>,
+    more: Vec<DefId>,
+}
+
+impl Successors {
+    fn iter(&self) -> impl Iterator<Item = DefId> + '_ {
+        self.first.into_iter().chain(self.more.iter().copied())
+    }
+
+    fn add(&mut self, id: DefId) {
+        match self.first {
+            None => self.first = Some(id),
+            Some(first) if first == id => {}
+            Some(_) if self.more.contains(&id) => {}
+            Some(_) => self.more.push(id),
+        }
+    }
 }
 
 impl Order {
     /// Adds one source's order, of definitions numbered below `count`.
     fn add(&mut self, ids: &[DefId], count: usize) {
-        self.next.resize_with(count, Vec::new);
+        self.next.resize_with(count, Successors::default);
         for pair in ids.windows(2) {
-            let next = &mut self.next[pair[0]];
-            if !next.contains(&pair[1]) {
-                next.push(pair[1]);
-            }
+            self.next[pair[0]].add(pair[1]);
         }
     }
 
     /// Every definition once, each source's order kept (a topological order of "evaluated right
     /// after"); among the choices, the one seen first (the lowest number). Where sources
-    /// disagree (a cycle), the one seen first goes first.
+    /// disagree (a cycle), the one seen first goes first. The choices are kept sorted, so a
+    /// group of n definitions takes n log n steps, not n² (hundreds per group with many shards).
     fn resolve(self) -> Vec<DefId> {
-        let mut waiting = vec![0usize; self.next.len()];
-        for &next in self.next.iter().flatten() {
+        let count = self.next.len();
+        let mut waiting = vec![0usize; count];
+        for next in self.next.iter().flat_map(Successors::iter) {
             waiting[next] += 1;
         }
-        let mut remaining: std::collections::BTreeSet<DefId> = (0..self.next.len()).collect();
-        let mut order = Vec::with_capacity(remaining.len());
-        while !remaining.is_empty() {
-            let pick = remaining
-                .iter()
-                .find(|&&id| waiting[id] == 0)
-                .or_else(|| remaining.iter().next())
-                .copied();
-            let Some(id) = pick else { break };
-            remaining.remove(&id);
-            for &next in &self.next[id] {
-                waiting[next] = waiting[next].saturating_sub(1);
+        let mut ready: std::collections::BTreeSet<DefId> =
+            (0..count).filter(|&id| waiting[id] == 0).collect();
+        let mut placed = vec![false; count];
+        let mut lowest_unplaced = 0;
+        let mut order = Vec::with_capacity(count);
+        while order.len() < count {
+            let id = match ready.pop_first() {
+                Some(id) => id,
+                None => {
+                    while placed[lowest_unplaced] {
+                        lowest_unplaced += 1;
+                    }
+                    lowest_unplaced
+                }
+            };
+            // Placed already when a cycle forced it out before its turn.
+            if std::mem::replace(&mut placed[id], true) {
+                continue;
             }
             order.push(id);
+            for next in self.next[id].iter() {
+                waiting[next] = waiting[next].saturating_sub(1);
+                if waiting[next] == 0 && !placed[next] {
+                    ready.insert(next);
+                }
+            }
         }
         order
     }
@@ -603,6 +652,58 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::model::{AlertingRule, RecordingRule};
+
+    /// The order as first written: of the definitions not yet placed, the lowest whose
+    /// predecessors are all placed, else the lowest (n² steps).
+    fn resolved_plainly(next: &[Vec<DefId>]) -> Vec<DefId> {
+        let mut waiting = vec![0usize; next.len()];
+        for &id in next.iter().flatten() {
+            waiting[id] += 1;
+        }
+        let mut remaining: std::collections::BTreeSet<DefId> = (0..next.len()).collect();
+        let mut order = Vec::new();
+        while let Some(id) = remaining
+            .iter()
+            .find(|&&id| waiting[id] == 0)
+            .or_else(|| remaining.iter().next())
+            .copied()
+        {
+            remaining.remove(&id);
+            for &after in &next[id] {
+                waiting[after] = waiting[after].saturating_sub(1);
+            }
+            order.push(id);
+        }
+        order
+    }
+
+    /// The sorted choices give the very order of the plain way, cycles (sources that disagree)
+    /// included, on random graphs of up to 40 definitions.
+    #[test]
+    fn the_order_is_the_plain_ways() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut random = |below: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % below as u64) as usize
+        };
+        for _ in 0..2_000 {
+            let count = 1 + random(40);
+            let mut order = Order::default();
+            let mut plain = vec![Vec::new(); count];
+            for _ in 0..random(4) + 1 {
+                let ids: Vec<DefId> = (0..random(count) + 1).map(|_| random(count)).collect();
+                order.add(&ids, count);
+                for pair in ids.windows(2) {
+                    if !plain[pair[0]].contains(&pair[1]) {
+                        plain[pair[0]].push(pair[1]);
+                    }
+                }
+            }
+            assert_eq!(order.resolve(), resolved_plainly(&plain), "{plain:?}");
+        }
+    }
 
     /// The sources of these tests: shards told apart by `shard`, replicas by
     /// `prometheus_replica` or `replica`.
