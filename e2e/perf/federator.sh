@@ -16,6 +16,8 @@
 # figures are of a quiet 2-core machine: the load at the start is printed.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+# Processes on this host only: no cluster needed (and none wanted: it takes CPU).
+PERF_NO_CLUSTER=1
 perf_setup federator federator_perf rules-federator
 
 echo "-- rules-federator fan-in (load: $(cut -d' ' -f1-3 /proc/loadavg) at start, $(nproc) CPUs)"
