@@ -404,7 +404,49 @@ impl DeployedFederator {
     pub async fn get(&self, path: &str, token: Option<&str>) -> Result<(u16, String), String> {
         crate::tls::https_get(self.address, &self.server_name, &self.ca, path, token).await
     }
+
+    /// `thanos.Rules/Rules` on the gRPC port (10901), over TLS verified against the Secret's CA
+    /// for the Service's name, as the holder of `token` (its `authorization` metadata): every
+    /// streamed message, or the call's status (`Err` with the transport's error when no
+    /// connection is made).
+    pub async fn grpc_rules(
+        &self,
+        token: Option<&str>,
+    ) -> Result<Vec<zone_thanos::thanos::RulesResponse>, String> {
+        let config = crate::tls::client_config(self.ca.as_bytes())?;
+        let channel = crate::rules_grpc::tls_channel(
+            std::net::SocketAddr::new(self.address.ip(), GRPC_PORT),
+            &self.server_name,
+            config,
+        )
+        .await?;
+        let mut client = zone_thanos::thanos::rules_client::RulesClient::new(channel);
+        let mut request = tonic::Request::new(zone_thanos::thanos::RulesRequest::default());
+        if let Some(token) = token {
+            let value = format!("Bearer {token}")
+                .parse()
+                .map_err(|e| format!("{e}"))?;
+            request.metadata_mut().insert("authorization", value);
+        }
+        let mut stream = client
+            .rules(request)
+            .await
+            .map_err(|status| format!("{:?}: {}", status.code(), status.message()))?
+            .into_inner();
+        let mut messages = Vec::new();
+        while let Some(message) = stream
+            .message()
+            .await
+            .map_err(|status| format!("{:?}: {}", status.code(), status.message()))?
+        {
+            messages.push(message);
+        }
+        Ok(messages)
+    }
 }
+
+/// The deployed federator's gRPC port (`--grpc-listen-address` of config/manager and the chart).
+pub const GRPC_PORT: u16 = 10901;
 
 /// The audience the deployed federator accepts tokens for (`--auth-audience` of
 /// config/manager and the chart).

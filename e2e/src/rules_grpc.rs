@@ -51,6 +51,36 @@ pub async fn serve(messages: Arc<Vec<Bytes>>, labels: LabelSet) -> SocketAddr {
     address
 }
 
+/// A channel to the gRPC server at `address`, over TLS with `config` (its roots) for
+/// `server_name`, HTTP/2 negotiated by ALPN; connected now.
+pub async fn tls_channel(
+    address: SocketAddr,
+    server_name: &str,
+    mut config: rustls::ClientConfig,
+) -> Result<tonic::transport::Channel, String> {
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
+        .map_err(|e| format!("{server_name}: {e}"))?;
+    let connect = tower::service_fn(move |_: tonic::transport::Uri| {
+        let (connector, name) = (connector.clone(), name.clone());
+        async move {
+            let tcp = tokio::net::TcpStream::connect(address).await?;
+            let tls = connector.connect(name, tcp).await?;
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
+        }
+    });
+    tonic::transport::Endpoint::from_static("http://deployed.invalid")
+        .connect_with_connector(connect)
+        .await
+        .map_err(|e| {
+            format!(
+                "connecting to {address}: {e} ({:?})",
+                std::error::Error::source(&e)
+            )
+        })
+}
+
 /// Messages passed through as they are: encoded already on the way out, not decoded on the way
 /// in.
 #[derive(Clone, Copy, Default)]

@@ -556,6 +556,46 @@ fn evicted_once_zone_by_zone_by_the_standby(
     }
 }
 
+/// The deployed federator's gRPC port (10901): Thanos's Rules API over TLS with the
+/// self-signed Secret's certificate, behind the same caller checks as HTTPS: an anonymous call
+/// is Unauthenticated, Grafana's token reads the rule served over HTTPS.
+async fn deployed_grpc_port_serves_the_rules(api: &DeployedFederator, token: &str) {
+    let anonymous = api.grpc_rules(None).await;
+    assert!(
+        anonymous
+            .as_ref()
+            .is_err_and(|e| e.starts_with("Unauthenticated")),
+        "an anonymous gRPC call: {anonymous:?}"
+    );
+    wait_for(
+        "the rule over the deployed federator's gRPC port",
+        Duration::from_secs(60),
+        || async {
+            let messages = api.grpc_rules(Some(token)).await?;
+            let names: Vec<String> = messages
+                .iter()
+                .filter_map(|m| match &m.result {
+                    Some(zone_thanos::thanos::rules_response::Result::Group(group)) => Some(group),
+                    _ => None,
+                })
+                .flat_map(|group| group.rules.iter())
+                .filter_map(|rule| match &rule.result {
+                    Some(zone_thanos::thanos::rule::Result::Alert(alert)) => {
+                        Some(alert.name.clone())
+                    }
+                    _ => None,
+                })
+                .collect();
+            names
+                .iter()
+                .any(|name| name == "FederatedAlways")
+                .then_some(())
+                .ok_or(format!("{names:?}"))
+        },
+    )
+    .await;
+}
+
 /// The shard labels of the rule `FederatedAlways` that the federator serves to the holder of
 /// `token`.
 async fn federated_shards(
@@ -654,6 +694,7 @@ async fn federated_rules_follow_the_sample(
         )
         .await;
     }
+    deployed_grpc_port_serves_the_rules(&api, token).await;
     let pods: Api<Pod> = Api::namespaced(
         victim.client.clone(),
         federator.metadata.namespace.as_deref().unwrap(),
