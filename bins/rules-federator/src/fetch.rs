@@ -85,7 +85,8 @@ impl Fetcher {
         endpoints: Vec<Endpoint>,
         path_and_query: &'a str,
     ) -> impl futures::Stream<Item = (Endpoint, Result<Fetched, ApiError>)> + 'a {
-        self.channels.keep_only(&endpoints);
+        self.channels
+            .keep_only(endpoints.iter().map(|endpoint| endpoint.url.as_str()));
         futures::stream::iter(endpoints)
             .map(move |endpoint| async move {
                 let started = Instant::now();

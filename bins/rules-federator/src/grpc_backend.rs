@@ -81,11 +81,12 @@ impl Channels {
         }
     }
 
-    /// Drops the channels of backends no longer among `endpoints` (discovered pods come and go
+    /// Drops the channels of backends no longer among `urls` (discovered pods come and go
     /// with new IPs): the map holds at most the current backends.
-    pub fn keep_only(&self, endpoints: &[crate::endpoints::Endpoint]) {
+    pub fn keep_only<'a>(&self, urls: impl IntoIterator<Item = &'a str>) {
+        let current: std::collections::HashSet<&str> = urls.into_iter().collect();
         let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
-        channels.retain(|url, _| endpoints.iter().any(|endpoint| &endpoint.url == url));
+        channels.retain(|url, _| current.contains(url.as_str()));
     }
 
     /// The channel to `url`, made on first use; it connects when a call needs it.
@@ -326,7 +327,7 @@ mod tests {
         let (a, b) = ("grpc://127.0.0.1:1", "grpc://127.0.0.1:2");
         channels.get(a).unwrap();
         channels.get(b).unwrap();
-        channels.keep_only(&[endpoint(a, "0", "a")]);
+        channels.keep_only([endpoint(a, "0", "a").url.as_str()]);
         let kept: Vec<String> = channels.channels.lock().unwrap().keys().cloned().collect();
         assert_eq!(kept, [a]);
     }
