@@ -9,13 +9,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::{Buf, BufMut, Bytes};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use bytes::Bytes;
 use tonic::codegen::{Body, BoxFuture, Service, StdError, http};
 use tonic::server::{NamedService, ServerStreamingService};
 use tonic::{Request, Response, Status};
 use zone_rules::RuleGroup;
 use zone_thanos::prost::Message;
+use zone_thanos::raw::RawCodec;
 use zone_thanos::thanos::info::info_server::{Info, InfoServer};
 use zone_thanos::thanos::info::{InfoRequest, InfoResponse, RulesInfo};
 use zone_thanos::thanos::{LabelSet, RulesResponse, rules_response};
@@ -81,45 +81,6 @@ pub async fn tls_channel(
         })
 }
 
-/// Messages passed through as they are: encoded already on the way out, not decoded on the way
-/// in.
-#[derive(Clone, Copy, Default)]
-struct Raw;
-
-impl Codec for Raw {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = Raw;
-    type Decoder = Raw;
-
-    fn encoder(&mut self) -> Raw {
-        Raw
-    }
-
-    fn decoder(&mut self) -> Raw {
-        Raw
-    }
-}
-
-impl Encoder for Raw {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for Raw {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
-    }
-}
-
 /// The Rules service: every call gets the same messages.
 #[derive(Clone)]
 struct PreEncoded(Arc<Vec<Bytes>>);
@@ -155,7 +116,7 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let service = self.clone();
         Box::pin(async move {
-            Ok(tonic::server::Grpc::new(Raw)
+            Ok(tonic::server::Grpc::new(RawCodec::<Bytes>::default())
                 .server_streaming(service, request)
                 .await)
         })
@@ -174,5 +135,56 @@ impl Info for Advertised {
             rules: Some(RulesInfo {}),
             ..InfoResponse::default()
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use zone_thanos::thanos::rules_client::RulesClient;
+    use zone_thanos::thanos::{Label, RulesRequest};
+
+    /// The fake streams the groups it was given, as the generated client reads them, and says in
+    /// Info that it serves rules with its labels.
+    #[tokio::test]
+    async fn the_fake_streams_its_groups_and_advertises_rules() {
+        let groups: Vec<RuleGroup> = serde_json::from_str(
+            r#"[{"name": "a", "file": "f.yaml", "rules": [], "interval": 30},
+                {"name": "b", "file": "f.yaml", "rules": [], "interval": 60}]"#,
+        )
+        .unwrap();
+        let label = Label {
+            name: "shard".into(),
+            value: "3".into(),
+        };
+        let labels = LabelSet {
+            labels: vec![label],
+        };
+        let address = serve(Arc::new(encode(&groups)), labels.clone()).await;
+        let url = format!("http://{address}");
+        let mut client = RulesClient::connect(url.clone()).await.unwrap();
+        let mut stream = client
+            .rules(RulesRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        let mut names = Vec::new();
+        while let Some(message) = stream.message().await.unwrap() {
+            if let Some(rules_response::Result::Group(group)) = message.result {
+                names.push(group.name);
+            }
+        }
+        assert_eq!(names, ["a", "b"]);
+        let mut info = zone_thanos::thanos::info::info_client::InfoClient::connect(url)
+            .await
+            .unwrap();
+        let answer = info
+            .info(InfoRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(answer.rules.is_some());
+        assert_eq!(answer.label_sets, [labels]);
     }
 }

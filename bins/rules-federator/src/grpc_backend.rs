@@ -8,13 +8,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use bytes::Bytes;
 use tonic::transport::Channel;
 use zone_operator::prom_api::ApiError;
 use zone_operator::prom_api::tls::ClientTls;
 use zone_rules::RuleDiscovery;
-use zone_thanos::prost::Message;
+use zone_thanos::raw::RawCodec;
 use zone_thanos::thanos::rules_request::Type;
 use zone_thanos::thanos::{PartialResponseStrategy, RulesRequest};
 use zone_thanos::wire::{self, Response};
@@ -125,7 +124,7 @@ impl Channels {
             .map_err(|error| status(tonic::Status::from_error(error.into())))?;
         let path = tonic::codegen::http::uri::PathAndQuery::from_static(RULES_PATH);
         let mut stream = grpc
-            .server_streaming(tonic::Request::new(request), path, RawMessages)
+            .server_streaming(tonic::Request::new(request), path, RawCodec::default())
             .await
             .map_err(status)?
             .into_inner();
@@ -178,45 +177,6 @@ impl RawAnswer {
             }
         }
         Ok(answer)
-    }
-}
-
-/// The Rules call's codec: the request encoded as the generated message, the streamed messages
-/// left as their bytes.
-#[derive(Clone, Copy, Default)]
-struct RawMessages;
-
-impl Codec for RawMessages {
-    type Encode = RulesRequest;
-    type Decode = Bytes;
-    type Encoder = RawMessages;
-    type Decoder = RawMessages;
-
-    fn encoder(&mut self) -> RawMessages {
-        RawMessages
-    }
-
-    fn decoder(&mut self) -> RawMessages {
-        RawMessages
-    }
-}
-
-impl Encoder for RawMessages {
-    type Item = RulesRequest;
-    type Error = tonic::Status;
-
-    fn encode(&mut self, item: RulesRequest, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        item.encode(dst)
-            .map_err(|error| tonic::Status::internal(error.to_string()))
-    }
-}
-
-impl Decoder for RawMessages {
-    type Item = Bytes;
-    type Error = tonic::Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
     }
 }
 

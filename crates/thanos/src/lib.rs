@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod convert;
+pub mod raw;
 pub mod wire;
 
 /// The message runtime the generated code is built on (encoded sizes, decoding).
