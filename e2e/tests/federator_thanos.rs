@@ -194,13 +194,7 @@ async fn a_ruler_and_a_sidecar_over_grpc_join_the_http_backends_in_one_answer() 
 
     // Shard 1's replica b read through a sidecar instead; two Ruler replicas; one gone.
     let sidecar = ThanosSidecar::start(&backends[3]).await;
-    let no_stores = ThanosQuery::start(&[]).await;
-    let global = [("global.yaml".to_string(), GLOBAL_YAML.to_string())];
-    let nowhere = format!("http://{}", free_gone());
-    let mut rulers = Vec::new();
-    for replica in ["ruler-0", "ruler-1"] {
-        rulers.push(ThanosRuler::start_replica(&global, &no_stores, &nowhere, replica).await);
-    }
+    let (_no_stores, rulers) = two_rulers().await;
     let gone = format!("grpc://{}#shard=2&replica=gone", free_gone());
     let mut mixed = endpoints[..3].to_vec();
     mixed.push(format!(
@@ -255,13 +249,7 @@ async fn a_ruler_and_a_sidecar_over_grpc_join_the_http_backends_in_one_answer() 
 #[tokio::test]
 #[ignore = "needs Thanos and dnsmasq (make e2e)"]
 async fn rulers_named_by_an_srv_record_are_found_and_followed() {
-    let no_stores = ThanosQuery::start(&[]).await;
-    let global = [("global.yaml".to_string(), GLOBAL_YAML.to_string())];
-    let nowhere = format!("http://{}", free_gone());
-    let mut rulers = Vec::new();
-    for replica in ["ruler-0", "ruler-1"] {
-        rulers.push(ThanosRuler::start_replica(&global, &no_stores, &nowhere, replica).await);
-    }
+    let (_no_stores, rulers) = two_rulers().await;
     let port_of = |address: &str| address.rsplit(':').next().unwrap().parse::<u16>().unwrap();
     let name = "_grpc._tcp.rulers.monitoring.e2e.test";
     let record = |target, port| Srv { name, target, port };
@@ -318,6 +306,20 @@ async fn rulers_named_by_an_srv_record_are_found_and_followed() {
             .ok_or(format!("{rules} rules, warnings {warnings:?}"))
     })
     .await;
+}
+
+/// Two replicas of a Thanos Ruler (`thanos_ruler_replica` ruler-0 and ruler-1) evaluating
+/// [`GLOBAL_YAML`] over a Querier without stores and alerting nowhere; the Querier is returned
+/// to be kept as long as they run.
+async fn two_rulers() -> (ThanosQuery, Vec<ThanosRuler>) {
+    let no_stores = ThanosQuery::start(&[]).await;
+    let global = [("global.yaml".to_string(), GLOBAL_YAML.to_string())];
+    let nowhere = format!("http://{}", free_gone());
+    let mut rulers = Vec::new();
+    for replica in ["ruler-0", "ruler-1"] {
+        rulers.push(ThanosRuler::start_replica(&global, &no_stores, &nowhere, replica).await);
+    }
+    (no_stores, rulers)
 }
 
 /// The answer of the federator on `port` once the Rulers' alert fires in it.

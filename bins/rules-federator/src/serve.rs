@@ -155,11 +155,14 @@ fn look_up(
 fn grpc_tls(runtime: &Runtime, args: &Args) -> Result<Option<grpc::PortTls>, StartError> {
     match runtime.cert_store() {
         Some(certs) => Ok(Some((certs, grpc_client_certs(args)?))),
-        None if args.grpc_client_ca_file.is_some() => Err(StartError::GrpcClientCa(
-            String::new(),
-            "client certificates need TLS (--tls-cert-dir or --tls-self-signed-secret)".to_string(),
-        )),
-        None => Ok(None),
+        None => match &args.grpc_client_ca_file {
+            Some(path) => Err(StartError::GrpcClientCa(
+                path.display().to_string(),
+                "client certificates need TLS (--tls-cert-dir or --tls-self-signed-secret)"
+                    .to_string(),
+            )),
+            None => Ok(None),
+        },
     }
 }
 

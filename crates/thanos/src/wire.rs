@@ -117,31 +117,31 @@ impl<'a> Reader<'a> {
 
     /// A `string` field's value (its wire type checked).
     fn text(&mut self, kind: u8) -> Result<&'a str> {
-        expect(kind, LEN)?;
+        check_kind(kind, LEN)?;
         self.str()
     }
 
     /// An embedded message's bytes (its wire type checked).
     fn message(&mut self, kind: u8) -> Result<&'a [u8]> {
-        expect(kind, LEN)?;
+        check_kind(kind, LEN)?;
         self.bytes()
     }
 
     /// A `double` field's value (its wire type checked).
     fn double(&mut self, kind: u8) -> Result<f64> {
-        expect(kind, I64)?;
+        check_kind(kind, I64)?;
         self.f64()
     }
 
     /// An `int64` field's value (its wire type checked).
     fn int64(&mut self, kind: u8) -> Result<i64> {
-        expect(kind, VARINT)?;
+        check_kind(kind, VARINT)?;
         self.i64()
     }
 
     /// An `int32` or enum field's value (its wire type checked).
     fn int32(&mut self, kind: u8) -> Result<i32> {
-        expect(kind, VARINT)?;
+        check_kind(kind, VARINT)?;
         self.i32()
     }
 
@@ -157,7 +157,7 @@ impl<'a> Reader<'a> {
 }
 
 /// A field's value of the wire type its declaration says; any other is malformed.
-fn expect(kind: u8, wanted: u8) -> Result<()> {
+fn check_kind(kind: u8, wanted: u8) -> Result<()> {
     if kind == wanted {
         Ok(())
     } else {

@@ -445,14 +445,7 @@ async fn querier_scenario(addresses: &[String], requests: usize) -> Headline {
     };
     for (name, path) in &PATHS[..2] {
         let figures = measure(pid, port, path, requests, 1).await;
-        println!(
-            "{label}: {name:<8} x1: p50 {:>7.1} ms, p99 {:>7.1} ms, {:.3} CPU-s/request, {:.1} MB answer, first byte p50 {:.1} ms",
-            figures.p50 * 1000.0,
-            figures.p99 * 1000.0,
-            figures.cpu_per_request,
-            figures.bytes as f64 / 1e6,
-            figures.first_byte_p50 * 1000.0
-        );
+        figures.print(&label, name, 1);
         if *name == "rules" {
             headline.x1 = Some(figures);
         }
@@ -501,14 +494,7 @@ async fn scenario(label: &str, endpoints: &[String], requests: usize) -> Headlin
     for parallel in [1, 4] {
         for (name, path) in PATHS {
             let figures = measure(pid, port, path, requests, parallel).await;
-            println!(
-                "{label}: {name:<8} x{parallel}: p50 {:>7.1} ms, p99 {:>7.1} ms, {:.3} CPU-s/request, {:.1} MB answer, first byte p50 {:.1} ms",
-                figures.p50 * 1000.0,
-                figures.p99 * 1000.0,
-                figures.cpu_per_request,
-                figures.bytes as f64 / 1e6,
-                figures.first_byte_p50 * 1000.0
-            );
+            figures.print(label, name, parallel);
             if name == "rules" {
                 match parallel {
                     1 => headline.x1 = Some(figures),
@@ -533,6 +519,18 @@ async fn scenario(label: &str, endpoints: &[String], requests: usize) -> Headlin
 }
 
 impl Figures {
+    /// One line of the report: `label`'s requests `name`, `parallel` at a time.
+    fn print(&self, label: &str, name: &str, parallel: usize) {
+        println!(
+            "{label}: {name:<8} x{parallel}: p50 {:>7.1} ms, p99 {:>7.1} ms, {:.3} CPU-s/request, {:.1} MB answer, first byte p50 {:.1} ms",
+            self.p50 * 1000.0,
+            self.p99 * 1000.0,
+            self.cpu_per_request,
+            self.bytes as f64 / 1e6,
+            self.first_byte_p50 * 1000.0
+        );
+    }
+
     /// Not measured.
     fn nan() -> Figures {
         Figures {

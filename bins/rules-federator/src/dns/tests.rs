@@ -123,14 +123,13 @@ mod lookups {
             .collect()
     }
 
-    async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-        tokio::time::timeout(Duration::from_secs(10), async {
-            while !done() {
-                tokio::time::sleep(Duration::from_millis(10)).await; // polling the fake's state
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+    /// Waits (up to 10 s) until the backends sent on `seen` number `count`.
+    async fn wait_for_count(seen: &mut watch::Receiver<Option<Vec<Endpoint>>>, count: usize) {
+        let counted = seen.wait_for(|found| found.as_ref().is_some_and(|f| f.len() == count));
+        tokio::time::timeout(Duration::from_secs(10), counted)
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for {count} backends"))
+            .unwrap();
     }
 
     #[tokio::test]
@@ -171,13 +170,13 @@ mod lookups {
         zone.lock().unwrap().retain(|(owner, data)| {
             *owner != "ruler-1.rulers.test" && !matches!(data, RData::SRV(srv) if srv.port == 10902)
         });
-        wait_until("ruler-1 dropped", || urls(&seen).len() == 3).await;
+        wait_for_count(&mut seen, 3).await;
         assert_eq!(urls(&seen)[0], one("grpc://127.0.0.1:10901"));
         // The Service is gone (NXDOMAIN): its name has no backends.
         zone.lock()
             .unwrap()
             .retain(|(owner, _)| !owner.contains("rulers"));
-        wait_until("the rulers dropped", || urls(&seen).len() == 2).await;
+        wait_for_count(&mut seen, 2).await;
     }
 
     #[tokio::test]
