@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use zone_rules::{MergeOptions, Merger, RuleDiscovery, RuleGroup, Source};
+use zone_rules::{MergeOptions, Merger, RuleDiscovery, RuleGroup, Source, shared_label};
 
 use crate::endpoints::Endpoint;
 use crate::metrics::FederatorMetrics;
@@ -122,14 +122,23 @@ fn split(data: RuleDiscovery, partitions: usize) -> Vec<Vec<RuleGroup>> {
     parts
 }
 
-/// One backend's answer decoded on a core and split into the partitions' groups, with the
-/// warnings it gave itself; or why there is none, and whether anything came.
-type Decoded = Result<(Vec<Vec<RuleGroup>>, Vec<String>), (ApiError, bool)>;
+/// One backend's answer decoded on a core and split into the partitions' groups.
+struct Parts {
+    groups: Vec<Vec<RuleGroup>>,
+    /// The warnings the backend gave itself.
+    warned: Vec<String>,
+    /// The shard label's value on every rule, if they all share one.
+    shard: Option<String>,
+}
+
+/// One backend's answer; or why there is none, and whether anything came.
+type Decoded = Result<Parts, (ApiError, bool)>;
 
 async fn decode(
     cores: &Cores,
     fetched: Result<Fetched, ApiError>,
     partitions: usize,
+    shard_label: Option<String>,
 ) -> Result<Decoded, PoolError> {
     let fetched = match fetched {
         Ok(fetched) => fetched,
@@ -137,9 +146,12 @@ async fn decode(
     };
     let decoded = cores
         .run(move || {
-            fetched
-                .decode()
-                .map(|(data, warned)| (split(data, partitions), warned))
+            fetched.decode().map(|(data, warned)| Parts {
+                shard: shard_label
+                    .and_then(|label| shared_label(&data.groups, &label).map(str::to_owned)),
+                groups: split(data, partitions),
+                warned,
+            })
         })
         .await?;
     Ok(decoded.map_err(|why| (why, true)))
@@ -181,7 +193,9 @@ pub async fn merge(
     let mut decoded = std::pin::pin!(
         fetched
             .map(|(endpoint, fetched)| async move {
-                Ok::<_, PoolError>((endpoint, decode(cores, fetched, partitions).await?))
+                let label = options.shard_label.clone();
+                let decoded = decode(cores, fetched, partitions, label).await?;
+                Ok::<_, PoolError>((endpoint, decoded))
             })
             .buffered(partitions * LOOK_AHEAD)
     );
@@ -189,16 +203,22 @@ pub async fn merge(
     while let Some(next) = decoded.next().await {
         let (endpoint, decoded) = next?;
         match decoded {
-            Ok((parts, warned)) => {
+            Ok(parts) => {
                 merged.answered += 1;
                 merged.backend_warnings.extend(
-                    warned
+                    parts
+                        .warned
                         .into_iter()
                         .map(|warning| format!("endpoint {}: {warning}", endpoint.url)),
                 );
-                for (queue, groups) in queues.iter().zip(parts) {
+                // A backend that does not name its shard is the one its rules all carry.
+                let shard = match parts.shard {
+                    Some(shard) if endpoint.shard.is_empty() => shard,
+                    _ => endpoint.shard.clone(),
+                };
+                for (queue, groups) in queues.iter().zip(parts.groups) {
                     let source = Source {
-                        shard: endpoint.shard.clone(),
+                        shard: shard.clone(),
                         name: endpoint.url.clone(),
                         groups,
                     };

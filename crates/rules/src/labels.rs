@@ -123,11 +123,36 @@ impl Labels {
         }
     }
 
-    /// Removes every label named in `names`.
+    /// Sets `name` to `value`, in place when `name` is there already with a value of that
+    /// length (such as the same value): what [`Labels::insert`] does, without handing back the
+    /// old value.
+    pub fn set(&mut self, name: &str, value: &str) {
+        match self.position(name) {
+            Ok(i) if self.value(i).len() == value.len() => {
+                let (start, end) = (self.ends[2 * i] as usize, self.ends[2 * i + 1] as usize);
+                if &self.text[start..end] != value {
+                    self.text.replace_range(start..end, value);
+                }
+            }
+            _ => {
+                self.insert(name, value);
+            }
+        }
+    }
+
+    /// Removes every label named in `names`, in place: a lookup each, and the text after a
+    /// label found moved up over it.
     pub fn remove_all(&mut self, names: &[impl AsRef<str>]) {
-        // Most sets have none of them: a lookup each, nothing to rewrite.
-        if names.iter().any(|name| self.contains_key(name.as_ref())) {
-            self.retain(|name, _| !names.iter().any(|removed| removed.as_ref() == name));
+        for name in names {
+            if let Ok(i) = self.position(name.as_ref()) {
+                let (start, end) = (self.start(i), self.ends[2 * i + 1] as usize);
+                self.text.replace_range(start..end, "");
+                self.ends.drain(2 * i..2 * i + 2);
+                let removed = (end - start) as u32;
+                for end in &mut self.ends[2 * i..] {
+                    *end -= removed;
+                }
+            }
         }
     }
 
@@ -139,7 +164,10 @@ impl Labels {
         }) else {
             return;
         };
-        let mut kept = Labels::new();
+        let mut kept = Labels {
+            text: String::with_capacity(self.text.len()),
+            ends: Vec::with_capacity(self.ends.len()),
+        };
         for i in 0..self.len() {
             let (name, value) = self.pair(i);
             if i < first || (i > first && keep(name, value)) {
@@ -433,7 +461,11 @@ mod tests {
         let as_list = |map: &BTreeMap<String, String>| -> Vec<(String, String)> {
             map.iter().map(|(n, v)| (n.clone(), v.clone())).collect()
         };
-        let check = |a: Vec<(&str, &str)>, b: Vec<(&str, &str)>, put: (&str, &str), drop: &str| {
+        let check = |a: Vec<(&str, &str)>,
+                     b: Vec<(&str, &str)>,
+                     put: (&str, &str),
+                     set: (&str, &str),
+                     drop: [&str; 2]| {
             let (mut map_a, map_b) = (model(&a), model(&b));
             let mut labels: Labels = a.iter().copied().collect();
             let other: Labels = b.iter().copied().collect();
@@ -453,8 +485,12 @@ mod tests {
                 labels.insert(put.0, put.1),
                 map_a.insert(put.0.into(), put.1.into())
             );
-            labels.remove_all(&[drop]);
-            map_a.remove(drop);
+            labels.set(set.0, set.1);
+            map_a.insert(set.0.into(), set.1.into());
+            labels.remove_all(&drop);
+            for name in drop {
+                map_a.remove(name);
+            }
             let pairs: Vec<(String, String)> = labels
                 .iter()
                 .map(|(n, v)| (n.to_string(), v.to_string()))
@@ -469,8 +505,8 @@ mod tests {
             );
             Ok(())
         };
-        proptest!(|(a in pairs(), b in pairs(), put in (name(), value()), drop in name())| {
-            check(a, b, put, drop)?;
+        proptest!(|(a in pairs(), b in pairs(), put in (name(), value()), set in (name(), value()), drop in [name(), name()])| {
+            check(a, b, put, set, drop)?;
         });
     }
 }

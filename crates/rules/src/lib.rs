@@ -13,6 +13,6 @@ pub mod query;
 pub mod stamp;
 
 pub use json::WriteJson;
-pub use merge::{MergeOptions, Merger, Source, merge};
+pub use merge::{MergeOptions, Merger, Source, merge, shared_label};
 pub use model::{Alert, AlertDiscovery, Rule, RuleDiscovery, RuleGroup, Stamp, Text};
 pub use query::{BadData, RulesQuery, alerts, group_token, into_alerts, parse_rules_query};

@@ -355,6 +355,18 @@ struct GroupParts {
     last_ids: Vec<DefId>,
 }
 
+/// The one value every rule of `groups` gives `label` (None: a rule without it, rules that
+/// differ, or no rule): the shard of a backend that does not name its own, such as a Thanos
+/// sidecar, which puts its Prometheus's external labels on every rule.
+pub fn shared_label<'a>(groups: &'a [RuleGroup], label: &str) -> Option<&'a str> {
+    let mut values = groups
+        .iter()
+        .flat_map(|group| &group.rules)
+        .map(|rule| rule.labels().get(label));
+    let first = values.next()??;
+    values.all(|value| value == Some(first)).then_some(first)
+}
+
 /// Merges `sources` (in a stable order: it decides exact ties) into one list of groups.
 pub fn merge(sources: &[Source], options: &MergeOptions) -> Vec<RuleGroup> {
     let mut merger = Merger::new(options.clone());
@@ -370,6 +382,11 @@ pub fn merge(sources: &[Source], options: &MergeOptions) -> Vec<RuleGroup> {
 #[derive(Debug)]
 pub struct Merger {
     options: MergeOptions,
+    /// `options` for the definitions of a sharded source: its shard label names no definition
+    /// (the source's shard is put on its rules and alerts when the merge is finished), so the
+    /// same rule on two shards is one definition, as over HTTP where the shard is not on the
+    /// rules.
+    sharded: MergeOptions,
     /// Shards in order of first appearance.
     shard_order: HashMap<String, usize>,
     /// Each added source's shard.
@@ -381,8 +398,11 @@ pub struct Merger {
 
 impl Merger {
     pub fn new(options: MergeOptions) -> Self {
+        let mut sharded = options.clone();
+        sharded.replica_labels.extend(options.shard_label.clone());
         Self {
             options,
+            sharded,
             shard_order: HashMap::new(),
             shards: Vec::new(),
             groups: BTreeMap::new(),
@@ -395,6 +415,11 @@ impl Merger {
         let index = self.shards.len();
         let next = self.shard_order.len();
         let shard = *self.shard_order.entry(source.shard.clone()).or_insert(next);
+        let identity = if source.shard.is_empty() {
+            &self.options
+        } else {
+            &self.sharded
+        };
         self.shards.push(source.shard);
         let mut ids = Vec::new();
         for mut group in source.groups {
@@ -408,7 +433,7 @@ impl Merger {
             ids.clear();
             ids.extend(rules.iter().enumerate().map(|(i, rule)| {
                 let guess = parts.last_ids.get(i).copied();
-                parts.definitions.id(rule, copy, guess, &self.options)
+                parts.definitions.id(rule, copy, guess, identity)
             }));
             parts.last_ids.clone_from(&ids);
             parts.order.add(&ids, parts.definitions.len());
@@ -606,7 +631,7 @@ fn finish_group(parts: GroupParts, shards: &[String], options: &MergeOptions) ->
                 if let Some(name) = &options.shard_label
                     && !shard.is_empty()
                 {
-                    labels.insert(name, shard);
+                    labels.set(name, shard);
                 }
                 labels
             };
@@ -702,6 +727,28 @@ mod tests {
                 }
             }
             assert_eq!(order.resolve(), resolved_plainly(&plain), "{plain:?}");
+        }
+    }
+
+    /// A shard is read off the rules only when every rule carries the one same value.
+    #[test]
+    fn a_shard_shared_by_every_rule_is_read_back() {
+        let with = |shard: Option<&str>| {
+            let mut rule = recording("r");
+            if let Some(shard) = shard {
+                rule.labels_mut().insert("shard", shard);
+            }
+            rule
+        };
+        let groups = |rules: Vec<Rule>| vec![group("f", "g", "", rules)];
+        let both = groups(vec![with(Some("1")), with(Some("1"))]);
+        assert_eq!(shared_label(&both, "shard"), Some("1"));
+        for (groups, why) in [
+            (groups(vec![with(Some("1")), with(Some("2"))]), "two shards"),
+            (groups(vec![with(Some("1")), with(None)]), "a rule without"),
+            (groups(Vec::new()), "no rule"),
+        ] {
+            assert_eq!(shared_label(&groups, "shard"), None, "{why}");
         }
     }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use zone_rules::model::{Alert, AlertingRule, Labels};
-use zone_rules::{MergeOptions, Rule, RuleGroup, Source, merge};
+use zone_rules::{MergeOptions, Rule, RuleGroup, Source, merge, shared_label};
 
 const STATES: [&str; 3] = ["inactive", "pending", "firing"];
 
@@ -182,5 +182,33 @@ proptest! {
             &sharded(),
         );
         prop_assert_eq!(again, once);
+    }
+
+    /// Backends that do not name their shard but put it on every rule and alert, as Thanos
+    /// sidecars do with their external labels: the shard read back from the rules
+    /// ([`shared_label`]) merges them exactly as backends named by shard merge.
+    #[test]
+    fn a_shard_carried_on_the_rules_merges_as_a_named_one(world in world()) {
+        let named = sources(&world);
+        let carried: Vec<Source> = named
+            .iter()
+            .cloned()
+            .map(|mut source| {
+                let shard = std::mem::take(&mut source.shard);
+                for rule in source.groups.iter_mut().flat_map(|g| &mut g.rules) {
+                    rule.labels_mut().insert("shard", &shard);
+                    if let Rule::Alerting(rule) = rule {
+                        for alert in rule.alerts.iter_mut().flatten() {
+                            alert.labels.insert("shard", &shard);
+                        }
+                    }
+                }
+                let read = shared_label(&source.groups, "shard").map(str::to_owned);
+                // A shard without rules has nothing to carry its shard: it stays unnamed.
+                source.shard = read.unwrap_or_default();
+                source
+            })
+            .collect();
+        prop_assert_eq!(merge(&carried, &sharded()), merge(&named, &sharded()));
     }
 }

@@ -167,6 +167,8 @@ fn check_kind(kind: u8, wanted: u8) -> Result<()> {
 
 fn group(bytes: &[u8]) -> Result<RuleGroup> {
     let mut reader = Reader(bytes);
+    // Scratch space for the label sets of every rule, kept from one rule to the next.
+    let mut pairs = Pairs::default();
     let mut group = RuleGroup {
         last_evaluation: go_zero(),
         ..RuleGroup::default()
@@ -176,7 +178,7 @@ fn group(bytes: &[u8]) -> Result<RuleGroup> {
             1 => group.name = reader.text(kind)?.into(),
             2 => group.file = reader.text(kind)?.into(),
             3 => {
-                if let Some(rule) = rule(reader.message(kind)?)? {
+                if let Some(rule) = rule(reader.message(kind)?, &mut pairs)? {
                     group.rules.push(rule);
                 }
             }
@@ -191,13 +193,13 @@ fn group(bytes: &[u8]) -> Result<RuleGroup> {
 }
 
 /// The rule of a `Rule` message; none when it holds neither kind.
-fn rule(bytes: &[u8]) -> Result<Option<Rule>> {
+fn rule<'a>(bytes: &'a [u8], pairs: &mut Pairs<'a>) -> Result<Option<Rule>> {
     let mut reader = Reader(bytes);
     let mut rule = None;
     while let Some((field, kind)) = reader.key()? {
         match (field, kind) {
-            (1, LEN) => rule = Some(Rule::Recording(recording(reader.bytes()?)?)),
-            (2, LEN) => rule = Some(Rule::Alerting(alerting(reader.bytes()?)?)),
+            (1, LEN) => rule = Some(Rule::Recording(recording(reader.bytes()?, pairs)?)),
+            (2, LEN) => rule = Some(Rule::Alerting(alerting(reader.bytes()?, pairs)?)),
             (1 | 2, _) => return Err(WireError("a field of the wrong wire type")),
             _ => reader.skip(kind)?,
         }
@@ -205,9 +207,8 @@ fn rule(bytes: &[u8]) -> Result<Option<Rule>> {
     Ok(rule)
 }
 
-fn alerting(bytes: &[u8]) -> Result<AlertingRule> {
+fn alerting<'a>(bytes: &'a [u8], pairs: &mut Pairs<'a>) -> Result<AlertingRule> {
     let mut reader = Reader(bytes);
-    let mut pairs = Pairs::default();
     let mut state = 0;
     let mut rule = AlertingRule {
         state: Default::default(),
@@ -232,7 +233,7 @@ fn alerting(bytes: &[u8]) -> Result<AlertingRule> {
             5 => pairs.read(reader.message(kind)?, 0)?,
             6 => pairs.read(reader.message(kind)?, 1)?,
             7 => {
-                let instance = instance(reader.message(kind)?, &mut pairs)?;
+                let instance = instance(reader.message(kind)?, pairs)?;
                 rule.alerts.get_or_insert_with(Vec::new).push(instance);
             }
             8 => rule.health = reader.text(kind)?.into(),
@@ -249,9 +250,8 @@ fn alerting(bytes: &[u8]) -> Result<AlertingRule> {
     Ok(rule)
 }
 
-fn recording(bytes: &[u8]) -> Result<RecordingRule> {
+fn recording<'a>(bytes: &'a [u8], pairs: &mut Pairs<'a>) -> Result<RecordingRule> {
     let mut reader = Reader(bytes);
-    let mut pairs = Pairs::default();
     let mut rule = RecordingRule {
         name: Default::default(),
         query: String::new(),
