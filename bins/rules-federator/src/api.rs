@@ -212,6 +212,17 @@ impl Api {
         Ok((data, warnings, turn))
     }
 
+    /// Every rule of every backend as `/api/v1/rules` merges them, with the failed backends
+    /// named in the warnings: what the tests compare other ways of reading the backends with.
+    #[cfg(test)]
+    pub async fn all_rules(&self) -> (RuleDiscovery, Vec<String>) {
+        let (data, warnings, _turn) = self
+            .rules_data(RulesQuery::default(), &[], PartialResponse::Warn)
+            .await
+            .unwrap();
+        (data, warnings)
+    }
+
     /// The answer to `/api/v1/rules` with `query` (`given`, as read).
     async fn rules_answer(&self, query: RulesQuery, given: &[(String, String)]) -> Answer {
         match self.rules_data(query, given, self.partial).await {

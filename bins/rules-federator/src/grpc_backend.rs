@@ -231,14 +231,7 @@ mod tests {
             ],
             PartialResponse::Warn,
         );
-        let (data, warnings, _turn) = api
-            .rules_data(
-                zone_rules::RulesQuery::default(),
-                &[],
-                PartialResponse::Warn,
-            )
-            .await
-            .unwrap();
+        let (data, warnings) = api.all_rules().await;
         let expected = zone_rules::merge(
             &[("0", &http.url), ("1", &other_shard)].map(|(shard, name)| Source {
                 shard: shard.to_string(),

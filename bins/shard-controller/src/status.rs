@@ -585,21 +585,29 @@ mod tests {
     #[test]
     fn kinds_not_served_and_all_accepted() {
         let layout = ShardLayout::classic(1).unwrap();
+        // The status computed after `previous` with `monitoring`, its acceptance condition and
+        // the events.
+        let accepted = |previous: &ShardedPrometheusStatus, monitoring: &Monitoring| {
+            let obs = Observation {
+                monitoring,
+                ..observation(&layout, &[(0, 2)], &[])
+            };
+            let (status, events) = compute(previous, &obs);
+            let accepted = status
+                .condition(condition::MONITORING_OBJECTS_ACCEPTED)
+                .unwrap()
+                .clone();
+            (status, accepted, events)
+        };
         let monitoring = Monitoring {
             not_served: vec!["servicemonitors.monitoring.coreos.com/v1"],
             ..Monitoring::default()
         };
-        let obs = Observation {
-            monitoring: &monitoring,
-            ..observation(&layout, &[(0, 2)], &[])
-        };
-        let (status, events) = compute(&ShardedPrometheusStatus::default(), &obs);
-        let accepted = status
-            .condition(condition::MONITORING_OBJECTS_ACCEPTED)
-            .unwrap();
-        assert_eq!(accepted.reason, reason::KINDS_NOT_SERVED);
+        let (status, condition, events) =
+            accepted(&ShardedPrometheusStatus::default(), &monitoring);
+        assert_eq!(condition.reason, reason::KINDS_NOT_SERVED);
         assert!(
-            accepted
+            condition
                 .message
                 .contains("servicemonitors.monitoring.coreos.com/v1")
         );
@@ -615,21 +623,14 @@ mod tests {
             rule_files: vec![file(2), file(3)],
             ..Monitoring::default()
         };
-        let obs = Observation {
-            monitoring: &monitoring,
-            ..observation(&layout, &[(0, 2)], &[])
-        };
-        let (status, _) = compute(&status, &obs);
-        let accepted = status
-            .condition(condition::MONITORING_OBJECTS_ACCEPTED)
-            .unwrap();
+        let (status, condition, _) = accepted(&status, &monitoring);
         assert_eq!(
-            (accepted.status.as_str(), accepted.reason.as_str()),
+            (condition.status.as_str(), condition.reason.as_str()),
             ("True", reason::ALL_ACCEPTED)
         );
         assert_eq!(status.shard_statuses[0].rule_groups, 5);
         assert_eq!(
-            accepted.message,
+            condition.message,
             "2 monitors and 5 rule groups in every shard's configuration"
         );
         assert_eq!(status.global_rule_groups, 0);
@@ -638,16 +639,9 @@ mod tests {
             global_rule_files: Some(vec![file(1), file(2)]),
             ..monitoring
         };
-        let obs = Observation {
-            monitoring: &monitoring,
-            ..observation(&layout, &[(0, 2)], &[])
-        };
-        let (status, _) = compute(&status, &obs);
-        let accepted = status
-            .condition(condition::MONITORING_OBJECTS_ACCEPTED)
-            .unwrap();
+        let (status, condition, _) = accepted(&status, &monitoring);
         assert_eq!(
-            accepted.message,
+            condition.message,
             "2 monitors and 5 rule groups in every shard's configuration; 3 global rule groups \
              for the Thanos Ruler"
         );

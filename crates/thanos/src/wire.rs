@@ -211,18 +211,9 @@ fn alerting<'a>(bytes: &'a [u8], pairs: &mut Pairs<'a>) -> Result<AlertingRule> 
     let mut reader = Reader(bytes);
     let mut state = 0;
     let mut rule = AlertingRule {
-        state: Default::default(),
-        name: Default::default(),
-        query: String::new(),
-        duration: 0.0,
-        keep_firing_for: 0.0,
-        labels: Labels::new(),
-        annotations: Labels::new(),
         alerts: Some(Vec::new()),
-        health: Default::default(),
-        last_error: String::new(),
-        evaluation_time: 0.0,
         last_evaluation: go_zero(),
+        ..AlertingRule::default()
     };
     while let Some((field, kind)) = reader.key()? {
         match field {
@@ -253,13 +244,8 @@ fn alerting<'a>(bytes: &'a [u8], pairs: &mut Pairs<'a>) -> Result<AlertingRule> 
 fn recording<'a>(bytes: &'a [u8], pairs: &mut Pairs<'a>) -> Result<RecordingRule> {
     let mut reader = Reader(bytes);
     let mut rule = RecordingRule {
-        name: Default::default(),
-        query: String::new(),
-        labels: Labels::new(),
-        health: Default::default(),
-        last_error: String::new(),
-        evaluation_time: 0.0,
         last_evaluation: go_zero(),
+        ..RecordingRule::default()
     };
     while let Some((field, kind)) = reader.key()? {
         match field {
@@ -281,14 +267,7 @@ fn recording<'a>(bytes: &'a [u8], pairs: &mut Pairs<'a>) -> Result<RecordingRule
 fn instance<'a>(bytes: &'a [u8], pairs: &mut Pairs<'a>) -> Result<Alert> {
     let mut reader = Reader(bytes);
     let mut state = 0;
-    let mut alert = Alert {
-        labels: Labels::new(),
-        annotations: Labels::new(),
-        state: Default::default(),
-        active_at: None,
-        keep_firing_since: None,
-        value: Default::default(),
-    };
+    let mut alert = Alert::default();
     // The instance's sets in slots 2 and 3: the rule's own (0 and 1) may still be filling.
     while let Some((field, kind)) = reader.key()? {
         match field {

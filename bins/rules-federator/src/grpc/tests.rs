@@ -88,14 +88,7 @@ async fn rules_over_grpc_are_the_http_answer() {
     let (mut client, _, shutdown) = started(api.clone()).await;
     let (warnings, grpc) = call(&mut client, RulesRequest::default()).await.unwrap();
     // The HTTP route's own strategy is Abort: its data is compared without the gone backend.
-    let (http, http_warnings, _turn) = api
-        .rules_data(
-            zone_rules::RulesQuery::default(),
-            &[],
-            PartialResponse::Warn,
-        )
-        .await
-        .unwrap();
+    let (http, http_warnings) = api.all_rules().await;
     assert_eq!(grpc, http);
     assert_eq!(grpc.groups[0].rules.len(), 8, "four rules of each shard");
     assert_eq!(warnings, http_warnings);

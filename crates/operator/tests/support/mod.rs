@@ -95,15 +95,7 @@ impl FakeLeaseApi {
 }
 
 fn status(code: StatusCode, reason: &str, message: &str) -> Response {
-    let body = serde_json::json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code.as_u16(),
-    });
+    let body = zone_operator::testing::status_json(code.as_u16(), reason, message);
     json_response(code, body.to_string().into_bytes())
 }
 
