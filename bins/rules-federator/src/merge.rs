@@ -127,7 +127,8 @@ struct Parts {
     groups: Vec<Vec<RuleGroup>>,
     /// The warnings the backend gave itself.
     warned: Vec<String>,
-    /// The shard label's value on every rule, if they all share one.
+    /// The shard of a backend that does not name its own: the shard label's value on every
+    /// rule, if they all share one.
     shard: Option<String>,
 }
 
@@ -193,7 +194,11 @@ pub async fn merge(
     let mut decoded = std::pin::pin!(
         fetched
             .map(|(endpoint, fetched)| async move {
-                let label = options.shard_label.clone();
+                // Only a backend that does not name its shard has it read off its rules.
+                let label = options
+                    .shard_label
+                    .clone()
+                    .filter(|_| endpoint.shard.is_empty());
                 let decoded = decode(cores, fetched, partitions, label).await?;
                 Ok::<_, PoolError>((endpoint, decoded))
             })
@@ -211,11 +216,7 @@ pub async fn merge(
                         .into_iter()
                         .map(|warning| format!("endpoint {}: {warning}", endpoint.url)),
                 );
-                // A backend that does not name its shard is the one its rules all carry.
-                let shard = match parts.shard {
-                    Some(shard) if endpoint.shard.is_empty() => shard,
-                    _ => endpoint.shard.clone(),
-                };
+                let shard = parts.shard.unwrap_or_else(|| endpoint.shard.clone());
                 for (queue, groups) in queues.iter().zip(parts.groups) {
                     let source = Source {
                         shard: shard.clone(),
@@ -264,6 +265,16 @@ mod tests {
 
     fn metrics() -> FederatorMetrics {
         FederatorMetrics::register(&prometheus::Registry::new()).unwrap()
+    }
+
+    /// A fetcher of backends' answers up to these sizes.
+    fn fetcher(compressed: u64, uncompressed: u64) -> Fetcher {
+        let caps = BodyCaps {
+            compressed,
+            uncompressed,
+        };
+        let tls = BackendTls::load(&Default::default()).unwrap();
+        Fetcher::new(Duration::from_secs(30), 4, caps, metrics(), &tls)
     }
 
     fn options() -> MergeOptions {
@@ -332,12 +343,7 @@ mod tests {
         }
         let serial = merge_serially(&sources, &options());
         assert_eq!(serial.len(), 30, "groups");
-        let caps = BodyCaps {
-            compressed: 64 << 20,
-            uncompressed: 256 << 20,
-        };
-        let tls = BackendTls::load(&Default::default()).unwrap();
-        let fetcher = Fetcher::new(Duration::from_secs(30), 4, caps, metrics(), &tls);
+        let fetcher = fetcher(64 << 20, 256 << 20);
         for cores in [1, 2, 3, 8] {
             let cores = Cores::new(cores);
             let fetched = fetcher.rules(endpoints.clone(), "/api/v1/rules");
@@ -352,6 +358,43 @@ mod tests {
                 cores.count()
             );
         }
+    }
+
+    /// Backends that do not name their shard but carry it on every rule and alert (as Thanos
+    /// sidecars do) merge as the same backends named by shard, without the label, do.
+    #[tokio::test]
+    async fn a_backend_without_a_shard_takes_the_one_its_rules_carry() {
+        let mut backends = Vec::new();
+        let mut named = Vec::new();
+        let mut endpoints = Vec::new();
+        for index in 0..6 {
+            let shard = (index % 3).to_string();
+            let mut carried = answer(index);
+            for rule in carried.groups.iter_mut().flat_map(|g| &mut g.rules) {
+                rule.labels_mut().insert("shard", &shard);
+                if let Rule::Alerting(rule) = rule {
+                    for alert in rule.alerts.iter_mut().flatten() {
+                        alert.labels.insert("shard", &shard);
+                    }
+                }
+            }
+            let body = serde_json::json!({"status": "success", "data": carried});
+            let backend = FakePrometheus::start(json_answer(body.to_string(), false)).await;
+            endpoints.push(endpoint(&backend.url, "", &index.to_string()));
+            named.push(Source {
+                shard,
+                name: backend.url.clone(),
+                groups: answer(index).groups,
+            });
+            backends.push(backend);
+        }
+        let fetcher = fetcher(64 << 20, 256 << 20);
+        let fetched = fetcher.rules(endpoints, "/api/v1/rules");
+        let merged = merge(fetched, &Cores::new(2), &options(), &metrics())
+            .await
+            .unwrap();
+        assert!(merged.warnings.is_empty(), "{:?}", merged.warnings);
+        assert!(merged.groups == merge_serially(&named, &options()));
     }
 
     #[test]
@@ -382,12 +425,7 @@ mod tests {
     async fn a_backend_that_fails_is_named_once() {
         let good = serving_rules(true).await;
         let gone = FakePrometheus::gone();
-        let tls = BackendTls::load(&Default::default()).unwrap();
-        let caps = BodyCaps {
-            compressed: 1 << 20,
-            uncompressed: 1 << 20,
-        };
-        let fetcher = Fetcher::new(Duration::from_secs(30), 4, caps, metrics(), &tls);
+        let fetcher = fetcher(1 << 20, 1 << 20);
         let endpoints = vec![endpoint(&good.url, "0", "a"), endpoint(&gone, "0", "b")];
         let fetched = fetcher.rules(endpoints, "/api/v1/rules");
         let merged = merge(fetched, &Cores::new(2), &options(), &metrics())

@@ -123,20 +123,12 @@ impl Labels {
         }
     }
 
-    /// Sets `name` to `value`, in place when `name` is there already with a value of that
-    /// length (such as the same value): what [`Labels::insert`] does, without handing back the
-    /// old value.
+    /// Sets `name` to `value`: [`Labels::insert`] without handing back the old value, and
+    /// nothing to write when `name` has that value already (an alert of a Thanos sidecar
+    /// carries its shard).
     pub fn set(&mut self, name: &str, value: &str) {
-        match self.position(name) {
-            Ok(i) if self.value(i).len() == value.len() => {
-                let (start, end) = (self.ends[2 * i] as usize, self.ends[2 * i + 1] as usize);
-                if &self.text[start..end] != value {
-                    self.text.replace_range(start..end, value);
-                }
-            }
-            _ => {
-                self.insert(name, value);
-            }
+        if self.get(name) != Some(value) {
+            self.insert(name, value);
         }
     }
 
