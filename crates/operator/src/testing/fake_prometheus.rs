@@ -230,16 +230,24 @@ impl FakePrometheus {
         Self::serve(reply, Some(TlsAcceptor::from(Arc::new(config)))).await
     }
 
-    /// An `http://` URL where nothing listens: a port bound, then released (a Prometheus that
-    /// went away).
+    /// An `http://` URL where nothing listens (a Prometheus that went away): every connection
+    /// is refused, for as long as the test process runs.
     pub fn gone() -> String {
         format!("http://{}", Self::gone_address())
     }
 
-    /// The address of [`FakePrometheus::gone`].
+    /// The address of [`FakePrometheus::gone`]: a port held by a socket that is bound but never
+    /// listens, so connections to it are refused and no other listener of the process (another
+    /// test's server binding port 0) can be given it. The socket is kept open until the process
+    /// ends.
     pub fn gone_address() -> SocketAddr {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a local port");
-        listener.local_addr().expect("a bound address")
+        let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+        socket
+            .bind("127.0.0.1:0".parse().expect("an address"))
+            .expect("a local port");
+        let addr = socket.local_addr().expect("a bound address");
+        std::mem::forget(socket);
+        addr
     }
 
     async fn serve(reply: Reply, tls: Option<TlsAcceptor>) -> Self {
