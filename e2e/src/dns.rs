@@ -3,7 +3,6 @@
 //! test gives it, with a TTL of one second. Killed on drop, its log printed if the test failed.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ pub struct Srv<'a> {
 pub struct Dnsmasq {
     /// Where it answers (UDP and TCP).
     pub address: SocketAddr,
-    log: PathBuf,
+    log: crate::process::LogFile,
     child: Child,
 }
 

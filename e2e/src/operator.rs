@@ -163,7 +163,7 @@ pub async fn install_crds(cluster: &Cluster) {
 /// process).
 pub struct Operator {
     /// Its stdout and stderr, in order.
-    pub log: PathBuf,
+    pub log: crate::process::LogFile,
     /// Its web server's port on 127.0.0.1.
     pub port: u16,
     child: Child,

@@ -14,7 +14,7 @@ use crate::wait_for;
 
 pub struct ControllerProcess {
     pub name: String,
-    pub log: PathBuf,
+    pub log: LogFile,
     child: Child,
     /// With `E2E_AS_SERVICE_ACCOUNT=1`: the ServiceAccount the process authenticates as (dropped
     /// after the process is killed).
@@ -24,9 +24,36 @@ pub struct ControllerProcess {
 /// Distinguishes the log files of several processes of one binary in one test run.
 static STARTED: AtomicUsize = AtomicUsize::new(0);
 
+/// A process's log file. It is removed when dropped, unless the thread is panicking: a failed
+/// test keeps the logs its error names, a passing run leaves nothing behind in the temp dir.
+#[derive(Debug)]
+pub struct LogFile(PathBuf);
+
+impl std::ops::Deref for LogFile {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for LogFile {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for LogFile {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
 /// A new log file for a process of `program`, and a second handle on it: its stdout and stderr,
 /// in order.
-pub(crate) fn log_file(program: &str) -> (PathBuf, Stdio, Stdio) {
+pub(crate) fn log_file(program: &str) -> (LogFile, Stdio, Stdio) {
     let log = std::env::temp_dir().join(format!(
         "e2e-{program}-{}-{}.log",
         std::process::id(),
@@ -34,7 +61,7 @@ pub(crate) fn log_file(program: &str) -> (PathBuf, Stdio, Stdio) {
     ));
     let out = std::fs::File::create(&log).expect("a log file");
     let err = out.try_clone().expect("a log file");
-    (log, Stdio::from(out), Stdio::from(err))
+    (LogFile(log), Stdio::from(out), Stdio::from(err))
 }
 
 /// The flags that keep a controller to one namespace: it watches `namespace` only, keeps its
@@ -342,7 +369,7 @@ pub async fn metric_sum(port: u16, metric: &str, label: Option<&str>) -> f64 {
 /// stderr, in order) in a file; killed on drop.
 pub struct Kubectl {
     child: Child,
-    log: PathBuf,
+    log: LogFile,
 }
 
 impl Kubectl {

@@ -297,7 +297,7 @@ pub struct PrometheusProcess {
     /// The name the test gave it (e.g. the shard), in messages.
     pub name: String,
     /// Its stdout and stderr, in order.
-    pub log: PathBuf,
+    pub log: crate::process::LogFile,
     /// Its config file and TSDB; removed on drop unless the test failed.
     pub dir: PathBuf,
     /// Its API's port on 127.0.0.1, free when it started.

@@ -60,7 +60,7 @@ pub fn binary() -> PathBuf {
 struct ThanosProcess {
     /// What it is in messages, e.g. `query`.
     name: String,
-    log: PathBuf,
+    log: crate::process::LogFile,
     child: Child,
 }
 
