@@ -241,12 +241,12 @@ image-multiarch: ## The image for linux/amd64 and linux/arm64: one OCI image ind
 check-arm64: ## The arm64 binaries run under qemu-user-static: --help, a rules-federator merge (not in CI)
 	ZONE_AWARE_REVISION='$(ZONE_AWARE_REVISION)' BINS='$(BINS)' bash mk/check-arm64.sh
 
-# The e2e tests' image: the same static build and image as `make image`, unoptimised (Cargo.toml's
-# e2e-image profile): about a quarter of a cold release build. `make release`'s image is checked
-# with E2E_INSTALL_YAML / E2E_HELM_CHART (docs/release.md). cluster-up imported the test images.
-# Built without the test builds' lints: a profile of its own, nothing to share with them.
-E2E_IMAGE_CMD = $(IMAGE_ENV) IMAGE_PROFILE=e2e-image \
-	env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS bash e2e/cluster/images.sh project-only
+# The e2e tests' image: `make image`'s image of the binaries `make e2e` has just built for its tests
+# (cargo's debug output, dynamically linked, the host's C runtime beside them: images.sh
+# e2e-image), not a second, static compile of every dependency. `make release`'s static image is
+# checked with E2E_INSTALL_YAML / E2E_HELM_CHART (docs/release.md). cluster-up imported the test
+# images.
+E2E_IMAGE_CMD = $(IMAGE_ENV) bash e2e/cluster/images.sh e2e-image
 # Thanos (its binary from its Go module, cached by version; its image in the nodes) for the
 # suites of E2E_THANOS_SUITES: built while the other suites run (the cluster starts without it).
 E2E_THANOS_CMD = bash e2e/cluster/build.sh thanos && bash e2e/cluster/images.sh thanos

@@ -22,7 +22,7 @@ DOCKER ?= docker
 # Field manager of everything deploy applies (server-side apply).
 DEPLOY_FIELD_MANAGER := zone-aware-deploy
 STATIC_TARGET ?= x86_64-unknown-linux-gnu
-# The cargo profile of `make image`'s binaries (`make e2e` sets e2e-image, see the Makefile).
+# The cargo profile of `make image`'s binaries (`make e2e` images its test build: see the Makefile).
 IMAGE_PROFILE ?= release
 
 DEPLOY_COMPONENTS := $(if $(filter 1 true yes,$(CERT_MANAGER)),config/certmanager) \

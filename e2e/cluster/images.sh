@@ -12,6 +12,7 @@
 #                                  controller binaries, non-root) and the test images, imported
 #                                  into the running nodes
 #   images.sh project-only         the project's image alone, imported into the running nodes
+#   images.sh e2e-image            the project's image alone, of the workspace's test build
 #                                  (make e2e: cluster-up imported the test images)
 #   images.sh import ZONE TAR...   import image tars into one node's containerd
 #   images.sh import-pinned TAR REF
@@ -26,8 +27,7 @@
 #
 # Env: BINS (the controller binaries, default: those of bins.txt), CARGO,
 # CARGO_TARGET_DIR, STATIC_TARGET and IMAGE_PROFILE (the single-platform image's Rust target and
-# cargo profile; `make e2e` builds with the unoptimised e2e-image profile, the multi-arch image is
-# always a release build).
+# cargo profile; the multi-arch image is always a release build).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 die() { echo "image: $*" >&2; exit 1; }
@@ -168,16 +168,47 @@ thanos_image() {
     echo "image: $THANOS_IMAGE imported into $imported real nodes"
 }
 
-project_image() { # [only]: without the test images
-    local bins=(${BINS:-${CONTROLLERS[*]}}) files=() bin tars=("$IMAGES/project.tar")
-    static_build "${bins[@]}"
-    for bin in "${bins[@]}"; do files+=(--file "$bin_dir/$bin:/$bin:755"); done
+# The files of the e2e image, appended to FILES: the controller binaries of the workspace's test
+# build (cargo's debug output, which `make e2e` has just built with the features and lints of
+# `make test`), not a static build of their own, which compiles every dependency a second time
+# (about ten CPU-minutes cold on these 2 cores, on the cold run's critical path). They are linked
+# dynamically: the C runtime they load (ldd's list: the host's glibc, libgcc_s, the loader) goes in
+# beside them at the paths ldd names, and their debug info is stripped. The release image stays
+# the static release build of `make image` and `make release`, which E2E_INSTALL_YAML and
+# E2E_HELM_CHART check on this cluster (docs/release.md).
+test_build_files() { # bins...
+    local dir="${CARGO_TARGET_DIR:-$TOP/target}/debug" out="$IMAGES/test-build" bin lib
+    local -A libs=()
+    rm -rf "$out" && mkdir -p "$out"
+    for bin in "$@"; do
+        [ -x "$dir/$bin" ] || die "$dir/$bin is missing: the e2e image takes the test build's binaries (cargo build --workspace --all-targets)"
+        objcopy --strip-debug "$dir/$bin" "$out/$bin" || die "stripping $dir/$bin failed"
+        FILES+=(--file "$out/$bin:/$bin:755")
+        # `name => /path (address)` and the loader's `/path (address)`; linux-vdso has no file.
+        while read -r lib; do libs["$lib"]=1; done < <(ldd "$dir/$bin" |
+            awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
+    done
+    [ "${#libs[@]}" -gt 0 ] || die "ldd found no shared library in the test build's binaries"
+    for lib in $(printf '%s\n' "${!libs[@]}" | sort); do
+        FILES+=(--file "$(readlink -f "$lib"):$lib:755")
+    done
+}
+
+project_image() { # [only | test-build]: without the test images; test-build: from the test build
+    local bins=(${BINS:-${CONTROLLERS[*]}}) bin tars=("$IMAGES/project.tar")
+    FILES=()
     mkdir -p "$IMAGES"
+    if [ "${1:-}" = test-build ]; then
+        test_build_files "${bins[@]}"
+    else
+        static_build "${bins[@]}"
+        for bin in "${bins[@]}"; do FILES+=(--file "$bin_dir/$bin:/$bin:755"); done
+    fi
     base_layer "$IMAGES"
     oci --name "$PROJECT_IMAGE" --out "$IMAGES/project.tar" "${BASE_LAYER[@]}" \
-        --entrypoint "/${bins[0]}" "${files[@]}"
+        --entrypoint "/${bins[0]}" "${FILES[@]}"
     local what="$PROJECT_IMAGE"
-    if [ "${1:-}" != only ]; then
+    if [ -z "${1:-}" ]; then
         test_images
         tars+=("${TEST_IMAGE_TARS[@]}")
         what+=" and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE, $ALERTMANAGER_IMAGE, $METRICS_SERVER_IMAGE, $CONFIG_RELOADER_IMAGE)"
@@ -247,10 +278,11 @@ case "${1:-}" in
 test-images) test_images ;;
 project) project_image ;;
 project-only) project_image only ;;
+e2e-image) project_image test-build ;;
 thanos) thanos_image ;;
 import) shift; import "$@" ;;
 import-pinned) shift; import_pinned "$@" ;;
 multiarch) shift; multiarch_image "$@" ;;
 static) static_arch "${2:-}" ;;
-*) echo "usage: $0 test-images|project|project-only|thanos|import ZONE TAR...|import-pinned TAR NAME:TAG@DIGEST|multiarch OUT.tar NAME|static ARCH" >&2; exit 2 ;;
+*) echo "usage: $0 test-images|project|project-only|e2e-image|thanos|import ZONE TAR...|import-pinned TAR NAME:TAG@DIGEST|multiarch OUT.tar NAME|static ARCH" >&2; exit 2 ;;
 esac
