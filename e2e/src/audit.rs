@@ -45,6 +45,9 @@ pub struct ObjectRef {
 pub struct ResponseStatus {
     #[serde(default)]
     pub code: u16,
+    /// Why a request failed (an admission webhook's denial, say).
+    #[serde(default)]
+    pub message: String,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -57,6 +60,13 @@ impl AuditEvent {
     /// The response's status code (0 when the log has none).
     pub fn code(&self) -> u16 {
         self.response_status.as_ref().map_or(0, |s| s.code)
+    }
+
+    /// The response's message (empty when the log has none).
+    pub fn message(&self) -> &str {
+        self.response_status
+            .as_ref()
+            .map_or("", |s| s.message.as_str())
     }
 
     /// Whether the request succeeded (2xx).

@@ -395,6 +395,24 @@ impl ServiceAccountIdentity {
     }
 }
 
+/// The user the API server sees for `client` (a SelfSubjectReview).
+pub async fn username(client: &kube::Client) -> String {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let reviews: kube::Api<SelfSubjectReview> = kube::Api::all(client.clone());
+    let review = reviews
+        .create(
+            &kube::api::PostParams::default(),
+            &SelfSubjectReview::default(),
+        )
+        .await
+        .expect("a SelfSubjectReview");
+    review
+        .status
+        .and_then(|status| status.user_info)
+        .and_then(|user| user.username)
+        .expect("the reviewed user's name")
+}
+
 /// A client authenticated as ServiceAccount `namespace/service_account`, with a token from the
 /// TokenRequest API: what a user holding that account's bindings can do, no more.
 pub async fn service_account_client(

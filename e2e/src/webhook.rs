@@ -152,11 +152,17 @@ impl EvictionWebhook {
     /// One zdb-controller for `ns` serving this webhook, self-signed (CA in [`TLS_SECRET`]),
     /// without leader election.
     pub fn controller(&self, ns: &TestNamespace) -> ControllerProcess {
+        self.controller_with(ns, &[])
+    }
+
+    /// [`EvictionWebhook::controller`] with `extra` flags.
+    pub fn controller_with(&self, ns: &TestNamespace, extra: &[String]) -> ControllerProcess {
         let listen = format!("127.0.0.1:{}", free_port());
         let webhook = format!("127.0.0.1:{}", self.port);
         let identity = format!("zdb-{}", self.port);
         let mut args = zdb_args(&identity, false, &ns.name, &listen, &webhook, &self.name);
         args.extend(self_signed_args(&ns.name));
+        args.extend(extra.iter().cloned());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         ControllerProcess::start("zdb-controller", &args, &[])
     }

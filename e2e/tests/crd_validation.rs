@@ -202,6 +202,38 @@ fn invalid_zdb_specs() -> Vec<Refusal> {
             "spec.maxUnavailable",
             "an integer from 0 to 2147483647 or a percentage",
         ),
+        refused(
+            zdb(
+                "zdb-both-limits",
+                json!({"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 1, "minAvailable": 2}),
+            ),
+            "spec.minAvailable",
+            "spec.minAvailable and spec.maxUnavailable are exclusive: set one",
+        ),
+        refused(
+            zdb(
+                "zdb-min-garbage",
+                json!({"selector": {"matchLabels": {"app": "web"}}, "minAvailable": "most"}),
+            ),
+            "spec.minAvailable",
+            "spec.minAvailable must be an integer from 0 to 2147483647 or a percentage",
+        ),
+        refused(
+            zdb(
+                "zdb-unhealthy-policy",
+                json!({"selector": {"matchLabels": {"app": "web"}}, "unhealthyPodEvictionPolicy": "Never"}),
+            ),
+            "spec.unhealthyPodEvictionPolicy",
+            "Unsupported value: \"Never\"",
+        ),
+        refused(
+            zdb(
+                "zdb-rollouts-when-frozen",
+                json!({"selector": {"matchLabels": {"app": "web"}}, "rolloutsWhenFrozen": "Sometimes"}),
+            ),
+            "spec.rolloutsWhenFrozen",
+            "Unsupported value: \"Sometimes\"",
+        ),
     ]
 }
 
@@ -448,6 +480,18 @@ fn valid_specs() -> Vec<Value> {
         zdb(
             "zdb-zero-string",
             json!({"selector": web.clone(), "maxUnavailable": "0"}),
+        ),
+        zdb(
+            "zdb-min-available",
+            json!({"selector": web.clone(), "minAvailable": "50%", "unhealthyPodEvictionPolicy": "IfHealthyBudget"}),
+        ),
+        zdb(
+            "zdb-always-allow",
+            json!({"selector": web.clone(), "minAvailable": 2, "unhealthyPodEvictionPolicy": "AlwaysAllow"}),
+        ),
+        zdb(
+            "zdb-rollouts-proceed",
+            json!({"selector": web.clone(), "maxUnavailable": 0, "rolloutsWhenFrozen": "Proceed"}),
         ),
         zdb("zdb-default", json!({"selector": web})),
         zdb(

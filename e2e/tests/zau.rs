@@ -29,6 +29,9 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus, ZoneDisruptionBudget};
 
+#[path = "zau/budgets.rs"]
+mod budgets;
+
 const SET: &str = "web";
 const ZAU: &str = "web";
 /// The alarm poll interval the tests run the controller with.

@@ -27,6 +27,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetStatus};
 
+#[path = "zdb/pdb_parity.rs"]
+mod pdb_parity;
+
 const SET: &str = "web";
 const ZDB: &str = "web";
 const TIMEOUT: Duration = Duration::from_secs(120);

@@ -138,6 +138,19 @@ pub struct Args {
     /// always read it fresh. 0 reads it fresh for every decision.
     #[arg(long, env = "DENIAL_CACHE_TTL", default_value = "250ms", value_parser = parse_duration, value_name = "DURATION")]
     pub denial_cache_ttl: Duration,
+
+    /// The user (as the API server authenticates it) whose evictions are the zau-controller's,
+    /// e.g. `system:serviceaccount:zone-aware-system:zau-controller`; repeatable. Its evictions
+    /// of pods that a ZoneAwareUpdate is rolling, in the zone it rolls, are not capped by the
+    /// zone's budget (every other zone stays undisrupted meanwhile). None by default: every
+    /// eviction is judged alike.
+    #[arg(
+        long = "rollout-user",
+        env = "ROLLOUT_USERS",
+        value_delimiter = ',',
+        value_name = "USER"
+    )]
+    pub rollout_users: Vec<String>,
 }
 
 #[cfg(test)]

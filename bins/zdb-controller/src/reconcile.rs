@@ -27,8 +27,9 @@ use zone_operator::status::{self, ReplaceError, StatusError, Update};
 use zone_operator::{
     Blocked, ControllerMetrics, EventPublisher, Invalid, NodeZones, PendingEvents,
 };
-use zone_topology::IntOrPercent;
-use zone_topology::budget::{self, BudgetInput, BudgetPod, DISRUPTION_TTL_MS, ZoneBudget};
+use zone_topology::budget::{
+    self, BudgetInput, BudgetPod, DISRUPTION_TTL_MS, Limit, Policy, ZoneBudget,
+};
 
 use crate::expected::{self, ApiLookup, LookupError};
 use crate::metrics::ZdbMetrics;
@@ -165,7 +166,7 @@ pub async fn reconcile(
 /// What observing found: a valid budget's pods.
 struct Observed {
     selected: Vec<Arc<Pod>>,
-    max_unavailable: IntOrPercent,
+    policy: Policy,
 }
 
 impl Context {
@@ -194,7 +195,7 @@ impl Context {
                     &BudgetView {
                         pods: &pods,
                         expected_total,
-                        max_unavailable: observed.max_unavailable,
+                        policy: observed.policy,
                         now_ms: Timestamp::now().as_millisecond(),
                     },
                     &mut draft,
@@ -234,7 +235,7 @@ impl Context {
         }
         Ok(Observed {
             selected,
-            max_unavailable: valid.max_unavailable,
+            policy: valid.policy,
         })
     }
 }
@@ -302,7 +303,7 @@ pub struct BudgetView<'a> {
     pub pods: &'a [BudgetPod],
     /// Pods the owners want (their replica counts).
     pub expected_total: u32,
-    pub max_unavailable: IntOrPercent,
+    pub policy: Policy,
     pub now_ms: i64,
 }
 
@@ -324,41 +325,49 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
         healthy_unnamed: &BTreeMap::new(),
         previous_expected: &previous_expected,
         disruptions: &records,
-        max_unavailable: view.max_unavailable,
+        policy: view.policy,
     });
     let disrupted_before = next.disrupted_zones.clone();
     view::apply(&budget, &records, next);
 
-    view::set_disrupted(next, view.max_unavailable);
+    view::set_disrupted(next, view.policy);
     let was_frozen = next.true_reason(condition::READY) == Some(reason::FROZEN);
+    let limit = view.policy.limit;
     if budget.frozen {
         next.set_condition(
             condition::READY,
             true,
             reason::FROZEN,
             format!(
-                "frozen: maxUnavailable {}, every eviction of the {} expected pod(s) is denied",
-                view.max_unavailable, view.expected_total
+                "frozen: {limit}, every eviction of the {} expected pod(s) is denied",
+                view.expected_total
             ),
         );
         if !was_frozen {
+            let field = match limit {
+                Limit::MaxUnavailable(_) => "maxUnavailable is raised",
+                Limit::MinAvailable(_) => "minAvailable is lowered",
+            };
             draft.events.normal(
                 reason::FROZEN,
                 "Reconcile",
                 format!(
-                    "maxUnavailable {}: the budget is frozen, every eviction of its running pods is denied until maxUnavailable is raised",
-                    view.max_unavailable
+                    "{limit}: the budget is frozen, every eviction of its running pods is denied until {field}"
                 ),
             );
         }
     } else {
+        let per_zone = match budget.max_unavailable() {
+            Some(max) => format!("maxUnavailable {max}"),
+            None => limit.to_string(),
+        };
         next.set_condition(
             condition::READY,
             true,
             reason::COMPUTED,
             format!(
-                "{} expected pod(s), maxUnavailable {} per zone",
-                view.expected_total, budget.max_unavailable
+                "{} expected pod(s), {per_zone} per zone",
+                view.expected_total
             ),
         );
     }
@@ -405,7 +414,7 @@ fn first_expiry(records: &[budget::Disruption], now_ms: i64) -> Action {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use zone_topology::Zone;
+    use zone_topology::{IntOrPercent, Zone};
 
     const NOW_MS: i64 = 1_800_000_000_000;
 
@@ -440,7 +449,7 @@ mod tests {
                 &BudgetView {
                     pods,
                     expected_total: 6,
-                    max_unavailable: IntOrPercent::Int(2),
+                    policy: Policy::max_unavailable(IntOrPercent::Int(2)),
                     now_ms: NOW_MS,
                 },
                 &mut draft,
@@ -463,7 +472,7 @@ mod tests {
                 "web-0",
                 &Zone::known("a"),
                 view::time_of_ms(NOW_MS),
-                IntOrPercent::Int(2),
+                Policy::max_unavailable(IntOrPercent::Int(2)),
             );
             let condition = |s: &ZoneDisruptionBudgetStatus| {
                 s.condition(condition::DISRUPTED)
@@ -574,7 +583,7 @@ mod tests {
                 &BudgetView {
                     pods,
                     expected_total: expected,
-                    max_unavailable: IntOrPercent::Int(1),
+                    policy: Policy::max_unavailable(IntOrPercent::Int(1)),
                     now_ms: NOW_MS,
                 },
                 &mut draft,
@@ -623,7 +632,7 @@ mod tests {
             let view = BudgetView {
                 pods: &pods,
                 expected_total: 2,
-                max_unavailable: zero,
+                policy: Policy::max_unavailable(zero),
                 now_ms: NOW_MS,
             };
             let mut draft = Draft::default();
@@ -662,7 +671,7 @@ mod tests {
             };
             compute(
                 &BudgetView {
-                    max_unavailable: IntOrPercent::Int(1),
+                    policy: Policy::max_unavailable(IntOrPercent::Int(1)),
                     ..view
                 },
                 &mut thawed,
@@ -673,6 +682,78 @@ mod tests {
             );
             assert_eq!(thawed.status.disruptions_allowed.get("a"), Some(&1));
         }
+    }
+
+    /// minAvailable: per zone, the healthy pods it keeps (a percentage of the zone's pods) and
+    /// the ones above it allowed; 100% is a freeze, said as such.
+    #[test]
+    fn min_available_is_computed_per_zone_and_100_percent_freezes() {
+        let pods: Vec<BudgetPod> = vec![
+            pod("web-0", "a", true),
+            pod("web-1", "a", true),
+            pod("web-2", "a", true),
+            pod("web-3", "b", true),
+        ];
+        let view = BudgetView {
+            pods: &pods,
+            expected_total: 4,
+            policy: Policy::min_available(IntOrPercent::Percent(50)),
+            now_ms: NOW_MS,
+        };
+        let mut draft = Draft::default();
+        compute(&view, &mut draft);
+        let status = &draft.status;
+        assert_eq!(status.true_reason(condition::READY), Some(reason::COMPUTED));
+        let ready = status.condition(condition::READY).unwrap();
+        assert_eq!(
+            ready.message,
+            "4 expected pod(s), minAvailable 50% per zone"
+        );
+        // zone a: 2 of 3 kept, 1 may go; zone b: its 1 pod kept.
+        assert_eq!(
+            (
+                status.desired_healthy.get("a"),
+                status.desired_healthy.get("b")
+            ),
+            (Some(&2), Some(&1))
+        );
+        assert_eq!(
+            (
+                status.disruptions_allowed.get("a"),
+                status.disruptions_allowed.get("b")
+            ),
+            (Some(&1), Some(&0))
+        );
+
+        let mut frozen = Draft::default();
+        compute(
+            &BudgetView {
+                policy: Policy::min_available(IntOrPercent::Percent(100)),
+                ..view
+            },
+            &mut frozen,
+        );
+        assert_eq!(
+            frozen.status.true_reason(condition::READY),
+            Some(reason::FROZEN)
+        );
+        let ready = frozen.status.condition(condition::READY).unwrap();
+        assert_eq!(
+            ready.message,
+            "frozen: minAvailable 100%, every eviction of the 4 expected pod(s) is denied"
+        );
+        let messages: Vec<_> = frozen
+            .events
+            .events()
+            .iter()
+            .map(|e| e.note.clone())
+            .collect();
+        assert_eq!(
+            messages,
+            [
+                "minAvailable 100%: the budget is frozen, every eviction of its running pods is denied until minAvailable is lowered"
+            ]
+        );
     }
 
     #[test]

@@ -246,7 +246,7 @@ async fn a_burst_on_one_budget_is_decided_together_without_conflicts() {
 
     use crate::reconcile::{BudgetView, Draft, compute};
     use zone_topology::IntOrPercent;
-    use zone_topology::budget::BudgetPod;
+    use zone_topology::budget::{BudgetPod, Policy};
 
     const PODS: u32 = 5;
     let an_hour_ago = stored_time(Timestamp::now() - std::time::Duration::from_secs(3600));
@@ -263,7 +263,7 @@ async fn a_burst_on_one_budget_is_decided_together_without_conflicts() {
         &BudgetView {
             pods: &pods,
             expected_total: PODS,
-            max_unavailable: IntOrPercent::Int(1),
+            policy: Policy::max_unavailable(IntOrPercent::Int(1)),
             now_ms: Timestamp::now().as_millisecond(),
         },
         &mut draft,
@@ -355,6 +355,7 @@ fn burst_judge(
         guesses: Default::default(),
         recent: Default::default(),
         denial_ttl: Duration::from_millis(250),
+        rollout_users: Vec::new(),
         queues: Arc::default(),
         in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
         api_requests: Arc::new(tokio::sync::Semaphore::new(MAX_API_REQUESTS)),
@@ -376,6 +377,7 @@ async fn judge_at_once(
                     namespace: NAMESPACE.into(),
                     pod: format!("web-{ordinal}"),
                     dry_run: false,
+                    user: String::new(),
                 };
                 judge.judge(&eviction).await
             })

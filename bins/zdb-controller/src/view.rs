@@ -15,9 +15,9 @@ use k8s_openapi::jiff::Timestamp;
 use zone_api::ZoneDisruptionBudgetStatus;
 use zone_api::conditions::Conditions;
 use zone_api::zdb::{condition, reason};
-use zone_topology::budget::{self, Budget, BudgetInput, BudgetPod, Disruption};
+use zone_topology::Zone;
+use zone_topology::budget::{self, Budget, BudgetInput, BudgetPod, Disruption, Policy};
 use zone_topology::zone::UNKNOWN_ZONE;
-use zone_topology::{IntOrPercent, Zone};
 
 pub fn time_of_ms(at_ms: i64) -> Time {
     Time(Timestamp::from_millisecond(at_ms).unwrap_or(Timestamp::UNIX_EPOCH))
@@ -160,7 +160,7 @@ pub fn apply(budget: &Budget, records: &[Disruption], status: &mut ZoneDisruptio
 
 /// Rebuilds the budget from the status alone (see the module comment): per zone, `currentHealthy`
 /// healthy pods, the recorded pods by name, and the rest of `expectedPods` unhealthy.
-pub fn from_status(status: &ZoneDisruptionBudgetStatus, max_unavailable: IntOrPercent) -> Budget {
+pub fn from_status(status: &ZoneDisruptionBudgetStatus, policy: Policy) -> Budget {
     let records = records(status);
     let previous = previous_expected(status);
     // Healthy pods are known by number only; recorded ones by name.
@@ -187,7 +187,7 @@ pub fn from_status(status: &ZoneDisruptionBudgetStatus, max_unavailable: IntOrPe
         healthy_unnamed: &healthy_unnamed,
         previous_expected: &previous,
         disruptions: &records,
-        max_unavailable,
+        policy,
     })
 }
 
@@ -224,8 +224,8 @@ pub fn blocking(budget: &budget::ZoneBudget) -> String {
 /// unavailable or missing". Both writers set it this way (the controller after each computation,
 /// the webhook with each record), so a record written by the webhook is already what the
 /// controller would write: it does not cost a second write of the status.
-pub fn set_disrupted(status: &mut ZoneDisruptionBudgetStatus, max_unavailable: IntOrPercent) {
-    let description = unavailable_zones(&from_status(status, max_unavailable), blocking);
+pub fn set_disrupted(status: &mut ZoneDisruptionBudgetStatus, policy: Policy) {
+    let description = unavailable_zones(&from_status(status, policy), blocking);
     if description.is_empty() {
         status.set_condition(condition::DISRUPTED, false, reason::NOT_DISRUPTED, "");
     } else {
@@ -245,7 +245,7 @@ pub fn record(
     pod: &str,
     zone: &Zone,
     at: Time,
-    max_unavailable: IntOrPercent,
+    policy: Policy,
 ) {
     let key = zone_key(zone);
     status.disrupted_pods.insert(pod.to_string(), at);
@@ -255,16 +255,17 @@ pub fn record(
     if let Some(healthy) = status.current_healthy.get_mut(&key) {
         *healthy = (*healthy - 1).max(0);
     }
-    let budget = from_status(status, max_unavailable);
+    let budget = from_status(status, policy);
     let records = records(status);
     apply(&budget, &records, status);
-    set_disrupted(status, max_unavailable);
+    set_disrupted(status, policy);
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use zone_topology::IntOrPercent;
     use zone_topology::budget::{Decision, EvictedPod, PodCondition};
 
     fn healthy_pods(per_zone: &[(&str, u32)]) -> Vec<BudgetPod> {
@@ -289,7 +290,7 @@ mod tests {
             healthy_unnamed: &BTreeMap::new(),
             previous_expected: &BTreeMap::new(),
             disruptions: records,
-            max_unavailable: IntOrPercent::Int(2),
+            policy: Policy::max_unavailable(IntOrPercent::Int(2)),
         });
         let mut status = ZoneDisruptionBudgetStatus::default();
         apply(&budget, records, &mut status);
@@ -302,6 +303,7 @@ mod tests {
             zone: Zone::known(zone),
             condition: PodCondition::Healthy,
             created_ms: 0,
+            rollout: false,
         })
     }
 
@@ -310,7 +312,7 @@ mod tests {
         let pods = healthy_pods(&[("zone-a", 3), ("zone-b", 3), ("zone-c", 3)]);
         let status = controller_status(&pods, &[]);
         assert_eq!(status.disruptions_allowed["zone-a"], 2);
-        let rebuilt = from_status(&status, IntOrPercent::Int(2));
+        let rebuilt = from_status(&status, Policy::max_unavailable(IntOrPercent::Int(2)));
         assert_eq!(rebuilt.zones[&Zone::known("zone-a")].disruptions_allowed, 2);
         assert_eq!(rebuilt.zones[&Zone::known("zone-a")].expected, 3);
     }
@@ -319,7 +321,7 @@ mod tests {
     fn records_are_counted_once_whoever_computed_them() {
         let pods = healthy_pods(&[("zone-a", 3), ("zone-b", 3), ("zone-c", 3)]);
         let mut status = controller_status(&pods, &[]);
-        let max = IntOrPercent::Int(2);
+        let max = Policy::max_unavailable(IntOrPercent::Int(2));
 
         // The webhook records two evictions in zone-a; the third is denied.
         record(
@@ -386,7 +388,7 @@ mod tests {
             healthy_unnamed: &BTreeMap::new(),
             previous_expected: &remembered,
             disruptions: &[],
-            max_unavailable: IntOrPercent::Int(1),
+            policy: Policy::max_unavailable(IntOrPercent::Int(1)),
         });
         let mut next = status.clone();
         apply(&budget, &[], &mut next);
@@ -419,7 +421,7 @@ mod tests {
             healthy_unnamed: &BTreeMap::new(),
             previous_expected,
             disruptions: &records,
-            max_unavailable: IntOrPercent::Int(1),
+            policy: Policy::max_unavailable(IntOrPercent::Int(1)),
         });
         let mut status = ZoneDisruptionBudgetStatus::default();
         apply(&budget, &records, &mut status);
@@ -438,7 +440,7 @@ mod tests {
         let status = reconciled(&pods, 6, vec![stale.clone()]);
         assert!(status.disrupted_pods.is_empty(), "{status:?}");
         // The webhook's view of that status lets zone-b go.
-        let max = IntOrPercent::Int(1);
+        let max = Policy::max_unavailable(IntOrPercent::Int(1));
         assert!(matches!(
             evict(&from_status(&status, max), "zone-b-0", "zone-b"),
             Decision::Allow { record: true, .. }
@@ -459,7 +461,7 @@ mod tests {
             [(Zone::known("zone-a"), 1), (Zone::known("zone-b"), 3)].into();
         let status = reconciled_with(&pods, 3, vec![record], &previous);
         assert_eq!(status.disrupted_pods.len(), 1, "{status:?}");
-        let max = IntOrPercent::Int(1);
+        let max = Policy::max_unavailable(IntOrPercent::Int(1));
         assert!(matches!(
             evict(&from_status(&status, max), "zone-b-0", "zone-b"),
             Decision::Deny(_)
@@ -476,7 +478,7 @@ mod tests {
             zone: Zone::known("zone-a"),
             at_ms: 1000,
         };
-        let max = IntOrPercent::Int(1);
+        let max = Policy::max_unavailable(IntOrPercent::Int(1));
         let previous: BTreeMap<Zone, u32> =
             [(Zone::known("zone-a"), 3), (Zone::known("zone-b"), 3)].into();
         let reconciled = |pods: &[BudgetPod], record: Disruption| {
@@ -562,7 +564,7 @@ mod tests {
         assert_eq!(status.disrupted_pod_zones["zone-a-0"], "zone-a");
         assert_eq!(status.disrupted_zones, ["zone-a"]);
         // The webhook sees the same: zone-a is the disrupted zone, not "unknown".
-        let rebuilt = from_status(&status, IntOrPercent::Int(1));
+        let rebuilt = from_status(&status, Policy::max_unavailable(IntOrPercent::Int(1)));
         let zones: Vec<String> = rebuilt
             .disrupted_zones()
             .into_iter()

@@ -37,7 +37,7 @@ pub mod reason {
 }
 
 /// Allows evictions of the selected pods only in one zone at a time, at most `maxUnavailable`
-/// unavailable pods in that zone.
+/// unavailable pods (or at least `minAvailable` available ones) in that zone.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(
     group = "zonecontrol.k8s.aws",
@@ -49,12 +49,14 @@ pub mod reason {
     namespaced,
     status = "ZoneDisruptionBudgetStatus",
     printcolumn = r#"{"name":"MaxUnavailable","type":"string","jsonPath":".spec.maxUnavailable"}"#,
+    printcolumn = r#"{"name":"MinAvailable","type":"string","jsonPath":".spec.minAvailable"}"#,
     printcolumn = r#"{"name":"Disrupted","type":"string","jsonPath":".status.disruptedZones"}"#,
     printcolumn = r#"{"name":"DryRun","type":"boolean","jsonPath":".spec.dryRun"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = crate::validation::zdb::cel::selector_not_empty())]
+#[x_kube(validation = crate::validation::zdb::cel::one_limit())]
 pub struct ZoneDisruptionBudgetSpec {
     /// Label query over the pods the budget protects (required, not empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -62,14 +64,50 @@ pub struct ZoneDisruptionBudgetSpec {
     pub selector: Option<LabelSelector>,
 
     /// Max unavailable pods per zone, as a number or a percentage of all expected pods (rounded
-    /// up). 0 or 0% freezes the workload: no running pod it selects may be evicted. Default 1.
+    /// up). 0 or 0% freezes the workload: no running pod it selects may be evicted. Default 1
+    /// (when minAvailable is not set either).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = crate::validation::cel::max_unavailable_form())]
     pub max_unavailable: Option<IntOrString>,
 
+    /// Min available pods per zone, as a number or a percentage of the zone's expected pods
+    /// (rounded up): in each zone, a PodDisruptionBudget's minAvailable over that zone's pods.
+    /// Exclusive with maxUnavailable. 100% freezes the workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::validation::cel::min_available_form())]
+    pub min_available: Option<IntOrString>,
+
+    /// When a running pod that is not Ready may be evicted, as a PodDisruptionBudget's field:
+    /// IfHealthyBudget (only while its zone has the healthy pods the budget asks for) or
+    /// AlwaysAllow (always, frozen budget or not). Unset: always, but while the budget is
+    /// frozen. Pending, Succeeded and Failed pods may always be evicted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unhealthy_pod_eviction_policy: Option<UnhealthyPodEvictionPolicy>,
+
+    /// Whether a freeze (maxUnavailable 0, minAvailable 100%) holds the evictions a
+    /// ZoneAwareUpdate rollout of these pods makes in the zone it rolls: Hold (the default: a
+    /// freeze is a freeze, the rollout waits and says why) or Proceed (the rollout's own
+    /// evictions go on; every other eviction is still refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollouts_when_frozen: Option<RolloutsWhenFrozen>,
+
     /// Shadow mode: never deny, but count and report what would have been denied.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+}
+
+/// PodDisruptionBudget's `unhealthyPodEvictionPolicy` values.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum UnhealthyPodEvictionPolicy {
+    IfHealthyBudget,
+    AlwaysAllow,
+}
+
+/// Hold or Proceed (see `rolloutsWhenFrozen`).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RolloutsWhenFrozen {
+    Hold,
+    Proceed,
 }
 
 /// A `LabelSelector` whose `matchExpressions` items carry the rules of their operator and values

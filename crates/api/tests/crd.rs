@@ -67,7 +67,13 @@ fn printer_columns() {
     );
     assert_eq!(
         columns("zonedisruptionbudgets"),
-        ["MaxUnavailable", "Disrupted", "DryRun", "Age"]
+        [
+            "MaxUnavailable",
+            "MinAvailable",
+            "Disrupted",
+            "DryRun",
+            "Age"
+        ]
     );
     let sprom = crd("shardedprometheuses").spec.versions[0]
         .additional_printer_columns

@@ -52,9 +52,10 @@ fn placements() -> Vec<(&'static str, String, Vec<Value>)> {
             "alertGate",
             rules([zone_api::zau::alert_gate_one_target()]),
         ),
-        (ZDB, "", rules([selector_not_empty()])),
+        (ZDB, "", rules([selector_not_empty(), one_limit()])),
         // 0 is a valid budget (a freeze): no zero rule here.
         (ZDB, "maxUnavailable", rules([max_unavailable_form()])),
+        (ZDB, "minAvailable", rules([min_available_form()])),
         (
             ZDB,
             "selector/properties/matchExpressions/items",

@@ -4,7 +4,8 @@
 //! Semantics kept from the Go controller so migrating users see the same budget: a percentage
 //! `maxUnavailable` is of the *total* expected pods, rounded up, and applies to each zone. Fixed:
 //! missing pods count as unhealthy, so a zone whose replacement pod does not exist yet stays
-//! disrupted and no other zone gets budget meanwhile.
+//! disrupted and no other zone gets budget meanwhile. Added from PodDisruptionBudget:
+//! `minAvailable` (per zone) and `unhealthyPodEvictionPolicy` (see [`Policy`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -13,7 +14,7 @@ use crate::int_or_percent::IntOrPercent;
 use crate::zone::Zone;
 
 mod decision;
-pub use decision::{Decision, Denial, EvictedPod, PodCondition};
+pub use decision::{Decision, Denial, EvictedPod, PodCondition, ZoneLimit};
 
 /// How long an eviction the webhook allowed stays recorded. The API server may still refuse the
 /// eviction after the webhook allowed it (a PodDisruptionBudget, a conflict, another webhook), so
@@ -93,7 +94,91 @@ pub struct BudgetInput<'a> {
     pub previous_expected: &'a BTreeMap<Zone, u32>,
     /// Already pruned (see [`prune`]).
     pub disruptions: &'a [Disruption],
-    pub max_unavailable: IntOrPercent,
+    pub policy: Policy,
+}
+
+/// What a budget keeps in each zone: a PodDisruptionBudget's two forms, exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// At most this many unavailable pods per zone. A percentage is of *all* the expected pods,
+    /// rounded up, and applies to each zone: the Go controller's semantics, kept so migrating
+    /// users see the same budget.
+    MaxUnavailable(IntOrPercent),
+    /// At least this many available pods per zone. A percentage is of the zone's expected pods,
+    /// rounded up: in each zone, a PodDisruptionBudget's `minAvailable` over that zone's pods.
+    MinAvailable(IntOrPercent),
+}
+
+impl Limit {
+    /// No voluntary disruption of a running pod at all, told by the spec (`maxUnavailable` 0 or
+    /// 0%, `minAvailable` 100%), not by the resolved numbers: 10% of an empty budget resolves to
+    /// 0 too, and is no freeze.
+    pub fn is_freeze(self) -> bool {
+        match self {
+            Limit::MaxUnavailable(value) => value.is_zero(),
+            Limit::MinAvailable(value) => matches!(value, IntOrPercent::Percent(p) if p >= 100),
+        }
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Limit::MaxUnavailable(value) => write!(f, "maxUnavailable {value}"),
+            Limit::MinAvailable(value) => write!(f, "minAvailable {value}"),
+        }
+    }
+}
+
+/// When a running pod that is not Ready may be evicted: a PodDisruptionBudget's
+/// `unhealthyPodEvictionPolicy`. Pending, Succeeded and Failed pods may always be.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UnhealthyPods {
+    /// Unset: always, but while the budget is frozen (the behaviour before the field existed).
+    #[default]
+    Unset,
+    /// Only while its zone is within its budget (healthy >= desired healthy).
+    IfHealthyBudget,
+    /// Always, frozen budget or not.
+    AlwaysAllow,
+}
+
+/// Whether a frozen budget holds the evictions a ZoneAwareUpdate rollout makes in its zone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RolloutsWhenFrozen {
+    /// A freeze is a freeze: the rollout waits, as every other eviction does.
+    #[default]
+    Hold,
+    /// The rollout's own evictions go on; every other eviction is still refused.
+    Proceed,
+}
+
+/// A budget's spec as the math needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub limit: Limit,
+    pub unhealthy_pods: UnhealthyPods,
+    pub rollouts_when_frozen: RolloutsWhenFrozen,
+}
+
+impl Policy {
+    /// `maxUnavailable`, the unhealthy pod policy unset, rollouts held by a freeze.
+    pub fn max_unavailable(value: IntOrPercent) -> Policy {
+        Policy {
+            limit: Limit::MaxUnavailable(value),
+            unhealthy_pods: UnhealthyPods::Unset,
+            rollouts_when_frozen: RolloutsWhenFrozen::Hold,
+        }
+    }
+
+    /// `minAvailable`, the unhealthy pod policy unset, rollouts held by a freeze.
+    pub fn min_available(value: IntOrPercent) -> Policy {
+        Policy {
+            limit: Limit::MinAvailable(value),
+            unhealthy_pods: UnhealthyPods::Unset,
+            rollouts_when_frozen: RolloutsWhenFrozen::Hold,
+        }
+    }
 }
 
 /// One zone's numbers (the Go status fields) and what makes it disrupted.
@@ -112,10 +197,11 @@ pub struct ZoneBudget {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Budget {
-    pub max_unavailable: u32,
-    /// `maxUnavailable` is `0` or `0%`: no voluntary disruption of a running pod (see
-    /// [`Denial::Frozen`]). Told by the spec, not by the resolved number: `10%` of an empty
-    /// budget resolves to 0 too, and is no freeze.
+    pub policy: Policy,
+    /// `maxUnavailable` resolved against every expected pod (0 under `minAvailable`, which is
+    /// resolved per zone into each zone's `desired_healthy`).
+    max_unavailable: u32,
+    /// No voluntary disruption of a running pod (see [`Limit::is_freeze`], [`Denial::Frozen`]).
     pub frozen: bool,
     pub zones: BTreeMap<Zone, ZoneBudget>,
     disruptions: Vec<Disruption>,
@@ -126,14 +212,19 @@ pub fn compute(input: &BudgetInput<'_>) -> Budget {
     let (mut zones, observed, present) = count_present(input);
     let missing = input.expected_total.saturating_sub(present);
     place_missing(input, &mut zones, &observed, missing);
-    let max_unavailable = input.max_unavailable.resolve(input.expected_total);
-    settle(&mut zones, max_unavailable);
-    Budget {
+    let max_unavailable = match input.policy.limit {
+        Limit::MaxUnavailable(value) => value.resolve(input.expected_total),
+        Limit::MinAvailable(_) => 0,
+    };
+    let mut budget = Budget {
+        policy: input.policy,
         max_unavailable,
-        frozen: input.max_unavailable.is_zero(),
+        frozen: input.policy.limit.is_freeze(),
         zones,
         disruptions: input.disruptions.to_vec(),
-    }
+    };
+    budget.settle();
+    budget
 }
 
 /// The pods present per zone (every zone of the last computation, even if empty now), the names
@@ -214,25 +305,38 @@ fn place_missing(
     }
 }
 
-/// Each zone's totals, and what it allows: nothing while another zone is disrupted.
-fn settle(zones: &mut BTreeMap<Zone, ZoneBudget>, max_unavailable: u32) {
-    for budget in zones.values_mut() {
-        budget.expected += budget.missing;
-        budget.unhealthy = budget.expected.saturating_sub(budget.healthy);
-        budget.desired_healthy = budget.expected.saturating_sub(max_unavailable);
+impl Budget {
+    /// Each zone's totals, and what it allows: nothing while another zone is disrupted.
+    fn settle(&mut self) {
+        for budget in self.zones.values_mut() {
+            budget.expected += budget.missing;
+            budget.unhealthy = budget.expected.saturating_sub(budget.healthy);
+            budget.desired_healthy = match self.policy.limit {
+                Limit::MaxUnavailable(_) => budget.expected.saturating_sub(self.max_unavailable),
+                Limit::MinAvailable(value) => value.resolve(budget.expected),
+            };
+        }
+        let disrupted: Vec<Zone> = self.disrupted_zones().into_iter().cloned().collect();
+        let allowed: Vec<u32> = self.zones.values().map(|b| self.allowance(b)).collect();
+        for ((zone, budget), allowance) in self.zones.iter_mut().zip(allowed) {
+            let other_disrupted = disrupted.iter().any(|d| d != zone);
+            budget.disruptions_allowed = if other_disrupted { 0 } else { allowance };
+        }
     }
-    let disrupted: Vec<Zone> = zones
-        .iter()
-        .filter(|(_, b)| b.unhealthy > 0)
-        .map(|(z, _)| z.clone())
-        .collect();
-    for (zone, budget) in zones.iter_mut() {
-        let other_disrupted = disrupted.iter().any(|d| d != zone);
-        budget.disruptions_allowed = if other_disrupted {
-            0
-        } else {
-            max_unavailable.saturating_sub(budget.unhealthy)
-        };
+
+    /// The evictions `zone`'s own numbers allow, whatever the other zones: what `maxUnavailable`
+    /// leaves beside the zone's unavailable pods, or the zone's healthy pods above
+    /// `minAvailable`.
+    fn allowance(&self, zone: &ZoneBudget) -> u32 {
+        match self.policy.limit {
+            Limit::MaxUnavailable(_) => self.max_unavailable.saturating_sub(zone.unhealthy),
+            Limit::MinAvailable(_) => zone.healthy.saturating_sub(zone.desired_healthy),
+        }
+    }
+
+    /// `maxUnavailable` resolved against every expected pod; `None` under `minAvailable`.
+    pub fn max_unavailable(&self) -> Option<u32> {
+        matches!(self.policy.limit, Limit::MaxUnavailable(_)).then_some(self.max_unavailable)
     }
 }
 

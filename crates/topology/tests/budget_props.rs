@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use zone_topology::budget::{
-    BudgetInput, BudgetPod, Decision, Disruption, EvictedPod, PodCondition, compute,
+    BudgetInput, BudgetPod, Decision, Disruption, EvictedPod, PodCondition, Policy, compute,
 };
 use zone_topology::{IntOrPercent, Zone};
 
@@ -35,13 +35,14 @@ proptest! {
                 healthy_unnamed: &BTreeMap::new(),
                 previous_expected: &previous,
                 disruptions: &records,
-                max_unavailable: IntOrPercent::Int(i64::from(max_unavailable)),
+                policy: Policy::max_unavailable(IntOrPercent::Int(i64::from(max_unavailable))),
             });
             let decision = budget.decide(&EvictedPod {
                 name: &pod.name,
                 zone: pod.zone.clone(),
                 condition: PodCondition::Healthy,
                 created_ms: pod.created_ms,
+                rollout: false,
             });
             if let Decision::Allow { zone, record: true } = decision {
                 records.push(Disruption { pod: pod.name.clone(), zone, at_ms: 0 });

@@ -13,6 +13,9 @@ pub struct Eviction {
     pub pod: String,
     /// Nothing will be persisted: decide, record nothing.
     pub dry_run: bool,
+    /// Who asks for it, as the API server authenticated them (`userInfo.username`; empty when
+    /// it names nobody).
+    pub user: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +44,7 @@ pub fn parse(
             namespace: namespace.clone(),
             pod: request.name.clone(),
             dry_run: request.dry_run || options_dry_run(request.object.as_ref()),
+            user: request.user_info.username.clone().unwrap_or_default(),
         }),
         _ => None,
     };
@@ -131,7 +135,8 @@ mod tests {
             Some(Eviction {
                 namespace: "apps".into(),
                 pod: "web-3".into(),
-                dry_run: false
+                dry_run: false,
+                user: "admin".into(),
             })
         );
     }

@@ -28,6 +28,9 @@ pub struct Candidate {
     pub created_ms: i64,
     /// `kubectl drain --dry-run=server`: decided like a real eviction, recorded nowhere.
     pub dry_run: bool,
+    /// The ZoneAwareUpdate controller's eviction for the rollout in progress in the pod's zone
+    /// (see `EvictedPod::rollout`).
+    pub rollout: bool,
 }
 
 /// What one version of a budget says of one eviction.
@@ -143,12 +146,13 @@ pub fn assess(
             ),
         };
     }
-    let budget = view::from_status(status, valid.max_unavailable);
+    let budget = view::from_status(status, valid.policy);
     let decision = budget.decide(&EvictedPod {
         name: &candidate.pod,
         zone: candidate.zone.clone(),
         condition: candidate.condition,
         created_ms: candidate.created_ms,
+        rollout: candidate.rollout,
     });
     match decision {
         Decision::Allow { record: false, .. } => {
@@ -160,13 +164,7 @@ pub fn assess(
         }
         Decision::Allow { .. } if candidate.dry_run => Assessment::Allow(reason::DRY_RUN),
         Decision::Allow { zone, record: true } => {
-            view::record(
-                status,
-                &candidate.pod,
-                &zone,
-                at.clone(),
-                valid.max_unavailable,
-            );
+            view::record(status, &candidate.pod, &zone, at.clone(), valid.policy);
             Assessment::Record { zone }
         }
         Decision::Deny(denial) => Assessment::Refuse {
@@ -182,6 +180,7 @@ pub(super) mod tests {
     use super::*;
     use std::collections::BTreeSet;
     use zone_topology::IntOrPercent;
+    use zone_topology::budget::Policy;
 
     const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
     /// Pods per zone in the budgets below: more than a batch of the tests evicts in one zone.
@@ -235,6 +234,7 @@ pub(super) mod tests {
             condition: PodCondition::Healthy,
             created_ms: 500,
             dry_run: false,
+            rollout: false,
         }
     }
 
@@ -324,7 +324,10 @@ pub(super) mod tests {
                             );
                             // The written status agrees: one zone disrupted, within the limit.
                             if let Some(status) = &folded.status {
-                                let after = view::from_status(status, max_unavailable);
+                                let after = view::from_status(
+                                    status,
+                                    Policy::max_unavailable(max_unavailable),
+                                );
                                 let disrupted_after = after.disrupted_zones();
                                 assert_eq!(disrupted_after.len(), 1, "{case}");
                                 let unhealthy = after.zones[disrupted_after[0]].unhealthy;

@@ -301,6 +301,7 @@ mod tests {
             guesses: BudgetGuesses::default(),
             recent: RecentBudgets::default(),
             denial_ttl: Duration::from_millis(250),
+            rollout_users: Vec::new(),
             queues: Arc::new(BudgetQueues::default()),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
             api_requests: Arc::new(tokio::sync::Semaphore::new(MAX_API_REQUESTS)),

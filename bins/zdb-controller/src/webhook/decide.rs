@@ -6,12 +6,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
 use kube::{Api, Resource, ResourceExt};
-use zone_api::ZoneDisruptionBudget;
+use zone_api::{ZoneAwareUpdate, ZoneDisruptionBudget};
+use zone_topology::Zone;
 
 use super::admission::Eviction;
 use super::batch::{self, Assessment, Candidate};
 use super::judge::Judge;
+use super::rollout;
 use super::verdict::{Verdict, allowed, denied};
 use crate::metrics::reason;
 use crate::pods;
@@ -43,12 +46,15 @@ impl Judge {
         early: Option<Option<ZoneDisruptionBudget>>,
     ) -> Verdict {
         let started = Instant::now();
+        let zone = self.zones.zone_of(pod);
+        let rollout = self.is_rollout(eviction, pod, &zone).await;
         let candidate = Candidate {
             pod: eviction.pod.clone(),
-            zone: self.zones.zone_of(pod),
+            zone,
             condition: pods::condition(pod),
             created_ms: pods::created_ms(pod),
             dry_run: eviction.dry_run,
+            rollout,
         };
         let at = zone_api::conditions::now();
         if let Some(zdb) = recent {
@@ -80,6 +86,30 @@ impl Judge {
             .saturating_sub(started.elapsed() + DEADLINE_MARGIN);
         self.record_in_batch(eviction, name, candidate, zdb, time_left)
             .await
+    }
+
+    /// Whether the eviction is the zau-controller's, for the rollout in progress of the pod
+    /// (see [`rollout`](super::rollout)): asked by a `--rollout-user`, of a pod a
+    /// ZoneAwareUpdate of the namespace, read fresh, is rolling in `zone`. Anyone else's, or
+    /// when the updates cannot be read, it is judged as any eviction.
+    async fn is_rollout(&self, eviction: &Eviction, pod: &Pod, zone: &Zone) -> bool {
+        if !self.rollout_users.contains(&eviction.user) {
+            return false;
+        }
+        let api: Api<ZoneAwareUpdate> = Api::namespaced(self.client.clone(), &eviction.namespace);
+        match self.request(api.list(&ListParams::default())).await {
+            Ok(zaus) => {
+                let rolling = rollout::rolling(&zaus.items, pod, zone);
+                if let Some(zau) = rolling {
+                    tracing::debug!(namespace = %eviction.namespace, pod = %eviction.pod, zau, "an eviction of a rollout in progress");
+                }
+                rolling.is_some()
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, namespace = %eviction.namespace, "cannot list the ZoneAwareUpdates: the eviction is judged as anyone's");
+                false
+            }
+        }
     }
 
     /// The budget read fresh, or `early` when it was read alongside the pod; without its managed

@@ -78,6 +78,8 @@ pub struct Judge {
     /// Budgets read (or written) fresh a moment ago, for refusals within `denial_ttl`.
     pub recent: RecentBudgets,
     pub denial_ttl: Duration,
+    /// The users whose evictions are the zau-controller's (`--rollout-user`).
+    pub rollout_users: Vec<String>,
     /// The evictions of each budget waiting for its next status write in this replica.
     pub queues: Arc<BudgetQueues>,
     /// Permits for the decisions in flight ([`MAX_IN_FLIGHT`]).
@@ -299,6 +301,7 @@ mod tests {
             guesses: BudgetGuesses::default(),
             recent: RecentBudgets::default(),
             denial_ttl: Duration::from_millis(250),
+            rollout_users: Vec::new(),
             queues: Arc::default(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
             api_requests: Arc::new(tokio::sync::Semaphore::new(MAX_API_REQUESTS)),
@@ -309,6 +312,7 @@ mod tests {
                 namespace: "apps".into(),
                 pod: "web-0".into(),
                 dry_run: false,
+                user: String::new(),
             })
             .await;
         assert!(!verdict.allowed);
@@ -424,6 +428,7 @@ mod tests {
             guesses: BudgetGuesses::default(),
             recent: RecentBudgets::default(),
             denial_ttl: Duration::from_secs(60),
+            rollout_users: Vec::new(),
             queues: Arc::default(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
             api_requests: Arc::new(tokio::sync::Semaphore::new(MAX_API_REQUESTS)),
@@ -436,6 +441,7 @@ mod tests {
             namespace: "apps".into(),
             pod: "web-4".into(),
             dry_run: false,
+            user: String::new(),
         }
     }
 

@@ -17,6 +17,7 @@ pub mod judge;
 pub mod policy;
 pub mod queue;
 pub mod recent;
+pub mod rollout;
 pub mod verdict;
 
 use std::future::Future;
@@ -234,6 +235,7 @@ fn judge(parts: &RuntimeParts, args: &Args, caches: &Caches, metrics: ZdbMetrics
         guesses: guess::BudgetGuesses::default(),
         recent: recent::RecentBudgets::default(),
         denial_ttl: args.denial_cache_ttl,
+        rollout_users: args.rollout_users.clone(),
         queues,
         in_flight: Arc::new(tokio::sync::Semaphore::new(judge::MAX_IN_FLIGHT)),
         api_requests: Arc::new(tokio::sync::Semaphore::new(judge::MAX_API_REQUESTS)),

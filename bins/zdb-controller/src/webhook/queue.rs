@@ -294,6 +294,7 @@ pub mod tests {
             condition: PodCondition::Healthy,
             created_ms: 0,
             dry_run: false,
+            rollout: false,
         };
         let read = Arc::new(ZoneDisruptionBudget::new("web", Default::default()));
         Member::new(candidate, read, tokio::time::Instant::now() + due_in)

@@ -1,7 +1,7 @@
 //! The answer to one eviction, and the words of a denial: shared by the judge, the batches and
 //! the queues of a budget's evictions.
 
-use zone_topology::budget::Denial;
+use zone_topology::budget::{Denial, Limit};
 
 use crate::metrics::reason;
 use crate::view;
@@ -45,15 +45,17 @@ pub fn denial_message(budget: &str, pod: &str, denial: &Denial) -> String {
         ),
         Denial::ZoneBudgetExhausted {
             zone,
-            max_unavailable,
+            limit,
             blocking: b,
-        } => format!(
-            "zone {zone} already has {} of maxUnavailable {max_unavailable} pod(s) unavailable ({})",
-            b.unhealthy,
-            view::blocking(b)
-        ),
-        Denial::Frozen { .. } => {
-            "the budget is frozen (maxUnavailable 0): no voluntary eviction of its pods is allowed until maxUnavailable is raised".to_string()
+        } => format!("zone {zone} {} ({})", limit.exhausted(b), view::blocking(b)),
+        Denial::Frozen { limit, .. } => {
+            let field = match limit {
+                Limit::MaxUnavailable(_) => "maxUnavailable is raised",
+                Limit::MinAvailable(_) => "minAvailable is lowered",
+            };
+            format!(
+                "the budget is frozen ({limit}): no voluntary eviction of its pods is allowed until {field}"
+            )
         }
     };
     format!("cannot evict pod {pod}: ZoneDisruptionBudget {budget}: {why}")
@@ -70,7 +72,8 @@ pub(super) fn denial_reason(denial: &Denial) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zone_topology::Zone;
+    use zone_topology::budget::ZoneLimit;
+    use zone_topology::{IntOrPercent, Zone};
 
     #[test]
     fn denials_name_the_zone_and_the_blocking_pods() {
@@ -99,16 +102,30 @@ mod tests {
             "web-6",
             &Denial::ZoneBudgetExhausted {
                 zone: Zone::known("zone-a"),
-                max_unavailable: 2,
-                blocking,
+                limit: ZoneLimit::MaxUnavailable(2),
+                blocking: blocking.clone(),
             },
         );
         assert!(
             message.contains("zone zone-a already has 3 of maxUnavailable 2"),
             "{message}"
         );
+        let message = denial_message(
+            "web",
+            "web-6",
+            &Denial::ZoneBudgetExhausted {
+                zone: Zone::known("zone-a"),
+                limit: ZoneLimit::MinAvailable(3),
+                blocking,
+            },
+        );
+        assert!(
+            message.contains("zone zone-a has 0 healthy pod(s), minAvailable 3 (web-0, web-3"),
+            "{message}"
+        );
         let frozen = Denial::Frozen {
             zone: Zone::known("zone-a"),
+            limit: Limit::MaxUnavailable(IntOrPercent::Int(0)),
         };
         assert_eq!(
             denial_message("web", "web-6", &frozen),

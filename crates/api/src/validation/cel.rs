@@ -5,15 +5,25 @@ use kube::core::{Message, Reason, Rule};
 
 use crate::schema::INT_OR_PERCENT;
 
+/// On `spec.maxUnavailable` (both kinds).
+pub fn max_unavailable_form() -> Rule {
+    int_or_percent_form("spec.maxUnavailable", "25%")
+}
+
+/// On a ZoneDisruptionBudget's `spec.minAvailable`.
+pub fn min_available_form() -> Rule {
+    int_or_percent_form("spec.minAvailable", "50%")
+}
+
 /// An int-or-string field holding an integer or a percentage. The upper bound is the Kubernetes
 /// `IntOrString`'s: a larger integer would make the stored object unreadable to the controllers.
-pub fn max_unavailable_form() -> Rule {
+fn int_or_percent_form(field: &str, example: &str) -> Rule {
     Rule::new(format!(
         "type(self) == int ? self >= 0 && self <= {max} : self.trim().matches('{INT_OR_PERCENT}')",
         max = i32::MAX
     ))
     .message(Message::Message(format!(
-        "spec.maxUnavailable must be an integer from 0 to {max} or a percentage like \"25%\"",
+        "{field} must be an integer from 0 to {max} or a percentage like \"{example}\"",
         max = i32::MAX
     )))
 }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::{Blocking, Budget, ZoneBudget};
+use super::{Blocking, Budget, Limit, RolloutsWhenFrozen, UnhealthyPods, ZoneBudget};
 use crate::zone::Zone;
 
 /// The state of the pod being evicted, read fresh by the caller.
@@ -25,6 +25,12 @@ pub struct EvictedPod<'a> {
     /// of that name (a StatefulSet's pods come back under the same name): it still counts in its
     /// zone until pruned, but does not make this pod's eviction a retry.
     pub created_ms: i64,
+    /// Asked by the ZoneAwareUpdate controller for the rollout in progress in the pod's zone, as
+    /// the webhook established it (the requesting user, and a rollout of the pod's StatefulSet
+    /// in that zone with the pod on an old revision). Not capped by the zone's limit, so the
+    /// rollout's batches are its own; still refused while another zone is disrupted (never two
+    /// zones), and held by a freeze unless the budget lets rollouts through one.
+    pub rollout: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,16 +51,45 @@ pub enum Denial {
         disrupted: Zone,
         blocking: ZoneBudget,
     },
-    /// This zone already has `maxUnavailable` pods unavailable.
+    /// This zone already has `maxUnavailable` pods unavailable, or no healthy pod above
+    /// `minAvailable` (or, for a pod that is not Ready under `IfHealthyBudget`, is below its
+    /// budget).
     ZoneBudgetExhausted {
         zone: Zone,
-        max_unavailable: u32,
+        limit: ZoneLimit,
         blocking: ZoneBudget,
     },
-    /// `maxUnavailable` is 0 (or 0%): the budget is frozen, no running pod may be evicted. How
-    /// teams stop voluntary disruption during an incident or a migration; a
-    /// PodDisruptionBudget, the Go controllers and rollout-operator read 0 the same way.
-    Frozen { zone: Zone },
+    /// `maxUnavailable` is 0 (or 0%), or `minAvailable` 100%: the budget is frozen, no running
+    /// pod may be evicted. How teams stop voluntary disruption during an incident or a
+    /// migration; a PodDisruptionBudget, the Go controllers and rollout-operator read 0 the same
+    /// way.
+    Frozen { zone: Zone, limit: Limit },
+}
+
+/// A zone's limit resolved to a number of pods, for messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZoneLimit {
+    MaxUnavailable(u32),
+    MinAvailable(u32),
+}
+
+impl ZoneLimit {
+    /// Why `blocking`'s zone allows no more: "already has 2 of maxUnavailable 2 pod(s)
+    /// unavailable", "has 3 healthy pod(s), minAvailable 3".
+    pub fn exhausted(self, blocking: &ZoneBudget) -> String {
+        match self {
+            ZoneLimit::MaxUnavailable(max) => format!(
+                "already has {} of maxUnavailable {max} pod(s) unavailable",
+                blocking.unhealthy
+            ),
+            ZoneLimit::MinAvailable(min) => {
+                format!(
+                    "has {} healthy pod(s), minAvailable {min}",
+                    blocking.healthy
+                )
+            }
+        }
+    }
 }
 
 impl Denial {
@@ -62,7 +97,7 @@ impl Denial {
         match self {
             Denial::OtherZoneDisrupted { zone, .. }
             | Denial::ZoneBudgetExhausted { zone, .. }
-            | Denial::Frozen { zone } => zone,
+            | Denial::Frozen { zone, .. } => zone,
         }
     }
 }
@@ -81,16 +116,17 @@ impl fmt::Display for Denial {
             ),
             Denial::ZoneBudgetExhausted {
                 zone,
-                max_unavailable,
+                limit,
                 blocking,
             } => write!(
                 f,
-                "zone {zone} already has {} of maxUnavailable {max_unavailable} pod(s) unavailable ({})",
-                blocking.unhealthy,
+                "zone {zone} {} ({})",
+                limit.exhausted(blocking),
                 Blocking(blocking)
             ),
-            Denial::Frozen { .. } => f.write_str(
-                "the budget is frozen (maxUnavailable 0): no voluntary eviction of its pods",
+            Denial::Frozen { limit, .. } => write!(
+                f,
+                "the budget is frozen ({limit}): no voluntary eviction of its pods"
             ),
         }
     }
@@ -104,24 +140,34 @@ impl Budget {
             (Zone::Unknown, Some(recorded)) => recorded.clone(),
             (zone, _) => zone.clone(),
         };
-        // A freeze holds every running pod, Ready or not (and before the retry rule: a budget
-        // frozen after an eviction was allowed refuses its retry). Pending, Succeeded and Failed
-        // pods run nothing; a PodDisruptionBudget lets their evictions through too.
-        if self.frozen
-            && matches!(
-                pod.condition,
-                PodCondition::Healthy | PodCondition::NotReady
-            )
-        {
-            return Decision::Deny(Denial::Frozen { zone });
+        match pod.condition {
+            // Pending, Succeeded and Failed pods run nothing; a PodDisruptionBudget lets their
+            // evictions through too.
+            PodCondition::Pending | PodCondition::Terminal => {
+                return Decision::Allow {
+                    zone,
+                    record: false,
+                };
+            }
+            // A rollout replaces a broken pod as any other.
+            PodCondition::NotReady if pod.rollout && !self.holds_rollouts() => {
+                return Decision::Allow {
+                    zone,
+                    record: false,
+                };
+            }
+            // Evicting a pod that is already down removes no availability; denying it would
+            // deadlock a drain on a crash-looping pod. Unless the policy says otherwise.
+            PodCondition::NotReady => return self.decide_not_ready(zone),
+            PodCondition::Healthy => {}
         }
-        // Evicting a pod that is already down removes no availability; denying it would deadlock
-        // a drain on a crash-looping pod.
-        if pod.condition != PodCondition::Healthy {
-            return Decision::Allow {
+        // A freeze holds every running pod (and before the retry rule: a budget frozen after an
+        // eviction was allowed refuses its retry), a rollout's too unless the budget says.
+        if self.frozen && (!pod.rollout || self.holds_rollouts()) {
+            return Decision::Deny(Denial::Frozen {
                 zone,
-                record: false,
-            };
+                limit: self.policy.limit,
+            });
         }
         // A retry of an allowed eviction (kubectl drain retries) is answered the same way; a
         // new pod under a recorded name is not a retry.
@@ -139,13 +185,54 @@ impl Budget {
             });
         }
         let budget = self.zone(&zone);
-        if budget.unhealthy + 1 > self.max_unavailable {
-            return Decision::Deny(Denial::ZoneBudgetExhausted {
-                zone,
-                max_unavailable: self.max_unavailable,
-                blocking: budget,
-            });
+        if self.allowance(&budget) == 0 && !pod.rollout {
+            return Decision::Deny(self.exhausted(zone, budget));
         }
         Decision::Allow { zone, record: true }
+    }
+
+    /// A freeze that holds rollouts too.
+    fn holds_rollouts(&self) -> bool {
+        self.frozen && self.policy.rollouts_when_frozen == RolloutsWhenFrozen::Hold
+    }
+
+    /// A running pod that is not Ready, by the unhealthy pod policy; never recorded (it removes
+    /// no availability). A freeze holds it unless the policy is `AlwaysAllow`. `IfHealthyBudget`
+    /// is the Eviction API's rule for a PodDisruptionBudget, over the pod's zone: the pod goes
+    /// while the zone has the healthy pods its limit asks for (`currentHealthy >=
+    /// desiredHealthy`, when some are asked for), or else as a healthy pod would (a disruption
+    /// allowed: `currentHealthy > desiredHealthy`).
+    fn decide_not_ready(&self, zone: Zone) -> Decision {
+        let policy = self.policy.unhealthy_pods;
+        if self.frozen && policy != UnhealthyPods::AlwaysAllow {
+            return Decision::Deny(Denial::Frozen {
+                zone,
+                limit: self.policy.limit,
+            });
+        }
+        if policy == UnhealthyPods::IfHealthyBudget {
+            let budget = self.zone(&zone);
+            let (healthy, desired) = (budget.healthy, budget.desired_healthy);
+            let within = desired > 0 && healthy >= desired;
+            if !within && healthy <= desired {
+                return Decision::Deny(self.exhausted(zone, budget));
+            }
+        }
+        Decision::Allow {
+            zone,
+            record: false,
+        }
+    }
+
+    fn exhausted(&self, zone: Zone, blocking: ZoneBudget) -> Denial {
+        let limit = match self.policy.limit {
+            Limit::MaxUnavailable(_) => ZoneLimit::MaxUnavailable(self.max_unavailable),
+            Limit::MinAvailable(_) => ZoneLimit::MinAvailable(blocking.desired_healthy),
+        };
+        Denial::ZoneBudgetExhausted {
+            zone,
+            limit,
+            blocking,
+        }
     }
 }

@@ -18,17 +18,21 @@ struct World {
     records: Vec<Disruption>,
     previous: BTreeMap<Zone, u32>,
     expected: u32,
-    max_unavailable: IntOrPercent,
+    policy: Policy,
 }
 
 impl World {
     fn new(max_unavailable: IntOrPercent) -> World {
+        World::with(Policy::max_unavailable(max_unavailable))
+    }
+
+    fn with(policy: Policy) -> World {
         World {
             pods: pods_3x3(),
             records: Vec::new(),
             previous: BTreeMap::new(),
             expected: 9,
-            max_unavailable,
+            policy,
         }
     }
 
@@ -40,7 +44,7 @@ impl World {
             healthy_unnamed: &BTreeMap::new(),
             previous_expected: &self.previous,
             disruptions: &self.records,
-            max_unavailable: self.max_unavailable,
+            policy: self.policy,
         });
         self.previous = budget
             .zones
@@ -62,6 +66,7 @@ impl World {
             zone,
             condition: PodCondition::Healthy,
             created_ms: 0,
+            rollout: false,
         });
         if let Decision::Allow { zone, record: true } = &decision {
             self.records.push(Disruption {
@@ -172,6 +177,7 @@ fn unready_pods_are_allowed_and_not_recorded() {
             zone: Zone::known("zone-b"),
             condition,
             created_ms: 0,
+            rollout: false,
         };
         assert_eq!(
             world.budget().decide(&pod),
@@ -224,13 +230,14 @@ fn a_new_pod_under_a_recorded_name_is_not_a_retry() {
             healthy_unnamed: &BTreeMap::new(),
             previous_expected: &BTreeMap::new(),
             disruptions: &records,
-            max_unavailable: IntOrPercent::Int(max_unavailable),
+            policy: Policy::max_unavailable(IntOrPercent::Int(max_unavailable)),
         })
         .decide(&EvictedPod {
             name: "web-0",
             zone: Zone::known("zone-a"),
             condition: PodCondition::Healthy,
             created_ms,
+            rollout: false,
         })
     };
     let zone_a = Zone::known("zone-a");
@@ -260,7 +267,7 @@ fn a_new_pod_under_a_recorded_name_is_not_a_retry() {
 fn percent_is_of_the_total_rounded_up_and_applies_per_zone() {
     let mut world = World::new(IntOrPercent::Percent(25));
     let budget = world.budget();
-    assert_eq!(budget.max_unavailable, 3);
+    assert_eq!(budget.max_unavailable(), Some(3));
     for zone_budget in budget.zones.values() {
         assert_eq!(zone_budget.disruptions_allowed, 3);
         assert_eq!(zone_budget.desired_healthy, 0);
@@ -396,7 +403,7 @@ fn healthy_pods_counted_by_number_are_healthy_named_pods() {
         healthy_unnamed: &BTreeMap::new(),
         previous_expected: &previous,
         disruptions: &records,
-        max_unavailable: IntOrPercent::Int(1),
+        policy: Policy::max_unavailable(IntOrPercent::Int(1)),
     });
     let by_number = compute(&BudgetInput {
         expected_total: 8,
@@ -404,7 +411,7 @@ fn healthy_pods_counted_by_number_are_healthy_named_pods() {
         healthy_unnamed: &counts,
         previous_expected: &previous,
         disruptions: &records,
-        max_unavailable: IntOrPercent::Int(1),
+        policy: Policy::max_unavailable(IntOrPercent::Int(1)),
     });
     assert_eq!(by_name, by_number);
     assert_eq!(by_number.zones[&Zone::known("zone-b")].missing, 1);
@@ -421,6 +428,7 @@ fn decide_in_3x3(max_unavailable: IntOrPercent, condition: PodCondition) -> Deci
         zone: Zone::known("zone-a"),
         condition,
         created_ms: 0,
+        rollout: false,
     })
 }
 
@@ -430,7 +438,7 @@ fn zero_and_zero_percent_freeze_every_running_pod() {
         let mut world = World::new(zero);
         let budget = world.budget();
         assert!(budget.frozen, "{zero}");
-        assert_eq!(budget.max_unavailable, 0);
+        assert_eq!(budget.max_unavailable(), Some(0));
         for zone_budget in budget.zones.values() {
             assert_eq!(
                 (zone_budget.desired_healthy, zone_budget.disruptions_allowed),
@@ -443,7 +451,8 @@ fn zero_and_zero_percent_freeze_every_running_pod() {
             assert_eq!(
                 decision,
                 Decision::Deny(Denial::Frozen {
-                    zone: Zone::known("zone-a")
+                    zone: Zone::known("zone-a"),
+                    limit: Limit::MaxUnavailable(zero),
                 }),
                 "{zero} {condition:?}"
             );
@@ -465,7 +474,7 @@ fn zero_and_zero_percent_freeze_every_running_pod() {
 fn a_freeze_refuses_the_retry_of_an_eviction_allowed_before_it() {
     let mut world = World::new(IntOrPercent::Int(1));
     assert!(allowed(&world.evict("web-0")));
-    world.max_unavailable = IntOrPercent::Int(0);
+    world.policy = Policy::max_unavailable(IntOrPercent::Int(0));
     let Decision::Deny(denial) = world.evict("web-0") else {
         panic!("the retry was allowed under a freeze")
     };
@@ -485,7 +494,7 @@ fn a_non_zero_budget_is_no_freeze() {
         healthy_unnamed: &BTreeMap::new(),
         previous_expected: &BTreeMap::new(),
         disruptions: &[],
-        max_unavailable: IntOrPercent::Percent(10),
+        policy: Policy::max_unavailable(IntOrPercent::Percent(10)),
     });
     assert!(!budget.frozen);
     for max_unavailable in [IntOrPercent::Int(1), IntOrPercent::Percent(10)] {
@@ -503,4 +512,249 @@ fn a_non_zero_budget_is_no_freeze() {
             PodCondition::NotReady
         )));
     }
+}
+
+/// minAvailable is per zone, a percentage of the zone's expected pods rounded up: in each zone,
+/// a PodDisruptionBudget over that zone's pods.
+#[test]
+fn min_available_keeps_that_many_healthy_pods_in_each_zone() {
+    for min in [IntOrPercent::Int(2), IntOrPercent::Percent(50)] {
+        let mut world = World::with(Policy::min_available(min));
+        let budget = world.budget();
+        assert!(!budget.frozen, "{min}");
+        assert_eq!(budget.max_unavailable(), None);
+        for zone_budget in budget.zones.values() {
+            assert_eq!(
+                (zone_budget.desired_healthy, zone_budget.disruptions_allowed),
+                (2, 1),
+                "{min}"
+            );
+        }
+        // web-0, web-3 and web-6 are zone-a's three pods.
+        assert!(allowed(&world.evict("web-0")), "{min}");
+        let Decision::Deny(denial) = world.evict("web-3") else {
+            panic!("{min}: a second eviction in zone-a was allowed")
+        };
+        assert_eq!(
+            denial.to_string(),
+            "zone zone-a has 2 healthy pod(s), minAvailable 2 (web-0 unavailable)",
+            "{min}"
+        );
+        // Another zone waits for zone-a, as under maxUnavailable.
+        assert!(matches!(
+            world.evict("web-1"),
+            Decision::Deny(Denial::OtherZoneDisrupted { .. })
+        ));
+    }
+    // More than a zone has: nothing may go, and that is no freeze.
+    let mut world = World::with(Policy::min_available(IntOrPercent::Int(4)));
+    let budget = world.budget();
+    assert!(!budget.frozen);
+    assert!(budget.zones.values().all(|b| b.disruptions_allowed == 0));
+    assert!(!allowed(&world.evict("web-0")));
+}
+
+#[test]
+fn min_available_of_all_pods_is_a_freeze() {
+    let all = Policy::min_available(IntOrPercent::Percent(100));
+    let budget = World::with(all).budget();
+    assert!(budget.frozen);
+    let Decision::Deny(denial) = World::with(all).evict("web-0") else {
+        panic!("an eviction under minAvailable 100% was allowed")
+    };
+    assert_eq!(
+        denial.to_string(),
+        "the budget is frozen (minAvailable 100%): no voluntary eviction of its pods"
+    );
+    assert!(
+        !World::with(Policy::min_available(IntOrPercent::Percent(99)))
+            .budget()
+            .frozen
+    );
+}
+
+/// The eviction of a running pod that is not Ready, in zone-a where `unready` of the three pods
+/// are not Ready, under `limit` and `policy`.
+fn decide_not_ready(limit: Limit, policy: UnhealthyPods, unready: usize) -> Decision {
+    let mut world = World::with(Policy {
+        limit,
+        unhealthy_pods: policy,
+        rollouts_when_frozen: RolloutsWhenFrozen::Hold,
+    });
+    // web-0, web-3 and web-6 are zone-a's.
+    for name in ["web-0", "web-3", "web-6"].into_iter().take(unready) {
+        if let Some(pod) = world.pods.iter_mut().find(|pod| pod.name == name) {
+            pod.healthy = false;
+        }
+    }
+    world.budget().decide(&EvictedPod {
+        name: "web-0",
+        zone: Zone::known("zone-a"),
+        condition: PodCondition::NotReady,
+        created_ms: 0,
+        rollout: false,
+    })
+}
+
+/// unhealthyPodEvictionPolicy as a PodDisruptionBudget reads it: IfHealthyBudget lets a pod that
+/// is not Ready go only while its zone has the healthy pods the budget asks for (healthy >=
+/// desired > 0, or a disruption allowed), AlwaysAllow always; unset, as before the field: always,
+/// but under a freeze.
+#[test]
+fn pods_that_are_not_ready_go_by_the_unhealthy_pod_policy() {
+    use UnhealthyPods::{AlwaysAllow, IfHealthyBudget, Unset};
+    let max_one = Limit::MaxUnavailable(IntOrPercent::Int(1));
+    let min_two = Limit::MinAvailable(IntOrPercent::Int(2));
+    let max_three = Limit::MaxUnavailable(IntOrPercent::Int(3));
+    let frozen = Limit::MaxUnavailable(IntOrPercent::Int(0));
+    // (limit, policy, pods of zone-a not Ready, allowed)
+    let table = [
+        // One not Ready: 2 healthy of 3, the zone within either budget.
+        (max_one, IfHealthyBudget, 1, true),
+        (min_two, IfHealthyBudget, 1, true),
+        // Two not Ready: 1 healthy, below both budgets.
+        (max_one, IfHealthyBudget, 2, false),
+        (min_two, IfHealthyBudget, 2, false),
+        (max_one, AlwaysAllow, 2, true),
+        (min_two, AlwaysAllow, 2, true),
+        (max_one, Unset, 2, true),
+        (min_two, Unset, 2, true),
+        // Nothing asked for (maxUnavailable 3 of 3 pods): a disruption must be allowed, as
+        // for a healthy pod, so some pod must be healthy.
+        (max_three, IfHealthyBudget, 2, true),
+        (max_three, IfHealthyBudget, 3, false),
+        (max_three, AlwaysAllow, 3, true),
+        // Frozen: only AlwaysAllow lets it go.
+        (frozen, IfHealthyBudget, 1, false),
+        (frozen, Unset, 1, false),
+        (frozen, AlwaysAllow, 1, true),
+    ];
+    for (limit, policy, unready, expected) in table {
+        let decision = decide_not_ready(limit, policy, unready);
+        assert_eq!(
+            allowed(&decision),
+            expected,
+            "{limit} {policy:?} with {unready} not Ready: {decision:?}"
+        );
+        if let Decision::Allow { record, .. } = decision {
+            assert!(!record, "a pod that is not Ready is never recorded");
+        }
+    }
+    assert_eq!(
+        decide_not_ready(min_two, IfHealthyBudget, 2),
+        Decision::Deny(Denial::ZoneBudgetExhausted {
+            zone: Zone::known("zone-a"),
+            limit: ZoneLimit::MinAvailable(2),
+            blocking: ZoneBudget {
+                expected: 3,
+                healthy: 1,
+                unhealthy: 2,
+                desired_healthy: 2,
+                disruptions_allowed: 0,
+                blocking_pods: vec!["web-0".into(), "web-3".into()],
+                missing: 0,
+            },
+        })
+    );
+}
+
+impl World {
+    /// As [`World::evict`], asked by the ZoneAwareUpdate controller for its rollout.
+    fn evict_for_rollout(&mut self, name: &str, condition: PodCondition) -> Decision {
+        let zone = self.pod(name).zone.clone();
+        let decision = self.budget().decide(&EvictedPod {
+            name,
+            zone,
+            condition,
+            created_ms: 0,
+            rollout: true,
+        });
+        if let Decision::Allow { zone, record: true } = &decision {
+            self.records.push(Disruption {
+                pod: name.into(),
+                zone: zone.clone(),
+                at_ms: NOW,
+            });
+        }
+        decision
+    }
+}
+
+/// A rollout's own evictions in its zone are not capped by the zone's limit, and are recorded,
+/// so every other zone stays undisrupted meanwhile; everyone else's evictions keep the limit.
+#[test]
+fn a_rollout_goes_past_the_zone_limit_and_holds_every_other_zone() {
+    let mut world = World::new(IntOrPercent::Int(1));
+    // web-0, web-3 and web-6 are zone-a's; web-1 is zone-b's.
+    for pod in ["web-0", "web-3"] {
+        assert_eq!(
+            world.evict_for_rollout(pod, PodCondition::Healthy),
+            Decision::Allow {
+                zone: Zone::known("zone-a"),
+                record: true
+            },
+            "{pod}"
+        );
+    }
+    assert!(matches!(
+        world.evict("web-6"),
+        Decision::Deny(Denial::ZoneBudgetExhausted { .. })
+    ));
+    assert!(matches!(
+        world.evict("web-1"),
+        Decision::Deny(Denial::OtherZoneDisrupted { .. })
+    ));
+    // Never two zones, rollout or not.
+    assert!(matches!(
+        world.evict_for_rollout("web-1", PodCondition::Healthy),
+        Decision::Deny(Denial::OtherZoneDisrupted { .. })
+    ));
+}
+
+/// A freeze holds a rollout by default; `Proceed` lets the rollout's evictions (and only
+/// those) through it, in one zone at a time.
+#[test]
+fn a_freeze_holds_rollouts_unless_the_budget_lets_them_proceed() {
+    let frozen = |rollouts_when_frozen| {
+        World::with(Policy {
+            rollouts_when_frozen,
+            ..Policy::max_unavailable(IntOrPercent::Int(0))
+        })
+    };
+    let mut hold = frozen(RolloutsWhenFrozen::Hold);
+    for condition in [PodCondition::Healthy, PodCondition::NotReady] {
+        assert!(
+            matches!(
+                hold.evict_for_rollout("web-0", condition),
+                Decision::Deny(Denial::Frozen { .. })
+            ),
+            "{condition:?}"
+        );
+    }
+
+    let mut proceed = frozen(RolloutsWhenFrozen::Proceed);
+    assert_eq!(
+        proceed.evict_for_rollout("web-3", PodCondition::NotReady),
+        Decision::Allow {
+            zone: Zone::known("zone-a"),
+            record: false
+        }
+    );
+    for pod in ["web-0", "web-6"] {
+        assert!(
+            matches!(
+                proceed.evict_for_rollout(pod, PodCondition::Healthy),
+                Decision::Allow { record: true, .. }
+            ),
+            "{pod}"
+        );
+    }
+    assert!(matches!(
+        proceed.evict("web-3"),
+        Decision::Deny(Denial::Frozen { .. })
+    ));
+    assert!(matches!(
+        proceed.evict_for_rollout("web-1", PodCondition::Healthy),
+        Decision::Deny(Denial::OtherZoneDisrupted { .. })
+    ));
 }

@@ -18,3 +18,14 @@ pub fn selector_not_empty() -> Rule {
     .field_path(".selector")
     .reason(Reason::FieldValueRequired)
 }
+
+/// The message of [`one_limit`], and of the ZoneDisruptionBudget's check.
+pub const ONE_LIMIT: &str = "spec.minAvailable and spec.maxUnavailable are exclusive: set one";
+
+/// minAvailable and maxUnavailable are exclusive, as in a PodDisruptionBudget.
+pub fn one_limit() -> Rule {
+    Rule::new("!(has(self.minAvailable) && has(self.maxUnavailable))")
+        .message(ONE_LIMIT)
+        .field_path(".minAvailable")
+        .reason(Reason::FieldValueForbidden)
+}

@@ -4,12 +4,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::*;
+use zone_topology::IntOrPercent;
 
 fn zdb(selector: Option<LabelSelector>) -> ZoneDisruptionBudgetSpec {
     ZoneDisruptionBudgetSpec {
         selector,
         max_unavailable: Some(IntOrString::String("10%".into())),
-        dry_run: false,
+        ..ZoneDisruptionBudgetSpec::default()
     }
 }
 
@@ -31,7 +32,10 @@ fn zdb_selectors() {
         match_expressions: None,
     };
     let valid = zdb(Some(labels)).validate().unwrap();
-    assert_eq!(valid.max_unavailable, IntOrPercent::Percent(10));
+    assert_eq!(
+        valid.policy,
+        Policy::max_unavailable(IntOrPercent::Percent(10))
+    );
     assert!(
         zdb(Some(expression("In", Some(vec!["web".into()]))))
             .validate()
@@ -75,7 +79,10 @@ fn zdb_max_unavailable_zero_is_valid() {
             max_unavailable: Some(zero),
             ..zdb(Some(labels.clone()))
         };
-        assert_eq!(spec.validate().unwrap().max_unavailable, expected);
+        assert_eq!(
+            spec.validate().unwrap().policy,
+            Policy::max_unavailable(expected)
+        );
     }
     let negative = ZoneDisruptionBudgetSpec {
         max_unavailable: Some(IntOrString::Int(-1)),
@@ -94,4 +101,88 @@ fn message_shared_with_the_crd_rule() {
         ZdbError::EmptySelector.to_string(),
         "spec.selector is missing or empty: it would select every pod of the namespace"
     );
+    assert_eq!(
+        ZdbError::BothLimits.to_string(),
+        "spec.minAvailable and spec.maxUnavailable are exclusive: set one"
+    );
+}
+
+fn web() -> Option<LabelSelector> {
+    Some(LabelSelector {
+        match_labels: Some(BTreeMap::from([("app".to_string(), "web".to_string())])),
+        match_expressions: None,
+    })
+}
+
+/// minAvailable or maxUnavailable (1 when neither), never both; the unhealthy pod policy as
+/// given, unset when not.
+#[test]
+fn zdb_limits_and_unhealthy_pod_policy() {
+    let spec = |min: Option<IntOrString>, max: Option<IntOrString>| ZoneDisruptionBudgetSpec {
+        selector: web(),
+        min_available: min,
+        max_unavailable: max,
+        ..ZoneDisruptionBudgetSpec::default()
+    };
+    let limit = |min, max| spec(min, max).validate().map(|v| v.policy.limit);
+    assert_eq!(
+        limit(None, None),
+        Ok(Limit::MaxUnavailable(IntOrPercent::Int(1)))
+    );
+    assert_eq!(
+        limit(Some(IntOrString::String("50%".into())), None),
+        Ok(Limit::MinAvailable(IntOrPercent::Percent(50)))
+    );
+    assert_eq!(
+        limit(Some(IntOrString::Int(2)), Some(IntOrString::Int(1))),
+        Err(ZdbError::BothLimits)
+    );
+    assert!(matches!(
+        limit(Some(IntOrString::String("half".into())), None),
+        Err(ZdbError::MinAvailable(_))
+    ));
+    assert!(matches!(
+        limit(Some(IntOrString::Int(-1)), None),
+        Err(ZdbError::MinAvailable(_))
+    ));
+
+    for (given, expected) in [
+        (None, UnhealthyPods::Unset),
+        (
+            Some(UnhealthyPodEvictionPolicy::IfHealthyBudget),
+            UnhealthyPods::IfHealthyBudget,
+        ),
+        (
+            Some(UnhealthyPodEvictionPolicy::AlwaysAllow),
+            UnhealthyPods::AlwaysAllow,
+        ),
+    ] {
+        let spec = ZoneDisruptionBudgetSpec {
+            selector: web(),
+            unhealthy_pod_eviction_policy: given,
+            ..ZoneDisruptionBudgetSpec::default()
+        };
+        assert_eq!(spec.validate().unwrap().policy.unhealthy_pods, expected);
+    }
+    for (given, expected) in [
+        (None, budget::RolloutsWhenFrozen::Hold),
+        (
+            Some(RolloutsWhenFrozen::Hold),
+            budget::RolloutsWhenFrozen::Hold,
+        ),
+        (
+            Some(RolloutsWhenFrozen::Proceed),
+            budget::RolloutsWhenFrozen::Proceed,
+        ),
+    ] {
+        let spec = ZoneDisruptionBudgetSpec {
+            selector: web(),
+            rollouts_when_frozen: given,
+            ..ZoneDisruptionBudgetSpec::default()
+        };
+        assert_eq!(
+            spec.validate().unwrap().policy.rollouts_when_frozen,
+            expected
+        );
+    }
 }
