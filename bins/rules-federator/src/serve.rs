@@ -427,6 +427,17 @@ mod tests {
         (code, String::from_utf8(body.to_vec()).unwrap())
     }
 
+    /// A free port of 127.0.0.1 for the binary to bind, below Linux's ephemeral range (from
+    /// 32768): the other tests' servers, binding port 0, are never given it between this check
+    /// and the binary's bind, as they could be a port taken from that range and released.
+    fn port_below_the_ephemeral_range() -> u16 {
+        let start = 20_000 + u16::try_from(std::process::id() % 5_000).unwrap();
+        (start..32_768)
+            .chain(20_000..start)
+            .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+            .unwrap()
+    }
+
     /// The whole binary but its `main`, with static endpoints and a kubeconfig that cannot be
     /// read: the API, `/healthz`, `/readyz` and `/metrics` on one port, no Kubernetes, and a
     /// graceful stop. The only test that starts the runtime (logging is set up once per process).
@@ -434,11 +445,7 @@ mod tests {
     async fn serves_its_api_health_and_metrics_on_one_port_without_kubernetes() {
         let backend = serving_rules(true).await;
         let endpoint = format!("{}#shard=0&replica=a", backend.url);
-        let grpc_port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let grpc_port = port_below_the_ephemeral_range();
         let grpc = format!("--grpc-listen-address=127.0.0.1:{grpc_port}");
         let args = args(&[
             "--endpoint",
