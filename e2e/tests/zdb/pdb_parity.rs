@@ -61,7 +61,6 @@ async fn min_available_and_the_unhealthy_pod_policy_decide_as_a_pod_disruption_b
     let port = free_port();
     let fixture = Fixture::new("zdb-pdb", 3, port).await;
     let node = TestNode::create(&fixture.ns, "zone-a").await;
-    let pdbs: Api<PodDisruptionBudget> = fixture.ns.api();
     for (name, _) in specs() {
         for set in [format!("z-{name}"), format!("p-{name}")] {
             let labels = json!({"app": set, "parity": "yes"});
@@ -72,6 +71,54 @@ async fn min_available_and_the_unhealthy_pod_policy_decide_as_a_pod_disruption_b
     pods::wait_all_available(&fixture.pods, "parity=yes", all, None, TIMEOUT).await;
     let _controller = fixture.controller(port, false);
     fixture.wait_ca_bundle().await;
+    let pdbs = create_budgets(&fixture).await;
+
+    let mut rows = Vec::new();
+    for unready in 0..PODS {
+        if unready > 0 {
+            // One more pod of each set not Ready: the one before the first Ready one.
+            for (name, _) in specs() {
+                for set in ["z", "p"] {
+                    let pod = format!("{set}-{name}-{}", unready - 1);
+                    pods::set_ready(&fixture.pods, &pod, false).await;
+                }
+            }
+        }
+        wait_counted(&fixture, &pdbs, PODS - unready).await;
+        rows.extend(evictions(&fixture, unready).await);
+    }
+
+    let table: Vec<String> = rows.iter().map(Row::to_string).collect();
+    println!("{}", table.join("\n"));
+    let differ: Vec<&Row> = rows.iter().filter(|r| r.zdb != r.pdb).collect();
+    assert!(differ.is_empty(), "answers differ: {differ:#?}");
+    // The table holds both answers for both kinds of pod, or it would compare nothing.
+    for pod in ["Ready", "not Ready"] {
+        for allowed in [true, false] {
+            assert!(
+                rows.iter()
+                    .any(|r| r.pod == pod && r.pdb.is_ok() == allowed),
+                "no {pod} pod {} in:\n{}",
+                if allowed { "allowed" } else { "refused" },
+                table.join("\n")
+            );
+        }
+    }
+}
+
+impl std::fmt::Display for Row {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:<17} {} not Ready, evict a {:<9} pod: ZoneDisruptionBudget {:?}, PodDisruptionBudget {:?}",
+            self.budget, self.unready, self.pod, self.zdb, self.pdb
+        )
+    }
+}
+
+/// Each spec's ZoneDisruptionBudget over `z-<name>` and PodDisruptionBudget over `p-<name>`.
+async fn create_budgets(fixture: &Fixture) -> Api<PodDisruptionBudget> {
+    let pdbs: Api<PodDisruptionBudget> = fixture.ns.api();
     for (name, spec) in specs() {
         let mut spec = spec;
         spec["selector"] = json!({"matchLabels": {"app": format!("z-{name}")}});
@@ -88,63 +135,32 @@ async fn min_available_and_the_unhealthy_pod_policy_decide_as_a_pod_disruption_b
         .unwrap();
         pdbs.create(&PostParams::default(), &pdb).await.unwrap();
     }
+    pdbs
+}
 
+/// With `unready` pods of each set not Ready (the first ones): for each spec, a dry-run
+/// eviction of the first Ready pod and of a pod that is not Ready, of both sets.
+async fn evictions(fixture: &Fixture, unready: i32) -> Vec<Row> {
+    let answer = |result: Result<(), (u16, String)>| result.map_err(|(code, _)| code);
     let mut rows = Vec::new();
-    for unready in 0..PODS {
+    for (name, _) in specs() {
+        let mut evicted = vec![("Ready", unready)];
         if unready > 0 {
-            // One more pod of each set not Ready: the one before the first Ready one.
-            for (name, _) in specs() {
-                for set in ["z", "p"] {
-                    let pod = format!("{set}-{name}-{}", unready - 1);
-                    pods::set_ready(&fixture.pods, &pod, false).await;
-                }
-            }
+            evicted.push(("not Ready", 0));
         }
-        wait_counted(&fixture, &pdbs, PODS - unready).await;
-        for (name, _) in specs() {
-            let mut evictions = vec![("Ready", unready)];
-            if unready > 0 {
-                evictions.push(("not Ready", 0));
-            }
-            for (pod, index) in evictions {
-                let answer = |result: Result<(), (u16, String)>| result.map_err(|(code, _)| code);
-                let zdb = evict(&fixture.pods, &format!("z-{name}-{index}"), true).await;
-                let pdb = evict(&fixture.pods, &format!("p-{name}-{index}"), true).await;
-                rows.push(Row {
-                    budget: name,
-                    unready,
-                    pod,
-                    zdb: answer(zdb),
-                    pdb: answer(pdb),
-                });
-            }
+        for (pod, index) in evicted {
+            let zdb = evict(&fixture.pods, &format!("z-{name}-{index}"), true).await;
+            let pdb = evict(&fixture.pods, &format!("p-{name}-{index}"), true).await;
+            rows.push(Row {
+                budget: name,
+                unready,
+                pod,
+                zdb: answer(zdb),
+                pdb: answer(pdb),
+            });
         }
     }
-
-    let table: Vec<String> = rows
-        .iter()
-        .map(|r| {
-            format!(
-                "{:<17} {} not Ready, evict a {:<9} pod: ZoneDisruptionBudget {:?}, PodDisruptionBudget {:?}",
-                r.budget, r.unready, r.pod, r.zdb, r.pdb
-            )
-        })
-        .collect();
-    println!("{}", table.join("\n"));
-    let differ: Vec<&Row> = rows.iter().filter(|r| r.zdb != r.pdb).collect();
-    assert!(differ.is_empty(), "answers differ: {differ:#?}");
-    // The table holds both answers for both kinds of pod, or it would compare nothing.
-    for pod in ["Ready", "not Ready"] {
-        for allowed in [true, false] {
-            assert!(
-                rows.iter()
-                    .any(|r| r.pod == pod && r.pdb.is_ok() == allowed),
-                "no {pod} pod {} in:\n{}",
-                if allowed { "allowed" } else { "refused" },
-                table.join("\n")
-            );
-        }
-    }
+    rows
 }
 
 /// Waits until every budget of both kinds counts `healthy` healthy pods of its 3, for its
