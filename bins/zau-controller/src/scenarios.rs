@@ -562,3 +562,41 @@ async fn a_lease_still_held_lets_the_batch_go() {
 }
 
 mod pauses;
+
+/// A batch in a zone the stored status does not name yet: the status naming it, and the
+/// update revision, is written before the zone's first eviction, so a ZoneDisruptionBudget's
+/// webhook knows the rollout's evictions from the first (docs/zdb.md). With the zone named
+/// already, nothing is written before the batch.
+#[tokio::test]
+async fn a_new_zone_is_in_the_status_before_its_first_eviction() {
+    for named in [false, true] {
+        let mut zau = zau(None);
+        if !named && let Some(status) = zau.status.as_mut() {
+            status.current_zone = None;
+        }
+        let (fake, client) = fake_api(&zau);
+        fake.on_prefix(Method::POST, "/api/v1/namespaces/apps/pods/")
+            .always(201, evicted());
+        let alarms = ScriptedAlarm::new(AlarmState::Clear);
+        reconcile_unelected(client, zau, caches(OLD), alarms).await;
+
+        let requests = fake.requests();
+        let first_eviction = requests
+            .iter()
+            .position(|r| r.path.ends_with("/eviction"))
+            .expect("an eviction");
+        let before: Vec<Value> = requests[..first_eviction]
+            .iter()
+            .filter(|r| r.method == Method::PATCH && r.path == ZAU_STATUS)
+            .map(|r| r.json().unwrap()["status"].clone())
+            .collect();
+        if named {
+            assert!(before.is_empty(), "{before:?}");
+        } else {
+            assert_eq!(before.len(), 1, "{before:?}");
+            assert_eq!(before[0]["currentZone"], "zone-a");
+            assert_eq!(before[0]["updateRevision"], NEW);
+        }
+        assert!(fake.unmatched().is_empty(), "{:?}", fake.unmatched());
+    }
+}

@@ -206,9 +206,26 @@ async fn zau_rollout_waits_for_a_frozen_budget_unless_it_lets_rollouts_proceed()
         |zdb, status| Some(status.observed_generation) == zdb.metadata.generation,
     )
     .await;
+    let proceeding = Timestamp::now();
     let pod = pod_in_zone(&zones, "zone-c");
     let message = refused_eviction(&others, &pod, "another caller under the freeze").await;
     assert!(message.contains("frozen"), "{message}");
     fixture.wait_complete(&revision).await;
     assert_eq!(fixture.removals().len(), 9);
+    // The controller writes each zone to its status before that zone's first eviction, so the
+    // webhook knows the rollout's evictions from the first: none refused for the freeze since.
+    let held: Vec<String> = audit::removals(&fixture.audit(), &fixture.ns.name)
+        .filter(|e| e.sent_by("zau-controller") && e.code() == 429)
+        .filter(|e| {
+            e.stage_timestamp
+                .parse::<Timestamp>()
+                .is_ok_and(|at| at > proceeding)
+        })
+        .map(|e| format!("{}: {}", e.object_name(), e.message()))
+        .filter(|refusal| refusal.contains("frozen"))
+        .collect();
+    assert!(
+        held.is_empty(),
+        "held by the freeze after Proceed: {held:#?}"
+    );
 }

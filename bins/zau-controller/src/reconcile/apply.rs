@@ -212,6 +212,7 @@ impl Step<'_> {
             tracing::warn!(zau = %self.zau.name_any(), "not the leader any more; batch not removed");
             return Ok(poll);
         }
+        self.announce(batch, draft).await?;
         let (removed, outcome) = self.remove_pods(batch).await;
         if !removed.is_empty() {
             // The zone has started: its bake (if any) is over.
@@ -239,6 +240,25 @@ impl Step<'_> {
                 Ok(Action::requeue(BUDGET_RETRY))
             }
         }
+    }
+
+    /// Writes the stored status with the batch's zone and the update revision first, when it
+    /// names others (a new zone, a new revision): a ZoneDisruptionBudget's webhook recognises
+    /// this rollout's evictions by them (docs/zdb.md), from the zone's first. The rest of the
+    /// draft is written after the batch, as always.
+    async fn announce(&self, batch: &Batch, draft: &Draft) -> Result<(), ReconcileError> {
+        let zone = batch.zone.to_string();
+        let revision = &draft.status.update_revision;
+        if self.previous.current_zone.as_deref() == Some(zone.as_str())
+            && self.previous.update_revision == *revision
+        {
+            return Ok(());
+        }
+        let mut announced = self.previous.clone();
+        announced.current_zone = Some(zone);
+        announced.update_revision.clone_from(revision);
+        record::write(self.ctx, self.zau, self.uid, self.previous, &announced).await?;
+        Ok(())
     }
 
     /// Removes the batch's pods in order until one is refused or fails: the names removed, and
