@@ -81,6 +81,48 @@ async fn webhook_for(
     (webhook, process, Api::namespaced(client, &fixture.ns.name))
 }
 
+/// The start of both tests: 9 pods, a ZoneAwareUpdate of maxUnavailable 3, factor 2 (batches
+/// of 1 then 2 in each zone) with its controller, the webhook knowing the controller's user, the
+/// budget `frontend` of `spec` over the pods, and another user who may evict them.
+struct Cooperation {
+    // Dropped first, in this order: the controllers, then the webhook configuration, before
+    // the namespace goes.
+    _processes: [ControllerProcess; 2],
+    _webhook: EvictionWebhook,
+    fixture: Fixture,
+    zones: BTreeMap<String, String>,
+    zdbs: Api<ZoneDisruptionBudget>,
+    /// The pods as the controller's user.
+    as_controller: Api<Pod>,
+    /// The pods as another user.
+    others: Api<Pod>,
+}
+
+impl Cooperation {
+    async fn start(prefix: &str, spec: Value) -> Cooperation {
+        let fixture = Fixture::new(prefix, 9).await;
+        let zones = fixture.zones().await;
+        fixture
+            .create_zau(json!({"statefulset": SET, "maxUnavailable": 3, "exponentialFactor": "2"}))
+            .await;
+        let zau = fixture.controller(&[]);
+        fixture.wait_observed().await;
+        let (webhook, zdb, as_controller) = webhook_for(&fixture, &zau).await;
+        let zdbs: Api<ZoneDisruptionBudget> = fixture.ns.api();
+        frontend_budget(&zdbs, spec).await;
+        let others = evictor(&fixture).await;
+        Cooperation {
+            _processes: [zdb, zau],
+            _webhook: webhook,
+            fixture,
+            zones,
+            zdbs,
+            as_controller,
+            others,
+        }
+    }
+}
+
 /// A budget of maxUnavailable 1 over the 9 pods and a rollout of maxUnavailable 3, factor 2
 /// (batches of 1 then 2 in each zone). While the rollout holds zone-a disrupted (its first
 /// evicted pod's replacement held by a quota), another caller's eviction of a zone-a pod is
@@ -90,17 +132,9 @@ async fn webhook_for(
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn zau_rollout_evictions_pass_the_budget_of_their_zone_and_no_one_elses() {
-    let fixture = Fixture::new("zau-coop", 9).await;
-    let zones = fixture.zones().await;
-    fixture
-        .create_zau(json!({"statefulset": SET, "maxUnavailable": 3, "exponentialFactor": "2"}))
-        .await;
-    let zau = fixture.controller(&[]);
-    fixture.wait_observed().await;
-    let (_webhook, _zdb, as_controller) = webhook_for(&fixture, &zau).await;
-    let zdbs: Api<ZoneDisruptionBudget> = fixture.ns.api();
-    frontend_budget(&zdbs, json!({"maxUnavailable": 1})).await;
-    let others = evictor(&fixture).await;
+    let coop = Cooperation::start("zau-coop", json!({"maxUnavailable": 1})).await;
+    let (fixture, zones, zdbs, others) = (&coop.fixture, &coop.zones, &coop.zdbs, &coop.others);
+    let as_controller = &coop.as_controller;
 
     let quota = PodQuota::hold(&fixture.ns, 8).await;
     let revision = fixture.set_image(2).await;
@@ -113,7 +147,7 @@ async fn zau_rollout_evictions_pass_the_budget_of_their_zone_and_no_one_elses() 
     })
     .await;
     assert_eq!(zones[&first], "zone-a", "the rollout starts in zone-a");
-    wait_disrupted(&zdbs, &["zone-a"]).await;
+    wait_disrupted(zdbs, &["zone-a"]).await;
     fixture
         .wait_status("the update rolling zone-a", ROLLOUT_TIMEOUT, |s| {
             s.current_zone.as_deref() == Some("zone-a") && s.update_revision == revision
@@ -124,14 +158,14 @@ async fn zau_rollout_evictions_pass_the_budget_of_their_zone_and_no_one_elses() 
         .find(|(pod, zone)| *zone == "zone-a" && **pod != first)
         .map(|(pod, _)| pod.clone())
         .unwrap();
-    let pod_b = pod_in_zone(&zones, "zone-b");
+    let pod_b = pod_in_zone(zones, "zone-b");
 
-    let message = refused_eviction(&others, &old_a, "another caller in zone-a").await;
+    let message = refused_eviction(others, &old_a, "another caller in zone-a").await;
     assert!(message.contains("maxUnavailable 1"), "{message}");
-    pods::evict(&as_controller, &old_a, true)
+    pods::evict(as_controller, &old_a, true)
         .await
         .unwrap_or_else(|e| panic!("the controller's eviction of {old_a} in zone-a: {e:?}"));
-    let message = refused_eviction(&as_controller, &pod_b, "the controller in zone-b").await;
+    let message = refused_eviction(as_controller, &pod_b, "the controller in zone-b").await;
     assert!(message.contains("zone zone-a is disrupted"), "{message}");
 
     quota.release().await;
@@ -163,24 +197,15 @@ async fn zau_rollout_evictions_pass_the_budget_of_their_zone_and_no_one_elses() 
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn zau_rollout_waits_for_a_frozen_budget_unless_it_lets_rollouts_proceed() {
-    let fixture = Fixture::new("zau-freeze", 9).await;
-    let zones = fixture.zones().await;
-    fixture
-        .create_zau(json!({"statefulset": SET, "maxUnavailable": 3, "exponentialFactor": "2"}))
-        .await;
-    let zau = fixture.controller(&[]);
-    fixture.wait_observed().await;
-    let (_webhook, _zdb, _) = webhook_for(&fixture, &zau).await;
-    let zdbs: Api<ZoneDisruptionBudget> = fixture.ns.api();
-    frontend_budget(&zdbs, json!({"maxUnavailable": 0})).await;
-    let others = evictor(&fixture).await;
+    let coop = Cooperation::start("zau-freeze", json!({"maxUnavailable": 0})).await;
+    let (fixture, zones, zdbs, others) = (&coop.fixture, &coop.zones, &coop.zdbs, &coop.others);
 
     let revision = fixture.set_image(2).await;
     wait_for(
         "two refused evictions by the rollout",
         ROLLOUT_TIMEOUT,
         || async {
-            let n = refused(&fixture);
+            let n = refused(fixture);
             if n >= 2 { Ok(()) } else { Err(format!("{n}")) }
         },
     )
@@ -199,7 +224,7 @@ async fn zau_rollout_waits_for_a_frozen_budget_unless_it_lets_rollouts_proceed()
         .await
         .unwrap();
     fixture::wait_status(
-        &zdbs,
+        zdbs,
         "frontend",
         "the budget computed for rolloutsWhenFrozen",
         ROLLOUT_TIMEOUT,
@@ -207,8 +232,8 @@ async fn zau_rollout_waits_for_a_frozen_budget_unless_it_lets_rollouts_proceed()
     )
     .await;
     let proceeding = Timestamp::now();
-    let pod = pod_in_zone(&zones, "zone-c");
-    let message = refused_eviction(&others, &pod, "another caller under the freeze").await;
+    let pod = pod_in_zone(zones, "zone-c");
+    let message = refused_eviction(others, &pod, "another caller under the freeze").await;
     assert!(message.contains("frozen"), "{message}");
     fixture.wait_complete(&revision).await;
     assert_eq!(fixture.removals().len(), 9);

@@ -60,13 +60,19 @@ impl World {
 
     /// Asks for an eviction of a healthy pod and records it when allowed.
     fn evict(&mut self, name: &str) -> Decision {
+        self.evict_as(name, PodCondition::Healthy, false)
+    }
+
+    /// Asks for an eviction of `name` in `condition` (by the rollout when `rollout`), and
+    /// records it when allowed and recordable.
+    fn evict_as(&mut self, name: &str, condition: PodCondition, rollout: bool) -> Decision {
         let zone = self.pod(name).zone.clone();
         let decision = self.budget().decide(&EvictedPod {
             name,
             zone,
-            condition: PodCondition::Healthy,
+            condition,
             created_ms: 0,
-            rollout: false,
+            rollout,
         });
         if let Decision::Allow { zone, record: true } = &decision {
             self.records.push(Disruption {
@@ -659,24 +665,9 @@ fn pods_that_are_not_ready_go_by_the_unhealthy_pod_policy() {
 }
 
 impl World {
-    /// As [`World::evict`], asked by the ZoneAwareUpdate controller for its rollout.
+    /// As [`World::evict_as`], asked by the ZoneAwareUpdate controller for its rollout.
     fn evict_for_rollout(&mut self, name: &str, condition: PodCondition) -> Decision {
-        let zone = self.pod(name).zone.clone();
-        let decision = self.budget().decide(&EvictedPod {
-            name,
-            zone,
-            condition,
-            created_ms: 0,
-            rollout: true,
-        });
-        if let Decision::Allow { zone, record: true } = &decision {
-            self.records.push(Disruption {
-                pod: name.into(),
-                zone: zone.clone(),
-                at_ms: NOW,
-            });
-        }
-        decision
+        self.evict_as(name, condition, true)
     }
 }
 
