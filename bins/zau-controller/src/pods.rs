@@ -14,8 +14,7 @@ use kube::ResourceExt;
 use zone_topology::Zone;
 use zone_topology::rollout::RolloutPod;
 
-/// The label the StatefulSet controller puts on every pod: the revision it was created from.
-pub const REVISION_LABEL: &str = "controller-revision-hash";
+pub use zone_topology::rollout::REVISION_LABEL;
 
 /// The pod's ordinal as a label (Kubernetes >= 1.28); the name suffix is the fallback.
 pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";

@@ -27,9 +27,7 @@ use zone_operator::status::{self, ReplaceError, StatusError, Update};
 use zone_operator::{
     Blocked, ControllerMetrics, EventPublisher, Invalid, NodeZones, PendingEvents,
 };
-use zone_topology::budget::{
-    self, BudgetInput, BudgetPod, DISRUPTION_TTL_MS, Limit, Policy, ZoneBudget,
-};
+use zone_topology::budget::{self, BudgetInput, BudgetPod, DISRUPTION_TTL_MS, Policy, ZoneBudget};
 
 use crate::expected::{self, ApiLookup, LookupError};
 use crate::metrics::ZdbMetrics;
@@ -344,10 +342,7 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
             ),
         );
         if !was_frozen {
-            let field = match limit {
-                Limit::MaxUnavailable(_) => "maxUnavailable is raised",
-                Limit::MinAvailable(_) => "minAvailable is lowered",
-            };
+            let field = limit.thawed_when();
             draft.events.normal(
                 reason::FROZEN,
                 "Reconcile",

@@ -119,6 +119,14 @@ impl Limit {
             Limit::MinAvailable(value) => matches!(value, IntOrPercent::Percent(p) if p >= 100),
         }
     }
+
+    /// What ends a freeze of this limit, for messages: "maxUnavailable is raised".
+    pub fn thawed_when(self) -> &'static str {
+        match self {
+            Limit::MaxUnavailable(_) => "maxUnavailable is raised",
+            Limit::MinAvailable(_) => "minAvailable is lowered",
+        }
+    }
 }
 
 impl fmt::Display for Limit {
@@ -338,9 +346,7 @@ impl Budget {
     pub fn max_unavailable(&self) -> Option<u32> {
         matches!(self.policy.limit, Limit::MaxUnavailable(_)).then_some(self.max_unavailable)
     }
-}
 
-impl Budget {
     /// Zones with an unhealthy, missing or recorded-evicted pod.
     pub fn disrupted_zones(&self) -> Vec<&Zone> {
         self.zones

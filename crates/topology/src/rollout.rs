@@ -14,13 +14,16 @@ use crate::zone::Zone;
 /// `exponentialFactor`'s default, as the Go controller has it.
 pub const DEFAULT_EXPONENTIAL_FACTOR: &str = "2.0";
 
+/// The label the StatefulSet controller puts on every pod: the revision it was created from.
+pub const REVISION_LABEL: &str = "controller-revision-hash";
+
 /// A pod of the StatefulSet as the planner sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RolloutPod {
     pub name: String,
     pub ordinal: u32,
     pub zone: Zone,
-    /// The `controller-revision-hash` label.
+    /// The [`REVISION_LABEL`] label.
     pub revision: String,
     /// Ready, and for at least `minReadySeconds` (the caller applies that).
     pub ready: bool,

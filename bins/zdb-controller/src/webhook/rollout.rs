@@ -16,9 +16,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use zone_api::ZoneAwareUpdate;
 use zone_topology::Zone;
-
-/// The label of a StatefulSet's pod naming its revision.
-const REVISION_LABEL: &str = "controller-revision-hash";
+use zone_topology::rollout::REVISION_LABEL;
 
 /// The ZoneAwareUpdate of `zaus` whose rollout in progress may remove `pod`, in `zone`, now.
 pub fn rolling<'a>(zaus: &'a [ZoneAwareUpdate], pod: &Pod, zone: &Zone) -> Option<&'a str> {

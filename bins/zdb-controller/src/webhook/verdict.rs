@@ -1,7 +1,7 @@
 //! The answer to one eviction, and the words of a denial: shared by the judge, the batches and
 //! the queues of a budget's evictions.
 
-use zone_topology::budget::{Denial, Limit};
+use zone_topology::budget::Denial;
 
 use crate::metrics::reason;
 use crate::view;
@@ -49,10 +49,7 @@ pub fn denial_message(budget: &str, pod: &str, denial: &Denial) -> String {
             blocking: b,
         } => format!("zone {zone} {} ({})", limit.exhausted(b), view::blocking(b)),
         Denial::Frozen { limit, .. } => {
-            let field = match limit {
-                Limit::MaxUnavailable(_) => "maxUnavailable is raised",
-                Limit::MinAvailable(_) => "minAvailable is lowered",
-            };
+            let field = limit.thawed_when();
             format!(
                 "the budget is frozen ({limit}): no voluntary eviction of its pods is allowed until {field}"
             )
@@ -72,7 +69,7 @@ pub(super) fn denial_reason(denial: &Denial) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zone_topology::budget::ZoneLimit;
+    use zone_topology::budget::{Limit, ZoneLimit};
     use zone_topology::{IntOrPercent, Zone};
 
     #[test]
