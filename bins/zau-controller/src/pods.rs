@@ -33,12 +33,12 @@ pub fn strip_pod(pod: &mut Pod) {
     }
 }
 
-/// Drops the pod template and claim templates (the bulk of a StatefulSet) and other unread parts.
+/// Drops the pod template and claim templates (the bulk of a StatefulSet) and other unread parts
+/// (the labels stay: a rollout group selects by them).
 pub fn strip_statefulset(set: &mut StatefulSet) {
     let meta = &mut set.metadata;
     meta.annotations = None;
     meta.managed_fields = None;
-    meta.labels = None;
     if let Some(spec) = set.spec.as_mut() {
         *spec = StatefulSetSpec {
             replicas: spec.replicas,
@@ -113,11 +113,13 @@ pub struct PlannedPod {
     pub available_in: Option<Duration>,
 }
 
-/// Converts a cached pod; `None` when it has no ordinal (not a StatefulSet pod after all).
+/// Converts a cached pod of a StatefulSet rolling out `update_revision`; `None` when it has no
+/// ordinal (not a StatefulSet pod after all).
 pub fn rollout_pod(
     pod: &Pod,
     zone: Zone,
     min_ready_seconds: u32,
+    update_revision: &str,
     now: Timestamp,
 ) -> Option<PlannedPod> {
     let ordinal = ordinal(pod)?;
@@ -132,6 +134,7 @@ pub fn rollout_pod(
                 .get(REVISION_LABEL)
                 .cloned()
                 .unwrap_or_default(),
+            update_revision: update_revision.to_owned(),
             ready: availability == Availability::Available,
             terminating: pod.metadata.deletion_timestamp.is_some(),
         },
@@ -208,8 +211,9 @@ mod tests {
             Availability::ReadySoon(Duration::from_secs(6))
         );
         assert_eq!(availability(&pod, 4, now), Availability::Available);
-        let planned = rollout_pod(&pod, Zone::known("zone-a"), 10, now).unwrap();
+        let planned = rollout_pod(&pod, Zone::known("zone-a"), 10, "web-abc", now).unwrap();
         assert!(!planned.pod.ready);
+        assert!(planned.pod.is_updated());
         assert_eq!(planned.available_in, Some(Duration::from_secs(6)));
     }
 

@@ -137,13 +137,12 @@ impl Step<'_> {
             return Ok(Action::await_change());
         };
         let (progress, next) = plan::rollout(self.previous, &observed, &update_revision);
-        plan::record_progress(
-            self.previous,
-            &update_revision,
-            &observed.target.current_revision,
-            &progress,
-            draft,
-        );
+        let revisions = plan::Revisions {
+            update: &update_revision,
+            current: &observed.target.current_revision,
+            group: &observed.group,
+        };
+        plan::record_progress(self.previous, &revisions, &progress, draft);
         if let Some(action) = self.pending_removals(&observed.cached, &mut draft.status) {
             return Ok(action);
         }

@@ -561,6 +561,7 @@ async fn a_lease_still_held_lets_the_batch_go() {
     assert_eq!(action, Action::requeue(POLL));
 }
 
+mod groups;
 mod pauses;
 
 /// A batch in a zone the stored status does not name yet: the status naming it, and the

@@ -1,9 +1,11 @@
 //! The caches the controller reads (StatefulSets, their pods, node zones) and the triggers they
 //! produce: a change to a StatefulSet or to one of its pods reconciles the ZoneAwareUpdates that
-//! name that StatefulSet. Each trigger follows its cache's update ([`WatchSet`]).
+//! name that StatefulSet, or select it into their rollout group. Each trigger follows its cache's
+//! update ([`WatchSet`]).
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
+use kube::core::{Selector, SelectorExt};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use zone_api::ZoneAwareUpdate;
@@ -19,17 +21,21 @@ pub struct Caches {
     pub zones: NodeZones,
 }
 
-/// The ZoneAwareUpdates of `namespace` whose `spec.statefulset` is `statefulset`.
+/// The ZoneAwareUpdates that roll `set`: they name it (`spec.statefulset`), or select it into
+/// their group (`spec.selector`), in its namespace.
 pub fn zaus_for(
     zaus: &Store<ZoneAwareUpdate>,
-    namespace: &str,
-    statefulset: &str,
+    set: &StatefulSet,
 ) -> Vec<ObjectRef<ZoneAwareUpdate>> {
+    let namespace = set.metadata.namespace.as_deref();
+    let name = set.name_any();
     zaus.state()
         .iter()
-        .filter(|zau| {
-            zau.metadata.namespace.as_deref() == Some(namespace)
-                && zau.spec.statefulset == statefulset
+        .filter(|zau| zau.metadata.namespace.as_deref() == namespace)
+        .filter(|zau| match &zau.spec.selector {
+            None => zau.spec.statefulset == name,
+            Some(selector) => Selector::try_from(selector.clone())
+                .is_ok_and(|selector| selector.matches(set.labels())),
         })
         .map(|zau| ObjectRef::from_obj(zau.as_ref()))
         .collect()
@@ -50,20 +56,20 @@ pub fn caches(
         scope.api::<StatefulSet>(client),
         initial_list.config(),
         pods::strip_statefulset,
-        move |set| {
-            let namespace = set.namespace().unwrap_or_default();
-            zaus_for(&sts_zaus, &namespace, &set.name_any())
-        },
+        move |set| zaus_for(&sts_zaus, set),
     );
+    let owners = statefulsets.clone();
     // Only StatefulSet pods carry the revision label; other pods never enter the cache.
     let pod_store = watches.watch(
         "pods",
         scope.api::<Pod>(client),
         initial_list.config().labels(REVISION_LABEL),
         pods::strip_pod,
-        move |pod| match pods::owner_statefulset(pod) {
-            Some(owner) => zaus_for(&zaus, &pod.namespace().unwrap_or_default(), owner),
-            None => Vec::new(),
+        move |pod| {
+            let owner = pods::owner_statefulset(pod).and_then(|owner| {
+                owners.get(&ObjectRef::new(owner).within(&pod.namespace().unwrap_or_default()))
+            });
+            owner.map_or_else(Vec::new, |set| zaus_for(&zaus, &set))
         },
     );
     // Node zones change rarely; pods follow any change that matters, so nodes trigger nothing.

@@ -19,7 +19,9 @@
 //! The patterns have no backslash and no quote, so they sit unescaped in CEL string literals; the
 //! crate's tests match them, as the CRD carries them, against the Rust parsers.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::Rule;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::Value;
 
 /// An integer or a percentage, as [`zone_topology::IntOrPercent::parse`] reads a string once
@@ -79,3 +81,21 @@ pub const LABEL_NAME_FORM: &str = "a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_
 /// What a Kubernetes label value is made of, after its length, in the messages about one.
 pub const LABEL_VALUE_FORM: &str =
     "letters, digits, '-', '_' or '.', starting and ending with a letter or digit";
+
+/// A `LabelSelector` whose `matchExpressions` items carry the rules of their operator and values
+/// (k8s-openapi owns the type, so its schema is amended here).
+pub fn selector_schema(generator: &mut SchemaGenerator) -> Schema {
+    let mut selector = LabelSelector::json_schema(generator);
+    selector.insert("nullable".to_string(), true.into());
+    if let Some(requirement) = selector.pointer_mut("/properties/matchExpressions/items") {
+        add_rules(
+            requirement,
+            [
+                crate::validation::cel::selector_operator(),
+                crate::validation::cel::selector_values_listed(),
+                crate::validation::cel::selector_values_absent(),
+            ],
+        );
+    }
+    selector
+}

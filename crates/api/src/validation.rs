@@ -21,6 +21,6 @@ pub use sprom::{
 };
 pub use zau::{
     DEFAULT_GATE_POLL_INTERVAL, DEFAULT_GATE_TIMEOUT, DEFAULT_GATE_ZONE_LABEL, GateTarget,
-    ValidAlertGate, ValidZau, ZauError,
+    RolloutTarget, ValidAlertGate, ValidZau, ZauError,
 };
 pub use zdb::{ValidZdb, ZdbError};

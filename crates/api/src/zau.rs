@@ -2,14 +2,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::core::Rule;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::lenient;
+use crate::{lenient, schema};
 
 /// Condition types of a ZoneAwareUpdate.
 pub mod condition {
@@ -74,15 +74,16 @@ pub const ALARM_REASONS: [&str; 3] = [
     reason::ALARM_UNAVAILABLE,
 ];
 
-/// Rolls the pods of `statefulset` (update strategy `OnDelete`) zone by zone, deleting
-/// old-revision pods in batches of 1, 2, 4, … up to `maxUnavailable`, and pausing while the
-/// CloudWatch alarm `pauseRolloutAlarm` is in ALARM.
+/// Rolls the pods of `statefulset` (update strategy `OnDelete`), or of the rollout group of
+/// StatefulSets `selector` selects, zone by zone, deleting old-revision pods in batches of 1, 2,
+/// 4, … up to `maxUnavailable`, and pausing while the CloudWatch alarm `pauseRolloutAlarm` is in
+/// ALARM.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(
     group = "zonecontrol.k8s.aws",
     version = "v1",
     kind = "ZoneAwareUpdate",
-    doc = "A zone-by-zone rollout of an OnDelete StatefulSet (see spec).",
+    doc = "A zone-by-zone rollout of an OnDelete StatefulSet, or of a group of them (see spec).",
     plural = "zoneawareupdates",
     shortname = "zau",
     namespaced,
@@ -97,10 +98,21 @@ pub const ALARM_REASONS: [&str; 3] = [
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = crate::validation::zau::cel::statefulset_named())]
+#[x_kube(validation = crate::validation::zau::cel::one_target())]
+#[x_kube(validation = crate::validation::zau::cel::group_selector_not_empty())]
 pub struct ZoneAwareUpdateSpec {
-    /// The name of the StatefulSet (in the same namespace) this rollout applies to.
+    /// The name of the StatefulSet (in the same namespace) this rollout applies to. Exactly one
+    /// of statefulset and selector.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub statefulset: String,
+
+    /// A rollout group: the StatefulSets of the namespace with these labels (for instance
+    /// `rollout-group: ingester`, one StatefulSet per zone) rolled as one, zone by zone, never
+    /// two zones at once, each pod to its own StatefulSet's update revision; maxUnavailable is of
+    /// their replicas summed. Exactly one of statefulset and selector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::selector_schema")]
+    pub selector: Option<LabelSelector>,
 
     /// Max number (or percentage of spec.replicas, rounded up) of pods unavailable at once: at
     /// least 1 or 1%. Default 1.
@@ -278,7 +290,32 @@ fn default_exponential_factor() -> String {
     zone_topology::rollout::DEFAULT_EXPONENTIAL_FACTOR.to_string()
 }
 
-/// Observed state. The first six fields are the Go controller's, unchanged.
+/// One StatefulSet of a rollout group, in the status.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatefulSetProgress {
+    pub name: String,
+
+    /// The StatefulSet's revision its old pods run.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub current_revision: String,
+
+    /// The StatefulSet's revision being rolled out.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub update_revision: String,
+
+    /// `spec.replicas`.
+    #[serde(default)]
+    pub replicas: i32,
+
+    /// Its pods not on the update revision yet.
+    #[serde(default)]
+    pub old_replicas: i32,
+}
+
+/// Observed state. The first six fields are the Go controller's, unchanged. For a rollout group
+/// (spec.selector), the revisions are each StatefulSet's `name=revision`, comma-joined, and
+/// statefulSets has each one's.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ZoneAwareUpdateStatus {
@@ -342,6 +379,14 @@ pub struct ZoneAwareUpdateStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub current_zone: Option<String>,
+
+    /// A rollout group's StatefulSets, by name (empty for spec.statefulset).
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub stateful_sets: Vec<StatefulSetProgress>,
 
     /// Sum of oldReplicas (for the printer column).
     #[serde(default, deserialize_with = "lenient::or_default")]

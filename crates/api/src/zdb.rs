@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};
-use schemars::{JsonSchema, Schema, SchemaGenerator};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{lenient, schema};
@@ -60,7 +60,7 @@ pub mod reason {
 pub struct ZoneDisruptionBudgetSpec {
     /// Label query over the pods the budget protects (required, not empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "selector_schema")]
+    #[schemars(schema_with = "schema::selector_schema")]
     pub selector: Option<LabelSelector>,
 
     /// Max unavailable pods per zone, as a number or a percentage of all expected pods (rounded
@@ -108,24 +108,6 @@ pub enum UnhealthyPodEvictionPolicy {
 pub enum RolloutsWhenFrozen {
     Hold,
     Proceed,
-}
-
-/// A `LabelSelector` whose `matchExpressions` items carry the rules of their operator and values
-/// (k8s-openapi owns the type, so its schema is amended here).
-fn selector_schema(generator: &mut SchemaGenerator) -> Schema {
-    let mut selector = LabelSelector::json_schema(generator);
-    selector.insert("nullable".to_string(), true.into());
-    if let Some(requirement) = selector.pointer_mut("/properties/matchExpressions/items") {
-        schema::add_rules(
-            requirement,
-            [
-                crate::validation::cel::selector_operator(),
-                crate::validation::cel::selector_values_listed(),
-                crate::validation::cel::selector_values_absent(),
-            ],
-        );
-    }
-    selector
 }
 
 /// Observed state; per-zone maps keyed by zone name. The Go controller's fields are unchanged.

@@ -40,7 +40,24 @@ fn placements() -> Vec<(&'static str, String, Vec<Value>)> {
     const SPROM: &str = "shardedprometheuses";
     // (plural, the field's path below spec, with `/properties/` between names; "" for spec)
     let table: Vec<(&'static str, &str, Vec<Value>)> = vec![
-        (ZAU, "", rules([statefulset_named()])),
+        (
+            ZAU,
+            "",
+            rules([
+                statefulset_named(),
+                one_target(),
+                group_selector_not_empty(),
+            ]),
+        ),
+        (
+            ZAU,
+            "selector/properties/matchExpressions/items",
+            rules([
+                selector_operator(),
+                selector_values_listed(),
+                selector_values_absent(),
+            ]),
+        ),
         (
             ZAU,
             "maxUnavailable",

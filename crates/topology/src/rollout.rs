@@ -1,5 +1,6 @@
-//! Rollout planning for ZoneAwareUpdate: which old-revision pods of an `OnDelete` StatefulSet to
-//! remove next, zone by zone, in exponentially growing batches — or why to wait.
+//! Rollout planning for ZoneAwareUpdate: which old-revision pods of an `OnDelete` StatefulSet (or
+//! of a rollout group of them, each pod against its own StatefulSet's update revision) to remove
+//! next, zone by zone, in exponentially growing batches — or why to wait.
 //!
 //! The caller reads the StatefulSet, its pods and the ZoneAwareUpdate status, calls [`plan`], and
 //! removes the returned pods. Everything a controller needs to explain itself (old replicas per
@@ -17,7 +18,7 @@ pub const DEFAULT_EXPONENTIAL_FACTOR: &str = "2.0";
 /// The label the StatefulSet controller puts on every pod: the revision it was created from.
 pub const REVISION_LABEL: &str = "controller-revision-hash";
 
-/// A pod of the StatefulSet as the planner sees it.
+/// A pod of the rolled StatefulSet (or of one of the group's) as the planner sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RolloutPod {
     pub name: String,
@@ -25,18 +26,29 @@ pub struct RolloutPod {
     pub zone: Zone,
     /// The [`REVISION_LABEL`] label.
     pub revision: String,
+    /// `status.updateRevision` of the pod's StatefulSet: the pod is old while its revision
+    /// differs. In a rollout group each StatefulSet has its own.
+    pub update_revision: String,
     /// Ready, and for at least `minReadySeconds` (the caller applies that).
     pub ready: bool,
     /// Has a deletion timestamp.
     pub terminating: bool,
 }
 
+impl RolloutPod {
+    /// Runs its StatefulSet's update revision.
+    pub fn is_updated(&self) -> bool {
+        self.revision == self.update_revision
+    }
+}
+
 /// Everything the planner needs, read by the caller.
 #[derive(Debug, Clone)]
 pub struct RolloutInput<'a> {
-    /// `spec.replicas` of the StatefulSet.
+    /// `spec.replicas` of the StatefulSet (of every StatefulSet of a group, summed).
     pub replicas: u32,
-    /// `status.updateRevision` of the StatefulSet.
+    /// What is rolled out: `status.updateRevision` of the StatefulSet (for a group, each
+    /// StatefulSet's, joined). When it changes, batches start again at one pod.
     pub update_revision: &'a str,
     /// The update revision the ZoneAwareUpdate status last recorded, if any.
     pub last_update_revision: Option<&'a str>,
@@ -202,8 +214,8 @@ pub fn plan(input: &RolloutInput<'_>) -> (Progress, Plan) {
 }
 
 /// Whether `pod` runs another revision than the update revision.
-fn is_old(input: &RolloutInput<'_>, pod: &RolloutPod) -> bool {
-    pod.revision != input.update_revision
+fn is_old(pod: &RolloutPod) -> bool {
+    !pod.is_updated()
 }
 
 /// The progress before deciding: the old pods per zone, the zone to update, the step.
@@ -214,7 +226,7 @@ fn progress(input: &RolloutInput<'_>) -> Progress {
 
     let mut old_replicas: BTreeMap<Zone, u32> = BTreeMap::new();
     for pod in input.pods {
-        *old_replicas.entry(pod.zone.clone()).or_default() += u32::from(is_old(input, pod));
+        *old_replicas.entry(pod.zone.clone()).or_default() += u32::from(is_old(pod));
     }
     // The zone in progress is finished first; otherwise zones go in ascending order.
     let started_zone = input
@@ -246,12 +258,7 @@ fn wait_reason(input: &RolloutInput<'_>) -> Option<WaitReason> {
             missing: input.replicas - present,
         });
     }
-    let updated_not_ready = names(
-        input
-            .pods
-            .iter()
-            .filter(|pod| !is_old(input, pod) && !pod.ready),
-    );
+    let updated_not_ready = names(input.pods.iter().filter(|pod| !is_old(pod) && !pod.ready));
     if !updated_not_ready.is_empty() {
         return Some(WaitReason::UpdatedNotReady(updated_not_ready));
     }
@@ -264,7 +271,7 @@ fn batch(input: &RolloutInput<'_>, zone: Zone, step: u32, several_zones_down: bo
     let mut old_in_zone: Vec<&RolloutPod> = input
         .pods
         .iter()
-        .filter(|pod| pod.zone == zone && is_old(input, pod))
+        .filter(|pod| pod.zone == zone && is_old(pod))
         .collect();
     old_in_zone.sort_by(|a, b| b.ordinal.cmp(&a.ordinal).then_with(|| a.name.cmp(&b.name)));
     let (down, up): (Vec<&RolloutPod>, Vec<&RolloutPod>) =

@@ -70,6 +70,7 @@ fn pods_of(s: &Scenario) -> Vec<SimPod> {
                 ordinal: u32::try_from(ordinal).unwrap(),
                 zone: Zone::known(format!("zone-{zone}")),
                 revision: OLD.into(),
+                update_revision: NEW.into(),
                 ready: !broken,
                 terminating: false,
             },

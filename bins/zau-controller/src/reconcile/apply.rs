@@ -13,12 +13,13 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use zone_api::ZoneAwareUpdateStatus;
 use zone_api::conditions::Conditions;
-use zone_api::zau::{condition, reason};
+use zone_api::zau::{StatefulSetProgress, condition, reason};
 use zone_operator::status::{self, StatusError};
 use zone_topology::rollout::{Batch, Plan, RolloutPod, WaitReason};
 
 use super::context::Expected;
 use super::observe::Observed;
+use super::validate::Target;
 use super::{Draft, ReconcileError, Step, pause, status as record};
 use crate::removal::{self, Removal};
 
@@ -42,7 +43,7 @@ impl Step<'_> {
         match plan {
             Plan::Complete => {
                 self.ctx.gates.forget(&ObjectRef::from_obj(self.zau));
-                self.complete(&observed.set, draft).await
+                self.complete(&observed.target, draft).await
             }
             Plan::Wait(why) => Ok(self.wait(observed, &why, in_progress, poll, draft).await),
             Plan::Remove(batch) => self.remove(observed, batch, poll, draft).await,
@@ -155,8 +156,7 @@ impl Step<'_> {
         status: &mut ZoneAwareUpdateStatus,
     ) -> (Option<pause::Hold>, Option<Duration>) {
         let bake_time = observed.valid.bake_time;
-        let update_revision = status.update_revision.clone();
-        let due = pause::bake_due(bake_time, batch, &observed.planned, &update_revision);
+        let due = pause::bake_due(bake_time, batch, &observed.planned);
         let Some(bake_time) = bake_time.filter(|_| due) else {
             status.next_zone_not_before = None;
             return (None, None);
@@ -242,21 +242,24 @@ impl Step<'_> {
         }
     }
 
-    /// Writes the stored status with the batch's zone and the update revision first, when it
-    /// names others (a new zone, a new revision): a ZoneDisruptionBudget's webhook recognises
+    /// Writes the stored status with the batch's zone and the update revision (a group's
+    /// StatefulSets with theirs) first, when it names others (a new zone, a new revision): a ZoneDisruptionBudget's webhook recognises
     /// this rollout's evictions by them (docs/zdb.md), from the zone's first. The rest of the
     /// draft is written after the batch, as always.
     async fn announce(&self, batch: &Batch, draft: &Draft) -> Result<(), ReconcileError> {
         let zone = batch.zone.to_string();
-        let revision = &draft.status.update_revision;
+        let next = &draft.status;
         if self.previous.current_zone.as_deref() == Some(zone.as_str())
-            && self.previous.update_revision == *revision
+            && self.previous.update_revision == next.update_revision
+            && rolled(&self.previous.stateful_sets).eq(rolled(&next.stateful_sets))
         {
             return Ok(());
         }
         let mut announced = self.previous.clone();
         announced.current_zone = Some(zone);
-        announced.update_revision.clone_from(revision);
+        announced.update_revision.clone_from(&next.update_revision);
+        // A group's StatefulSets, with the revision each rolls out.
+        announced.stateful_sets.clone_from(&next.stateful_sets);
         record::write(self.ctx, self.zau, self.uid, self.previous, &announced).await?;
         Ok(())
     }
@@ -300,22 +303,28 @@ impl Step<'_> {
         (removed, Ok(None))
     }
 
-    /// Every pod runs the update revision and is Ready: record it on the StatefulSet (OnDelete
+    /// Every pod runs the update revision and is Ready: record it on each StatefulSet (OnDelete
     /// never moves `status.currentRevision`) and in the status.
-    async fn complete(
-        &self,
-        set: &StatefulSet,
-        draft: &mut Draft,
-    ) -> Result<Action, ReconcileError> {
-        let update_revision = draft.status.update_revision.clone();
-        let current = set
-            .status
-            .as_ref()
-            .and_then(|s| s.current_revision.as_deref());
-        if current != Some(update_revision.as_str()) && !self.zau.spec.dry_run {
-            self.complete_statefulset(&set.name_any(), &update_revision)
-                .await?;
-            draft.status.current_revision.clone_from(&update_revision);
+    async fn complete(&self, target: &Target, draft: &mut Draft) -> Result<Action, ReconcileError> {
+        if !self.zau.spec.dry_run {
+            for set in &target.sets {
+                let Some(update_revision) = set.update_revision.as_deref() else {
+                    continue;
+                };
+                if set.current_revision != update_revision {
+                    self.complete_statefulset(&set.name, update_revision)
+                        .await?;
+                }
+                if let Some(progress) = draft
+                    .status
+                    .stateful_sets
+                    .iter_mut()
+                    .find(|progress| progress.name == set.name)
+                {
+                    update_revision.clone_into(&mut progress.current_revision);
+                }
+            }
+            draft.status.current_revision = draft.status.update_revision.clone();
         }
         record::record_complete(self.previous, draft);
         Ok(Action::await_change())
@@ -368,4 +377,10 @@ impl Step<'_> {
             Err(status::ReplaceError::Update(never)) => match never {},
         }
     }
+}
+
+/// A group's StatefulSets and the revision each rolls out, as the zdb webhook reads them.
+fn rolled(sets: &[StatefulSetProgress]) -> impl Iterator<Item = (&str, &str)> {
+    sets.iter()
+        .map(|set| (set.name.as_str(), set.update_revision.as_str()))
 }

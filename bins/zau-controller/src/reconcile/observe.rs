@@ -1,6 +1,7 @@
 //! **observe**: the StatefulSet a valid spec names and its pods, read from the caches as the
 //! planner sees them; and the pods removed earlier that the caches do not show leaving yet.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,9 +9,12 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use zone_api::conditions::Conditions;
+use zone_api::validation::RolloutTarget;
+use zone_api::zau::StatefulSetProgress;
 use zone_api::zau::{condition, reason};
 use zone_api::{ValidZau, ZoneAwareUpdateStatus};
 use zone_operator::Invalid;
@@ -18,7 +22,7 @@ use zone_topology::rollout::RolloutPod;
 
 use super::Step;
 use super::validate::{self, Target};
-use crate::gate::Selector;
+use crate::gate;
 use crate::pods;
 
 /// After a removal, the cache must show the pod terminating (or replaced) before the next plan;
@@ -26,64 +30,103 @@ use crate::pods;
 /// so the API server has the pod terminating.
 const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// What observing found: the StatefulSet and its pods as the planner sees them.
+/// What observing found: the StatefulSets and their pods as the planner sees them.
 pub(super) struct Observed {
     pub(super) valid: ValidZau,
     /// `spec.alertGate.matchers`, parsed (when there is a gate).
-    pub(super) selector: Option<Selector>,
-    pub(super) set: Arc<StatefulSet>,
+    pub(super) selector: Option<gate::Selector>,
     pub(super) target: Target,
-    /// The StatefulSet's pods in the cache.
+    /// The StatefulSets' pods in the cache.
     pub(super) cached: Vec<Arc<Pod>>,
     pub(super) planned: Vec<RolloutPod>,
+    /// A rollout group's StatefulSets for the status (empty for spec.statefulset).
+    pub(super) group: Vec<StatefulSetProgress>,
     /// When the first Ready-but-not-yet-available pod turns available.
     pub(super) soonest_available: Option<Duration>,
 }
 
 impl Step<'_> {
-    /// Reads the caches: the spec must be valid and name an OnDelete StatefulSet.
+    /// Reads the caches: the spec must be valid and name OnDelete StatefulSets.
     pub(super) fn observe(&self) -> Result<Observed, Invalid> {
         let valid = validate::spec(self.zau)?;
         let selector = validate::gate_selector(&valid)?;
-        let set = self
-            .ctx
-            .caches
-            .statefulsets
-            .get(&ObjectRef::new(&valid.statefulset).within(self.namespace))
-            .ok_or_else(|| Invalid {
-                reason: reason::STATEFULSET_NOT_FOUND,
-                message: format!(
-                    "StatefulSet {}/{} does not exist",
-                    self.namespace, valid.statefulset
-                ),
-            })?;
-        let target = validate::target(&valid, &set)?;
-        let set_name = set.name_any();
+        let sets = self
+            .statefulsets(&valid.target)?
+            .iter()
+            .map(|set| validate::statefulset(set))
+            .collect::<Result<Vec<_>, _>>()?;
+        let target = validate::target(&valid, sets)?;
         let cached = self.ctx.caches.pods.state_filter(|pod| {
             pod.metadata.namespace.as_deref() == Some(self.namespace)
-                && pods::owner_statefulset(pod) == Some(set_name.as_str())
+                && pods::owner_statefulset(pod).is_some_and(|owner| target.set(owner).is_some())
         });
         let now = Timestamp::now();
         let mut planned = Vec::with_capacity(cached.len());
         let mut soonest_available: Option<Duration> = None;
+        let mut old: BTreeMap<&str, i32> = BTreeMap::new();
         for pod in &cached {
+            let Some(set) = pods::owner_statefulset(pod).and_then(|owner| target.set(owner)) else {
+                continue;
+            };
             let zone = self.ctx.caches.zones.zone_of(pod);
-            if let Some(p) = pods::rollout_pod(pod, zone, target.min_ready_seconds, now) {
-                if let Some(rest) = p.available_in {
-                    soonest_available = Some(soonest_available.map_or(rest, |s| s.min(rest)));
-                }
-                planned.push(p.pod);
+            let update_revision = set.update_revision.as_deref().unwrap_or_default();
+            let Some(p) = pods::rollout_pod(pod, zone, set.min_ready_seconds, update_revision, now)
+            else {
+                continue;
+            };
+            if let Some(rest) = p.available_in {
+                soonest_available = Some(soonest_available.map_or(rest, |s| s.min(rest)));
             }
+            *old.entry(set.name.as_str()).or_default() += i32::from(!p.pod.is_updated());
+            planned.push(p.pod);
         }
+        let group = group_status(&target, &old);
         Ok(Observed {
             valid,
             selector,
-            set,
             target,
             cached,
             planned,
+            group,
             soonest_available,
         })
+    }
+
+    /// The StatefulSet the spec names, or those its selector selects (at least one).
+    fn statefulsets(&self, target: &RolloutTarget) -> Result<Vec<Arc<StatefulSet>>, Invalid> {
+        let statefulsets = &self.ctx.caches.statefulsets;
+        let (sets, missing) = match target {
+            RolloutTarget::StatefulSet(name) => (
+                statefulsets
+                    .get(&ObjectRef::new(name).within(self.namespace))
+                    .into_iter()
+                    .collect(),
+                format!("StatefulSet {}/{name} does not exist", self.namespace),
+            ),
+            RolloutTarget::Group(selector) => {
+                let selector = Selector::try_from(selector.clone()).map_err(|error| Invalid {
+                    reason: reason::INVALID_SPEC,
+                    message: format!("spec.selector: {error}"),
+                })?;
+                (
+                    statefulsets.state_filter(|set| {
+                        set.metadata.namespace.as_deref() == Some(self.namespace)
+                            && selector.matches(set.labels())
+                    }),
+                    format!(
+                        "no StatefulSet of namespace {} matches spec.selector",
+                        self.namespace
+                    ),
+                )
+            }
+        };
+        if sets.is_empty() {
+            return Err(Invalid {
+                reason: reason::STATEFULSET_NOT_FOUND,
+                message: missing,
+            });
+        }
+        Ok(sets)
     }
 
     /// Pods removed earlier must show up as terminating (or replaced) before planning again.
@@ -122,4 +165,22 @@ impl Step<'_> {
         );
         Some(Action::requeue(EXPECTATION_TIMEOUT))
     }
+}
+
+/// A rollout group's StatefulSets as the status shows them (pure; none for one StatefulSet).
+fn group_status(target: &Target, old: &BTreeMap<&str, i32>) -> Vec<StatefulSetProgress> {
+    if !target.grouped {
+        return Vec::new();
+    }
+    target
+        .sets
+        .iter()
+        .map(|set| StatefulSetProgress {
+            name: set.name.clone(),
+            current_revision: set.current_revision.clone(),
+            update_revision: set.update_revision.clone().unwrap_or_default(),
+            replicas: i32::try_from(set.replicas).unwrap_or(i32::MAX),
+            old_replicas: old.get(set.name.as_str()).copied().unwrap_or(0),
+        })
+        .collect()
 }

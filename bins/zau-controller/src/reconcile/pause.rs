@@ -116,18 +116,13 @@ pub fn manual_hold(paused: bool) -> Option<Hold> {
 /// removed Ready pods (the step counts them, across zones), the batch's zone has no pod at the
 /// update revision yet (its first batch), and the batch takes down a Ready pod (replacing pods
 /// that are down already is repair, never held).
-pub fn bake_due(
-    bake_time: Option<Duration>,
-    batch: &Batch,
-    pods: &[RolloutPod],
-    update_revision: &str,
-) -> bool {
+pub fn bake_due(bake_time: Option<Duration>, batch: &Batch, pods: &[RolloutPod]) -> bool {
     let Some(_) = bake_time else {
         return false;
     };
     let zone_started = pods
         .iter()
-        .any(|pod| pod.zone == batch.zone && pod.revision == update_revision);
+        .any(|pod| pod.zone == batch.zone && pod.is_updated());
     let takes_ready = pods
         .iter()
         .any(|pod| pod.ready && batch.pods.contains(&pod.name));

@@ -1,6 +1,7 @@
 //! **plan** (pure): what the rollout's progress means for the status.
 
 use zone_api::ZoneAwareUpdateStatus;
+use zone_api::zau::StatefulSetProgress;
 use zone_topology::Zone;
 use zone_topology::rollout::{self, Plan, Progress, RolloutInput};
 
@@ -28,15 +29,25 @@ pub(super) fn rollout(
     rollout::plan(&input)
 }
 
+/// What is rolled out, and from what.
+pub struct Revisions<'a> {
+    /// The StatefulSet's update revision (a group's, joined).
+    pub update: &'a str,
+    pub current: &'a str,
+    /// A rollout group's StatefulSets (none for one StatefulSet).
+    pub group: &'a [StatefulSetProgress],
+}
+
 /// The parts of the status every outcome shares (pure): revisions, old replicas per zone, the
-/// current zone and step as the planner sees them; a NewRevision event when a rollout restarts.
+/// current zone and step as the planner sees them, a group's StatefulSets; a NewRevision event
+/// when a rollout restarts.
 pub fn record_progress(
     previous: &ZoneAwareUpdateStatus,
-    update_revision: &str,
-    current_revision: &str,
+    revisions: &Revisions<'_>,
     progress: &Progress,
     draft: &mut Draft,
 ) {
+    let update_revision = revisions.update;
     let next = &mut draft.status;
     if previous.update_revision != update_revision {
         next.deleted_replicas = 0;
@@ -54,7 +65,8 @@ pub fn record_progress(
         }
     }
     next.update_revision = update_revision.to_owned();
-    next.current_revision = current_revision.to_owned();
+    revisions.current.clone_into(&mut next.current_revision);
+    revisions.group.clone_into(&mut next.stateful_sets);
     next.old_replicas = progress
         .old_replicas
         .iter()
@@ -109,7 +121,12 @@ mod tests {
                 status: previous.clone(),
                 ..Draft::default()
             };
-            record_progress(&previous, after, "web-1", &progress, &mut draft);
+            let revisions = Revisions {
+                update: after,
+                current: "web-1",
+                group: &[],
+            };
+            record_progress(&previous, &revisions, &progress, &mut draft);
             let status = &draft.status;
             assert_eq!(status.deleted_replicas, deleted, "{name}");
             assert_eq!(status.update_revision, after, "{name}");

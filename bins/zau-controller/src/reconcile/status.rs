@@ -152,6 +152,7 @@ mod tests {
             ordinal: 0,
             zone: Zone::known("zone-a"),
             revision: "web-1".into(),
+            update_revision: "web-2".into(),
             ready,
             terminating: false,
         }

@@ -8,10 +8,11 @@
 //!   makes it `system:serviceaccount:<its namespace>:zau-controller` (`--rollout-user`). A
 //!   caller copying the controller's request body is still itself.
 //! - **What is rolled.** The pod must belong to the rollout that ZoneAwareUpdate's status says
-//!   is in progress: a pod of its StatefulSet (the pod's controller), in the zone its status
-//!   rolls (`currentZone`), on a revision other than the one rolled out (`updateRevision`), the
-//!   rollout not paused nor a dry run. Only the controller writes that status (the status
-//!   subresource).
+//!   is in progress: a pod of its StatefulSet (the pod's controller; for a rollout group, one of
+//!   the StatefulSets its status lists), in the zone its status rolls (`currentZone`), on a
+//!   revision other than the one rolled out (`updateRevision`, the StatefulSet's own in a
+//!   group), the rollout not paused nor a dry run. Only the controller writes that status (the
+//!   status subresource); a group's selector in the spec is not trusted.
 
 use k8s_openapi::api::core::v1::Pod;
 use zone_api::ZoneAwareUpdate;
@@ -40,12 +41,19 @@ pub fn rolling<'a>(zaus: &'a [ZoneAwareUpdate], pod: &Pod, zone: &Zone) -> Optio
             let Some(status) = &zau.status else {
                 return false;
             };
-            zau.spec.statefulset == statefulset.name
-                && !zau.spec.dry_run
+            let update_revision = if status.stateful_sets.is_empty() {
+                Some(&status.update_revision).filter(|_| zau.spec.statefulset == statefulset.name)
+            } else {
+                status
+                    .stateful_sets
+                    .iter()
+                    .find(|set| set.name == statefulset.name)
+                    .map(|set| &set.update_revision)
+            };
+            !zau.spec.dry_run
                 && !status.paused_rollout
                 && status.current_zone.as_deref() == Some(zone.as_str())
-                && !status.update_revision.is_empty()
-                && status.update_revision != *revision
+                && update_revision.is_some_and(|update| !update.is_empty() && update != revision)
         })
         .and_then(|zau| zau.metadata.name.as_deref())
 }
@@ -55,6 +63,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::json;
+    use zone_api::zau::StatefulSetProgress;
 
     fn pod(owner: &str, revision: &str) -> Pod {
         serde_json::from_value(json!({
@@ -109,5 +118,43 @@ mod tests {
         let mut unlabelled = pod("web", "web-1");
         unlabelled.metadata.labels = None;
         assert_eq!(rolling(&zaus, &unlabelled, &zone_a), None);
+    }
+
+    /// A rollout group: the StatefulSets its status lists, each with its own revision.
+    #[test]
+    fn a_groups_statefulsets_are_those_of_its_status() {
+        let zone_a = Zone::known("zone-a");
+        let mut group = zau("", "zone-a", "ing-a=a-2,ing-b=b-2");
+        group.metadata.name = Some("ingesters".into());
+        if let Some(status) = group.status.as_mut() {
+            status.stateful_sets = ["a", "b"]
+                .map(|set| StatefulSetProgress {
+                    name: format!("ing-{set}"),
+                    update_revision: format!("{set}-2"),
+                    ..StatefulSetProgress::default()
+                })
+                .into();
+        }
+        let zaus = [group];
+        assert_eq!(
+            rolling(&zaus, &pod("ing-a", "a-1"), &zone_a),
+            Some("ingesters")
+        );
+        assert_eq!(
+            rolling(&zaus, &pod("ing-b", "b-1"), &zone_a),
+            Some("ingesters")
+        );
+        // Updated to its own StatefulSet's revision; another's is not its.
+        assert_eq!(rolling(&zaus, &pod("ing-a", "a-2"), &zone_a), None);
+        assert_eq!(
+            rolling(&zaus, &pod("ing-b", "a-2"), &zone_a),
+            Some("ingesters")
+        );
+        // Not in the group's status (whatever the spec's selector).
+        assert_eq!(rolling(&zaus, &pod("ing-c", "c-1"), &zone_a), None);
+        assert_eq!(
+            rolling(&zaus, &pod("ing-a", "a-1"), &Zone::known("zone-b")),
+            None
+        );
     }
 }

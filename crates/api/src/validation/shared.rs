@@ -53,6 +53,15 @@ pub(super) fn max_unavailable(
     value.map_or(Ok(DEFAULT_MAX_UNAVAILABLE), int_or_percent)
 }
 
+/// A selector with neither labels nor expressions: it selects everything.
+pub fn is_unselective(selector: &LabelSelector) -> bool {
+    selector.match_labels.as_ref().is_none_or(|l| l.is_empty())
+        && selector
+            .match_expressions
+            .as_ref()
+            .is_none_or(|e| e.is_empty())
+}
+
 /// The operators and values of a label selector's expressions, as the API server checks them
 /// for a Deployment's selector (a custom resource's is not checked for us).
 pub fn check_selector(selector: &LabelSelector) -> Result<(), SelectorError> {

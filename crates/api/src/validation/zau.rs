@@ -2,11 +2,15 @@
 
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use zone_topology::rollout::{RolloutError, parse_exponential_factor};
 use zone_topology::{IntOrPercent, IntOrPercentError};
 
-use super::shared::{DurationError, duration, is_label_name, max_unavailable, non_empty_or};
+use super::shared::{
+    DurationError, SelectorError, check_selector, duration, is_label_name, is_unselective,
+    max_unavailable, non_empty_or,
+};
 use crate::schema::LABEL_NAME_FORM;
 use crate::zau::{
     AlertGate, GateScheme, GateService, GateTlsConfig, SecretKeyRef, ZoneAwareUpdateSpec, ZoneScope,
@@ -19,6 +23,12 @@ pub mod cel;
 pub enum ZauError {
     #[error("{}", cel::STATEFULSET_NAMED)]
     MissingStatefulSet,
+    #[error("{}", cel::ONE_TARGET)]
+    BothTargets,
+    #[error("{}", cel::GROUP_SELECTOR_NOT_EMPTY)]
+    EmptyGroupSelector,
+    #[error(transparent)]
+    Selector(#[from] SelectorError),
     #[error("{}", cel::ALERT_GATE_ONE_TARGET)]
     GateTarget,
     #[error("spec.alertGate.url {url:?}: {why}")]
@@ -66,10 +76,19 @@ pub enum ZauError {
     Duration(#[from] DurationError),
 }
 
+/// What a rollout rolls.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RolloutTarget {
+    /// `spec.statefulset`.
+    StatefulSet(String),
+    /// `spec.selector`: a rollout group, the StatefulSets of the namespace it selects.
+    Group(LabelSelector),
+}
+
 /// A ZoneAwareUpdate spec ready to act on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidZau {
-    pub statefulset: String,
+    pub target: RolloutTarget,
     pub exponential_factor: f64,
     /// Resolved against spec.replicas by the controller (`rollout::resolve_max_unavailable`).
     pub max_unavailable: IntOrPercent,
@@ -135,9 +154,7 @@ const GATE_POLL_MAX: Duration = Duration::from_secs(300);
 
 impl ZoneAwareUpdateSpec {
     pub fn validate(&self) -> Result<ValidZau, ZauError> {
-        if self.statefulset.trim().is_empty() {
-            return Err(ZauError::MissingStatefulSet);
-        }
+        let target = self.target()?;
         let exponential_factor = parse_exponential_factor(&self.exponential_factor)
             .map_err(ZauError::ExponentialFactor)?;
         let max_unavailable = match max_unavailable(self.max_unavailable.as_ref())
@@ -154,13 +171,30 @@ impl ZoneAwareUpdateSpec {
             Some(text) => Some(duration("spec.bakeTime", text)?).filter(|d| !d.is_zero()),
         };
         Ok(ValidZau {
-            statefulset: self.statefulset.clone(),
+            target,
             exponential_factor,
             max_unavailable,
             alert_gate,
             bake_time,
             paused: self.paused,
         })
+    }
+}
+
+impl ZoneAwareUpdateSpec {
+    /// `spec.statefulset`, or the group `spec.selector` selects: exactly one.
+    fn target(&self) -> Result<RolloutTarget, ZauError> {
+        let name = self.statefulset.trim();
+        match &self.selector {
+            Some(_) if !name.is_empty() => Err(ZauError::BothTargets),
+            Some(selector) if is_unselective(selector) => Err(ZauError::EmptyGroupSelector),
+            Some(selector) => {
+                check_selector(selector)?;
+                Ok(RolloutTarget::Group(selector.clone()))
+            }
+            None if name.is_empty() => Err(ZauError::MissingStatefulSet),
+            None => Ok(RolloutTarget::StatefulSet(self.statefulset.clone())),
+        }
     }
 }
 

@@ -4,7 +4,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use zone_topology::IntOrPercentError;
 use zone_topology::budget::{self, Limit, Policy, UnhealthyPods};
 
-use super::shared::{SelectorError, check_selector, int_or_percent, max_unavailable};
+use super::shared::{
+    SelectorError, check_selector, int_or_percent, is_unselective, max_unavailable,
+};
 use crate::zdb::{RolloutsWhenFrozen, UnhealthyPodEvictionPolicy, ZoneDisruptionBudgetSpec};
 
 pub mod cel;
@@ -36,12 +38,7 @@ pub struct ValidZdb {
 impl ZoneDisruptionBudgetSpec {
     pub fn validate(&self) -> Result<ValidZdb, ZdbError> {
         let selector = self.selector.clone().unwrap_or_default();
-        let labels = selector
-            .match_labels
-            .as_ref()
-            .is_some_and(|l| !l.is_empty());
-        let expressions = selector.match_expressions.as_deref().unwrap_or_default();
-        if !labels && expressions.is_empty() {
+        if is_unselective(&selector) {
             return Err(ZdbError::EmptySelector);
         }
         check_selector(&selector)?;

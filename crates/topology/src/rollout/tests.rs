@@ -13,6 +13,7 @@ fn pod(ordinal: u32, zone: &str, revision: &str) -> RolloutPod {
         ordinal,
         zone: Zone::known(zone),
         revision: revision.to_string(),
+        update_revision: NEW.to_string(),
         ready: true,
         terminating: false,
     }
@@ -323,4 +324,49 @@ fn max_unavailable_validation() {
     assert_eq!(resolve_max_unavailable(IntOrPercent::Int(4), 30), Ok(4));
     assert!(resolve_max_unavailable(IntOrPercent::Int(0), 30).is_err());
     assert!(resolve_max_unavailable(IntOrPercent::Percent(0), 30).is_err());
+}
+
+/// A rollout group: one StatefulSet per zone, each with its own update revision.
+#[test]
+fn a_groups_pods_are_old_against_their_own_statefulsets_revision() {
+    let mut pods: Vec<RolloutPod> = ["a", "b", "c"]
+        .iter()
+        .flat_map(|set| {
+            (0..3).map(move |ordinal| RolloutPod {
+                name: format!("ingester-zone-{set}-{ordinal}"),
+                update_revision: format!("{set}-2"),
+                revision: format!("{set}-1"),
+                ..pod(ordinal, &format!("zone-{set}"), OLD)
+            })
+        })
+        .collect();
+    // Another StatefulSet's update revision does not make a pod updated.
+    pods[3].revision = "a-2".into();
+    let group = "a=a-2,b=b-2,c=c-2";
+    fn rollout<'a>(pods: &'a [RolloutPod], step: u32, group: &'a str) -> RolloutInput<'a> {
+        RolloutInput {
+            update_revision: group,
+            last_update_revision: Some(group),
+            ..input(pods, step, 2, 2.0)
+        }
+    }
+    let (progress, plan) = super::plan(&rollout(&pods, 0, group));
+    assert_eq!(progress.total_old(), 9);
+    assert_eq!(progress.current_zone, Some(Zone::known("zone-a")));
+    let Plan::Remove(batch) = plan else {
+        panic!("expected a batch, got {plan:?}")
+    };
+    assert_eq!(batch.pods, ["ingester-zone-a-2"]);
+
+    // zone-a done: zone-b next, its batches sized by the step reached.
+    for pod in pods.iter_mut().filter(|pod| pod.name.contains("zone-a")) {
+        pod.revision = pod.update_revision.clone();
+    }
+    let (progress, plan) = super::plan(&rollout(&pods, 2, group));
+    assert_eq!(progress.old_replicas[&Zone::known("zone-a")], 0);
+    let Plan::Remove(batch) = plan else {
+        panic!("expected a batch, got {plan:?}")
+    };
+    assert_eq!(batch.zone, Zone::known("zone-b"));
+    assert_eq!(batch.pods, ["ingester-zone-b-2", "ingester-zone-b-1"]);
 }

@@ -272,6 +272,7 @@ fn rollout_pod(name: &str, zone: &str, revision: &str, ready: bool) -> RolloutPo
         ordinal: 0,
         zone: Zone::known(zone),
         revision: revision.into(),
+        update_revision: "new".into(),
         ready,
         terminating: false,
     }
@@ -294,10 +295,10 @@ fn a_bake_is_due_before_the_first_batch_of_a_later_zone() {
         rollout_pod("web-3", "zone-b", "old", true),
     ];
     let next_zone = batch("zone-b", &["web-3"], 2);
-    assert!(bake_due(bake, &next_zone, &pods, "new"));
-    assert!(!bake_due(None, &next_zone, &pods, "new"), "no bakeTime");
+    assert!(bake_due(bake, &next_zone, &pods));
+    assert!(!bake_due(None, &next_zone, &pods), "no bakeTime");
     assert!(
-        !bake_due(bake, &batch("zone-b", &["web-3"], 0), &pods, "new"),
+        !bake_due(bake, &batch("zone-b", &["web-3"], 0), &pods),
         "the rollout's first zone"
     );
     // zone-b started: its next batches are not held.
@@ -306,23 +307,13 @@ fn a_bake_is_due_before_the_first_batch_of_a_later_zone() {
         rollout_pod("web-2", "zone-b", "old", true),
         rollout_pod("web-3", "zone-b", "new", true),
     ];
-    assert!(!bake_due(
-        bake,
-        &batch("zone-b", &["web-2"], 3),
-        &started,
-        "new"
-    ));
+    assert!(!bake_due(bake, &batch("zone-b", &["web-2"], 3), &started));
     // Replacing a pod that is down already is repair: never held.
     let down = [
         rollout_pod("web-0", "zone-a", "new", true),
         rollout_pod("web-3", "zone-b", "old", false),
     ];
-    assert!(!bake_due(
-        bake,
-        &batch("zone-b", &["web-3"], 2),
-        &down,
-        "new"
-    ));
+    assert!(!bake_due(bake, &batch("zone-b", &["web-3"], 2), &down));
 }
 
 #[test]

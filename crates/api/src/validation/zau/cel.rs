@@ -19,13 +19,40 @@ pub fn max_unavailable_not_zero() -> Rule {
 }
 
 /// The message of [`statefulset_named`], and of the ZoneAwareUpdate's check.
-pub const STATEFULSET_NAMED: &str = "spec.statefulset is empty: name the StatefulSet to roll out";
+pub const STATEFULSET_NAMED: &str = "spec.statefulset is empty: name the StatefulSet to roll \
+     out, or select a rollout group with spec.selector";
 
 pub fn statefulset_named() -> Rule {
-    Rule::new("has(self.statefulset) && self.statefulset.trim() != ''")
+    Rule::new("has(self.selector) || has(self.statefulset) && self.statefulset.trim() != ''")
         .message(STATEFULSET_NAMED)
         .field_path(".statefulset")
         .reason(Reason::FieldValueRequired)
+}
+
+/// The message of [`one_target`], and of the ZoneAwareUpdate's check.
+pub const ONE_TARGET: &str = "spec.statefulset and spec.selector are exclusive: name one \
+     StatefulSet, or select a rollout group";
+
+pub fn one_target() -> Rule {
+    Rule::new("!has(self.selector) || !has(self.statefulset) || self.statefulset.trim() == ''")
+        .message(ONE_TARGET)
+        .field_path(".selector")
+        .reason(Reason::FieldValueForbidden)
+}
+
+/// The message of [`group_selector_not_empty`], and of the ZoneAwareUpdate's check.
+pub const GROUP_SELECTOR_NOT_EMPTY: &str =
+    "spec.selector is empty: it would select every StatefulSet of the namespace";
+
+pub fn group_selector_not_empty() -> Rule {
+    Rule::new(
+        "!has(self.selector) || \
+         has(self.selector.matchLabels) && size(self.selector.matchLabels) > 0 || \
+         has(self.selector.matchExpressions) && size(self.selector.matchExpressions) > 0",
+    )
+    .message(GROUP_SELECTOR_NOT_EMPTY)
+    .field_path(".selector")
+    .reason(Reason::FieldValueRequired)
 }
 
 /// The message of the rule on `spec.alertGate` (`zau::alert_gate_one_target`), and of the

@@ -214,7 +214,11 @@ fn messages_shared_with_the_crd_rules() {
     let cases = [
         (
             ZauError::MissingStatefulSet,
-            "spec.statefulset is empty: name the StatefulSet to roll out",
+            "spec.statefulset is empty: name the StatefulSet to roll out, or select a rollout group with spec.selector",
+        ),
+        (
+            ZauError::BothTargets,
+            "spec.statefulset and spec.selector are exclusive: name one StatefulSet, or select a rollout group",
         ),
         (
             ZauError::GateTarget,
@@ -232,4 +236,43 @@ fn messages_shared_with_the_crd_rules() {
     for (error, message) in cases {
         assert_eq!(error.to_string(), message);
     }
+}
+
+/// A rollout group: spec.selector instead of spec.statefulset, never both, never empty.
+#[test]
+fn a_rollout_targets_one_statefulset_or_a_group() {
+    let group: LabelSelector = serde_json::from_value(serde_json::json!(
+        {"matchLabels": {"rollout-group": "ingester"}}
+    ))
+    .unwrap();
+    let grouped = |statefulset: &str, selector: Option<LabelSelector>| ZoneAwareUpdateSpec {
+        statefulset: statefulset.into(),
+        selector,
+        ..zau("2", None)
+    };
+    assert_eq!(
+        grouped("", Some(group.clone())).validate().unwrap().target,
+        RolloutTarget::Group(group.clone())
+    );
+    assert_eq!(
+        grouped("web", None).validate().unwrap().target,
+        RolloutTarget::StatefulSet("web".into())
+    );
+    let bad_operator: LabelSelector = serde_json::from_value(serde_json::json!(
+        {"matchExpressions": [{"key": "a", "operator": "Is"}]}
+    ))
+    .unwrap();
+    let cases = [
+        (grouped("web", Some(group)), ZauError::BothTargets),
+        (grouped(" ", None), ZauError::MissingStatefulSet),
+        (
+            grouped("", Some(LabelSelector::default())),
+            ZauError::EmptyGroupSelector,
+        ),
+    ];
+    for (spec, error) in cases {
+        assert_eq!(spec.validate().unwrap_err(), error);
+    }
+    let err = grouped("", Some(bad_operator)).validate().unwrap_err();
+    assert!(matches!(err, ZauError::Selector(_)), "{err}");
 }
