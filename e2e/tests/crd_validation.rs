@@ -139,6 +139,27 @@ fn invalid_zau_specs() -> Vec<Refusal> {
             "spec.exponentialFactor",
             "a decimal number of at least 1",
         ),
+        refused(
+            zau(
+                "group-and-statefulset",
+                json!({"statefulset": "web", "selector": {"matchLabels": {"rollout-group": "web"}}}),
+            ),
+            "spec.selector",
+            "are exclusive",
+        ),
+        refused(
+            zau("group-of-everything", json!({"selector": {}})),
+            "spec.selector",
+            "every StatefulSet of the namespace",
+        ),
+        refused(
+            zau(
+                "group-bad-operator",
+                json!({"selector": {"matchExpressions": [{"key": "rollout-group", "operator": "Is"}]}}),
+            ),
+            "spec.selector.matchExpressions[0].operator",
+            "In, NotIn, Exists or DoesNotExist",
+        ),
     ]
 }
 
@@ -468,6 +489,11 @@ fn more_sprom_specs_refused_by_cel_rules() -> Vec<Refusal> {
 fn valid_specs() -> Vec<Value> {
     let web = json!({"matchLabels": {"app": "web"}});
     vec![
+        // A rollout group, as rollout-operator's users label theirs.
+        zau(
+            "rollout-group",
+            json!({"selector": {"matchLabels": {"rollout-group": "ingester"}}, "maxUnavailable": "25%"}),
+        ),
         // A ZoneDisruptionBudget of 0 is a freeze, not an error.
         zdb(
             "zdb-zero",

@@ -31,6 +31,8 @@ use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus, ZoneDisruptionBudget};
 
 #[path = "zau/budgets.rs"]
 mod budgets;
+#[path = "zau/groups.rs"]
+mod groups;
 
 const SET: &str = "web";
 const ZAU: &str = "web";

@@ -11,7 +11,7 @@ use super::*;
 
 /// A client of a ServiceAccount `evictor` of the test's namespace that may read and evict its
 /// pods: a caller other than the controller, asking what the controller asks.
-async fn evictor(fixture: &Fixture) -> Api<Pod> {
+pub(super) async fn evictor(fixture: &Fixture) -> Api<Pod> {
     let ns = &fixture.ns.name;
     let account: ServiceAccount =
         serde_json::from_value(json!({"metadata": {"name": "evictor"}})).unwrap();
@@ -41,7 +41,7 @@ async fn evictor(fixture: &Fixture) -> Api<Pod> {
 }
 
 /// The refusal of a dry-run eviction of `pod` through `pods`, its message.
-async fn refused_eviction(pods: &Api<Pod>, pod: &str, what: &str) -> String {
+pub(super) async fn refused_eviction(pods: &Api<Pod>, pod: &str, what: &str) -> String {
     match pods::evict(pods, pod, true).await {
         Ok(()) => panic!("{what}: the eviction of {pod} was allowed"),
         Err((code, message)) => {
@@ -52,7 +52,7 @@ async fn refused_eviction(pods: &Api<Pod>, pod: &str, what: &str) -> String {
 }
 
 /// The ZoneDisruptionBudget `frontend` over the 9 pods, `spec` besides its selector, computed.
-async fn frontend_budget(zdbs: &Api<ZoneDisruptionBudget>, spec: Value) {
+pub(super) async fn frontend_budget(zdbs: &Api<ZoneDisruptionBudget>, spec: Value) {
     let mut spec = spec;
     spec["selector"] = json!({"matchLabels": {"tier": "frontend"}});
     zdbs.create(
@@ -66,7 +66,7 @@ async fn frontend_budget(zdbs: &Api<ZoneDisruptionBudget>, spec: Value) {
 
 /// The zdb-controller serving a webhook for the namespace, the rollout's evictions being those
 /// of `controller`'s user. Returns the webhook and its process, and a pod API as that user.
-async fn webhook_for(
+pub(super) async fn webhook_for(
     fixture: &Fixture,
     controller: &ControllerProcess,
 ) -> (EvictionWebhook, ControllerProcess, Api<Pod>) {
