@@ -13,7 +13,8 @@
 # request, four at a time p50 <= 1.2 s, peak RSS <= 512 MiB; 10 backends p50 <= 150 ms; a small
 # answer (20 groups) at 10 backends p99 <= 50 ms; over 100 gRPC backends the federator's p50
 # and CPU per request at most a fifth of the Querier's. Exits non-zero when one is missed. The
-# figures are of a quiet 2-core machine: the load at the start is printed.
+# figures are of a quiet 2-core machine: the load at the start is printed. FED_PERF_ONLY=http
+# (or grpc) runs only those scenarios.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 # Processes on this host only: no cluster needed (and none wanted: it takes CPU).

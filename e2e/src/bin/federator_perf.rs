@@ -623,12 +623,16 @@ async fn run() -> bool {
         );
         ok &= met;
     };
-    // `FED_PERF_ONLY=grpc`: the gRPC scenarios alone.
-    let all = std::env::var("FED_PERF_ONLY").unwrap_or_default() != "grpc";
+    // `FED_PERF_ONLY=grpc`: the gRPC scenarios alone; `http`: the HTTP ones alone (no Thanos
+    // needed, e.g. to compare two federator builds).
+    let only = std::env::var("FED_PERF_ONLY").unwrap_or_default();
+    let all = only != "grpc";
     if all {
         http_100(&recorded, &mut check).await;
     }
-    grpc_against_querier(&recorded, &mut check).await;
+    if only != "http" {
+        grpc_against_querier(&recorded, &mut check).await;
+    }
     if all {
         let big_10 = one_at_a_time(&recorded, "10 backends", 200).await;
         check("10 backends p50", big_10.p50, 0.150, "s");

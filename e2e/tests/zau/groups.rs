@@ -75,17 +75,20 @@ impl Group {
         self.fixture.create_zau(spec).await;
     }
 
-    /// Changes every StatefulSet's image: their update revisions, by StatefulSet.
+    /// Changes every StatefulSet's image at once (as one `kubectl apply` of the three would):
+    /// their update revisions, by StatefulSet.
     async fn set_image(&self, version: u32) -> BTreeMap<String, String> {
-        let mut revisions = BTreeMap::new();
-        for zone in ZONES {
+        let sets = &self.fixture.sets;
+        let image = &image(version);
+        let changes = ZONES.map(|zone| async move {
             let name = format!("web-{zone}");
-            let sets = &self.fixture.sets;
-            let revision =
-                workload::set_image(sets, &name, &image(version), Duration::from_secs(30)).await;
-            revisions.insert(name, revision);
-        }
-        revisions
+            let revision = workload::set_image(sets, &name, image, Duration::from_secs(30)).await;
+            (name, revision)
+        });
+        futures::future::join_all(changes)
+            .await
+            .into_iter()
+            .collect()
     }
 
     async fn touch(&self) {
@@ -176,6 +179,21 @@ impl Gate {
     }
 }
 
+impl Fixture {
+    /// Merges `spec` into the ZoneAwareUpdate's.
+    async fn patch_spec(&self, spec: Value) {
+        let patch = json!({"spec": spec});
+        self.zaus
+            .patch(ZAU, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    async fn set_paused(&self, paused: bool) {
+        self.patch_spec(json!({"paused": paused})).await;
+    }
+}
+
 /// Waits until the group's rollout to `revisions` is held by `sources` (`pausedBy`), nothing
 /// removed.
 async fn held_by(fixture: &Fixture, sources: &str, revisions: &BTreeMap<String, String>) {
@@ -245,18 +263,14 @@ async fn zau_group_rolls_zone_by_zone_held_by_the_alarm_and_the_alert_gate() {
 /// Image 3 over the group, with a bake between zones: zone-a rolled, zone-b baking; then image
 /// 2 again. The rollback starts over from one pod in zone-a, the only zone at image 3, and
 /// completes there: the bake belonged to image 3's rollout, and zones b and c never left image 2.
+/// (A new revision of any StatefulSet of a group starts the batches again at one pod.)
 async fn a_rollback_half_way_follows_the_same_rules(
     group: &Group,
     zones: &BTreeMap<String, String>,
     second: &BTreeMap<String, String>,
 ) {
     let fixture = &group.fixture;
-    let bake = json!({"spec": {"bakeTime": "1h"}});
-    fixture
-        .zaus
-        .patch(ZAU, &PatchParams::default(), &Patch::Merge(&bake))
-        .await
-        .unwrap();
+    fixture.patch_spec(json!({"bakeTime": "1h"})).await;
     let monitor = Monitor::start(fixture).await;
     let removed_before = fixture.removals().len();
     let third = group.set_image(3).await;
@@ -267,9 +281,18 @@ async fn a_rollback_half_way_follows_the_same_rules(
         .await;
     assert_eq!(baking.old_replicas.get("zone-a"), Some(&0), "{baking:?}");
     assert_eq!(baking.total_old_replicas, 6, "{baking:?}");
+    // Held by hand while the three StatefulSets change, so that the rollback starts once, from
+    // their three new revisions, rather than again as each is observed.
+    fixture.set_paused(true).await;
     let rolled_back_at = Timestamp::now();
     let back = group.set_image(2).await;
     assert_eq!(&back, second, "a rollback reuses the ControllerRevisions");
+    fixture
+        .wait_status("the rollback held by hand", ROLLOUT_TIMEOUT, |s| {
+            s.update_revision == joined(&back) && s.paused_by == "Manual"
+        })
+        .await;
+    fixture.set_paused(false).await;
     group.wait_complete(&back).await;
 
     let removed = fixture.removals();
