@@ -85,16 +85,7 @@ impl Fixture {
     /// A namespace with the StatefulSet `web` (`replicas` pods spread evenly over the 3 zones,
     /// OnDelete) running image 1, every pod Ready.
     async fn new(prefix: &str, replicas: usize) -> Fixture {
-        let cluster = Cluster::get();
-        let ns = TestNamespace::create(&cluster, prefix).await;
-        let fixture = Fixture {
-            sets: ns.api(),
-            pods: ns.api(),
-            zaus: ns.api(),
-            cluster,
-            ns,
-            replicas,
-        };
+        let fixture = Fixture::empty(prefix, replicas).await;
         fixture
             .sets
             .create(
@@ -106,6 +97,20 @@ impl Fixture {
         let revision = fixture.update_revision().await;
         fixture.wait_converged(&revision).await;
         fixture
+    }
+
+    /// A namespace without workloads yet, for `replicas` pods labelled `app: web`.
+    async fn empty(prefix: &str, replicas: usize) -> Fixture {
+        let cluster = Cluster::get();
+        let ns = TestNamespace::create(&cluster, prefix).await;
+        Fixture {
+            sets: ns.api(),
+            pods: ns.api(),
+            zaus: ns.api(),
+            cluster,
+            ns,
+            replicas,
+        }
     }
 
     /// [`Fixture::new`] and the ZoneAwareUpdate `web` with `spec`; also returns the zone of

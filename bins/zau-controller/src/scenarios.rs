@@ -203,13 +203,16 @@ fn caches_of(pods: impl IntoIterator<Item = Pod>) -> Caches {
 fn fake_api(zau: &ZoneAwareUpdate) -> (FakeApi, kube::Client) {
     let (fake, client) = FakeApi::new();
     let stored = serde_json::to_value(zau).unwrap();
-    fake.on(Method::PATCH, ZAU_STATUS)
-        .always_with(move |request| {
-            let mut object = stored.clone();
-            object["status"] = request.json().unwrap()["status"].clone();
-            object["metadata"]["resourceVersion"] = json!("101");
-            (200, object)
-        });
+    let status = format!(
+        "/apis/zonecontrol.k8s.aws/v1/namespaces/{NAMESPACE}/zoneawareupdates/{}/status",
+        zau.metadata.name.as_deref().unwrap_or_default()
+    );
+    fake.on(Method::PATCH, &status).always_with(move |request| {
+        let mut object = stored.clone();
+        object["status"] = request.json().unwrap()["status"].clone();
+        object["metadata"]["resourceVersion"] = json!("101");
+        (200, object)
+    });
     fake.on_prefix(
         Method::POST,
         "/apis/events.k8s.io/v1/namespaces/apps/events",

@@ -81,6 +81,33 @@ pub(super) async fn webhook_for(
     (webhook, process, Api::namespaced(client, &fixture.ns.name))
 }
 
+/// Merges `spec` into the budget `frontend`'s and waits until it is computed.
+pub(super) async fn patch_budget(zdbs: &Api<ZoneDisruptionBudget>, spec: Value) {
+    let patch = json!({"spec": spec});
+    zdbs.patch("frontend", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    fixture::wait_status(
+        zdbs,
+        "frontend",
+        "the budget computed",
+        ROLLOUT_TIMEOUT,
+        |zdb, status| Some(status.observed_generation) == zdb.metadata.generation,
+    )
+    .await;
+}
+
+/// Waits until the rollout says a frozen budget holds it.
+pub(super) async fn held_by_the_freeze(fixture: &Fixture) {
+    let status = fixture
+        .wait_status("the rollout held by the freeze", ROLLOUT_TIMEOUT, |s| {
+            condition(s, "Progressing").is_some_and(|c| c.1 == "DisruptionBudgetExhausted")
+        })
+        .await;
+    let progressing = condition(&status, "Progressing").unwrap();
+    assert!(progressing.2.contains("frozen"), "{progressing:?}");
+}
+
 /// The start of both tests: 9 pods, a ZoneAwareUpdate of maxUnavailable 3, factor 2 (batches
 /// of 1 then 2 in each zone) with its controller, the webhook knowing the controller's user, the
 /// budget `frontend` of `spec` over the pods, and another user who may evict them.
@@ -210,27 +237,10 @@ async fn zau_rollout_waits_for_a_frozen_budget_unless_it_lets_rollouts_proceed()
         },
     )
     .await;
-    let status = fixture
-        .wait_status("the rollout held by the freeze", ROLLOUT_TIMEOUT, |s| {
-            condition(s, "Progressing").is_some_and(|c| c.1 == "DisruptionBudgetExhausted")
-        })
-        .await;
-    let progressing = condition(&status, "Progressing").unwrap();
-    assert!(progressing.2.contains("frozen"), "{progressing:?}");
+    held_by_the_freeze(fixture).await;
     assert!(fixture.removals().is_empty(), "{:?}", fixture.removals());
 
-    let patch = json!({"spec": {"rolloutsWhenFrozen": "Proceed"}});
-    zdbs.patch("frontend", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    fixture::wait_status(
-        zdbs,
-        "frontend",
-        "the budget computed for rolloutsWhenFrozen",
-        ROLLOUT_TIMEOUT,
-        |zdb, status| Some(status.observed_generation) == zdb.metadata.generation,
-    )
-    .await;
+    patch_budget(zdbs, json!({"rolloutsWhenFrozen": "Proceed"})).await;
     let proceeding = Timestamp::now();
     let pod = pod_in_zone(zones, "zone-c");
     let message = refused_eviction(others, &pod, "another caller under the freeze").await;

@@ -6,7 +6,9 @@ use e2e::nodes::{TEST_NODE_TAINT, TestNode};
 use e2e::process::Kubectl;
 use e2e::prometheus::PrometheusProcess;
 
-use super::budgets::{evictor, frontend_budget, refused_eviction, webhook_for};
+use super::budgets::{
+    evictor, frontend_budget, held_by_the_freeze, patch_budget, refused_eviction, webhook_for,
+};
 use super::*;
 
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
@@ -43,16 +45,7 @@ struct Group {
 
 impl Group {
     async fn new(prefix: &str) -> Group {
-        let cluster = Cluster::get();
-        let ns = TestNamespace::create(&cluster, prefix).await;
-        let fixture = Fixture {
-            sets: ns.api(),
-            pods: ns.api(),
-            zaus: ns.api(),
-            cluster,
-            ns,
-            replicas: PER_ZONE * ZONES.len(),
-        };
+        let fixture = Fixture::empty(prefix, PER_ZONE * ZONES.len()).await;
         let mut nodes = Vec::new();
         for zone in ZONES {
             let node = TestNode::create(&fixture.ns, zone).await;
@@ -404,35 +397,12 @@ async fn a_frozen_budget_holds_the_group_until_it_lets_rollouts_proceed(
     zdbs: &Api<ZoneDisruptionBudget>,
 ) {
     let fixture = &group.fixture;
-    let generation = |zdb: &ZoneDisruptionBudget, status: &zone_api::ZoneDisruptionBudgetStatus| {
-        Some(status.observed_generation) == zdb.metadata.generation
-    };
-    let patch = |spec: Value| async move {
-        let patch = json!({"spec": spec});
-        zdbs.patch("frontend", &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
-        fixture::wait_status(
-            zdbs,
-            "frontend",
-            "the budget computed",
-            ROLLOUT_TIMEOUT,
-            generation,
-        )
-        .await;
-    };
-    patch(json!({"maxUnavailable": 0})).await;
+    patch_budget(zdbs, json!({"maxUnavailable": 0})).await;
     let removed_before = fixture.removals().len();
     let revisions = group.set_image(3).await;
-    let status = fixture
-        .wait_status("the group held by the freeze", ROLLOUT_TIMEOUT, |s| {
-            condition(s, "Progressing").is_some_and(|c| c.1 == "DisruptionBudgetExhausted")
-        })
-        .await;
-    let progressing = condition(&status, "Progressing").unwrap();
-    assert!(progressing.2.contains("frozen"), "{progressing:?}");
+    held_by_the_freeze(fixture).await;
     assert_eq!(fixture.removals().len(), removed_before);
-    patch(json!({"rolloutsWhenFrozen": "Proceed"})).await;
+    patch_budget(zdbs, json!({"rolloutsWhenFrozen": "Proceed"})).await;
     group.wait_complete(&revisions).await;
     assert_eq!(fixture.removals().len(), removed_before + 9);
 }

@@ -94,25 +94,6 @@ fn group_zau(status: Value) -> ZoneAwareUpdate {
     .unwrap()
 }
 
-/// The fake API answering the group's status writes and events.
-fn group_api(zau: &ZoneAwareUpdate) -> (FakeApi, kube::Client) {
-    let (fake, client) = FakeApi::new();
-    let stored = serde_json::to_value(zau).unwrap();
-    fake.on(Method::PATCH, GROUP_STATUS)
-        .always_with(move |request| {
-            let mut object = stored.clone();
-            object["status"] = request.json().unwrap()["status"].clone();
-            object["metadata"]["resourceVersion"] = json!("101");
-            (200, object)
-        });
-    fake.on_prefix(
-        Method::POST,
-        "/apis/events.k8s.io/v1/namespaces/apps/events",
-    )
-    .always_with(|request| (201, request.json().unwrap()));
-    (fake, client)
-}
-
 /// The statuses written, in order.
 fn group_statuses(fake: &FakeApi) -> Vec<Value> {
     fake.requests_to(&Method::PATCH, GROUP_STATUS)
@@ -133,7 +114,7 @@ const GROUP_REVISIONS: &str = "ingester-zone-a=a-2,ingester-zone-b=b-2,ingester-
 #[tokio::test]
 async fn a_group_starts_with_one_pod_of_its_first_zone() {
     let zau = group_zau(json!({}));
-    let (fake, client) = group_api(&zau);
+    let (fake, client) = fake_api(&zau);
     fake.on_prefix(Method::POST, "/api/v1/namespaces/apps/pods/")
         .always(201, evicted());
     let alarms = ScriptedAlarm::new(AlarmState::Clear);
@@ -173,7 +154,7 @@ async fn a_group_moves_to_its_next_zone_only_when_one_is_done() {
     let zau = group_zau(json!({
         "updateRevision": GROUP_REVISIONS, "updateStep": 2, "currentZone": "zone-a",
     }));
-    let (fake, client) = group_api(&zau);
+    let (fake, client) = fake_api(&zau);
     fake.on_prefix(Method::POST, "/api/v1/namespaces/apps/pods/")
         .always(201, evicted());
     let alarms = ScriptedAlarm::new(AlarmState::Clear);
@@ -191,7 +172,7 @@ async fn a_group_moves_to_its_next_zone_only_when_one_is_done() {
 #[tokio::test]
 async fn a_completed_group_records_each_statefulsets_revision() {
     let zau = group_zau(json!({"updateRevision": GROUP_REVISIONS, "updateStep": 3}));
-    let (fake, client) = group_api(&zau);
+    let (fake, client) = fake_api(&zau);
     for zone in ["a", "b", "c"] {
         let path = format!("/apis/apps/v1/namespaces/apps/statefulsets/ingester-zone-{zone}");
         let fresh = serde_json::to_value(ingester_set(zone, "ingester")).unwrap();
@@ -227,7 +208,7 @@ async fn a_group_without_statefulsets_says_so() {
     let mut zau = group_zau(json!({}));
     zau.spec.selector =
         serde_json::from_value(json!({"matchLabels": {"rollout-group": "none"}})).unwrap();
-    let (fake, client) = group_api(&zau);
+    let (fake, client) = fake_api(&zau);
     let alarms = ScriptedAlarm::new(AlarmState::Clear);
     reconcile_unelected(client, zau, group_caches(&[]), alarms).await;
 
