@@ -165,8 +165,9 @@ class Runner:
                 self.failed.append(t["label"])
 
     def needs(self, t: dict) -> list[Prereq]:
-        """What t waits for: the project's image, Thanos, or nothing."""
-        if t["kind"] != "test":
+        """What t waits for: the project's image, Thanos, or nothing. A suite is named by its
+        test target, a crate's own unit tests by the crate's library (e.g. `e2e`)."""
+        if t["kind"] not in ("test", "lib"):
             return []
         return [prereq for prereq, suites in ((self.image, self.args.image_suite),
                                               (self.thanos, self.args.thanos_suite))
