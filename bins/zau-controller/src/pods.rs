@@ -1,23 +1,15 @@
-//! What the controller keeps of pods, StatefulSets and nodes, and how a pod becomes the planner's
-//! [`RolloutPod`].
+//! What the controller keeps of pods and StatefulSets (how a pod becomes the planner's
+//! `RolloutPod` is `zone_operator::rollout`'s).
 //!
 //! The caches hold thousands of pods; only the fields the planner needs survive
 //! ([`strip_pod`]), which keeps the process small (one full pod is several kB, a stripped one a few
 //! hundred bytes).
 
-use std::time::Duration;
-
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
-use k8s_openapi::api::core::v1::{Pod, PodCondition};
-use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
-use zone_topology::Zone;
-use zone_topology::rollout::RolloutPod;
+use k8s_openapi::api::core::v1::Pod;
 
+pub use zone_operator::rollout::{POD_INDEX_LABEL, owner_statefulset};
 pub use zone_topology::rollout::REVISION_LABEL;
-
-/// The pod's ordinal as a label (Kubernetes >= 1.28); the name suffix is the fallback.
-pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 
 /// Drops everything of a pod the controller does not read: beyond the shared stripping, the
 /// labels but the revision and index, the owners but the controlling StatefulSet.
@@ -51,105 +43,13 @@ pub fn strip_statefulset(set: &mut StatefulSet) {
     }
 }
 
-/// The StatefulSet that controls `pod`, if any.
-pub fn owner_statefulset(pod: &Pod) -> Option<&str> {
-    pod.metadata
-        .owner_references
-        .as_deref()?
-        .iter()
-        .find(|owner| owner.controller == Some(true) && owner.kind == "StatefulSet")
-        .map(|owner| owner.name.as_str())
-}
-
-/// The pod's ordinal: the pod-index label, else the number after the last `-` of its name.
-pub fn ordinal(pod: &Pod) -> Option<u32> {
-    pod.labels()
-        .get(POD_INDEX_LABEL)
-        .and_then(|index| index.parse().ok())
-        .or_else(|| pod.name_any().rsplit_once('-')?.1.parse().ok())
-}
-
-fn ready_condition(pod: &Pod) -> Option<&PodCondition> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_deref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")
-}
-
-/// Availability of a pod, honouring `minReadySeconds`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Availability {
-    Available,
-    /// Ready, but not for `minReadySeconds` yet: available after this much more time.
-    ReadySoon(Duration),
-    Unavailable,
-}
-
-pub fn availability(pod: &Pod, min_ready_seconds: u32, now: Timestamp) -> Availability {
-    let Some(condition) = ready_condition(pod).filter(|c| c.status == "True") else {
-        return Availability::Unavailable;
-    };
-    if min_ready_seconds == 0 {
-        return Availability::Available;
-    }
-    let Some(since) = condition.last_transition_time.as_ref() else {
-        return Availability::Available;
-    };
-    let ready_for = now.duration_since(since.0);
-    let needed = k8s_openapi::jiff::SignedDuration::from_secs(i64::from(min_ready_seconds));
-    if ready_for >= needed {
-        Availability::Available
-    } else {
-        let rest = needed - ready_for;
-        Availability::ReadySoon(Duration::try_from(rest).unwrap_or(Duration::from_secs(1)))
-    }
-}
-
-/// A pod of the StatefulSet as the planner sees it, plus when it turns available (for a requeue).
-pub struct PlannedPod {
-    pub pod: RolloutPod,
-    pub available_in: Option<Duration>,
-}
-
-/// Converts a cached pod of a StatefulSet rolling out `update_revision`; `None` when it has no
-/// ordinal (not a StatefulSet pod after all).
-pub fn rollout_pod(
-    pod: &Pod,
-    zone: Zone,
-    min_ready_seconds: u32,
-    update_revision: &str,
-    now: Timestamp,
-) -> Option<PlannedPod> {
-    let ordinal = ordinal(pod)?;
-    let availability = availability(pod, min_ready_seconds, now);
-    Some(PlannedPod {
-        pod: RolloutPod {
-            name: pod.name_any(),
-            ordinal,
-            zone,
-            revision: pod
-                .labels()
-                .get(REVISION_LABEL)
-                .cloned()
-                .unwrap_or_default(),
-            update_revision: update_revision.to_owned(),
-            ready: availability == Availability::Available,
-            terminating: pod.metadata.deletion_timestamp.is_some(),
-        },
-        available_in: match availability {
-            Availability::ReadySoon(rest) => Some(rest),
-            _ => None,
-        },
-    })
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use kube::ResourceExt;
     use serde_json::json;
+    use zone_operator::rollout::{Availability, availability, ordinal};
 
     fn pod(value: serde_json::Value) -> Pod {
         serde_json::from_value(value).unwrap()
@@ -192,39 +92,6 @@ mod tests {
         let conditions = pod.status.as_ref().unwrap().conditions.as_ref().unwrap();
         assert_eq!(conditions.len(), 1);
         assert!(serde_json::to_string(&pod).unwrap().len() < 600);
-    }
-
-    #[test]
-    fn ordinal_falls_back_to_the_name() {
-        let pod = pod(json!({"metadata": {"name": "my-app-7"}}));
-        assert_eq!(ordinal(&pod), Some(7));
-        let pod2 = super::tests::pod(json!({"metadata": {"name": "nonumber"}}));
-        assert_eq!(ordinal(&pod2), None);
-    }
-
-    #[test]
-    fn min_ready_seconds_delays_availability() {
-        let pod = full_pod();
-        let now: Timestamp = "2026-01-01T00:00:04Z".parse().unwrap();
-        assert_eq!(
-            availability(&pod, 10, now),
-            Availability::ReadySoon(Duration::from_secs(6))
-        );
-        assert_eq!(availability(&pod, 4, now), Availability::Available);
-        let planned = rollout_pod(&pod, Zone::known("zone-a"), 10, "web-abc", now).unwrap();
-        assert!(!planned.pod.ready);
-        assert!(planned.pod.is_updated());
-        assert_eq!(planned.available_in, Some(Duration::from_secs(6)));
-    }
-
-    #[test]
-    fn missing_or_false_ready_condition_is_unavailable() {
-        let now = Timestamp::now();
-        let unready = pod(json!({"metadata": {"name": "web-0"},
-            "status": {"conditions": [{"type": "Ready", "status": "False"}]}}));
-        assert_eq!(availability(&unready, 0, now), Availability::Unavailable);
-        let pending = pod(json!({"metadata": {"name": "web-0"}}));
-        assert_eq!(availability(&pending, 0, now), Availability::Unavailable);
     }
 
     #[test]

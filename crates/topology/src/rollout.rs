@@ -304,5 +304,65 @@ fn names<'a>(pods: impl Iterator<Item = &'a RolloutPod>) -> Vec<String> {
     pods.map(|pod| pod.name.clone()).collect()
 }
 
+/// The batches ahead of a rollout, and where the preview had to stop.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Preview {
+    pub batches: Vec<Batch>,
+    /// A wait that settling the pods in flight cannot end (pods missing: their names are not
+    /// known), after `batches`.
+    pub stopped: Option<WaitReason>,
+}
+
+/// The batches the controller will remove from now on if nothing else changes (no pause, no
+/// refusal, no new revision), in order: [`plan`] itself, run again and again as if every pod it
+/// removes came back at once at its StatefulSet's update revision and Ready. Pods in flight now
+/// are settled first the same way: a terminating pod comes back updated, an updated pod turns
+/// Ready. Bounded: each batch updates at least one pod.
+pub fn preview(input: &RolloutInput<'_>) -> Preview {
+    let mut pods = input.pods.to_vec();
+    for pod in &mut pods {
+        if pod.terminating {
+            pod.terminating = false;
+            pod.revision.clone_from(&pod.update_revision);
+        }
+        if pod.is_updated() {
+            pod.ready = true;
+        }
+    }
+    let mut step = input.step;
+    let mut last_zone = input.last_zone.cloned();
+    let mut batches = Vec::new();
+    for _ in 0..=pods.len() {
+        let next = RolloutInput {
+            step,
+            last_zone: last_zone.as_ref(),
+            pods: &pods,
+            ..input.clone()
+        };
+        let (_, plan) = plan(&next);
+        let batch = match plan {
+            Plan::Complete => break,
+            Plan::Wait(reason) => {
+                return Preview {
+                    batches,
+                    stopped: Some(reason),
+                };
+            }
+            Plan::Remove(batch) => batch,
+        };
+        for pod in pods.iter_mut().filter(|pod| batch.pods.contains(&pod.name)) {
+            pod.revision.clone_from(&pod.update_revision);
+            pod.ready = true;
+        }
+        step = batch.next_step;
+        last_zone = Some(batch.zone.clone());
+        batches.push(batch);
+    }
+    Preview {
+        batches,
+        stopped: None,
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -18,6 +18,7 @@ use zone_api::zau::StatefulSetProgress;
 use zone_api::zau::{condition, reason};
 use zone_api::{ValidZau, ZoneAwareUpdateStatus};
 use zone_operator::Invalid;
+use zone_operator::rollout::{self, PlannedPods};
 use zone_topology::rollout::RolloutPod;
 
 use super::Step;
@@ -60,26 +61,13 @@ impl Step<'_> {
             pod.metadata.namespace.as_deref() == Some(self.namespace)
                 && pods::owner_statefulset(pod).is_some_and(|owner| target.set(owner).is_some())
         });
-        let now = Timestamp::now();
-        let mut planned = Vec::with_capacity(cached.len());
-        let mut soonest_available: Option<Duration> = None;
-        let mut old: BTreeMap<&str, i32> = BTreeMap::new();
-        for pod in &cached {
-            let Some(set) = pods::owner_statefulset(pod).and_then(|owner| target.set(owner)) else {
-                continue;
-            };
-            let zone = self.ctx.caches.zones.zone_of(pod);
-            let update_revision = set.update_revision.as_deref().unwrap_or_default();
-            let Some(p) = pods::rollout_pod(pod, zone, set.min_ready_seconds, update_revision, now)
-            else {
-                continue;
-            };
-            if let Some(rest) = p.available_in {
-                soonest_available = Some(soonest_available.map_or(rest, |s| s.min(rest)));
-            }
-            *old.entry(set.name.as_str()).or_default() += i32::from(!p.pod.is_updated());
-            planned.push(p.pod);
-        }
+        let zones = &self.ctx.caches.zones;
+        let with_zones = cached.iter().map(|pod| (pod.as_ref(), zones.zone_of(pod)));
+        let PlannedPods {
+            planned,
+            old,
+            soonest_available,
+        } = rollout::plan_pods(&target, with_zones, Timestamp::now());
         let group = group_status(&target, &old);
         Ok(Observed {
             valid,
@@ -168,7 +156,7 @@ impl Step<'_> {
 }
 
 /// A rollout group's StatefulSets as the status shows them (pure; none for one StatefulSet).
-fn group_status(target: &Target, old: &BTreeMap<&str, i32>) -> Vec<StatefulSetProgress> {
+fn group_status(target: &Target, old: &BTreeMap<String, i32>) -> Vec<StatefulSetProgress> {
     if !target.grouped {
         return Vec::new();
     }

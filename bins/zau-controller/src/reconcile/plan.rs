@@ -2,8 +2,8 @@
 
 use zone_api::ZoneAwareUpdateStatus;
 use zone_api::zau::StatefulSetProgress;
-use zone_topology::Zone;
-use zone_topology::rollout::{self, Plan, Progress, RolloutInput};
+use zone_operator::rollout::zone_from_status;
+use zone_topology::rollout::{self, Plan, Progress};
 
 use super::Draft;
 use super::observe::Observed;
@@ -16,16 +16,14 @@ pub(super) fn rollout(
     update_revision: &str,
 ) -> (Progress, Plan) {
     let last_zone = previous.current_zone.as_deref().map(zone_from_status);
-    let input = RolloutInput {
-        replicas: observed.target.replicas,
+    let input = zone_operator::rollout::input(
+        previous,
+        &observed.valid,
+        &observed.target,
         update_revision,
-        last_update_revision: Some(previous.update_revision.as_str()).filter(|r| !r.is_empty()),
-        step: u32::try_from(previous.update_step).unwrap_or(0),
-        last_zone: last_zone.as_ref(),
-        max_unavailable: observed.target.max_unavailable,
-        exponential_factor: observed.valid.exponential_factor,
-        pods: &observed.planned,
-    };
+        &observed.planned,
+        last_zone.as_ref(),
+    );
     rollout::plan(&input)
 }
 
@@ -77,19 +75,11 @@ pub fn record_progress(
     next.update_step = i32::try_from(progress.step).unwrap_or(i32::MAX);
 }
 
-/// A zone as the status records it (`Zone`'s display form).
-fn zone_from_status(name: &str) -> Zone {
-    if name == Zone::Unknown.to_string() {
-        Zone::Unknown
-    } else {
-        Zone::known(name)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use zone_topology::Zone;
 
     #[test]
     fn progress_restarts_with_a_new_revision() {

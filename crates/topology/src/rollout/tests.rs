@@ -47,30 +47,57 @@ fn input(pods: &[RolloutPod], step: u32, max_unavailable: u32, factor: f64) -> R
     }
 }
 
-/// Runs a whole rollout where removed pods come back updated and Ready at once; returns the
-/// batches as ordinals.
-fn simulate(mut pods: Vec<RolloutPod>, max_unavailable: u32, factor: f64) -> Vec<Vec<u32>> {
-    let mut batches = Vec::new();
-    let mut step = 0;
-    for _ in 0..100 {
-        let (_, plan) = plan(&input(&pods, step, max_unavailable, factor));
-        match plan {
-            Plan::Complete => return batches,
-            Plan::Wait(reason) => panic!("unexpected wait: {reason}"),
-            Plan::Remove(batch) => {
-                step = batch.next_step;
-                let mut ordinals = Vec::new();
-                for name in &batch.pods {
-                    let pod = pods.iter_mut().find(|pod| &pod.name == name).unwrap();
+/// The batches of a whole rollout ([`preview`]) as ordinals; it must complete.
+fn simulate(pods: Vec<RolloutPod>, max_unavailable: u32, factor: f64) -> Vec<Vec<u32>> {
+    let preview = preview(&input(&pods, 0, max_unavailable, factor));
+    assert_eq!(preview.stopped, None);
+    preview
+        .batches
+        .iter()
+        .map(|batch| {
+            batch
+                .pods
+                .iter()
+                .map(|name| {
+                    let pod = pods.iter().find(|pod| &pod.name == name).unwrap();
                     assert_eq!(pod.zone, batch.zone);
-                    pod.revision = NEW.to_string();
-                    ordinals.push(pod.ordinal);
-                }
-                batches.push(ordinals);
-            }
-        }
+                    pod.ordinal
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A preview from a rollout under way: the step and zone reached, a pod terminating and an
+/// updated one not Ready yet settle as the controller will see them; missing pods stop it.
+#[test]
+fn a_preview_continues_a_rollout_under_way() {
+    let mut pods = seed_pods();
+    for ordinal in [28, 27, 22] {
+        pods[ordinal].revision = NEW.into();
     }
-    panic!("rollout did not complete");
+    pods[22].ready = false;
+    pods[19].terminating = true;
+    let zone_1 = Zone::known("zone-1");
+    let mut under_way = input(&pods, 2, 4, 2.0);
+    under_way.last_zone = Some(&zone_1);
+    let ahead = preview(&under_way);
+    assert_eq!(ahead.stopped, None);
+    let first = &ahead.batches[0];
+    assert_eq!((first.zone.clone(), first.step), (zone_1, 2));
+    assert_eq!(first.pods, ["web-17", "web-15", "web-10", "web-8"]);
+    let removed: usize = ahead.batches.iter().map(|b| b.pods.len()).sum();
+    assert_eq!(removed, 26, "every old pod but the terminating one, once");
+
+    let missing = &pods[1..];
+    let mut short = input(missing, 2, 4, 2.0);
+    short.replicas = 30;
+    let stopped = preview(&short);
+    assert!(stopped.batches.is_empty());
+    assert_eq!(
+        stopped.stopped,
+        Some(WaitReason::MissingPods { missing: 1 })
+    );
 }
 
 #[test]
