@@ -8,7 +8,8 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 CARGO ?= cargo
 # The controller binaries (bins/<name>/), one a line in bins.txt: what `make run` builds and
-# starts, `make image` and the Dockerfile pack, `make build-static` checks.
+# starts, `make image` and the Dockerfile pack, `make build-static` checks. The kubectl plugins
+# (bins/<name>/ too) are listed in plugins.txt.
 BINS := $(shell cat bins.txt)
 # The git commit the release binaries report as <binary>_build_info{revision} ("unknown" outside
 # a git checkout). Given to the image and static builds only: in every build it would recompile
@@ -93,10 +94,10 @@ unit: ## Unit and property tests of the whole workspace, built with clippy's lin
 	$(LINTED) $(CARGO) test --workspace
 
 .PHONY: bins-check
-bins-check: ## Fail when bins.txt and the directories of bins/ disagree
-	@listed="$$(sort bins.txt | tr '\n' ' ')"; \
+bins-check: ## Fail when bins.txt (controllers) and plugins.txt (kubectl plugins) disagree with bins/
+	@listed="$$(cat bins.txt plugins.txt | sort | tr '\n' ' ')"; \
 	present="$$(for dir in bins/*/; do basename "$$dir"; done | sort | tr '\n' ' ')"; \
-	[ "$$listed" = "$$present" ] || { echo "bins-check: bins.txt lists: $$listed; bins/ holds: $$present" >&2; exit 1; }
+	[ "$$listed" = "$$present" ] || { echo "bins-check: bins.txt and plugins.txt list: $$listed; bins/ holds: $$present" >&2; exit 1; }
 
 ##@ Monitoring mixin (monitoring/: alerts, recording rules, dashboards)
 

@@ -33,6 +33,8 @@ use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus, ZoneDisruptionBudget};
 mod budgets;
 #[path = "zau/groups.rs"]
 mod groups;
+#[path = "zau/plan.rs"]
+mod plan;
 
 const SET: &str = "web";
 const ZAU: &str = "web";

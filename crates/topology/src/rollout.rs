@@ -331,11 +331,17 @@ pub fn preview(input: &RolloutInput<'_>) -> Preview {
     }
     let mut step = input.step;
     let mut last_zone = input.last_zone.cloned();
-    let mut batches = Vec::new();
+    let mut batches: Vec<Batch> = Vec::new();
     for _ in 0..=pods.len() {
         let next = RolloutInput {
             step,
             last_zone: last_zone.as_ref(),
+            // After a batch the status records the revision it rolls out.
+            last_update_revision: if batches.is_empty() {
+                input.last_update_revision
+            } else {
+                Some(input.update_revision)
+            },
             pods: &pods,
             ..input.clone()
         };

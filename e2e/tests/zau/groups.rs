@@ -9,6 +9,7 @@ use e2e::prometheus::PrometheusProcess;
 use super::budgets::{
     evictor, frontend_budget, held_by_the_freeze, patch_budget, refused_eviction, webhook_for,
 };
+use super::plan::{planned, planned_batches};
 use super::*;
 
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
@@ -174,7 +175,7 @@ impl Gate {
 
 impl Fixture {
     /// Merges `spec` into the ZoneAwareUpdate's.
-    async fn patch_spec(&self, spec: Value) {
+    pub(super) async fn patch_spec(&self, spec: Value) {
         let patch = json!({"spec": spec});
         self.zaus
             .patch(ZAU, &PatchParams::default(), &Patch::Merge(&patch))
@@ -182,7 +183,7 @@ impl Fixture {
             .unwrap();
     }
 
-    async fn set_paused(&self, paused: bool) {
+    pub(super) async fn set_paused(&self, paused: bool) {
         self.patch_spec(json!({"paused": paused})).await;
     }
 }
@@ -228,12 +229,19 @@ async fn zau_group_rolls_zone_by_zone_held_by_the_alarm_and_the_alert_gate() {
     held_by(fixture, "Alarm,Alert", &revisions).await;
     set_alarm(&cloudwatch, &alarm, StateValue::Ok).await;
     held_by(fixture, "Alert", &revisions).await;
+    let plan = planned(fixture, ZAU);
+    assert_eq!(plan["heldBy"][0]["source"], "Alert", "{plan}");
+    let batches_planned = planned_batches(&plan);
     gate.resolve();
     group.wait_complete(&revisions).await;
 
     let removed = fixture.removals();
     let want = expected_batches(&zones, 2.0, 4);
     assert_eq!(batches(&removed), want, "the group's batches (audit log)");
+    assert_eq!(
+        batches_planned, want,
+        "kubectl zone's plan while the alert held the group"
+    );
     assert_eq!(
         zone_visits(&zones, &removed),
         ZONES,

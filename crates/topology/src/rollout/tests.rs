@@ -47,9 +47,12 @@ fn input(pods: &[RolloutPod], step: u32, max_unavailable: u32, factor: f64) -> R
     }
 }
 
-/// The batches of a whole rollout ([`preview`]) as ordinals; it must complete.
+/// The batches of a whole rollout ([`preview`]) as ordinals, from a status that records no
+/// revision yet (a rollout about to start); it must complete.
 fn simulate(pods: Vec<RolloutPod>, max_unavailable: u32, factor: f64) -> Vec<Vec<u32>> {
-    let preview = preview(&input(&pods, 0, max_unavailable, factor));
+    let mut start = input(&pods, 0, max_unavailable, factor);
+    start.last_update_revision = None;
+    let preview = preview(&start);
     assert_eq!(preview.stopped, None);
     preview
         .batches

@@ -1,0 +1,303 @@
+//! `kubectl zone rollout plan`: the batches a ZoneAwareUpdate will remove from now on, read from
+//! live state the way the zau-controller reads it (`zone_operator::rollout`) and run ahead with
+//! its own planner (`zone_topology::rollout::preview`), and what holds the rollout now.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use kube::core::{Selector, SelectorExt};
+use kube::{Client, ResourceExt};
+use serde::Serialize;
+use zone_api::validation::RolloutTarget;
+use zone_api::zau::{condition, reason};
+use zone_api::{ValidZau, ZoneAwareUpdate, ZoneAwareUpdateStatus};
+use zone_operator::rollout::{self as view, PlannedPods, Target};
+use zone_topology::Zone;
+use zone_topology::rollout::{REVISION_LABEL, preview};
+
+use crate::output::{RenderError, columns};
+
+/// Why no plan could be shown.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("cannot reach the cluster with the kubeconfig: {0}")]
+    Client(#[source] kube::Error),
+    #[error("cannot {what}: {}", reason_of(.source))]
+    Read {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("ZoneAwareUpdate {name}: {message}")]
+    Invalid { name: String, message: String },
+    #[error(transparent)]
+    Render(#[from] RenderError),
+}
+
+/// The API server's own message (it names the missing permission on a 403), else the error.
+fn reason_of(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => {
+            format!("{} (ask for that permission)", status.message)
+        }
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// What `kubectl zone rollout plan` answers.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutPlan {
+    pub namespace: String,
+    pub name: String,
+    /// The StatefulSet's update revision (a group's, `name=revision` joined).
+    pub update_revision: String,
+    /// What the controller removes from now on, in order, if nothing else changes.
+    pub batches: Vec<PlannedBatch>,
+    /// Why the plan stops before the rollout completes (pods missing), if it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    /// What holds the rollout now, from its status.
+    pub held_by: Vec<Hold>,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedBatch {
+    pub zone: String,
+    /// The step it is removed at (its size is `min(floor(factor^step), maxUnavailable)`, less
+    /// the zone's pods already down).
+    pub step: u32,
+    pub pods: Vec<String>,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub struct Hold {
+    /// Alarm, Alert, Manual, Bake (as `status.pausedBy` names them), Budget or DryRun.
+    pub source: String,
+    pub message: String,
+}
+
+/// The plan of the ZoneAwareUpdate `name` of `namespace`, from live state.
+pub async fn plan(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    zone_label: &str,
+) -> Result<RolloutPlan, PlanError> {
+    let read = |what: String| move |source| PlanError::Read { what, source };
+    let zaus: Api<ZoneAwareUpdate> = Api::namespaced(client.clone(), namespace);
+    let zau = zaus
+        .get(name)
+        .await
+        .map_err(read(format!("get ZoneAwareUpdate {namespace}/{name}")))?;
+    let invalid = |message: String| PlanError::Invalid {
+        name: format!("{namespace}/{name}"),
+        message,
+    };
+    let valid = zau.spec.validate().map_err(|e| invalid(e.to_string()))?;
+    let sets = statefulsets(client, namespace, &valid.target).await?;
+    let states = sets
+        .iter()
+        .map(view::statefulset)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid(e.message))?;
+    let target = view::target(&valid, states).map_err(|e| invalid(e.message))?;
+    let Some(update_revision) = target.update_revision.clone() else {
+        return Err(invalid(
+            "the StatefulSet controller has not observed the latest spec yet: try again".into(),
+        ));
+    };
+    let pods = pods_with_zones(client, namespace, zone_label).await?;
+    let planned = view::plan_pods(
+        &target,
+        pods.iter().map(|(p, z)| (p, z.clone())),
+        Timestamp::now(),
+    );
+    let status = zau.status.clone().unwrap_or_default();
+    let ahead = ahead(&status, &valid, &target, &update_revision, &planned);
+    Ok(RolloutPlan {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        update_revision,
+        batches: ahead.0,
+        stopped: ahead.1,
+        held_by: holds(&zau, &status),
+    })
+}
+
+/// The batches ahead (pure), and why the preview stopped, if it did.
+fn ahead(
+    status: &ZoneAwareUpdateStatus,
+    valid: &ValidZau,
+    target: &Target,
+    update_revision: &str,
+    planned: &PlannedPods,
+) -> (Vec<PlannedBatch>, Option<String>) {
+    let last_zone = status.current_zone.as_deref().map(view::zone_from_status);
+    let input = view::input(
+        status,
+        valid,
+        target,
+        update_revision,
+        &planned.planned,
+        last_zone.as_ref(),
+    );
+    let preview = preview(&input);
+    let batches = preview
+        .batches
+        .into_iter()
+        .map(|batch| PlannedBatch {
+            zone: batch.zone.to_string(),
+            step: batch.step,
+            pods: batch.pods,
+        })
+        .collect();
+    (batches, preview.stopped.map(|why| why.to_string()))
+}
+
+/// The StatefulSet the spec names, or those its selector selects.
+async fn statefulsets(
+    client: &Client,
+    namespace: &str,
+    target: &RolloutTarget,
+) -> Result<Vec<StatefulSet>, PlanError> {
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    let read = |what: String| move |source| PlanError::Read { what, source };
+    match target {
+        RolloutTarget::StatefulSet(name) => {
+            Ok(vec![api.get(name).await.map_err(read(format!(
+                "get StatefulSet {namespace}/{name}"
+            )))?])
+        }
+        RolloutTarget::Group(selector) => {
+            let selector =
+                Selector::try_from(selector.clone()).map_err(|e| PlanError::Invalid {
+                    name: namespace.to_string(),
+                    message: format!("spec.selector: {e}"),
+                })?;
+            let sets = api
+                .list(&ListParams::default())
+                .await
+                .map_err(read(format!("list StatefulSets of {namespace}")))?;
+            Ok(sets
+                .items
+                .into_iter()
+                .filter(|set| selector.matches(set.labels()))
+                .collect())
+        }
+    }
+}
+
+/// The StatefulSet pods of `namespace`, each with the zone of its node.
+async fn pods_with_zones(
+    client: &Client,
+    namespace: &str,
+    zone_label: &str,
+) -> Result<Vec<(Pod, Zone)>, PlanError> {
+    let read = |what: String| move |source| PlanError::Read { what, source };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pods = pods
+        .list(&ListParams::default().labels(REVISION_LABEL))
+        .await
+        .map_err(read(format!("list pods of {namespace}")))?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let nodes = nodes.list(&ListParams::default()).await.map_err(read(
+        "list nodes (the zone of a pod is its node's; `view` does not grant it)".to_string(),
+    ))?;
+    let zones: BTreeMap<String, Zone> = nodes
+        .items
+        .iter()
+        .map(|node| {
+            let labels = node.metadata.labels.clone().unwrap_or_default();
+            (node.name_any(), Zone::from_label(&labels, zone_label))
+        })
+        .collect();
+    Ok(pods
+        .items
+        .into_iter()
+        .map(|pod| {
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            let zone = node
+                .and_then(|node| zones.get(node))
+                .cloned()
+                .unwrap_or(Zone::Unknown);
+            (pod, zone)
+        })
+        .collect())
+}
+
+/// What holds the rollout now, as its status says.
+fn holds(zau: &ZoneAwareUpdate, status: &ZoneAwareUpdateStatus) -> Vec<Hold> {
+    let message = |type_: &str| {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == "True")
+            .map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    let mut holds = Vec::new();
+    if zau.spec.dry_run {
+        holds.push(Hold {
+            source: "DryRun".into(),
+            message: "spec.dryRun: nothing is removed".into(),
+        });
+    }
+    if !status.paused_by.is_empty() {
+        holds.push(Hold {
+            source: status.paused_by.clone(),
+            message: message(condition::PAUSED).map(|m| m.1).unwrap_or_default(),
+        });
+    }
+    if let Some((why, text)) = message(condition::PROGRESSING)
+        && why == reason::BUDGET_EXHAUSTED
+    {
+        holds.push(Hold {
+            source: "Budget".into(),
+            message: text,
+        });
+    }
+    holds
+}
+
+/// The plan as a table: one line a batch, then what holds the rollout.
+pub fn table(plan: &RolloutPlan) -> String {
+    let rows: Vec<Vec<String>> = plan
+        .batches
+        .iter()
+        .enumerate()
+        .map(|(i, batch)| {
+            vec![
+                (i + 1).to_string(),
+                batch.zone.clone(),
+                batch.step.to_string(),
+                batch.pods.len().to_string(),
+                batch.pods.join(","),
+            ]
+        })
+        .collect();
+    let mut out = format!(
+        "ZoneAwareUpdate {}/{} to {}: {} batches ahead\n",
+        plan.namespace,
+        plan.name,
+        plan.update_revision,
+        plan.batches.len()
+    );
+    if !rows.is_empty() {
+        out.push_str(&columns(&["BATCH", "ZONE", "STEP", "SIZE", "PODS"], &rows));
+    }
+    if let Some(why) = &plan.stopped {
+        out.push_str(&format!("then waits: {why}\n"));
+    }
+    for hold in &plan.held_by {
+        out.push_str(&format!("held by {}: {}\n", hold.source, hold.message));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,150 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+use serde_json::json;
+use zone_topology::IntOrPercent;
+
+use super::*;
+
+/// The seed document's figure: 30 pods, zone-1 and zone-2 holding these ordinals.
+const ZONE_1: [u32; 10] = [28, 27, 22, 19, 17, 15, 10, 8, 6, 1];
+const ZONE_2: [u32; 10] = [29, 26, 23, 20, 16, 14, 11, 7, 5, 2];
+
+fn valid() -> ValidZau {
+    ValidZau {
+        target: RolloutTarget::StatefulSet("web".into()),
+        exponential_factor: 2.0,
+        max_unavailable: IntOrPercent::Int(4),
+        alert_gate: None,
+        bake_time: None,
+        paused: false,
+    }
+}
+
+fn seed_target() -> Target {
+    let set: StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "web", "generation": 2},
+        "spec": {"replicas": 30, "updateStrategy": {"type": "OnDelete"}, "selector": {}, "template": {}},
+        "status": {"replicas": 30, "observedGeneration": 2, "updateRevision": "web-2", "currentRevision": "web-1"},
+    }))
+    .unwrap();
+    view::target(&valid(), vec![view::statefulset(&set).unwrap()]).unwrap()
+}
+
+fn seed_pods() -> Vec<(Pod, Zone)> {
+    (0..30u32)
+        .map(|ordinal| {
+            let zone = if ZONE_1.contains(&ordinal) {
+                "zone-1"
+            } else if ZONE_2.contains(&ordinal) {
+                "zone-2"
+            } else {
+                "zone-3"
+            };
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {
+                    "name": format!("web-{ordinal}"),
+                    "labels": {REVISION_LABEL: "web-1"},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "u", "controller": true}],
+                },
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            }))
+            .unwrap();
+            (pod, Zone::known(zone))
+        })
+        .collect()
+}
+
+/// The seed figure from live objects: the batches the controller removes, in order.
+#[test]
+fn the_seed_figure_from_live_objects() {
+    let target = seed_target();
+    let pods = seed_pods();
+    let planned = view::plan_pods(
+        &target,
+        pods.iter().map(|(p, z)| (p, z.clone())),
+        Timestamp::now(),
+    );
+    let status = ZoneAwareUpdateStatus::default();
+    let (batches, stopped) = ahead(&status, &valid(), &target, "web-2", &planned);
+    assert_eq!(stopped, None);
+    let ordinals: Vec<Vec<u32>> = batches
+        .iter()
+        .map(|b| {
+            b.pods
+                .iter()
+                .map(|p| p.trim_start_matches("web-").parse().unwrap())
+                .collect()
+        })
+        .collect();
+    let expected: Vec<Vec<u32>> = vec![
+        vec![28],
+        vec![27, 22],
+        vec![19, 17, 15, 10],
+        vec![8, 6, 1],
+        vec![29, 26, 23, 20],
+        vec![16, 14, 11, 7],
+        vec![5, 2],
+        vec![25, 24, 21, 18],
+        vec![13, 12, 9, 4],
+        vec![3, 0],
+    ];
+    assert_eq!(ordinals, expected);
+    assert_eq!(batches[3].zone, "zone-1");
+    assert_eq!(batches[3].step, 3);
+
+    // Under way: the status's step and zone are where the plan goes on from.
+    let under_way = ZoneAwareUpdateStatus {
+        update_revision: "web-2".into(),
+        update_step: 2,
+        current_zone: Some("zone-2".into()),
+        ..ZoneAwareUpdateStatus::default()
+    };
+    let (batches, _) = ahead(&under_way, &valid(), &target, "web-2", &planned);
+    assert_eq!(batches[0].zone, "zone-2");
+    assert_eq!(batches[0].pods, ["web-29", "web-26", "web-23", "web-20"]);
+}
+
+/// What holds a rollout comes from its status, in words; the table says it under the batches.
+#[test]
+fn holds_are_read_from_the_status() {
+    let zau: ZoneAwareUpdate = serde_json::from_value(json!({
+        "apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ZoneAwareUpdate",
+        "metadata": {"name": "web", "namespace": "apps"},
+        "spec": {"statefulset": "web"},
+        "status": {
+            "pausedBy": "Alert",
+            "conditions": [
+                {"type": "Paused", "status": "True", "reason": "AlertFiring", "message": "alert AppErrors fires", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "Progressing", "status": "True", "reason": "Paused", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            ],
+        },
+    }))
+    .unwrap();
+    let status = zau.status.clone().unwrap();
+    let held = holds(&zau, &status);
+    assert_eq!(
+        held,
+        [Hold {
+            source: "Alert".into(),
+            message: "alert AppErrors fires".into()
+        }]
+    );
+    let plan = RolloutPlan {
+        namespace: "apps".into(),
+        name: "web".into(),
+        update_revision: "web-2".into(),
+        batches: vec![PlannedBatch {
+            zone: "zone-a".into(),
+            step: 0,
+            pods: vec!["web-3".into()],
+        }],
+        stopped: None,
+        held_by: held,
+    };
+    assert_eq!(
+        table(&plan),
+        "ZoneAwareUpdate apps/web to web-2: 1 batches ahead\n\
+         BATCH  ZONE    STEP  SIZE  PODS\n\
+         1      zone-a  0     1     web-3\n\
+         held by Alert: alert AppErrors fires\n"
+    );
+}
