@@ -289,17 +289,11 @@ mod tests {
         serde_json::from_value(value).unwrap()
     }
 
-    fn full_pod() -> Pod {
+    /// `web-12` at revision `web-abc`, Ready since 2026-01-01T00:00:00Z.
+    fn ready_pod() -> Pod {
         pod(json!({
-            "metadata": {
-                "name": "web-12", "namespace": "apps", "uid": "u1",
-                "labels": {"app": "web", REVISION_LABEL: "web-abc", POD_INDEX_LABEL: "12"},
-                "ownerReferences": [
-                    {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "s1", "controller": true}
-                ]
-            },
-            "spec": {"nodeName": "zone-a-node-1", "containers": [{"name": "app", "image": "img:1"}]},
-            "status": {"phase": "Running", "conditions": [
+            "metadata": {"name": "web-12", "labels": {REVISION_LABEL: "web-abc"}},
+            "status": {"conditions": [
                 {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
             ]}
         }))
@@ -326,7 +320,7 @@ mod tests {
 
     #[test]
     fn min_ready_seconds_delays_availability() {
-        let pod = full_pod();
+        let pod = ready_pod();
         let now: Timestamp = "2026-01-01T00:00:04Z".parse().unwrap();
         assert_eq!(
             availability(&pod, 10, now),
