@@ -96,8 +96,11 @@ impl SharedBudgets {
         let _ = self.changes.send(budget);
     }
 
-    /// Every budget of the cache once, then every change published from now on; every budget
-    /// again when the listener fell more than [`CHANGES_BUFFERED`] changes behind.
+    /// Every budget of the cache once, then, for every change published from now on, the
+    /// changed budget and the other budgets of its namespace (whether two budgets overlap, so
+    /// are both invalid, changes with either: a new budget over a budget's pods makes that one
+    /// invalid too, a deleted one may make it valid again); every budget again when the
+    /// listener fell more than [`CHANGES_BUFFERED`] changes behind.
     pub fn triggers(&self) -> impl Stream<Item = ObjectRef<ZoneDisruptionBudget>> + use<> {
         // Subscribed before the cache is read: a change between the two is in both.
         let receiver = self.changes.subscribe();
@@ -107,7 +110,7 @@ impl SharedBudgets {
             let store = store.clone();
             async move {
                 let changed = match receiver.recv().await {
-                    Ok(budget) => vec![budget],
+                    Ok(budget) => with_neighbours(&store, budget),
                     Err(RecvError::Lagged(missed)) => {
                         tracing::debug!(missed, "budget changes missed; reconciling every budget");
                         every_budget(&store)
@@ -119,6 +122,23 @@ impl SharedBudgets {
         });
         stream::iter(initial).chain(changes.flat_map(stream::iter))
     }
+}
+
+/// `budget` (which may be gone from the cache), then the other budgets of its namespace.
+fn with_neighbours(
+    store: &Store<ZoneDisruptionBudget>,
+    budget: ObjectRef<ZoneDisruptionBudget>,
+) -> Vec<ObjectRef<ZoneDisruptionBudget>> {
+    let neighbours = store
+        .state()
+        .iter()
+        .filter(|other| {
+            other.metadata.namespace == budget.namespace
+                && other.metadata.name.as_deref() != Some(budget.name.as_str())
+        })
+        .map(|other| ObjectRef::from_obj(other.as_ref()))
+        .collect::<Vec<_>>();
+    std::iter::once(budget).chain(neighbours).collect()
 }
 
 fn every_budget(store: &Store<ZoneDisruptionBudget>) -> Vec<ObjectRef<ZoneDisruptionBudget>> {
@@ -152,8 +172,9 @@ mod tests {
         names
     }
 
-    /// The controller starts from every cached budget, then follows the published changes; one
-    /// that falls behind the buffer reconciles every budget instead of missing some.
+    /// The controller starts from every cached budget, then follows the published changes (each
+    /// with the other budgets of its namespace: they may overlap); one that falls behind the
+    /// buffer reconciles every budget instead of missing some.
     #[tokio::test]
     async fn triggers_list_every_budget_then_follow_changes_and_catch_up_after_a_lag() {
         let (store, mut writer) = reflector::store();
@@ -166,7 +187,12 @@ mod tests {
         let first: Vec<_> = triggers.by_ref().take(2).collect().await;
         assert_eq!(names(&first), ["a", "b"]);
         budgets.publish(ObjectRef::from_obj(&budget("a")));
-        assert_eq!(triggers.next().await.unwrap().name, "a");
+        let next_two = triggers.by_ref().take(2).collect::<Vec<_>>();
+        let changed = tokio::time::timeout(std::time::Duration::from_secs(5), next_two)
+            .await
+            .expect("the changed budget and its namespace's other one");
+        assert_eq!(changed[0].name, "a", "the changed budget first");
+        assert_eq!(names(&changed), ["a", "b"], "then its namespace's others");
 
         for _ in 0..=CHANGES_BUFFERED {
             budgets.publish(ObjectRef::from_obj(&budget("c")));
