@@ -37,6 +37,11 @@ pub enum PlanError {
     Render(#[from] RenderError),
 }
 
+/// The error of a failed read of `what`.
+fn read(what: String) -> impl FnOnce(kube::Error) -> PlanError {
+    move |source| PlanError::Read { what, source }
+}
+
 /// The API server's own message (it names the missing permission on a 403), else the error.
 fn reason_of(error: &kube::Error) -> String {
     match error {
@@ -89,7 +94,6 @@ pub async fn plan(
     name: &str,
     zone_label: &str,
 ) -> Result<RolloutPlan, PlanError> {
-    let read = |what: String| move |source| PlanError::Read { what, source };
     let zaus: Api<ZoneAwareUpdate> = Api::namespaced(client.clone(), namespace);
     let zau = zaus
         .get(name)
@@ -167,7 +171,6 @@ async fn statefulsets(
     target: &RolloutTarget,
 ) -> Result<Vec<StatefulSet>, PlanError> {
     let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-    let read = |what: String| move |source| PlanError::Read { what, source };
     match target {
         RolloutTarget::StatefulSet(name) => {
             Ok(vec![api.get(name).await.map_err(read(format!(
@@ -199,7 +202,6 @@ async fn pods_with_zones(
     namespace: &str,
     zone_label: &str,
 ) -> Result<Vec<(Pod, Zone)>, PlanError> {
-    let read = |what: String| move |source| PlanError::Read { what, source };
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let pods = pods
         .list(&ListParams::default().labels(REVISION_LABEL))
