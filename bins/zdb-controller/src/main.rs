@@ -6,12 +6,10 @@ mod cli;
 mod controller;
 mod expected;
 mod metrics;
-mod pods;
 mod reconcile;
 #[cfg(test)]
 mod scenarios;
 mod shared;
-mod view;
 mod webhook;
 
 use std::process::ExitCode;

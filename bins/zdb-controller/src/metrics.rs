@@ -23,29 +23,7 @@ const SHED_WHY: [&str; 3] = ["InFlight", "QueueFull", "NoTimeLeft"];
 const FAILURE_POLICIES: [&str; 2] = ["Fail", "Ignore"];
 
 /// Why the webhook answered as it did (the `reason` label).
-pub mod reason {
-    pub const NO_BUDGET: &str = "NoBudget";
-    pub const POD_NOT_FOUND: &str = "PodNotFound";
-    pub const POD_UNAVAILABLE: &str = "PodUnavailable";
-    pub const ALREADY_RECORDED: &str = "AlreadyRecorded";
-    pub const RECORDED: &str = "Recorded";
-    pub const DRY_RUN: &str = "DryRun";
-    pub const SHADOW: &str = "ShadowMode";
-    pub const INVALID_BUDGET: &str = "InvalidBudget";
-    pub const OVERLAPPING_BUDGETS: &str = "OverlappingBudgets";
-    pub const NOT_OBSERVED: &str = "StatusNotObserved";
-    pub const OTHER_ZONE_DISRUPTED: &str = "OtherZoneDisrupted";
-    pub const ZONE_BUDGET_EXHAUSTED: &str = "ZoneBudgetExhausted";
-    /// The budget's maxUnavailable is 0 or 0%: every eviction of a running pod is refused.
-    pub const FROZEN: &str = "Frozen";
-    pub const CONFLICTS: &str = "TooManyConflicts";
-    pub const DEADLINE: &str = "DeadlineExceeded";
-    pub const API_ERROR: &str = "ApiError";
-    pub const NOT_AN_EVICTION: &str = "NotAnEviction";
-    /// Refused at once under overload: too many decisions in flight, a full queue for the
-    /// budget, or a queue that would not be through before the deadline.
-    pub const SHED: &str = "Shed";
-}
+pub use zone_operator::budget::reason;
 
 #[derive(Clone)]
 pub struct ZdbMetrics {

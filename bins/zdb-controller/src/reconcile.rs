@@ -31,8 +31,7 @@ use zone_topology::budget::{self, BudgetInput, BudgetPod, DISRUPTION_TTL_MS, Pol
 
 use crate::expected::{self, ApiLookup, LookupError};
 use crate::metrics::ZdbMetrics;
-use crate::pods;
-use crate::view;
+use zone_operator::budget::{pods, view};
 
 /// After a failed reconcile (API error), retry after this long.
 pub const ERROR_RETRY: Duration = Duration::from_secs(10);

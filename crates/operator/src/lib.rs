@@ -9,6 +9,8 @@
 //!   trigger ([`watch_set`]), node zones ([`zones`]), and the controller tail: watch errors,
 //!   "caches synced → ready", the `Controller` loop, the failure policy, an error's whole cause
 //!   chain ([`controller`]);
+//! - a ZoneDisruptionBudget's decisions from the API server's objects ([`budget`]), for the
+//!   zdb-controller and `kubectl zone budget`;
 //! - a ZoneAwareUpdate's rollout as its planner sees it, from the API server's objects
 //!   ([`rollout`]), for the zau-controller and `kubectl zone`;
 //! - a reconcile's status draft and its events, and the one report of an invalid spec
@@ -40,6 +42,7 @@
 
 pub mod auth;
 pub mod backoff;
+pub mod budget;
 pub mod children;
 pub mod cli;
 pub mod client;

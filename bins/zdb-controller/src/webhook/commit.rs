@@ -25,11 +25,11 @@ use zone_operator::status;
 use zone_topology::Zone;
 
 use super::admission::Eviction;
-use super::batch::{self, Assessment, Candidate};
 use super::judge::Judge;
 use super::queue::{BudgetKey, Joined, Member, Shed};
 use super::verdict::{Verdict, allowed, denied};
 use crate::metrics::reason;
+use zone_operator::budget::batch::{self, Assessment, Candidate};
 
 /// Ends a budget's queue if its committer stops without emptying it (a panic while deciding):
 /// the requests waiting then get their 429 at once rather than at the deadline.
@@ -275,11 +275,11 @@ mod tests {
 
     use crate::metrics::ZdbMetrics;
     use crate::scenarios::optimistic_status_writes;
-    use crate::webhook::batch::tests::{budget, healthy};
     use crate::webhook::guess::BudgetGuesses;
     use crate::webhook::judge::{MAX_API_REQUESTS, MAX_IN_FLIGHT};
     use crate::webhook::queue::BudgetQueues;
     use crate::webhook::recent::RecentBudgets;
+    use zone_operator::budget::batch::testing::{budget, healthy};
 
     const BUDGET: &str = "/apis/zonecontrol.k8s.aws/v1/namespaces/apps/zonedisruptionbudgets/web";
     const BUDGET_STATUS: &str =
@@ -386,7 +386,7 @@ mod tests {
         );
         assert_eq!(
             written["currentHealthy"]["zone-a"],
-            crate::webhook::batch::tests::PER_ZONE - 2
+            zone_operator::budget::batch::testing::PER_ZONE - 2
         );
         assert!(
             judge.queues.written(&key()).is_none(),

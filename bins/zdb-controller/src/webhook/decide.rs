@@ -12,12 +12,12 @@ use zone_api::{ZoneAwareUpdate, ZoneDisruptionBudget};
 use zone_topology::Zone;
 
 use super::admission::Eviction;
-use super::batch::{self, Assessment, Candidate};
 use super::judge::Judge;
 use super::rollout;
 use super::verdict::{Verdict, allowed, denied};
 use crate::metrics::reason;
-use crate::pods;
+use zone_operator::budget::batch::{self, Assessment, Candidate};
+use zone_operator::budget::pods;
 
 /// Kept back from the deadline when waiting for a budget's write: the answer still has to be
 /// written and sent.

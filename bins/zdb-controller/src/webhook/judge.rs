@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
-use kube::core::{Selector, SelectorExt};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 use zone_api::ZoneDisruptionBudget;
+use zone_operator::budget::{self, Selecting};
 use zone_operator::{EventPublisher, NodeZones};
 
 use crate::metrics::{ZdbMetrics, reason};
@@ -221,34 +221,16 @@ impl Judge {
         candidates: &'a [Arc<ZoneDisruptionBudget>],
         pod: &Pod,
     ) -> Result<&'a ZoneDisruptionBudget, Verdict> {
-        let selecting: Vec<&ZoneDisruptionBudget> = candidates
-            .iter()
-            .filter(|zdb| {
-                zdb.spec
-                    .validate()
-                    .ok()
-                    .and_then(|valid| Selector::try_from(valid.selector).ok())
-                    .is_some_and(|selector| selector.matches(pod.labels()))
-            })
-            .map(|zdb| &**zdb)
-            .collect();
-        match selecting.as_slice() {
-            [] => {
+        match budget::selecting(candidates.iter().map(|zdb| &**zdb), pod.labels()) {
+            Selecting::None => {
                 self.guesses.learn(&eviction.namespace, &eviction.pod, None);
                 Err(allowed(reason::NO_BUDGET))
             }
-            [zdb] => Ok(*zdb),
-            several => {
-                let names: Vec<String> = several.iter().map(|z| z.name_any()).collect();
-                Err(denied(
-                    reason::OVERLAPPING_BUDGETS,
-                    format!(
-                        "cannot evict pod {}: it is selected by several ZoneDisruptionBudgets ({}); a pod may have one",
-                        eviction.pod,
-                        names.join(", ")
-                    ),
-                ))
-            }
+            Selecting::One(zdb) => Ok(zdb),
+            Selecting::Several(names) => Err(denied(
+                reason::OVERLAPPING_BUDGETS,
+                budget::overlapping_message(&eviction.pod, &names),
+            )),
         }
     }
 

@@ -9,7 +9,6 @@
 //! holds ([`zone_operator::Runtime::drain_on_shutdown`]).
 
 pub mod admission;
-mod batch;
 mod commit;
 mod decide;
 pub mod guess;

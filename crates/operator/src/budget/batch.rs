@@ -12,11 +12,9 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetStatus};
 use zone_topology::Zone;
-use zone_topology::budget::{Decision, EvictedPod, PodCondition};
+use zone_topology::budget::{Decision, Denial, EvictedPod, PodCondition};
 
-use super::verdict::{denial_message, denial_reason};
-use crate::metrics::reason;
-use crate::view;
+use super::{reason, view};
 
 /// An eviction as a batch decides it: the pod as its request read it fresh.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,15 +172,48 @@ pub fn assess(
     }
 }
 
-#[cfg(test)]
-pub(super) mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::*;
-    use std::collections::BTreeSet;
-    use zone_topology::IntOrPercent;
-    use zone_topology::budget::Policy;
+/// The denial, naming the zone and what blocks it.
+pub fn denial_message(budget: &str, pod: &str, denial: &Denial) -> String {
+    let why = match denial {
+        Denial::OtherZoneDisrupted {
+            zone,
+            disrupted,
+            blocking: b,
+        } => format!(
+            "zone {disrupted} is disrupted ({}): evictions in zone {zone} must wait until it recovers",
+            view::blocking(b)
+        ),
+        Denial::ZoneBudgetExhausted {
+            zone,
+            limit,
+            blocking: b,
+        } => format!("zone {zone} {} ({})", limit.exhausted(b), view::blocking(b)),
+        Denial::Frozen { limit, .. } => {
+            let field = limit.thawed_when();
+            format!(
+                "the budget is frozen ({limit}): no voluntary eviction of its pods is allowed until {field}"
+            )
+        }
+    };
+    format!("cannot evict pod {pod}: ZoneDisruptionBudget {budget}: {why}")
+}
 
-    const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
+pub fn denial_reason(denial: &Denial) -> &'static str {
+    match denial {
+        Denial::OtherZoneDisrupted { .. } => reason::OTHER_ZONE_DISRUPTED,
+        Denial::ZoneBudgetExhausted { .. } => reason::ZONE_BUDGET_EXHAUSTED,
+        Denial::Frozen { .. } => reason::FROZEN,
+    }
+}
+
+/// Budgets and candidates for the tests of the batches (here and in the zdb-controller).
+#[cfg(any(test, feature = "testing"))]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+pub mod testing {
+    use super::*;
+    use zone_topology::IntOrPercent;
+
+    pub const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
     /// Pods per zone in the budgets below: more than a batch of the tests evicts in one zone.
     pub const PER_ZONE: i32 = 8;
 
@@ -237,6 +268,16 @@ pub(super) mod tests {
             rollout: false,
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::testing::*;
+    use super::*;
+    use std::collections::BTreeSet;
+    use zone_topology::IntOrPercent;
+    use zone_topology::budget::{Limit, Policy, ZoneLimit};
 
     fn at() -> Time {
         view::time_of_ms(2_000_000)
@@ -429,5 +470,64 @@ pub(super) mod tests {
                 matches!(outcome, Assessment::Refuse { reason, .. } if reason == reason::NOT_OBSERVED)
             );
         }
+    }
+
+    #[test]
+    fn denials_name_the_zone_and_the_blocking_pods() {
+        let blocking = zone_topology::budget::ZoneBudget {
+            expected: 3,
+            healthy: 0,
+            unhealthy: 3,
+            blocking_pods: vec!["web-0".into(), "web-3".into()],
+            ..zone_topology::budget::ZoneBudget::default()
+        };
+        let message = denial_message(
+            "web",
+            "web-4",
+            &Denial::OtherZoneDisrupted {
+                zone: Zone::known("zone-b"),
+                disrupted: Zone::known("zone-a"),
+                blocking: blocking.clone(),
+            },
+        );
+        assert_eq!(
+            message,
+            "cannot evict pod web-4: ZoneDisruptionBudget web: zone zone-a is disrupted (web-0, web-3 evicted; 1 other pod(s) unavailable or missing): evictions in zone zone-b must wait until it recovers"
+        );
+        let message = denial_message(
+            "web",
+            "web-6",
+            &Denial::ZoneBudgetExhausted {
+                zone: Zone::known("zone-a"),
+                limit: ZoneLimit::MaxUnavailable(2),
+                blocking: blocking.clone(),
+            },
+        );
+        assert!(
+            message.contains("zone zone-a already has 3 of maxUnavailable 2"),
+            "{message}"
+        );
+        let message = denial_message(
+            "web",
+            "web-6",
+            &Denial::ZoneBudgetExhausted {
+                zone: Zone::known("zone-a"),
+                limit: ZoneLimit::MinAvailable(3),
+                blocking,
+            },
+        );
+        assert!(
+            message.contains("zone zone-a has 0 healthy pod(s), minAvailable 3 (web-0, web-3"),
+            "{message}"
+        );
+        let frozen = Denial::Frozen {
+            zone: Zone::known("zone-a"),
+            limit: Limit::MaxUnavailable(IntOrPercent::Int(0)),
+        };
+        assert_eq!(
+            denial_message("web", "web-6", &frozen),
+            "cannot evict pod web-6: ZoneDisruptionBudget web: the budget is frozen (maxUnavailable 0): no voluntary eviction of its pods is allowed until maxUnavailable is raised"
+        );
+        assert_eq!(denial_reason(&frozen), reason::FROZEN);
     }
 }

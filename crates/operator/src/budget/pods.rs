@@ -101,7 +101,7 @@ mod tests {
     #[test]
     fn stripping_keeps_what_the_budget_reads() {
         let mut stripped = pod("Running", "True", false);
-        zone_operator::zones::strip_pod(&mut stripped);
+        crate::zones::strip_pod(&mut stripped);
         assert_eq!(condition(&stripped), PodCondition::Healthy);
         assert_eq!(
             stripped.spec.and_then(|s| s.node_name).as_deref(),
