@@ -22,6 +22,7 @@ pub mod fixture;
 pub mod helm;
 pub mod identity;
 pub mod installed;
+pub mod kubectl_zone;
 pub mod localstack;
 pub mod mixin;
 pub mod namespace;

@@ -4,11 +4,21 @@
 //! - `kubectl zone rollout plan <zau>`: the batches a ZoneAwareUpdate removes from now on, in
 //!   order, from live state and the controller's own planner, and what holds the rollout now.
 //!
-//! Exit status: 0 when the command answered, 1 when it could not (a one-line reason on stderr).
+//! - `kubectl zone budget [<zdb>]`: a ZoneDisruptionBudget's zones (expected, healthy, disrupted,
+//!   allowed) and the pods the webhook would let go now; `--drain <node>…` predicts a drain's
+//!   evictions with the webhook's own code.
+//! - `kubectl zone shards <sprom> [--to N]`: a ShardedPrometheus's shards, the targets each
+//!   scrapes, its retained shards; with `--to N`, the targets a resize would move and where.
+//!
+//! Exit status: 0 when the command answered, 1 when it could not (a one-line reason on stderr),
+//! 3 when `budget --drain` predicts a refused eviction.
 #![forbid(unsafe_code)]
 
+mod budget;
+mod cluster;
 mod output;
 mod rollout;
+mod shards;
 
 use std::process::ExitCode;
 
@@ -43,6 +53,40 @@ enum Command {
         #[command(subcommand)]
         command: RolloutCommand,
     },
+    /// A ZoneDisruptionBudget's zones and the pods that may be evicted now; with --drain, the
+    /// evictions a drain of nodes would meet.
+    Budget {
+        /// The ZoneDisruptionBudget; default: every one of the namespace.
+        name: Option<String>,
+
+        /// Predict a drain of these nodes (every pod on them, in every namespace): which
+        /// evictions the webhook would allow and refuse, and why. Exit status 3 if any would be
+        /// refused.
+        #[arg(long, num_args = 1.., value_name = "NODE", conflicts_with = "name")]
+        drain: Vec<String>,
+
+        /// With --drain: only the pods these labels select (as kubectl drain's --pod-selector).
+        #[arg(long, requires = "drain", value_name = "SELECTOR")]
+        pod_selector: Option<String>,
+
+        /// The node label holding a node's zone (the controllers' --zone-label).
+        #[arg(long, default_value = zone_topology::zone::ZONE_LABEL)]
+        zone_label: String,
+    },
+    /// A ShardedPrometheus's shards: zone, readiness, the targets each scrapes (read from the
+    /// shards through the API server's proxy), the retained shards and their deadlines.
+    Shards {
+        /// The ShardedPrometheus.
+        name: String,
+
+        /// Predict a resize to this many shards: the targets that would move, and where.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        to: Option<u32>,
+
+        /// The node label holding a node's zone (the shard-controller's --zone-label).
+        #[arg(long, default_value = zone_topology::zone::ZONE_LABEL)]
+        zone_label: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -63,7 +107,7 @@ enum RolloutCommand {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(answer) => answer,
         Err(error) => {
             eprintln!("kubectl zone: {error}");
             ExitCode::FAILURE
@@ -71,10 +115,13 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<(), rollout::PlanError> {
+/// Exit status 3: the answer is a drain that would be refused.
+const REFUSED: u8 = 3;
+
+async fn run(cli: Cli) -> Result<ExitCode, cluster::Error> {
     let client = kube::Client::try_default()
         .await
-        .map_err(rollout::PlanError::Client)?;
+        .map_err(cluster::Error::Client)?;
     let namespace = cli
         .namespace
         .unwrap_or_else(|| client.default_namespace().to_string());
@@ -83,9 +130,39 @@ async fn run(cli: Cli) -> Result<(), rollout::PlanError> {
             command: RolloutCommand::Plan { name, zone_label },
         } => {
             let plan = rollout::plan(&client, &namespace, &name, &zone_label).await?;
-            let text = cli.output.render(&plan, rollout::table)?;
-            print!("{text}");
-            Ok(())
+            print!("{}", cli.output.render(&plan, rollout::table)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Budget {
+            name: _,
+            drain,
+            pod_selector,
+            zone_label,
+        } if !drain.is_empty() => {
+            let drain =
+                budget::drain(&client, &drain, pod_selector.as_deref(), &zone_label).await?;
+            print!("{}", cli.output.render(&drain, budget::drain_table)?);
+            Ok(if drain.refused() > 0 {
+                ExitCode::from(REFUSED)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Budget {
+            name, zone_label, ..
+        } => {
+            let report = budget::report(&client, &namespace, name.as_deref(), &zone_label).await?;
+            print!("{}", cli.output.render(&report, budget::table)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Shards {
+            name,
+            to,
+            zone_label,
+        } => {
+            let report = shards::report(&client, &namespace, &name, to, &zone_label).await?;
+            print!("{}", cli.output.render(&report, shards::table)?);
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

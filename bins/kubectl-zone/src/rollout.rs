@@ -2,10 +2,8 @@
 //! live state the way the zau-controller reads it (`zone_operator::rollout`) and run ahead with
 //! its own planner (`zone_topology::rollout::preview`), and what holds the rollout now.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::core::{Selector, SelectorExt};
@@ -18,40 +16,8 @@ use zone_operator::rollout::{self as view, PlannedPods, Target};
 use zone_topology::Zone;
 use zone_topology::rollout::{REVISION_LABEL, preview};
 
-use crate::output::{RenderError, columns};
-
-/// Why no plan could be shown.
-#[derive(Debug, thiserror::Error)]
-pub enum PlanError {
-    #[error("cannot reach the cluster with the kubeconfig: {0}")]
-    Client(#[source] kube::Error),
-    #[error("cannot {what}: {}", reason_of(.source))]
-    Read {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("ZoneAwareUpdate {name}: {message}")]
-    Invalid { name: String, message: String },
-    #[error(transparent)]
-    Render(#[from] RenderError),
-}
-
-/// The error of a failed read of `what`.
-fn read(what: String) -> impl FnOnce(kube::Error) -> PlanError {
-    move |source| PlanError::Read { what, source }
-}
-
-/// The API server's own message (it names the missing permission on a 403), else the error.
-fn reason_of(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) if status.code == 403 => {
-            format!("{} (ask for that permission)", status.message)
-        }
-        kube::Error::Api(status) => status.message.clone(),
-        other => other.to_string(),
-    }
-}
+use crate::cluster::{Error, node_zones, read, zone_of};
+use crate::output::columns;
 
 /// What `kubectl zone rollout plan` answers.
 #[derive(Debug, Serialize)]
@@ -93,13 +59,14 @@ pub async fn plan(
     namespace: &str,
     name: &str,
     zone_label: &str,
-) -> Result<RolloutPlan, PlanError> {
+) -> Result<RolloutPlan, Error> {
     let zaus: Api<ZoneAwareUpdate> = Api::namespaced(client.clone(), namespace);
     let zau = zaus
         .get(name)
         .await
         .map_err(read(format!("get ZoneAwareUpdate {namespace}/{name}")))?;
-    let invalid = |message: String| PlanError::Invalid {
+    let invalid = |message: String| Error::Invalid {
+        kind: "ZoneAwareUpdate",
         name: format!("{namespace}/{name}"),
         message,
     };
@@ -169,7 +136,7 @@ async fn statefulsets(
     client: &Client,
     namespace: &str,
     target: &RolloutTarget,
-) -> Result<Vec<StatefulSet>, PlanError> {
+) -> Result<Vec<StatefulSet>, Error> {
     let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
     match target {
         RolloutTarget::StatefulSet(name) => {
@@ -178,11 +145,11 @@ async fn statefulsets(
             )))?])
         }
         RolloutTarget::Group(selector) => {
-            let selector =
-                Selector::try_from(selector.clone()).map_err(|e| PlanError::Invalid {
-                    name: namespace.to_string(),
-                    message: format!("spec.selector: {e}"),
-                })?;
+            let selector = Selector::try_from(selector.clone()).map_err(|e| Error::Invalid {
+                kind: "ZoneAwareUpdate",
+                name: namespace.to_string(),
+                message: format!("spec.selector: {e}"),
+            })?;
             let sets = api
                 .list(&ListParams::default())
                 .await
@@ -201,33 +168,18 @@ async fn pods_with_zones(
     client: &Client,
     namespace: &str,
     zone_label: &str,
-) -> Result<Vec<(Pod, Zone)>, PlanError> {
+) -> Result<Vec<(Pod, Zone)>, Error> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let pods = pods
         .list(&ListParams::default().labels(REVISION_LABEL))
         .await
         .map_err(read(format!("list pods of {namespace}")))?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    let nodes = nodes.list(&ListParams::default()).await.map_err(read(
-        "list nodes (the zone of a pod is its node's; `view` does not grant it)".to_string(),
-    ))?;
-    let zones: BTreeMap<String, Zone> = nodes
-        .items
-        .iter()
-        .map(|node| {
-            let labels = node.metadata.labels.clone().unwrap_or_default();
-            (node.name_any(), Zone::from_label(&labels, zone_label))
-        })
-        .collect();
+    let zones = node_zones(client, zone_label).await?;
     Ok(pods
         .items
         .into_iter()
         .map(|pod| {
-            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-            let zone = node
-                .and_then(|node| zones.get(node))
-                .cloned()
-                .unwrap_or(Zone::Unknown);
+            let zone = zone_of(&pod, &zones);
             (pod, zone)
         })
         .collect())

@@ -1,38 +1,14 @@
 //! `kubectl zone rollout plan` through the real kubectl, which finds the plugin on PATH: the plan
 //! printed before a rollout is what the controller then removes (the audit log).
 
-use std::process::Command;
-
 use super::*;
 
-/// `kubectl zone rollout plan <name> -n <namespace> -o json` as the test's admin (the plugin in
-/// the target dir, first on PATH; the kubeconfig from KUBECONFIG: kubectl passes no flag given
-/// before a plugin's name on to it): the plan.
+/// `kubectl zone rollout plan <name> -n <namespace> -o json` as the test's admin: the plan.
 pub(super) fn planned(fixture: &Fixture, name: &str) -> Value {
-    let cluster = &fixture.cluster;
-    let path = format!(
-        "{}:{}",
-        e2e::process::target_dir().display(),
-        e2e::identity::path_with_cluster_tools(cluster)
-    );
-    let out = Command::new("kubectl")
-        .env("PATH", path)
-        .env("KUBECONFIG", &cluster.kubeconfig)
-        .args([
-            "zone",
-            "rollout",
-            "plan",
-            name,
-            "-n",
-            &fixture.ns.name,
-            "-o",
-            "json",
-        ])
-        .output()
-        .expect("running kubectl zone");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "kubectl zone rollout plan: {stderr}");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stderr}"))
+    e2e::kubectl_zone::json(
+        &fixture.cluster,
+        &["rollout", "plan", name, "-n", &fixture.ns.name],
+    )
 }
 
 /// The batches of a plan, as pod names.
