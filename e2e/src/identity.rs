@@ -440,7 +440,11 @@ async fn client_of(path: &Path) -> kube::Client {
 
 /// A token from the TokenRequest API (`kubectl create token`) and a kubeconfig with the
 /// cluster's server and CA.
-fn write_token_kubeconfig(cluster: &Cluster, namespace: &str, service_account: &str) -> PathBuf {
+pub fn write_token_kubeconfig(
+    cluster: &Cluster,
+    namespace: &str,
+    service_account: &str,
+) -> PathBuf {
     let mut command = kubectl(cluster);
     command.args([
         "create",

@@ -56,3 +56,51 @@ pub fn json(cluster: &Cluster, args: &[&str]) -> Value {
     assert_eq!(answer.code, 0, "kubectl zone {args:?}: {}", answer.stderr);
     answer.json()
 }
+
+/// A kubeconfig of the ServiceAccount `viewer` of `ns`, which holds in `ns` only what a user with
+/// the built-in `view` role holds once the project is installed: `view`, and the project's kinds
+/// to read (the rules `config/rbac/aggregate-to-roles.yaml` aggregates into `view`, in a Role of
+/// the namespace so that nothing cluster-wide changes).
+pub async fn viewer(cluster: &Cluster, ns: &crate::TestNamespace) -> std::path::PathBuf {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let aggregated = crate::deploy::repo_root().join("config/rbac/aggregate-to-roles.yaml");
+    let roles = crate::identity::yaml_to_json(
+        &std::fs::read_to_string(&aggregated).expect("config/rbac/aggregate-to-roles.yaml"),
+    );
+    let view_rules = roles
+        .iter()
+        .find(|role| {
+            role["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+        })
+        .expect("the view aggregation")["rules"]
+        .clone();
+    let create = kube::api::PostParams::default();
+    let accounts: kube::Api<ServiceAccount> = ns.api();
+    let account = serde_json::from_value(serde_json::json!({"metadata": {"name": "viewer"}}));
+    accounts
+        .create(&create, &account.expect("a ServiceAccount"))
+        .await
+        .expect("the viewer");
+    let role: Role = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "zone-aware-view"}, "rules": view_rules,
+    }))
+    .expect("a Role");
+    ns.api::<Role>()
+        .create(&create, &role)
+        .await
+        .expect("the Role");
+    for (kind, name) in [("ClusterRole", "view"), ("Role", "zone-aware-view")] {
+        let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("viewer-{name}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": ns.name}],
+        }))
+        .expect("a RoleBinding");
+        ns.api::<RoleBinding>()
+            .create(&create, &binding)
+            .await
+            .expect("the binding");
+    }
+    crate::identity::write_token_kubeconfig(cluster, &ns.name, "viewer")
+}

@@ -20,6 +20,9 @@ use serde_json::{Value, json};
 use zone_api::conditions::Conditions;
 use zone_api::sprom::{condition, reason};
 
+#[path = "sprom/kubectl_zone.rs"]
+mod kubectl_zone;
+
 const TIMEOUT: Duration = Duration::from_secs(120);
 const MANAGER: &str = "e2e-sprom";
 const NAME: &str = "prom";

@@ -136,13 +136,16 @@ pub async fn report(
         .list(&ListParams::default().labels(&format!("{INSTANCE_LABEL}={name},{SHARD_POD_LABEL}")))
         .await
         .map_err(read(format!("list pods of {namespace}")))?;
-    let mut missing = Vec::new();
+    let mut failures = Vec::new();
     let mut views = BTreeMap::new();
     for shard in &status.shard_statuses {
         let index = u32::try_from(shard.index).unwrap_or(0);
         let Some(pod) = ready_pod(&shard_pods.items, index) else {
-            missing.push(format!(
-                "shard {index}: no ready pod to ask for its targets"
+            failures.push((
+                index,
+                invalid(format!(
+                    "shard {index} has no ready pod to ask for its targets"
+                )),
             ));
             continue;
         };
@@ -150,23 +153,23 @@ pub async fn report(
             Ok(view) => {
                 views.insert(index, view);
             }
-            Err(error) => missing.push(format!("shard {index}: {error}")),
+            Err(error) => failures.push((index, error)),
         }
     }
     let resize = match to {
+        // A resize is predicted from every shard's targets or not at all: the first reason.
+        Some(_) if !failures.is_empty() => return Err(failures.remove(0).1),
         Some(to) => {
-            if !missing.is_empty() {
-                return Err(invalid(format!(
-                    "cannot predict a resize without every shard's targets: {}",
-                    missing.join("; ")
-                )));
-            }
             let now = layout(&sprom, &status, None, zone_label).map_err(&invalid)?;
             let then = layout(&sprom, &status, Some(to), zone_label).map_err(&invalid)?;
             Some(predict(&now, &then, &views).map_err(&invalid)?)
         }
         None => None,
     };
+    let missing = failures
+        .iter()
+        .map(|(index, error)| format!("the targets of shard {index}: {error}"))
+        .collect();
     Ok(ShardsReport {
         namespace: namespace.to_string(),
         name: name.to_string(),
