@@ -100,6 +100,15 @@ enum RolloutCommand {
         /// The node label holding a node's zone (the controller's --zone-label).
         #[arg(long, default_value = zone_topology::zone::ZONE_LABEL)]
         zone_label: String,
+
+        /// Preview a rollout that has not started: of a new image (every pod is old).
+        #[arg(long, value_name = "IMAGE", conflicts_with = "revision")]
+        image: Option<String>,
+
+        /// Preview a rollout that has not started: to this ControllerRevision of the
+        /// StatefulSet (a rollback; the pods already at it stay).
+        #[arg(long, value_name = "REVISION")]
+        revision: Option<String>,
     },
 }
 
@@ -127,9 +136,19 @@ async fn run(cli: Cli) -> Result<ExitCode, cluster::Error> {
         .unwrap_or_else(|| client.default_namespace().to_string());
     match cli.command {
         Command::Rollout {
-            command: RolloutCommand::Plan { name, zone_label },
+            command:
+                RolloutCommand::Plan {
+                    name,
+                    zone_label,
+                    image,
+                    revision,
+                },
         } => {
-            let plan = rollout::plan(&client, &namespace, &name, &zone_label).await?;
+            let what_if = image
+                .map(rollout::WhatIf::Image)
+                .or(revision.map(rollout::WhatIf::Revision));
+            let plan =
+                rollout::plan(&client, &namespace, &name, &zone_label, what_if.as_ref()).await?;
             print!("{}", cli.output.render(&plan, rollout::table)?);
             Ok(ExitCode::SUCCESS)
         }

@@ -27,6 +27,9 @@ pub struct RolloutPlan {
     pub name: String,
     /// The StatefulSet's update revision (a group's, `name=revision` joined).
     pub update_revision: String,
+    /// A rollout that has not started, previewed (`--image`, `--revision`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub what_if: bool,
     /// What the controller removes from now on, in order, if nothing else changes.
     pub batches: Vec<PlannedBatch>,
     /// Why the plan stops before the rollout completes (pods missing), if it does.
@@ -53,12 +56,53 @@ pub struct Hold {
     pub message: String,
 }
 
-/// The plan of the ZoneAwareUpdate `name` of `namespace`, from live state.
+/// A rollout that has not started, previewed as if it had.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WhatIf {
+    /// A new pod template (`--image`): every pod is of an old revision.
+    Image(String),
+    /// The StatefulSet's ControllerRevision `--revision` (a rollback, say): the pods already at
+    /// it stay.
+    Revision(String),
+}
+
+impl WhatIf {
+    /// The update revision each StatefulSet would have.
+    fn revision(&self, set: &str) -> String {
+        match self {
+            WhatIf::Image(image) => format!("{set} with image {image}"),
+            WhatIf::Revision(revision) => revision.clone(),
+        }
+    }
+}
+
+/// `states` as they would be with `what_if` applied (pure): a revision names one StatefulSet's.
+pub fn apply_what_if(
+    states: &mut [view::SetState],
+    what_if: Option<&WhatIf>,
+) -> Result<(), String> {
+    let Some(what_if) = what_if else {
+        return Ok(());
+    };
+    if matches!(what_if, WhatIf::Revision(_)) && states.len() != 1 {
+        return Err(
+            "--revision names one StatefulSet's ControllerRevision and this rollout group has several: preview it with --image".into(),
+        );
+    }
+    for state in states {
+        state.update_revision = Some(what_if.revision(&state.name));
+    }
+    Ok(())
+}
+
+/// The plan of the ZoneAwareUpdate `name` of `namespace`, from live state; with `what_if`, of a
+/// rollout that has not started.
 pub async fn plan(
     client: &Client,
     namespace: &str,
     name: &str,
     zone_label: &str,
+    what_if: Option<&WhatIf>,
 ) -> Result<RolloutPlan, Error> {
     let zaus: Api<ZoneAwareUpdate> = Api::namespaced(client.clone(), namespace);
     let zau = zaus
@@ -72,11 +116,12 @@ pub async fn plan(
     };
     let valid = zau.spec.validate().map_err(|e| invalid(e.to_string()))?;
     let sets = statefulsets(client, namespace, &valid.target).await?;
-    let states = sets
+    let mut states = sets
         .iter()
         .map(view::statefulset)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| invalid(e.message))?;
+    apply_what_if(&mut states, what_if).map_err(&invalid)?;
     let target = view::target(&valid, states).map_err(|e| invalid(e.message))?;
     let Some(update_revision) = target.update_revision.clone() else {
         return Err(invalid(
@@ -95,6 +140,7 @@ pub async fn plan(
         namespace: namespace.to_string(),
         name: name.to_string(),
         update_revision,
+        what_if: what_if.is_some(),
         batches: ahead.0,
         stopped: ahead.1,
         held_by: holds(&zau, &status),
@@ -235,10 +281,11 @@ pub fn table(plan: &RolloutPlan) -> String {
         })
         .collect();
     let mut out = format!(
-        "ZoneAwareUpdate {}/{} to {}: {} batches ahead\n",
+        "ZoneAwareUpdate {}/{} to {}{}: {} batches ahead\n",
         plan.namespace,
         plan.name,
         plan.update_revision,
+        if plan.what_if { " (not started)" } else { "" },
         plan.batches.len()
     );
     if !rows.is_empty() {

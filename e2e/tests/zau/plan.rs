@@ -34,6 +34,13 @@ async fn zau_kubectl_zone_plan_is_what_the_controller_removes() {
     )
     .await;
     let _controller = fixture.controller(&[]);
+    // Before the rollout: its preview for the new image.
+    let ns = fixture.ns.name.clone();
+    let preview = e2e::kubectl_zone::json(
+        &fixture.cluster,
+        &["rollout", "plan", ZAU, "-n", &ns, "--image", &image(2)],
+    );
+    assert_eq!(preview["whatIf"], true, "{preview}");
     let revision = fixture.set_image(2).await;
     fixture
         .wait_status("the rollout held by hand", ROLLOUT_TIMEOUT, |s| {
@@ -45,6 +52,7 @@ async fn zau_kubectl_zone_plan_is_what_the_controller_removes() {
     assert_eq!(plan["heldBy"][0]["source"], "Manual", "{plan}");
     let batches = planned_batches(&plan);
     assert_eq!(batches, expected_batches(&zones, 2.0, 4), "the plan");
+    assert_eq!(planned_batches(&preview), batches, "the preview before the rollout");
 
     fixture.set_paused(false).await;
     fixture.wait_complete(&revision).await;

@@ -20,13 +20,17 @@ fn valid() -> ValidZau {
 }
 
 fn seed_target() -> Target {
+    view::target(&valid(), vec![seed_state()]).unwrap()
+}
+
+fn seed_state() -> view::SetState {
     let set: StatefulSet = serde_json::from_value(json!({
         "metadata": {"name": "web", "generation": 2},
         "spec": {"replicas": 30, "updateStrategy": {"type": "OnDelete"}, "selector": {}, "template": {}},
         "status": {"replicas": 30, "observedGeneration": 2, "updateRevision": "web-2", "currentRevision": "web-1"},
     }))
     .unwrap();
-    view::target(&valid(), vec![view::statefulset(&set).unwrap()]).unwrap()
+    view::statefulset(&set).unwrap()
 }
 
 fn seed_pods() -> Vec<(Pod, Zone)> {
@@ -91,6 +95,43 @@ fn the_seed_figure_from_live_objects() {
     assert_eq!(batches[0].pods, ["web-29", "web-26", "web-23", "web-20"]);
 }
 
+/// A rollout that has not started: a new image makes every pod old and starts at one pod, even
+/// after a finished rollout's step; a revision keeps the pods already at it; a group has no one
+/// revision to name.
+#[test]
+fn what_if_previews_a_rollout_not_started() {
+    let planned_with = |what_if: &WhatIf| {
+        let mut states = vec![seed_state()];
+        apply_what_if(&mut states, Some(what_if)).unwrap();
+        let target = view::target(&valid(), states).unwrap();
+        let revision = target.update_revision.clone().unwrap();
+        let pods = seed_pods();
+        let planned = view::plan_pods(
+            &target,
+            pods.iter().map(|(p, z)| (p, z.clone())),
+            Timestamp::now(),
+        );
+        let finished = ZoneAwareUpdateStatus {
+            update_revision: "web-1".into(),
+            update_step: 5,
+            ..ZoneAwareUpdateStatus::default()
+        };
+        ahead(&finished, &valid(), &target, &revision, &planned).0
+    };
+    let batches = planned_with(&WhatIf::Image("registry.example/web:3".into()));
+    let sizes: Vec<usize> = batches.iter().map(|b| b.pods.len()).collect();
+    assert_eq!(sizes, [1, 2, 4, 3, 4, 4, 2, 4, 4, 2]);
+    assert!(
+        planned_with(&WhatIf::Revision("web-1".into())).is_empty(),
+        "every pod at web-1"
+    );
+    assert_eq!(planned_with(&WhatIf::Revision("web-3".into())).len(), 10);
+
+    let mut group = vec![seed_state(), seed_state()];
+    let refused = apply_what_if(&mut group, Some(&WhatIf::Revision("web-3".into())));
+    assert!(refused.unwrap_err().contains("--image"));
+}
+
 /// What holds a rollout comes from its status, in words; the table says it under the batches.
 #[test]
 fn holds_are_read_from_the_status() {
@@ -120,6 +161,7 @@ fn holds_are_read_from_the_status() {
         namespace: "apps".into(),
         name: "web".into(),
         update_revision: "web-2".into(),
+        what_if: false,
         batches: vec![PlannedBatch {
             zone: "zone-a".into(),
             step: 0,
