@@ -48,6 +48,32 @@ pub fn run(cluster: &Cluster, kubeconfig: &Path, args: &[&str]) -> Answer {
     }
 }
 
+/// What kubectl's own completion offers for `kubectl zone <words>` (`kubectl __complete`, which
+/// runs the plugin's `kubectl_complete-zone`, found on PATH beside the plugin as the release
+/// archive puts it): the candidates.
+pub fn completions(cluster: &Cluster, words: &[&str]) -> Vec<String> {
+    let path = format!(
+        "{}:{}:{}",
+        crate::process::target_dir().display(),
+        crate::deploy::repo_root()
+            .join("bins/kubectl-zone")
+            .display(),
+        crate::identity::path_with_cluster_tools(cluster)
+    );
+    let out = Command::new("kubectl")
+        .env("PATH", path)
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .args(["__complete", "zone"])
+        .args(words)
+        .output()
+        .expect("running kubectl __complete");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|line| !line.starts_with(':'))
+        .map(str::to_string)
+        .collect()
+}
+
 /// `kubectl zone <args> -o json` as the cluster's admin, which must succeed: its answer.
 pub fn json(cluster: &Cluster, args: &[&str]) -> Value {
     let mut args = args.to_vec();

@@ -16,6 +16,7 @@
 
 mod budget;
 mod cluster;
+mod complete;
 mod output;
 mod rollout;
 mod shards;
@@ -33,7 +34,7 @@ use crate::output::Format;
     version,
     about = "What the zone-aware controllers will do, before they do it (read-only)"
 )]
-struct Cli {
+pub(crate) struct Cli {
     /// The namespace; default: the kubeconfig context's.
     #[arg(short, long, global = true)]
     namespace: Option<String>,
@@ -114,6 +115,11 @@ enum RolloutCommand {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(complete::COMPLETE) {
+        print!("{}", complete::complete::<Cli>(&args[1..]));
+        return ExitCode::SUCCESS;
+    }
     let cli = Cli::parse();
     match run(cli).await {
         Ok(answer) => answer,

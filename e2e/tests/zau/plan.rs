@@ -41,6 +41,14 @@ async fn zau_kubectl_zone_plan_is_what_the_controller_removes() {
         &["rollout", "plan", ZAU, "-n", &ns, "--image", &image(2)],
     );
     assert_eq!(preview["whatIf"], true, "{preview}");
+    // kubectl's own completion reaches the plugin.
+    let offered =
+        e2e::kubectl_zone::completions(&fixture.cluster, &["rollout", "plan", "web", "--im"]);
+    assert_eq!(
+        offered,
+        ["--image"],
+        "kubectl __complete zone rollout plan web --im"
+    );
     let revision = fixture.set_image(2).await;
     fixture
         .wait_status("the rollout held by hand", ROLLOUT_TIMEOUT, |s| {
@@ -52,7 +60,11 @@ async fn zau_kubectl_zone_plan_is_what_the_controller_removes() {
     assert_eq!(plan["heldBy"][0]["source"], "Manual", "{plan}");
     let batches = planned_batches(&plan);
     assert_eq!(batches, expected_batches(&zones, 2.0, 4), "the plan");
-    assert_eq!(planned_batches(&preview), batches, "the preview before the rollout");
+    assert_eq!(
+        planned_batches(&preview),
+        batches,
+        "the preview before the rollout"
+    );
 
     fixture.set_paused(false).await;
     fixture.wait_complete(&revision).await;
