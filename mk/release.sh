@@ -7,6 +7,9 @@
 #   crds.yaml                            the CRDs alone (the upgrade step, docs/versioning.md)
 #   zone-aware-controllers-<v>.tgz       the Helm chart, version and appVersion <v>, the image
 #                                        pinned by the same digest
+#   kubectl-zone-<v>-linux-<arch>.tar.gz the kubectl plugin (static, amd64 and arm64) with its
+#                                        completion helper and the license
+#   kubectl-zone.krew.yaml               the plugin's krew manifest (mk/krew.py)
 #   sbom.cdx.json                        CycloneDX SBOM of every crate of Cargo.lock
 #   SHA256SUMS                           the checksums of all of the above
 #
@@ -75,8 +78,23 @@ EOF
     -n zone-aware-system | grep -q "image: $repository@$digest" \
     || die "the packaged chart does not pin $repository@$digest"
 
+for arch in amd64 arm64; do
+    echo "release $version: kubectl-zone plugin (linux/$arch)"
+    bin_dir="$(BINS=kubectl-zone bash e2e/cluster/images.sh static "$arch" | tail -n 1)"
+    [ -x "$bin_dir/kubectl-zone" ] || die "the static build of kubectl-zone for $arch wrote nothing"
+    plugin="$work/kubectl-zone-$arch"
+    mkdir -p "$plugin"
+    cp "$bin_dir/kubectl-zone" bins/kubectl-zone/kubectl_complete-zone LICENSE "$plugin/"
+    # Reproducible: sorted names, the commit's time, no owner, gzip without a name or time.
+    tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner \
+        -C "$plugin" -cf - kubectl-zone kubectl_complete-zone LICENSE \
+        | gzip -n -9 >"$dist/kubectl-zone-$version-linux-$arch.tar.gz"
+done
+python3 mk/krew.py --version "$version" --dist "$dist" >"$dist/kubectl-zone.krew.yaml"
+python3 mk/krew.py --check "$dist/kubectl-zone.krew.yaml"
+
 echo "release $version: SBOM"
-python3 mk/sbom.py --version "$version" --bins "$(tr '\n' ' ' <bins.txt)" >"$dist/sbom.cdx.json"
+python3 mk/sbom.py --version "$version" --bins "$(cat bins.txt plugins.txt | tr '\n' ' ')" >"$dist/sbom.cdx.json"
 python3 mk/sbom.py --check "$dist/sbom.cdx.json"
 
 (cd "$dist" && sha256sum -- * >SHA256SUMS)
