@@ -14,7 +14,7 @@ use zone_operator::budget::batch::{self, Assessment, Candidate};
 use zone_operator::budget::{self as judged, Selecting, pods, reason, view};
 use zone_topology::Zone;
 
-use crate::cluster::{Error, node_zones, read, zone_of};
+use crate::cluster::{Error, node_zones, pods_with_zones, read, with_zones};
 use crate::output::columns;
 
 /// What `kubectl zone budget` answers.
@@ -117,7 +117,7 @@ pub async fn report(
     };
     let mut missing = Vec::new();
     // The pods and their zones, for the evictable ones; the zones alone come from the status.
-    let pods = match namespace_pods(client, namespace, zone_label).await {
+    let pods = match pods_with_zones(client, namespace, &ListParams::default(), zone_label).await {
         Ok(pods) => Some(pods),
         Err(error) => {
             missing.push(error.to_string());
@@ -134,27 +134,6 @@ pub async fn report(
         budgets,
         missing,
     })
-}
-
-async fn namespace_pods(
-    client: &Client,
-    namespace: &str,
-    zone_label: &str,
-) -> Result<Vec<(Pod, Zone)>, Error> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let pods = pods
-        .list(&ListParams::default())
-        .await
-        .map_err(read(format!("list pods of {namespace}")))?;
-    let zones = node_zones(client, zone_label).await?;
-    Ok(pods
-        .items
-        .into_iter()
-        .map(|pod| {
-            let zone = zone_of(&pod, &zones);
-            (pod, zone)
-        })
-        .collect())
 }
 
 /// One budget (pure): its zones from its status, and which of `pods` it alone would let go.
@@ -276,13 +255,7 @@ pub async fn drain(
             .map_err(read(format!("list ZoneDisruptionBudgets of {namespace}")))?;
         budgets.insert(namespace, listed.items);
     }
-    let pods: Vec<(Pod, Zone)> = pods
-        .into_iter()
-        .map(|pod| {
-            let zone = zone_of(&pod, &zones);
-            (pod, zone)
-        })
-        .collect();
+    let pods = with_zones(pods, &zones);
     Ok(predict(
         nodes,
         &pods,

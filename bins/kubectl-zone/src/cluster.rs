@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use zone_topology::Zone;
@@ -66,8 +66,34 @@ pub async fn node_zones(
         .collect())
 }
 
+/// The pods of `namespace` that `params` selects, each with the zone of its node.
+pub async fn pods_with_zones(
+    client: &Client,
+    namespace: &str,
+    params: &ListParams,
+    zone_label: &str,
+) -> Result<Vec<(Pod, Zone)>, Error> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pods = pods
+        .list(params)
+        .await
+        .map_err(read(format!("list pods of {namespace}")))?;
+    let zones = node_zones(client, zone_label).await?;
+    Ok(with_zones(pods.items, &zones))
+}
+
+/// Each pod with the zone of its node.
+pub fn with_zones(pods: Vec<Pod>, zones: &BTreeMap<String, Zone>) -> Vec<(Pod, Zone)> {
+    pods.into_iter()
+        .map(|pod| {
+            let zone = zone_of(&pod, zones);
+            (pod, zone)
+        })
+        .collect()
+}
+
 /// The zone of the node of `pod` (unknown while unscheduled).
-pub fn zone_of(pod: &k8s_openapi::api::core::v1::Pod, zones: &BTreeMap<String, Zone>) -> Zone {
+fn zone_of(pod: &Pod, zones: &BTreeMap<String, Zone>) -> Zone {
     pod.spec
         .as_ref()
         .and_then(|spec| spec.node_name.as_deref())

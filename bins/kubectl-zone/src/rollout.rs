@@ -3,7 +3,6 @@
 //! its own planner (`zone_topology::rollout::preview`), and what holds the rollout now.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::core::{Selector, SelectorExt};
@@ -13,10 +12,9 @@ use zone_api::validation::RolloutTarget;
 use zone_api::zau::{condition, reason};
 use zone_api::{ValidZau, ZoneAwareUpdate, ZoneAwareUpdateStatus};
 use zone_operator::rollout::{self as view, PlannedPods, Target};
-use zone_topology::Zone;
 use zone_topology::rollout::{REVISION_LABEL, preview};
 
-use crate::cluster::{Error, node_zones, read, zone_of};
+use crate::cluster::{Error, pods_with_zones, read};
 use crate::output::columns;
 
 /// What `kubectl zone rollout plan` answers.
@@ -128,7 +126,8 @@ pub async fn plan(
             "the StatefulSet controller has not observed the latest spec yet: try again".into(),
         ));
     };
-    let pods = pods_with_zones(client, namespace, zone_label).await?;
+    let params = ListParams::default().labels(REVISION_LABEL);
+    let pods = pods_with_zones(client, namespace, &params, zone_label).await?;
     let planned = view::plan_pods(
         &target,
         pods.iter().map(|(p, z)| (p, z.clone())),
@@ -207,28 +206,6 @@ async fn statefulsets(
                 .collect())
         }
     }
-}
-
-/// The StatefulSet pods of `namespace`, each with the zone of its node.
-async fn pods_with_zones(
-    client: &Client,
-    namespace: &str,
-    zone_label: &str,
-) -> Result<Vec<(Pod, Zone)>, Error> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let pods = pods
-        .list(&ListParams::default().labels(REVISION_LABEL))
-        .await
-        .map_err(read(format!("list pods of {namespace}")))?;
-    let zones = node_zones(client, zone_label).await?;
-    Ok(pods
-        .items
-        .into_iter()
-        .map(|pod| {
-            let zone = zone_of(&pod, &zones);
-            (pod, zone)
-        })
-        .collect())
 }
 
 /// What holds the rollout now, as its status says.

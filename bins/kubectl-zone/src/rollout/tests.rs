@@ -2,6 +2,9 @@
 use serde_json::json;
 use zone_topology::IntOrPercent;
 
+use k8s_openapi::api::core::v1::Pod;
+use zone_topology::Zone;
+
 use super::*;
 
 /// The seed document's figure: 30 pods, zone-1 and zone-2 holding these ordinals.
