@@ -10,9 +10,20 @@ use zone_api::{ZoneAwareUpdate, ZoneDisruptionBudget};
 
 use super::*;
 
+/// The pod annotation the test sets on the targets after the resize: Prometheus relabels its
+/// targets again on a discovery update, not on a reload, so a target seen with it was placed by
+/// the configuration loaded after the resize.
+const TOUCH: &str = "e2e-touch";
+
 /// address → the shard scraping it, once the shards `0..shards` together scrape `expected`
-/// targets of the job `targets`, each once.
-async fn keepers(fx: &Fixture, shards: u32, expected: usize) -> BTreeMap<String, u32> {
+/// targets of the job `targets`, each once, each discovered with the annotation [`TOUCH`] at
+/// `touch` (None: without it).
+async fn keepers(
+    fx: &Fixture,
+    shards: u32,
+    expected: usize,
+    touch: Option<&str>,
+) -> BTreeMap<String, u32> {
     wait_for(
         &format!("{shards} shards scraping the {expected} targets, each once"),
         TIMEOUT,
@@ -24,7 +35,12 @@ async fn keepers(fx: &Fixture, shards: u32, expected: usize) -> BTreeMap<String,
                 let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
                     return Err(format!("shard {shard} has no IP yet"));
                 };
-                for address in pod_targets(&ip, "targets").await?.into_keys() {
+                for (address, touched) in touched_targets(&ip).await? {
+                    if touched.as_deref() != touch {
+                        return Err(format!(
+                            "{address} not discovered again yet on shard {shard}"
+                        ));
+                    }
                     seen += 1;
                     kept.insert(address, shard);
                 }
@@ -40,6 +56,53 @@ async fn keepers(fx: &Fixture, shards: u32, expected: usize) -> BTreeMap<String,
         },
     )
     .await
+}
+
+/// The active targets of the job `targets` of the Prometheus at `ip`: address → the value of
+/// the annotation [`TOUCH`] they were discovered with.
+async fn touched_targets(ip: &str) -> Result<BTreeMap<String, Option<String>>, String> {
+    let address = format!("{ip}:9090").parse().map_err(|e| format!("{e}"))?;
+    let (code, body) = e2e::process::http_get_from(address, "/api/v1/targets?state=active").await?;
+    if code != 200 {
+        return Err(format!("HTTP {code}"));
+    }
+    let body: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+    let label = format!(
+        "__meta_kubernetes_pod_annotation_{}",
+        TOUCH.replace('-', "_")
+    );
+    Ok(body["data"]["activeTargets"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|t| t["scrapePool"] == "targets")
+        .map(|t| {
+            let labels = &t["discoveredLabels"];
+            let address = labels["__address__"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            (address, labels[&label].as_str().map(str::to_string))
+        })
+        .collect())
+}
+
+/// shard → the configuration its Prometheus has loaded (`/api/v1/status/config`).
+async fn loaded_configs(fx: &Fixture) -> BTreeMap<u32, String> {
+    let mut loaded = BTreeMap::new();
+    for pod in fx.prometheus_pods().await {
+        let shard: u32 = pod.labels()["zonecontrol.k8s.aws/shard"].parse().unwrap();
+        let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
+            continue;
+        };
+        let address = format!("{ip}:9090").parse().unwrap();
+        if let Ok((200, body)) = e2e::process::http_get_from(address, "/api/v1/status/config").await
+        {
+            loaded.insert(shard, body);
+        }
+    }
+    loaded
 }
 
 /// Three shards of real Prometheus scraping 12 targets on the real nodes. `kubectl zone shards
@@ -63,7 +126,7 @@ async fn sprom_kubectl_zone_shards_predicts_a_resize_on_real_prometheus() {
     };
     let generation = fx.apply(spec(3)).await;
     fx.wait_ready_shards("3 ready shards", generation, 3).await;
-    let before = keepers(&fx, 3, targets.len()).await;
+    let before = keepers(&fx, 3, targets.len(), None).await;
 
     let ns = fx.ns.name.clone();
     let answer = kubectl_zone::json(&cluster, &["shards", NAME, "-n", &ns, "--to", "5"]);
@@ -95,9 +158,39 @@ async fn sprom_kubectl_zone_shards_predicts_a_resize_on_real_prometheus() {
         })
         .collect();
 
+    let loaded_before = loaded_configs(&fx).await;
     let generation = fx.apply(spec(5)).await;
     fx.wait_ready_shards("5 ready shards", generation, 5).await;
-    let after = keepers(&fx, 5, targets.len()).await;
+    // zone-a's and zone-b's first shards now keep half their zone's buckets: measured once their
+    // Prometheus has loaded that (a Secret volume reaches a running pod within about a minute).
+    wait_for(
+        "shards 0 and 1 reloaded",
+        Duration::from_secs(180),
+        || async {
+            let loaded = loaded_configs(&fx).await;
+            match (0..2).all(|shard| {
+                loaded
+                    .get(&shard)
+                    .is_some_and(|c| Some(c) != loaded_before.get(&shard))
+            }) {
+                true => Ok(()),
+                false => Err("the configuration loaded before the resize".to_string()),
+            }
+        },
+    )
+    .await;
+    let pods: Api<Pod> = fx.ns.api();
+    let touch = json!({"metadata": {"annotations": {TOUCH: "1"}}});
+    for target in &targets {
+        pods.patch(
+            &target.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&touch),
+        )
+        .await
+        .unwrap();
+    }
+    let after = keepers(&fx, 5, targets.len(), Some("1")).await;
     let measured: BTreeMap<String, u32> = after
         .iter()
         .filter(|(address, shard)| before.get(*address) != Some(shard))
