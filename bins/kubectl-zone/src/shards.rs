@@ -306,6 +306,16 @@ pub fn parse_view(targets: &str, config: &str) -> Result<ShardView, String> {
     })
 }
 
+/// Where a target goes in a resize.
+enum Placement {
+    /// Scraped by every shard (sharding disabled for it): never moves.
+    Everywhere,
+    /// Kept by this shard after the resize.
+    On(u32),
+    /// Not where the relabelling read back says it is, or by no shard after.
+    Unplaced,
+}
+
 /// Where each target of `views` goes when `now` becomes `then` (pure): its labels after the
 /// job's own relabelling (the shard's rules but `now`'s sharding tail), then `then`'s rules.
 pub fn predict(
@@ -316,8 +326,7 @@ pub fn predict(
     let compile = |layout: &ShardLayout| {
         compiled_rules(layout).map_err(|e| format!("the sharding rules: {e}"))
     };
-    let (rules_now, rules_then) = (compile(now)?, compile(then)?);
-    let mut own: BTreeMap<(u32, &str), CompiledRules> = BTreeMap::new();
+    let rules = (compile(now)?, compile(then)?);
     let mut resize = Resize {
         to: then.shards(),
         targets: 0,
@@ -328,45 +337,29 @@ pub fn predict(
         unplaced: Vec::new(),
     };
     for (&shard, view) in views {
+        let own = own_rules(now, shard, view)?;
         for target in &view.targets {
             let address = target
                 .discovered
                 .get("__address__")
                 .cloned()
                 .unwrap_or_default();
-            let rules = match own.entry((shard, target.job.as_str())) {
-                std::collections::btree_map::Entry::Occupied(rules) => rules.into_mut(),
-                std::collections::btree_map::Entry::Vacant(entry) => {
-                    let all = view.relabel.get(&target.job).cloned().unwrap_or_default();
-                    let tail = now.rules(shard).len();
-                    let mine = &all[..all.len().saturating_sub(tail)];
-                    entry.insert(
-                        CompiledRules::new(mine).map_err(|e| format!("job {}: {e}", target.job))?,
-                    )
+            let placement = own
+                .get(target.job.as_str())
+                .map_or(Placement::Unplaced, |own| {
+                    place(own, &rules, shard, &target.discovered)
+                });
+            let to = match placement {
+                Placement::Everywhere => continue,
+                Placement::Unplaced => {
+                    resize.unplaced.push(format!("{}/{address}", target.job));
+                    continue;
                 }
+                Placement::On(to) => to,
             };
-            let Some(labels) = rules.apply(&target.discovered) else {
-                resize.unplaced.push(format!("{}/{address}", target.job));
-                continue;
-            };
-            let kept_now = keepers(&rules_now, &labels);
-            if kept_now.len() > 1 {
-                // Scraped by every shard (sharding disabled for it): never moves.
-                continue;
-            }
-            if kept_now != [shard] {
-                resize.unplaced.push(format!("{}/{address}", target.job));
-                continue;
-            }
             resize.targets += 1;
-            let kept_then = keepers(&rules_then, &labels);
-            let Some(&to) = kept_then.first() else {
-                resize.unplaced.push(format!("{}/{address}", target.job));
-                continue;
-            };
             *resize.after.entry(to).or_default() += 1;
             if to != shard {
-                resize.moved += 1;
                 resize.moves.push(Move {
                     job: target.job.clone(),
                     target: address,
@@ -376,10 +369,57 @@ pub fn predict(
             }
         }
     }
+    resize.moved = resize.moves.len();
     if resize.targets > 0 {
         resize.share = resize.moved as f64 / resize.targets as f64;
     }
     Ok(resize)
+}
+
+/// Each job's own relabelling on `shard` (what it loaded, without `now`'s sharding tail),
+/// compiled, for every job its targets name.
+fn own_rules<'v>(
+    now: &ShardLayout,
+    shard: u32,
+    view: &'v ShardView,
+) -> Result<BTreeMap<&'v str, CompiledRules>, String> {
+    let tail = now.rules(shard).len();
+    let mut own = BTreeMap::new();
+    for target in &view.targets {
+        let job = target.job.as_str();
+        if own.contains_key(job) {
+            continue;
+        }
+        let all = view.relabel.get(job).map(Vec::as_slice).unwrap_or_default();
+        let mine = &all[..all.len().saturating_sub(tail)];
+        let compiled = CompiledRules::new(mine).map_err(|e| format!("job {job}: {e}"))?;
+        own.insert(job, compiled);
+    }
+    Ok(own)
+}
+
+/// Where a target of `shard` goes: its job's own rules, then the sharding rules of now (it must
+/// be kept where it is) and of then.
+fn place(
+    own: &CompiledRules,
+    (now, then): &(Vec<CompiledRules>, Vec<CompiledRules>),
+    shard: u32,
+    discovered: &Labels,
+) -> Placement {
+    let Some(labels) = own.apply(discovered) else {
+        return Placement::Unplaced;
+    };
+    let kept_now = keepers(now, &labels);
+    if kept_now.len() > 1 {
+        return Placement::Everywhere;
+    }
+    if kept_now != [shard] {
+        return Placement::Unplaced;
+    }
+    match keepers(then, &labels).first() {
+        Some(&to) => Placement::On(to),
+        None => Placement::Unplaced,
+    }
 }
 
 fn rows(

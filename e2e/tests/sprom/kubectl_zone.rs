@@ -105,6 +105,81 @@ async fn loaded_configs(fx: &Fixture) -> BTreeMap<u32, String> {
     loaded
 }
 
+/// `kubectl zone shards --to 5` while the shards keep `before`: each shard's zone, readiness and
+/// target count checked against the shards' own answers; the predicted moves (address → shard).
+async fn predicted_moves(
+    cluster: &Cluster,
+    fx: &Fixture,
+    before: &BTreeMap<String, u32>,
+) -> BTreeMap<String, u32> {
+    let ns = fx.ns.name.clone();
+    let answer = kubectl_zone::json(cluster, &["shards", NAME, "-n", &ns, "--to", "5"]);
+    for shard in answer["shards"].as_array().unwrap() {
+        let index = shard["index"].as_u64().unwrap() as u32;
+        let scraped = before.values().filter(|s| **s == index).count();
+        assert_eq!(
+            shard["targets"], scraped,
+            "shard {index}'s targets: {answer}"
+        );
+        assert_eq!(
+            shard["zone"],
+            ["zone-a", "zone-b", "zone-c"][index as usize]
+        );
+        assert_eq!(shard["readyReplicas"], 1);
+    }
+    let resize = &answer["resize"];
+    assert_eq!(resize["targets"], before.len(), "{answer}");
+    assert!(resize.get("unplaced").is_none(), "{answer}");
+    resize["moves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["target"].as_str().unwrap().to_string(),
+                m["to"].as_u64().unwrap() as u32,
+            )
+        })
+        .collect()
+}
+
+/// Applies `spec` (5 shards) and returns where the targets are once shards 0 and 1 (zone-a's and
+/// zone-b's first, which now keep half their zone's buckets) have loaded it (a Secret volume
+/// reaches a running pod within about a minute) and every target was discovered again.
+async fn resized(fx: &Fixture, spec: Value, targets: &[Pod]) -> BTreeMap<String, u32> {
+    let loaded_before = loaded_configs(fx).await;
+    let generation = fx.apply(spec).await;
+    fx.wait_ready_shards("5 ready shards", generation, 5).await;
+    wait_for(
+        "shards 0 and 1 reloaded",
+        Duration::from_secs(180),
+        || async {
+            let loaded = loaded_configs(fx).await;
+            match (0..2).all(|shard| {
+                loaded
+                    .get(&shard)
+                    .is_some_and(|c| Some(c) != loaded_before.get(&shard))
+            }) {
+                true => Ok(()),
+                false => Err("the configuration loaded before the resize".to_string()),
+            }
+        },
+    )
+    .await;
+    let pods: Api<Pod> = fx.ns.api();
+    let touch = json!({"metadata": {"annotations": {TOUCH: "1"}}});
+    for target in targets {
+        pods.patch(
+            &target.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&touch),
+        )
+        .await
+        .unwrap();
+    }
+    keepers(fx, 5, targets.len(), Some("1")).await
+}
+
 /// Three shards of real Prometheus scraping 12 targets on the real nodes. `kubectl zone shards
 /// --to 5` reports each shard's targets as the shards do and predicts the moves; the resize to 5
 /// then moves what it predicted (within one target, and each measured move where predicted).
@@ -128,69 +203,9 @@ async fn sprom_kubectl_zone_shards_predicts_a_resize_on_real_prometheus() {
     fx.wait_ready_shards("3 ready shards", generation, 3).await;
     let before = keepers(&fx, 3, targets.len(), None).await;
 
-    let ns = fx.ns.name.clone();
-    let answer = kubectl_zone::json(&cluster, &["shards", NAME, "-n", &ns, "--to", "5"]);
-    for shard in answer["shards"].as_array().unwrap() {
-        let index = shard["index"].as_u64().unwrap() as u32;
-        let scraped = before.values().filter(|s| **s == index).count();
-        assert_eq!(
-            shard["targets"], scraped,
-            "shard {index}'s targets: {answer}"
-        );
-        assert_eq!(
-            shard["zone"],
-            ["zone-a", "zone-b", "zone-c"][index as usize]
-        );
-        assert_eq!(shard["readyReplicas"], 1);
-    }
-    let resize = &answer["resize"];
-    assert_eq!(resize["targets"], targets.len(), "{answer}");
-    assert!(resize.get("unplaced").is_none(), "{answer}");
-    let predicted: BTreeMap<String, u32> = resize["moves"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| {
-            (
-                m["target"].as_str().unwrap().to_string(),
-                m["to"].as_u64().unwrap() as u32,
-            )
-        })
-        .collect();
+    let predicted = predicted_moves(&cluster, &fx, &before).await;
 
-    let loaded_before = loaded_configs(&fx).await;
-    let generation = fx.apply(spec(5)).await;
-    fx.wait_ready_shards("5 ready shards", generation, 5).await;
-    // zone-a's and zone-b's first shards now keep half their zone's buckets: measured once their
-    // Prometheus has loaded that (a Secret volume reaches a running pod within about a minute).
-    wait_for(
-        "shards 0 and 1 reloaded",
-        Duration::from_secs(180),
-        || async {
-            let loaded = loaded_configs(&fx).await;
-            match (0..2).all(|shard| {
-                loaded
-                    .get(&shard)
-                    .is_some_and(|c| Some(c) != loaded_before.get(&shard))
-            }) {
-                true => Ok(()),
-                false => Err("the configuration loaded before the resize".to_string()),
-            }
-        },
-    )
-    .await;
-    let pods: Api<Pod> = fx.ns.api();
-    let touch = json!({"metadata": {"annotations": {TOUCH: "1"}}});
-    for target in &targets {
-        pods.patch(
-            &target.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&touch),
-        )
-        .await
-        .unwrap();
-    }
-    let after = keepers(&fx, 5, targets.len(), Some("1")).await;
+    let after = resized(&fx, spec(5), &targets).await;
     let measured: BTreeMap<String, u32> = after
         .iter()
         .filter(|(address, shard)| before.get(*address) != Some(shard))

@@ -43,13 +43,9 @@ fn drained(output: &str, namespace: &str) -> (BTreeSet<String>, BTreeMap<String,
 }
 
 /// A node in zone-b holding two pods of the budget `web` (maxUnavailable 1, zone-a disrupted by
-/// an unready pod), two of `free` (maxUnavailable 2) and one of no budget. `kubectl zone budget
-/// --drain` predicts 3 evictions allowed and 2 refused, with the webhook's words, and exits 3; a
-/// real `kubectl drain` of the node then evicts exactly those 3 and is refused, retry after
-/// retry, exactly those 2 with exactly those words.
-#[tokio::test]
-#[ignore = "needs the local zonal cluster (make e2e)"]
-async fn zdb_kubectl_zone_drain_predicts_the_webhook() {
+/// an unready pod), two of `free` (maxUnavailable 2) and one of no budget, all labelled
+/// `drain=yes`; the zdb-controller serving the webhook.
+async fn drain_fixture() -> (Fixture, TestNode, ControllerProcess) {
     let port = free_port();
     let fixture = Fixture::new("zdb-zone-drain", 3, port).await;
     let ns = &fixture.ns;
@@ -61,57 +57,52 @@ async fn zdb_kubectl_zone_drain_predicts_the_webhook() {
     create_pinned_set(ns, "lone", 1, &node).await;
     pods::wait_all_available(&fixture.pods, "drain=yes", 5, None, TIMEOUT).await;
     fixture.wait_ready(5).await;
-    let _controller = fixture.controller(port, false);
+    let controller = fixture.controller(port, false);
     fixture.wait_ca_bundle().await;
     fixture.create_zdb(1, false).await;
-    fixture
-        .create_budget(
-            "free",
-            json!({"selector": {"matchLabels": {"app": "free"}}, "maxUnavailable": 2}),
-        )
-        .await;
+    let free = json!({"selector": {"matchLabels": {"app": "free"}}, "maxUnavailable": 2});
+    fixture.create_budget("free", free).await;
     for (name, pods) in [(ZDB, 5), ("free", 2)] {
+        let what = format!("budget {name} computed");
         fixture
-            .wait_zdb(
-                &format!("budget {name} computed"),
-                name,
-                TIMEOUT,
-                |zdb, s| {
-                    Some(s.observed_generation) == zdb.metadata.generation
-                        && s.current_healthy.values().sum::<i32>() == pods
-                },
-            )
+            .wait_zdb(&what, name, TIMEOUT, |zdb, s| {
+                Some(s.observed_generation) == zdb.metadata.generation
+                    && s.current_healthy.values().sum::<i32>() == pods
+            })
             .await;
     }
     let zones = fixture.pods_by_zone().await;
     disrupt_zone_by_unready_pod(&fixture, "zone-a", &zones["zone-a"][0]).await;
+    (fixture, node, controller)
+}
 
+/// On [`drain_fixture`]'s node, `kubectl zone budget --drain` predicts 3 evictions allowed and 2
+/// refused, with the webhook's words, and exits 3; a real `kubectl drain` of the node then evicts
+/// exactly those 3 and is refused, retry after retry, exactly those 2 with exactly those words.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn zdb_kubectl_zone_drain_predicts_the_webhook() {
+    let (fixture, node, _controller) = drain_fixture().await;
     let cluster = Cluster::get();
-    let answer = e2e::kubectl_zone::run(
-        &cluster,
-        &cluster.kubeconfig,
-        &[
-            "budget",
-            "--drain",
-            &node.name,
-            "--pod-selector",
-            "drain=yes",
-            "-o",
-            "json",
-        ],
-    );
+    let args = [
+        "budget",
+        "--drain",
+        &node.name,
+        "--pod-selector",
+        "drain=yes",
+        "-o",
+        "json",
+    ];
+    let answer = e2e::kubectl_zone::run(&cluster, &cluster.kubeconfig, &args);
     assert_eq!(answer.code, 3, "a refusal predicted: {answer:?}");
     let (allowed, refused) = predicted(&answer.json());
     let names =
         |pods: &[&str]| -> BTreeSet<String> { pods.iter().map(|p| p.to_string()).collect() };
+    let expected = names(&["free-0", "free-1", "lone-0"]);
+    assert_eq!(allowed, expected, "{}", answer.stdout);
+    let refused_pods: BTreeSet<String> = refused.keys().cloned().collect();
     assert_eq!(
-        allowed,
-        names(&["free-0", "free-1", "lone-0"]),
-        "{}",
-        answer.stdout
-    );
-    assert_eq!(
-        refused.keys().cloned().collect::<BTreeSet<_>>(),
+        refused_pods,
         names(&["pinned-0", "pinned-1"]),
         "{}",
         answer.stdout
@@ -122,11 +113,11 @@ async fn zdb_kubectl_zone_drain_predicts_the_webhook() {
         .finish(Duration::from_secs(90))
         .await;
     assert!(!success, "the drain of refused pods succeeded:\n{output}");
-    let (evicted, refusals) = drained(&output, &ns.name);
+    let (evicted, refusals) = drained(&output, &fixture.ns.name);
     assert_eq!(evicted, allowed, "evicted as predicted:\n{output}");
+    let refused_by_kubectl: BTreeSet<String> = refusals.keys().cloned().collect();
     assert_eq!(
-        refusals.keys().cloned().collect::<BTreeSet<_>>(),
-        refused.keys().cloned().collect::<BTreeSet<_>>(),
+        refused_by_kubectl, refused_pods,
         "refused as predicted:\n{output}"
     );
     for (pod, message) in &refused {
