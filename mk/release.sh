@@ -40,6 +40,8 @@ ZONE_AWARE_REVISION="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown
 export SOURCE_DATE_EPOCH
 SOURCE_DATE_EPOCH="$(git log -1 --format=%ct 2>/dev/null || echo 0)"
 
+# The kubectl plugin is built with the image's binaries, in the same cargo runs (images.sh).
+export STATIC_ALSO=kubectl-zone
 echo "release $version: image (linux/amd64, linux/arm64)"
 image_tar="$dist/zone-aware-controllers-$version.oci.tar"
 digest="$(bash e2e/cluster/images.sh multiarch "$image_tar" "$repository:v$version" | tail -n 1)"
@@ -80,7 +82,7 @@ EOF
 
 for arch in amd64 arm64; do
     echo "release $version: kubectl-zone plugin (linux/$arch)"
-    bin_dir="$(BINS=kubectl-zone bash e2e/cluster/images.sh static "$arch" | tail -n 1)"
+    bin_dir="$(bash e2e/cluster/images.sh static "$arch" | tail -n 1)"
     [ -x "$bin_dir/kubectl-zone" ] || die "the static build of kubectl-zone for $arch wrote nothing"
     plugin="$work/kubectl-zone-$arch"
     mkdir -p "$plugin"

@@ -9,6 +9,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/versions.sh"
+source "$here/heartbeat.sh"
 
 build_k8s() { # [binary...] (default: all five)
     local dir="$ZAC_CACHE/k8s-$K8S_VERSION"
@@ -238,7 +239,7 @@ locked() { # name command...: runs a build holding the lock of its cache entry
     mkdir -p "$ZAC_CACHE"
     (
         flock 9
-        "$@"
+        heartbeat "build.sh: $name" "$@"
     ) 9>"$ZAC_CACHE/.$name.lock"
 }
 

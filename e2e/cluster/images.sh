@@ -30,6 +30,7 @@
 # cargo profile; the multi-arch image is always a release build).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/heartbeat.sh"
 die() { echo "image: $*" >&2; exit 1; }
 
 cargo="${CARGO:-cargo}"
@@ -50,8 +51,9 @@ static_build_for() { # rust-target profile packages...
     # same whenever it is built, and the cc crate's build scripts, which rerun when the variable
     # changes, see one value whoever builds the tree (make release exports the commit's time for
     # its own files; make check-arm64 and make image do not).
-    SOURCE_DATE_EPOCH=0 RUSTFLAGS="-C target-feature=+crt-static" "$cargo" build --quiet \
-        --profile "$cargo_profile" --locked \
+    heartbeat "the static build ($rust_target, profile $cargo_profile) of $*" \
+        env SOURCE_DATE_EPOCH=0 RUSTFLAGS="-C target-feature=+crt-static" \
+        "$cargo" build --quiet --profile "$cargo_profile" --locked \
         --target "$rust_target" "${@/#/--package=}" \
         || die "the static build ($rust_target, profile $cargo_profile) of $* failed"
 }
@@ -93,7 +95,9 @@ static_arch() { # arch
     local rust_target
     rust_target="$(rust_target_of "$1")"
     [ "$1" = arm64 ] && arm64_toolchain
-    static_build_for "$rust_target" release ${BINS:-${CONTROLLERS[*]}}
+    # STATIC_ALSO: packages built in the same cargo run but not put in the image (make release's
+    # kubectl plugin): one feature resolution for both, so neither build undoes the other's.
+    static_build_for "$rust_target" release ${BINS:-${CONTROLLERS[*]}} ${STATIC_ALSO:-}
     echo "${CARGO_TARGET_DIR:-$TOP/target}/$rust_target/release"
 }
 
@@ -108,6 +112,16 @@ base_layer() { # dir
         --dir /tmp:1777 --dir /home/nonroot:755)
 }
 
+# A Prometheus image (binary, name, tar) as the upstream image runs it: user nobody, the binary
+# as the entrypoint. Rebuilt only when the binary changed (it is 100 MB).
+prometheus_image() {
+    [ -x "$1" ] || die "$1 is missing (e2e/cluster/build.sh builds it)"
+    if [ ! -f "$3" ] || [ "$1" -nt "$3" ]; then
+        oci --name "$2" --out "$3" --user 65534:65534 --entrypoint /bin/prometheus \
+            --file "$1:/bin/prometheus:755" --dir /prometheus:1777 >/dev/null
+    fi
+}
+
 test_images() {
     mkdir -p "$IMAGES"
     gcc -static -Os -Wall -Wextra -o "$IMAGES/pause" "$here/images/pause.c" \
@@ -117,14 +131,7 @@ test_images() {
     static_build metrics-target
     oci --name "$METRICS_TARGET_IMAGE" --out "$IMAGES/metrics-target.tar" --user 65532:65532 \
         --entrypoint /metrics-target --file "$bin_dir/metrics-target:/metrics-target:755" >/dev/null
-    # As the upstream image runs it: user nobody, the binary as the entrypoint. Rebuilt only when
-    # the binary changed (it is 100 MB).
-    [ -x "$PROMETHEUS_BIN" ] || die "$PROMETHEUS_BIN is missing (e2e/cluster/build.sh builds it)"
-    if [ ! -f "$IMAGES/prometheus.tar" ] || [ "$PROMETHEUS_BIN" -nt "$IMAGES/prometheus.tar" ]; then
-        oci --name "$PROMETHEUS_IMAGE" --out "$IMAGES/prometheus.tar" --user 65534:65534 \
-            --entrypoint /bin/prometheus --file "$PROMETHEUS_BIN:/bin/prometheus:755" \
-            --dir /prometheus:1777 >/dev/null
-    fi
+    prometheus_image "$PROMETHEUS_BIN" "$PROMETHEUS_IMAGE" "$IMAGES/prometheus.tar"
     [ -x "$ALERTMANAGER_BIN" ] || die "$ALERTMANAGER_BIN is missing (e2e/cluster/build.sh builds it)"
     if [ ! -f "$IMAGES/alertmanager.tar" ] || [ "$ALERTMANAGER_BIN" -nt "$IMAGES/alertmanager.tar" ]; then
         # As the upstream image: user nobody, the binary as the entrypoint, a writable data dir.
