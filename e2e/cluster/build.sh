@@ -63,9 +63,10 @@ build_simple() { # name version module-dir package
 # the cloud providers' SDKs the other mechanisms pull in were half of a cold build. About 5 min
 # cold on 2 cores, then cached; the tags are part of the cache's key (a .tags stamp).
 PROMETHEUS_TAGS="remove_all_sd,enable_kubernetes_sd"
-build_prometheus() {
-    local dir="$ZAC_CACHE/prometheus-$PROMETHEUS_VERSION" bin
-    local ldflags="-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION"
+build_prometheus() { # version tools-module (prometheus: 3.x, prometheus2: 2.x)
+    local version="$1" module="$2" dir bin
+    dir="$ZAC_CACHE/prometheus-$version"
+    local ldflags="-s -w -X github.com/prometheus/common/version.Version=$version"
     ldflags+=" -X github.com/prometheus/common/version.Branch=HEAD"
     ldflags+=" -X github.com/prometheus/common/version.BuildDate=19700101-00:00:00"
     mkdir -p "$dir"
@@ -74,12 +75,12 @@ build_prometheus() {
     fi
     [ -x "$dir/prometheus" ] && [ -x "$dir/promtool" ] && return 0
     # Both in one go build (their common packages compiled once, the links overlapping).
-    echo "building prometheus and promtool $PROMETHEUS_VERSION (tags $PROMETHEUS_TAGS; a cold build takes about 5 minutes)"
+    echo "building prometheus and promtool $version (tags $PROMETHEUS_TAGS; a cold build takes about 5 minutes)"
     rm -rf "$dir/.tmp" && mkdir -p "$dir/.tmp"
-    (cd "$here/tools/prometheus" && CGO_ENABLED=0 go build -trimpath -tags "$PROMETHEUS_TAGS" \
+    (cd "$here/tools/$module" && CGO_ENABLED=0 go build -trimpath -tags "$PROMETHEUS_TAGS" \
         -ldflags "$ldflags" -o "$dir/.tmp/" github.com/prometheus/prometheus/cmd/prometheus \
         github.com/prometheus/prometheus/cmd/promtool) >"$dir/build.log" 2>&1 \
-        || fail "prometheus and promtool" "$dir/build.log"
+        || fail "prometheus and promtool $version" "$dir/build.log"
     mv "$dir/.tmp/prometheus" "$dir/.tmp/promtool" "$dir/"
     rmdir "$dir/.tmp"
     echo "$PROMETHEUS_TAGS" >"$dir/.tags"
@@ -264,7 +265,7 @@ thanos)
     ;;
 esac
 if [ "${1:-all}" != chart ]; then
-    locked prometheus build_prometheus
+    locked prometheus build_prometheus "$PROMETHEUS_VERSION" prometheus
     locked jsonnet build_simple jsonnet "$JSONNET_VERSION" jsonnet github.com/google/go-jsonnet/cmd/jsonnet
 fi
 if [ "${1:-all}" != monitoring ]; then
@@ -279,5 +280,6 @@ locked etcd build_simple etcd "$ETCD_VERSION" etcd .
 locked kwok build_simple kwok "$KWOK_VERSION" kwok sigs.k8s.io/kwok/cmd/kwok
 locked metrics-server build_metrics_server
 locked prometheus-operator build_prometheus_operator
+locked prometheus2 build_prometheus "$PROMETHEUS2_VERSION" prometheus2
 locked alertmanager build_alertmanager
 wait "$localstack"

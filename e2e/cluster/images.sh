@@ -132,6 +132,7 @@ test_images() {
     oci --name "$METRICS_TARGET_IMAGE" --out "$IMAGES/metrics-target.tar" --user 65532:65532 \
         --entrypoint /metrics-target --file "$bin_dir/metrics-target:/metrics-target:755" >/dev/null
     prometheus_image "$PROMETHEUS_BIN" "$PROMETHEUS_IMAGE" "$IMAGES/prometheus.tar"
+    prometheus_image "$PROMETHEUS2_BIN" "$PROMETHEUS2_IMAGE" "$IMAGES/prometheus2.tar"
     [ -x "$ALERTMANAGER_BIN" ] || die "$ALERTMANAGER_BIN is missing (e2e/cluster/build.sh builds it)"
     if [ ! -f "$IMAGES/alertmanager.tar" ] || [ "$ALERTMANAGER_BIN" -nt "$IMAGES/alertmanager.tar" ]; then
         # As the upstream image: user nobody, the binary as the entrypoint, a writable data dir.
@@ -218,7 +219,7 @@ project_image() { # [only | test-build]: without the test images; test-build: fr
     if [ -z "${1:-}" ]; then
         test_images
         tars+=("${TEST_IMAGE_TARS[@]}")
-        what+=" and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE, $ALERTMANAGER_IMAGE, $METRICS_SERVER_IMAGE, $CONFIG_RELOADER_IMAGE)"
+        what+=" and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE, $PROMETHEUS2_IMAGE, $ALERTMANAGER_IMAGE, $METRICS_SERVER_IMAGE, $CONFIG_RELOADER_IMAGE)"
     fi
     local zone imported=0
     for zone in "${REAL_ZONES[@]}"; do

@@ -36,6 +36,9 @@ METRICS_TARGET_IMAGE=localhost/zone-aware-e2e/metrics-target:e2e
 # Prometheus from build.sh's static binary, for the shard controller's pods on the real nodes.
 PROMETHEUS_IMAGE="localhost/zone-aware-e2e/prometheus:v$PROMETHEUS_VERSION"
 PROMETHEUS_BIN="$ZAC_CACHE/prometheus-$PROMETHEUS_VERSION/prometheus"
+# The same of Prometheus 2, for the shards of a ShardedPrometheus with version 2.
+PROMETHEUS2_IMAGE="localhost/zone-aware-e2e/prometheus:v$PROMETHEUS2_VERSION"
+PROMETHEUS2_BIN="$ZAC_CACHE/prometheus-$PROMETHEUS2_VERSION/prometheus"
 # Alertmanager from build.sh's static binary: the alerting tests' receiver of the shards' alerts.
 ALERTMANAGER_IMAGE="localhost/zone-aware-e2e/alertmanager:$ALERTMANAGER_VERSION"
 ALERTMANAGER_BIN="$ZAC_CACHE/alertmanager-$ALERTMANAGER_VERSION/alertmanager"
@@ -55,7 +58,7 @@ THANOS_IMAGE_TAR="$IMAGES/thanos.tar"
 # The tars of the test images (images.sh test-images writes them), imported into every real node
 # as it starts. Thanos's is not one of them: `images.sh thanos` imports it (make e2e).
 TEST_IMAGE_TARS=("$IMAGES/pause.tar" "$IMAGES/metrics-target.tar" "$IMAGES/prometheus.tar"
-    "$IMAGES/alertmanager.tar" "$IMAGES/metrics-server.tar" "$IMAGES/config-reloader.tar")
+    "$IMAGES/prometheus2.tar" "$IMAGES/alertmanager.tar" "$IMAGES/metrics-server.tar" "$IMAGES/config-reloader.tar")
 PROJECT_IMAGE="${LOCAL_IMG:-localhost/zone-aware-controllers:dev}"
 # Only pods that tolerate this taint (and select type=real) run on the real nodes.
 REAL_NODE_TAINT=zonecontrol.k8s.aws/real-node

@@ -6,6 +6,9 @@ KWOK_VERSION=v0.8.0
 LOCALSTACK_VERSION=4.12.0
 # Prometheus 3.16.0 is the Go module tag v0.316.0 (tools/prometheus/go.mod pins it).
 PROMETHEUS_VERSION=3.16.0
+# Prometheus 2.55.1, the last 2.x (module tag v0.55.1, tools/prometheus2/go.mod pins it): the
+# shards of a ShardedPrometheus with version 2 are tested on it too.
+PROMETHEUS2_VERSION=2.55.1
 # metrics-server for the HPA tests (tools/metrics-server/go.mod pins it).
 METRICS_SERVER_VERSION=v0.9.0
 # prometheus-operator and its config reloader, the oracle of the ShardedPrometheus comparison tests

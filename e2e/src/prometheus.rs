@@ -5,7 +5,9 @@
 //! could agree with our renderer and still be wrong; the binary cannot.
 //!
 //! The binaries are Prometheus 3.16 built by `e2e/cluster/build.sh` into its cache (the version
-//! and cache directory are those of `e2e/cluster/versions.sh`), or those in `PROMETHEUS_BIN_DIR`.
+//! and cache directory are those of `e2e/cluster/versions.sh`), or those in `PROMETHEUS_BIN_DIR`;
+//! and Prometheus 2.55.1 beside it ([`Major::V2`]), for the shards of a ShardedPrometheus with
+//! version 2.
 //! Tests that run them are `#[ignore]`d like the other e2e tests.
 //!
 //! Also the ServiceAccount the Prometheus pods of a test namespace discover as
@@ -48,13 +50,56 @@ pub struct PrometheusBinaries {
     pub promtool: PathBuf,
 }
 
-/// The Prometheus binaries: those in `PROMETHEUS_BIN_DIR` when set, else the ones
-/// `e2e/cluster/build.sh` caches (`$ZAC_CACHE/prometheus-$PROMETHEUS_VERSION`). Panics, naming
-/// the path, when one is missing: a test cannot prove a config without them.
+/// A Prometheus major the tests run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Major {
+    /// Prometheus 3.16 (`PROMETHEUS_VERSION`).
+    V3,
+    /// Prometheus 2.55.1, the last 2.x (`PROMETHEUS2_VERSION`).
+    V2,
+}
+
+impl Major {
+    pub const ALL: [Major; 2] = [Major::V3, Major::V2];
+
+    /// The env var naming a directory of its binaries instead of build.sh's cache.
+    fn bin_dir_var(self) -> &'static str {
+        match self {
+            Major::V3 => "PROMETHEUS_BIN_DIR",
+            Major::V2 => "PROMETHEUS2_BIN_DIR",
+        }
+    }
+
+    /// build.sh's cache directory of its binaries, in versions.sh's words.
+    fn cache_dir(self) -> &'static str {
+        match self {
+            Major::V3 => "$ZAC_CACHE/prometheus-$PROMETHEUS_VERSION",
+            Major::V2 => "$ZAC_CACHE/prometheus-$PROMETHEUS2_VERSION",
+        }
+    }
+
+    /// The flags that re-read the config file every second: Prometheus 3's own; Prometheus 2
+    /// re-reads nothing by itself (its pods get a reloader sidecar; here no test rewrites it).
+    fn auto_reload_args(self) -> &'static [&'static str] {
+        match self {
+            Major::V3 => &["--config.auto-reload", "--config.auto-reload-interval=1s"],
+            Major::V2 => &["--web.enable-lifecycle"],
+        }
+    }
+}
+
+/// The Prometheus 3 binaries (see [`binaries_of`]).
 pub fn binaries() -> PrometheusBinaries {
-    let dir = match std::env::var_os("PROMETHEUS_BIN_DIR") {
+    binaries_of(Major::V3)
+}
+
+/// The binaries of `major`: those in its `*_BIN_DIR` when set, else the ones
+/// `e2e/cluster/build.sh` caches (`$ZAC_CACHE/prometheus-<version>`). Panics, naming the path,
+/// when one is missing: a test cannot prove a config without them.
+pub fn binaries_of(major: Major) -> PrometheusBinaries {
+    let dir = match std::env::var_os(major.bin_dir_var()) {
         Some(dir) => PathBuf::from(dir),
-        None => cached_binaries_dir(std::env::var("XDG_CACHE_HOME").ok().as_deref()),
+        None => cached_binaries_dir(major, std::env::var("XDG_CACHE_HOME").ok().as_deref()),
     };
     let binaries = PrometheusBinaries {
         prometheus: dir.join("prometheus"),
@@ -63,19 +108,20 @@ pub fn binaries() -> PrometheusBinaries {
     for path in [&binaries.prometheus, &binaries.promtool] {
         assert!(
             path.is_file(),
-            "{} is missing: run e2e/cluster/build.sh (or set PROMETHEUS_BIN_DIR)",
-            path.display()
+            "{} is missing: run e2e/cluster/build.sh (or set {})",
+            path.display(),
+            major.bin_dir_var()
         );
     }
     binaries
 }
 
-/// The directory `e2e/cluster/build.sh` builds Prometheus into, for the cache home `xdg` (the
+/// The directory `e2e/cluster/build.sh` builds `major` into, for the cache home `xdg` (the
 /// value of `XDG_CACHE_HOME`, `None` when unset).
-fn cached_binaries_dir(xdg: Option<&str>) -> PathBuf {
+fn cached_binaries_dir(major: Major, xdg: Option<&str>) -> PathBuf {
     PathBuf::from(crate::cluster::sourced(
         "cluster/versions.sh",
-        "$ZAC_CACHE/prometheus-$PROMETHEUS_VERSION",
+        major.cache_dir(),
         xdg,
     ))
 }
@@ -101,8 +147,13 @@ fn temp_dir(what: &str) -> PathBuf {
 /// files it names (rule files, credentials), which a rendered config may reference by paths that
 /// only exist in the pod. `Err` carries promtool's output.
 pub fn check_config(yaml: &str) -> Result<(), String> {
+    check_config_on(Major::V3, yaml)
+}
+
+/// [`check_config`] with the promtool of `major`.
+pub fn check_config_on(major: Major, yaml: &str) -> Result<(), String> {
     // Before the directory exists, so a missing promtool leaves nothing behind.
-    let promtool = binaries().promtool;
+    let promtool = binaries_of(major).promtool;
     let dir = temp_dir("check");
     let file = dir.join("prometheus.yml");
     std::fs::write(&file, yaml).expect("writing the config to check");
@@ -294,6 +345,8 @@ pub fn url_encode(s: &str) -> String {
 /// config file is re-read when it changes (`--config.auto-reload`), so a test can hand it the
 /// shard controller's next rendering. Killed on drop.
 pub struct PrometheusProcess {
+    /// Which Prometheus it is.
+    pub major: Major,
     /// The name the test gave it (e.g. the shard), in messages.
     pub name: String,
     /// Its stdout and stderr, in order.
@@ -311,7 +364,17 @@ impl PrometheusProcess {
     /// second), and waits until it is ready (`/-/ready` answers 200, up to 60 s). Panics if it
     /// exits first or never gets ready; its log is printed then.
     pub async fn start(name: &str, config_yaml: &str, extra_args: &[&str]) -> PrometheusProcess {
-        let binaries = binaries();
+        Self::start_on(Major::V3, name, config_yaml, extra_args).await
+    }
+
+    /// [`PrometheusProcess::start`] with the Prometheus of `major`.
+    pub async fn start_on(
+        major: Major,
+        name: &str,
+        config_yaml: &str,
+        extra_args: &[&str],
+    ) -> PrometheusProcess {
+        let binaries = binaries_of(major);
         let dir = temp_dir(name);
         let config = dir.join("prometheus.yml");
         std::fs::write(&config, config_yaml).expect("writing the Prometheus config");
@@ -324,8 +387,7 @@ impl PrometheusProcess {
                 "--storage.tsdb.path={}",
                 dir.join("data").display()
             ))
-            .arg("--config.auto-reload")
-            .arg("--config.auto-reload-interval=1s")
+            .args(major.auto_reload_args())
             .args(extra_args)
             .stdin(Stdio::null())
             .stdout(out)
@@ -334,6 +396,7 @@ impl PrometheusProcess {
             .unwrap_or_else(|e| panic!("starting {}: {e}", binaries.prometheus.display()));
         // From here a panic (not ready in time) drops the process, which prints its log.
         let mut process = PrometheusProcess {
+            major,
             name: name.to_string(),
             log,
             dir,
@@ -364,6 +427,12 @@ impl PrometheusProcess {
     /// [`config_yaml`](Self::config_yaml) or the targets to know when). The file is replaced by a
     /// rename, so the reloader never reads half of it.
     pub fn rewrite_config(&self, yaml: &str) {
+        assert_eq!(
+            self.major,
+            Major::V3,
+            "Prometheus {}: only Prometheus 3 re-reads its config by itself",
+            self.name
+        );
         let next = self.dir.join("prometheus.yml.next");
         std::fs::write(&next, yaml).expect("writing the Prometheus config");
         std::fs::rename(&next, self.dir.join("prometheus.yml")).expect("replacing the config");
@@ -614,12 +683,12 @@ scrape_configs:
 
     #[test]
     fn the_cached_binaries_follow_xdg_cache_home() {
-        let dir = cached_binaries_dir(Some("/xdg"));
-        let dir = dir.to_str().unwrap();
-        assert!(
-            dir.starts_with("/xdg/zone-aware-controllers/prometheus-3."),
-            "{dir}"
-        );
+        for (major, prefix) in [(Major::V3, "prometheus-3."), (Major::V2, "prometheus-2.")] {
+            let dir = cached_binaries_dir(major, Some("/xdg"));
+            let dir = dir.to_str().unwrap();
+            let expected = format!("/xdg/zone-aware-controllers/{prefix}");
+            assert!(dir.starts_with(&expected), "{dir}");
+        }
     }
 
     /// The targets on 127.0.0.1 of the self-test: ports nothing listens on (scrapes fail, which

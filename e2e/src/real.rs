@@ -19,6 +19,10 @@ pub struct RealNodes {
     project_image: String,
     /// Prometheus 3.16, static, from e2e/cluster/build.sh.
     pub prometheus_image: String,
+    /// Prometheus 2.55.1 (the last 2.x), static, from e2e/cluster/build.sh.
+    pub prometheus2_image: String,
+    /// prometheus-operator's config reloader, the sidecar of Prometheus 2 shards.
+    pub config_reloader_image: String,
     /// Alertmanager 0.35, static, from e2e/cluster/build.sh.
     pub alertmanager_image: String,
     /// Thanos (sidecar, query, store, rule), static, from e2e/cluster/build.sh.
@@ -42,6 +46,8 @@ impl RealNodes {
             metrics_target_image: var("E2E_METRICS_TARGET_IMAGE"),
             project_image: var("E2E_PROJECT_IMAGE"),
             prometheus_image: var("E2E_PROMETHEUS_IMAGE"),
+            prometheus2_image: var("E2E_PROMETHEUS2_IMAGE"),
+            config_reloader_image: var("E2E_CONFIG_RELOADER_IMAGE"),
             alertmanager_image: var("E2E_ALERTMANAGER_IMAGE"),
             thanos_image: var("E2E_THANOS_IMAGE"),
         }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use e2e::nodes::{TEST_NODE_TAINT, TestNode};
 use e2e::process::ControllerProcess;
-use e2e::prometheus::{PrometheusProcess, Target, check_config, with_kubeconfig};
+use e2e::prometheus::{Major, PrometheusProcess, Target, check_config_on, with_kubeconfig};
 use e2e::workload::ZONE_LABEL;
 use e2e::{Cluster, TestNamespace, fixture, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -201,11 +201,25 @@ impl Fixture {
     /// Applies `name` with `shards` and `strategy`, and waits until the controller observed it
     /// and wrote exactly `shards` config Secrets; returns their configurations by shard.
     async fn apply(&self, name: &str, shards: u32, strategy: Value) -> Vec<String> {
-        let spec = json!({
+        self.apply_on(Major::V3, name, shards, strategy).await
+    }
+
+    /// [`Fixture::apply`] of a resource whose `version` is `major`'s.
+    async fn apply_on(
+        &self,
+        major: Major,
+        name: &str,
+        shards: u32,
+        strategy: Value,
+    ) -> Vec<String> {
+        let mut spec = json!({
             "shards": shards,
             "shardingStrategy": strategy,
             "scrapeConfigs": self.scrape_configs(),
         });
+        if major == Major::V2 {
+            spec["version"] = json!("v2.55.1");
+        }
         let generation = self.apply_sprom(name, spec).await;
         let secrets: Api<Secret> = self.ns.api();
         wait_for(
@@ -266,12 +280,24 @@ async fn run_shards(
     configs: &[String],
     expected: usize,
 ) -> BTreeMap<String, Vec<u32>> {
+    run_shards_on(Major::V3, label, configs, expected).await
+}
+
+/// [`run_shards`] on the Prometheus (and promtool) of `major`.
+async fn run_shards_on(
+    major: Major,
+    label: &str,
+    configs: &[String],
+    expected: usize,
+) -> BTreeMap<String, Vec<u32>> {
     let kubeconfig = Cluster::get().kubeconfig;
     let mut processes = Vec::new();
     for (shard, config) in configs.iter().enumerate() {
-        check_config(config).unwrap_or_else(|e| panic!("{label} shard {shard}: promtool: {e}"));
+        check_config_on(major, config)
+            .unwrap_or_else(|e| panic!("{label} shard {shard}: promtool: {e}"));
         let config = with_kubeconfig(config, &kubeconfig);
-        processes.push(PrometheusProcess::start(&format!("{label}-{shard}"), &config, &[]).await);
+        let name = format!("{label}-{shard}");
+        processes.push(PrometheusProcess::start_on(major, &name, &config, &[]).await);
     }
     for process in &processes {
         process.wait_for_targets(&["pods", "static"], TIMEOUT).await;
@@ -373,20 +399,38 @@ fn topology(zoneless: &str) -> Value {
 #[tokio::test]
 #[ignore = "needs the local zonal cluster and Prometheus 3.16 (make e2e)"]
 async fn sharding_every_target_is_scraped_exactly_once_by_real_prometheus() {
-    let fx = Fixture::new("sharding").await;
+    every_target_once(Major::V3, "sharding").await;
+}
+
+/// The same, for a resource of `version: v2.55.1`, on Prometheus 2.55.1 (its promtool, its
+/// relabelling and discovery).
+#[tokio::test]
+#[ignore = "needs the local zonal cluster and Prometheus 2.55.1 (make e2e)"]
+async fn sharding_every_target_is_scraped_exactly_once_by_real_prometheus_2() {
+    every_target_once(Major::V2, "sharding-v2").await;
+}
+
+/// Topology sharding over 3, 4, 6 and 2 shards (Spread), 3 (Drop) and Classic over 4: the
+/// configurations rendered for `major` keep every target exactly once, in its zone, on real
+/// Prometheus of that major.
+async fn every_target_once(major: Major, prefix: &str) {
+    let fx = Fixture::new(prefix).await;
+    let all = fx.targets.len();
     for shards in [3u32, 4, 6, 2] {
-        let configs = fx.apply("topo", shards, topology("Spread")).await;
+        let configs = fx.apply_on(major, "topo", shards, topology("Spread")).await;
         let label = format!("topology/{shards}");
-        let kept = run_shards(&label, &configs, fx.targets.len()).await;
+        let kept = run_shards_on(major, &label, &configs, all).await;
         assert_coverage(&label, &fx, &kept, shards, true, false);
     }
-    let configs = fx.apply("topo", 3, topology("Drop")).await;
+    let configs = fx.apply_on(major, "topo", 3, topology("Drop")).await;
     let zoned = fx.targets.values().filter(|z| z.is_some()).count();
-    let kept = run_shards("topology-drop/3", &configs, zoned).await;
+    let kept = run_shards_on(major, "topology-drop/3", &configs, zoned).await;
     assert_coverage("topology-drop/3", &fx, &kept, 3, true, true);
 
-    let configs = fx.apply("classic", 4, json!({"mode": "Classic"})).await;
-    let kept = run_shards("classic/4", &configs, fx.targets.len()).await;
+    let configs = fx
+        .apply_on(major, "classic", 4, json!({"mode": "Classic"}))
+        .await;
+    let kept = run_shards_on(major, "classic/4", &configs, all).await;
     assert_coverage("classic/4", &fx, &kept, 4, false, false);
 }
 
@@ -678,7 +722,8 @@ async fn check_retained_configs(
     let rules = rules_dir.display().to_string();
     let mut retained = Vec::new();
     for (index, config) in configs.range(active..) {
-        check_config(config).unwrap_or_else(|e| panic!("{label} retained {index}: {e}"));
+        check_config_on(Major::V3, config)
+            .unwrap_or_else(|e| panic!("{label} retained {index}: {e}"));
         assert!(
             !config.contains("scrape_configs") && !config.contains("rule_files"),
             "{label} retained {index}:\n{config}"

@@ -11,6 +11,7 @@ use std::time::Duration;
 use e2e::fixture;
 use e2e::localstack::free_port;
 use e2e::process::ControllerProcess;
+use e2e::prometheus::Major;
 use e2e::{Cluster, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -415,9 +416,23 @@ async fn pod_targets(pod_ip: &str, job: &str) -> Result<BTreeMap<String, String>
 #[tokio::test]
 #[ignore = "needs the local zonal cluster with its real nodes (make e2e)"]
 async fn sprom_real_prometheus_pods_scrape_the_targets_of_their_own_zone() {
+    real_pods_scrape_their_zone(Major::V3, "sprom-real").await;
+}
+
+/// The same with `version: v2.55.1` on Prometheus 2.55.1: its flags, and the reloader sidecar
+/// that brings the new job to the running pods.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster with its real nodes (make e2e)"]
+async fn sprom_real_prometheus_2_pods_scrape_the_targets_of_their_own_zone() {
+    real_pods_scrape_their_zone(Major::V2, "sprom-real-v2").await;
+}
+
+/// Three shards of real Prometheus of `major` on the real nodes: each scrapes exactly its zone's
+/// targets, loads the rule file, and takes a new job without a restart.
+async fn real_pods_scrape_their_zone(major: Major, prefix: &str) {
     let cluster = Cluster::get();
     let real = e2e::real::RealNodes::of(&cluster);
-    let fx = new_fixture("sprom-real").await;
+    let fx = new_fixture(prefix).await;
     fx.prometheus_service_account().await;
 
     // The metrics target on the real nodes, spread evenly over the zones.
@@ -441,7 +456,7 @@ async fn sprom_real_prometheus_pods_scrape_the_targets_of_their_own_zone() {
     });
     fixture::create(&rules, rule_file).await;
     let generation = fx
-        .apply(real_spec(&real, vec![target_job(&fx, "targets")]))
+        .apply(real_spec(&real, major, vec![target_job(&fx, "targets")]))
         .await;
     fx.wait_ready_shards("3 ready shards of real Prometheus", generation, 3)
         .await;
@@ -460,7 +475,7 @@ async fn sprom_real_prometheus_pods_scrape_the_targets_of_their_own_zone() {
         );
         wait_rules_and_zone_targets(shard, &zone, &ip, &targets_of_zone[&zone]).await;
     }
-    a_new_job_reaches_the_running_pods_by_reload(&fx, &real, &prometheus_pods).await;
+    a_new_job_reaches_the_running_pods_by_reload(&fx, &real, major, &prometheus_pods).await;
 }
 
 /// A scrape job `name` of the pods labelled `app: target` of the test namespace.
@@ -473,10 +488,10 @@ fn target_job(fx: &Fixture, name: &str) -> Value {
     })
 }
 
-/// Three shards of one replica of the real Prometheus on the real nodes, with the rule files
-/// of the ConfigMap `rules`, scraping `jobs`.
-fn real_spec(real: &e2e::real::RealNodes, jobs: Vec<Value>) -> Value {
-    fixture::on_real_nodes(
+/// Three shards of one replica of the real Prometheus of `major` on the real nodes, with the
+/// rule files of the ConfigMap `rules`, scraping `jobs`.
+fn real_spec(real: &e2e::real::RealNodes, major: Major, jobs: Vec<Value>) -> Value {
+    let mut spec = fixture::on_real_nodes(
         real,
         json!({
             "ruleFiles": [{"configMap": "rules"}],
@@ -484,7 +499,13 @@ fn real_spec(real: &e2e::real::RealNodes, jobs: Vec<Value>) -> Value {
             "replicas": 1,
             "scrapeConfigs": jobs,
         }),
-    )
+    );
+    if major == Major::V2 {
+        spec["version"] = json!("v2.55.1");
+        spec["image"] = json!(real.prometheus2_image);
+        spec["configReloaderImage"] = json!(real.config_reloader_image);
+    }
+    spec
 }
 
 /// Waits until the Prometheus of `shard` at `ip` loaded the rule file and scrapes exactly the
@@ -529,6 +550,7 @@ async fn wait_rules_and_zone_targets(
 async fn a_new_job_reaches_the_running_pods_by_reload(
     fx: &Fixture,
     real: &e2e::real::RealNodes,
+    major: Major,
     prometheus_pods: &[Pod],
 ) {
     let pods: Api<Pod> = fx.ns.api();
@@ -545,7 +567,7 @@ async fn a_new_job_reaches_the_running_pods_by_reload(
     }))
     .await;
     let jobs = vec![target_job(fx, "targets"), target_job(fx, "targets-again")];
-    let generation = fx.apply(real_spec(real, jobs)).await;
+    let generation = fx.apply(real_spec(real, major, jobs)).await;
     fx.wait_status("the new job observed", generation, |_| Ok(()))
         .await;
     for pod in prometheus_pods {

@@ -114,6 +114,15 @@ fn classic_shards_build_as_reviewed() {
 }
 
 #[test]
+fn prometheus_2_shards_build_with_their_flags_and_reloader_as_reviewed() {
+    let root = manifest_dir().join("fixtures");
+    check(
+        &root.join("prometheus-2.yaml"),
+        &root.join("prometheus-2.golden.yaml"),
+    );
+}
+
+#[test]
 fn every_pod_template_option_builds_as_reviewed() {
     let root = manifest_dir().join("fixtures");
     check(

@@ -32,8 +32,13 @@ pub use monitoring::{
 /// layout's own types, with their schemas.
 pub use zone_topology::sharding::{ShardingMode, ZonelessTargets};
 
-/// The image when `spec.image` is not set.
+/// The image when neither `spec.image` nor `spec.version` is set.
 pub const DEFAULT_IMAGE: &str = "quay.io/prometheus/prometheus:v3.16.0";
+/// The reloader sidecar of Prometheus 2 when `spec.configReloaderImage` is not set.
+pub const DEFAULT_CONFIG_RELOADER_IMAGE: &str =
+    "quay.io/prometheus-operator/prometheus-config-reloader:v0.85.0";
+/// Prometheus's own images, of the version `spec.version` names when `spec.image` is not set.
+pub const PROMETHEUS_REPOSITORY: &str = "quay.io/prometheus/prometheus";
 /// The ServiceAccount of the Prometheus pods when `spec.serviceAccountName` is not set.
 pub const DEFAULT_SERVICE_ACCOUNT: &str = "prometheus";
 /// Grace period of a pod in Agent mode when `terminationGracePeriodSeconds` is not set: time to
@@ -190,10 +195,24 @@ pub struct ShardedPrometheusSpec {
     #[serde(default)]
     pub mode: PrometheusMode,
 
-    /// Prometheus image (v3 or later: the configuration is re-read with --config.auto-reload).
-    /// Default quay.io/prometheus/prometheus:v3.16.0.
+    /// Prometheus image, of Prometheus 2 or 3 (see `version`). Default
+    /// quay.io/prometheus/prometheus:v<version>, v3.16.0 without a version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+
+    /// The Prometheus version the image runs (as prometheus-operator's `version`): `v2.55.1`,
+    /// `3.16.0`. Its major chooses the shards' flags: Prometheus 2 re-reads its configuration and
+    /// runs as an agent through feature flags (`auto-reload-config`, `agent`), Prometheus 3
+    /// through `--config.auto-reload` and `--agent`. Default: the image's tag when it is a
+    /// version, else 3.16.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+
+    /// With Prometheus 2 only: the image of the sidecar that asks Prometheus to reload when its
+    /// configuration or rule files change (prometheus-operator's `prometheus-config-reloader`).
+    /// Default quay.io/prometheus-operator/prometheus-config-reloader:v0.85.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_reloader_image: Option<String>,
 
     /// How targets are split between shards.
     #[serde(default)]

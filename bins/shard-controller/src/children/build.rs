@@ -43,6 +43,9 @@ pub const ZONE_ANNOTATION: &str = "zonecontrol.k8s.aws/zone";
 pub const AUTO_RELOAD_INTERVAL: &str = "10s";
 /// Prometheus listens here in every pod.
 pub const WEB_PORT: i32 = 9090;
+/// The name of Prometheus 2's reloader sidecar, and its port (its own metrics and health).
+pub const RELOADER_CONTAINER: &str = "config-reloader";
+const RELOADER_PORT: i32 = 8080;
 /// The Prometheus image's `nobody` user, which owns the data directory.
 const PROMETHEUS_UID: i64 = 65534;
 const DATA_VOLUME: &str = "data";
@@ -501,19 +504,20 @@ fn restricted_container_security_context() -> SecurityContext {
 /// The Prometheus container, with the user's container of the same name merged into it, then
 /// the Thanos sidecar, then the user's other containers in their order.
 fn containers(valid: &ValidSprom, mounts: Vec<VolumeMount>) -> Vec<Container> {
+    let reloader = valid
+        .version
+        .is_v2()
+        .then(|| config_reloader(valid, &mounts));
     let mut prometheus = prometheus_container(valid, mounts);
-    let mut others: Vec<Container> = valid
-        .thanos
-        .iter()
-        .map(|sidecar| {
-            let data = VolumeMount {
-                name: DATA_VOLUME.into(),
-                mount_path: DATA_DIR.into(),
-                ..VolumeMount::default()
-            };
-            thanos::sidecar(sidecar, WEB_PORT, data, container_security_context(valid))
-        })
-        .collect();
+    let mut others: Vec<Container> = reloader.into_iter().collect();
+    others.extend(valid.thanos.iter().map(|sidecar| {
+        let data = VolumeMount {
+            name: DATA_VOLUME.into(),
+            mount_path: DATA_DIR.into(),
+            ..VolumeMount::default()
+        };
+        thanos::sidecar(sidecar, WEB_PORT, data, container_security_context(valid))
+    }));
     for container in &valid.pod.containers {
         if container.name == PROMETHEUS_CONTAINER {
             prometheus = merge_container(prometheus, container);
@@ -522,6 +526,40 @@ fn containers(valid: &ValidSprom, mounts: Vec<VolumeMount>) -> Vec<Container> {
         }
     }
     std::iter::once(prometheus).chain(others).collect()
+}
+
+/// Prometheus 2's reloader (prometheus-operator's `prometheus-config-reloader`): it watches the
+/// mounted configuration and rule files (`mounts`, read-only) and asks Prometheus to reload
+/// (`POST /-/reload`) when they change, as Prometheus 3 does by itself.
+fn config_reloader(valid: &ValidSprom, mounts: &[VolumeMount]) -> Container {
+    let watched: Vec<VolumeMount> = mounts
+        .iter()
+        .filter(|mount| mount.read_only == Some(true))
+        .cloned()
+        .collect();
+    let mut args = vec![
+        format!("--listen-address=:{RELOADER_PORT}"),
+        format!("--reload-url=http://127.0.0.1:{WEB_PORT}/-/reload"),
+        format!("--watch-interval={AUTO_RELOAD_INTERVAL}"),
+    ];
+    args.extend(
+        watched
+            .iter()
+            .map(|m| format!("--watched-dir={}", m.mount_path)),
+    );
+    Container {
+        name: RELOADER_CONTAINER.into(),
+        image: Some(valid.config_reloader_image.clone()),
+        args: Some(args),
+        ports: Some(vec![ContainerPort {
+            name: Some("reloader-web".into()),
+            container_port: RELOADER_PORT,
+            ..ContainerPort::default()
+        }]),
+        volume_mounts: Some(watched),
+        security_context: Some(container_security_context(valid)),
+        ..Container::default()
+    }
 }
 
 /// `ours` with the fields `theirs` sets replacing ours, except the lists that Kubernetes merges
@@ -652,15 +690,28 @@ impl Storage {
     }
 }
 
-fn prometheus_container(valid: &ValidSprom, mounts: Vec<VolumeMount>) -> Container {
-    let mut args = vec![
-        format!("--config.file={CONFIG_DIR}/{CONFIG_KEY}"),
-        // Prometheus re-reads the mounted Secret itself: no sidecar, no restart. It checks the
+/// The flags of Prometheus as the version the image runs spells them: Prometheus 3 re-reads its
+/// configuration with `--config.auto-reload` and runs as an agent with `--agent`; Prometheus 2
+/// is asked to reload by the reloader sidecar (`--web.enable-lifecycle`) and turns agent mode and
+/// external labels' expansion on as features, beside the user's.
+fn prometheus_args(valid: &ValidSprom) -> Vec<String> {
+    let v2 = valid.version.is_v2();
+    let mut features: Vec<String> = Vec::new();
+    let mut args = vec![format!("--config.file={CONFIG_DIR}/{CONFIG_KEY}")];
+    if v2 {
+        // Prometheus 2 re-reads nothing by itself: the reloader sidecar asks it to
+        // (`POST /-/reload`); and it expands `${POD_NAME}` in external labels only as a feature.
+        args.push("--web.enable-lifecycle".into());
+        features.push("expand-external-labels".into());
+    } else {
+        // Prometheus 3 re-reads the mounted Secret itself: no sidecar, no restart. It checks the
         // files every 10 s (its default is 30 s): a changed configuration is live sooner.
-        "--config.auto-reload".to_string(),
-        format!("--config.auto-reload-interval={AUTO_RELOAD_INTERVAL}"),
-        format!("--web.listen-address=:{WEB_PORT}"),
-    ];
+        args.push("--config.auto-reload".into());
+        args.push(format!(
+            "--config.auto-reload-interval={AUTO_RELOAD_INTERVAL}"
+        ));
+    }
+    args.push(format!("--web.listen-address=:{WEB_PORT}"));
     match valid.mode {
         PrometheusMode::Server => {
             args.push(format!("--storage.tsdb.path={DATA_DIR}"));
@@ -671,17 +722,28 @@ fn prometheus_container(valid: &ValidSprom, mounts: Vec<VolumeMount>) -> Contain
                 args.push(format!("--storage.tsdb.retention.size={size}"));
             }
         }
+        PrometheusMode::Agent if v2 => {
+            features.push("agent".into());
+            args.push(format!("--storage.agent.path={DATA_DIR}"));
+        }
         PrometheusMode::Agent => {
             args.push("--agent".to_string());
             args.push(format!("--storage.agent.path={DATA_DIR}"));
         }
     }
-    if !valid.pod.enable_features.is_empty() {
-        args.push(format!(
-            "--enable-feature={}",
-            valid.pod.enable_features.join(",")
-        ));
+    for feature in &valid.pod.enable_features {
+        if !features.contains(feature) {
+            features.push(feature.clone());
+        }
     }
+    if !features.is_empty() {
+        args.push(format!("--enable-feature={}", features.join(",")));
+    }
+    args
+}
+
+fn prometheus_container(valid: &ValidSprom, mounts: Vec<VolumeMount>) -> Container {
+    let mut args = prometheus_args(valid);
     if let Some(sidecar) = &valid.thanos {
         args.extend(thanos::prometheus_args(sidecar));
     }

@@ -26,6 +26,7 @@ pub mod cel;
 mod monitoring;
 mod pod;
 mod thanos;
+pub mod version;
 
 pub use pod::{
     PROMETHEUS_CONTAINER, PodOptions, RESERVED_FLAGS, RESERVED_POD_LABELS, RESERVED_VOLUMES,
@@ -39,6 +40,12 @@ pub use thanos::{
 /// Why a ShardedPrometheus spec cannot be acted on.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SpromError {
+    #[error("spec.version {0:?} is not a Prometheus version: write it as v2.55.1 or 3.16.0")]
+    Version(String),
+    #[error(
+        "spec.version: Prometheus {0} is not supported: the shards' flags are written for Prometheus 2 and 3"
+    )]
+    Major(version::PrometheusVersion),
     #[error("spec.shards is {0}: it must be between 1 and {max}", max = contract::MAX_SHARDS)]
     Shards(i32),
     #[error("spec.shardingStrategy: {0}")]
@@ -179,6 +186,10 @@ pub struct ValidSprom {
     pub replicas: u32,
     pub mode: PrometheusMode,
     pub image: String,
+    /// The Prometheus version the image runs (2 or 3), which chooses the flags.
+    pub version: version::PrometheusVersion,
+    /// The reloader sidecar's image, used with Prometheus 2.
+    pub config_reloader_image: String,
     /// The external label carrying a shard's zone; None in Classic sharding or when disabled.
     pub zone_external_label: Option<String>,
     /// The user's scrape_config objects, each with a unique non-empty `job_name`.
@@ -257,11 +268,17 @@ impl ShardedPrometheusSpec {
         let retention = self.retention_settings()?;
         let storage = storage(self.storage.clone().unwrap_or_default())?;
         let termination_grace_period_seconds = self.termination_grace_period()?;
+        let (image, version) = self.image_and_version()?;
         Ok(ValidSprom {
             layout,
             replicas: self.replicas.unsigned_abs(),
             mode: self.mode,
-            image: non_empty_or(self.image.as_deref(), sprom::DEFAULT_IMAGE),
+            image,
+            version,
+            config_reloader_image: non_empty_or(
+                self.config_reloader_image.as_deref(),
+                sprom::DEFAULT_CONFIG_RELOADER_IMAGE,
+            ),
             zone_external_label,
             scrape_configs,
             external_labels: self.external_labels.clone(),
@@ -286,6 +303,33 @@ impl ShardedPrometheusSpec {
             pod: self.pod_options()?,
             thanos: self.thanos()?,
         })
+    }
+
+    /// The image and the Prometheus version it runs: `version`, else the image's tag, else the
+    /// default; without `image`, Prometheus's own image of that version.
+    fn image_and_version(&self) -> Result<(String, version::PrometheusVersion), SpromError> {
+        use version::{DEFAULT_VERSION, PrometheusVersion, SUPPORTED_MAJORS};
+        let written = self.version.as_deref().filter(|v| !v.is_empty());
+        let given = match written {
+            Some(text) => Some(
+                PrometheusVersion::parse(text)
+                    .ok_or_else(|| SpromError::Version(text.to_string()))?,
+            ),
+            None => None,
+        };
+        let image = self.image.as_deref().filter(|image| !image.is_empty());
+        let version = given
+            .or_else(|| image.and_then(PrometheusVersion::of_image))
+            .unwrap_or(DEFAULT_VERSION);
+        if !SUPPORTED_MAJORS.contains(&version.major) {
+            return Err(SpromError::Major(version));
+        }
+        let image = match (image, given) {
+            (Some(image), _) => image.to_string(),
+            (None, Some(version)) => format!("{}:v{version}", sprom::PROMETHEUS_REPOSITORY),
+            (None, None) => sprom::DEFAULT_IMAGE.to_string(),
+        };
+        Ok((image, version))
     }
 
     /// The shard layout: the shard count is range-checked here, once, by the layout itself.

@@ -287,3 +287,55 @@ fn messages_shared_with_the_crd_rules() {
         assert_eq!(error.to_string(), message);
     }
 }
+
+/// `version` names the Prometheus the image runs: given, read from the image's tag, or the
+/// default; without `image`, Prometheus's own image of that version.
+#[test]
+fn the_version_comes_from_the_spec_the_image_or_the_default() {
+    let of = |spec: serde_json::Value| {
+        let valid = sprom(spec).validate("zone").unwrap();
+        (valid.version.to_string(), valid.image)
+    };
+    assert_eq!(
+        of(serde_json::json!({"version": "v2.55.1"})),
+        (
+            "2.55.1".into(),
+            "quay.io/prometheus/prometheus:v2.55.1".into()
+        )
+    );
+    assert_eq!(
+        of(serde_json::json!({"image": "registry.example/prom:v2.53.0"})),
+        ("2.53.0".into(), "registry.example/prom:v2.53.0".into())
+    );
+    assert_eq!(
+        of(serde_json::json!({"image": "registry.example/prom:latest", "version": "3.1.0"})),
+        ("3.1.0".into(), "registry.example/prom:latest".into())
+    );
+    assert_eq!(
+        of(serde_json::json!({})),
+        ("3.16.0".into(), crate::sprom::DEFAULT_IMAGE.into())
+    );
+    let valid = sprom(serde_json::json!({})).validate("zone").unwrap();
+    assert_eq!(
+        valid.config_reloader_image,
+        crate::sprom::DEFAULT_CONFIG_RELOADER_IMAGE
+    );
+}
+
+#[test]
+fn bad_versions_are_refused_with_what_to_write() {
+    assert_each_refused([
+        (
+            serde_json::json!({"version": "latest"}),
+            "write it as v2.55.1 or 3.16.0",
+        ),
+        (
+            serde_json::json!({"version": "v1.8.2"}),
+            "Prometheus 1.8.2 is not supported",
+        ),
+        (
+            serde_json::json!({"image": "prom:v4.0.0"}),
+            "Prometheus 4.0.0 is not supported",
+        ),
+    ]);
+}
