@@ -9,6 +9,20 @@ use serde_json::Value;
 
 use crate::Cluster;
 
+/// PATH with the plugin first (the workspace's build in the target dir), its completion helper
+/// (`bins/kubectl-zone/kubectl_complete-zone`, beside it as the release archive puts it), then
+/// the cluster's kubectl.
+fn path(cluster: &Cluster) -> String {
+    format!(
+        "{}:{}:{}",
+        crate::process::target_dir().display(),
+        crate::deploy::repo_root()
+            .join("bins/kubectl-zone")
+            .display(),
+        crate::identity::path_with_cluster_tools(cluster)
+    )
+}
+
 /// What one `kubectl zone` run answered.
 #[derive(Debug)]
 pub struct Answer {
@@ -29,13 +43,8 @@ impl Answer {
 /// `kubectl zone <args>` with `kubeconfig` (from KUBECONFIG: kubectl passes no flag given before
 /// a plugin's name on to it).
 pub fn run(cluster: &Cluster, kubeconfig: &Path, args: &[&str]) -> Answer {
-    let path = format!(
-        "{}:{}",
-        crate::process::target_dir().display(),
-        crate::identity::path_with_cluster_tools(cluster)
-    );
     let out = Command::new("kubectl")
-        .env("PATH", path)
+        .env("PATH", path(cluster))
         .env("KUBECONFIG", kubeconfig)
         .arg("zone")
         .args(args)

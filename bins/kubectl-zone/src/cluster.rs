@@ -31,6 +31,17 @@ pub enum Error {
     Render(#[from] RenderError),
 }
 
+impl Error {
+    /// The error of `kind` `name` (an object, or what was read) saying `message`.
+    pub fn invalid(kind: &'static str, name: String) -> impl Fn(String) -> Error {
+        move |message| Error::Invalid {
+            kind,
+            name: name.clone(),
+            message,
+        }
+    }
+}
+
 /// The error of a failed read of `what`.
 pub fn read(what: String) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Read { what, source }

@@ -107,11 +107,7 @@ pub async fn plan(
         .get(name)
         .await
         .map_err(read(format!("get ZoneAwareUpdate {namespace}/{name}")))?;
-    let invalid = |message: String| Error::Invalid {
-        kind: "ZoneAwareUpdate",
-        name: format!("{namespace}/{name}"),
-        message,
-    };
+    let invalid = Error::invalid("ZoneAwareUpdate", format!("{namespace}/{name}"));
     let valid = zau.spec.validate().map_err(|e| invalid(e.to_string()))?;
     let sets = statefulsets(client, namespace, &valid.target).await?;
     let mut states = sets

@@ -124,11 +124,7 @@ pub async fn report(
         .get(name)
         .await
         .map_err(read(format!("get ShardedPrometheus {namespace}/{name}")))?;
-    let invalid = |message: String| Error::Invalid {
-        kind: "ShardedPrometheus",
-        name: format!("{namespace}/{name}"),
-        message,
-    };
+    let invalid = Error::invalid("ShardedPrometheus", format!("{namespace}/{name}"));
     let status = sprom.status.clone().unwrap_or_default();
     let replicas = sprom.spec.replicas;
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
@@ -228,11 +224,10 @@ async fn shard_view(client: &Client, namespace: &str, pod: &Pod) -> Result<Shard
     );
     let targets = proxied(client, &format!("{base}/api/v1/targets?state=active")).await?;
     let config = proxied(client, &format!("{base}/api/v1/status/config")).await?;
-    parse_view(&targets, &config).map_err(|message| Error::Invalid {
-        kind: "Pod",
-        name: format!("{namespace}/{}", pod.name_any()),
-        message,
-    })
+    parse_view(&targets, &config).map_err(Error::invalid(
+        "Pod",
+        format!("{namespace}/{}", pod.name_any()),
+    ))
 }
 
 /// The body of a GET through the API server, bounded.
