@@ -143,6 +143,16 @@ chart-check: chart-tools ## The chart renders what config/ renders, object by ob
 	$(HELM) lint --strict $(CHART)
 	python3 mk/chart-check.py --helm $(HELM) --kubectl $(CHART_KUBECTL)
 
+# Every object a released version stored (its samples, the goldens' inputs, fixtures and
+# documented examples, snapshotted by mk/compat-snapshot.py into crates/api/tests/compat/<tag>)
+# still validates under config/crd, as the API server validates it (its own packages: schema,
+# defaults, pruning and CEL), and the check finds a field made required, an enum narrowed, a
+# field removed and a CEL rule added. After the chart tools: the Kubernetes build compiled the
+# packages it uses.
+.PHONY: crd-compat
+crd-compat: chart-tools ## Released objects stay valid under the CRDs of the tree (the schemas only widen)
+	cd e2e/cluster/tools/kubernetes && go test -trimpath -count=1 ./crd-compat
+
 .PHONY: import-cycles
 import-cycles: ## The import cycles between the modules of each crate (bins/, crates/), and their count
 	python3 mk/import-cycles.py
@@ -194,7 +204,7 @@ deny: $(CARGO_DENY) ## cargo deny (deny.toml): licenses, duplicate versions, sou
 # last: .ci/run builds those in the background meanwhile. config/crd's drift from the Rust types
 # is checked by the unit tests (crates/api/tests/crd.rs runs the workspace build's crdgen --check),
 # not by a build of its own.
-test: fmt-check chart-crds-check bins-check deps-check deny unit mixin-check chart-check ## Everything CI checks before the e2e tests: fmt, clippy, drift checks, supply chain, unit + property tests
+test: fmt-check chart-crds-check bins-check deps-check deny unit mixin-check chart-check crd-compat ## Everything CI checks before the e2e tests: fmt, clippy, drift checks, supply chain, unit + property tests
 
 .PHONY: bench
 bench: ## Benchmarks: sharding (criterion, 1,000,000 targets); one federated answer's CPU at 100 backends
