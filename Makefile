@@ -15,7 +15,7 @@ BINS := $(shell cat bins.txt)
 # a git checkout). Given to the image and static builds only: in every build it would recompile
 # the runtime crate at each commit.
 ZONE_AWARE_REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, crd_validation, deploy, deploy_local, federator, federator_security, federator_thanos, helm, install, monitoring, oracle, sharding, smoke, sprom, sprom_health, tenancy, thanos, thanos_rules, zau, zau_gate, zdb).
+# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, crd_validation, deploy, deploy_local, federator, federator_security, federator_thanos, helm, install, monitoring, oracle, sharding, smoke, sprom, sprom_health, tenancy, thanos, thanos_rules, upgrade, zau, zau_gate, zdb).
 E2E_SUITE ?=
 # E2E_FILTER=<substring> runs only the e2e tests whose function name contains it (in every suite,
 # or in E2E_SUITE's).
@@ -29,7 +29,7 @@ E2E_SKIP ?=
 # namespaces) or run a controller over every namespace (oracle, tenancy: it would act on the
 # other suites' resources too), and run last, each alone.
 E2E_LANES ?= 2
-E2E_EXCLUSIVE ?= oracle tenancy deploy deploy_local helm install
+E2E_EXCLUSIVE ?= oracle tenancy deploy deploy_local helm install upgrade
 # E2E_IMAGE_SUITES run the project's image on the real nodes besides the exclusive ones: they wait
 # for it, which `make e2e` builds while the other suites run.
 E2E_IMAGE_SUITES ?= monitoring
@@ -223,7 +223,7 @@ cluster-down: ## Stop exactly the processes cluster-up started
 
 .PHONY: local-crds
 local-crds: cluster-up ## Apply the CRDs to the local zonal cluster
-	source e2e/.cluster/env && kubectl apply --server-side -k config/crd
+	source e2e/.cluster/env && kubectl apply --server-side --force-conflicts -k config/crd
 
 .PHONY: run
 run: local-crds ## Local zonal cluster, CRDs, and the controllers on namespace default (README quick start)

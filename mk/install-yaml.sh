@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Prints install.yaml for image IMG: the CRDs, then everything `make deploy` applies
 # (config/default into namespace zone-aware-system, mk/render-deploy.sh), so that
-# `kubectl apply --server-side -f install.yaml` on a cluster does what `make deploy` does.
+# `kubectl apply --server-side --field-manager=zone-aware-deploy --force-conflicts -f install.yaml`
+# on a cluster does what `make deploy` does (the same field manager: installs and upgrades by
+# either way apply over each other).
 # `make release` writes it with the released image pinned by digest; the `install` e2e suite
 # renders it for the local image.
 #

@@ -14,6 +14,8 @@
 #   images.sh project-only         the project's image alone, imported into the running nodes
 #   images.sh e2e-image            the project's image alone, of the workspace's test build
 #                                  (make e2e: cluster-up imported the test images)
+#   images.sh previous DIR         the previous release's image (previous-release.sh), imported
+#                                  into the running nodes
 #   images.sh import ZONE TAR...   import image tars into one node's containerd
 #   images.sh import-pinned TAR REF
 #                                  a release's image tar into every real node, also under the
@@ -184,9 +186,10 @@ thanos_image() {
 # beside them at the paths ldd names, and their debug info is stripped. The release image stays
 # the static release build of `make image` and `make release`, which E2E_INSTALL_YAML and
 # E2E_HELM_CHART check on this cluster (docs/release.md).
-test_build_files() { # bins...
-    local dir="${CARGO_TARGET_DIR:-$TOP/target}/debug" out="$IMAGES/test-build" bin lib
+test_build_files() { # dir out bins...: the binaries of cargo's output dir, stripped into out
+    local dir="$1" out="$2" bin lib
     local -A libs=()
+    shift 2
     rm -rf "$out" && mkdir -p "$out"
     for bin in "$@"; do
         [ -x "$dir/$bin" ] || die "$dir/$bin is missing: the e2e image takes the test build's binaries (cargo build --workspace --all-targets)"
@@ -207,7 +210,7 @@ project_image() { # [only | test-build]: without the test images; test-build: fr
     FILES=()
     mkdir -p "$IMAGES"
     if [ "${1:-}" = test-build ]; then
-        test_build_files "${bins[@]}"
+        test_build_files "${CARGO_TARGET_DIR:-$TOP/target}/debug" "$IMAGES/test-build" "${bins[@]}"
     else
         static_build "${bins[@]}"
         for bin in "${bins[@]}"; do FILES+=(--file "$bin_dir/$bin:/$bin:755"); done
@@ -232,6 +235,25 @@ project_image() { # [only | test-build]: without the test images; test-build: fr
     else
         echo "image: $what imported into $imported real nodes"
     fi
+}
+
+# The previous release's image (previous-release.sh built its controllers into DIR/target from its
+# tree, with its bins.txt), packed as the e2e image is, written to DIR/image.tar and imported into
+# the running real nodes.
+previous_image() { # dir
+    local dir="${1:-}" bins=() zone
+    [ -f "$dir/src/bins.txt" ] || { echo "usage: $0 previous DIR (previous-release.sh's)" >&2; exit 2; }
+    mapfile -t bins <"$dir/src/bins.txt"
+    FILES=()
+    test_build_files "$dir/target/debug" "$dir/bin" "${bins[@]}"
+    base_layer "$dir"
+    oci --name "$PREVIOUS_IMAGE" --out "$dir/image.tar" "${BASE_LAYER[@]}" \
+        --entrypoint "/${bins[0]}" "${FILES[@]}" >/dev/null
+    for zone in "${REAL_ZONES[@]}"; do
+        [ -S "$NODES/$zone/containerd.sock" ] || die "the real node of $zone is not running"
+        import "$zone" "$dir/image.tar"
+    done
+    echo "image: $PREVIOUS_IMAGE imported into ${#REAL_ZONES[@]} real nodes"
 }
 
 # The release image: the project's image for both platforms under one image index, layers
@@ -288,9 +310,10 @@ project) project_image ;;
 project-only) project_image only ;;
 e2e-image) project_image test-build ;;
 thanos) thanos_image ;;
+previous) previous_image "${2:-}" ;;
 import) shift; import "$@" ;;
 import-pinned) shift; import_pinned "$@" ;;
 multiarch) shift; multiarch_image "$@" ;;
 static) static_arch "${2:-}" ;;
-*) echo "usage: $0 test-images|project|project-only|e2e-image|thanos|import ZONE TAR...|import-pinned TAR NAME:TAG@DIGEST|multiarch OUT.tar NAME|static ARCH" >&2; exit 2 ;;
+*) echo "usage: $0 test-images|project|project-only|e2e-image|thanos|previous DIR|import ZONE TAR...|import-pinned TAR NAME:TAG@DIGEST|multiarch OUT.tar NAME|static ARCH" >&2; exit 2 ;;
 esac

@@ -60,6 +60,9 @@ THANOS_IMAGE_TAR="$IMAGES/thanos.tar"
 TEST_IMAGE_TARS=("$IMAGES/pause.tar" "$IMAGES/metrics-target.tar" "$IMAGES/prometheus.tar"
     "$IMAGES/prometheus2.tar" "$IMAGES/alertmanager.tar" "$IMAGES/metrics-server.tar" "$IMAGES/config-reloader.tar")
 PROJECT_IMAGE="${LOCAL_IMG:-localhost/zone-aware-controllers:dev}"
+# The previous release (versions.sh), built by previous-release.sh, and the image of its controllers.
+PREVIOUS_RELEASE_DIR="$ZAC_CACHE/release-$PREVIOUS_RELEASE"
+PREVIOUS_IMAGE="localhost/zone-aware-controllers:$PREVIOUS_RELEASE"
 # Only pods that tolerate this taint (and select type=real) run on the real nodes.
 REAL_NODE_TAINT=zonecontrol.k8s.aws/real-node
 HOST_OWNER_DIR=/run/zone-aware-controllers

@@ -23,3 +23,6 @@ HELM_VERSION=v3.22.0
 # Thanos: the shards' sidecars, the Querier, Store and Ruler (tools/thanos/go.mod pins it).
 THANOS_VERSION=v0.42.5
 ZAC_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/zone-aware-controllers"
+# The previous release (a git tag of this repository), which the upgrade e2e suite installs and
+# upgrades to the tree (previous-release.sh builds it from the tag, cached by version).
+PREVIOUS_RELEASE=v0.1.0

@@ -4,6 +4,7 @@
 //! the installed objects present or gone.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -15,7 +16,9 @@ use crate::deploy::{
     Identity, dynamic_api, wait_for_sample_budget, wait_for_sample_sprom, wait_for_sample_zau,
 };
 use crate::quota::PodQuota;
-use crate::{TestNamespace, nodes, pods, wait_for};
+use crate::real::RealNodes;
+use crate::{Cluster, TestNamespace, identity, nodes, pods, wait_for};
+use serde_json::json;
 
 pub const TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -230,5 +233,117 @@ pub async fn assert_only_crds_and_samples_left(
             api.get_opt(name).await.unwrap().is_some(),
             "the user's {kind} {name} kept"
         );
+    }
+}
+
+/// How docs/versioning.md and the README apply install.yaml and the CRDs, to install and to
+/// upgrade: server-side, with `make deploy`'s field manager, taking over fields another manager
+/// holds.
+pub const APPLY: [&str; 4] = [
+    "apply",
+    "--server-side",
+    "--field-manager=zone-aware-deploy",
+    "--force-conflicts",
+];
+
+/// The label of every object the project installs but its CRDs.
+pub const PART_OF: &str = "app.kubernetes.io/part-of=zone-aware-controllers";
+
+/// Removes what install.yaml (or `make deploy`) applied as docs/release.md says: the webhook
+/// configuration first, then every object of the files labelled [`PART_OF`] (never the CRDs).
+/// On drop too (a failed test), so the cluster-wide webhook never outlives the test.
+pub struct Installed<'a> {
+    cluster: &'a Cluster,
+    files: Vec<PathBuf>,
+    applied: bool,
+}
+
+impl<'a> Installed<'a> {
+    /// What `files` applied (or are about to apply).
+    pub fn new(cluster: &'a Cluster, files: Vec<PathBuf>) -> Self {
+        Installed {
+            cluster,
+            files,
+            applied: true,
+        }
+    }
+
+    pub fn remove(&mut self) {
+        let kubectl = |args: &[&str]| {
+            let mut command = identity::kubectl(self.cluster);
+            command.args(args);
+            identity::run(command, None)
+        };
+        kubectl(&[
+            "delete",
+            "validatingwebhookconfiguration",
+            "-l",
+            PART_OF,
+            "--wait=true",
+        ]);
+        for file in &self.files {
+            let file = file.display().to_string();
+            kubectl(&[
+                "delete",
+                "-f",
+                &file,
+                "-l",
+                PART_OF,
+                "--ignore-not-found",
+                "--wait=true",
+                "--timeout=180s",
+            ]);
+        }
+        self.applied = false;
+    }
+}
+
+impl Drop for Installed<'_> {
+    fn drop(&mut self) {
+        if self.applied && std::thread::panicking() {
+            // What the installed controllers said, for the failure's report.
+            let mut logs = identity::kubectl(self.cluster);
+            logs.args([
+                "logs",
+                "-n",
+                "zone-aware-system",
+                "-l",
+                PART_OF,
+                "--prefix",
+                "--tail=40",
+            ]);
+            if let Ok(output) = logs.output() {
+                eprintln!("{}", String::from_utf8_lossy(&output.stdout));
+            }
+        }
+        if self.applied {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.remove()));
+        }
+    }
+}
+
+/// The local cluster's kwok nodes run no containers: the Deployments of `namespace` go to its
+/// real nodes (what config/local adds to config/default), the only change to what was applied.
+pub fn controllers_placed_on_the_real_nodes(cluster: &Cluster, real: &RealNodes, namespace: &str) {
+    let placement = json!([
+        {"op": "add", "path": "/spec/template/spec/tolerations",
+         "value": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}]},
+        {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {"type": "real"}},
+    ])
+    .to_string();
+    for binary in crate::deploy::controllers() {
+        let mut command = identity::kubectl(cluster);
+        command.args([
+            "patch",
+            "deployment",
+            &binary,
+            "-n",
+            namespace,
+            "--type",
+            "json",
+            "-p",
+            &placement,
+        ]);
+        identity::run(command, None);
     }
 }

@@ -21,17 +21,17 @@ use std::time::Instant;
 use e2e::deploy::{Identity, apply_samples, dynamic_api, identities, make, repo_root};
 use e2e::identity::{self, yaml_to_json};
 use e2e::installed::{
-    assert_only_crds_and_samples_left, assert_webhook_judges, wait_all,
-    wait_controllers_on_real_nodes, wait_for_fail_policy, wait_for_samples,
+    APPLY, Installed, PART_OF, assert_only_crds_and_samples_left, assert_webhook_judges,
+    controllers_placed_on_the_real_nodes, wait_all, wait_controllers_on_real_nodes,
+    wait_for_fail_policy, wait_for_samples,
 };
 use e2e::real::RealNodes;
 use e2e::{Cluster, TestNamespace};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const NAMESPACE: &str = "zone-aware-system";
-const PART_OF: &str = "app.kubernetes.io/part-of=zone-aware-controllers";
 
 /// `kubectl <args>` against the cluster; stdout, or a panic with stderr.
 fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
@@ -110,52 +110,6 @@ fn sorted(mut objects: Vec<Value>) -> Vec<Value> {
     objects
 }
 
-/// Removes what install.yaml applied as docs/release.md says; on drop too (a failed test), so the
-/// cluster-wide webhook never outlives the test.
-struct Installed<'a> {
-    cluster: &'a Cluster,
-    file: PathBuf,
-    applied: bool,
-}
-
-impl Installed<'_> {
-    fn remove(&mut self) {
-        let file = self.file.display().to_string();
-        kubectl(
-            self.cluster,
-            &[
-                "delete",
-                "validatingwebhookconfiguration",
-                "-l",
-                PART_OF,
-                "--wait=true",
-            ],
-        );
-        kubectl(
-            self.cluster,
-            &[
-                "delete",
-                "-f",
-                &file,
-                "-l",
-                PART_OF,
-                "--ignore-not-found",
-                "--wait=true",
-                "--timeout=180s",
-            ],
-        );
-        self.applied = false;
-    }
-}
-
-impl Drop for Installed<'_> {
-    fn drop(&mut self) {
-        if self.applied {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.remove()));
-        }
-    }
-}
-
 /// The file: the CRDs of config/crd, then exactly what `make deploy` applies for this image, every
 /// object but the CRDs labelled for the removal. Returns the objects' identities.
 fn file_holds_the_crds_and_what_make_deploy_applies(
@@ -211,33 +165,6 @@ async fn cluster_is_fresh(client: &Client, ids: &[Identity]) {
     }
 }
 
-/// The local cluster's kwok nodes run no containers: the Deployments go to its real nodes
-/// (what config/local adds to config/default), the only change to what install.yaml applied.
-fn controllers_placed_on_the_real_nodes(cluster: &Cluster, real: &RealNodes) {
-    let placement = json!([
-        {"op": "add", "path": "/spec/template/spec/tolerations",
-         "value": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}]},
-        {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {"type": "real"}},
-    ])
-    .to_string();
-    for binary in e2e::deploy::controllers() {
-        kubectl(
-            cluster,
-            &[
-                "patch",
-                "deployment",
-                &binary,
-                "-n",
-                NAMESPACE,
-                "--type",
-                "json",
-                "-p",
-                &placement,
-            ],
-        );
-    }
-}
-
 #[tokio::test]
 #[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
 async fn install_yaml_applied_does_what_make_deploy_does() {
@@ -255,20 +182,16 @@ async fn install_yaml_applied_does_what_make_deploy_does() {
 
     // Applied as the README says.
     let started = Instant::now();
-    let mut installed = Installed {
-        cluster: &cluster,
-        file: file.clone(),
-        applied: true,
-    };
+    let mut installed = Installed::new(&cluster, vec![file.clone()]);
     eprintln!(
         "{}",
         kubectl(
             &cluster,
-            &["apply", "--server-side", "-f", &file.display().to_string()]
+            &[&APPLY[..], &["-f", &file.display().to_string()]].concat()
         )
     );
     wait_all(&client, &ids, true, "every object of install.yaml").await;
-    controllers_placed_on_the_real_nodes(&cluster, &real);
+    controllers_placed_on_the_real_nodes(&cluster, &real, NAMESPACE);
     let home_pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     wait_controllers_on_real_nodes(&client, &home_pods, &image).await;
     let webhook = ids

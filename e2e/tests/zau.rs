@@ -5,10 +5,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_cloudwatch::types::StateValue;
+use e2e::disruption::Monitor;
 use e2e::localstack::{LocalStack, aws_env, free_port, put_alarm, set_alarm};
 use e2e::pods::at_revision;
 use e2e::process::{ControllerProcess, metric_sum, namespace_args};
@@ -18,13 +18,11 @@ use e2e::workload::{
     self, spread_statefulset, to_statefulset, zone_aware_update, zone_disruption_budget,
 };
 use e2e::{Cluster, TestNamespace, audit, fixture, pods, wait_for};
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus, ZoneDisruptionBudget};
@@ -361,80 +359,6 @@ fn expected_batches(zones: &BTreeMap<String, String>, factor: f64, max: usize) -
     out
 }
 
-/// Watches the pods and records, at every change, how many replicas are unavailable (missing,
-/// not Ready or terminating) and in which zones (`zones` maps pod names to their zone: the spread
-/// constraint puts a recreated pod back into its zone).
-struct Monitor {
-    worst: Arc<Mutex<(usize, usize)>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Monitor {
-    async fn start(fixture: &Fixture) -> Monitor {
-        let zones = fixture.zones().await;
-        let replicas = fixture.replicas;
-        let worst = Arc::new(Mutex::new((0usize, 0usize)));
-        let seen = worst.clone();
-        let config = watcher::Config::default().labels(&format!("app={SET}"));
-        let stream = watcher(fixture.pods.clone(), config);
-        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(async move {
-            let mut synced = Some(synced_tx);
-            let mut current: BTreeMap<String, bool> = BTreeMap::new();
-            let mut ready = false;
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
-                        current.insert(pod.name_any(), pods::is_available(&pod));
-                    }
-                    Ok(watcher::Event::Delete(pod)) => {
-                        current.remove(&pod.name_any());
-                    }
-                    Ok(watcher::Event::Init) => current.clear(),
-                    Ok(watcher::Event::InitDone) => {
-                        ready = true;
-                        if let Some(tx) = synced.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    Err(_) => continue,
-                }
-                if !ready {
-                    continue;
-                }
-                let available: BTreeSet<&String> = current
-                    .iter()
-                    .filter(|(_, a)| **a)
-                    .map(|(n, _)| n)
-                    .collect();
-                let unavailable = replicas.saturating_sub(available.len());
-                let down_zones: BTreeSet<&String> = zones
-                    .iter()
-                    .filter(|(pod, _)| !available.contains(pod))
-                    .map(|(_, zone)| zone)
-                    .collect();
-                let mut worst = seen.lock().unwrap();
-                worst.0 = worst.0.max(unavailable);
-                worst.1 = worst.1.max(down_zones.len());
-            }
-        });
-        let _ = synced_rx.await;
-        Monitor { worst, task }
-    }
-
-    /// (most replicas unavailable at once, most zones with unavailable replicas at once)
-    fn worst(&self) -> (usize, usize) {
-        *self.worst.lock().unwrap()
-    }
-}
-
-impl Drop for Monitor {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 /// 12 replicas over 3 zones, one rollout: the batches the controller removed (audit log) are
 /// exactly the expected sequence, never more than `max` replicas down, never two zones at once.
 async fn rollout_follows_the_plan(
@@ -459,7 +383,12 @@ async fn rollout_follows_the_plan(
         .await;
     let _controller = fixture.controller(extra_args);
     fixture.wait_observed().await;
-    let monitor = Monitor::start(&fixture).await;
+    let monitor = Monitor::start(
+        fixture.pods.clone(),
+        &format!("app={SET}"),
+        fixture.replicas,
+    )
+    .await;
 
     let current_revision = |set: StatefulSet| set.status.and_then(|s| s.current_revision);
     let old_revision = current_revision(fixture.sets.get(SET).await.unwrap());

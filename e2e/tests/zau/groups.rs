@@ -223,7 +223,12 @@ async fn zau_group_rolls_zone_by_zone_held_by_the_alarm_and_the_alert_gate() {
         .await;
     let _controller = fixture.controller(&[]);
     fixture.wait_observed().await;
-    let monitor = Monitor::start(fixture).await;
+    let monitor = Monitor::start(
+        fixture.pods.clone(),
+        &format!("app={SET}"),
+        fixture.replicas,
+    )
+    .await;
     let revisions = group.set_image(2).await;
 
     held_by(fixture, "Alarm,Alert", &revisions).await;
@@ -272,7 +277,12 @@ async fn a_rollback_half_way_follows_the_same_rules(
 ) {
     let fixture = &group.fixture;
     fixture.patch_spec(json!({"bakeTime": "1h"})).await;
-    let monitor = Monitor::start(fixture).await;
+    let monitor = Monitor::start(
+        fixture.pods.clone(),
+        &format!("app={SET}"),
+        fixture.replicas,
+    )
+    .await;
     let removed_before = fixture.removals().len();
     let third = group.set_image(3).await;
     let baking = fixture

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The previous release, which the upgrade e2e suite installs and then upgrades to the tree:
+#
+#   previous-release.sh build    its artifacts, built once per machine and cached by version in
+#                                $ZAC_CACHE/release-<version> (the last line printed is that
+#                                directory)
+#   previous-release.sh image    build, then import its image into the running real nodes
+#
+# The artifacts, as the release gave them to its users:
+#   src/           the release's tree (`git archive` of its tag, PREVIOUS_RELEASE in versions.sh)
+#   target/debug/  its controllers (`images.sh previous` packs them as PREVIOUS_IMAGE, lib.sh)
+#   crds.yaml      its CRDs (config/crd)
+#   manifests.yaml what its `make deploy` applied into zone-aware-system for that image
+#   deploy.sh      its `make deploy`: the CRDs, then the manifests, server-side with its field
+#                  manager (0.1.0 shipped no install.yaml and no chart: `make deploy` was the way)
+#
+# The controllers are built from the release's own Cargo.lock as the test build of `make e2e`
+# (cargo's dev profile, dynamically linked, the host's C runtime beside them in the image): its
+# code, not its release profile, is what an upgrade exercises, and its compiled dependencies are
+# shared with the workspace's test build (cargo's build-dir is the workspace's target dir; only
+# its final binaries go to the cache dir, so the workspace's own are never overwritten). A cold
+# machine therefore compiles only the release's own crates and the dependencies it pins
+# differently.
+#
+# Env: CARGO, CARGO_TARGET_DIR (the workspace's), KUBECTL (default: the cluster's).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/heartbeat.sh"
+die() { echo "previous-release: $*" >&2; exit 1; }
+
+cargo="${CARGO:-cargo}"
+kubectl="${KUBECTL:-$K8S_BIN/kubectl}"
+dir="$PREVIOUS_RELEASE_DIR"
+shared_target="${CARGO_TARGET_DIR:-$TOP/target}"
+
+# The tag's tree, from the repository this script is in.
+source_tree() {
+    local commit
+    commit="$(git -C "$TOP" rev-parse --verify --quiet "refs/tags/$PREVIOUS_RELEASE^{commit}")" \
+        || die "tag $PREVIOUS_RELEASE is not in $TOP (git fetch --tags): the upgrade starts from it"
+    rm -rf "$dir/src" && mkdir -p "$dir/src"
+    git -C "$TOP" archive "$commit" | tar -x -C "$dir/src"
+    echo "$commit" >"$dir/commit"
+}
+
+controllers() {
+    local bins=()
+    mapfile -t bins <"$dir/src/bins.txt"
+    # Its binaries report its commit as the release's build did.
+    ( cd "$dir/src" && ZONE_AWARE_REVISION="$(cat "$dir/commit")" \
+        CARGO_BUILD_BUILD_DIR="$shared_target" CARGO_TARGET_DIR="$dir/target" \
+        heartbeat "the $PREVIOUS_RELEASE controllers" \
+        "$cargo" build --quiet --locked "${bins[@]/#/--package=}" ) \
+        || die "building the $PREVIOUS_RELEASE controllers failed"
+}
+
+# What its `make deploy IMG=$PREVIOUS_IMAGE` applied, rendered by its own scripts, and that
+# command itself (its mk/deploy.mk: CRDs then manifests, server-side, its field manager).
+manifests() {
+    [ -x "$kubectl" ] || die "$kubectl is missing (e2e/cluster/build.sh builds it)"
+    "$kubectl" kustomize "$dir/src/config/crd" >"$dir/crds.yaml"
+    ( cd "$dir/src" && NAMESPACE=zone-aware-system IMG="$PREVIOUS_IMAGE" DEPLOY_BASE=config/default \
+        DEPLOY_COMPONENTS="" KUBECTL="$kubectl" bash mk/render-deploy.sh ) >"$dir/manifests.yaml" \
+        || die "rendering the $PREVIOUS_RELEASE manifests failed"
+    local manager
+    manager="$(sed -n 's/^DEPLOY_FIELD_MANAGER := //p' "$dir/src/mk/deploy.mk")"
+    [ -n "$manager" ] || die "no DEPLOY_FIELD_MANAGER in the $PREVIOUS_RELEASE mk/deploy.mk"
+    cat >"$dir/deploy.sh" <<EOF
+#!/usr/bin/env bash
+# make deploy of $PREVIOUS_RELEASE (its mk/deploy.mk), with KUBECTL from the environment.
+set -euo pipefail
+k="\${KUBECTL:-kubectl}"
+"\$k" apply --server-side --field-manager=$manager --force-conflicts -f "$dir/crds.yaml"
+"\$k" wait --for=condition=Established --timeout=60s -f "$dir/crds.yaml"
+"\$k" apply --server-side --field-manager=$manager --force-conflicts -f "$dir/manifests.yaml"
+EOF
+    chmod +x "$dir/deploy.sh"
+}
+
+build() {
+    local stamp="$dir/built"
+    if [ -f "$stamp" ]; then
+        echo "$dir"
+        return
+    fi
+    mkdir -p "$dir"
+    rm -f "$stamp"
+    source_tree
+    controllers
+    manifests
+    date -u +%FT%TZ >"$stamp"
+    echo "previous-release: $PREVIOUS_RELEASE built ($PREVIOUS_IMAGE)" >&2
+    echo "$dir"
+}
+
+case "${1:-}" in
+build) build ;;
+image) bash "$here/images.sh" previous "$(build | tail -n 1)" ;;
+*) echo "usage: $0 build|image" >&2; exit 2 ;;
+esac
