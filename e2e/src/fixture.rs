@@ -204,6 +204,21 @@ pub fn on_real_nodes(real: &RealNodes, mut spec: Value) -> Value {
     spec
 }
 
+/// The scrape job `app` of the pods of `namespace` whose label `label` (as Prometheus names a pod
+/// label's meta label, e.g. `app`) matches `regex`, each sample labelled with its pod and the zone
+/// of its node: what an alert per zone counts.
+pub fn zone_scrape_job(namespace: &str, label: &str, regex: &str) -> Value {
+    serde_json::json!({
+        "job_name": "app",
+        "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [namespace]}}],
+        "relabel_configs": [
+            {"source_labels": [format!("__meta_kubernetes_pod_label_{label}")], "regex": regex, "action": "keep"},
+            {"source_labels": ["__meta_kubernetes_node_label_topology_kubernetes_io_zone"], "target_label": "zone"},
+            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+        ],
+    })
+}
+
 /// `binary` (a controller of this workspace) watching only `namespace`, without leader election,
 /// serving its metrics on `listen`, with the environment `env`.
 pub fn controller(

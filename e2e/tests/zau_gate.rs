@@ -711,15 +711,7 @@ async fn create_sharded_prometheus(ns: &TestNamespace, real: &RealNodes) {
             "scrapeInterval": "2s",
             "evaluationInterval": "2s",
             "ruleFiles": [{"configMap": "rules"}],
-            "scrapeConfigs": [{
-                "job_name": "app",
-                "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [ns.name]}}],
-                "relabel_configs": [
-                    {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_part_of"], "regex": SET, "action": "keep"},
-                    {"source_labels": ["__meta_kubernetes_node_label_topology_kubernetes_io_zone"], "target_label": "zone"},
-                    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-                ],
-            }],
+            "scrapeConfigs": [fixture::zone_scrape_job(&ns.name, "app_kubernetes_io_part_of", SET)],
         })),
     });
     let sproms: Api<ShardedPrometheus> = ns.api();
