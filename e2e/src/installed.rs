@@ -249,8 +249,9 @@ pub const APPLY: [&str; 4] = [
 /// The label of every object the project installs but its CRDs.
 pub const PART_OF: &str = "app.kubernetes.io/part-of=zone-aware-controllers";
 
-/// Removes what install.yaml (or `make deploy`) applied as docs/release.md says: the webhook
-/// configuration first, then every object of the files labelled [`PART_OF`] (never the CRDs).
+/// Removes what install.yaml (or `make deploy`) applied as docs/release.md says: the files'
+/// webhook configurations first, then every object of the files labelled [`PART_OF`] (never the
+/// CRDs).
 /// On drop too (a failed test), so the cluster-wide webhook never outlives the test.
 pub struct Installed<'a> {
     cluster: &'a Cluster,
@@ -274,13 +275,25 @@ impl<'a> Installed<'a> {
             command.args(args);
             identity::run(command, None)
         };
-        kubectl(&[
-            "delete",
-            "validatingwebhookconfiguration",
-            "-l",
-            PART_OF,
-            "--wait=true",
-        ]);
+        // The files' own configurations by name: the label would also select other
+        // installations' (a Helm release's) in the cluster.
+        let webhooks: std::collections::BTreeSet<String> = self
+            .files
+            .iter()
+            .filter_map(|file| std::fs::read_to_string(file).ok())
+            .flat_map(|text| identity::yaml_to_json(&text))
+            .filter(|o| o["kind"] == "ValidatingWebhookConfiguration")
+            .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
+            .collect();
+        for name in &webhooks {
+            kubectl(&[
+                "delete",
+                "validatingwebhookconfiguration",
+                name,
+                "--ignore-not-found",
+                "--wait=true",
+            ]);
+        }
         for file in &self.files {
             let file = file.display().to_string();
             kubectl(&[
