@@ -32,7 +32,7 @@ E2E_LANES ?= 2
 E2E_EXCLUSIVE ?= oracle tenancy deploy deploy_local helm install upgrade
 # E2E_IMAGE_SUITES run the project's image on the real nodes besides the exclusive ones: they wait
 # for it, which `make e2e` builds while the other suites run.
-E2E_IMAGE_SUITES ?= monitoring
+E2E_IMAGE_SUITES ?= monitoring cert_manager
 # E2E_THANOS_SUITES run Thanos: they wait for its build and image (E2E_THANOS_CMD). `e2e` is the
 # harness's own unit tests (one runs a Querier over two sidecars).
 E2E_THANOS_SUITES ?= thanos thanos_rules federator_thanos e2e

@@ -187,6 +187,38 @@ build_thanos() {
     mv "$dir/thanos.tmp" "$dir/thanos"
 }
 
+# cert-manager's controller and cainjector (the certManager modes' e2e tests run them on the host)
+# and its CRDs, rendered by our helm from the chart of the same tag (crds.enabled; the chart's
+# placeholder version v0.0.0 replaced by the tag, as cert-manager's release does). The proxy does
+# not serve cert-manager's own mains (nested modules): tools/cert-manager holds mains of ours over
+# its packages, with the self-signed and CA issuers only. Needs helm (built before it in `all`).
+build_cert_manager() {
+    local dir="$ZAC_CACHE/cert-manager-$CERT_MANAGER_VERSION" src crd
+    local module=github.com/cert-manager/cert-manager
+    local ldflags="-s -w -X $module/pkg/util.AppVersion=$CERT_MANAGER_VERSION"
+    ldflags+=" -X $module/pkg/util.AppGitCommit=$CERT_MANAGER_VERSION"
+    mkdir -p "$dir"
+    if [ ! -x "$dir/controller" ] || [ ! -x "$dir/cainjector" ]; then
+        echo "building cert-manager $CERT_MANAGER_VERSION (controller and cainjector; a cold build takes several minutes)"
+        rm -rf "$dir/.tmp" && mkdir -p "$dir/.tmp"
+        (cd "$here/tools/cert-manager" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" \
+            -o "$dir/.tmp/" ./controller ./cainjector) >"$dir/build.log" 2>&1 \
+            || fail cert-manager "$dir/build.log"
+        mv "$dir/.tmp/controller" "$dir/.tmp/cainjector" "$dir/"
+        rmdir "$dir/.tmp"
+    fi
+    [ -f "$dir/crds.yaml" ] && return 0
+    (
+        src="$(cd "$here/tools/cert-manager" && go list -m -f '{{.Dir}}' "$module")" &&
+        for crd in "$src"/deploy/charts/cert-manager/templates/crd-*.yaml; do
+            "$ZAC_CACHE/helm-$HELM_VERSION/helm" template cert-manager \
+                "$src/deploy/charts/cert-manager" --set crds.enabled=true \
+                --show-only "templates/${crd##*/}" || exit 1
+        done | sed "s/v0\.0\.0/$CERT_MANAGER_VERSION/g" >"$dir/crds.yaml.tmp"
+    ) 2>"$dir/crds.log" || fail "the cert-manager CRDs" "$dir/crds.log"
+    mv "$dir/crds.yaml.tmp" "$dir/crds.yaml"
+}
+
 # helm: static (CGO_ENABLED=0), with the version ldflags of helm's own Makefile: `helm version`
 # reports the tag (a tagged build: no "unreleased" metadata), and the Kubernetes version `helm
 # template` and `helm lint` assume without a cluster is that of the client-go it was built with
@@ -259,8 +291,13 @@ thanos)
     locked thanos build_thanos
     exit 0
     ;;
+cert-manager)
+    locked helm build_helm
+    locked cert-manager build_cert_manager
+    exit 0
+    ;;
 *)
-    echo "usage: build.sh [all|monitoring|chart|thanos]" >&2
+    echo "usage: build.sh [all|monitoring|chart|thanos|cert-manager]" >&2
     exit 2
     ;;
 esac
@@ -282,4 +319,5 @@ locked metrics-server build_metrics_server
 locked prometheus-operator build_prometheus_operator
 locked prometheus2 build_prometheus "$PROMETHEUS2_VERSION" prometheus2
 locked alertmanager build_alertmanager
+locked cert-manager build_cert_manager
 wait "$localstack"

@@ -55,6 +55,9 @@ CONFIG_RELOADER_BIN="$PROMETHEUS_OPERATOR_DIR/prometheus-config-reloader"
 THANOS_IMAGE="localhost/zone-aware-e2e/thanos:$THANOS_VERSION"
 THANOS_BIN="$ZAC_CACHE/thanos-$THANOS_VERSION/thanos"
 THANOS_IMAGE_TAR="$IMAGES/thanos.tar"
+# cert-manager from build.sh (controller, cainjector, crds.yaml), run on the host by the e2e
+# tests of the certManager modes.
+CERT_MANAGER_DIR="$ZAC_CACHE/cert-manager-$CERT_MANAGER_VERSION"
 # The tars of the test images (images.sh test-images writes them), imported into every real node
 # as it starts. Thanos's is not one of them: `images.sh thanos` imports it (make e2e).
 TEST_IMAGE_TARS=("$IMAGES/pause.tar" "$IMAGES/metrics-target.tar" "$IMAGES/prometheus.tar"

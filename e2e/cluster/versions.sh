@@ -22,6 +22,9 @@ JSONNET_VERSION=v0.22.0
 HELM_VERSION=v3.22.0
 # Thanos: the shards' sidecars, the Querier, Store and Ruler (tools/thanos/go.mod pins it).
 THANOS_VERSION=v0.42.5
+# cert-manager's controller and cainjector and its CRDs, for the e2e tests of the certManager
+# modes (tools/cert-manager/go.mod pins it).
+CERT_MANAGER_VERSION=v1.21.2
 ZAC_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/zone-aware-controllers"
 # The previous release (a git tag of this repository), which the upgrade e2e suite installs and
 # upgrades to the tree (previous-release.sh builds it from the tag, cached by version).

@@ -4,7 +4,8 @@
 //! webhook replicas, the perf drivers' shared measurements, and the real Prometheus (promtool, and
 //! a process per shard) run on the configs the shard controller renders, and a real Alertmanager
 //! with a webhook receiver in the test process, and the monitoring mixin rendered by jsonnet, and
-//! Thanos (its image on the real nodes, a Querier on the host).
+//! Thanos (its image on the real nodes, a Querier on the host), and cert-manager (its CRDs, its
+//! controller and CA injector on the host).
 //!
 //! Tests are `#[ignore = "needs the local zonal cluster (make e2e)"]`, so `cargo test --workspace`
 //! stays cluster-free; `make e2e` starts the cluster and runs them with `--ignored`.
@@ -15,6 +16,7 @@
 pub mod alertmanager;
 pub mod apply;
 pub mod audit;
+pub mod cert_manager;
 pub mod cluster;
 pub mod deploy;
 pub mod disruption;

@@ -209,6 +209,39 @@ pub async fn served_certificate(port: u16, ca_pem: &str) -> Result<Vec<u8>, Stri
         .ok_or_else(|| "no certificate presented".to_string())
 }
 
+/// The certificate (DER) the TLS server at `address` presents to a client that trusts only
+/// `ca_pem` and checks the name `server_name`: what the API server checks when it calls a webhook
+/// through its Service (`<service>.<namespace>.svc`), here at one pod's IP.
+pub async fn served_leaf(
+    address: SocketAddr,
+    server_name: &str,
+    ca_pem: &str,
+) -> Result<Vec<u8>, String> {
+    let config = client_config(ca_pem.as_bytes())?;
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from(server_name.to_string()).map_err(|e| e.to_string())?;
+    let tls = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    tls.get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(|cert| cert.to_vec())
+        .ok_or_else(|| "no certificate presented".to_string())
+}
+
+/// Every certificate of a PEM bundle, DER.
+pub fn pem_certificates(pem: &str) -> Result<Vec<Vec<u8>>, String> {
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .map(|cert| cert.map(|c| c.to_vec()).map_err(|e| e.to_string()))
+        .collect()
+}
+
 /// Waits until the TLS server on 127.0.0.1:`port` presents `leaf`, verified against `ca_pem`.
 pub async fn wait_served(port: u16, ca_pem: &str, leaf: &Leaf, what: &str) {
     let expected = leaf.der();
