@@ -15,7 +15,7 @@ BINS := $(shell cat bins.txt)
 # a git checkout). Given to the image and static builds only: in every build it would recompile
 # the runtime crate at each commit.
 ZONE_AWARE_REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, crd_validation, deploy, deploy_local, federator, federator_security, federator_thanos, helm, install, monitoring, oracle, sharding, smoke, sprom, sprom_health, tenancy, thanos, thanos_rules, upgrade, zau, zau_gate, zdb).
+# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, cert_manager, crd_validation, deploy, deploy_local, federator, federator_security, federator_thanos, helm, install, monitoring, oracle, sharding, smoke, sprom, sprom_health, tenancy, thanos, thanos_rules, upgrade, zau, zau_gate, zdb).
 E2E_SUITE ?=
 # E2E_FILTER=<substring> runs only the e2e tests whose function name contains it (in every suite,
 # or in E2E_SUITE's).
