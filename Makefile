@@ -262,6 +262,12 @@ E2E_IMAGE_CMD = $(IMAGE_ENV) bash e2e/cluster/images.sh e2e-image
 # Thanos (its binary from its Go module, cached by version; its image in the nodes) for the
 # suites of E2E_THANOS_SUITES: built while the other suites run (the cluster starts without it).
 E2E_THANOS_CMD = bash e2e/cluster/build.sh thanos && bash e2e/cluster/images.sh thanos
+# The same for cert-manager (its Go build) and the cert_manager suite, and for the previous release
+# (its controllers compiled from its tag) and the upgrade suite: cached by version, built in the
+# background on a cold machine while the other suites run. Each suite also builds what it needs
+# itself when run alone (cached: nothing to do when built).
+E2E_CERT_MANAGER_CMD = bash e2e/cluster/build.sh cert-manager
+E2E_PREVIOUS_CMD = bash e2e/cluster/previous-release.sh build
 
 .PHONY: e2e
 e2e: local-crds chart-tools ## End-to-end tests against the local zonal cluster (E2E_SUITE=file, E2E_FILTER=substring)
@@ -271,12 +277,15 @@ e2e: local-crds chart-tools ## End-to-end tests against the local zonal cluster 
 ifneq ($(E2E_SUITE),)
 	$(E2E_IMAGE_CMD)
 	$(if $(filter $(E2E_SUITE),$(E2E_THANOS_SUITES)),$(E2E_THANOS_CMD))
+	$(if $(filter $(E2E_SUITE),cert_manager),$(E2E_CERT_MANAGER_CMD))
 	$(LINTED) $(CARGO) test --workspace --test $(E2E_SUITE) -- --ignored --test-threads=$(E2E_THREADS) $(E2E_FILTER) $(addprefix --skip ,$(E2E_SKIP))
 else
 	# The image is built while the suites that do not run it go ahead (run_suites.py).
 	$(LINTED) CARGO='$(CARGO)' python3 e2e/run_suites.py --lanes $(E2E_LANES) --threads $(E2E_THREADS) \
 		--image-cmd "$(E2E_IMAGE_CMD)" $(addprefix --image-suite ,$(E2E_IMAGE_SUITES)) \
 		--thanos-cmd "$(E2E_THANOS_CMD)" $(addprefix --thanos-suite ,$(E2E_THANOS_SUITES)) \
+		--prereq "cert-manager=$(E2E_CERT_MANAGER_CMD)" --prereq-suite cert-manager=cert_manager \
+		--prereq "the previous release=$(E2E_PREVIOUS_CMD)" --prereq-suite "the previous release=upgrade" \
 		$(addprefix --exclusive ,$(E2E_EXCLUSIVE)) $(if $(E2E_FILTER),--filter '$(E2E_FILTER)') $(addprefix --skip ,$(E2E_SKIP))
 endif
 

@@ -14,7 +14,9 @@ those leave idle. The suites that run the image (--image-suite, and every exclus
 once it is in the nodes; a suite started before that gets E2E_PROJECT_IMAGE_PENDING=1, and the
 harness fails it if it asks for the image (e2e::real), naming the list to add it to. --thanos-cmd
 is the same for Thanos (its binary, built from its Go module on a cold machine, and its image in
-the nodes) and the suites of --thanos-suite.
+the nodes) and the suites of --thanos-suite. --prereq NAME=CMD and --prereq-suite NAME=SUITE
+are the same for any other build some suites need (cert-manager's, the previous release's): CMD
+runs in the background from the start, and SUITE starts once it is done.
 
 Every binary's output is printed whole when it ends, with cargo's `Running` line before it, so
 logs read as cargo's and `test result:` lines can be summed. Exit status 1 when any binary failed
@@ -23,6 +25,7 @@ logs read as cargo's and `test result:` lines can be summed. Exit status 1 when 
     run_suites.py [--lanes N] [--threads N] [--filter SUBSTRING] [--skip SUBSTRING]...
                   [--exclusive SUITE]... [--image-cmd CMD [--image-suite SUITE]...]
                   [--thanos-cmd CMD [--thanos-suite SUITE]...]
+                  [--prereq NAME=CMD]... [--prereq-suite NAME=SUITE]...
 """
 
 import argparse
@@ -123,11 +126,13 @@ class Prereq:
 
 
 class Runner:
-    def __init__(self, args, durations: dict, image: Prereq, thanos: Prereq):
+    def __init__(self, args, durations: dict, prereqs: list[tuple[Prereq, list[str]]]):
         self.args = args
         self.durations = durations
+        # Each prerequisite with the suites that wait for it; the project's image comes first.
+        self.prereqs = prereqs
+        image = prereqs[0][0]
         self.image = image
-        self.thanos = thanos
         self.failed: list[str] = []
         self.lock = image.lock
         self.children: set[subprocess.Popen] = set()
@@ -165,13 +170,11 @@ class Runner:
                 self.failed.append(t["label"])
 
     def needs(self, t: dict) -> list[Prereq]:
-        """What t waits for: the project's image, Thanos, or nothing. A suite is named by its
-        test target, a crate's own unit tests by the crate's library (e.g. `e2e`)."""
+        """What t waits for: the project's image, Thanos, another build, or nothing. A suite is
+        named by its test target, a crate's own unit tests by the crate's library (e.g. `e2e`)."""
         if t["kind"] not in ("test", "lib"):
             return []
-        return [prereq for prereq, suites in ((self.image, self.args.image_suite),
-                                              (self.thanos, self.args.thanos_suite))
-                if t["name"] in suites]
+        return [prereq for prereq, suites in self.prereqs if t["name"] in suites]
 
     def run_ready(self, t: dict) -> None:
         """Runs t, whose prerequisites are ready; a suite whose prerequisite failed is failed,
@@ -222,7 +225,7 @@ class Runner:
                     os.killpg(child.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-            for prereq in (self.image, self.thanos):
+            for prereq, _ in self.prereqs:
                 if prereq.child is not None and prereq.child.poll() is None:
                     try:
                         os.killpg(prereq.child.pid, signal.SIGTERM)
@@ -242,6 +245,8 @@ def main() -> int:
     p.add_argument("--image-suite", action="append", default=[])
     p.add_argument("--thanos-cmd", default=None)
     p.add_argument("--thanos-suite", action="append", default=[])
+    p.add_argument("--prereq", action="append", default=[], help="NAME=CMD")
+    p.add_argument("--prereq-suite", action="append", default=[], help="NAME=SUITE")
     args = p.parse_args()
     # The suites that install the whole project run its image.
     args.image_suite = args.image_suite + args.exclusive
@@ -260,9 +265,13 @@ def main() -> int:
 
     tests = build(cargo)
     lock = threading.Lock()
-    image = Prereq("the project's image", args.image_cmd, lock)
-    thanos = Prereq("Thanos", args.thanos_cmd, lock)
-    runner = Runner(args, durations, image, thanos)
+    prereqs = [(Prereq("the project's image", args.image_cmd, lock), args.image_suite),
+               (Prereq("Thanos", args.thanos_cmd, lock), args.thanos_suite)]
+    for spec in args.prereq:
+        name, _, cmd = spec.partition("=")
+        suites = [s.partition("=")[2] for s in args.prereq_suite if s.partition("=")[0] == name]
+        prereqs.append((Prereq(name, cmd, lock), suites))
+    runner = Runner(args, durations, prereqs)
     signal.signal(signal.SIGTERM, runner.stop)
     signal.signal(signal.SIGINT, runner.stop)
 
@@ -272,11 +281,11 @@ def main() -> int:
     shared.sort(key=lambda t: -durations.get(runner.key(t), float("inf")))
 
     t0 = time.monotonic()
-    image.start()
-    thanos.start()
+    for prereq, _ in prereqs:
+        prereq.start()
     runner.lanes(shared, args.lanes)
-    image.done.wait()
-    thanos.done.wait()
+    for prereq, _ in prereqs:
+        prereq.done.wait()
     for t in exclusive:
         runner.run_ready(t)
     try:

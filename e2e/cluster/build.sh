@@ -191,7 +191,9 @@ build_thanos() {
 # and its CRDs, rendered by our helm from the chart of the same tag (crds.enabled; the chart's
 # placeholder version v0.0.0 replaced by the tag, as cert-manager's release does). The proxy does
 # not serve cert-manager's own mains (nested modules): tools/cert-manager holds mains of ours over
-# its packages, with the self-signed and CA issuers only. Needs helm (built before it in `all`).
+# its packages, with the self-signed and CA issuers only. Needs helm (`build.sh cert-manager`
+# builds it first). Not in `all`: only the cert_manager suite needs it, and `make e2e` builds it in
+# the background while the other suites run (off a cold run's critical path).
 build_cert_manager() {
     local dir="$ZAC_CACHE/cert-manager-$CERT_MANAGER_VERSION" src crd
     local module=github.com/cert-manager/cert-manager
@@ -319,5 +321,4 @@ locked metrics-server build_metrics_server
 locked prometheus-operator build_prometheus_operator
 locked prometheus2 build_prometheus "$PROMETHEUS2_VERSION" prometheus2
 locked alertmanager build_alertmanager
-locked cert-manager build_cert_manager
 wait "$localstack"
