@@ -27,12 +27,14 @@ E2E_SKIP ?=
 # E2E_LANES suites run at once (e2e/run_suites.py): they mostly wait on the cluster. The suites
 # of E2E_EXCLUSIVE install the whole project (cluster-wide webhooks and ClusterRoles, fixed
 # namespaces) or run a controller over every namespace (oracle, tenancy: it would act on the
-# other suites' resources too), and run last, each alone.
+# other suites' resources too) or load the API server for minutes (cert_manager: a stream of
+# evictions through every renewal, which delays the timed suites beside it), and run last, each
+# alone.
 E2E_LANES ?= 2
-E2E_EXCLUSIVE ?= oracle tenancy deploy deploy_local helm install upgrade
+E2E_EXCLUSIVE ?= oracle tenancy deploy deploy_local helm install upgrade cert_manager
 # E2E_IMAGE_SUITES run the project's image on the real nodes besides the exclusive ones: they wait
 # for it, which `make e2e` builds while the other suites run.
-E2E_IMAGE_SUITES ?= monitoring cert_manager
+E2E_IMAGE_SUITES ?= monitoring
 # E2E_THANOS_SUITES run Thanos: they wait for its build and image (E2E_THANOS_CMD). `e2e` is the
 # harness's own unit tests (one runs a Querier over two sidecars).
 E2E_THANOS_SUITES ?= thanos thanos_rules federator_thanos e2e
