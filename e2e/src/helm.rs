@@ -149,3 +149,27 @@ impl Drop for Release<'_> {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A namespace for a release (`prefix` and the run's suffix), labelled as docs/helm.md says: out
+/// of the eviction webhook (its own replicas stay evictable while it is down) and Pod Security
+/// restricted.
+pub async fn release_namespace(
+    cluster: &Cluster,
+    client: &kube::Client,
+    prefix: &str,
+) -> crate::TestNamespace {
+    let home = crate::TestNamespace::create(cluster, prefix).await;
+    let patch = serde_json::json!({"metadata": {"labels": {
+        "zonecontrol.k8s.aws/eviction-webhook": "disabled",
+        "pod-security.kubernetes.io/enforce": "restricted",
+    }}});
+    kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            &home.name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("labelling the namespace {}: {e}", home.name));
+    home
+}

@@ -24,8 +24,7 @@ use e2e::installed::{split_image, wait_binary_pods, wait_for_fail_policy};
 use e2e::real::RealNodes;
 use e2e::{Cluster, TestNamespace, identity, nodes, pods, tls, wait_for};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -56,7 +55,7 @@ async fn cert_manager_issues_and_renews_the_webhook_certificate_without_failed_c
     cert_manager::install_crds(&cluster);
     let victim = TestNamespace::create(&cluster, "certmanager").await;
     let client = victim.client.clone();
-    let home = release_namespace(&cluster, &client).await;
+    let home = helm::release_namespace(&cluster, &client, "certmanager-release").await;
     let mut cert_manager = CertManager::start(&cluster, &home.name);
 
     let mut release = Release::new(&cluster, &format!("zac-{}", victim.suffix()), &home.name);
@@ -170,24 +169,6 @@ async fn renew_under_calls(
         "the API server counted calls of {WEBHOOK} that failed during the renewal"
     );
     renewed
-}
-
-/// The release's namespace, labelled as docs/helm.md says: out of the eviction webhook and Pod
-/// Security restricted.
-async fn release_namespace(cluster: &Cluster, client: &Client) -> TestNamespace {
-    let home = TestNamespace::create(cluster, "certmanager-release").await;
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            &home.name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {
-                "zonecontrol.k8s.aws/eviction-webhook": "disabled",
-                "pod-security.kubernetes.io/enforce": "restricted",
-            }}})),
-        )
-        .await
-        .unwrap();
-    home
 }
 
 /// The release's values: the project's image on the real nodes, limited to `watched`; the

@@ -22,9 +22,8 @@ use e2e::installed::{
 use e2e::real::RealNodes;
 use e2e::{Cluster, TestNamespace, pods};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -35,7 +34,7 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
     let victim = TestNamespace::create(&cluster, "helm").await;
     let client = victim.client.clone();
     let suffix = victim.suffix().to_string();
-    let home = release_namespace(&cluster, &client).await;
+    let home = helm::release_namespace(&cluster, &client, "helm-release").await;
 
     let mut release = Release::new(&cluster, &format!("zac-{suffix}"), &home.name);
     let chart = helm::chart(&release.dir);
@@ -191,24 +190,6 @@ fn removed_by_the_upgrade(installed: &[Identity], upgraded: &[Identity]) -> Vec<
         "{names:?}"
     );
     removed
-}
-
-/// The release's namespace, labelled as docs/helm.md says: out of the eviction webhook (its own
-/// replicas stay evictable while it is down) and Pod Security restricted.
-async fn release_namespace(cluster: &Cluster, client: &kube::Client) -> TestNamespace {
-    let home = TestNamespace::create(cluster, "helm-release").await;
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            &home.name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {
-                "zonecontrol.k8s.aws/eviction-webhook": "disabled",
-                "pod-security.kubernetes.io/enforce": "restricted",
-            }}})),
-        )
-        .await
-        .unwrap();
-    home
 }
 
 /// The release's values: the project's image on the real nodes, limited to `watched`.
