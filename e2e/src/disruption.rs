@@ -119,7 +119,10 @@ impl EvictionLoad {
         let task = tokio::spawn(async move {
             let mut report = LoadReport::default();
             let mut turn = 0usize;
+            // The load's pace, not a wait for a condition.
+            let mut pace = tokio::time::interval(pace);
             while !stopped.load(Ordering::Relaxed) {
+                pace.tick().await;
                 let ready: Vec<String> = pods::list(&pods_api, &selector)
                     .await
                     .iter()
@@ -136,8 +139,6 @@ impl EvictionLoad {
                         Err(answer) => report.failed.push(answer),
                     }
                 }
-                // The load's pace, not a wait for a condition.
-                tokio::time::sleep(pace).await;
             }
             report
         });

@@ -191,22 +191,12 @@ pub async fn https_get(
 /// succeeds with `ca_pem` as the only trusted root and 127.0.0.1 as the name: what the API
 /// server checks when it calls the webhook.
 pub async fn served_certificate(port: u16, ca_pem: &str) -> Result<Vec<u8>, String> {
-    let config = client_config(ca_pem.as_bytes())?;
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .map_err(|e| e.to_string())?;
-    let name = ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
-    let tls = connector
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("handshake: {e}"))?;
-    tls.get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|chain| chain.first())
-        .map(|cert| cert.to_vec())
-        .ok_or_else(|| "no certificate presented".to_string())
+    served_leaf(
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        "127.0.0.1",
+        ca_pem,
+    )
+    .await
 }
 
 /// The certificate (DER) the TLS server at `address` presents to a client that trusts only

@@ -119,7 +119,10 @@ impl ScrapeWatch {
         let (stopped, record) = (stop.clone(), seen.clone());
         let selector = selector.to_string();
         let task = tokio::spawn(async move {
+            // The poll's period, shorter than a scrape interval: every scrape is seen.
+            let mut period = tokio::time::interval(every);
             while !stopped.load(Ordering::Relaxed) {
+                period.tick().await;
                 for pod in pods::list(&pods_api, &selector).await {
                     let scraped = scraped(&pod).await;
                     let mut seen = record.lock().unwrap_or_else(|e| e.into_inner());
@@ -127,8 +130,6 @@ impl ScrapeWatch {
                         seen.entry((shard_of(&pod), target)).or_default().insert(at);
                     }
                 }
-                // The poll's period, shorter than a scrape interval: every scrape is seen.
-                tokio::time::sleep(every).await;
             }
         });
         ScrapeWatch { stop, seen, task }

@@ -67,7 +67,6 @@ async fn upgrade_from_the_previous_release_through_install_yaml_under_load() {
     let cluster = Cluster::get();
     let real = RealNodes::of(&cluster);
     let ns = TestNamespace::create(&cluster, "upgrade").await;
-    let client = ns.client.clone();
     let dir = std::env::temp_dir().join(format!("e2e-upgrade-{}", ns.suffix()));
     std::fs::create_dir_all(&dir).unwrap();
     let previous = previous_release(&cluster);
@@ -94,7 +93,6 @@ async fn upgrade_from_the_previous_release_through_install_yaml_under_load() {
     users.assert_not_edited().await;
     installed.remove();
     let _ = std::fs::remove_dir_all(&dir);
-    drop(client);
 }
 
 /// Puts the tree's CRDs back when the test ends, however it ends: the other suites run on them.
