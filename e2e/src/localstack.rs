@@ -76,6 +76,23 @@ pub async fn put_breaching_alarm(cloudwatch: &aws_sdk_cloudwatch::Client, name: 
         .expect("PutMetricAlarm");
 }
 
+/// Puts the alarm `name` in ALARM for as long as the test needs: it is replaced by a
+/// [`put_breaching_alarm`] first, so LocalStack's own evaluation (once a minute) keeps it in
+/// ALARM. A plain alarm set to ALARM turns INSUFFICIENT_DATA at that evaluation, and a rollout
+/// proceeds on that: a test slower than a minute would then watch a hold that ended.
+pub async fn fire_alarm(cloudwatch: &aws_sdk_cloudwatch::Client, name: &str) {
+    put_breaching_alarm(cloudwatch, name).await;
+    set_alarm(cloudwatch, name, StateValue::Alarm).await;
+}
+
+/// Puts the alarm `name` in OK for as long as the test needs: it is replaced by a plain
+/// [`put_alarm`] first, which LocalStack's evaluation can only turn INSUFFICIENT_DATA (a rollout
+/// proceeds on both), never back to ALARM as it would a breaching one.
+pub async fn clear_alarm(cloudwatch: &aws_sdk_cloudwatch::Client, name: &str) {
+    put_alarm(cloudwatch, name).await;
+    set_alarm(cloudwatch, name, StateValue::Ok).await;
+}
+
 /// Deletes the alarm `name` from `Drop` (which cannot be async): on a thread of its own with
 /// its own runtime and client. Errors are ignored, as in any clean-up.
 pub fn delete_alarm_blocking(endpoint: &str, name: &str) {

@@ -7,9 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use aws_sdk_cloudwatch::types::StateValue;
 use e2e::disruption::Monitor;
-use e2e::localstack::{LocalStack, aws_env, free_port, put_alarm, set_alarm};
+use e2e::localstack::{LocalStack, aws_env, clear_alarm, fire_alarm, free_port};
 use e2e::pods::at_revision;
 use e2e::process::{ControllerProcess, metric_sum, namespace_args};
 use e2e::quota::PodQuota;
@@ -554,8 +553,7 @@ async fn zau_metric_alarm_pauses_and_resumes() {
     let fixture = Fixture::new("zau-alarm", 6).await;
     let cloudwatch = fixture.cluster.cloudwatch().await;
     let alarm = alarm_name(&fixture);
-    put_alarm(&cloudwatch, &alarm).await;
-    set_alarm(&cloudwatch, &alarm, StateValue::Ok).await;
+    clear_alarm(&cloudwatch, &alarm).await;
     fixture
         .create_zau(json!({"statefulset": SET, "maxUnavailable": 1, "exponentialFactor": "2", "pauseRolloutAlarm": alarm}))
         .await;
@@ -566,7 +564,7 @@ async fn zau_metric_alarm_pauses_and_resumes() {
         if n >= 1 { Ok(()) } else { Err(format!("{n}")) }
     })
     .await;
-    set_alarm(&cloudwatch, &alarm, StateValue::Alarm).await;
+    fire_alarm(&cloudwatch, &alarm).await;
     let paused = fixture
         .wait_status("pausedRollout", Duration::from_secs(60), |s| {
             s.paused_rollout
@@ -589,7 +587,7 @@ async fn zau_metric_alarm_pauses_and_resumes() {
     assert!(fixture.status().await.paused_rollout);
     assert!(fixture.status().await.total_old_replicas > 0);
 
-    set_alarm(&cloudwatch, &alarm, StateValue::Ok).await;
+    clear_alarm(&cloudwatch, &alarm).await;
     let status = fixture.wait_complete(&revision).await;
     assert!(!status.paused_rollout);
     fixture.wait_event("RolloutResumed").await;
@@ -638,8 +636,7 @@ async fn zau_missing_alarm_pauses_and_ignore_alarm_does_not() {
 
     // The alarm now exists and fires, but the ZAU ignores it.
     let cloudwatch = fixture.cluster.cloudwatch().await;
-    put_alarm(&cloudwatch, &alarm).await;
-    set_alarm(&cloudwatch, &alarm, StateValue::Alarm).await;
+    fire_alarm(&cloudwatch, &alarm).await;
     fixture
         .zaus
         .patch(
@@ -663,8 +660,7 @@ async fn zau_cloudwatch_down_pauses_with_alarm_unavailable() {
     let mut localstack = LocalStack::start(&fixture.cluster).await;
     let cloudwatch = e2e::cluster::cloudwatch_at(&localstack.endpoint()).await;
     let alarm = alarm_name(&fixture);
-    put_alarm(&cloudwatch, &alarm).await;
-    set_alarm(&cloudwatch, &alarm, StateValue::Ok).await;
+    clear_alarm(&cloudwatch, &alarm).await;
     fixture
         .create_zau(json!({"statefulset": SET, "maxUnavailable": 1, "pauseRolloutAlarm": alarm}))
         .await;
@@ -692,8 +688,7 @@ async fn zau_cloudwatch_down_pauses_with_alarm_unavailable() {
     localstack.restart().await;
     // LocalStack keeps no state across restarts: recreate the alarm.
     let cloudwatch = e2e::cluster::cloudwatch_at(&localstack.endpoint()).await;
-    put_alarm(&cloudwatch, &alarm).await;
-    set_alarm(&cloudwatch, &alarm, StateValue::Ok).await;
+    clear_alarm(&cloudwatch, &alarm).await;
     let status = fixture.wait_complete(&revision).await;
     assert!(!status.paused_rollout);
 }

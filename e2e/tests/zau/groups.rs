@@ -215,8 +215,7 @@ async fn zau_group_rolls_zone_by_zone_held_by_the_alarm_and_the_alert_gate() {
     let zones = fixture.zones().await;
     let cloudwatch = fixture.cluster.cloudwatch().await;
     let alarm = alarm_name(fixture);
-    put_alarm(&cloudwatch, &alarm).await;
-    set_alarm(&cloudwatch, &alarm, StateValue::Alarm).await;
+    fire_alarm(&cloudwatch, &alarm).await;
     let gate = Gate::firing().await;
     group
         .create_zau(json!({"maxUnavailable": 4, "exponentialFactor": "2", "pauseRolloutAlarm": alarm, "alertGate": gate.spec()}))
@@ -232,7 +231,7 @@ async fn zau_group_rolls_zone_by_zone_held_by_the_alarm_and_the_alert_gate() {
     let revisions = group.set_image(2).await;
 
     held_by(fixture, "Alarm,Alert", &revisions).await;
-    set_alarm(&cloudwatch, &alarm, StateValue::Ok).await;
+    clear_alarm(&cloudwatch, &alarm).await;
     held_by(fixture, "Alert", &revisions).await;
     let plan = planned(fixture, ZAU);
     assert_eq!(plan["heldBy"][0]["source"], "Alert", "{plan}");
