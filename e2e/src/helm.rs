@@ -78,18 +78,45 @@ impl<'a> Release<'a> {
     /// stderr.
     pub fn helm(&self, args: &[&str]) -> String {
         let mut command = Command::new(binary());
-        command
+        self.isolate(&mut command)
             .env("PATH", identity::path_with_cluster_tools(self.cluster))
-            // No state of the user's helm (repositories, plugins, cache) is read or written.
-            .env("HELM_CONFIG_HOME", self.dir.join("config"))
-            .env("HELM_CACHE_HOME", self.dir.join("cache"))
-            .env("HELM_DATA_HOME", self.dir.join("data"))
             .arg("--kubeconfig")
             .arg(&self.cluster.kubeconfig)
             .arg("--namespace")
             .arg(&self.namespace)
             .args(args);
         identity::run(command, None)
+    }
+
+    /// Runs `script` with bash (`-euo pipefail`) as a user would: `helm` and `kubectl` on the
+    /// PATH, the cluster's kubeconfig in KUBECONFIG; stdout, or a panic with stderr. From then on
+    /// the release counts as installed (uninstalled on drop).
+    pub fn run_script(&mut self, script: &str) -> String {
+        self.installed = true;
+        let helm_dir = binary()
+            .parent()
+            .map(|dir| dir.display().to_string())
+            .unwrap_or_default();
+        let mut command = Command::new("bash");
+        self.isolate(&mut command)
+            .env(
+                "PATH",
+                format!(
+                    "{helm_dir}:{}",
+                    identity::path_with_cluster_tools(self.cluster)
+                ),
+            )
+            .env("KUBECONFIG", &self.cluster.kubeconfig)
+            .args(["-euo", "pipefail", "-c", script]);
+        identity::run(command, None)
+    }
+
+    /// No state of the user's helm (repositories, plugins, cache) is read or written.
+    fn isolate<'c>(&self, command: &'c mut Command) -> &'c mut Command {
+        command
+            .env("HELM_CONFIG_HOME", self.dir.join("config"))
+            .env("HELM_CACHE_HOME", self.dir.join("cache"))
+            .env("HELM_DATA_HOME", self.dir.join("data"))
     }
 
     /// Writes `values` (JSON is YAML) into the release's directory and returns its path.

@@ -1,7 +1,9 @@
 //! An upgrade from the previous release (e2e/cluster/versions.sh's PREVIOUS_RELEASE, built from
-//! its tag by previous-release.sh) to the tree, in the middle of the users' work, the way
-//! docs/versioning.md tells users to upgrade: the CRDs first, then `kubectl apply --server-side
-//! -f install.yaml`.
+//! its tag by previous-release.sh) to the tree, in the middle of the users' work, both ways a user
+//! upgrades: as docs/versioning.md says (the CRDs first, then `kubectl apply --server-side -f
+//! install.yaml`), and by docs/helm.md's move of the installation to the chart (the CRDs, the
+//! installed objects handed to the release, `helm upgrade --install`: that block of the doc runs
+//! as written).
 //!
 //! Installed as that release was (its `make deploy`), with its controllers on the real nodes:
 //! - a ZoneAwareUpdate rolling the StatefulSet `web` (kwok), held by its alert gate: an incident
@@ -20,7 +22,8 @@
 //!
 //! Isolation: like the install suite, cluster-wide (the releases' webhooks select every
 //! namespace; the CRDs are the previous release's until the upgrade), so it runs alone
-//! (E2E_EXCLUSIVE) and removes what it installed, also when it fails.
+//! (E2E_EXCLUSIVE), its two tests one after the other, and removes what it installed, also when
+//! it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,8 +31,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use e2e::deploy::repo_root;
+use e2e::deploy::{Identity, dynamic_api, identities, repo_root};
 use e2e::disruption::{EvictionLoad, Monitor};
+use e2e::helm::{self, Release};
 use e2e::identity::{self, yaml_to_json};
 use e2e::installed::{
     APPLY, Installed, controllers_placed_on_the_real_nodes, wait_for_fail_policy,
@@ -42,14 +46,17 @@ use e2e::workload::{set_image, spread_statefulset, to_statefulset, zone_aware_up
 use e2e::{Cluster, TestNamespace, audit, fixture, pods, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::jiff::SignedDuration;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use zone_api::zau::{condition, pause_source};
 use zone_api::{ShardedPrometheus, ZoneAwareUpdate, ZoneDisruptionBudget};
 
 const NAMESPACE: &str = "zone-aware-system";
+/// The release docs/helm.md moves an installation into.
+const RELEASE: &str = "zone-aware-controllers";
 const WEB: &str = "web";
 const WEB_REPLICAS: usize = 9;
 const LOAD: &str = "load";
@@ -61,38 +68,254 @@ const TIMEOUT: Duration = Duration::from_secs(300);
 /// How often the shards' targets are read: shorter than a scrape interval.
 const POLL: Duration = Duration::from_millis(500);
 
-#[tokio::test]
+/// The two tests install cluster-wide: one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
 async fn upgrade_from_the_previous_release_through_install_yaml_under_load() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let cluster = Cluster::get();
     let real = RealNodes::of(&cluster);
     let ns = TestNamespace::create(&cluster, "upgrade").await;
-    let dir = std::env::temp_dir().join(format!("e2e-upgrade-{}", ns.suffix()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir(&ns);
     let previous = previous_release(&cluster);
     let install_yaml = render_install_yaml(&cluster, &real, &dir);
     let mut installed = Installed::new(
         &cluster,
         vec![install_yaml.clone(), previous.join("manifests.yaml")],
     );
-    let webhooks: BTreeSet<String> = webhook_names(&yaml_to_json(
-        &(std::fs::read_to_string(previous.join("manifests.yaml")).unwrap()
-            + "\n---\n"
-            + &std::fs::read_to_string(&install_yaml).unwrap()),
-    ));
+    let mut upgrade = Upgrade::InstallYaml(install_yaml);
 
     let _tree_crds = TreeCrds(&cluster);
     install_previous(&cluster, &real, &previous).await;
     let users = Users::create(&ns, &real).await;
     let held = users.hold_the_rollout_mid_way().await;
 
-    let measured = upgrade_under_load(&cluster, &real, &users, &install_yaml, &webhooks).await;
+    let measured = upgrade_under_load(&cluster, &real, &users, &previous, &mut upgrade).await;
     measured.assert_nothing_was_lost();
 
     users.rollout_resumes_where_it_was(&held).await;
     users.assert_not_edited().await;
     installed.remove();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The same upgrade, by docs/helm.md's move of the installation to the chart; and every object
+/// the previous release installed (but its Namespace, which the chart does not render) is now
+/// the release's, the same object (its UID).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
+async fn upgrade_from_the_previous_release_to_the_chart_under_load() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cluster = Cluster::get();
+    let real = RealNodes::of(&cluster);
+    let ns = TestNamespace::create(&cluster, "upgrade-helm").await;
+    let dir = scratch_dir(&ns);
+    let previous = previous_release(&cluster);
+    let mut installed = Installed::new(&cluster, vec![previous.join("manifests.yaml")]);
+    let release = Release::new(&cluster, RELEASE, NAMESPACE);
+    let chart = helm::chart(&release.dir);
+    let values = release.values_file("values.yaml", &chart_values(&real));
+    let mut upgrade = Upgrade::Helm {
+        release,
+        chart,
+        values,
+    };
+
+    let _tree_crds = TreeCrds(&cluster);
+    install_previous(&cluster, &real, &previous).await;
+    let before = uids(&cluster, &previous_objects(&previous)).await;
+    let users = Users::create(&ns, &real).await;
+    let held = users.hold_the_rollout_mid_way().await;
+    remove_harness_only_roles(&cluster, &previous).await;
+
+    let measured = upgrade_under_load(&cluster, &real, &users, &previous, &mut upgrade).await;
+    measured.assert_nothing_was_lost();
+    let Upgrade::Helm { mut release, .. } = upgrade else {
+        unreachable!("a Helm upgrade")
+    };
+    assert_adopted_in_place(&cluster, &release, &before).await;
+
+    users.rollout_resumes_where_it_was(&held).await;
+    users.assert_not_edited().await;
+    eprintln!("{}", release.uninstall());
+    installed.remove();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn scratch_dir(ns: &TestNamespace) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("e2e-upgrade-{}", ns.suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// How the test upgrades.
+enum Upgrade<'a> {
+    /// docs/versioning.md: the CRDs, then this install.yaml, each applied as the docs say.
+    InstallYaml(PathBuf),
+    /// docs/helm.md's block, as written but for the chart and the values file.
+    Helm {
+        release: Release<'a>,
+        chart: PathBuf,
+        values: String,
+    },
+}
+
+impl Upgrade<'_> {
+    /// The objects the tree installs this way.
+    fn objects(&self) -> Vec<serde_json::Value> {
+        match self {
+            Upgrade::InstallYaml(file) => yaml_to_json(&std::fs::read_to_string(file).unwrap()),
+            Upgrade::Helm {
+                release,
+                chart,
+                values,
+            } => yaml_to_json(&release.helm(&[
+                "template",
+                RELEASE,
+                &chart.display().to_string(),
+                "--values",
+                values,
+            ])),
+        }
+    }
+
+    fn run(&mut self, cluster: &Cluster) {
+        match self {
+            Upgrade::InstallYaml(install_yaml) => {
+                for step in upgrade_steps(install_yaml) {
+                    let mut command = identity::kubectl(cluster);
+                    command.args(&step);
+                    eprintln!(
+                        "kubectl {}\n{}",
+                        step.join(" "),
+                        identity::run(command, None).trim()
+                    );
+                }
+            }
+            Upgrade::Helm {
+                release,
+                chart,
+                values,
+            } => {
+                let script = documented_move_to_the_chart()
+                    .replace(
+                        "zone-aware-controllers-X.Y.Z.tgz",
+                        &chart.display().to_string(),
+                    )
+                    .replace("my-values.yaml", values);
+                eprintln!("{script}\n{}", release.run_script(&script).trim());
+            }
+        }
+    }
+}
+
+/// The shell block of docs/helm.md that moves an installation to the chart.
+fn documented_move_to_the_chart() -> String {
+    let doc = std::fs::read_to_string(repo_root().join("docs/helm.md")).unwrap();
+    let marker = "<!-- upgrade-e2e:";
+    let after = &doc[doc.find(marker).expect("docs/helm.md marks the block")..];
+    let block = &after[after.find("```sh\n").expect("a sh block after the marker") + 6..];
+    block[..block.find("```").expect("the block ends")].to_string()
+}
+
+/// The chart's values for the local image on the real nodes (as the helm suite's).
+fn chart_values(real: &RealNodes) -> serde_json::Value {
+    let (repository, tag) = e2e::installed::split_image(real.project_image());
+    json!({
+        "image": {"repository": repository, "tag": tag, "digest": "", "pullPolicy": "Never"},
+        "nodeSelector": {"type": "real"},
+        "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
+    })
+}
+
+/// The previous release's objects the chart takes over: all but the Namespace.
+fn previous_objects(previous: &Path) -> Vec<Identity> {
+    let manifests = std::fs::read_to_string(previous.join("manifests.yaml")).unwrap();
+    identities(&yaml_to_json(&manifests))
+        .into_iter()
+        .filter(|(_, kind, _, _)| kind != "Namespace")
+        .collect()
+}
+
+/// The test harness applies the tree's config/prometheus ClusterRoles for the shards; those the
+/// previous release did not install are the harness's alone, and a cluster of that release has
+/// none: Helm would refuse to take over such an object it was not handed (docs/helm.md).
+async fn remove_harness_only_roles(cluster: &Cluster, previous: &Path) {
+    let installed = previous_objects(previous);
+    let roles: Api<ClusterRole> = Api::all(cluster.client().await);
+    for role in e2e::prometheus::HARNESS_CLUSTER_ROLES {
+        if !installed
+            .iter()
+            .any(|(_, kind, _, name)| kind == "ClusterRole" && name == role)
+        {
+            let _ = roles.delete(role, &DeleteParams::default()).await;
+        }
+    }
+}
+
+/// The UID of each object.
+async fn uids(cluster: &Cluster, objects: &[Identity]) -> BTreeMap<Identity, String> {
+    let client = cluster.client().await;
+    let mut uids = BTreeMap::new();
+    for id in objects {
+        let uid = live(&client, id)
+            .await
+            .unwrap_or_else(|e| panic!("{id:?} installed: {e}"))
+            .metadata
+            .uid
+            .expect("a stored object has a UID");
+        uids.insert(id.clone(), uid);
+    }
+    uids
+}
+
+/// The object as stored.
+async fn live(client: &kube::Client, id: &Identity) -> Result<DynamicObject, kube::Error> {
+    let (api_version, kind, namespace, name) = id;
+    dynamic_api(client, api_version, kind, namespace.as_deref())
+        .await
+        .get(name)
+        .await
+}
+
+/// Every object of `before` is in the release's manifest, still the same object (UID), and
+/// Helm's own (its ownership label and annotations).
+async fn assert_adopted_in_place(
+    cluster: &Cluster,
+    release: &Release<'_>,
+    before: &BTreeMap<Identity, String>,
+) {
+    let manifest: BTreeSet<Identity> = identities(&release.manifest()).into_iter().collect();
+    let client = cluster.client().await;
+    for (id, uid) in before {
+        assert!(manifest.contains(id), "{id:?} is not the release's");
+        let live = live(&client, id)
+            .await
+            .unwrap_or_else(|e| panic!("{id:?} after the move: {e}"));
+        assert_eq!(live.metadata.uid.as_ref(), Some(uid), "{id:?} was replaced");
+        let annotations = live.metadata.annotations.unwrap_or_default();
+        assert_eq!(
+            annotations
+                .get("meta.helm.sh/release-name")
+                .map(String::as_str),
+            Some(RELEASE),
+            "{id:?}"
+        );
+        let labels = live.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels
+                .get("app.kubernetes.io/managed-by")
+                .map(String::as_str),
+            Some("Helm"),
+            "{id:?}"
+        );
+    }
+    eprintln!(
+        "{} objects of the previous release adopted in place by the release",
+        before.len()
+    );
 }
 
 /// Puts the tree's CRDs back when the test ends, however it ends: the other suites run on them.
@@ -143,8 +366,9 @@ async fn install_previous(cluster: &Cluster, real: &RealNodes, previous: &Path) 
     controllers_placed_on_the_real_nodes(cluster, real, NAMESPACE);
     let home: Api<Pod> = Api::namespaced(cluster.client().await, NAMESPACE);
     controllers_run(&home, &previous_image(previous)).await;
-    let webhook =
-        webhook_configuration(&std::fs::read_to_string(previous.join("manifests.yaml")).unwrap());
+    let webhook = webhook_configuration(&yaml_to_json(
+        &std::fs::read_to_string(previous.join("manifests.yaml")).unwrap(),
+    ));
     wait_for_fail_policy(&home.clone().into_client(), &webhook).await;
     eprintln!(
         "the previous release installed and serving after {:?}",
@@ -152,8 +376,8 @@ async fn install_previous(cluster: &Cluster, real: &RealNodes, previous: &Path) 
     );
 }
 
-fn webhook_configuration(manifests: &str) -> String {
-    yaml_to_json(manifests)
+fn webhook_configuration(objects: &[serde_json::Value]) -> String {
+    objects
         .iter()
         .find(|o| o["kind"] == "ValidatingWebhookConfiguration")
         .and_then(|o| o["metadata"]["name"].as_str().map(str::to_string))
@@ -580,32 +804,34 @@ struct Measured {
     targets_after: BTreeSet<e2e::upgrade::ShardTarget>,
 }
 
-/// The upgrade as docs/versioning.md says (the CRDs, then install.yaml), while the load runs;
-/// measured until the tree's controllers serve and the load has gone on for a while after.
+/// The upgrade, while the load runs; measured until the tree's controllers serve and the load has
+/// gone on for a while after.
 async fn upgrade_under_load(
     cluster: &Cluster,
     real: &RealNodes,
     users: &Users<'_>,
-    install_yaml: &Path,
-    webhooks: &BTreeSet<String>,
+    previous: &Path,
+    upgrade: &mut Upgrade<'_>,
 ) -> Measured {
     let client = cluster.client().await;
+    let tree = upgrade.objects();
+    let previous_objects =
+        yaml_to_json(&std::fs::read_to_string(previous.join("manifests.yaml")).unwrap());
+    let webhooks: BTreeSet<String> = webhook_names(&previous_objects)
+        .union(&webhook_names(&tree))
+        .cloned()
+        .collect();
     let monitor = Monitor::start(users.pods.clone(), &format!("app={LOAD}"), LOAD_REPLICAS).await;
     let scrapes = ScrapeWatch::start(users.pods.clone(), &shard_selector(None), POLL);
-    let calls_before = webhook_calls(&client, webhooks).await;
+    let calls_before = webhook_calls(&client, &webhooks).await;
     let load = EvictionLoad::start(users.pods.clone(), &format!("app={LOAD}"), POLL);
     let targets_before = current_targets(&scrapes, 2).await;
 
     let started = Instant::now();
-    for step in upgrade_steps(install_yaml) {
-        let mut command = identity::kubectl(cluster);
-        command.args(&step);
-        eprintln!(
-            "kubectl {}\n{}",
-            step.join(" "),
-            identity::run(command, None).trim()
-        );
-    }
+    eprintln!("upgrading at {}", k8s_openapi::jiff::Timestamp::now());
+    // The steps block (`helm upgrade --wait` for a while): the load and the watch go on on the
+    // runtime's other worker.
+    tokio::task::block_in_place(|| upgrade.run(cluster));
     let home: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     controllers_run(&home, real.project_image()).await;
     let new_shard_controller: BTreeSet<String> =
@@ -614,8 +840,7 @@ async fn upgrade_under_load(
             .iter()
             .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
             .collect();
-    let webhook = webhook_configuration(&std::fs::read_to_string(install_yaml).unwrap());
-    wait_for_fail_policy(&client, &webhook).await;
+    wait_for_fail_policy(&client, &webhook_configuration(&tree)).await;
     // The new shard-controller (its pods' addresses in the audit log) has applied every shard's
     // StatefulSet, and the shards have settled on what it applied: the window covers any
     // restart it caused.
@@ -633,7 +858,7 @@ async fn upgrade_under_load(
         load,
         worst: monitor.worst(),
         webhook_calls: {
-            let after = webhook_calls(&client, webhooks).await;
+            let after = webhook_calls(&client, &webhooks).await;
             (after.0 - calls_before.0, after.1 - calls_before.1)
         },
         scrapes,
@@ -660,9 +885,11 @@ async fn current_targets(watch: &ScrapeWatch, fresh: usize) -> BTreeSet<e2e::upg
     let before = watch.seen();
     wait_for("fresh scrapes of every target", TIMEOUT, || async {
         let seen = watch.seen();
-        let fresh_enough = before.iter().all(|(target, times)| {
-            seen.get(target).map_or(0, |now| now.len()) >= times.len() + fresh
-        });
+        // Every target seen so far (a watch just started has seen none: it waits for some).
+        let fresh_enough = !seen.is_empty()
+            && seen.iter().all(|(target, times)| {
+                times.len() >= before.get(target).map_or(0, BTreeSet::len) + fresh
+            });
         if fresh_enough {
             Ok(())
         } else {
@@ -719,7 +946,8 @@ impl Measured {
         let (gap, target) = longest_gap(&self.scrapes).expect("scrapes seen");
         assert!(
             gap <= SignedDuration::try_from(2 * SCRAPE_INTERVAL).unwrap(),
-            "{target:?} was not scraped for {gap:?}"
+            "{target:?} was not scraped for {gap:?}; its scrapes seen: {:?}",
+            self.scrapes.get(&target)
         );
     }
 }
