@@ -285,7 +285,7 @@ else
 	# The image is built while the suites that do not run it go ahead (run_suites.py).
 	$(LINTED) CARGO='$(CARGO)' python3 e2e/run_suites.py --lanes $(E2E_LANES) --threads $(E2E_THREADS) \
 		--image-cmd "$(E2E_IMAGE_CMD)" $(addprefix --image-suite ,$(E2E_IMAGE_SUITES)) \
-		--thanos-cmd "$(E2E_THANOS_CMD)" $(addprefix --thanos-suite ,$(E2E_THANOS_SUITES)) \
+		--prereq "Thanos=$(E2E_THANOS_CMD)" $(addprefix --prereq-suite Thanos=,$(E2E_THANOS_SUITES)) \
 		--prereq "cert-manager=$(E2E_CERT_MANAGER_CMD)" --prereq-suite cert-manager=cert_manager \
 		--prereq "the previous release=$(E2E_PREVIOUS_CMD)" --prereq-suite "the previous release=upgrade" \
 		$(addprefix --exclusive ,$(E2E_EXCLUSIVE)) $(if $(E2E_FILTER),--filter '$(E2E_FILTER)') $(addprefix --skip ,$(E2E_SKIP))

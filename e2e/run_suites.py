@@ -12,11 +12,10 @@ With --image-cmd, the project's image is built and imported by that command in t
 at the lowest CPU priority, while the suites that do not run it go ahead: it fills the cores
 those leave idle. The suites that run the image (--image-suite, and every exclusive one) start
 once it is in the nodes; a suite started before that gets E2E_PROJECT_IMAGE_PENDING=1, and the
-harness fails it if it asks for the image (e2e::real), naming the list to add it to. --thanos-cmd
-is the same for Thanos (its binary, built from its Go module on a cold machine, and its image in
-the nodes) and the suites of --thanos-suite. --prereq NAME=CMD and --prereq-suite NAME=SUITE
-are the same for any other build some suites need (cert-manager's, the previous release's): CMD
-runs in the background from the start, and SUITE starts once it is done.
+harness fails it if it asks for the image (e2e::real), naming the list to add it to.
+--prereq NAME=CMD and --prereq-suite NAME=SUITE are the same for any other build some suites
+need (Thanos's binary and image, cert-manager's, the previous release's, each built from source
+on a cold machine): CMD runs in the background from the start, and SUITE starts once it is done.
 
 Every binary's output is printed whole when it ends, with cargo's `Running` line before it, so
 logs read as cargo's and `test result:` lines can be summed. Exit status 1 when any binary failed
@@ -24,7 +23,6 @@ logs read as cargo's and `test result:` lines can be summed. Exit status 1 when 
 
     run_suites.py [--lanes N] [--threads N] [--filter SUBSTRING] [--skip SUBSTRING]...
                   [--exclusive SUITE]... [--image-cmd CMD [--image-suite SUITE]...]
-                  [--thanos-cmd CMD [--thanos-suite SUITE]...]
                   [--prereq NAME=CMD]... [--prereq-suite NAME=SUITE]...
 """
 
@@ -170,7 +168,7 @@ class Runner:
                 self.failed.append(t["label"])
 
     def needs(self, t: dict) -> list[Prereq]:
-        """What t waits for: the project's image, Thanos, another build, or nothing. A suite is
+        """What t waits for: the project's image, another build (--prereq), or nothing. A suite is
         named by its test target, a crate's own unit tests by the crate's library (e.g. `e2e`)."""
         if t["kind"] not in ("test", "lib"):
             return []
@@ -243,8 +241,6 @@ def main() -> int:
     p.add_argument("--exclusive", action="append", default=[])
     p.add_argument("--image-cmd", default=None)
     p.add_argument("--image-suite", action="append", default=[])
-    p.add_argument("--thanos-cmd", default=None)
-    p.add_argument("--thanos-suite", action="append", default=[])
     p.add_argument("--prereq", action="append", default=[], help="NAME=CMD")
     p.add_argument("--prereq-suite", action="append", default=[], help="NAME=SUITE")
     args = p.parse_args()
@@ -265,8 +261,7 @@ def main() -> int:
 
     tests = build(cargo)
     lock = threading.Lock()
-    prereqs = [(Prereq("the project's image", args.image_cmd, lock), args.image_suite),
-               (Prereq("Thanos", args.thanos_cmd, lock), args.thanos_suite)]
+    prereqs = [(Prereq("the project's image", args.image_cmd, lock), args.image_suite)]
     for spec in args.prereq:
         name, _, cmd = spec.partition("=")
         suites = [s.partition("=")[2] for s in args.prereq_suite if s.partition("=")[0] == name]
