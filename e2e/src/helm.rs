@@ -177,6 +177,22 @@ impl Drop for Release<'_> {
     }
 }
 
+/// The chart's values for the project's local image on the real nodes, with `more` over them:
+/// the image `make image` imported into the nodes (a released chart pins its image by digest: the
+/// digest must go for the local image), the real nodes' `nodeSelector` and toleration.
+pub fn on_real_nodes(real: &crate::real::RealNodes, more: Value) -> Value {
+    let (repository, tag) = crate::installed::split_image(real.project_image());
+    let mut values = serde_json::json!({
+        "image": {"repository": repository, "tag": tag, "digest": "", "pullPolicy": "Never"},
+        "nodeSelector": {"type": "real"},
+        "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
+    });
+    if let (Some(values), Value::Object(more)) = (values.as_object_mut(), more) {
+        values.extend(more);
+    }
+    values
+}
+
 /// A namespace for a release (`prefix` and the run's suffix), labelled as docs/helm.md says: out
 /// of the eviction webhook (its own replicas stay evictable while it is down) and Pod Security
 /// restricted.

@@ -1,6 +1,7 @@
 //! What an upgrade is measured by: the previous release (e2e/cluster/previous-release.sh), the
-//! shards' scrapes seen live while their pods are replaced ([`ScrapeWatch`]) and the API
-//! server's counts of admission calls to the webhook ([`webhook_calls`]).
+//! shards' scrapes seen live while their pods are replaced ([`ScrapeWatch`]) and the names of the
+//! webhooks whose calls the API server counts ([`webhook_names`], for
+//! [`crate::webhook::Counters`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::Value;
 
 use crate::deploy::repo_root;
@@ -20,8 +21,15 @@ use crate::process::http_get_from;
 use crate::{Cluster, identity, pods};
 
 /// The previous release's artifacts (previous-release.sh's cache directory), built if missing,
-/// its image imported into every real node.
+/// its image imported into every real node: once per test process, whichever test asks first.
 pub fn previous_release(cluster: &Cluster) -> PathBuf {
+    static PREPARED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PREPARED
+        .get_or_init(|| prepare_previous_release(cluster))
+        .clone()
+}
+
+fn prepare_previous_release(cluster: &Cluster) -> PathBuf {
     let mut command = Command::new("bash");
     command
         .current_dir(repo_root())
@@ -51,39 +59,6 @@ pub fn previous_image(dir: &std::path::Path) -> String {
         })
         .next()
         .expect("the previous release's manifests run a Deployment")
-}
-
-/// The API server's counts of admission calls to `webhooks` (their names, as in a
-/// ValidatingWebhookConfiguration's `webhooks[].name`): (calls, calls that did not get the
-/// webhook's own answer). A call that failed is counted by
-/// `apiserver_admission_webhook_rejection_count` with an `error_type` other than `no_error`,
-/// a failure let through by `apiserver_admission_webhook_fail_open_count`.
-pub async fn webhook_calls(client: &Client, webhooks: &BTreeSet<String>) -> (f64, f64) {
-    let request = hyper::Request::get("/metrics")
-        .body(Vec::new())
-        .expect("a GET request");
-    let text = client
-        .request_text(request)
-        .await
-        .expect("the API server's /metrics");
-    let sum = |wanted: &dyn Fn(&str) -> bool| -> f64 {
-        text.lines()
-            .filter(|line| wanted(line))
-            .filter(|line| {
-                webhooks
-                    .iter()
-                    .any(|name| line.contains(&format!(r#"name="{name}""#)))
-            })
-            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
-    let calls = sum(&|line| line.starts_with("apiserver_admission_webhook_request_total{"));
-    let errors = sum(&|line| {
-        line.starts_with("apiserver_admission_webhook_fail_open_count{")
-            || (line.starts_with("apiserver_admission_webhook_rejection_count{")
-                && !line.contains(r#"error_type="no_error""#))
-    });
-    (calls, errors)
 }
 
 /// The names of the webhooks of the ValidatingWebhookConfigurations among `objects`.

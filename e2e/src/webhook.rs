@@ -16,6 +16,9 @@ use crate::process::{ControllerProcess, namespace_args};
 use crate::tls::TlsServer;
 use crate::{TestNamespace, wait_for};
 
+/// The eviction webhook's name in its configuration (`webhooks[].name`), as the shipped one's.
+pub const WEBHOOK_NAME: &str = "eviction.zdb.zonecontrol.k8s.aws";
+
 /// The Secret the self-signed webhook keeps its CA and certificate in.
 pub const TLS_SECRET: &str = "zdb-webhook-tls";
 
@@ -117,7 +120,7 @@ impl EvictionWebhook {
             "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": name},
             "webhooks": [{
-                "name": "eviction.zdb.zonecontrol.k8s.aws",
+                "name": WEBHOOK_NAME,
                 "rules": [{
                     "apiGroups": [""],
                     "apiVersions": ["v1"],
@@ -172,7 +175,7 @@ impl EvictionWebhook {
     pub async fn set_ca_bundle(&self, ns: &TestNamespace, pem: &str) {
         let configs: Api<ValidatingWebhookConfiguration> = Api::all(ns.client.clone());
         let patch = json!({"webhooks": [{
-            "name": "eviction.zdb.zonecontrol.k8s.aws",
+            "name": WEBHOOK_NAME,
             "clientConfig": {"caBundle": k8s_openapi::ByteString(pem.as_bytes().to_vec())},
         }]});
         configs
@@ -211,5 +214,60 @@ impl EvictionWebhook {
             }
         })
         .await;
+    }
+}
+
+/// The API server's own counters of the admission calls to some webhooks (by their names, as in
+/// a configuration's `webhooks[].name`), summed over their other labels; a counter not yet
+/// incremented is absent, so 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Counters {
+    /// Every call (`apiserver_admission_webhook_request_total`).
+    pub calls: f64,
+    /// Calls rejected because the webhook could not be called (connection, TLS, timeout) or did
+    /// not answer properly (`failurePolicy: Fail`): `apiserver_admission_webhook_rejection_count`
+    /// with an `error_type` other than `no_error`.
+    pub failed: f64,
+    /// Calls let through because calling the webhook failed (`failurePolicy: Ignore`).
+    pub fail_open: f64,
+}
+
+impl Counters {
+    /// The counters of `webhooks`, from the API server's `/metrics`.
+    pub async fn read(client: &kube::Client, webhooks: &[&str]) -> Counters {
+        let request = hyper::Request::get("/metrics")
+            .body(Vec::new())
+            .expect("a GET request");
+        let text = client
+            .request_text(request)
+            .await
+            .expect("the API server's /metrics");
+        let sum = |metric: &str, wanted: &dyn Fn(&str) -> bool| -> f64 {
+            text.lines()
+                .filter(|line| line.starts_with(&format!("{metric}{{")) && wanted(line))
+                .filter(|line| {
+                    webhooks
+                        .iter()
+                        .any(|name| line.contains(&format!(r#"name="{name}""#)))
+                })
+                .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        Counters {
+            calls: sum("apiserver_admission_webhook_request_total", &|_| true),
+            failed: sum("apiserver_admission_webhook_rejection_count", &|line| {
+                !line.contains(r#"error_type="no_error""#)
+            }),
+            fail_open: sum("apiserver_admission_webhook_fail_open_count", &|_| true),
+        }
+    }
+
+    /// What was counted from `before` to these.
+    pub fn since(&self, before: &Counters) -> Counters {
+        Counters {
+            calls: self.calls - before.calls,
+            failed: self.failed - before.failed,
+            fail_open: self.fail_open - before.fail_open,
+        }
     }
 }

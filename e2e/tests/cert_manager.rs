@@ -20,16 +20,16 @@ use std::time::{Duration, Instant};
 use e2e::cert_manager::{self, CertManager};
 use e2e::deploy::{apply_samples, dynamic_api, wait_for_sample_budget};
 use e2e::helm::{self, Release};
-use e2e::installed::{split_image, wait_binary_pods, wait_for_fail_policy};
+use e2e::installed::{wait_binary_pods, wait_for_fail_policy};
 use e2e::real::RealNodes;
-use e2e::{Cluster, TestNamespace, identity, nodes, pods, tls, wait_for};
+use e2e::webhook::{Counters, WEBHOOK_NAME};
+use e2e::{Cluster, TestNamespace, nodes, pods, tls, wait_for};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
 /// The webhook's name in the chart: the `name` label of the API server's webhook metrics.
-const WEBHOOK: &str = "eviction.zdb.zonecontrol.k8s.aws";
 /// The webhook's Certificate and Secret in the chart's certManager mode.
 const WEBHOOK_CERTIFICATE: &str = "zdb-webhook";
 const WEBHOOK_SECRET: &str = "zdb-webhook-cert";
@@ -91,8 +91,7 @@ async fn cert_manager_issues_and_renews_the_webhook_certificate_without_failed_c
             cert_manager.restart_ca_injector(cert_manager::REPLACING_CA_INJECTOR);
             webhook.wait_ca_bundle(&issued).await;
         }
-        let renewed =
-            renew_under_calls(&cluster, &webhook, &victim, &budgeted, &issued, injector).await;
+        let renewed = renew_under_calls(&webhook, &victim, &budgeted, &issued, injector).await;
         if renewed.ca != issued.ca {
             changed_ca.push(injector);
         }
@@ -126,25 +125,24 @@ async fn cert_manager_issues_and_renews_the_webhook_certificate_without_failed_c
 /// server's counters, and the API server counted at least the stream's calls. Returns what the
 /// renewal issued.
 async fn renew_under_calls(
-    cluster: &Cluster,
     webhook: &Served,
     victim: &TestNamespace,
     budgeted: &str,
     issued: &Issued,
     injector: &str,
 ) -> Issued {
-    let before = Counters::read(cluster);
+    let before = Counters::read(&victim.client, &[WEBHOOK_NAME]).await;
     let stream = AdmissionStream::start(victim.api(), budgeted.to_string());
     let (renewed, timeline) = webhook.renew(issued).await;
     let calls = stream.stop().await;
-    let after = Counters::read(cluster);
+    let counters = Counters::read(&victim.client, &[WEBHOOK_NAME])
+        .await
+        .since(&before);
     eprintln!("renewal with the CA injector {injector}: {timeline}; {calls}");
     eprintln!(
-        "the API server's counters of {WEBHOOK} during the renewal: {} calls, {} failed \
-         (calling_webhook_error), {} fail-open",
-        after.calls - before.calls,
-        after.calling_errors - before.calling_errors,
-        after.fail_open - before.fail_open
+        "the API server's counters of {WEBHOOK_NAME} during the renewal: {} calls, {} failed \
+         (not called or no proper answer), {} fail-open",
+        counters.calls, counters.failed, counters.fail_open
     );
     assert!(
         calls.total >= 50,
@@ -154,19 +152,18 @@ async fn renew_under_calls(
         calls.failed.is_empty(),
         "calls failed during the renewal: {calls}"
     );
-    let counted = after.calls - before.calls;
+    let counted = counters.calls;
     assert!(
         counted >= calls.total as f64,
-        "the API server counted {counted} calls of {WEBHOOK}, the stream made {}",
+        "the API server counted {counted} calls of {WEBHOOK_NAME}, the stream made {}",
         calls.total
     );
     // By the webhook's name: the calls of another installation's configuration (the same
     // webhook name) count too. Fail-open calls are only reported: such a configuration at
     // Ignore (as shipped, until a replica serves) counts them for its own replicas.
     assert_eq!(
-        after.calling_errors - before.calling_errors,
-        0.0,
-        "the API server counted calls of {WEBHOOK} that failed during the renewal"
+        counters.failed, 0.0,
+        "the API server counted calls of {WEBHOOK_NAME} that failed during the renewal"
     );
     renewed
 }
@@ -175,17 +172,16 @@ async fn renew_under_calls(
 /// webhook and the federator with cert-manager certificates from the chart's own issuer; the
 /// controllers this test does not need off.
 fn values(real: &RealNodes, watched: &str) -> Value {
-    let (repository, tag) = split_image(real.project_image());
-    json!({
-        "image": {"repository": repository, "tag": tag, "digest": "", "pullPolicy": "Never"},
-        "nodeSelector": {"type": "real"},
-        "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
-        "watchNamespace": watched,
-        "webhook": {"certificate": {"mode": "certManager"}},
-        "zauController": {"enabled": false},
-        "shardController": {"enabled": false},
-        "rulesFederator": {"discoverNamespace": watched, "tls": {"mode": "certManager"}},
-    })
+    helm::on_real_nodes(
+        real,
+        json!({
+            "watchNamespace": watched,
+            "webhook": {"certificate": {"mode": "certManager"}},
+            "zauController": {"enabled": false},
+            "shardController": {"enabled": false},
+            "rulesFederator": {"discoverNamespace": watched, "tls": {"mode": "certManager"}},
+        }),
+    )
 }
 
 /// What a certificate's Secret holds: the leaf (DER) and the CA certificates of `ca.crt` (DER).
@@ -457,39 +453,5 @@ impl AdmissionStream {
     async fn stop(self) -> Calls {
         self.stop.store(true, Ordering::Relaxed);
         self.task.await.unwrap()
-    }
-}
-
-/// The API server's counters of webhook WEBHOOK, summed over their other labels. A counter not
-/// yet incremented is absent: 0.
-struct Counters {
-    /// Calls rejected because calling the webhook failed (`failurePolicy: Fail`).
-    calling_errors: f64,
-    /// Calls let through because calling the webhook failed (`failurePolicy: Ignore`).
-    fail_open: f64,
-    calls: f64,
-}
-
-impl Counters {
-    fn read(cluster: &Cluster) -> Counters {
-        let mut command = identity::kubectl(cluster);
-        command.args(["get", "--raw", "/metrics"]);
-        let text = identity::run(command, None);
-        let named = format!("name=\"{WEBHOOK}\"");
-        let sum = |metric: &str, extra: &str| -> f64 {
-            text.lines()
-                .filter(|line| line.starts_with(&format!("{metric}{{")))
-                .filter(|line| line.contains(&named) && line.contains(extra))
-                .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-                .fold(0.0, |total, value| total + value)
-        };
-        Counters {
-            calling_errors: sum(
-                "apiserver_admission_webhook_rejection_count",
-                "error_type=\"calling_webhook_error\"",
-            ),
-            fail_open: sum("apiserver_admission_webhook_fail_open_count", ""),
-            calls: sum("apiserver_admission_webhook_request_total", ""),
-        }
     }
 }

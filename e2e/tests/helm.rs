@@ -16,7 +16,7 @@ use std::time::Instant;
 use e2e::deploy::{DeployedFederator, Identity, apply_samples, identities};
 use e2e::helm::{self, Release};
 use e2e::installed::{
-    assert_judged, assert_only_crds_and_samples_left, assert_webhook_judges, split_image, wait_all,
+    assert_judged, assert_only_crds_and_samples_left, assert_webhook_judges, wait_all,
     wait_binary_pods, wait_controllers_on_real_nodes, wait_for_fail_policy, wait_for_samples,
 };
 use e2e::real::RealNodes;
@@ -194,19 +194,17 @@ fn removed_by_the_upgrade(installed: &[Identity], upgraded: &[Identity]) -> Vec<
 
 /// The release's values: the project's image on the real nodes, limited to `watched`.
 fn values(real: &RealNodes, watched: &str) -> Value {
-    let (repository, tag) = split_image(real.project_image());
-    json!({
-        // A released chart pins its image by digest: the digest must go for the local image.
-        "image": {"repository": repository, "tag": tag, "digest": "", "pullPolicy": "Never"},
-        "nodeSelector": {"type": "real"},
-        "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
+    helm::on_real_nodes(
+        real,
+        json!({
         "watchNamespace": watched,
         "rulesFederator": {"discoverNamespace": watched},
         // A flag the chart already sets (--log-format json): the later one wins, where clap
         // refused the repeated flag and the pods crash-looped.
         "zdbController": {"extraArgs": ["--log-format", "plain"]},
         "commonLabels": {"zonecontrol.k8s.aws/e2e": "true"},
-    })
+        }),
+    )
 }
 
 /// The upgraded release: zdb-controller at one replica, no federator, the others at two; helm

@@ -39,10 +39,9 @@ use e2e::installed::{
     APPLY, Installed, controllers_placed_on_the_real_nodes, wait_for_fail_policy,
 };
 use e2e::real::RealNodes;
-use e2e::upgrade::{
-    ScrapeWatch, longest_gap, previous_image, previous_release, webhook_calls, webhook_names,
-};
-use e2e::workload::{set_image, spread_statefulset, to_statefulset, zone_aware_update};
+use e2e::upgrade::{ScrapeWatch, longest_gap, previous_image, previous_release, webhook_names};
+use e2e::webhook::Counters;
+use e2e::workload::{set_image, spread_statefulset, zone_aware_update};
 use e2e::{Cluster, TestNamespace, audit, fixture, pods, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
@@ -114,27 +113,25 @@ async fn upgrade_from_the_previous_release_to_the_chart_under_load() {
     let dir = scratch_dir(&ns);
     let previous = previous_release(&cluster);
     let mut installed = Installed::new(&cluster, vec![previous.join("manifests.yaml")]);
-    let release = Release::new(&cluster, RELEASE, NAMESPACE);
+    let mut release = Release::new(&cluster, RELEASE, NAMESPACE);
     let chart = helm::chart(&release.dir);
-    let values = release.values_file("values.yaml", &chart_values(&real));
-    let mut upgrade = Upgrade::Helm {
-        release,
-        chart,
-        values,
-    };
+    let values = release.values_file("values.yaml", &helm::on_real_nodes(&real, json!({})));
+    let adopted = previous_objects(&previous);
 
     let _tree_crds = TreeCrds(&cluster);
     install_previous(&cluster, &real, &previous).await;
-    let before = uids(&cluster, &previous_objects(&previous)).await;
+    let before = uids(&cluster, &adopted).await;
     let users = Users::create(&ns, &real).await;
     let held = users.hold_the_rollout_mid_way().await;
-    remove_harness_only_roles(&cluster, &previous).await;
+    remove_harness_only_roles(&cluster, &adopted).await;
 
+    let mut upgrade = Upgrade::Helm {
+        release: &mut release,
+        chart,
+        values,
+    };
     let measured = upgrade_under_load(&cluster, &real, &users, &previous, &mut upgrade).await;
     measured.assert_nothing_was_lost();
-    let Upgrade::Helm { mut release, .. } = upgrade else {
-        unreachable!("a Helm upgrade")
-    };
     assert_adopted_in_place(&cluster, &release, &before).await;
 
     users.rollout_resumes_where_it_was(&held).await;
@@ -151,18 +148,18 @@ fn scratch_dir(ns: &TestNamespace) -> PathBuf {
 }
 
 /// How the test upgrades.
-enum Upgrade<'a> {
+enum Upgrade<'r, 'c> {
     /// docs/versioning.md: the CRDs, then this install.yaml, each applied as the docs say.
     InstallYaml(PathBuf),
     /// docs/helm.md's block, as written but for the chart and the values file.
     Helm {
-        release: Release<'a>,
+        release: &'r mut Release<'c>,
         chart: PathBuf,
         values: String,
     },
 }
 
-impl Upgrade<'_> {
+impl Upgrade<'_, '_> {
     /// The objects the tree installs this way.
     fn objects(&self) -> Vec<serde_json::Value> {
         match self {
@@ -220,16 +217,6 @@ fn documented_move_to_the_chart() -> String {
     block[..block.find("```").expect("the block ends")].to_string()
 }
 
-/// The chart's values for the local image on the real nodes (as the helm suite's).
-fn chart_values(real: &RealNodes) -> serde_json::Value {
-    let (repository, tag) = e2e::installed::split_image(real.project_image());
-    json!({
-        "image": {"repository": repository, "tag": tag, "digest": "", "pullPolicy": "Never"},
-        "nodeSelector": {"type": "real"},
-        "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
-    })
-}
-
 /// The previous release's objects the chart takes over: all but the Namespace.
 fn previous_objects(previous: &Path) -> Vec<Identity> {
     let manifests = std::fs::read_to_string(previous.join("manifests.yaml")).unwrap();
@@ -242,8 +229,7 @@ fn previous_objects(previous: &Path) -> Vec<Identity> {
 /// The test harness applies the tree's config/prometheus ClusterRoles for the shards; those the
 /// previous release did not install are the harness's alone, and a cluster of that release has
 /// none: Helm would refuse to take over such an object it was not handed (docs/helm.md).
-async fn remove_harness_only_roles(cluster: &Cluster, previous: &Path) {
-    let installed = previous_objects(previous);
+async fn remove_harness_only_roles(cluster: &Cluster, installed: &[Identity]) {
     let roles: Api<ClusterRole> = Api::all(cluster.client().await);
     for role in e2e::prometheus::HARNESS_CLUSTER_ROLES {
         if !installed
@@ -447,9 +433,7 @@ impl<'a> Users<'a> {
         for (name, replicas) in [(WEB, WEB_REPLICAS), (LOAD, LOAD_REPLICAS)] {
             let mut set = spread_statefulset(name, replicas, "registry.example/app:v1");
             set["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
-            sets.create(&PostParams::default(), &to_statefulset(set))
-                .await
-                .unwrap();
+            fixture::create(&sets, set).await;
         }
         let pods_api: Api<Pod> = ns.api();
         pods::wait_available(&pods_api, &format!("app={WEB}"), WEB_REPLICAS, TIMEOUT).await;
@@ -474,37 +458,15 @@ impl<'a> Users<'a> {
 
     /// The generation of each of the users' objects.
     async fn generations(&self) -> BTreeMap<String, i64> {
-        let zdbs: Api<ZoneDisruptionBudget> = self.ns.api();
-        let sproms: Api<ShardedPrometheus> = self.ns.api();
         BTreeMap::from([
-            (
-                "zau".into(),
-                self.zaus
-                    .get(WEB)
-                    .await
-                    .unwrap()
-                    .metadata
-                    .generation
-                    .unwrap_or(0),
-            ),
+            ("zau".into(), generation(&self.zaus, WEB).await),
             (
                 "zdb".into(),
-                zdbs.get(LOAD)
-                    .await
-                    .unwrap()
-                    .metadata
-                    .generation
-                    .unwrap_or(0),
+                generation(&self.ns.api::<ZoneDisruptionBudget>(), LOAD).await,
             ),
             (
                 "sprom".into(),
-                sproms
-                    .get(SPROM)
-                    .await
-                    .unwrap()
-                    .metadata
-                    .generation
-                    .unwrap_or(0),
+                generation(&self.ns.api::<ShardedPrometheus>(), SPROM).await,
             ),
         ])
     }
@@ -599,11 +561,7 @@ impl<'a> Users<'a> {
             .push(json!({"name": "ERRORS_PER_SECOND", "value": "5"}));
         template["spec"]["nodeSelector"]["topology.kubernetes.io/zone"] = json!("zone-a");
         template["metadata"]["name"] = json!("incident");
-        let pod: Pod = serde_json::from_value(template).unwrap();
-        self.pods
-            .create(&PostParams::default(), &pod)
-            .await
-            .unwrap();
+        fixture::create(&self.pods, template).await;
     }
 
     /// The incident ends; the rollout goes on from where it was held and completes, every pod
@@ -705,6 +663,19 @@ impl<'a> Users<'a> {
     }
 }
 
+/// The stored generation of the object `name`.
+async fn generation<K>(api: &Api<K>, name: &str) -> i64
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.get(name)
+        .await
+        .unwrap_or_else(|e| panic!("reading {name}: {e}"))
+        .meta()
+        .generation
+        .unwrap_or(0)
+}
+
 /// The pods of the ShardedPrometheus, or of one shard.
 fn shard_selector(shard: Option<u32>) -> String {
     let mut selector =
@@ -719,14 +690,11 @@ fn shard_selector(shard: Option<u32>) -> String {
 /// evaluating the incident rule; shard 0 (zone-a) behind the Service `gate`.
 async fn sharded_prometheus(ns: &TestNamespace, real: &RealNodes) {
     let config_maps: Api<ConfigMap> = ns.api();
-    let rules: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "rules"}, "data": {"rules.yaml": RULES},
-    }))
-    .unwrap();
-    config_maps
-        .create(&PostParams::default(), &rules)
-        .await
-        .unwrap();
+    fixture::create(
+        &config_maps,
+        json!({"metadata": {"name": "rules"}, "data": {"rules.yaml": RULES}}),
+    )
+    .await;
     let sprom = json!({
         "apiVersion": "zonecontrol.k8s.aws/v1",
         "kind": "ShardedPrometheus",
@@ -741,28 +709,21 @@ async fn sharded_prometheus(ns: &TestNamespace, real: &RealNodes) {
         })),
     });
     let sproms: Api<ShardedPrometheus> = ns.api();
-    sproms
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(sprom).unwrap(),
-        )
-        .await
-        .unwrap();
+    fixture::create(&sproms, sprom).await;
     let services: Api<Service> = ns.api();
     let selector: BTreeMap<String, String> = shard_selector(Some(0))
         .split(',')
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let gate: Service = serde_json::from_value(json!({
-        "metadata": {"name": "gate"},
-        "spec": {"selector": selector, "ports": [{"name": "web", "port": 9090}]},
-    }))
-    .unwrap();
-    services
-        .create(&PostParams::default(), &gate)
-        .await
-        .unwrap();
+    fixture::create(
+        &services,
+        json!({
+            "metadata": {"name": "gate"},
+            "spec": {"selector": selector, "ports": [{"name": "web", "port": 9090}]},
+        }),
+    )
+    .await;
 }
 
 /// The budget of `load` (one pod, one zone at a time) and the rollout of `web` (one pod a
@@ -797,8 +758,8 @@ async fn budget_and_rollout(ns: &TestNamespace) {
 struct Measured {
     load: e2e::disruption::LoadReport,
     worst: (usize, usize),
-    /// The API server's calls to the webhooks, and those that failed, during the upgrade.
-    webhook_calls: (f64, f64),
+    /// The API server's counts of the calls to the webhooks during the upgrade.
+    webhook_calls: e2e::webhook::Counters,
     scrapes: e2e::upgrade::Scrapes,
     targets_before: BTreeSet<e2e::upgrade::ShardTarget>,
     targets_after: BTreeSet<e2e::upgrade::ShardTarget>,
@@ -811,7 +772,7 @@ async fn upgrade_under_load(
     real: &RealNodes,
     users: &Users<'_>,
     previous: &Path,
-    upgrade: &mut Upgrade<'_>,
+    upgrade: &mut Upgrade<'_, '_>,
 ) -> Measured {
     let client = cluster.client().await;
     let tree = upgrade.objects();
@@ -823,7 +784,8 @@ async fn upgrade_under_load(
         .collect();
     let monitor = Monitor::start(users.pods.clone(), &format!("app={LOAD}"), LOAD_REPLICAS).await;
     let scrapes = ScrapeWatch::start(users.pods.clone(), &shard_selector(None), POLL);
-    let calls_before = webhook_calls(&client, &webhooks).await;
+    let webhooks: Vec<&str> = webhooks.iter().map(String::as_str).collect();
+    let calls_before = Counters::read(&client, &webhooks).await;
     let load = EvictionLoad::start(users.pods.clone(), &format!("app={LOAD}"), POLL);
     let targets_before = current_targets(&scrapes, 2).await;
 
@@ -857,10 +819,9 @@ async fn upgrade_under_load(
     Measured {
         load,
         worst: monitor.worst(),
-        webhook_calls: {
-            let after = webhook_calls(&client, &webhooks).await;
-            (after.0 - calls_before.0, after.1 - calls_before.1)
-        },
+        webhook_calls: Counters::read(&client, &webhooks)
+            .await
+            .since(&calls_before),
         scrapes,
         targets_before,
         targets_after,
@@ -911,8 +872,8 @@ impl Measured {
             self.load.failed,
             self.worst.0,
             self.worst.1,
-            self.webhook_calls.0,
-            self.webhook_calls.1,
+            self.webhook_calls.calls,
+            self.webhook_calls.failed + self.webhook_calls.fail_open,
             longest_gap(&self.scrapes)
         );
         assert!(
@@ -926,12 +887,13 @@ impl Measured {
         );
         let judged = (self.load.allowed + self.load.refused) as f64;
         assert!(
-            self.webhook_calls.0 >= judged,
+            self.webhook_calls.calls >= judged,
             "the API server called the webhooks for every eviction judged: {:?}",
             self.webhook_calls
         );
         assert_eq!(
-            self.webhook_calls.1, 0.0,
+            self.webhook_calls.failed + self.webhook_calls.fail_open,
+            0.0,
             "the API server called the webhook without error"
         );
         assert!(

@@ -15,7 +15,9 @@ use e2e::process::{ControllerProcess, Kubectl, metric_sum};
 use e2e::proxy::RoundRobinProxy;
 use e2e::quota::PodQuota;
 use e2e::tls::{Leaf, MountedSecret, TestCa, wait_served};
-use e2e::webhook::{EvictionWebhook, TLS_SECRET, self_signed_args, zdb_args};
+use e2e::webhook::{
+    Counters, EvictionWebhook, TLS_SECRET, WEBHOOK_NAME, self_signed_args, zdb_args,
+};
 use e2e::workload::{self, spread_statefulset, to_statefulset, zone_disruption_budget};
 use e2e::{Cluster, TestNamespace, fixture, pods, wait_for};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -1441,21 +1443,6 @@ impl Fixture {
     }
 }
 
-/// Webhook calls of the eviction webhook the API server counts as failed (it could not call
-/// it: connection, TLS, timeout), from its own metrics.
-async fn failed_webhook_calls(client: &Client) -> f64 {
-    let request = hyper::Request::get("/metrics").body(Vec::new()).unwrap();
-    let text = client.request_text(request).await.unwrap();
-    text.lines()
-        .filter(|line| {
-            line.starts_with("apiserver_admission_webhook_rejection_count{")
-                && line.contains("error_type=\"calling_webhook_error\"")
-                && line.contains("name=\"eviction.zdb.zonecontrol.k8s.aws\"")
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// A self-signed certificate valid for 60 s, renewed 40 s before its end: in 75 s of dry-run
 /// evictions every 250 ms (the webhook is called with failurePolicy Fail, so a failed call
 /// would be a 500), the Secret's certificate is renewed at least twice under the same CA, and
@@ -1481,7 +1468,7 @@ async fn zdb_short_lived_certificate_is_renewed_without_a_failed_call() {
     let (ca, first) = fixture.secret_certs().await;
     let pod = fixture.list_pods().await[0].name_any();
     let client = fixture.ns.client.clone();
-    let failed_before = failed_webhook_calls(&client).await;
+    let before = Counters::read(&client, &[WEBHOOK_NAME]).await;
 
     let mut certificates = BTreeSet::from([first]);
     let (mut answered, mut failures) = (0, Vec::new());
@@ -1497,7 +1484,10 @@ async fn zdb_short_lived_certificate_is_renewed_without_a_failed_call() {
         // Pacing the calls, not waiting for anything.
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let failed = failed_webhook_calls(&client).await - failed_before;
+    let failed = Counters::read(&client, &[WEBHOOK_NAME])
+        .await
+        .since(&before)
+        .failed;
     eprintln!(
         "{answered} calls answered by the webhook, {} failed, {} certificates, API server's failed webhook calls: {failed}",
         failures.len(),
@@ -1586,7 +1576,7 @@ async fn zdb_failure_policy_moves_from_ignore_to_fail_once_a_replica_serves() {
     let port = free_port();
     let fixture = Fixture::new("zdb-policy", 3, port).await;
     let configs: Api<ValidatingWebhookConfiguration> = Api::all(fixture.ns.client.clone());
-    let patch = json!({"webhooks": [{"name": "eviction.zdb.zonecontrol.k8s.aws", "failurePolicy": "Ignore"}]});
+    let patch = json!({"webhooks": [{"name": WEBHOOK_NAME, "failurePolicy": "Ignore"}]});
     configs
         .patch(
             &fixture.webhook.name,
