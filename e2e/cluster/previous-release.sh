@@ -7,7 +7,8 @@
 #   previous-release.sh image    build, then import its image into the running real nodes
 #
 # The artifacts, as the release gave them to its users:
-#   src/           the release's tree (`git archive` of its tag, PREVIOUS_RELEASE in versions.sh)
+#   src/           the release's tree (`git archive` of its commit, PREVIOUS_RELEASE_COMMIT in
+#                  versions.sh: in main's history, so any clone but a shallow one has it)
 #   target/debug/  its controllers (`images.sh previous` packs them as PREVIOUS_IMAGE, lib.sh)
 #   crds.yaml      its CRDs (config/crd)
 #   manifests.yaml what its `make deploy` applied into zone-aware-system for that image
@@ -33,11 +34,17 @@ kubectl="${KUBECTL:-$K8S_BIN/kubectl}"
 dir="$PREVIOUS_RELEASE_DIR"
 shared_target="${CARGO_TARGET_DIR:-$TOP/target}"
 
-# The tag's tree, from the repository this script is in.
+# The release's tree, from the repository this script is in, by its commit (tags are not needed).
 source_tree() {
-    local commit
-    commit="$(git -C "$TOP" rev-parse --verify --quiet "refs/tags/$PREVIOUS_RELEASE^{commit}")" \
-        || die "tag $PREVIOUS_RELEASE is not in $TOP (git fetch --tags): the upgrade starts from it"
+    local commit="$PREVIOUS_RELEASE_COMMIT"
+    git -C "$TOP" cat-file -e "$commit^{commit}" 2>/dev/null \
+        || die "commit $commit ($PREVIOUS_RELEASE) is not in $TOP (a shallow clone? git fetch --unshallow): the upgrade starts from it"
+    # A tag of that name, where the clone has one, must be the same commit.
+    local tagged
+    if tagged="$(git -C "$TOP" rev-parse --verify --quiet "refs/tags/$PREVIOUS_RELEASE^{commit}")" \
+        && [ "$tagged" != "$commit" ]; then
+        die "tag $PREVIOUS_RELEASE is $tagged, but versions.sh pins $commit"
+    fi
     rm -rf "$dir/src" && mkdir -p "$dir/src"
     git -C "$TOP" archive "$commit" | tar -x -C "$dir/src"
     echo "$commit" >"$dir/commit"

@@ -26,6 +26,9 @@ THANOS_VERSION=v0.42.5
 # modes (tools/cert-manager/go.mod pins it).
 CERT_MANAGER_VERSION=v1.21.2
 ZAC_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/zone-aware-controllers"
-# The previous release (a git tag of this repository), which the upgrade e2e suite installs and
-# upgrades to the tree (previous-release.sh builds it from the tag, cached by version).
+# The previous release, which the upgrade e2e suite installs and upgrades to the tree
+# (previous-release.sh builds it, cached by version): its version, and the commit of main it was
+# tagged at. The commit, not the tag, is what the build reads: a clone of main carries its history
+# but not necessarily its tags.
 PREVIOUS_RELEASE=v0.1.0
+PREVIOUS_RELEASE_COMMIT=992347aca52b398b661b676a678ff8b739eb00d6

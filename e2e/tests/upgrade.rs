@@ -1,6 +1,6 @@
 //! An upgrade from the previous release (e2e/cluster/versions.sh's PREVIOUS_RELEASE, built from
-//! its tag by previous-release.sh) to the tree, in the middle of the users' work, both ways a user
-//! upgrades: as docs/versioning.md says (the CRDs first, then `kubectl apply --server-side -f
+//! its commit by previous-release.sh) to the tree, in the middle of the users' work, both ways a
+//! user upgrades: as docs/versioning.md says (the CRDs first, then `kubectl apply --server-side -f
 //! install.yaml`), and by docs/helm.md's move of the installation to the chart (the CRDs, the
 //! installed objects handed to the release, `helm upgrade --install`: that block of the doc runs
 //! as written).
