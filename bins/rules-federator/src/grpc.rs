@@ -13,6 +13,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tonic::{Request, Response, Status};
 use zone_operator::Shutdown;
 use zone_operator::auth::Decision;
+use zone_operator::serve::Limits;
 use zone_operator::tls::CertStore;
 use zone_rules::parse_rules_query;
 use zone_thanos::thanos::info::info_server::{Info, InfoServer};
@@ -47,13 +48,15 @@ const RULES_PATH: &str = "/thanos.Rules/Rules";
 /// `shutdown` and its drain delay, as the HTTP port (callers whose view of the Service still
 /// holds this replica are answered); then the connections are told to go away (HTTP/2 GOAWAY)
 /// and the calls under way finish. With `tls`, over TLS only, with the certificate the store
-/// holds at each handshake (the HTTPS port's, reloaded as it is).
+/// holds at each handshake (the HTTPS port's, reloaded as it is). Every connection within
+/// `limits`, as the HTTP servers' (see [`conn`]).
 pub async fn serve(
     address: SocketAddr,
     api: Arc<Api>,
     guard: Arc<Guard>,
     shutdown: Shutdown,
     tls: Option<PortTls>,
+    limits: Limits,
 ) -> std::io::Result<(SocketAddr, impl Future<Output = ()> + Send + use<>)> {
     let listener = tokio::net::TcpListener::bind(address).await?;
     let bound = listener.local_addr()?;
@@ -61,21 +64,20 @@ pub async fn serve(
     let server = tonic::transport::Server::builder()
         .add_service(RulesServer::new(services.clone()))
         .add_service(InfoServer::new(services));
-    let incoming = match tls {
-        None => Incoming::Plain(tonic::transport::server::TcpIncoming::from(listener)),
-        Some((certs, clients)) => {
-            let acceptor = acceptor(certs, clients.as_ref())?;
-            Incoming::Tls(tls_incoming(listener, acceptor, shutdown.clone()))
+    let acceptor = match tls {
+        None => None,
+        Some((certs, clients)) => Some(acceptor(certs, clients.as_ref())?),
+    };
+    let drained = {
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown.cancelled().await;
+            tokio::time::sleep(shutdown.drain_delay()).await;
         }
     };
+    let drained = futures::FutureExt::shared(Box::pin(drained));
+    let incoming = Incoming(incoming(listener, acceptor, limits, drained.clone()));
     let work = async move {
-        let drained = {
-            let shutdown = shutdown.clone();
-            async move {
-                shutdown.cancelled().await;
-                tokio::time::sleep(shutdown.drain_delay()).await;
-            }
-        };
         let stopped = server.serve_with_incoming_shutdown(incoming, drained).await;
         if let Err(error) = stopped {
             tracing::error!(%error, "the gRPC server stopped");
@@ -86,10 +88,7 @@ pub async fn serve(
 }
 
 /// Connections as the server takes them: plain TCP, or TLS once its handshake is done.
-enum Incoming {
-    Plain(tonic::transport::server::TcpIncoming),
-    Tls(tokio::sync::mpsc::Receiver<Connection>),
-}
+struct Incoming(tokio::sync::mpsc::Receiver<Connection>);
 
 impl Stream for Incoming {
     type Item = std::io::Result<Connection>;
@@ -98,17 +97,9 @@ impl Stream for Incoming {
         self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
-        match self.get_mut() {
-            Incoming::Plain(tcp) => Pin::new(tcp)
-                .poll_next(cx)
-                .map(|next| next.map(|accepted| accepted.map(Connection::Plain))),
-            Incoming::Tls(handshaken) => handshaken.poll_recv(cx).map(|next| next.map(Ok)),
-        }
+        self.get_mut().0.poll_recv(cx).map(|next| next.map(Ok))
     }
 }
-
-/// How long a client may take over its TLS handshake before its connection is dropped.
-const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The gRPC port's TLS: the serving certificate's store, and the client certificates it asks
 /// for, if any.
@@ -153,9 +144,10 @@ pub struct CertCaller {
     pub groups: Vec<String>,
 }
 
-/// What a connection tells each of its calls: the certificate's caller, if it presented one.
+/// What a connection tells each of its calls: the certificate's caller, if it presented one,
+/// and where the calls under way on it are counted.
 #[derive(Clone, Debug, Default)]
-pub struct ConnectedCaller(pub Option<CertCaller>);
+pub struct ConnectedCaller(pub Option<CertCaller>, pub Arc<conn::Activity>);
 
 /// The caller a verified client certificate names.
 fn cert_caller(certificate: &rustls::pki_types::CertificateDer<'_>) -> Option<CertCaller> {
@@ -204,26 +196,40 @@ fn acceptor(
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
-/// Accepts on `listener` until `shutdown`, each handshake in a task of its own (a slow client
-/// holds up no other); the connections whose handshake succeeded, in the order they did.
-fn tls_incoming(
+/// Accepts on `listener` until `stop`, each handshake (with `acceptor`) in a task of its own (a
+/// slow client holds up no other); the connections, in the order they are ready. Past
+/// `limits.max_connections` open at once, a new connection is closed at once and counted.
+fn incoming(
     listener: tokio::net::TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
-    shutdown: Shutdown,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    limits: Limits,
+    stop: impl Future<Output = ()> + Send + 'static,
 ) -> tokio::sync::mpsc::Receiver<Connection> {
-    let (handshaken, receiver) = tokio::sync::mpsc::channel(64);
+    let (ready, receiver) = tokio::sync::mpsc::channel(64);
+    let slots = conn::Slots::new(limits.max_connections);
     tokio::spawn(async move {
+        let mut stop = std::pin::pin!(stop);
         loop {
             let accepted = tokio::select! {
                 accepted = listener.accept() => accepted,
-                () = shutdown.cancelled() => return,
+                () = &mut stop => return,
             };
             let Ok((stream, peer)) = accepted else {
                 continue;
             };
-            let (acceptor, handshaken) = (acceptor.clone(), handshaken.clone());
+            let Some(slot) = slots.take() else {
+                limits.refused.inc();
+                tracing::debug!(%peer, max = limits.max_connections, "gRPC connection refused: at the cap");
+                continue;
+            };
+            let stream = conn::Watched::new(stream, limits.header_read, slot);
+            let Some(acceptor) = acceptor.clone() else {
+                let _ = ready.send(Connection::Plain(stream)).await;
+                continue;
+            };
+            let (ready, handshake) = (ready.clone(), limits.tls_handshake);
             tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
                     Ok(Ok(tls)) => {
                         let caller = tls
                             .get_ref()
@@ -231,8 +237,7 @@ fn tls_incoming(
                             .peer_certificates()
                             .and_then(<[_]>::first)
                             .and_then(cert_caller);
-                        let connection = Connection::Tls(Box::new(tls), ConnectedCaller(caller));
-                        let _ = handshaken.send(connection).await;
+                        let _ = ready.send(Connection::Tls(Box::new(tls), caller)).await;
                     }
                     Ok(Err(error)) => tracing::debug!(%peer, %error, "gRPC TLS handshake failed"),
                     Err(_) => tracing::debug!(%peer, "gRPC TLS handshake timed out"),
@@ -243,12 +248,15 @@ fn tls_incoming(
     receiver
 }
 
-/// A connection of the gRPC port.
+type Tcp = conn::Watched<tokio::net::TcpStream>;
+
+/// A connection of the gRPC port: its stream, and over TLS the caller its client certificate
+/// names.
 pub enum Connection {
-    Plain(tokio::net::TcpStream),
+    Plain(Tcp),
     Tls(
-        Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>,
-        ConnectedCaller,
+        Box<tokio_rustls::server::TlsStream<Tcp>>,
+        Option<CertCaller>,
     ),
 }
 
@@ -256,8 +264,10 @@ impl tonic::transport::server::Connected for Connection {
     type ConnectInfo = ConnectedCaller;
     fn connect_info(&self) -> ConnectedCaller {
         match self {
-            Connection::Plain(_) => ConnectedCaller::default(),
-            Connection::Tls(_, caller) => caller.clone(),
+            Connection::Plain(tcp) => ConnectedCaller(None, tcp.activity()),
+            Connection::Tls(tls, caller) => {
+                ConnectedCaller(caller.clone(), tls.get_ref().0.activity())
+            }
         }
     }
 }
@@ -434,10 +444,10 @@ impl Rules for Services {
         request: Request<RulesRequest>,
     ) -> Result<Response<Self::RulesStream>, Status> {
         let started = Instant::now();
-        let caller = request
-            .extensions()
-            .get::<ConnectedCaller>()
-            .and_then(|connected| connected.0.as_ref());
+        let connected = request.extensions().get::<ConnectedCaller>();
+        // The connection is not idle while the call is under way, until its last message.
+        let under_way = connected.map(|connected| connected.1.call());
+        let caller = connected.and_then(|connected| connected.0.as_ref());
         let turn = self.admit(request.metadata(), caller).await?;
         let answer = self.answer(request.get_ref()).await;
         let metrics = &self.api.metrics;
@@ -452,7 +462,7 @@ impl Rules for Services {
         let messages = answer?;
         // The turn is held until the client has taken the last message.
         let stream: RulesStream = Box::pin(futures::stream::iter(messages).map(move |message| {
-            let _held = &turn;
+            let _held = (&turn, &under_way);
             Ok(message)
         }));
         Ok(Response::new(stream))
@@ -470,5 +480,6 @@ impl Info for Services {
     }
 }
 
+mod conn;
 #[cfg(test)]
 mod tests;

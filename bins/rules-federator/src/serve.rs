@@ -123,7 +123,8 @@ pub async fn start(
     runtime.merge_routes(guard::guarded(api::router(api.clone()), guard.clone()));
     if let Some(address) = args.grpc_listen_address {
         let tls = grpc_tls(&runtime, args)?;
-        let work = start_grpc(address, tls, api, guard, parts.shutdown.clone()).await?;
+        let limits = parts.server_limits("grpc");
+        let work = start_grpc(address, tls, api, guard, parts.shutdown.clone(), limits).await?;
         runtime.spawn_every_replica(work);
     }
     let scheme = if https { "https" } else { "http" };
@@ -188,10 +189,11 @@ async fn start_grpc(
     api: Arc<Api>,
     guard: Arc<Guard>,
     shutdown: Shutdown,
+    limits: zone_operator::serve::Limits,
 ) -> Result<impl Future<Output = ()> + Send + use<>, StartError> {
     let client_certificates = tls.as_ref().is_some_and(|(_, clients)| clients.is_some());
     let tls_on = tls.is_some();
-    let (bound, work) = grpc::serve(address, api, guard, shutdown, tls)
+    let (bound, work) = grpc::serve(address, api, guard, shutdown, tls, limits)
         .await
         .map_err(|error| StartError::GrpcListen(address, error))?;
     tracing::info!(address = %bound, tls = tls_on, client_certificates, "serving thanos.Rules and thanos.info.Info over gRPC");

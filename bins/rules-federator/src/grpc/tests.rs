@@ -24,6 +24,16 @@ async fn serving(
     guard: Arc<Guard>,
     tls: Option<(Arc<CertStore>, Option<ClientCerts>)>,
 ) -> (SocketAddr, Shutdown) {
+    serving_within(api, guard, tls, Limits::default()).await
+}
+
+/// [`serving`] within `limits`.
+async fn serving_within(
+    api: Arc<Api>,
+    guard: Arc<Guard>,
+    tls: Option<(Arc<CertStore>, Option<ClientCerts>)>,
+    limits: Limits,
+) -> (SocketAddr, Shutdown) {
     let shutdown = Shutdown::new();
     let (bound, work) = serve(
         "127.0.0.1:0".parse().unwrap(),
@@ -31,6 +41,7 @@ async fn serving(
         guard,
         shutdown.clone(),
         tls,
+        limits,
     )
     .await
     .unwrap();
@@ -407,4 +418,58 @@ async fn a_client_certificate_names_the_caller() {
     shutdown.trigger();
     std::fs::remove_dir_all(dir).unwrap();
     assert!(ClientCerts::new(b"not a certificate", true).is_err());
+}
+
+/// Reads `tcp` until the server closes it (or resets it), within `at_most`: the time it took.
+async fn closed_within(
+    tcp: &mut tokio::net::TcpStream,
+    at_most: std::time::Duration,
+) -> std::time::Duration {
+    use tokio::io::AsyncReadExt;
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 256];
+    tokio::time::timeout(at_most, async {
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .expect("the server closed the connection");
+    started.elapsed()
+}
+
+/// As on the HTTP servers: a connection that says nothing is closed after the idle time (the
+/// header timeout), and past the cap a new connection is closed at once and counted, while a
+/// client within the cap is served.
+#[tokio::test]
+async fn silent_and_past_cap_connections_are_closed_as_on_http() {
+    let a = serving_rules(true).await;
+    let (api, _) = api(vec![endpoint(&a.url, "0", "a")], PartialResponse::Warn);
+    let idle = std::time::Duration::from_secs(2);
+    let limits = Limits {
+        header_read: idle,
+        max_connections: 2,
+        ..Limits::default()
+    };
+    let refused = limits.refused.clone();
+    let (bound, shutdown) = serving_within(api, open_guard(), None, limits).await;
+
+    let mut silent = tokio::net::TcpStream::connect(bound).await.unwrap();
+    let took = closed_within(&mut silent, idle * 3).await;
+    assert!(took >= idle - idle / 4, "closed after {took:?}");
+
+    // Two slots: one silent connection and one client, served; a third is closed at once.
+    let _holding = tokio::net::TcpStream::connect(bound).await.unwrap();
+    let mut client = RulesClient::connect(format!("http://{bound}"))
+        .await
+        .unwrap();
+    call(&mut client, RulesRequest::default()).await.unwrap();
+    let mut third = tokio::net::TcpStream::connect(bound).await.unwrap();
+    let took = closed_within(&mut third, idle * 3).await;
+    assert!(took < idle / 2, "closed after {took:?}");
+    assert_eq!(refused.get(), 1);
+    shutdown.trigger();
 }
