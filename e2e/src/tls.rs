@@ -174,6 +174,30 @@ pub async fn https_get(
     path: &str,
     token: Option<&str>,
 ) -> Result<(u16, String), String> {
+    let request = crate::process::request("GET", server_name, path, token, None);
+    https_exchange(address, server_name, ca_pem, &request).await
+}
+
+/// `POST https://<server_name><path>` of the server at `address` with a JSON body, as
+/// [`https_get`] (no token): what any client that reaches the port can send, e.g. an
+/// AdmissionReview that did not come from the API server.
+pub async fn https_post(
+    address: std::net::SocketAddr,
+    server_name: &str,
+    ca_pem: &str,
+    path: &str,
+    json: &str,
+) -> Result<(u16, String), String> {
+    let request = crate::process::request("POST", server_name, path, None, Some(json));
+    https_exchange(address, server_name, ca_pem, &request).await
+}
+
+async fn https_exchange(
+    address: std::net::SocketAddr,
+    server_name: &str,
+    ca_pem: &str,
+    request: &str,
+) -> Result<(u16, String), String> {
     let config = client_config(ca_pem.as_bytes())?;
     let tcp = tokio::net::TcpStream::connect(address)
         .await
@@ -183,8 +207,7 @@ pub async fn https_get(
         .connect(name, tcp)
         .await
         .map_err(|e| format!("handshake: {e}"))?;
-    let request = crate::process::request("GET", server_name, path, token, None);
-    crate::process::exchange(tls, &request).await
+    crate::process::exchange(tls, request).await
 }
 
 /// The certificate the TLS server on 127.0.0.1:`port` presents (DER), if the handshake

@@ -29,6 +29,8 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetStatus};
 
+#[path = "zdb/forged_review.rs"]
+mod forged_review;
 #[path = "zdb/kubectl_zone.rs"]
 mod kubectl_zone;
 #[path = "zdb/pdb_parity.rs"]

@@ -36,6 +36,7 @@ pub struct ZdbMetrics {
     allowed: IntGaugeVec,
     unavailable: IntGaugeVec,
     shadow_denials: IntCounterVec,
+    unconfirmed: IntCounterVec,
     failure_policy: IntGaugeVec,
 }
 
@@ -81,6 +82,11 @@ impl ZdbMetrics {
             shadow_denials: family.add(
                                 "shadow_denials_total",
                 "Evictions allowed only because the budget is in shadow mode (spec.dryRun).",
+                |o| IntCounterVec::new(o, &["namespace", "name"]),
+            )?,
+            unconfirmed: family.add(
+                "unconfirmed_evictions_total",
+                "Evictions the webhook allowed and recorded whose pod still ran, the same pod, once the confirmation window passed: refused by the API server after the webhook, or reviews that did not come from the API server (forged). Their records were dropped.",
                 |o| IntCounterVec::new(o, &["namespace", "name"]),
             )?,
             failure_policy: family.add(
@@ -153,6 +159,15 @@ impl ZdbMetrics {
             .inc();
     }
 
+    /// `records` evictions of a budget dropped as not carried out.
+    pub fn unconfirmed(&self, namespace: &str, name: &str, records: usize) {
+        if records > 0 {
+            self.unconfirmed
+                .with_label_values(&[namespace, name])
+                .inc_by(u64::try_from(records).unwrap_or(u64::MAX));
+        }
+    }
+
     /// Publishes one budget's disruptionsAllowed and currentUnhealthy; zones no longer present
     /// lose their series.
     pub fn observe(
@@ -200,6 +215,7 @@ impl ZdbMetrics {
                 .remove_label_values(&[namespace, name, zone]);
         }
         let _ = self.shadow_denials.remove_label_values(&[namespace, name]);
+        let _ = self.unconfirmed.remove_label_values(&[namespace, name]);
     }
 }
 
@@ -215,6 +231,7 @@ pub(crate) fn served_metric_families() -> std::collections::BTreeSet<String> {
     metrics.decision(false, reason::ZONE_BUDGET_EXHAUSTED);
     metrics.queue_depth("apps", "web", 1);
     metrics.shadow_denial("apps", "web");
+    metrics.unconfirmed("apps", "web", 1);
     let status = ZoneDisruptionBudgetStatus {
         disruptions_allowed: BTreeMap::from([("zone-a".to_owned(), 1)]),
         current_unhealthy: BTreeMap::from([("zone-a".to_owned(), 0)]),

@@ -27,7 +27,9 @@ use zone_operator::status::{self, ReplaceError, StatusError, Update};
 use zone_operator::{
     Blocked, ControllerMetrics, EventPublisher, Invalid, NodeZones, PendingEvents,
 };
-use zone_topology::budget::{self, BudgetInput, BudgetPod, DISRUPTION_TTL_MS, Policy, ZoneBudget};
+use zone_topology::budget::{
+    self, BudgetInput, BudgetPod, CONFIRMATION_WINDOW_MS, DISRUPTION_TTL_MS, Policy, ZoneBudget,
+};
 
 use crate::expected::{self, ApiLookup, LookupError};
 use crate::metrics::ZdbMetrics;
@@ -102,6 +104,8 @@ pub struct Computed {
     pub status: ZoneDisruptionBudgetStatus,
     pub events: PendingEvents,
     pub action: Action,
+    /// The pods whose records a fresh read found not carried out (see `Context::unconfirmed`).
+    pub unconfirmed: Vec<String>,
 }
 
 /// The selector of a valid budget, for matching pods.
@@ -149,6 +153,17 @@ pub async fn reconcile(
         written.then_some(&computed.previous),
         &computed.status,
     );
+    if written {
+        let dropped = computed
+            .unconfirmed
+            .iter()
+            .filter(|pod| {
+                computed.previous.disrupted_pods.contains_key(*pod)
+                    && !computed.status.disrupted_pods.contains_key(*pod)
+            })
+            .count();
+        ctx.zdb_metrics.unconfirmed(&namespace, &name, dropped);
+    }
     ctx.series
         .note(&namespace, &name, ZdbMetrics::zones(&computed.status));
     if let Some(stored) = replaced.stored {
@@ -175,6 +190,7 @@ impl Context {
             observed_generation: zdb.metadata.generation.unwrap_or(0),
             ..previous.clone()
         });
+        let mut unconfirmed = Vec::new();
         let action = match self.observe(zdb, &namespace) {
             Err(invalid) => draft.refuse(invalid, BLOCKED),
             Ok(observed) => {
@@ -183,17 +199,26 @@ impl Context {
                     client: self.client.clone(),
                 };
                 let expected_total = expected::expected_pods(&lookup, &namespace, &refs).await?;
-                let pods: Vec<BudgetPod> = observed
+                let budget_pod = |pod: &Arc<Pod>| pods::budget_pod(pod, self.zones.zone_of(pod));
+                let pods: Vec<BudgetPod> = observed.selected.iter().map(budget_pod).collect();
+                let standing: Vec<BudgetPod> = observed
                     .selected
                     .iter()
-                    .map(|pod| pods::budget_pod(pod, self.zones.zone_of(pod)))
+                    .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+                    .map(budget_pod)
                     .collect();
+                let now_ms = Timestamp::now().as_millisecond();
+                let records = view::records(&previous);
+                let candidates = budget::unconfirmed(&records, &standing, now_ms);
+                unconfirmed = self.unconfirmed(&namespace, &candidates).await;
                 compute(
                     &BudgetView {
                         pods: &pods,
+                        standing: &standing,
+                        unconfirmed: &unconfirmed,
                         expected_total,
                         policy: observed.policy,
-                        now_ms: Timestamp::now().as_millisecond(),
+                        now_ms,
                     },
                     &mut draft,
                 )
@@ -205,7 +230,36 @@ impl Context {
             status: draft.status,
             events: draft.events,
             action,
+            unconfirmed,
         })
+    }
+
+    /// Of the records whose pod the cache shows still standing past the confirmation window,
+    /// the pods a fresh read confirms: there, not terminating, created before the record. The
+    /// cache may lag the eviction by a moment; a record is dropped only on what the API server
+    /// says now. A failed read keeps the record (it counts until it expires, as before).
+    async fn unconfirmed(
+        &self,
+        namespace: &str,
+        candidates: &[&budget::Disruption],
+    ) -> Vec<String> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let mut confirmed = Vec::new();
+        for record in candidates {
+            match api.get_opt(&record.pod).await {
+                Ok(Some(pod)) if pod.metadata.deletion_timestamp.is_none() => {
+                    let fresh = pods::budget_pod(&pod, self.zones.zone_of(&pod));
+                    if budget::confirmation_deadline(record, &fresh).is_some() {
+                        confirmed.push(record.pod.clone());
+                    }
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%namespace, pod = %record.pod, %error, "cannot read the pod of an eviction record; the record stays");
+                }
+            }
+        }
+        confirmed
     }
 
     /// The budget's pods from the cache; the spec must be valid and no other budget of the
@@ -298,6 +352,12 @@ fn blocking(budget: &ZoneBudget) -> String {
 pub struct BudgetView<'a> {
     /// The selected pods with their zones.
     pub pods: &'a [BudgetPod],
+    /// Those of `pods` that are not terminating: a record of one of them waits for its eviction
+    /// to be seen (`budget::confirmation_deadline`).
+    pub standing: &'a [BudgetPod],
+    /// The pods of records whose eviction was not carried out: standing past the confirmation
+    /// window, by a fresh read (see [`Context::unconfirmed`]). Their records are dropped.
+    pub unconfirmed: &'a [String],
     /// Pods the owners want (their replica counts).
     pub expected_total: u32,
     pub policy: Policy,
@@ -311,11 +371,26 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
     let next = &mut draft.status;
     next.set_condition(condition::INVALID, false, reason::VALID, "");
     let previous_expected = view::remembered_expected(next);
-    let records = view::settle_records(
+    let (records, unconfirmed): (Vec<_>, Vec<_>) = view::settle_records(
         budget::prune(&view::records(next), view.pods, view.now_ms),
         view.pods,
         view::replaced(view.expected_total, &previous_expected, view.pods.len()),
-    );
+    )
+    .into_iter()
+    .partition(|record| !view.unconfirmed.contains(&record.pod));
+    for record in &unconfirmed {
+        draft.events.warning(
+            reason::EVICTION_UNCONFIRMED,
+            "Reconcile",
+            format!(
+                "the eviction of pod {} ({}) recorded at {} was not carried out: the pod still runs {} s later, so its record no longer holds the other zones (the API server refused the eviction after the webhook allowed it, or the review did not come from the API server)",
+                record.pod,
+                record.zone,
+                view::time_of_ms(record.at_ms).0,
+                CONFIRMATION_WINDOW_MS / 1000
+            ),
+        );
+    }
     let budget = budget::compute(&BudgetInput {
         expected_total: view.expected_total,
         pods: view.pods,
@@ -382,19 +457,22 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
             .normal("DisruptedZonesChanged", "Reconcile", message);
     }
 
-    first_expiry(&records, view.now_ms)
+    next_deadline(&records, view.standing, view.now_ms)
 }
 
-/// Records expire: come back when the first one does (a second after, so it has), nothing else
-/// needs a timer.
-fn first_expiry(records: &[budget::Disruption], now_ms: i64) -> Action {
+/// Records expire, and a record whose pod still stands must see it go within the confirmation
+/// window: come back when the first of these deadlines passes (a second after, so it has),
+/// nothing else needs a timer.
+fn next_deadline(records: &[budget::Disruption], standing: &[BudgetPod], now_ms: i64) -> Action {
     let next_expiry = records
         .iter()
-        .map(|r| {
-            r.at_ms
-                .saturating_add(DISRUPTION_TTL_MS)
-                .saturating_sub(now_ms)
+        .flat_map(|r| {
+            let confirmation = standing
+                .iter()
+                .filter_map(|pod| budget::confirmation_deadline(r, pod));
+            std::iter::once(r.at_ms.saturating_add(DISRUPTION_TTL_MS)).chain(confirmation)
         })
+        .map(|deadline| deadline.saturating_sub(now_ms))
         .min();
     match next_expiry {
         Some(ms) => Action::requeue(Duration::from_millis(
@@ -441,6 +519,8 @@ mod tests {
             };
             compute(
                 &BudgetView {
+                    standing: &[],
+                    unconfirmed: &[],
                     pods,
                     expected_total: 6,
                     policy: Policy::max_unavailable(IntOrPercent::Int(2)),
@@ -575,6 +655,8 @@ mod tests {
             };
             let action = compute(
                 &BudgetView {
+                    standing: &[],
+                    unconfirmed: &[],
                     pods,
                     expected_total: expected,
                     policy: Policy::max_unavailable(IntOrPercent::Int(1)),
@@ -624,6 +706,8 @@ mod tests {
         let pods: Vec<BudgetPod> = vec![pod("web-0", "a", true), pod("web-1", "b", true)];
         for zero in [IntOrPercent::Int(0), IntOrPercent::Percent(0)] {
             let view = BudgetView {
+                standing: &[],
+                unconfirmed: &[],
                 pods: &pods,
                 expected_total: 2,
                 policy: Policy::max_unavailable(zero),
@@ -689,6 +773,8 @@ mod tests {
             pod("web-3", "b", true),
         ];
         let view = BudgetView {
+            standing: &[],
+            unconfirmed: &[],
             pods: &pods,
             expected_total: 4,
             policy: Policy::min_available(IntOrPercent::Percent(50)),
@@ -722,6 +808,8 @@ mod tests {
         let mut frozen = Draft::default();
         compute(
             &BudgetView {
+                standing: &[],
+                unconfirmed: &[],
                 policy: Policy::min_available(IntOrPercent::Percent(100)),
                 ..view
             },
@@ -777,5 +865,70 @@ mod tests {
             again.events.is_empty(),
             "the same complaint is not repeated"
         );
+    }
+
+    /// A record whose pod still stands is looked at again when its confirmation window ends;
+    /// once a fresh read finds the pod still there, the record is dropped with a warning, and
+    /// the zones it held are free.
+    #[test]
+    fn a_record_whose_eviction_was_not_carried_out_is_dropped_after_the_window() {
+        let pods = [pod("web-0", "a", true), pod("web-1", "b", true)];
+        let view = BudgetView {
+            pods: &pods,
+            standing: &pods,
+            unconfirmed: &[],
+            expected_total: 2,
+            policy: Policy::max_unavailable(IntOrPercent::Int(1)),
+            now_ms: NOW_MS,
+        };
+        let mut waiting = Draft {
+            status: recorded("web-0", "a", 2_000),
+            ..Draft::default()
+        };
+        let action = compute(&view, &mut waiting);
+        assert_eq!(waiting.status.disrupted_zones, ["a"]);
+        // Recorded 2 s ago: back when the window ends, 8 s from now (and a second after).
+        assert_eq!(
+            action,
+            Action::requeue(Duration::from_millis(
+                u64::try_from(CONFIRMATION_WINDOW_MS - 2_000 + 1_000).unwrap()
+            ))
+        );
+        assert!(
+            waiting
+                .events
+                .events()
+                .iter()
+                .all(|e| e.reason != reason::EVICTION_UNCONFIRMED),
+            "{:?}",
+            waiting.events.events()
+        );
+
+        let unconfirmed = ["web-0".to_string()];
+        let mut dropped = Draft {
+            status: recorded("web-0", "a", CONFIRMATION_WINDOW_MS + 1_000),
+            ..Draft::default()
+        };
+        let action = compute(
+            &BudgetView {
+                unconfirmed: &unconfirmed,
+                ..view
+            },
+            &mut dropped,
+        );
+        assert!(
+            dropped.status.disrupted_pods.is_empty(),
+            "{:?}",
+            dropped.status
+        );
+        assert!(dropped.status.disrupted_zones.is_empty());
+        assert_eq!(dropped.status.disruptions_allowed.get("b"), Some(&1));
+        assert_eq!(action, Action::await_change());
+        let events = dropped.events.events();
+        let warning = events
+            .iter()
+            .find(|e| e.reason == reason::EVICTION_UNCONFIRMED)
+            .expect("a warning for the dropped record");
+        assert!(warning.note.contains("web-0"), "{warning:?}");
     }
 }

@@ -155,7 +155,9 @@ fn assert_keeps_the_record(second: &Value, recorded_at: &Value) {
 async fn a_status_conflict_rereads_and_keeps_the_webhooks_record() {
     let now = Timestamp::now();
     let an_hour_ago = stored_time(now - k8s_openapi::jiff::SignedDuration::from_secs(3600));
-    let recorded_at = stored_time(now - k8s_openapi::jiff::SignedDuration::from_secs(10));
+    // Within the confirmation window: web-1 still stands (Ready in the cache) while the API
+    // server is deleting it.
+    let recorded_at = stored_time(now - k8s_openapi::jiff::SignedDuration::from_secs(2));
     let cached_budget = budget_json("5", json!({}));
     // What the webhook wrote meanwhile: web-1 (zone-b) evicted, and moved from healthy to
     // unhealthy in its zone.
@@ -227,9 +229,77 @@ async fn a_status_conflict_rereads_and_keeps_the_webhooks_record() {
     assert_eq!(first["status"]["currentHealthy"]["zone-b"], 1);
 
     assert_keeps_the_record(&puts[1].json().unwrap(), &recorded_at);
-    // The record expires: the budget is looked at again then.
+    // The record's pod still stands: the budget is looked at again when its confirmation
+    // window ends.
     assert_ne!(action, Action::await_change());
     assert!(fake.unmatched().is_empty(), "{:?}", fake.unmatched());
+}
+
+/// A record past its confirmation window whose pod the cache shows still standing is dropped
+/// only on a fresh read of the pod: still there, the same pod, not terminating, the record goes
+/// (and zone-b is free again); terminating on the fresh read (the cache lagged the deletion),
+/// it stays. Without the fresh read the second case would drop a real eviction's record; without
+/// the window the first would hold every other zone for two minutes.
+#[tokio::test]
+async fn an_unconfirmed_record_is_dropped_on_a_fresh_read_of_its_standing_pod() {
+    let now = Timestamp::now();
+    let an_hour_ago = stored_time(now - k8s_openapi::jiff::SignedDuration::from_secs(3600));
+    let recorded_at = stored_time(now - k8s_openapi::jiff::SignedDuration::from_secs(30));
+    let recorded = budget_json(
+        "5",
+        json!({
+            "observedGeneration": 1,
+            "disruptedPods": {"web-1": recorded_at},
+            "disruptedPodZones": {"web-1": "zone-b"},
+        }),
+    );
+    const POD: &str = "/api/v1/namespaces/apps/pods/web-1";
+    for terminating in [false, true] {
+        let (fake, client) = FakeApi::new();
+        fake.on(Method::GET, STATEFULSET)
+            .always(200, statefulset_json());
+        let mut fresh = serde_json::to_value(pod(1, "node-b", &an_hour_ago)).unwrap();
+        if terminating {
+            fresh["metadata"]["deletionTimestamp"] = stored_time(now);
+        }
+        fake.on(Method::GET, POD).always(200, fresh);
+        fake.on(Method::PUT, BUDGET_STATUS)
+            .always_with(|request| (200, request.json().unwrap()));
+        fake.on_prefix(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/apps/events",
+        )
+        .always_with(|request| (201, request.json().unwrap()));
+        let zdb: ZoneDisruptionBudget = serde_json::from_value(recorded.clone()).unwrap();
+        let ctx = context(client, &zdb, &an_hour_ago);
+
+        reconcile(Arc::new(zdb), ctx).await.unwrap();
+
+        assert_eq!(
+            fake.requests_to(&Method::GET, POD).len(),
+            1,
+            "one fresh read"
+        );
+        let puts = fake.requests_to(&Method::PUT, BUDGET_STATUS);
+        let status = &puts.last().unwrap().json().unwrap()["status"];
+        if terminating {
+            assert_eq!(status["disruptedPods"], json!({"web-1": recorded_at}));
+        } else {
+            assert_eq!(status.get("disruptedPods"), None, "{status}");
+            assert_eq!(status["disruptionsAllowed"]["zone-a"], 1, "{status}");
+            let events = fake.requests_to(
+                &Method::POST,
+                "/apis/events.k8s.io/v1/namespaces/apps/events",
+            );
+            assert!(
+                events
+                    .iter()
+                    .any(|e| e.json().unwrap()["reason"] == "EvictionUnconfirmed"),
+                "no EvictionUnconfirmed event"
+            );
+        }
+        assert!(fake.unmatched().is_empty(), "{:?}", fake.unmatched());
+    }
 }
 
 /// A burst of evictions of one budget in one replica: the decisions that would record one are
@@ -261,6 +331,8 @@ async fn a_burst_on_one_budget_is_decided_together_without_conflicts() {
     let mut draft = Draft::default();
     compute(
         &BudgetView {
+            standing: &[],
+            unconfirmed: &[],
             pods: &pods,
             expected_total: PODS,
             policy: Policy::max_unavailable(IntOrPercent::Int(1)),

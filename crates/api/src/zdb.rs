@@ -34,6 +34,9 @@ pub mod reason {
     /// teams stop voluntary disruption during an incident or a migration, as with a
     /// PodDisruptionBudget.
     pub const FROZEN: &str = "BudgetFrozen";
+    /// The event of a recorded eviction that was not carried out: its pod still ran, the same
+    /// pod, once the confirmation window passed, so the record was dropped.
+    pub const EVICTION_UNCONFIRMED: &str = "EvictionUnconfirmed";
 }
 
 /// Allows evictions of the selected pods only in one zone at a time, at most `maxUnavailable`

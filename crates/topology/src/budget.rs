@@ -81,6 +81,41 @@ pub fn prune(disruptions: &[Disruption], pods: &[BudgetPod], now_ms: i64) -> Vec
         .collect()
 }
 
+/// How long an eviction the webhook allowed counts while its pod is seen standing: there, not
+/// terminating, and the same pod the eviction named (not recreated since). An eviction the API
+/// server carries out deletes the pod within the same request, so its pod is terminating or gone
+/// at once. A record whose pod still stands past this window was never carried out: the API
+/// server refused it after the webhook (a PodDisruptionBudget, another webhook, a conflict), or
+/// the review did not come from the API server at all. It is dropped then, instead of holding
+/// every other zone of the budget for [`DISRUPTION_TTL_MS`].
+pub const CONFIRMATION_WINDOW_MS: i64 = 10_000;
+
+/// When `record` stops counting unless its pod is seen going: `Some(deadline)` (unix ms) while
+/// `standing` (a pod that is there and not terminating) is the pod the record names, created
+/// before the record; `None` when the record is not about that pod.
+pub fn confirmation_deadline(record: &Disruption, standing: &BudgetPod) -> Option<i64> {
+    (standing.name == record.pod && !created_after(standing.created_ms, record.at_ms))
+        .then(|| record.at_ms.saturating_add(CONFIRMATION_WINDOW_MS))
+}
+
+/// The records whose eviction was not carried out: their pod still stands (see
+/// [`confirmation_deadline`]) and the confirmation window has passed.
+pub fn unconfirmed<'a>(
+    records: &'a [Disruption],
+    standing: &[BudgetPod],
+    now_ms: i64,
+) -> Vec<&'a Disruption> {
+    records
+        .iter()
+        .filter(|record| {
+            standing
+                .iter()
+                .filter_map(|pod| confirmation_deadline(record, pod))
+                .any(|deadline| now_ms > deadline)
+        })
+        .collect()
+}
+
 #[derive(Debug, Clone)]
 pub struct BudgetInput<'a> {
     /// See [`expected_total`].

@@ -362,6 +362,39 @@ fn records_expire_and_clear_when_the_pod_is_recreated_and_scheduled() {
     );
 }
 
+/// A record whose pod is still the same pod, not terminating, past the confirmation window was
+/// not carried out; a pod recreated since, or one that never stood (gone or terminating, so not
+/// passed as standing), confirms nothing and drops nothing.
+#[test]
+fn a_record_whose_pod_still_stands_past_the_window_is_unconfirmed() {
+    let pods = pods_3x3();
+    let record = Disruption {
+        pod: "web-0".into(),
+        zone: Zone::known("zone-a"),
+        at_ms: NOW,
+    };
+    let records = std::slice::from_ref(&record);
+    assert_eq!(
+        confirmation_deadline(&record, &pods[0]),
+        Some(NOW + CONFIRMATION_WINDOW_MS)
+    );
+    assert_eq!(confirmation_deadline(&record, &pods[1]), None);
+    assert!(unconfirmed(records, &pods, NOW + CONFIRMATION_WINDOW_MS).is_empty());
+    assert_eq!(
+        unconfirmed(records, &pods, NOW + CONFIRMATION_WINDOW_MS + 1),
+        vec![&record]
+    );
+    // Terminating or gone: the caller passes only standing pods.
+    assert!(unconfirmed(records, &pods[1..], NOW + DISRUPTION_TTL_MS).is_empty());
+    // Recreated under the recorded name after the record: not the pod the eviction named.
+    let recreated = BudgetPod {
+        created_ms: NOW + 2_000,
+        ..pods[0].clone()
+    };
+    assert_eq!(confirmation_deadline(&record, &recreated), None);
+    assert!(unconfirmed(records, &[recreated], NOW + DISRUPTION_TTL_MS).is_empty());
+}
+
 #[test]
 fn expected_total_counts_owners_once_plus_bare_pods() {
     let owners = BTreeMap::from([("Deployment/web", 6u32), ("StatefulSet/db", 3u32)]);
