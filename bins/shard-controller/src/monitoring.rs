@@ -39,6 +39,10 @@ pub struct Monitoring {
     /// Some of `rejected` were left out because the shards' ServiceAccount may not read them
     /// (looked at again when the review's answer expires: no watch tells of an RBAC change).
     pub access_denied: bool,
+    /// Objects of other namespaces are in use by the shards' ServiceAccount's permission there
+    /// (that namespace's consent): looked at again when the review's answer expires, so a
+    /// revoked consent takes them out as soon as a refused one would be let in.
+    pub consented: bool,
 }
 
 impl Monitoring {
@@ -55,6 +59,7 @@ impl Monitoring {
         not_served: Vec::new(),
         rule_file_problems: Vec::new(),
         access_denied: false,
+        consented: false,
     };
 
     /// Rule groups in `rule_files` (every shard evaluates them).

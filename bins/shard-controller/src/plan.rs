@@ -198,10 +198,14 @@ fn resync(
     next_config_check: Option<Duration>,
     next_upload_look: Option<Duration>,
 ) -> Duration {
-    // Nothing is watched that tells of an RBAC fix: look again once the answer expires.
-    let mut resync = match observed.forbidden.is_empty() && !observed.monitoring.access_denied {
-        true => RESYNC,
-        false => crate::access::CACHE_FOR,
+    // Nothing is watched that tells of an RBAC change (a fix, a consent given or revoked): look
+    // again once the answer expires (a second after, so it has).
+    let reviewed = !observed.forbidden.is_empty()
+        || observed.monitoring.access_denied
+        || observed.monitoring.consented;
+    let mut resync = match reviewed {
+        true => crate::access::CACHE_FOR + Duration::from_secs(1),
+        false => RESYNC,
     };
     // A pod still on the previous configuration turns into ConfigNotLoaded when the grace ends,
     // with no event to tell: look again then (a second later, past the boundary).
@@ -456,10 +460,18 @@ fn writes(
         wanted.insert(shard_name(input.name, shard.index));
         writes.extend(changed([Child::Secret(Box::new(config))], observed));
         for (pod, step) in &shard.pods {
-            let upload::Step::Start { number, path, ip } = step else {
+            let upload::Step::Start {
+                number,
+                path,
+                ip,
+                image,
+            } = step
+            else {
                 continue;
             };
-            let Some(container) = build::upload_container(input, shard.index, zone, pod, *number)
+            let image = image.as_deref();
+            let Some(container) =
+                build::upload_container(input, shard.index, zone, pod, *number, image)
             else {
                 continue;
             };

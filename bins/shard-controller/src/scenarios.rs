@@ -527,7 +527,10 @@ async fn a_forbidden_service_account_degrades_and_requeues() {
     script_lists(&h.fake, &[]);
 
     let action = h.reconcile().await;
-    assert_eq!(action, Action::requeue(crate::access::CACHE_FOR));
+    assert_eq!(
+        action,
+        Action::requeue(crate::access::CACHE_FOR + Duration::from_secs(1))
+    );
     let status = &h.statuses()[0];
     let degraded = condition(status, "Degraded");
     assert_eq!(degraded["status"], "True");
@@ -713,7 +716,10 @@ async fn objects_of_other_namespaces_are_used_only_when_the_service_account_may_
     script_lists(&h.fake, &[]);
 
     let action = h.reconcile().await;
-    assert_eq!(action, Action::requeue(crate::access::CACHE_FOR));
+    assert_eq!(
+        action,
+        Action::requeue(crate::access::CACHE_FOR + Duration::from_secs(1))
+    );
     for (namespace, read) in [("mon", 1), ("team", 1), ("victim", 0), ("closed", 0)] {
         assert_eq!(
             h.fake.count(

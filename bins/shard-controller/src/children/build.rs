@@ -170,14 +170,16 @@ pub fn retained_config(
 }
 
 /// Attempt `number` of the final upload in pod `pod` of removed shard `index` (formerly of
-/// `zone`): an ephemeral container labelling the blocks as the pod's sidecar does. None
-/// without `spec.thanos`.
+/// `zone`): an ephemeral container labelling the blocks as the pod's sidecar does, running the
+/// sidecar's `image` (the spec's Thanos image when the pod has none). None without
+/// `spec.thanos`.
 pub fn upload_container(
     input: &BuildInput<'_>,
     index: u32,
     zone: Option<&str>,
     pod: &str,
     number: u32,
+    image: Option<&str>,
 ) -> Option<EphemeralContainer> {
     let thanos = input.valid.thanos.as_ref()?;
     let labels = config::external_labels_of(&shard_config(input, index, Some(zone), &[]), pod);
@@ -187,9 +189,11 @@ pub fn upload_container(
         ..VolumeMount::default()
     };
     let security = container_security_context(input.valid);
-    Some(thanos::upload_container(
-        thanos, number, &labels, data, security,
-    ))
+    let mut container = thanos::upload_container(thanos, number, &labels, data, security);
+    if let Some(image) = image {
+        container.image = Some(image.to_string());
+    }
+    Some(container)
 }
 
 /// Where Prometheus's admin API writes the snapshot `name`, as the pod's containers see it.

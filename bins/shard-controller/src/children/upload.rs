@@ -15,6 +15,7 @@
 use k8s_openapi::api::core::v1::{ContainerState, EphemeralContainer, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use std::time::Duration;
+use zone_api::validation::THANOS_SIDECAR_CONTAINER;
 
 /// The ephemeral containers of the final upload are named this, then the attempt's number.
 pub const CONTAINER_PREFIX: &str = zone_api::validation::THANOS_UPLOAD_CONTAINER_PREFIX;
@@ -57,16 +58,22 @@ pub struct PodUpload {
     pub ip: Option<String>,
     /// By number.
     pub attempts: Vec<Attempt>,
+    /// The image of the pod's Thanos sidecar: the upload runs it, as the admission policy
+    /// requires, whatever the controller's default image is now (it may have changed with an
+    /// upgrade since the pod was made).
+    pub sidecar_image: Option<String>,
 }
 
 /// What comes next for one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// Start attempt `number`: over `path`, or over a snapshot taken first (None).
+    /// Start attempt `number`: over `path`, or over a snapshot taken first (None), with the
+    /// pod's sidecar's `image` (None: the pod has no sidecar, the spec's image then).
     Start {
         number: u32,
         path: Option<String>,
         ip: String,
+        image: Option<String>,
     },
     /// Nothing to do before `until` (None: before something changes); `why` says what waits.
     Wait {
@@ -112,10 +119,20 @@ pub fn read(pod: &Pod) -> PodUpload {
         })
         .collect();
     attempts.sort_by_key(|attempt| attempt.number);
+    let sidecar_image = pod
+        .spec
+        .as_ref()
+        .and_then(|spec| {
+            spec.containers
+                .iter()
+                .find(|c| c.name == THANOS_SIDECAR_CONTAINER)
+        })
+        .and_then(|sidecar| sidecar.image.clone());
     PodUpload {
         name: pod.metadata.name.clone().unwrap_or_default(),
         ip,
         attempts,
+        sidecar_image,
     }
 }
 
@@ -193,6 +210,7 @@ pub fn step(pod: &PodUpload, now: Timestamp) -> Step {
             number: 1,
             path: None,
             ip,
+            image: pod.sidecar_image.clone(),
         };
     };
     let failed = u32::try_from(pod.attempts.len()).unwrap_or(u32::MAX);
@@ -216,6 +234,7 @@ pub fn step(pod: &PodUpload, now: Timestamp) -> Step {
             number: attempt.number.saturating_add(1),
             path: attempt.path.clone(),
             ip,
+            image: pod.sidecar_image.clone(),
         },
     }
 }
@@ -344,7 +363,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use k8s_openapi::api::core::v1::{
-        ContainerStateRunning, ContainerStateTerminated, ContainerStatus, PodSpec, PodStatus,
+        Container, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, PodSpec,
+        PodStatus,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -355,7 +375,14 @@ mod tests {
     fn running_pod(name: &str) -> Pod {
         let mut pod = Pod::default();
         pod.metadata.name = Some(name.into());
-        pod.spec = Some(PodSpec::default());
+        pod.spec = Some(PodSpec {
+            containers: vec![Container {
+                name: THANOS_SIDECAR_CONTAINER.into(),
+                image: Some("thanos:pod".into()),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        });
         pod.status = Some(PodStatus {
             phase: Some("Running".into()),
             pod_ip: Some("10.0.0.7".into()),
@@ -426,7 +453,8 @@ mod tests {
             Step::Start {
                 number: 1,
                 path: None,
-                ip: "10.0.0.7".into()
+                ip: "10.0.0.7".into(),
+                image: Some("thanos:pod".into()),
             }
         );
     }
@@ -471,7 +499,8 @@ mod tests {
             Step::Start {
                 number: 2,
                 path: Some("/prometheus/snapshots/s1".into()),
-                ip: "10.0.0.7".into()
+                ip: "10.0.0.7".into(),
+                image: Some("thanos:pod".into()),
             }
         );
     }

@@ -478,6 +478,8 @@ pub fn run(valid: &ValidSprom, read: MonitoringRead) -> (Result<Monitoring, Inva
     selected.extend(keys(&read.selected.pod_monitors));
     selected.extend(keys(&read.selected.scrape_configs));
     selected.extend(keys(&read.selected.rules));
+    monitoring.consented = selected.iter().any(|(_, ns, _)| ns != namespace)
+        || read.references.iter().any(|r| &r.namespace != namespace);
     let memories = Memories {
         sprom: read.sprom,
         selected,

@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used)]
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
@@ -282,7 +283,35 @@ fn a_forbidden_service_account_degrades_and_looks_again_soon() {
         plan.status.true_reason(condition::DEGRADED),
         Some(reason::SERVICE_ACCOUNT_FORBIDDEN)
     );
-    assert_eq!(plan.requeue_after, crate::access::CACHE_FOR);
+    assert_eq!(
+        plan.requeue_after,
+        crate::access::CACHE_FOR + Duration::from_secs(1)
+    );
+}
+
+/// Objects of another namespace in use by its consent (a Role granting the shards'
+/// ServiceAccount): looked at again when the review's answer expires, so a revoked consent takes
+/// them out within that bound; without any, the long resync.
+#[test]
+fn a_consent_in_use_is_looked_at_again_when_its_review_expires() {
+    let previous = ShardedPrometheusStatus::default();
+    let requeue = |consented| {
+        let mut observed = full();
+        observed.monitoring.consented = consented;
+        plan(
+            &target(&previous),
+            &three_zones(3, "Delete"),
+            &observed,
+            now(),
+        )
+        .unwrap()
+        .requeue_after
+    };
+    assert_eq!(
+        requeue(true),
+        crate::access::CACHE_FOR + Duration::from_secs(1)
+    );
+    assert_eq!(requeue(false), crate::context::RESYNC);
 }
 
 #[test]
@@ -547,6 +576,8 @@ fn pod_upload(shard: u32, exit: Option<i32>) -> (u32, Vec<upload::PodUpload>) {
         name: format!("p-shard-{shard}-0"),
         ip: Some("10.0.0.9".into()),
         attempts,
+        // Made by an earlier controller, whose default Thanos image was another.
+        sidecar_image: Some("quay.io/thanos/thanos:v0.1.0-earlier".into()),
     };
     (shard, vec![pod])
 }
@@ -581,6 +612,11 @@ fn a_removed_shard_stays_until_its_final_upload_is_done() {
         panic!("{starts:?}");
     };
     assert_eq!((pod.as_str(), ip.as_str()), ("p-shard-2-0", "10.0.0.9"));
+    // The pod's sidecar's image, which the admission policy requires, not today's default.
+    assert_eq!(
+        container.image.as_deref(),
+        Some("quay.io/thanos/thanos:v0.1.0-earlier")
+    );
     let args = container.args.clone().unwrap_or_default();
     assert!(
         args.contains(&"--label=shard=\"2\"".to_string()),
