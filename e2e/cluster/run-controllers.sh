@@ -50,7 +50,8 @@ flags_of() { # name
     zdb-controller)
         flags=("${common[@]}" --webhook-address "127.0.0.1:$webhook_port" --self-signed
             --tls-secret-name zdb-webhook-tls --tls-secret-namespace "$ns"
-            --service-name zdb-webhook --service-namespace "$ns" --webhook-config-name "$webhook_config") ;;
+            --service-name zdb-webhook --service-namespace "$ns" --webhook-config-name "$webhook_config"
+            --webhook-client-ca-file "$PKI/webhook-client-ca.crt") ;;
     rules-federator)
         flags=(--discover-sprom prometheus --discover-namespace "$ns") ;;
     *) flags=("${common[@]}") ;;

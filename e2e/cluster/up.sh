@@ -73,7 +73,7 @@ sign() { # name subject [san]
 }
 
 generate_pki() {
-    [ -f "$PKI/done-2" ] && return 0
+    [ -f "$PKI/done-3" ] && return 0
     rm -rf "$PKI" && mkdir -p "$PKI"
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
         -keyout "$PKI/ca.key" -out "$PKI/ca.crt" -subj "/CN=zone-aware-e2e-ca" 2>/dev/null
@@ -89,16 +89,54 @@ generate_pki() {
         sign "node-$zone" "/O=system:nodes/CN=system:node:$(node_of "$zone")"
     done
     # The aggregation layer: a CA of its own for the request-header proxy client.
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
-        -keyout "$PKI/front-proxy-ca.key" -out "$PKI/front-proxy-ca.crt" -subj "/CN=zone-aware-e2e-front-proxy-ca" 2>/dev/null
-    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-        -keyout "$PKI/front-proxy-client.key" -out "$PKI/front-proxy-client.csr" -subj "/CN=front-proxy-client" 2>/dev/null
-    printf 'extendedKeyUsage=clientAuth\n' >"$PKI/front-proxy-client.ext"
-    openssl x509 -req -in "$PKI/front-proxy-client.csr" -CA "$PKI/front-proxy-ca.crt" -CAkey "$PKI/front-proxy-ca.key" \
-        -CAcreateserial -days 3650 -extfile "$PKI/front-proxy-client.ext" -out "$PKI/front-proxy-client.crt" 2>/dev/null
+    client_of_own_ca front-proxy-ca front-proxy-client front-proxy-client
     openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
     openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
-    touch "$PKI/done-2"
+    # The API server's client certificate for admission webhooks, under a CA of its own: the
+    # eviction webhook (--webhook-client-ca-file) judges only callers holding one.
+    client_of_own_ca webhook-client-ca webhook-client kube-apiserver-webhook-client
+    touch "$PKI/done-3"
+}
+
+# A CA of its own, `ca`, and a client certificate `name` (common name `cn`) it signed.
+client_of_own_ca() { # ca name cn
+    local ca="$1" name="$2" cn="$3"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+        -keyout "$PKI/$ca.key" -out "$PKI/$ca.crt" -subj "/CN=zone-aware-e2e-$ca" 2>/dev/null
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout "$PKI/$name.key" -out "$PKI/$name.csr" -subj "/CN=$cn" 2>/dev/null
+    printf 'extendedKeyUsage=clientAuth\n' >"$PKI/$name.ext"
+    openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/$ca.crt" -CAkey "$PKI/$ca.key" \
+        -CAcreateserial -days 3650 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt" 2>/dev/null
+}
+
+# What the API server presents to admission webhooks: its client certificate, to every webhook
+# (the kubeconfig's user "*"). Webhooks that do not ask for one ignore it.
+write_admission_config() {
+    cat >"$STATE/webhook-client.kubeconfig" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+users:
+- name: "*"
+  user:
+    client-certificate: $PKI/webhook-client.crt
+    client-key: $PKI/webhook-client.key
+KUBECONFIG
+    cat >"$STATE/admission-config.yaml" <<ADMISSION
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: ValidatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $STATE/webhook-client.kubeconfig
+- name: MutatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $STATE/webhook-client.kubeconfig
+ADMISSION
 }
 
 
@@ -118,6 +156,7 @@ fi
 bash "$here/build.sh"
 mkdir -p "$PIDS" "$LOGS"
 generate_pki
+write_admission_config
 read -r ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT LS_PORT <<<"$(free_ports 7)"
 write_kubeconfig "$STATE/kubeconfig" admin
 write_kubeconfig "$STATE/controller-manager.kubeconfig" controller-manager
@@ -148,6 +187,7 @@ start kube-apiserver "$K8S_BIN/kube-apiserver" \
     --requestheader-extra-headers-prefix X-Remote-Extra- \
     --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key" \
     --enable-aggregator-routing=true \
+    --admission-control-config-file "$STATE/admission-config.yaml" \
     --profiling=false
 wait_until kube-apiserver 90 curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
     "https://127.0.0.1:$API_PORT/readyz"
@@ -259,5 +299,7 @@ export E2E_CONFIG_RELOADER_IMAGE="$CONFIG_RELOADER_IMAGE"
 export E2E_ALERTMANAGER_IMAGE="$ALERTMANAGER_IMAGE"
 export E2E_THANOS_IMAGE="$THANOS_IMAGE"
 export E2E_PROJECT_IMAGE="$PROJECT_IMAGE"
+# The CA of the API server's client certificate for admission webhooks.
+export E2E_WEBHOOK_CLIENT_CA="$PKI/webhook-client-ca.crt"
 ENV
 echo "cluster-up: ready in $((SECONDS - started))s — source e2e/.cluster/env (KUBECONFIG, AWS_ENDPOINT_URL)"

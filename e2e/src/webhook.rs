@@ -73,6 +73,37 @@ pub fn self_signed_args(namespace: &str) -> Vec<String> {
     .collect()
 }
 
+/// The AdmissionReview the API server sends for `POST pods/<pod>/eviction` (`dry_run`: as for
+/// `kubectl drain --dry-run=server`, decided and not recorded).
+pub fn admission_review(uid: &str, namespace: &str, pod: &str, dry_run: bool) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "subResource": "eviction",
+            "requestKind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestSubResource": "eviction",
+            "name": pod,
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:perf-drain", "groups": ["system:serviceaccounts", "system:authenticated"]},
+            "object": {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": pod, "namespace": namespace, "creationTimestamp": null},
+            },
+            "oldObject": null,
+            "dryRun": dry_run,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        }
+    }))
+    .expect("AdmissionReview JSON")
+}
+
 impl EvictionWebhook {
     /// Registers a webhook for evictions in `ns`, called at `https://127.0.0.1:<port>`, failing
     /// closed. Until a controller patches its caBundle the API server cannot call it.

@@ -117,19 +117,8 @@ pub struct ClientCerts {
 impl ClientCerts {
     /// The CA certificates of `pem`.
     pub fn new(pem: &[u8], required: bool) -> Result<Self, String> {
-        let mut roots = rustls::RootCertStore::empty();
-        use rustls::pki_types::pem::PemObject;
-        for certificate in rustls::pki_types::CertificateDer::pem_slice_iter(pem) {
-            let certificate = certificate.map_err(|e| format!("unreadable PEM: {e}"))?;
-            roots
-                .add(certificate)
-                .map_err(|e| format!("a certificate is unusable as a CA: {e}"))?;
-        }
-        if roots.is_empty() {
-            return Err("no PEM certificate in it".to_string());
-        }
         Ok(Self {
-            roots: Arc::new(roots),
+            roots: zone_operator::tls::client_roots(pem)?,
             required,
         })
     }

@@ -115,6 +115,14 @@ pub struct Args {
     )]
     pub cert_dir: PathBuf,
 
+    /// CA certificates (PEM) of the API server's client certificate for webhooks (its
+    /// `--admission-control-config-file` kubeconfig, docs/zdb.md): an eviction review is then
+    /// judged only from a caller that presented a certificate they signed; any other is
+    /// answered 401 and recorded nowhere. Off by default: most managed control planes cannot
+    /// present one, and a record that no eviction follows stops counting after 10 s anyway.
+    #[arg(long, env = "WEBHOOK_CLIENT_CA_FILE", value_name = "FILE")]
+    pub webhook_client_ca_file: Option<PathBuf>,
+
     /// How long the webhook may take to decide an eviction, re-reading the budget after write
     /// conflicts (another replica or the controller wrote it first) or waiting for a slow API
     /// server, before answering 429 (the client retries); well below the webhook's

@@ -33,6 +33,9 @@ pub mod reason {
     pub const DEADLINE: &str = "DeadlineExceeded";
     pub const API_ERROR: &str = "ApiError";
     pub const NOT_AN_EVICTION: &str = "NotAnEviction";
+    /// Not judged: the caller presented no client certificate of `--webhook-client-ca-file`
+    /// (not the API server).
+    pub const UNAUTHENTICATED: &str = "Unauthenticated";
     /// Refused at once under overload: too many decisions in flight, a full queue for the
     /// budget, or a queue that would not be through before the deadline.
     pub const SHED: &str = "Shed";

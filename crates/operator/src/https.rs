@@ -300,4 +300,120 @@ mod tests {
         );
         server.abort();
     }
+
+    /// A client CA, and a certificate for client authentication it signed (PEM: the CA, the
+    /// certificate, its key).
+    fn client_ca_and_leaf() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+            KeyPair,
+        };
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, "webhook client CA");
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let mut leaf = CertificateParams::new(Vec::<String>::new()).unwrap();
+        leaf.distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
+        leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = leaf.signed_by(&key, &issuer).unwrap();
+        (
+            ca_cert.pem().into_bytes(),
+            cert.pem().into_bytes(),
+            key.serialize_pem().into_bytes(),
+        )
+    }
+
+    /// `GET /who` over TLS trusting `ca` for svc.ns.svc, presenting `client` (certificate and
+    /// key PEM) if given: the answer's body, or why there is none.
+    async fn who(
+        address: SocketAddr,
+        ca: &[u8],
+        client: Option<(&[u8], &[u8])>,
+    ) -> Result<String, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add_parsable_certificates(CertificateDer::pem_slice_iter(ca).filter_map(Result::ok));
+        let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+        let config = match client {
+            None => builder.with_no_client_auth(),
+            Some((cert, key)) => builder
+                .with_client_auth_cert(
+                    CertificateDer::pem_slice_iter(cert)
+                        .filter_map(Result::ok)
+                        .collect(),
+                    PrivateKeyDer::from_pem_slice(key).unwrap(),
+                )
+                .unwrap(),
+        };
+        let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("svc.ns.svc").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        tls.write_all(b"GET /who HTTP/1.1\r\nHost: svc\r\nConnection: close\r\n\r\n")
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut answer = Vec::new();
+        let read = tls.read_to_end(&mut answer).await;
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        match answer.split_once("\r\n\r\n") {
+            Some((_, body)) => Ok(body.to_string()),
+            None => Err(format!("no answer: {read:?}")),
+        }
+    }
+
+    /// With client CAs, a client may still connect without a certificate (the webhook's own
+    /// self-call does), and each request says whether its connection presented one they
+    /// verified; a certificate of another CA fails the handshake.
+    #[tokio::test]
+    async fn requests_say_whether_their_client_presented_a_verified_certificate() {
+        use crate::serve::ClientCertificate;
+        let now = unix_now();
+        let served = generate("CA", "svc", "ns", CertValidity::default(), now, None).unwrap();
+        let (client_ca, cert, key) = client_ca_and_leaf();
+        let (_, other_cert, other_key) = client_ca_and_leaf();
+        let (listener, address) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let store = Arc::new(CertStore::new(served.pair.certified_key().unwrap()));
+        let router = Router::new().route(
+            "/who",
+            axum::routing::get(
+                |client: Option<axum::Extension<ClientCertificate>>| async move {
+                    match client {
+                        Some(axum::Extension(ClientCertificate { verified: true })) => "verified",
+                        Some(_) => "anonymous",
+                        None => "not asked",
+                    }
+                },
+            ),
+        );
+        let limits = Limits {
+            client_roots: Some(crate::tls::client_roots(&client_ca).unwrap()),
+            ..Limits::default()
+        };
+        let server = tokio::spawn(serve_until(
+            listener,
+            Some(store),
+            router,
+            limits,
+            std::future::pending(),
+            Duration::ZERO,
+        ));
+
+        assert_eq!(who(address, &served.ca, None).await.unwrap(), "anonymous");
+        assert_eq!(
+            who(address, &served.ca, Some((&cert, &key))).await.unwrap(),
+            "verified"
+        );
+        let foreign = who(address, &served.ca, Some((&other_cert, &other_key))).await;
+        assert!(foreign.is_err(), "{foreign:?}");
+        server.abort();
+    }
 }

@@ -115,6 +115,7 @@ impl Connections {
             tls_handshake: self.args.tls_handshake_timeout,
             max_connections: usize::try_from(self.args.max_connections).unwrap_or(usize::MAX),
             refused: self.refused.with_label_values(&[server]),
+            client_roots: None,
         }
     }
 }

@@ -35,6 +35,18 @@ pub struct Limits {
     pub max_connections: usize,
     /// Counts the connections closed at the cap.
     pub refused: IntCounter,
+    /// Over TLS, the CAs whose client certificates the server asks for. A client may connect
+    /// without one; every request of the connection carries [`ClientCertificate`] saying
+    /// whether it presented one these CAs verified, for the handler to decide.
+    pub client_roots: Option<Arc<rustls::RootCertStore>>,
+}
+
+/// In every request of a TLS connection of a server with [`Limits::client_roots`]: whether its
+/// client presented a certificate those CAs verified (a certificate that does not verify fails
+/// the handshake).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientCertificate {
+    pub verified: bool,
 }
 
 impl Default for Limits {
@@ -45,6 +57,7 @@ impl Default for Limits {
             tls_handshake: Duration::from_secs(10),
             max_connections: 1024,
             refused: IntCounter::new("refused", "refused").unwrap_or_else(|_| unreachable!()),
+            client_roots: None,
         }
     }
 }
@@ -94,13 +107,16 @@ pub async fn serve_until(
     stop: impl std::future::Future<Output = ()>,
     in_flight: Duration,
 ) {
-    let acceptor = tls.map(|certs| {
-        let mut config = rustls::ServerConfig::builder()
-            .with_no_client_auth()
-            .with_cert_resolver(certs);
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        TlsAcceptor::from(Arc::new(config))
-    });
+    let acceptor = match tls {
+        None => None,
+        Some(certs) => match acceptor(certs, limits.client_roots.clone()) {
+            Ok(acceptor) => Some(acceptor),
+            Err(error) => {
+                tracing::error!(%error, "the client CAs cannot verify certificates; not serving");
+                return;
+            }
+        },
+    };
     let closing = CancellationToken::new();
     let mut connections = JoinSet::new();
     let mut stop = std::pin::pin!(stop);
@@ -158,6 +174,26 @@ pub async fn serve_until(
     }
 }
 
+/// TLS with the certificate `certs` holds at each handshake, asking for a client certificate
+/// of `client_roots` (optional: see [`Limits::client_roots`]).
+fn acceptor(
+    certs: Arc<CertStore>,
+    client_roots: Option<Arc<rustls::RootCertStore>>,
+) -> Result<TlsAcceptor, rustls::server::VerifierBuilderError> {
+    let builder = rustls::ServerConfig::builder();
+    let builder = match client_roots {
+        None => builder.with_no_client_auth(),
+        Some(roots) => builder.with_client_cert_verifier(
+            rustls::server::WebPkiClientVerifier::builder(roots)
+                .allow_unauthenticated()
+                .build()?,
+        ),
+    };
+    let mut config = builder.with_cert_resolver(certs);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
 /// One connection of [`serve_until`]: its TLS handshake (bounded), then served.
 async fn serve_connection(
     acceptor: Option<TlsAcceptor>,
@@ -167,10 +203,15 @@ async fn serve_connection(
     closing: CancellationToken,
 ) {
     let Some(acceptor) = acceptor else {
-        return serve_http(stream, service, limits.header_read, closing).await;
+        return serve_http(stream, service, limits.header_read, closing, None).await;
     };
     match tokio::time::timeout(limits.tls_handshake, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => serve_http(tls, service, limits.header_read, closing).await,
+        Ok(Ok(tls)) => {
+            let client = limits.client_roots.is_some().then(|| ClientCertificate {
+                verified: tls.get_ref().1.peer_certificates().is_some(),
+            });
+            serve_http(tls, service, limits.header_read, closing, client).await;
+        }
         Ok(Err(error)) => tracing::debug!(error = %error, "TLS handshake failed"),
         Err(_) => tracing::debug!(timeout = ?limits.tls_handshake, "TLS handshake timed out"),
     }
@@ -185,14 +226,18 @@ async fn serve_http<I>(
     service: TowerToHyperService<Router>,
     header_read: Duration,
     closing: CancellationToken,
+    client: Option<ClientCertificate>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let first_request = Arc::new(tokio::sync::Notify::new());
     let asked = first_request.clone();
-    let service = hyper::service::service_fn(move |request| {
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
         // Stores a permit when nobody waits yet: a request before `closing` is remembered.
         asked.notify_one();
+        if let Some(client) = client {
+            request.extensions_mut().insert(client);
+        }
         service.call(request)
     });
     let connection = hyper::server::conn::http1::Builder::new()

@@ -130,6 +130,22 @@ impl ResolvesServerCert for CertStore {
     }
 }
 
+/// The CA certificates of `pem`, to verify clients' certificates with (a server's client CA
+/// file): an error naming what is wrong when one is unreadable or unusable, or none is there.
+pub fn client_roots(pem: &[u8]) -> Result<Arc<rustls::RootCertStore>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in CertificateDer::pem_slice_iter(pem) {
+        let certificate = certificate.map_err(|e| format!("unreadable PEM: {e}"))?;
+        roots
+            .add(certificate)
+            .map_err(|e| format!("a certificate is unusable as a CA: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err("no PEM certificate in it".to_string());
+    }
+    Ok(Arc::new(roots))
+}
+
 /// Reads `tls.crt` and `tls.key` of `dir`.
 pub fn read_dir(dir: &Path) -> Result<PemPair, TlsError> {
     let read = |file: &str| {

@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use e2e::tls::https_post;
+use e2e::webhook::admission_review;
 use zone_topology::budget::CONFIRMATION_WINDOW_MS;
 
 use super::*;
@@ -16,35 +17,58 @@ use super::*;
 const HELD_AT_MOST: Duration =
     Duration::from_millis(CONFIRMATION_WINDOW_MS.unsigned_abs() + 1_000 + 1_000 + 3_000);
 
-/// The AdmissionReview the API server would send for `POST pods/<pod>/eviction`, sent by
-/// someone else.
-fn forged_review(namespace: &str, pod: &str) -> String {
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "00000000-0000-0000-0000-00000000f0e6",
-            "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "subResource": "eviction",
-            "requestKind": {"group": "policy", "version": "v1", "kind": "Eviction"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestSubResource": "eviction",
-            "name": pod,
-            "namespace": namespace,
-            "operation": "CREATE",
-            "userInfo": {"username": "system:serviceaccount:kube-system:attacker"},
-            "object": {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": pod, "namespace": namespace},
-            },
-            "oldObject": null,
-            "dryRun": false,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+/// A budget of 6 pods (maxUnavailable 1 per zone), computed, under one zdb-controller started
+/// with the self-signed flags and `extra`.
+struct Budget {
+    fixture: Fixture,
+    _controller: ControllerProcess,
+    metrics_port: u16,
+    /// A pod of zone-a, the forged review's, and one of zone-b.
+    target: String,
+    other: String,
+    /// The webhook's CA, which any client can read off the caBundle.
+    ca: String,
+    port: u16,
+}
+
+impl Budget {
+    async fn start(prefix: &str, extra: &[String]) -> Budget {
+        let port = free_port();
+        let fixture = Fixture::new(prefix, 6, port).await;
+        let mut args = fixture.self_signed_args();
+        args.extend_from_slice(extra);
+        let (controller, metrics_port) = fixture.controller_with(port, false, &args);
+        fixture.wait_ca_bundle().await;
+        fixture.create_zdb(1, false).await;
+        fixture.wait_budget(6, 1).await;
+        let zones = fixture.pods_by_zone().await;
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = fixture.ns.api();
+        let data = secrets.get(TLS_SECRET).await.unwrap().data.unwrap();
+        Budget {
+            target: zones["zone-a"][0].clone(),
+            other: zones["zone-b"][0].clone(),
+            ca: String::from_utf8(data["ca.crt"].0.clone()).unwrap(),
+            fixture,
+            _controller: controller,
+            metrics_port,
+            port,
         }
-    })
-    .to_string()
+    }
+
+    /// POSTs the review of evicting the zone-a pod to the webhook's port, as any client that
+    /// reaches it can (the API server sends the same one): the HTTP status and body.
+    async fn forge(&self) -> (u16, String) {
+        let review = admission_review("forged", &self.fixture.ns.name, &self.target, false);
+        https_post(
+            SocketAddr::from(([127, 0, 0, 1], self.port)),
+            "127.0.0.1",
+            &self.ca,
+            "/validate-eviction",
+            &String::from_utf8(review).unwrap(),
+        )
+        .await
+        .unwrap()
+    }
 }
 
 /// A review forged straight to the webhook (no API server, no pod evicted) is allowed and
@@ -56,29 +80,16 @@ fn forged_review(namespace: &str, pod: &str) -> String {
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn a_forged_review_holds_other_zones_only_for_the_confirmation_window() {
-    let port = free_port();
-    let fixture = Fixture::new("zdb-forged", 6, port).await;
-    let (_controller, metrics_port) =
-        fixture.controller_with(port, false, &fixture.self_signed_args());
-    fixture.wait_ca_bundle().await;
-    fixture.create_zdb(1, false).await;
-    fixture.wait_budget(6, 1).await;
-    let zones = fixture.pods_by_zone().await;
-    let (target, other) = (&zones["zone-a"][0], &zones["zone-b"][0]);
+    let budget = Budget::start("zdb-forged", &[]).await;
+    let Budget {
+        fixture,
+        metrics_port,
+        target,
+        other,
+        ..
+    } = &budget;
     let target_uid = fixture.pods.get(target).await.unwrap().uid();
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = fixture.ns.api();
-    let data = secrets.get(TLS_SECRET).await.unwrap().data.unwrap();
-    let ca = String::from_utf8(data["ca.crt"].0.clone()).unwrap();
-
-    let (code, body) = https_post(
-        SocketAddr::from(([127, 0, 0, 1], port)),
-        "127.0.0.1",
-        &ca,
-        "/validate-eviction",
-        &forged_review(&fixture.ns.name, target),
-    )
-    .await
-    .unwrap();
+    let (code, body) = budget.forge().await;
     let forged_at = Instant::now();
     assert_eq!(code, 200, "{body}");
     let answer: Value = serde_json::from_str(&body).unwrap();
@@ -134,10 +145,58 @@ async fn a_forged_review_holds_other_zones_only_for_the_confirmation_window() {
         "no EvictionUnconfirmed warning naming {target}"
     );
     let unconfirmed = metric_sum(
-        metrics_port,
+        *metrics_port,
         "zone_aware_zdb_unconfirmed_evictions_total",
         Some(&format!("namespace=\"{}\"", fixture.ns.name)),
     )
     .await;
     assert_eq!(unconfirmed, 1.0);
+}
+
+/// With `--webhook-client-ca-file` (the CA of the client certificate the local cluster's API
+/// server presents to webhooks), the same forged review is not judged at all: 401, nothing
+/// recorded, counted as Unauthenticated; the API server's own call of a real eviction is judged
+/// and recorded as before.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn with_client_authentication_a_forged_review_is_refused() {
+    let client_ca = Cluster::get()
+        .env
+        .get("E2E_WEBHOOK_CLIENT_CA")
+        .cloned()
+        .expect("E2E_WEBHOOK_CLIENT_CA in e2e/.cluster/env: the local cluster's webhook client CA");
+    let budget = Budget::start(
+        "zdb-client-auth",
+        &["--webhook-client-ca-file".to_string(), client_ca],
+    )
+    .await;
+    let Budget {
+        fixture,
+        metrics_port,
+        target,
+        other,
+        ..
+    } = &budget;
+    let (code, body) = budget.forge().await;
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("client certificate"), "{body}");
+    assert!(fixture.status().await.disrupted_pods.is_empty());
+    let unauthenticated = decisions_for(*metrics_port, "Unauthenticated").await;
+    assert_eq!(unauthenticated, 1.0);
+
+    // The API server presents its certificate: its call is judged, allowed and recorded, and
+    // the next one, in another zone, refused as the budget says.
+    let _quota = PodQuota::hold(&fixture.ns, 5).await;
+    evict(&fixture.pods, target, false).await.unwrap();
+    let status = fixture.status().await;
+    assert_eq!(
+        status.disrupted_pod_zones,
+        BTreeMap::from([(target.clone(), "zone-a".to_string())]),
+        "{status:?}"
+    );
+    assert_denied(
+        evict(&fixture.pods, other, false).await,
+        "an eviction in zone-b after one in zone-a",
+        &["zone zone-a is disrupted"],
+    );
 }

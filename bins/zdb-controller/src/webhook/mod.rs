@@ -27,8 +27,10 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use futures::StreamExt;
 use kube::Client;
 use kube::core::admission::AdmissionResponse;
@@ -56,6 +58,8 @@ pub enum StartError {
     Bind(#[from] BindError),
     #[error("--webhook-cert-validity / --webhook-cert-renew-before")]
     CertFlags(#[source] ValidityError),
+    #[error("--webhook-client-ca-file {0}: {1}")]
+    ClientCa(String, String),
 }
 
 /// How long, after the listener closed, the decisions in flight get to be answered: the
@@ -85,7 +89,13 @@ pub async fn start(
     let client = parts.client.clone();
     let source = cert_source(&client, args).map_err(StartError::CertFlags)?;
     let (listener, address) = https::bind(args.webhook_address).await?;
-    let limits = parts.server_limits("webhook");
+    let mut limits = parts.server_limits("webhook");
+    if let Some(path) = &args.webhook_client_ca_file {
+        // The CA certificates of the API server's client certificate for webhooks.
+        let failed = |why: String| StartError::ClientCa(path.display().to_string(), why);
+        let pem = std::fs::read(path).map_err(|e| failed(format!("cannot read: {e}")))?;
+        limits.client_roots = Some(zone_operator::tls::client_roots(&pem).map_err(failed)?);
+    }
     // Created before anything can be served, so /readyz names what is missing from the start.
     let gates = Gates {
         caches: parts.readiness.gate("webhook-caches"),
@@ -273,9 +283,23 @@ async fn prepare(
     Some(certs)
 }
 
-async fn validate(State(judge): State<Arc<Judge>>, body: Bytes) -> Json<serde_json::Value> {
+async fn validate(
+    State(judge): State<Arc<Judge>>,
+    client: Option<Extension<serve::ClientCertificate>>,
+    body: Bytes,
+) -> Response {
     let _timer = judge.metrics.latency().start_timer();
-    let response = match admission::parse(&body) {
+    let parsed = admission::parse(&body);
+    // With --webhook-client-ca-file, an eviction is judged only for the API server.
+    if let (Some(Extension(client)), Ok((_, Some(eviction)))) = (client, &parsed)
+        && !client.verified
+    {
+        judge.metrics.decision(false, reason::UNAUTHENTICATED);
+        tracing::warn!(namespace = %eviction.namespace, pod = %eviction.pod, "eviction review from a caller without the API server's client certificate; not judged");
+        let message = "the caller presented no client certificate of --webhook-client-ca-file: only the API server's eviction reviews are judged";
+        return (StatusCode::UNAUTHORIZED, message).into_response();
+    }
+    let response = match parsed {
         Err(error) => {
             tracing::warn!(error = %error, "unreadable AdmissionReview");
             AdmissionResponse::invalid(error.to_string())
@@ -298,7 +322,7 @@ async fn validate(State(judge): State<Arc<Judge>>, body: Bytes) -> Json<serde_js
             }
         }
     };
-    Json(admission::review_json(response))
+    Json(admission::review_json(response)).into_response()
 }
 
 /// Where the serving certificate comes from: `--self-signed` or `--cert-dir`; flags that leave

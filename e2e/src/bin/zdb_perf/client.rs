@@ -9,43 +9,14 @@ use axum::body::Body;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 use tokio_rustls::TlsConnector;
 
 pub const PATH: &str = "/validate-eviction";
 
-/// The AdmissionReview the API server sends for `POST pods/<pod>/eviction` (`dry_run`: as for
-/// `kubectl drain --dry-run=server`, decided and not recorded).
-pub fn admission_review(uid: &str, namespace: &str, pod: &str, dry_run: bool) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "subResource": "eviction",
-            "requestKind": {"group": "policy", "version": "v1", "kind": "Eviction"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestSubResource": "eviction",
-            "name": pod,
-            "namespace": namespace,
-            "operation": "CREATE",
-            "userInfo": {"username": "system:serviceaccount:kube-system:perf-drain", "groups": ["system:serviceaccounts", "system:authenticated"]},
-            "object": {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": pod, "namespace": namespace, "creationTimestamp": null},
-            },
-            "oldObject": null,
-            "dryRun": dry_run,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
-        }
-    }))
-    .expect("AdmissionReview JSON")
-}
+pub use e2e::webhook::admission_review;
 
 /// Idle connections a [`Pool`] keeps, at most: client-go's transports (the API server's webhook
 /// client among them) keep 25 per host and close the others once their answer is read.
