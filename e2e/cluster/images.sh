@@ -20,6 +20,8 @@
 #   images.sh import-pinned TAR REF
 #                                  a release's image tar into every real node, also under the
 #                                  NAME@DIGEST of REF (NAME:TAG@DIGEST, as install.yaml pins it)
+#   images.sh alias REF NEW        an image of every real node also under the name NEW (a
+#                                  release's other tag of the same image, to the tests)
 #   images.sh multiarch OUT NAME   the project's image for linux/amd64 and linux/arm64: one
 #                                  OCI image index in an image-layout tar OUT, named NAME
 #                                  (nothing imported); the last line printed is the index's
@@ -304,6 +306,17 @@ import_pinned() { # tar name:tag@digest
     echo "image: $pinned imported into ${#REAL_ZONES[@]} real nodes"
 }
 
+# An image already in every real node (REF) also under the name NEW.
+alias_image() { # ref new
+    local ref="${1:-}" new="${2:-}" zone
+    [ -n "$ref" ] && [ -n "$new" ] || { echo "usage: $0 alias REF NEW" >&2; exit 2; }
+    for zone in "${REAL_ZONES[@]}"; do
+        ctr --address "$NODES/$zone/containerd.sock" --namespace k8s.io images tag --force \
+            "$ref" "$new" >>"$LOGS/import-$zone.log" 2>&1 \
+            || die "tagging $ref as $new in $zone failed; see $LOGS/import-$zone.log"
+    done
+}
+
 case "${1:-}" in
 test-images) test_images ;;
 project) project_image ;;
@@ -313,7 +326,8 @@ thanos) thanos_image ;;
 previous) previous_image "${2:-}" ;;
 import) shift; import "$@" ;;
 import-pinned) shift; import_pinned "$@" ;;
+alias) shift; alias_image "$@" ;;
 multiarch) shift; multiarch_image "$@" ;;
 static) static_arch "${2:-}" ;;
-*) echo "usage: $0 test-images|project|project-only|e2e-image|thanos|previous DIR|import ZONE TAR...|import-pinned TAR NAME:TAG@DIGEST|multiarch OUT.tar NAME|static ARCH" >&2; exit 2 ;;
+*) echo "usage: $0 test-images|project|project-only|e2e-image|thanos|previous DIR|import ZONE TAR...|import-pinned TAR NAME:TAG@DIGEST|alias REF NEW|multiarch OUT.tar NAME|static ARCH" >&2; exit 2 ;;
 esac

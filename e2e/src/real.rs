@@ -53,6 +53,19 @@ impl RealNodes {
         }
     }
 
+    /// Tags `image`, already in every real node, as `alias` there too (`images.sh alias`): the
+    /// same image under another name, as a release with another default tag would name it.
+    pub fn alias_image(&self, image: &str, alias: &str) {
+        let mut command = std::process::Command::new("bash");
+        command.current_dir(crate::deploy::repo_root()).args([
+            "e2e/cluster/images.sh",
+            "alias",
+            image,
+            alias,
+        ]);
+        crate::identity::run(command, None);
+    }
+
     /// The project's image (`make image`). Panics in a suite that `make e2e` started before the
     /// image was in the nodes (run_suites.py builds it while the suites that do not need it run):
     /// such a suite belongs in the Makefile's E2E_IMAGE_SUITES.

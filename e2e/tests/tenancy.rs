@@ -641,28 +641,7 @@ async fn tenancy_the_shard_controller_token_writes_only_what_the_controller_owns
     let owner = managed(&admin, &other.name).await;
     let as_controller = Api::<Secret>::namespaced(token.clone(), &other.name);
     let post = kube::api::PostParams::default();
-    // The policy is in force once its first denial is seen (it is compiled after creation).
-    let mut attempt = 0;
-    let message = wait_for("the policy in force", TIMEOUT, || {
-        attempt += 1;
-        let name = format!("probe-{attempt}");
-        let (as_controller, admin, post, other) = (&as_controller, &admin, &post, &other);
-        let secret = secret(&name, json!({}));
-        async move {
-            let created = as_controller.create(post, &secret).await;
-            if created.is_ok() {
-                let _ = Api::<Secret>::namespaced(admin.clone(), &other.name)
-                    .delete(&name, &Default::default())
-                    .await;
-            }
-            denied_by_policy(created)
-        }
-    })
-    .await;
-    assert!(
-        message.contains("may create only secrets labelled"),
-        "{message}"
-    );
+    writes_policy_in_force(&admin, &as_controller, &other.name).await;
 
     // An unlabelled Secret of the namespace: not deleted, not taken over by labelling it.
     Api::<Secret>::namespaced(admin.clone(), &other.name)
@@ -704,6 +683,34 @@ async fn tenancy_the_shard_controller_token_writes_only_what_the_controller_owns
     pod_templates_within_baseline(&admin, &token, &other.name, &owner).await;
     // A pod of a shard: its config-digest annotation may change, its image may not.
     pod_changed_only_in_its_digest(admin, token, &other.name).await;
+}
+
+/// Waits until the writes policy is in force (it is compiled after creation): its first denial
+/// of an unlabelled Secret created in `namespace` as the controller (`as_controller`); one
+/// created before is deleted as `admin`.
+async fn writes_policy_in_force(admin: &Client, as_controller: &Api<Secret>, namespace: &str) {
+    let post = kube::api::PostParams::default();
+    let mut attempt = 0;
+    let message = wait_for("the policy in force", TIMEOUT, || {
+        attempt += 1;
+        let name = format!("probe-{attempt}");
+        let post = &post;
+        let secret = secret(&name, json!({}));
+        async move {
+            let created = as_controller.create(post, &secret).await;
+            if created.is_ok() {
+                let _ = Api::<Secret>::namespaced(admin.clone(), namespace)
+                    .delete(&name, &Default::default())
+                    .await;
+            }
+            denied_by_policy(created)
+        }
+    })
+    .await;
+    assert!(
+        message.contains("may create only secrets labelled"),
+        "{message}"
+    );
 }
 
 /// The label of the shard-controller's children.

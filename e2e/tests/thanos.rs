@@ -358,8 +358,11 @@ async fn a_removed_shard_is_deleted_once_all_it_held_is_in_the_bucket(
 }
 
 /// Scaled to 1 under Delete with the object store unreachable: shard 1 is kept, retired, and its
-/// status says why; the controller is restarted; once the store is back, the next attempt
-/// uploads and the shard goes with no sample lost.
+/// status says why; the controller is restarted, as after an upgrade whose Thanos image is
+/// another (the spec now names the same image under another tag, so the active shard rolls and
+/// shard 1's pods keep the sidecar they run); once the store is back, the next attempt uploads
+/// with that sidecar's image, the only one the controller's admission policy lets it add, and
+/// the shard goes with no sample lost.
 async fn an_upload_cut_keeps_the_shard_until_the_store_is_back(
     real: &RealNodes,
     fx: &Fixture,
@@ -390,6 +393,11 @@ async fn an_upload_cut_keeps_the_shard_until_the_store_is_back(
         "a shard whose upload failed is kept"
     );
     // A new controller knows the failed attempt only from the pod: the next one is attempt 2.
+    let upgraded = format!("{}-upgraded", real.thanos_image);
+    real.alias_image(&real.thanos_image, &upgraded);
+    let mut next = spec(real, fx, 1, "Delete");
+    next["thanos"]["image"] = json!(upgraded);
+    let generation = fx.apply(next).await;
     fx.restart_controller();
     set_objstore(fx, bucket).await;
     a_removed_shard_is_deleted_once_all_it_held_is_in_the_bucket(fx, from_bucket, 1, held).await;

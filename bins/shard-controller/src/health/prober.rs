@@ -7,13 +7,14 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use zone_api::ShardedPrometheus;
 use zone_api::sprom::contract::{self, INSTANCE_LABEL};
+use zone_api::validation::THANOS_SIDECAR_CONTAINER;
 use zone_operator::prom_api::tls::{ClientTls, Roots, TlsOptions};
 use zone_operator::prom_api::{ApiClient, ApiError, BodyCaps};
 
@@ -34,7 +35,8 @@ pub(super) struct Target {
     pub(super) address: SocketAddr,
 }
 
-/// Keeps of a pod what the prober reads: labels, phase and IP.
+/// Keeps of a pod what the prober reads (labels, phase and IP) and what the final upload reads
+/// (its attempts, and the image of the Thanos sidecar, which the upload runs).
 pub fn strip_pod(pod: &mut Pod) {
     let meta = &mut pod.metadata;
     meta.managed_fields = None;
@@ -50,13 +52,25 @@ pub fn strip_pod(pod: &mut Pod) {
         )
     });
     meta.owner_references = None;
-    // Only the final upload's ephemeral containers (see children::upload).
+    // Only the final upload's ephemeral containers (see children::upload), and the sidecar's
+    // name and image.
     let ours = |name: &str| crate::children::upload::attempt_number(name).is_some();
     pod.spec = pod.spec.take().and_then(|spec| {
-        let mut uploads = spec.ephemeral_containers?;
+        let mut uploads = spec.ephemeral_containers.unwrap_or_default();
         uploads.retain(|container| ours(&container.name));
-        (!uploads.is_empty()).then(|| PodSpec {
-            ephemeral_containers: Some(uploads),
+        let sidecar: Vec<Container> = spec
+            .containers
+            .into_iter()
+            .filter(|container| container.name == THANOS_SIDECAR_CONTAINER)
+            .map(|container| Container {
+                name: container.name,
+                image: container.image,
+                ..Container::default()
+            })
+            .collect();
+        (!uploads.is_empty() || !sidecar.is_empty()).then(|| PodSpec {
+            containers: sidecar,
+            ephemeral_containers: (!uploads.is_empty()).then_some(uploads),
             ..PodSpec::default()
         })
     });

@@ -5,6 +5,7 @@ use kube::ResourceExt;
 use serde_json::json;
 use zone_api::ShardedPrometheus;
 use zone_api::sprom::contract::{self, INSTANCE_LABEL};
+use zone_api::validation::THANOS_SIDECAR_CONTAINER;
 use zone_operator::testing::{FakePrometheus, Reply, store_of};
 
 use super::prober::{client, probe, targets};
@@ -220,6 +221,38 @@ fn the_running_pods_of_active_shards_are_asked() {
         None,
         "only phase and IP are kept"
     );
+}
+
+/// The cache keeps of a shard's pod what its final upload reads: the sidecar's image (the
+/// upload runs it; after an upgrade that changed the default image, the spec's is another)
+/// and the upload's attempts, nothing else of the spec.
+#[test]
+fn a_stripped_pod_keeps_the_sidecars_image_and_the_uploads() {
+    let mut pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p-1-0", "namespace": "ns"},
+        "spec": {"containers": [
+                    {"name": "prometheus", "image": "prometheus:3", "args": ["--a"]},
+                    {"name": THANOS_SIDECAR_CONTAINER, "image": "thanos:before", "args": ["sidecar"]}],
+                 "ephemeralContainers": [
+                    {"name": "debug", "image": "busybox"},
+                    {"name": crate::children::upload::container_name(1), "image": "thanos:before"}]},
+        "status": {"phase": "Running", "podIP": "10.1.0.1"},
+    }))
+    .unwrap();
+    strip_pod(&mut pod);
+    let spec = pod.spec.as_ref().unwrap();
+    assert_eq!(spec.containers.len(), 1);
+    assert_eq!(spec.containers[0].image.as_deref(), Some("thanos:before"));
+    assert_eq!(spec.containers[0].args, None);
+    let uploads: Vec<&str> = spec
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(uploads, [crate::children::upload::container_name(1)]);
+    let read = crate::children::upload::read(&pod);
+    assert_eq!(read.sidecar_image.as_deref(), Some("thanos:before"));
 }
 
 const RUNTIME_INFO: &str = "/api/v1/status/runtimeinfo";
