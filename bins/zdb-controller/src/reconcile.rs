@@ -371,26 +371,12 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
     let next = &mut draft.status;
     next.set_condition(condition::INVALID, false, reason::VALID, "");
     let previous_expected = view::remembered_expected(next);
-    let (records, unconfirmed): (Vec<_>, Vec<_>) = view::settle_records(
+    let settled = view::settle_records(
         budget::prune(&view::records(next), view.pods, view.now_ms),
         view.pods,
         view::replaced(view.expected_total, &previous_expected, view.pods.len()),
-    )
-    .into_iter()
-    .partition(|record| !view.unconfirmed.contains(&record.pod));
-    for record in &unconfirmed {
-        draft.events.warning(
-            reason::EVICTION_UNCONFIRMED,
-            "Reconcile",
-            format!(
-                "the eviction of pod {} ({}) recorded at {} was not carried out: the pod still runs {} s later, so its record no longer holds the other zones (the API server refused the eviction after the webhook allowed it, or the review did not come from the API server)",
-                record.pod,
-                record.zone,
-                view::time_of_ms(record.at_ms).0,
-                CONFIRMATION_WINDOW_MS / 1000
-            ),
-        );
-    }
+    );
+    let records = drop_unconfirmed(settled, view.unconfirmed, &mut draft.events);
     let budget = budget::compute(&BudgetInput {
         expected_total: view.expected_total,
         pods: view.pods,
@@ -458,6 +444,32 @@ pub fn compute(view: &BudgetView<'_>, draft: &mut Draft) -> Action {
     }
 
     next_deadline(&records, view.standing, view.now_ms)
+}
+
+/// `records` without those of the pods in `unconfirmed` (their evictions were not carried out),
+/// each dropped with a warning.
+fn drop_unconfirmed(
+    records: Vec<budget::Disruption>,
+    unconfirmed: &[String],
+    events: &mut PendingEvents,
+) -> Vec<budget::Disruption> {
+    let (kept, dropped): (Vec<_>, Vec<_>) = records
+        .into_iter()
+        .partition(|record| !unconfirmed.contains(&record.pod));
+    for record in &dropped {
+        events.warning(
+            reason::EVICTION_UNCONFIRMED,
+            "Reconcile",
+            format!(
+                "the eviction of pod {} ({}) recorded at {} was not carried out: the pod still runs {} s later, so its record no longer holds the other zones (the API server refused the eviction after the webhook allowed it, or the review did not come from the API server)",
+                record.pod,
+                record.zone,
+                view::time_of_ms(record.at_ms).0,
+                CONFIRMATION_WINDOW_MS / 1000
+            ),
+        );
+    }
+    kept
 }
 
 /// Records expire, and a record whose pod still stands must see it go within the confirmation

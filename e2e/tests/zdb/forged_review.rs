@@ -55,6 +55,22 @@ impl Budget {
         }
     }
 
+    /// The zone-a pod's eviction is the budget's one record, so an eviction in zone-b is
+    /// refused (`when` says at which point of the test).
+    async fn zone_a_holds_zone_b(&self, when: &str) {
+        let status = self.fixture.status().await;
+        assert_eq!(
+            status.disrupted_pod_zones,
+            BTreeMap::from([(self.target.clone(), "zone-a".to_string())]),
+            "{when}: {status:?}"
+        );
+        assert_denied(
+            evict(&self.fixture.pods, &self.other, false).await,
+            &format!("an eviction in zone-b {when}"),
+            &["zone zone-a is disrupted"],
+        );
+    }
+
     /// POSTs the review of evicting the zone-a pod to the webhook's port, as any client that
     /// reaches it can (the API server sends the same one): the HTTP status and body.
     async fn forge(&self) -> (u16, String) {
@@ -94,19 +110,10 @@ async fn a_forged_review_holds_other_zones_only_for_the_confirmation_window() {
     assert_eq!(code, 200, "{body}");
     let answer: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(answer["response"]["allowed"], true, "{body}");
-    let status = fixture.status().await;
-    assert_eq!(
-        status.disrupted_pod_zones,
-        BTreeMap::from([(target.clone(), "zone-a".to_string())]),
-        "the forged review recorded: {status:?}"
-    );
-
-    // Held while the record counts...
-    assert_denied(
-        evict(&fixture.pods, other, false).await,
-        "an eviction in zone-b right after the forged review",
-        &["zone zone-a is disrupted"],
-    );
+    // Recorded, and held while the record counts...
+    budget
+        .zone_a_holds_zone_b("right after the forged review")
+        .await;
     // ...and allowed once it no longer does.
     wait_for("the eviction in zone-b allowed", HELD_AT_MOST, || async {
         match evict(&fixture.pods, other, false).await {
@@ -174,7 +181,6 @@ async fn with_client_authentication_a_forged_review_is_refused() {
         fixture,
         metrics_port,
         target,
-        other,
         ..
     } = &budget;
     let (code, body) = budget.forge().await;
@@ -188,15 +194,7 @@ async fn with_client_authentication_a_forged_review_is_refused() {
     // the next one, in another zone, refused as the budget says.
     let _quota = PodQuota::hold(&fixture.ns, 5).await;
     evict(&fixture.pods, target, false).await.unwrap();
-    let status = fixture.status().await;
-    assert_eq!(
-        status.disrupted_pod_zones,
-        BTreeMap::from([(target.clone(), "zone-a".to_string())]),
-        "{status:?}"
-    );
-    assert_denied(
-        evict(&fixture.pods, other, false).await,
-        "an eviction in zone-b after one in zone-a",
-        &["zone zone-a is disrupted"],
-    );
+    budget
+        .zone_a_holds_zone_b("after the API server's eviction")
+        .await;
 }
