@@ -113,6 +113,18 @@ local alert(c, name, expr, forDuration, severity, summary, description) = {
             'Evictions have been refused steadily for %(denialsFor)s.' % c,
             'The eviction webhook refuses {{ $value | humanize }} evictions per second. A drain or a rollout is stuck on a ZoneDisruptionBudget, or a budget is too tight for the pods it selects.',
           ),
+          alert(
+            c,
+            'ZoneAwareEvictionsUnconfirmed',
+            |||
+              sum by (namespace, name) (increase(zone_aware_zdb_unconfirmed_evictions_total{%(zdbSelector)s}[15m]))
+              > %(unconfirmedEvictions)s
+            ||| % c,
+            null,
+            'warning',
+            'Evictions a ZoneDisruptionBudget recorded were not carried out.',
+            '{{ $value | humanize }} evictions recorded by ZoneDisruptionBudget {{ $labels.namespace }}/{{ $labels.name }} in 15 minutes were never carried out: their pods still ran 10 s later. Either the API server refused them after the webhook (a PodDisruptionBudget over the same pods), or someone posts AdmissionReviews to the webhook directly.',
+          ),
         ],
       },
       {

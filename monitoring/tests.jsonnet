@@ -130,6 +130,15 @@ local tests = [
     ['zone_aware_zdb_webhook_decisions_total{%s, result="denied", reason="OtherZoneDisrupted"}' % zdb, '0+6x60'],
   ], [['45m', 'ZoneAwareEvictionDenialsHigh', []]]),
 
+  test('a forged review every minute', [
+    ['zone_aware_zdb_unconfirmed_evictions_total{%s, pod="zdb-0", namespace="apps", name="web"}' % zdb, '0+1x30'],
+  ], [
+    ['20m', 'ZoneAwareEvictionsUnconfirmed', [firing('ZoneAwareEvictionsUnconfirmed', { namespace: 'apps', name: 'web' }, { '$value | humanize': '15' })]],
+  ]),
+  test('an eviction refused by a PodDisruptionBudget now and then', [
+    ['zone_aware_zdb_unconfirmed_evictions_total{%s, pod="zdb-0", namespace="apps", name="web"}' % zdb, '0+0.1x30'],
+  ], [['30m', 'ZoneAwareEvictionsUnconfirmed', []]]),
+
   test('zau-controller down, rules-federator never scraped, shard-controller up', [
     ['up{%s, pod="zau-0"}' % zau, '0x20'],
     ['up{%s, pod="shard-0"}' % shard, '1x20'],
