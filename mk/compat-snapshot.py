@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Snapshots what a release put in its users' hands, for `make crd-compat`.
 
-    mk/compat-snapshot.py TAG
+    mk/compat-snapshot.py VERSION COMMIT
 
-writes crates/api/tests/compat/TAG/: crds.yaml (the tag's config/crd CRDs) and, mirrored by
-path, every YAML file of the tag that holds an object of the project's API group (samples, the
+writes crates/api/tests/compat/VERSION/: crds.yaml (the released commit's config/crd CRDs) and,
+mirrored by path, every YAML file of that commit that holds an object of the project's API group (samples, the
 goldens' inputs, fixtures) and the YAML blocks of its Markdown documents (docs/zau.md ->
 docs/zau.md.yaml). Run once when a version is released; the check then reads the snapshot,
 so a clone without the tag's history can still run it.
@@ -26,10 +26,11 @@ def git(*args):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: mk/compat-snapshot.py TAG")
-    tag = sys.argv[1]
-    commit = git("rev-parse", "--verify", f"refs/tags/{tag}^{{commit}}").strip()
+    if len(sys.argv) != 3:
+        sys.exit("usage: mk/compat-snapshot.py VERSION COMMIT")
+    # The released commit, named as versions.sh pins it: a clone need not carry the tag.
+    tag, commit = sys.argv[1], sys.argv[2]
+    commit = git("rev-parse", "--verify", f"{commit}^{{commit}}").strip()
     out = ROOT / "crates/api/tests/compat" / tag
     if out.exists():
         sys.exit(f"{out} exists: a release's snapshot is written once")

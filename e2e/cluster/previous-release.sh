@@ -39,12 +39,6 @@ source_tree() {
     local commit="$PREVIOUS_RELEASE_COMMIT"
     git -C "$TOP" cat-file -e "$commit^{commit}" 2>/dev/null \
         || die "commit $commit ($PREVIOUS_RELEASE) is not in $TOP (a shallow clone? git fetch --unshallow): the upgrade starts from it"
-    # A tag of that name, where the clone has one, must be the same commit.
-    local tagged
-    if tagged="$(git -C "$TOP" rev-parse --verify --quiet "refs/tags/$PREVIOUS_RELEASE^{commit}")" \
-        && [ "$tagged" != "$commit" ]; then
-        die "tag $PREVIOUS_RELEASE is $tagged, but versions.sh pins $commit"
-    fi
     rm -rf "$dir/src" && mkdir -p "$dir/src"
     git -C "$TOP" archive "$commit" | tar -x -C "$dir/src"
     echo "$commit" >"$dir/commit"

@@ -600,12 +600,23 @@ fn denied_by<T: std::fmt::Debug>(
     policy: &str,
     result: Result<T, kube::Error>,
 ) -> Result<String, String> {
+    refused(
+        result,
+        &[403],
+        &format!("ValidatingAdmissionPolicy '{policy}"),
+    )
+}
+
+/// Whether `result` is an API error with one of `codes` whose message contains `needle`: its
+/// message, or what `result` was.
+fn refused<T: std::fmt::Debug>(
+    result: Result<T, kube::Error>,
+    codes: &[u16],
+    needle: &str,
+) -> Result<String, String> {
     match result {
         Err(kube::Error::Api(status))
-            if status.code == 403
-                && status
-                    .message
-                    .contains(&format!("ValidatingAdmissionPolicy '{policy}")) =>
+            if codes.contains(&status.code) && status.message.contains(needle) =>
         {
             Ok(status.message)
         }
@@ -783,17 +794,8 @@ async fn no_service_account_token(admin: &Client, token: &Client, namespace: &st
 fn denied_by_any_shard_controller_policy<T: std::fmt::Debug>(
     result: Result<T, kube::Error>,
 ) -> Result<String, String> {
-    match result {
-        Err(kube::Error::Api(status))
-            if matches!(status.code, 403 | 422)
-                && status
-                    .message
-                    .contains("ValidatingAdmissionPolicy 'zone-aware-shard-controller-") =>
-        {
-            Ok(status.message)
-        }
-        other => Err(format!("{other:?}")),
-    }
+    let needle = "ValidatingAdmissionPolicy 'zone-aware-shard-controller-";
+    refused(result, &[403, 422], needle)
 }
 
 /// Whether `result` is the namespaces policy's refusal: its binding finds no ShardedPrometheus
@@ -801,17 +803,14 @@ fn denied_by_any_shard_controller_policy<T: std::fmt::Debug>(
 fn denied_by_namespaces_policy<T: std::fmt::Debug>(
     result: Result<T, kube::Error>,
 ) -> Result<String, String> {
-    match result {
-        Err(kube::Error::Api(status))
-            if status.code == 422
-                && status.message.contains(
-                    "ValidatingAdmissionPolicy 'zone-aware-shard-controller-namespaces",
-                )
-                && status.message.contains("no params found") =>
-        {
-            Ok(status.message)
-        }
-        other => Err(format!("{other:?}")),
+    let message = refused(
+        result,
+        &[422],
+        "ValidatingAdmissionPolicy 'zone-aware-shard-controller-namespaces",
+    )?;
+    match message.contains("no params found") {
+        true => Ok(message),
+        false => Err(message),
     }
 }
 
