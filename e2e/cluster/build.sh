@@ -11,10 +11,10 @@ here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/versions.sh"
 source "$here/heartbeat.sh"
 
-build_k8s() { # [binary...] (default: all five)
+build_k8s() { # [binary...] (default: all six)
     local dir="$ZAC_CACHE/k8s-$K8S_VERSION"
     local missing=() wanted=("$@")
-    [ ${#wanted[@]} -gt 0 ] || wanted=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
+    [ ${#wanted[@]} -gt 0 ] || wanted=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
     for bin in "${wanted[@]}"; do
         [ -x "$dir/$bin" ] || missing+=("$bin")
     done
@@ -165,6 +165,21 @@ build_alertmanager() {
     } >"$dir/alertmanager.build.log" 2>&1 || fail alertmanager "$dir/alertmanager.build.log"
     mv "$dir/alertmanager.tmp" "$dir/alertmanager"
     rm -rf "$dir/src" "$dir/mod"
+}
+
+# CoreDNS: static, for a FROM-scratch image on the real nodes (the cluster DNS Services and the
+# Thanos Querier's dnssrv+ lookups resolve through). tools/coredns links only the plugins the
+# local cluster's Corefile uses.
+build_coredns() {
+    local dir="$ZAC_CACHE/coredns-$COREDNS_VERSION"
+    [ -x "$dir/coredns" ] && return 0
+    mkdir -p "$dir"
+    echo "building coredns $COREDNS_VERSION (a cold build takes a few minutes)"
+    (cd "$here/tools/coredns" && CGO_ENABLED=0 go build -trimpath \
+        -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" \
+        -o "$dir/coredns.tmp" .) >"$dir/coredns.build.log" 2>&1 \
+        || fail coredns "$dir/coredns.build.log"
+    mv "$dir/coredns.tmp" "$dir/coredns"
 }
 
 # Thanos: one static binary for the sidecar, query, store and rule (the shards' sidecars and what
@@ -318,6 +333,7 @@ localstack=$!
 locked etcd build_simple etcd "$ETCD_VERSION" etcd .
 locked kwok build_simple kwok "$KWOK_VERSION" kwok sigs.k8s.io/kwok/cmd/kwok
 locked metrics-server build_metrics_server
+locked coredns build_coredns
 locked prometheus-operator build_prometheus_operator
 locked prometheus2 build_prometheus "$PROMETHEUS2_VERSION" prometheus2
 locked alertmanager build_alertmanager

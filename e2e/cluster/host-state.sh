@@ -15,8 +15,8 @@ source "$(dirname "$0")/lib.sh"
 
 # `ps -o comm` shows at most 15 characters of a name.
 controllers="$(for name in "${CONTROLLERS[@]}"; do printf '|%s' "${name:0:15}"; done)"
-PROCESSES="^(kubelet|containerd|containerd-shim.*|runc|pause|metrics-target${controllers}|etcd|kube-apiserver|kube-controller|kube-scheduler|kwok)\$"
-SYSCTLS='^(net\.ipv4\.ip_forward|net\.ipv4\.conf\.(all|default)\.|net\.ipv6\.conf\.(all|default)\.forwarding|vm\.overcommit_memory|kernel\.panic|kernel\.keys\.|net\.bridge\.|net\.netfilter\.nf_conntrack_max)'
+PROCESSES="^(kubelet|containerd|containerd-shim.*|runc|pause|metrics-target${controllers}|etcd|kube-apiserver|kube-controller|kube-scheduler|kube-proxy|coredns|kwok)\$"
+SYSCTLS='^(net\.ipv4\.ip_forward|net\.ipv4\.conf\.(all|default)\.|net\.ipv6\.conf\.(all|default)\.forwarding|vm\.overcommit_memory|kernel\.panic|kernel\.keys\.|net\.bridge\.|net\.netfilter\.nf_conntrack_(max|tcp_timeout_established|tcp_timeout_close_wait|tcp_be_liberal|udp_timeout|udp_timeout_stream))'
 
 state() {
     echo "## processes"

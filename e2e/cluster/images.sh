@@ -3,8 +3,8 @@
 # one-layer OCI image tars (images/oci-image.py) and imported into each node's containerd.
 #
 #   images.sh test-images          the pause (pod sandbox), metrics-target, Prometheus,
-#                                  Alertmanager, metrics-server and prometheus-config-reloader
-#                                  images (their tars in lib.sh's TEST_IMAGE_TARS; nothing
+#                                  Alertmanager, metrics-server, prometheus-config-reloader
+#                                  and CoreDNS images (their tars in lib.sh's TEST_IMAGE_TARS; nothing
 #                                  imported)
 #   images.sh thanos               Thanos's image (build.sh thanos built its binary), imported
 #                                  into the running nodes (make e2e, before the Thanos suites)
@@ -151,6 +151,13 @@ test_images() {
             --entrypoint /metrics-server --file "$METRICS_SERVER_BIN:/metrics-server:755" \
             --dir /tmp:1777 >/dev/null
     fi
+    [ -x "$COREDNS_BIN" ] || die "$COREDNS_BIN is missing (e2e/cluster/build.sh builds it)"
+    if [ ! -f "$IMAGES/coredns.tar" ] || [ "$COREDNS_BIN" -nt "$IMAGES/coredns.tar" ]; then
+        # Non-root as upstream's image; it listens on 1053 (no file capability to bind 53 here:
+        # the Service maps 53 to it).
+        oci --name "$COREDNS_IMAGE" --out "$IMAGES/coredns.tar" --user 65532:65532 \
+            --entrypoint /coredns --file "$COREDNS_BIN:/coredns:755" >/dev/null
+    fi
     [ -x "$CONFIG_RELOADER_BIN" ] || die "$CONFIG_RELOADER_BIN is missing (e2e/cluster/build.sh builds it)"
     if [ ! -f "$IMAGES/config-reloader.tar" ] || [ "$CONFIG_RELOADER_BIN" -nt "$IMAGES/config-reloader.tar" ]; then
         # As the upstream image: user nobody, at the path the operator's pods run it from.
@@ -224,7 +231,7 @@ project_image() { # [only | test-build]: without the test images; test-build: fr
     if [ -z "${1:-}" ]; then
         test_images
         tars+=("${TEST_IMAGE_TARS[@]}")
-        what+=" and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE, $PROMETHEUS2_IMAGE, $ALERTMANAGER_IMAGE, $METRICS_SERVER_IMAGE, $CONFIG_RELOADER_IMAGE)"
+        what+=" and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE, $PROMETHEUS2_IMAGE, $ALERTMANAGER_IMAGE, $METRICS_SERVER_IMAGE, $CONFIG_RELOADER_IMAGE, $COREDNS_IMAGE)"
     fi
     local zone imported=0
     for zone in "${REAL_ZONES[@]}"; do

@@ -55,13 +55,17 @@ CONFIG_RELOADER_BIN="$PROMETHEUS_OPERATOR_DIR/prometheus-config-reloader"
 THANOS_IMAGE="localhost/zone-aware-e2e/thanos:$THANOS_VERSION"
 THANOS_BIN="$ZAC_CACHE/thanos-$THANOS_VERSION/thanos"
 THANOS_IMAGE_TAR="$IMAGES/thanos.tar"
+# CoreDNS from build.sh's static binary: the cluster DNS of the real nodes.
+COREDNS_IMAGE="localhost/zone-aware-e2e/coredns:$COREDNS_VERSION"
+COREDNS_BIN="$ZAC_CACHE/coredns-$COREDNS_VERSION/coredns"
 # cert-manager from build.sh (controller, cainjector, crds.yaml), run on the host by the e2e
 # tests of the certManager modes.
 CERT_MANAGER_DIR="$ZAC_CACHE/cert-manager-$CERT_MANAGER_VERSION"
 # The tars of the test images (images.sh test-images writes them), imported into every real node
 # as it starts. Thanos's is not one of them: `images.sh thanos` imports it (make e2e).
 TEST_IMAGE_TARS=("$IMAGES/pause.tar" "$IMAGES/metrics-target.tar" "$IMAGES/prometheus.tar"
-    "$IMAGES/prometheus2.tar" "$IMAGES/alertmanager.tar" "$IMAGES/metrics-server.tar" "$IMAGES/config-reloader.tar")
+    "$IMAGES/prometheus2.tar" "$IMAGES/alertmanager.tar" "$IMAGES/metrics-server.tar" "$IMAGES/config-reloader.tar"
+    "$IMAGES/coredns.tar")
 PROJECT_IMAGE="${LOCAL_IMG:-localhost/zone-aware-controllers:dev}"
 # The previous release (versions.sh), built by previous-release.sh, and the image of its controllers.
 PREVIOUS_RELEASE_DIR="$ZAC_CACHE/release-$PREVIOUS_RELEASE"
@@ -73,6 +77,9 @@ HOST_OWNER_DIR=/run/zone-aware-controllers
 # and the nftables table: names the teardown removes whatever state directory made them.
 NODE_CGROUP=zone-aware-e2e
 NAT_TABLE=zone_aware_e2e
+# The real nodes' pods (one /24 per zone) and the cluster DNS's Service IP (CoreDNS, up.sh).
+POD_CIDR=10.245.0.0/16
+CLUSTER_DNS_IP=10.96.0.10
 bridge_of() { echo "zae-$1"; }          # zone-a -> zae-zone-a (at most 15 characters)
 node_of() { echo "$1-real"; }           # zone-a -> zone-a-real
 subnet_of() { # zone-a -> 10.245.1 (the /24 of the zone's pods)

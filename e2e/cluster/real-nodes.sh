@@ -18,7 +18,15 @@
 # - a bridge zae-<zone> with the zone's pod subnet 10.245.<n>.0/24 (route_localnet on, so a NAT to
 #   127.0.0.1 works), net.ipv4.ip_forward=1 (pods reach pods of other zones), and an nftables
 #   table zone_aware_e2e sending the API server's service IP 10.96.0.1:443 to its 127.0.0.1 port
-#   (there is no kube-proxy; pods use the in-cluster config unchanged);
+#   (before kube-proxy's rules: the API server's endpoint is its loopback address, which no
+#   Service rule may name); pods use the in-cluster config unchanged;
+# - kube-proxy (nftables mode, in the cgroup /<hierarchy>/zone-aware-e2e/proxy/): one for the
+#   three nodes, which share the host's network namespace. It routes every Service IP, from pods
+#   and from the host, through its tables `ip kube-proxy` and `ip6 kube-proxy`, masquerading all
+#   of it (pods of one bridge reach each other through a Service that way without br_netfilter).
+#   Its conntrack tunables are left as they are (0 in its configuration), NodePorts only on the
+#   bridges' addresses. The cluster DNS is CoreDNS, a Deployment on these nodes (up.sh applies
+#   manifests/coredns.yaml); the kubelets give pods its Service IP;
 # - the kubelet's kernel tunables (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops,
 #   kernel.keys.root_max*): their values before are kept and restored;
 # - /run/zone-aware-controllers/: which cluster owns the real nodes, and the saved sysctls.
@@ -117,7 +125,7 @@ network() { # api-port
     nft -f - <<NFT
 table ip $NAT_TABLE {
     chain prerouting {
-        type nat hook prerouting priority dstnat; policy accept;
+        type nat hook prerouting priority dstnat - 10; policy accept;
         iifname "zae-*" ip daddr 10.96.0.1 tcp dport 443 dnat to 127.0.0.1:$1
     }
 }
@@ -206,6 +214,8 @@ evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available:
 serializeImagePulls: false
 maxPods: 40
 resolvConf: /etc/resolv.conf
+clusterDNS: [$CLUSTER_DNS_IP]
+clusterDomain: cluster.local
 registerWithTaints:
 - {key: $REAL_NODE_TAINT, value: "true", effect: NoSchedule}
 nodeStatusReportFrequency: 1m
@@ -225,6 +235,35 @@ start_node() { # zone node-ip
         --node-labels "topology.kubernetes.io/zone=$zone,type=real" \
         >"$LOGS/node-$zone.log" 2>&1 </dev/null &
     echo $! >"$PIDS/node-$zone.pid"
+}
+
+# kube-proxy on the host for all the real nodes (their pods share the host's network namespace
+# through the bridges), in a cgroup of the nodes so that `down` stops it with them.
+start_proxy() { # healthz-port metrics-port
+    local dir="$NODES/proxy"
+    mkdir -p "$dir"
+    make_cgroups proxy
+    write_kubeconfig "$dir/kubeconfig" kube-proxy
+    cat >"$dir/config.yaml" <<YAML
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+clientConnection: {kubeconfig: $dir/kubeconfig}
+hostnameOverride: $(node_of "${REAL_ZONES[0]}")
+clusterCIDR: $POD_CIDR
+detectLocalMode: ClusterCIDR
+healthzBindAddress: 127.0.0.1:$1
+metricsBindAddress: 127.0.0.1:$2
+nftables: {masqueradeAll: true}
+nodePortAddresses: [$POD_CIDR]
+# 0: leave the host's conntrack tunables alone.
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+YAML
+    setsid bash -c 'for h in $(awk '"'"'$3 == "cgroup" || $3 == "cgroup2" { print $2 }'"'"' /proc/mounts); do
+            echo $$ >"$h/$1/cgroup.procs"; done; shift; exec "$@"' \
+        proxy "$NODE_CGROUP/proxy" "$K8S_BIN/kube-proxy" --config "$dir/config.yaml" \
+        >"$LOGS/kube-proxy.log" 2>&1 </dev/null &
+    echo $! >"$PIDS/kube-proxy.pid"
 }
 
 up() { # api-port
@@ -258,11 +297,15 @@ up() { # api-port
     for zone in "${REAL_ZONES[@]}"; do
         wait_until "node-$zone" 120 kubectl wait --for=condition=Ready "node/$(node_of "$zone")" --timeout=2s
     done
+    read -r -a ports <<<"$(free_ports 2)"
+    start_proxy "${ports[0]}" "${ports[1]}"
+    wait_until kube-proxy 60 curl -fsS "http://127.0.0.1:${ports[0]}/healthz"
 }
 
 down() {
     local pass pids zone name dir bridge link
     for zone in "${REAL_ZONES[@]}"; do rm -f "$PIDS/node-$zone.pid"; done
+    rm -f "$PIDS/kube-proxy.pid"
     # Everything a node started is in its cgroup: the kubelet and containerd first get TERM, then
     # whatever is left (shims, pods) KILL, until the cgroups are empty.
     for pass in $(seq 1 60); do
@@ -287,6 +330,9 @@ down() {
         ip link del "$bridge" 2>/dev/null || true
     done
     nft delete table ip "$NAT_TABLE" 2>/dev/null || true
+    # kube-proxy's tables (it leaves them behind when stopped, as it does on a node).
+    nft delete table ip kube-proxy 2>/dev/null || true
+    nft delete table ip6 kube-proxy 2>/dev/null || true
     if [ -f "$HOST_OWNER_DIR/sysctl.saved" ]; then
         while IFS='=' read -r name value; do
             sysctl -qw "$name=$value" || true

@@ -16,6 +16,7 @@ REAL_NODES="${REAL_NODES:-1}"
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok localstack)
 if [ "$REAL_NODES" = 1 ]; then
     for zone in "${REAL_ZONES[@]}"; do COMPONENTS+=("node-$zone"); done
+    COMPONENTS+=(kube-proxy)
 fi
 started=$SECONDS
 
@@ -44,7 +45,8 @@ check_prerequisites() {
     command -v curl >/dev/null || die "curl is missing: install the curl package"
     local need_build=0
     for bin in "$K8S_BIN/kube-apiserver" "$K8S_BIN/kube-controller-manager" \
-        "$K8S_BIN/kube-scheduler" "$K8S_BIN/kubectl" "$K8S_BIN/kubelet" "$ETCD_BIN" "$KWOK_BIN"; do
+        "$K8S_BIN/kube-scheduler" "$K8S_BIN/kubectl" "$K8S_BIN/kubelet" "$K8S_BIN/kube-proxy" \
+        "$ETCD_BIN" "$KWOK_BIN" "$COREDNS_BIN"; do
         [ -x "$bin" ] || need_build=1
     done
     if [ "$need_build" = 1 ]; then
@@ -73,7 +75,7 @@ sign() { # name subject [san]
 }
 
 generate_pki() {
-    [ -f "$PKI/done-3" ] && return 0
+    [ -f "$PKI/done-4" ] && return 0
     rm -rf "$PKI" && mkdir -p "$PKI"
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
         -keyout "$PKI/ca.key" -out "$PKI/ca.crt" -subj "/CN=zone-aware-e2e-ca" 2>/dev/null
@@ -84,6 +86,8 @@ generate_pki() {
     sign scheduler "/CN=system:kube-scheduler"
     # The API server's client certificate for kubelets (logs, exec, port-forward).
     sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+    # kube-proxy of the real nodes: bound to system:node-proxier by the API server's own policy.
+    sign kube-proxy "/CN=system:kube-proxy"
     local zone
     for zone in "${REAL_ZONES[@]}"; do
         sign "node-$zone" "/O=system:nodes/CN=system:node:$(node_of "$zone")"
@@ -95,7 +99,7 @@ generate_pki() {
     # The API server's client certificate for admission webhooks, under a CA of its own: the
     # eviction webhook (--webhook-client-ca-file) judges only callers holding one.
     client_of_own_ca webhook-client-ca webhook-client kube-apiserver-webhook-client
-    touch "$PKI/done-3"
+    touch "$PKI/done-4"
 }
 
 # A CA of its own, `ca`, and a client certificate `name` (common name `cn`) it signed.
@@ -247,6 +251,12 @@ if [ "$REAL_NODES" = 1 ]; then
     # scrapes; the tests that need them wait.
     sed "s#image: METRICS_SERVER_IMAGE#image: $METRICS_SERVER_IMAGE#" "$here/manifests/metrics-server.yaml" \
         | kubectl apply -f - >/dev/null || die "deploying metrics-server failed"
+    # The cluster DNS: waited for, the Thanos Querier's dnssrv+ lookups and the tests' Service
+    # names need it.
+    sed -e "s#image: COREDNS_IMAGE#image: $COREDNS_IMAGE#" -e "s#CLUSTER_DNS_IP#$CLUSTER_DNS_IP#" \
+        "$here/manifests/coredns.yaml" | kubectl apply -f - >/dev/null || die "deploying CoreDNS failed"
+    kubectl -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null \
+        || die "CoreDNS did not become ready; kubectl -n kube-system describe pods -l k8s-app=kube-dns"
 fi
 
 # Host mode with every directory under the state dir: left to itself, LocalStack takes this host

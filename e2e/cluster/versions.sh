@@ -25,6 +25,8 @@ THANOS_VERSION=v0.42.5
 # cert-manager's controller and cainjector and its CRDs, for the e2e tests of the certManager
 # modes (tools/cert-manager/go.mod pins it).
 CERT_MANAGER_VERSION=v1.21.2
+# CoreDNS, the cluster DNS of the real nodes (tools/coredns/go.mod pins it).
+COREDNS_VERSION=v1.15.0
 ZAC_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/zone-aware-controllers"
 # The previous release, which the upgrade e2e suite installs and upgrades to the tree
 # (previous-release.sh builds it, cached by version): its version, and the commit of main it was
