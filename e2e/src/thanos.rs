@@ -28,6 +28,57 @@ pub const REPLICA_LABEL: &str = "prometheus_replica";
 /// `<pod IP>:10901`.
 pub const SIDECAR_GRPC_PORT: u16 = 10901;
 
+/// The bucket in LocalStack's S3 the e2e tests' sidecars upload to; each test writes under a
+/// prefix of its own (its namespace's name).
+pub const BUCKET: &str = "e2e-thanos";
+
+/// LocalStack's S3 as the real nodes' pods reach it (`E2E_POD_S3_ENDPOINT`; this host reaches
+/// it there too), with [`BUCKET`] made. Returns its address.
+pub async fn pod_s3(cluster: &crate::Cluster) -> SocketAddr {
+    let endpoint = cluster
+        .var("E2E_POD_S3_ENDPOINT")
+        .filter(|endpoint| !endpoint.is_empty())
+        .expect("E2E_POD_S3_ENDPOINT: LocalStack's S3 as the real nodes' pods reach it");
+    let s3: SocketAddr = endpoint
+        .parse()
+        .unwrap_or_else(|e| panic!("E2E_POD_S3_ENDPOINT {endpoint}: {e}"));
+    let (code, body) = crate::process::http_request(s3, "PUT", &format!("/{BUCKET}"), None)
+        .await
+        .unwrap_or_else(|e| panic!("creating the bucket {BUCKET}: {e}"));
+    assert_eq!(code, 200, "creating the bucket {BUCKET}: {body}");
+    s3
+}
+
+/// The objstore configuration of the test's part (`prefix`) of [`BUCKET`] at `endpoint`.
+pub fn objstore_config(endpoint: &str, prefix: &str) -> String {
+    format!(
+        "type: S3\nconfig:\n  bucket: {BUCKET}\n  endpoint: {endpoint}\n  insecure: true\n  \
+         access_key: test\n  secret_key: test\n  region: us-east-1\n  bucket_lookup_type: path\n\
+         prefix: {prefix}\n"
+    )
+}
+
+/// The S3 listing of the test's part of the bucket (its objstore `prefix`): a bucket other runs
+/// wrote to holds blocks of pods of the same names.
+pub fn listing_of(prefix: &str) -> String {
+    format!("/{BUCKET}?list-type=2&prefix={prefix}/")
+}
+
+/// The keys of the `meta.json` files (one per complete block) under `prefix` in [`BUCKET`].
+pub async fn block_metas(s3: SocketAddr, prefix: &str) -> Result<Vec<String>, String> {
+    let (code, listing) = crate::process::http_get_from(s3, &listing_of(prefix)).await?;
+    if code != 200 {
+        return Err(format!("{code}: {listing}"));
+    }
+    Ok(listing
+        .split("<Key>")
+        .skip(1)
+        .filter_map(|k| k.split("</Key>").next())
+        .filter(|key| key.ends_with("/meta.json"))
+        .map(str::to_string)
+        .collect())
+}
+
 /// How long a Thanos process gets to answer `/-/ready`. The Querier waits for its first round of
 /// endpoint checks (up to 30 s when an endpoint does not answer) before it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);

@@ -11,7 +11,10 @@ use std::time::Duration;
 use e2e::fixture;
 use e2e::fixture::Wanted;
 use e2e::real::RealNodes;
-use e2e::thanos::{ThanosQuery, ThanosStore, samples, sidecar_endpoints};
+use e2e::thanos::{
+    BUCKET, ThanosQuery, ThanosStore, block_metas, objstore_config, pod_s3, samples,
+    sidecar_endpoints,
+};
 use e2e::{Cluster, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
@@ -26,7 +29,6 @@ const UPLOAD_TIMEOUT: Duration = Duration::from_secs(360);
 const MANAGER: &str = "e2e-thanos";
 const NAME: &str = "prom";
 const SERVICE: &str = "prom-thanos-sidecar";
-const BUCKET: &str = "e2e-thanos";
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 /// How long a retained shard is kept: its deadline passes within the test.
 const RETAINED_FOR: &str = "2m";
@@ -102,16 +104,8 @@ fn spec(real: &RealNodes, fx: &Fixture, shards: u32, when_scaled: &str) -> Value
 /// `objstore` holding the sidecars' objstore configuration. Returns the address this host
 /// reaches it at, and the configuration.
 async fn objstore(cluster: &Cluster, fx: &Fixture) -> (SocketAddr, String) {
-    let pod_endpoint = cluster
-        .var("E2E_POD_S3_ENDPOINT")
-        .filter(|endpoint| !endpoint.is_empty())
-        .expect("E2E_POD_S3_ENDPOINT: LocalStack's S3 as the real nodes' pods reach it");
-    let s3: SocketAddr = pod_endpoint.parse().unwrap();
-    let (code, body) = e2e::process::http_request(s3, "PUT", &format!("/{BUCKET}"), None)
-        .await
-        .unwrap();
-    assert_eq!(code, 200, "creating the bucket: {body}");
-    let config = objstore_config(&pod_endpoint, &fx.ns.name);
+    let s3 = pod_s3(cluster).await;
+    let config = objstore_config(&s3.to_string(), &fx.ns.name);
     let secrets: Api<Secret> = fx.ns.api();
     fixture::create(
         &secrets,
@@ -119,15 +113,6 @@ async fn objstore(cluster: &Cluster, fx: &Fixture) -> (SocketAddr, String) {
     )
     .await;
     (s3, config)
-}
-
-/// The objstore configuration of the test's part (`prefix`) of [`BUCKET`] at `endpoint`.
-fn objstore_config(endpoint: &str, prefix: &str) -> String {
-    format!(
-        "type: S3\nconfig:\n  bucket: {BUCKET}\n  endpoint: {endpoint}\n  insecure: true\n  \
-         access_key: test\n  secret_key: test\n  region: us-east-1\n  bucket_lookup_type: path\n\
-         prefix: {prefix}\n"
-    )
 }
 
 /// Replaces the sidecars' objstore configuration in the Secret `objstore` (read by each upload
@@ -187,12 +172,6 @@ async fn every_target_once_per_shard_deduplicated(query: &ThanosQuery) {
     assert_eq!(samples(&deduplicated)[0].1, "6", "one series per target");
 }
 
-/// The S3 listing of the test's part of the bucket (its objstore `prefix`): a bucket other runs
-/// wrote to holds blocks of pods of the same names.
-fn listing_of(prefix: &str) -> String {
-    format!("/{BUCKET}?list-type=2&prefix={prefix}/")
-}
-
 /// A block of every shard × replica in the bucket, its meta.json carrying the pod's external
 /// labels (shard, zone and prometheus_replica).
 async fn blocks_reach_the_bucket(s3: SocketAddr, prefix: &str) {
@@ -200,19 +179,8 @@ async fn blocks_reach_the_bucket(s3: SocketAddr, prefix: &str) {
         "a block of each of the 6 pods in the bucket",
         UPLOAD_TIMEOUT,
         || async {
-            let (code, listing) = e2e::process::http_get_from(s3, &listing_of(prefix)).await?;
-            if code != 200 {
-                return Err(format!("{code}: {listing}"));
-            }
             let mut replicas = std::collections::BTreeSet::new();
-            for key in listing
-                .split("<Key>")
-                .skip(1)
-                .filter_map(|k| k.split("</Key>").next())
-            {
-                if !key.ends_with("/meta.json") {
-                    continue;
-                }
+            for key in block_metas(s3, prefix).await? {
                 let (_, meta) =
                     e2e::process::http_get_from(s3, &format!("/{BUCKET}/{key}")).await?;
                 let meta: Value = serde_json::from_str(&meta).map_err(|e| format!("{key}: {e}"))?;
@@ -413,17 +381,8 @@ async fn an_upload_cut_keeps_the_shard_until_the_store_is_back(
 /// snapshot's blocks that the sidecar had shipped already were skipped, and so were those an
 /// earlier attempt finished).
 async fn no_block_twice_in_the_bucket(s3: SocketAddr, prefix: &str) {
-    let (code, listing) = e2e::process::http_get_from(s3, &listing_of(prefix))
-        .await
-        .unwrap();
-    assert_eq!(code, 200, "{listing}");
     let mut blocks: BTreeMap<String, Vec<(i64, i64, String)>> = BTreeMap::new();
-    for key in listing
-        .split("<Key>")
-        .skip(1)
-        .filter_map(|k| k.split("</Key>").next())
-        .filter(|key| key.ends_with("/meta.json"))
-    {
+    for key in block_metas(s3, prefix).await.unwrap() {
         let (_, meta) = e2e::process::http_get_from(s3, &format!("/{BUCKET}/{key}"))
             .await
             .unwrap();
@@ -435,7 +394,7 @@ async fn no_block_twice_in_the_bucket(s3: SocketAddr, prefix: &str) {
         let range = (
             meta["minTime"].as_i64().unwrap(),
             meta["maxTime"].as_i64().unwrap(),
-            key.to_string(),
+            key.clone(),
         );
         blocks.entry(replica).or_default().push(range);
     }

@@ -40,6 +40,9 @@ const ALL_UP: usize = TARGETS + 1;
 
 type Fixture = fixture::Sprom;
 
+#[path = "thanos_rules/pods.rs"]
+mod pods;
+
 /// The two rules, alert names suffixed with `suffix`: `absent(up{job="x"})` and
 /// `sum(up) < 4`, both true only when x is gone from every shard.
 fn rule_spec(suffix: &str, interval: &str) -> Value {
@@ -63,7 +66,6 @@ async fn thanos_rules_global_rules_fire_once_and_only_when_x_is_gone_from_every_
     e2e::operator::install_crds(&cluster).await;
     let real = RealNodes::of(&cluster);
     let fx = Fixture::new("thanos-rules", NAME, MANAGER, TIMEOUT).await;
-    config_thanos_is_accepted_by_the_api_server(&cluster, &fx.ns.name);
     fx.prometheus_service_account().await;
     real.run_metrics_targets(&fx.ns, "target", TARGETS, TIMEOUT)
         .await;
@@ -106,26 +108,6 @@ async fn thanos_rules_global_rules_fire_once_and_only_when_x_is_gone_from_every_
         .expect("deleting the target x");
     let gone = Instant::now();
     once_at_the_alertmanager_when_x_is_gone(&alertmanager, &receiver, gone).await;
-}
-
-/// `config/thanos`, moved into `namespace`, passes the API server's validation (a server-side
-/// dry run: the local cluster has no cluster DNS for its `dnssrv+` endpoints, so the Querier and
-/// Ruler the test evaluates with run on the host).
-fn config_thanos_is_accepted_by_the_api_server(cluster: &Cluster, namespace: &str) {
-    let mut kustomize = e2e::identity::kubectl(cluster);
-    kustomize
-        .arg("kustomize")
-        .arg(e2e::deploy::repo_root().join("config/thanos"));
-    let rendered = e2e::identity::run(kustomize, None)
-        .replace("namespace: monitoring", &format!("namespace: {namespace}"));
-    let mut apply = e2e::identity::kubectl(cluster);
-    apply.args(["apply", "--server-side", "--dry-run=server", "-f", "-"]);
-    let applied = e2e::identity::run(apply, Some(rendered.as_bytes()));
-    assert_eq!(
-        applied.lines().count(),
-        9,
-        "every object of config/thanos: {applied}"
-    );
 }
 
 /// Three shards of two replicas on the real nodes, one per zone, scraping the targets (job
