@@ -436,3 +436,82 @@ async fn assert_reload_failed_reported(fx: &Fixture) {
                 && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(NAME))
     );
 }
+
+/// A ShardedPrometheus whose Prometheus ServiceAccount does not exist: the StatefulSet
+/// controller cannot create a single pod, and the resource's own status says why (Available
+/// False, PodsNotCreated, naming each shard and quoting the API server's refusal, which names
+/// the ServiceAccount), with a Warning event; once the ServiceAccount is made, the pods are
+/// created and the shards become available.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster with its real nodes (make e2e)"]
+async fn sprom_health_pods_the_api_server_refuses_are_named_in_the_status_until_the_service_account_exists()
+ {
+    let cluster = Cluster::get();
+    let real = e2e::real::RealNodes::of(&cluster);
+    let sprom = fixture::Sprom::new("sprom-no-sa", NAME, MANAGER, START).await;
+    let fx = Fixture { sprom, real };
+    let generation = fx.sprom.apply(fx.spec(job(&fx.sprom.ns.name, json!({})))).await;
+    let applied = Instant::now();
+    let missing = format!(
+        "error looking up service account {}/{}: serviceaccount \"{}\" not found",
+        fx.sprom.ns.name,
+        e2e::prometheus::SERVICE_ACCOUNT,
+        e2e::prometheus::SERVICE_ACCOUNT
+    );
+    let wanted = Wanted {
+        type_: condition::AVAILABLE,
+        status: "False",
+        reason: reason::PODS_NOT_CREATED,
+    };
+    let sprom = fx
+        .sprom
+        .wait_condition(generation, wanted, TO_CONDITION, |message| {
+            (0..3).all(|shard| {
+                message.contains(&format!(
+                    "shard {shard} ({NAME}-shard-{shard}): its pods cannot be created: "
+                ))
+            }) && message.contains(&missing)
+        })
+        .await;
+    println!(
+        "Available PodsNotCreated {:.1?} after the apply: {}",
+        applied.elapsed(),
+        sprom
+            .status
+            .as_ref()
+            .and_then(|s| s.condition(condition::AVAILABLE))
+            .map(|c| c.message.clone())
+            .unwrap_or_default()
+    );
+    let status = fixture::status_of(&sprom);
+    let degraded = status.condition(condition::DEGRADED).unwrap();
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", reason::PODS_NOT_CREATED)
+    );
+    let events: Api<Event> = fx.sprom.ns.api();
+    let warning = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some(reason::PODS_NOT_CREATED))
+        .expect("a PodsNotCreated event");
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert!(
+        warning.note.as_deref().unwrap_or_default().contains(&missing),
+        "{:?}",
+        warning.note
+    );
+
+    fx.sprom.prometheus_service_account().await;
+    let made = Instant::now();
+    fx.sprom
+        .wait_true(generation, condition::AVAILABLE, reason::SHARDS_READY)
+        .await;
+    println!(
+        "Available ShardsReady {:.1?} after the ServiceAccount was made",
+        made.elapsed()
+    );
+}

@@ -21,6 +21,8 @@ use crate::monitoring::Monitoring;
 use crate::monitoring::error::ObserveError;
 use crate::monitoring::translate::MonitoringRead;
 
+mod refusals;
+
 /// The kinds of a shard's children.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ChildKind {
@@ -62,12 +64,17 @@ pub struct Observed {
     pub config: ConfigObservation,
     /// The pods of every shard, by shard index, with what they show of a final upload.
     pub uploads: BTreeMap<u32, Vec<upload::PodUpload>>,
+    /// The shards short of pods whose StatefulSet the API server refuses pods, by shard index:
+    /// the refusal, as its latest `FailedCreate` event quotes it.
+    pub pods_refused: BTreeMap<u32, String>,
 }
 
 /// A shard's StatefulSet, as the cache holds it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ObservedStatefulSet {
     pub ready_replicas: i32,
+    /// The pods it has (`status.replicas`).
+    pub pods: i32,
     /// The pods it should have (`spec.replicas`; None: not said).
     pub replicas: Option<u32>,
     /// The zone it was built for ([`ZONE_ANNOTATION`]).
@@ -75,6 +82,13 @@ pub struct ObservedStatefulSet {
     /// The raw retention marks.
     pub retained_since: Option<String>,
     pub deletion_deadline: Option<String>,
+}
+
+impl ObservedStatefulSet {
+    fn short_of_pods(&self) -> bool {
+        self.replicas
+            .is_some_and(|wanted| i64::from(self.pods) < i64::from(wanted))
+    }
 }
 
 impl Observed {
@@ -88,6 +102,12 @@ impl Observed {
                 deletion_deadline: sts.deletion_deadline.clone(),
             })
             .collect()
+    }
+
+    /// Whether a shard's StatefulSet has fewer pods than it should: the StatefulSet controller
+    /// is creating them, or cannot (what tells why is an event, which nothing watches).
+    pub fn short_of_pods(&self) -> bool {
+        self.stateful_sets.values().any(ObservedStatefulSet::short_of_pods)
     }
 
     /// Whether the cached `kind` child `name` carries `hash`.
@@ -147,6 +167,8 @@ pub async fn observe(
         &name,
         children,
     );
+    observed.pods_refused =
+        refusals::read(&ctx.client, &namespace, &name, &observed.stateful_sets).await;
     let needed = crate::access::needed(&valid.scrape_configs, &namespace);
     observed.forbidden = ctx
         .memory
@@ -202,6 +224,7 @@ fn stateful_sets(
                     .as_ref()
                     .and_then(|s| s.ready_replicas)
                     .unwrap_or(0),
+                pods: sts.status.as_ref().map_or(0, |s| s.replicas),
                 zone: annotation(ZONE_ANNOTATION),
                 retained_since: annotation(RETAINED_SINCE_ANNOTATION),
                 deletion_deadline: annotation(DELETION_DEADLINE_ANNOTATION),

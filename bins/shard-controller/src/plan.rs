@@ -191,6 +191,9 @@ pub fn plan(
     })
 }
 
+/// How soon a reconcile looks again while a shard's StatefulSet has fewer pods than it should.
+const SHORT_OF_PODS_LOOK: Duration = Duration::from_secs(15);
+
 /// When to look again, deadlines of retained shards aside (a wake-up of their own: no polling
 /// for them): after [`RESYNC`], or sooner when nothing watched would tell of a change.
 fn resync(
@@ -207,6 +210,11 @@ fn resync(
         true => crate::access::CACHE_FOR + Duration::from_secs(1),
         false => RESYNC,
     };
+    // A StatefulSet short of pods: what says why (an event) is not watched, and what fixes it
+    // (a ServiceAccount made, a quota raised) neither; the pods' creation is.
+    if observed.short_of_pods() {
+        resync = resync.min(SHORT_OF_PODS_LOOK);
+    }
     // A pod still on the previous configuration turns into ConfigNotLoaded when the grace ends,
     // with no event to tell: look again then (a second later, past the boundary).
     if let Some(left) = next_config_check {
@@ -505,8 +513,11 @@ fn observation<'a>(
             .iter()
             .filter(|(index, _)| **index < valid.shards())
             .map(|(index, sts)| {
-                let ready_replicas = sts.ready_replicas;
-                (*index, ObservedShard { ready_replicas })
+                let shard = ObservedShard {
+                    ready_replicas: sts.ready_replicas,
+                    pods_refused: observed.pods_refused.get(index).cloned(),
+                };
+                (*index, shard)
             })
             .collect(),
         zones_with_nodes: Some(observed.zones_with_nodes.clone()),

@@ -17,9 +17,12 @@ use crate::health::verdict::{self, ShardConfig};
 use crate::monitoring::Monitoring;
 
 /// What one shard's StatefulSet shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ObservedShard {
     pub ready_replicas: i32,
+    /// Why the API server refuses its pods, when it does (the StatefulSet's latest
+    /// `FailedCreate` event).
+    pub pods_refused: Option<String>,
 }
 
 /// Everything the status is computed from.
@@ -182,6 +185,13 @@ fn available_condition(observation: &Observation<'_>, status: &mut ShardedPromet
             true,
             reason::SHARDS_READY,
             format!("all {wanted} shards have a ready Prometheus"),
+        );
+    } else if let Some(refused) = pods_refused(observation) {
+        status.set_condition(
+            condition::AVAILABLE,
+            false,
+            reason::PODS_NOT_CREATED,
+            format!("{serving} of {wanted} shards have a ready Prometheus; {refused}"),
         );
     } else {
         status.set_condition(
@@ -365,10 +375,27 @@ fn object_reference(rejected: &Rejection) -> ObjectReference {
     }
 }
 
+/// The shards whose pods the API server refuses, each with the refusal it quotes.
+fn pods_refused(observation: &Observation<'_>) -> Option<String> {
+    let refused: Vec<String> = observation
+        .shards
+        .iter()
+        .filter_map(|(index, shard)| {
+            let why = shard.pods_refused.as_deref()?;
+            Some(format!(
+                "shard {index} ({}): its pods cannot be created: {why}",
+                contract::shard_name(observation.name, *index)
+            ))
+        })
+        .collect();
+    (!refused.is_empty()).then(|| refused.join("; "))
+}
+
 /// Why the shards do less than they should, most serious first: (reason, message).
 fn degraded_reasons(observation: &Observation<'_>) -> Vec<(&'static str, String)> {
     let layout = observation.layout;
     [
+        pods_refused(observation).map(|refused| (reason::PODS_NOT_CREATED, refused)),
         rule_files_refused(&observation.monitoring.rule_file_problems),
         (!observation.forbidden.is_empty()).then(|| {
             (
@@ -500,6 +527,7 @@ mod tests {
                         *i,
                         ObservedShard {
                             ready_replicas: *ready,
+                            pods_refused: None,
                         },
                     )
                 })
@@ -682,6 +710,35 @@ mod tests {
             "False"
         );
         assert!(events.is_empty());
+    }
+
+    #[test]
+    fn refused_pods_are_named_with_the_refusal_in_available_and_degraded() {
+        let layout = ShardLayout::classic(2).unwrap();
+        let refusal = "create Pod prom-shard-1-0 in StatefulSet prom-shard-1 failed error: pods \
+                       \"prom-shard-1-0\" is forbidden: error looking up service account \
+                       team/prometheus: serviceaccount \"prometheus\" not found";
+        let mut obs = observation(&layout, &[(0, 2), (1, 0)], &["a"]);
+        if let Some(shard) = obs.shards.get_mut(&1) {
+            shard.pods_refused = Some(refusal.to_string());
+        }
+        let (status, events) = compute(&ShardedPrometheusStatus::default(), &obs);
+        let available = status.condition(condition::AVAILABLE).unwrap();
+        assert_eq!(
+            (available.status.as_str(), available.reason.as_str()),
+            ("False", reason::PODS_NOT_CREATED)
+        );
+        assert_eq!(
+            available.message,
+            format!(
+                "1 of 2 shards have a ready Prometheus; shard 1 (prom-shard-1): its pods cannot \
+                 be created: {refusal}"
+            )
+        );
+        let degraded = status.condition(condition::DEGRADED).unwrap();
+        assert_eq!(degraded.reason, reason::PODS_NOT_CREATED);
+        assert!(degraded.message.contains("serviceaccount \"prometheus\" not found"));
+        assert_eq!(events.events().len(), 1, "a Warning event");
     }
 
     #[test]

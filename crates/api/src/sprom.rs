@@ -89,6 +89,10 @@ pub mod reason {
     pub const CHILD_REJECTED: &str = "ChildRejected";
     pub const SHARDS_READY: &str = "ShardsReady";
     pub const SHARDS_NOT_READY: &str = "ShardsNotReady";
+    /// Available False and Degraded True (and a Warning event): the API server refuses a
+    /// shard's pods (a missing ServiceAccount, a ResourceQuota, Pod Security admission); the
+    /// message names the shard and quotes the refusal.
+    pub const PODS_NOT_CREATED: &str = "PodsNotCreated";
     pub const UNEVEN_ZONES: &str = "UnevenZones";
     pub const ZONES_WITHOUT_SHARD: &str = "ZonesWithoutShard";
     pub const ZONES_WITHOUT_NODES: &str = "ZonesWithoutNodes";
