@@ -103,6 +103,15 @@ local alert(c, name, expr, forDuration, severity, summary, description) = {
           ),
           alert(
             c,
+            'ZoneAwareEvictionWebhookBypassed',
+            'min by (job, configuration) (zone_aware_zdb_webhook_covers_evictions{%(zdbSelector)s}) == 0' % c,
+            c.webhookBypassedFor,
+            'critical',
+            'Evictions bypass the ZoneDisruptionBudgets: the webhook configuration no longer sends them to the webhook.',
+            'The eviction webhook configuration {{ $labels.configuration }} lets evictions through without calling the webhook (its rules no longer match CREATE of pods/eviction, it calls another path, its objectSelector needs labels, or it is missing): no ZoneDisruptionBudget is consulted. The controller may not change these fields; the EvictionWebhookBypassed event on the configuration says which changed.',
+          ),
+          alert(
+            c,
             'ZoneAwareEvictionDenialsHigh',
             |||
               sum by (job) (rate(zone_aware_zdb_webhook_decisions_total{%(zdbSelector)s, result="denied"}[10m]))

@@ -29,6 +29,9 @@
     webhookFailingRatio: 0.1,
     // failurePolicy Ignore this long means budgets are skipped whenever a call fails.
     webhookIgnoreFor: '15m',
+    // The webhook configuration letting evictions bypass the webhook this long (its rules, path or
+    // objectSelector changed, or it is gone): read every 10 s by each replica.
+    webhookBypassedFor: '2m',
     // Denied evictions per second, held this long: drains are stuck on budgets.
     denialsPerSecond: 0.5,
     denialsFor: '30m',

@@ -120,6 +120,17 @@ local tests = [
     ['zone_aware_zdb_webhook_failure_policy{%s, pod="zdb-0", policy="Fail"}' % zdb, '1x30'],
   ], [['20m', 'ZoneAwareWebhookFailurePolicyIgnore', []]]),
 
+  test('the webhook configuration no longer matches evictions', [
+    ['zone_aware_zdb_webhook_covers_evictions{%s, pod="zdb-0", configuration="zone-aware-eviction-webhook"}' % zdb, '1x2 0x10'],
+  ], [
+    ['3m', 'ZoneAwareEvictionWebhookBypassed', []],
+    ['6m', 'ZoneAwareEvictionWebhookBypassed', [firing('ZoneAwareEvictionWebhookBypassed', { job: 'zdb-controller', configuration: 'zone-aware-eviction-webhook' })]],
+  ]),
+  test('the webhook configuration sends every eviction to the webhook', [
+    ['zone_aware_zdb_webhook_covers_evictions{%s, pod="zdb-0", configuration="zone-aware-eviction-webhook"}' % zdb, '1x10'],
+    ['zone_aware_zdb_webhook_covers_evictions{%s, pod="zdb-1", configuration="zone-aware-eviction-webhook"}' % zdb, '1x10'],
+  ], [['8m', 'ZoneAwareEvictionWebhookBypassed', []]]),
+
   test('one denial a second for 45 minutes', [
     ['zone_aware_zdb_webhook_decisions_total{%s, result="denied", reason="OtherZoneDisrupted"}' % zdb, '0+60x60'],
   ], [

@@ -450,7 +450,10 @@ async fn sprom_health_pods_the_api_server_refuses_are_named_in_the_status_until_
     let real = e2e::real::RealNodes::of(&cluster);
     let sprom = fixture::Sprom::new("sprom-no-sa", NAME, MANAGER, START).await;
     let fx = Fixture { sprom, real };
-    let generation = fx.sprom.apply(fx.spec(job(&fx.sprom.ns.name, json!({})))).await;
+    let generation = fx
+        .sprom
+        .apply(fx.spec(job(&fx.sprom.ns.name, json!({}))))
+        .await;
     let applied = Instant::now();
     let missing = format!(
         "error looking up service account {}/{}: serviceaccount \"{}\" not found",
@@ -500,7 +503,11 @@ async fn sprom_health_pods_the_api_server_refuses_are_named_in_the_status_until_
         .expect("a PodsNotCreated event");
     assert_eq!(warning.type_.as_deref(), Some("Warning"));
     assert!(
-        warning.note.as_deref().unwrap_or_default().contains(&missing),
+        warning
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains(&missing),
         "{:?}",
         warning.note
     );

@@ -24,6 +24,7 @@ use e2e::localstack::free_port;
 use e2e::operator::monitoring_resource;
 use e2e::process::ControllerProcess;
 use e2e::{Cluster, TestNamespace, identity, wait_for};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
@@ -989,8 +990,115 @@ async fn tenancy_the_other_controller_tokens_write_only_their_own() {
     let cluster = Cluster::get();
     let home = TestNamespace::create(&cluster, "policy-tls").await;
     only_tls_secrets(&cluster, &home, "zdb-controller", "zdb-webhook-tls").await;
+    zdb_changes_only_its_webhooks_ca_and_failure_policy(&cluster, &home).await;
     only_tls_secrets(&cluster, &home, "rules-federator", "rules-federator-tls").await;
     zau_marks_only_the_update_revision(&cluster).await;
+}
+
+/// The zdb-controller's token may patch its webhook configuration (RBAC, by name), and the policy
+/// lets it change only what the controller changes: the caBundle, and the failurePolicy from
+/// Ignore to Fail. Pointing the webhook elsewhere, narrowing its rules or namespaces, putting it
+/// back to Ignore or dropping a label or annotation (cert-manager's injection) are refused,
+/// naming the policy; the configuration is as it was.
+async fn zdb_changes_only_its_webhooks_ca_and_failure_policy(
+    cluster: &Cluster,
+    home: &TestNamespace,
+) {
+    let name = format!("{}-webhook", home.name);
+    let admin = Api::<ValidatingWebhookConfiguration>::all(home.client.clone());
+    let mut shipped: Value = e2e::identity::yaml_to_json(
+        &std::fs::read_to_string(
+            e2e::deploy::repo_root().join("config/webhook/validating-webhook.yaml"),
+        )
+        .unwrap(),
+    )
+    .remove(0);
+    shipped["metadata"]["name"] = json!(name);
+    shipped["metadata"]["annotations"] =
+        json!({"cert-manager.io/inject-ca-from": "zone-aware-system/zdb-webhook"});
+    // Never called: no namespace opts in.
+    shipped["webhooks"][0]["namespaceSelector"] = json!({"matchLabels": {"e2e-never": "true"}});
+    admin
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(shipped).unwrap(),
+        )
+        .await
+        .unwrap();
+    let _delete = DeleteOnDrop::new::<ValidatingWebhookConfiguration>(
+        cluster.config().await,
+        &name,
+        kube::api::DeleteParams::default(),
+    );
+    let identity = identity::ServiceAccountIdentity::create(
+        cluster,
+        "zdb-controller",
+        &home.name,
+        &["--webhook-config-name", &name],
+        &[],
+        |_| {},
+    );
+    let token = Api::<ValidatingWebhookConfiguration>::all(identity.client().await);
+    let policy = identity.rendered_name("zone-aware-zdb-controller-webhook");
+    let json_patch = |op: Value| Patch::<Value>::Json(serde_json::from_value(json!([op])).unwrap());
+    let before = admin.get(&name).await.unwrap();
+    let message = wait_for("the zdb-controller's webhook policy in force", TIMEOUT, || async {
+        let elsewhere = json!({"op": "replace", "path": "/webhooks/0/clientConfig/service/name", "value": "elsewhere"});
+        denied_by(&policy, token.patch(&name, &PatchParams::default(), &json_patch(elsewhere)).await)
+    })
+    .await;
+    assert!(
+        message.contains(
+            "may change only its webhook configuration's caBundle, and its failurePolicy to Fail"
+        ),
+        "{message}"
+    );
+    for attack in [
+        json!({"op": "replace", "path": "/webhooks/0/rules/0/resources/0", "value": "pods/nothing"}),
+        json!({"op": "replace", "path": "/webhooks/0/namespaceSelector", "value": {"matchLabels": {"none": "none"}}}),
+        json!({"op": "remove", "path": "/metadata/annotations/cert-manager.io~1inject-ca-from"}),
+        json!({"op": "replace", "path": "/webhooks/0/timeoutSeconds", "value": 1}),
+    ] {
+        denied_by(
+            &policy,
+            token
+                .patch(&name, &PatchParams::default(), &json_patch(attack.clone()))
+                .await,
+        )
+        .unwrap_or_else(|e| panic!("{attack}: {e}"));
+    }
+    assert_eq!(
+        admin.get(&name).await.unwrap().webhooks,
+        before.webhooks,
+        "unchanged"
+    );
+
+    // What the controller does: the caBundle, then Fail; and Fail is not undone.
+    let ca = json!({"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": "Y2E="});
+    token
+        .patch(&name, &PatchParams::default(), &json_patch(ca))
+        .await
+        .unwrap();
+    let fail = json!({"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Fail"});
+    token
+        .patch(&name, &PatchParams::default(), &json_patch(fail))
+        .await
+        .unwrap();
+    let ignore = json!({"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"});
+    denied_by(
+        &policy,
+        token
+            .patch(&name, &PatchParams::default(), &json_patch(ignore))
+            .await,
+    )
+    .unwrap();
+    let after = admin.get(&name).await.unwrap();
+    assert_eq!(
+        after.webhooks.as_ref().unwrap()[0]
+            .failure_policy
+            .as_deref(),
+        Some("Fail")
+    );
 }
 
 /// `binary`'s Role may create any Secret of `home`: the policy lets it make only TLS Secrets (not

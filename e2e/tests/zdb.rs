@@ -1640,3 +1640,139 @@ async fn zdb_failure_policy_moves_from_ignore_to_fail_once_a_replica_serves() {
         &["frozen"],
     );
 }
+
+/// Drift of the webhook configuration while a replica serves, made by someone else (an admin, a
+/// re-apply): what the replica may change (the failurePolicy, back to Fail) it repairs; what it
+/// may not (the rules, which decide whether evictions reach it at all) it reports, in the gauge
+/// `zone_aware_zdb_webhook_covers_evictions` (0, the alert's input) and a Warning event on the
+/// configuration, until the rules are put back.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn zdb_webhook_configuration_drift_is_repaired_or_reported() {
+    let port = free_port();
+    let fixture = Fixture::new("zdb-drift", 3, port).await;
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(fixture.ns.client.clone());
+    let name = fixture.webhook.name.clone();
+    let (_controller, metrics) = fixture.controller_with(port, false, &fixture.self_signed_args());
+    let policy_is = |wanted: &'static str| {
+        let fixture = &fixture;
+        move || async move {
+            match fixture.failure_policy().await.as_deref() {
+                Some(policy) if policy == wanted => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    };
+    wait_for(
+        "the failurePolicy moved to Fail",
+        Duration::from_secs(60),
+        policy_is("Fail"),
+    )
+    .await;
+    let covers = || async {
+        metric_sum(
+            metrics,
+            "zone_aware_zdb_webhook_covers_evictions",
+            Some(&format!("configuration=\"{name}\"")),
+        )
+        .await
+    };
+    wait_for(
+        "the gauge at 1: the configuration sends every eviction here",
+        Duration::from_secs(30),
+        || async {
+            let value = covers().await;
+            (value == 1.0).then_some(()).ok_or(format!("{value}"))
+        },
+    )
+    .await;
+
+    let patch = |webhook: Value| Patch::Strategic(json!({"webhooks": [webhook]}));
+    configs
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &patch(json!({"name": WEBHOOK_NAME, "failurePolicy": "Ignore"})),
+        )
+        .await
+        .unwrap();
+    let drifted = std::time::Instant::now();
+    wait_for(
+        "the failurePolicy repaired to Fail",
+        Duration::from_secs(60),
+        policy_is("Fail"),
+    )
+    .await;
+    eprintln!(
+        "failurePolicy repaired {:.1?} after it was put to Ignore",
+        drifted.elapsed()
+    );
+
+    let shipped_rules = configs.get(&name).await.unwrap().webhooks.unwrap()[0]
+        .rules
+        .clone();
+    let narrowed = json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                           "resources": ["pods/binding"], "scope": "Namespaced"}]);
+    configs
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &patch(json!({"name": WEBHOOK_NAME, "rules": narrowed})),
+        )
+        .await
+        .unwrap();
+    let drifted = std::time::Instant::now();
+    wait_for("the gauge at 0", Duration::from_secs(60), || async {
+        let value = covers().await;
+        (value == 0.0).then_some(()).ok_or(format!("{value}"))
+    })
+    .await;
+    eprintln!(
+        "evictions bypassing the webhook reported {:.1?} after the rules changed",
+        drifted.elapsed()
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(fixture.ns.client.clone());
+    let reported = wait_for(
+        "the EvictionWebhookBypassed event",
+        Duration::from_secs(30),
+        || async {
+            let list = events
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("EvictionWebhookBypassed")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                            == Some(name.as_str())
+                })
+                .ok_or("none yet".to_string())
+        },
+    )
+    .await;
+    assert_eq!(reported.type_.as_deref(), Some("Warning"));
+    assert!(
+        reported
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("no webhook's rules match CREATE of pods/eviction"),
+        "{:?}",
+        reported.note
+    );
+
+    configs
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &patch(json!({"name": WEBHOOK_NAME, "rules": shipped_rules})),
+        )
+        .await
+        .unwrap();
+    wait_for("the gauge back at 1", Duration::from_secs(60), || async {
+        let value = covers().await;
+        (value == 1.0).then_some(()).ok_or(format!("{value}"))
+    })
+    .await;
+}

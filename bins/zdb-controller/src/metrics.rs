@@ -38,6 +38,7 @@ pub struct ZdbMetrics {
     shadow_denials: IntCounterVec,
     unconfirmed: IntCounterVec,
     failure_policy: IntGaugeVec,
+    covers_evictions: IntGaugeVec,
 }
 
 impl ZdbMetrics {
@@ -94,6 +95,11 @@ impl ZdbMetrics {
                 "Webhooks of the eviction webhook configuration at each failurePolicy (Fail, Ignore), as this replica last read it; Ignore above 0 for long means budgets are skipped whenever a call fails.",
                 |o| IntGaugeVec::new(o, &["policy"]),
             )?,
+            covers_evictions: family.add(
+                "webhook_covers_evictions",
+                "1 when the eviction webhook configuration, as this replica last read it, sends every CREATE of pods/eviction to this webhook; 0 when its rules, path or objectSelector let evictions bypass the budgets, or it is missing.",
+                |o| IntGaugeVec::new(o, &["configuration"]),
+            )?,
             unavailable: family.add(
                                 "unavailable_pods",
                 "Pods a ZoneDisruptionBudget counts as disrupted per zone: unhealthy, missing or evicted and not yet replaced (status.currentUnhealthy); above 0 the zone is disrupted and evictions elsewhere wait.",
@@ -117,6 +123,13 @@ impl ZdbMetrics {
                 .with_label_values(&[policy])
                 .set(i64::try_from(count).unwrap_or(i64::MAX));
         }
+    }
+
+    /// Whether the configuration `name` sends every eviction to this webhook.
+    pub fn covers_evictions(&self, name: &str, covers: bool) {
+        self.covers_evictions
+            .with_label_values(&[name])
+            .set(i64::from(covers));
     }
 
     pub fn decision(&self, allowed: bool, reason: &str) {

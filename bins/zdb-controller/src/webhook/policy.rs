@@ -37,7 +37,7 @@ use crate::metrics::ZdbMetrics;
 /// How often the configuration is checked while not yet at the wanted policy (then rarely: a
 /// re-applied configuration at `Ignore` is switched back within this long once it is seen).
 const CHECK_WHILE_IGNORE: Duration = Duration::from_secs(5);
-const CHECK_WHEN_DONE: Duration = Duration::from_secs(30);
+const CHECK_WHEN_DONE: Duration = Duration::from_secs(10);
 
 /// How long this replica's pod must have been Ready before the API server is sure to find it
 /// among the Service's ready endpoints (the endpoints controller follows pods within a second).
@@ -169,6 +169,70 @@ pub fn target(webhook: &ValidatingWebhook) -> Option<Target> {
     })
 }
 
+/// Why the configuration `webhooks` would not send every eviction to this webhook's `path`, if it
+/// would not: no webhook's rules match `CREATE` of `pods/eviction`, the one that does calls another
+/// path, or its objectSelector needs labels (an Eviction has none). What a replica may not repair
+/// (its token changes only the caBundle and the failurePolicy): it is reported instead.
+pub fn bypass(webhooks: &[ValidatingWebhook], path: &str) -> Option<String> {
+    let Some(webhook) = webhooks.iter().find(|w| covers_evictions(w)) else {
+        return Some(match webhooks.is_empty() {
+            true => "the configuration has no webhook".to_string(),
+            false => "no webhook's rules match CREATE of pods/eviction".to_string(),
+        });
+    };
+    let config = &webhook.client_config;
+    let called = match (&config.service, config.url.as_deref()) {
+        (Some(service), _) => service.path.clone().unwrap_or_default(),
+        (None, Some(url)) => url
+            .strip_prefix("https://")
+            .and_then(|rest| rest.find('/').map(|at| rest[at..].to_string()))
+            .unwrap_or_default(),
+        (None, None) => String::new(),
+    };
+    if called != path {
+        return Some(format!(
+            "webhook {} calls the path {called:?}, this webhook serves {path}",
+            webhook.name
+        ));
+    }
+    let selective = webhook.object_selector.as_ref().is_some_and(|selector| {
+        !selector
+            .match_labels
+            .as_ref()
+            .is_none_or(|labels| labels.is_empty())
+            || selector
+                .match_expressions
+                .iter()
+                .flatten()
+                .any(|e| e.operator == "In" || e.operator == "Exists")
+    });
+    selective.then(|| {
+        format!(
+            "webhook {} has an objectSelector that needs labels, and an Eviction has none",
+            webhook.name
+        )
+    })
+}
+
+/// Whether one of `webhook`'s rules matches `CREATE` of `pods/eviction` (core group, v1).
+fn covers_evictions(webhook: &ValidatingWebhook) -> bool {
+    let has = |list: &Option<Vec<String>>, wanted: &[&str]| {
+        list.iter()
+            .flatten()
+            .any(|item| wanted.contains(&item.as_str()))
+    };
+    webhook.rules.iter().flatten().any(|rule| {
+        has(&rule.api_groups, &["", "*"])
+            && has(&rule.api_versions, &["v1", "*"])
+            && has(&rule.operations, &["CREATE", "*"])
+            && has(
+                &rule.resources,
+                &["pods/eviction", "pods/*", "*/eviction", "*/*"],
+            )
+            && rule.scope.as_deref().is_none_or(|scope| scope != "Cluster")
+    })
+}
+
 /// The address to call one's own listener at: its bound address, loopback for a wildcard.
 pub fn local_address(bound: SocketAddr) -> SocketAddr {
     match bound.ip() {
@@ -218,10 +282,13 @@ impl Keeper {
     pub async fn run(self) {
         let serving_since = Instant::now();
         let mut reported = false;
+        // The last bypass reported (None: none, or not read yet).
+        let mut bypassed: Option<String> = None;
         let api: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
         loop {
             let pause = match api.get_opt(&self.config_name).await {
                 Ok(Some(config)) => {
+                    self.check_coverage(&config, &mut bypassed).await;
                     let done = self
                         .check(&api, &config, serving_since, &mut reported)
                         .await;
@@ -233,6 +300,7 @@ impl Keeper {
                 }
                 Ok(None) => {
                     self.metrics.failure_policies(&[]);
+                    self.metrics.covers_evictions(&self.config_name, false);
                     tracing::warn!(config = %self.config_name, "ValidatingWebhookConfiguration not found; its failurePolicy is checked once it exists");
                     CHECK_WHILE_IGNORE
                 }
@@ -243,6 +311,35 @@ impl Keeper {
             };
             tokio::time::sleep(pause).await;
         }
+    }
+
+    /// Whether the configuration still sends every eviction here (the gauge); a Warning event
+    /// on the configuration when that stops, or why changes.
+    async fn check_coverage(
+        &self,
+        config: &ValidatingWebhookConfiguration,
+        bypassed: &mut Option<String>,
+    ) {
+        let why = bypass(config.webhooks.as_deref().unwrap_or_default(), self.path);
+        self.metrics
+            .covers_evictions(&self.config_name, why.is_none());
+        if why == *bypassed {
+            return;
+        }
+        if let Some(why) = &why {
+            tracing::warn!(config = %self.config_name, why = %why, "the eviction webhook configuration no longer sends every eviction here: budgets are not consulted");
+            let regarding: ObjectReference = config.object_ref(&());
+            let note = format!("evictions bypass the ZoneDisruptionBudgets: {why}");
+            self.events
+                .warning(
+                    &regarding,
+                    "EvictionWebhookBypassed",
+                    "CheckConfiguration",
+                    &note,
+                )
+                .await;
+        }
+        *bypassed = why;
     }
 
     /// One round; whether the configuration is where it should be.
@@ -516,6 +613,87 @@ mod tests {
         assert_eq!(
             local_address("0.0.0.0:9443".parse().unwrap()),
             "127.0.0.1:9443".parse::<SocketAddr>().unwrap()
+        );
+    }
+
+    /// The shipped configuration's webhook, as the API server stores it.
+    fn shipped() -> serde_json::Value {
+        json!({
+            "name": "eviction.zdb.zonecontrol.k8s.aws", "sideEffects": "NoneOnDryRun",
+            "admissionReviewVersions": ["v1"],
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                       "resources": ["pods/eviction"], "scope": "Namespaced"}],
+            "clientConfig": {"service": {"name": "zdb-webhook", "namespace": "zas",
+                                         "path": "/validate-eviction", "port": 443}},
+            "objectSelector": {},
+        })
+    }
+
+    fn bypass_of(edit: impl FnOnce(&mut serde_json::Value)) -> Option<String> {
+        let mut webhook = shipped();
+        edit(&mut webhook);
+        let webhook: ValidatingWebhook = serde_json::from_value(webhook).unwrap();
+        bypass(&[webhook], crate::webhook::PATH)
+    }
+
+    #[test]
+    fn the_shipped_configuration_sends_every_eviction_here() {
+        assert_eq!(bypass_of(|_| {}), None);
+        // Wildcards cover it too; a URL to the same path as well.
+        assert_eq!(
+            bypass_of(|w| w["rules"][0]["resources"] = json!(["*/*"])),
+            None
+        );
+        assert_eq!(
+            bypass_of(
+                |w| w["clientConfig"] = json!({"url": "https://10.0.0.1:9443/validate-eviction"})
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn drift_that_lets_evictions_bypass_is_named() {
+        let cases = [
+            (
+                "no webhook's rules match CREATE of pods/eviction",
+                "/rules/0/resources",
+                json!(["pods/nothing"]),
+            ),
+            (
+                "no webhook's rules match CREATE of pods/eviction",
+                "/rules/0/operations",
+                json!(["UPDATE"]),
+            ),
+            (
+                "calls the path \"/elsewhere\"",
+                "/clientConfig/service/path",
+                json!("/elsewhere"),
+            ),
+            (
+                "calls the path \"\"",
+                "/clientConfig",
+                json!({"url": "https://10.0.0.1:9443"}),
+            ),
+            (
+                "objectSelector that needs labels",
+                "/objectSelector",
+                json!({"matchLabels": {"a": "b"}}),
+            ),
+        ];
+        for (why, pointer, value) in cases {
+            let found = bypass_of(|w| *w.pointer_mut(pointer).unwrap() = value).unwrap_or_default();
+            assert!(found.contains(why), "{why}: {found}");
+        }
+        assert_eq!(
+            bypass(&[], crate::webhook::PATH).as_deref(),
+            Some("the configuration has no webhook")
+        );
+        // An objectSelector that only excludes (NotIn, DoesNotExist) still lets every Eviction in.
+        assert_eq!(
+            bypass_of(|w| w["objectSelector"] =
+                json!({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]})),
+            None
         );
     }
 }
