@@ -18,6 +18,8 @@ use e2e::thanos::{ThanosQuery, ThanosRuler, ThanosSidecar};
 use e2e::wait_for;
 use serde_json::Value;
 
+#[path = "federator/querier_pod.rs"]
+mod querier_pod;
 #[path = "federator/shards.rs"]
 mod shards;
 #[path = "federator/spawn.rs"]
