@@ -228,10 +228,10 @@ local-crds: cluster-up ## Apply the CRDs to the local zonal cluster
 	source e2e/.cluster/env && kubectl apply --server-side --force-conflicts -k config/crd
 
 .PHONY: run
-run: local-crds ## Local zonal cluster, CRDs, and the controllers on namespace default (README quick start)
-	$(CARGO) build --bins $(addprefix -p ,$(BINS))
+run: local-crds ## Local zonal cluster, CRDs, the controllers on namespace default, and the samples running there (README quick start)
+	$(CARGO) build --bins $(addprefix -p ,$(BINS) kubectl-zone)
 	bash e2e/cluster/run-controllers.sh
-	@echo "Cluster ready. Use it with:  source e2e/.cluster/env && kubectl get nodes -L topology.kubernetes.io/zone"
+	bash e2e/cluster/demo.sh
 
 # What images.sh's single-platform image is built from.
 IMAGE_ENV = ZONE_AWARE_REVISION='$(ZONE_AWARE_REVISION)' LOCAL_IMG='$(LOCAL_IMG)' BINS='$(BINS)' \
