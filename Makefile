@@ -271,8 +271,16 @@ E2E_THANOS_CMD = bash e2e/cluster/build.sh thanos && bash e2e/cluster/images.sh 
 E2E_CERT_MANAGER_CMD = bash e2e/cluster/build.sh cert-manager
 E2E_PREVIOUS_CMD = bash e2e/cluster/previous-release.sh build
 
+# Every test image in the real nodes: the cluster starts with those it needs (`make run` builds
+# no more), the tests' own (Prometheus 2, Alertmanager, prometheus-operator's reloader) are built
+# and imported here.
+.PHONY: test-images
+test-images: cluster-up
+	bash e2e/cluster/build.sh all
+	bash e2e/cluster/images.sh test-images-import
+
 .PHONY: e2e
-e2e: local-crds chart-tools ## End-to-end tests against the local zonal cluster (E2E_SUITE=file, E2E_FILTER=substring)
+e2e: local-crds chart-tools test-images ## End-to-end tests against the local zonal cluster (E2E_SUITE=file, E2E_FILTER=substring)
 	# The same cargo selection and lints as `make test` (the workspace with its test targets): one
 	# set of features, so the dependencies are compiled once, not once per selection.
 	$(LINTED) $(CARGO) build --workspace --all-targets

@@ -304,6 +304,22 @@ locked() { # name command...: runs a build holding the lock of its cache entry
 # (.ci/run starts it at the start, at the lowest priority, off the cold run's critical path).
 case "${1:-all}" in
 monitoring | chart | all) ;;
+cluster)
+    # What the cluster needs to start (up.sh; `make run`): the control plane, the kubelet and
+    # kube-proxy, etcd, kwok, CoreDNS, metrics-server, Prometheus (the shards' image) and
+    # LocalStack. The test tools and the other test images' binaries are `all`'s, which `make e2e`
+    # builds (and imports) before its suites.
+    locked localstack install_localstack &
+    localstack=$!
+    locked k8s build_k8s
+    locked etcd build_simple etcd "$ETCD_VERSION" etcd .
+    locked kwok build_simple kwok "$KWOK_VERSION" kwok sigs.k8s.io/kwok/cmd/kwok
+    locked coredns build_coredns
+    locked metrics-server build_metrics_server
+    locked prometheus build_prometheus "$PROMETHEUS_VERSION" prometheus
+    wait "$localstack"
+    exit 0
+    ;;
 thanos)
     locked thanos build_thanos
     exit 0
@@ -314,7 +330,7 @@ cert-manager)
     exit 0
     ;;
 *)
-    echo "usage: build.sh [all|monitoring|chart|thanos|cert-manager]" >&2
+    echo "usage: build.sh [all|cluster|monitoring|chart|thanos|cert-manager]" >&2
     exit 2
     ;;
 esac

@@ -6,6 +6,8 @@
 #                                  Alertmanager, metrics-server, prometheus-config-reloader
 #                                  and CoreDNS images (their tars in lib.sh's TEST_IMAGE_TARS; nothing
 #                                  imported)
+#   images.sh test-images-import   every test image (their binaries must be built: build.sh all),
+#                                  imported into the running nodes (make e2e)
 #   images.sh thanos               Thanos's image (build.sh thanos built its binary), imported
 #                                  into the running nodes (make e2e, before the Thanos suites)
 #   images.sh project              the project's image (the Dockerfile's final stage: the static
@@ -126,7 +128,17 @@ prometheus_image() {
     fi
 }
 
-test_images() {
+# Whether the binary of an image the cluster can start without is there: with `strict` (make
+# e2e's `test-images-import`, after `build.sh all`) it must be, else its image waits (cluster-up
+# builds only what the cluster needs, `build.sh cluster`).
+optional_binary() { # binary strict
+    [ -x "$1" ] && return 0
+    [ "$2" = strict ] && die "$1 is missing (e2e/cluster/build.sh builds it)"
+    return 1
+}
+
+test_images() { # [strict]
+    local strict="${1:-}"
     mkdir -p "$IMAGES"
     gcc -static -Os -Wall -Wextra -o "$IMAGES/pause" "$here/images/pause.c" \
         || die "building the pause binary failed (gcc -static needs libc6-dev)"
@@ -136,9 +148,11 @@ test_images() {
     oci --name "$METRICS_TARGET_IMAGE" --out "$IMAGES/metrics-target.tar" --user 65532:65532 \
         --entrypoint /metrics-target --file "$bin_dir/metrics-target:/metrics-target:755" >/dev/null
     prometheus_image "$PROMETHEUS_BIN" "$PROMETHEUS_IMAGE" "$IMAGES/prometheus.tar"
-    prometheus_image "$PROMETHEUS2_BIN" "$PROMETHEUS2_IMAGE" "$IMAGES/prometheus2.tar"
-    [ -x "$ALERTMANAGER_BIN" ] || die "$ALERTMANAGER_BIN is missing (e2e/cluster/build.sh builds it)"
-    if [ ! -f "$IMAGES/alertmanager.tar" ] || [ "$ALERTMANAGER_BIN" -nt "$IMAGES/alertmanager.tar" ]; then
+    if optional_binary "$PROMETHEUS2_BIN" "$strict"; then
+        prometheus_image "$PROMETHEUS2_BIN" "$PROMETHEUS2_IMAGE" "$IMAGES/prometheus2.tar"
+    fi
+    if optional_binary "$ALERTMANAGER_BIN" "$strict" &&
+        { [ ! -f "$IMAGES/alertmanager.tar" ] || [ "$ALERTMANAGER_BIN" -nt "$IMAGES/alertmanager.tar" ]; }; then
         # As the upstream image: user nobody, the binary as the entrypoint, a writable data dir.
         oci --name "$ALERTMANAGER_IMAGE" --out "$IMAGES/alertmanager.tar" --user 65534:65534 \
             --entrypoint /bin/alertmanager --file "$ALERTMANAGER_BIN:/bin/alertmanager:755" \
@@ -158,13 +172,26 @@ test_images() {
         oci --name "$COREDNS_IMAGE" --out "$IMAGES/coredns.tar" --user 65532:65532 \
             --entrypoint /coredns --file "$COREDNS_BIN:/coredns:755" >/dev/null
     fi
-    [ -x "$CONFIG_RELOADER_BIN" ] || die "$CONFIG_RELOADER_BIN is missing (e2e/cluster/build.sh builds it)"
-    if [ ! -f "$IMAGES/config-reloader.tar" ] || [ "$CONFIG_RELOADER_BIN" -nt "$IMAGES/config-reloader.tar" ]; then
+    if optional_binary "$CONFIG_RELOADER_BIN" "$strict" &&
+        { [ ! -f "$IMAGES/config-reloader.tar" ] || [ "$CONFIG_RELOADER_BIN" -nt "$IMAGES/config-reloader.tar" ]; }; then
         # As the upstream image: user nobody, at the path the operator's pods run it from.
         oci --name "$CONFIG_RELOADER_IMAGE" --out "$IMAGES/config-reloader.tar" --user 65534:65534 \
             --entrypoint /bin/prometheus-config-reloader \
             --file "$CONFIG_RELOADER_BIN:/bin/prometheus-config-reloader:755" >/dev/null
     fi
+}
+
+# The test images, every one (after `build.sh all`), into every running real node: `make e2e`
+# before its suites, on a cluster that `make run` may have started with only some of them.
+test_images_import() {
+    test_images strict
+    local zone imported=0
+    for zone in "${REAL_ZONES[@]}"; do
+        [ -S "$NODES/$zone/containerd.sock" ] || continue
+        import "$zone" "${TEST_IMAGE_TARS[@]}"
+        imported=$((imported + 1))
+    done
+    echo "image: the test images imported into $imported real nodes"
 }
 
 # Thanos's image, apart from the test images: its binary is the one cold Go build the cluster can
@@ -230,7 +257,8 @@ project_image() { # [only | test-build]: without the test images; test-build: fr
     local what="$PROJECT_IMAGE"
     if [ -z "${1:-}" ]; then
         test_images
-        tars+=("${TEST_IMAGE_TARS[@]}")
+        local tar
+        for tar in "${TEST_IMAGE_TARS[@]}"; do [ -f "$tar" ] && tars+=("$tar"); done
         what+=" and the test images ($PAUSE_IMAGE, $METRICS_TARGET_IMAGE, $PROMETHEUS_IMAGE, $PROMETHEUS2_IMAGE, $ALERTMANAGER_IMAGE, $METRICS_SERVER_IMAGE, $CONFIG_RELOADER_IMAGE, $COREDNS_IMAGE)"
     fi
     local zone imported=0
@@ -326,6 +354,7 @@ alias_image() { # ref new
 
 case "${1:-}" in
 test-images) test_images ;;
+test-images-import) test_images_import ;;
 project) project_image ;;
 project-only) project_image only ;;
 e2e-image) project_image test-build ;;
@@ -336,5 +365,5 @@ import-pinned) shift; import_pinned "$@" ;;
 alias) shift; alias_image "$@" ;;
 multiarch) shift; multiarch_image "$@" ;;
 static) static_arch "${2:-}" ;;
-*) echo "usage: $0 test-images|project|project-only|e2e-image|thanos|previous DIR|import ZONE TAR...|import-pinned TAR NAME:TAG@DIGEST|alias REF NEW|multiarch OUT.tar NAME|static ARCH" >&2; exit 2 ;;
+*) echo "usage: $0 test-images|test-images-import|project|project-only|e2e-image|thanos|previous DIR|import ZONE TAR...|import-pinned TAR NAME:TAG@DIGEST|alias REF NEW|multiarch OUT.tar NAME|static ARCH" >&2; exit 2 ;;
 esac

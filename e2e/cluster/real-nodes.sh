@@ -292,7 +292,11 @@ up() { # api-port
     done
     for zone in "${REAL_ZONES[@]}"; do
         wait_until "node-$zone" 60 test -S "$NODES/$zone/containerd.sock"
-        bash "$here/images.sh" import "$zone" "${TEST_IMAGE_TARS[@]}"
+        # The test images built so far (cluster-up builds only what the cluster needs; make e2e
+        # imports the rest).
+        local tars=() tar
+        for tar in "${TEST_IMAGE_TARS[@]}"; do [ -f "$tar" ] && tars+=("$tar"); done
+        bash "$here/images.sh" import "$zone" "${tars[@]}"
     done
     for zone in "${REAL_ZONES[@]}"; do
         wait_until "node-$zone" 120 kubectl wait --for=condition=Ready "node/$(node_of "$zone")" --timeout=2s

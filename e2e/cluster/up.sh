@@ -157,7 +157,7 @@ if [ "$REAL_NODES" = 1 ]; then
     bash "$here/real-nodes.sh" prereqs
     bash "$here/real-nodes.sh" claim
 fi
-bash "$here/build.sh"
+bash "$here/build.sh" cluster
 mkdir -p "$PIDS" "$LOGS"
 generate_pki
 write_admission_config
