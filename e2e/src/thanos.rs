@@ -171,6 +171,13 @@ fn two_free_ports() -> (u16, u16) {
     }
 }
 
+/// `data` of the answer of the Thanos (or Prometheus) HTTP API at `address` to `GET path`: a
+/// Querier or Ruler pod, or one through its Service IP.
+pub async fn api_at(address: SocketAddr, path: &str) -> Result<Value, String> {
+    let (code, body) = crate::process::http_get_from(address, path).await?;
+    api_data(path, code, &body)
+}
+
 /// `data` of a Thanos HTTP API answer (`{"status": "success", "data": ...}`) to `GET <path>`
 /// that answered `code` with `body`, or why there is none.
 fn api_data(path: &str, code: u16, body: &str) -> Result<Value, String> {
@@ -312,8 +319,7 @@ impl ThanosQuery {
 
     /// `data` of the API's answer at `path` (`/api/v1/rules`, ...), or why there is none.
     pub async fn api(&self, path: &str) -> Result<Value, String> {
-        let (code, body) = crate::process::http_get_from(self.address(), path).await?;
-        api_data(path, code, &body)
+        api_at(self.address(), path).await
     }
 
     /// `data.result` of an instant query of `promql` now, deduplicated (`dedup=true`) and
@@ -554,9 +560,7 @@ impl ThanosRuler {
 
     /// `data` of the Ruler's API at `path` (`/api/v1/rules`, `/api/v1/alerts`).
     pub async fn api(&self, path: &str) -> Result<Value, String> {
-        let address = SocketAddr::from(([127, 0, 0, 1], self.http_port));
-        let (code, body) = crate::process::http_get_from(address, path).await?;
-        api_data(path, code, &body)
+        api_at(SocketAddr::from(([127, 0, 0, 1], self.http_port)), path).await
     }
 }
 

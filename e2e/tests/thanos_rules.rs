@@ -168,6 +168,17 @@ async fn held(alertmanager: &Alertmanager, name: &str) -> Result<Vec<ApiAlert>, 
         .collect())
 }
 
+/// Waits until the Alertmanager holds alerts named `name`, and returns them.
+async fn wait_held(alertmanager: &Alertmanager, name: &str, timeout: Duration) -> Vec<ApiAlert> {
+    wait_for(&format!("{name} at the Alertmanager"), timeout, || async {
+        let alerts = held(alertmanager, name).await?;
+        (!alerts.is_empty())
+            .then_some(alerts.clone())
+            .ok_or("none yet".to_string())
+    })
+    .await
+}
+
 /// The `shard` labels of `alerts`, sorted.
 fn shards_of(alerts: &[ApiAlert]) -> Vec<String> {
     let mut shards: Vec<String> = alerts
@@ -338,17 +349,7 @@ async fn once_at_the_alertmanager_when_x_is_gone(
     gone: Instant,
 ) {
     for name in ["XAbsent", "TooFewUp"] {
-        let alerts = wait_for(
-            &format!("{name} at the Alertmanager"),
-            FIRE_TIMEOUT,
-            || async {
-                let alerts = held(alertmanager, name).await?;
-                (!alerts.is_empty())
-                    .then_some(alerts.clone())
-                    .ok_or("none yet".to_string())
-            },
-        )
-        .await;
+        let alerts = wait_held(alertmanager, name, FIRE_TIMEOUT).await;
         eprintln!(
             "{name} at the Alertmanager {:.1?} after x was deleted",
             gone.elapsed()

@@ -100,7 +100,7 @@ async fn a_querier_pod_reads_the_federator_over_mutual_tls_and_one_without_a_cer
         "the federator's rules at the Querier pod",
         TIMEOUT,
         || async {
-            let data = query_api(address("querier"), "/api/v1/rules").await?;
+            let data = e2e::thanos::api_at(address("querier"), "/api/v1/rules").await?;
             let found = rules_of(&data);
             (found.len() == 11)
                 .then_some(found)
@@ -136,7 +136,7 @@ async fn a_querier_pod_reads_the_federator_over_mutual_tls_and_one_without_a_cer
     )
     .await;
     eprintln!("the Querier without a certificate: {refusal}");
-    let data = query_api(address("anonymous"), "/api/v1/rules")
+    let data = e2e::thanos::api_at(address("anonymous"), "/api/v1/rules")
         .await
         .unwrap();
     assert!(rules_of(&data).is_empty(), "{data}");
@@ -184,15 +184,4 @@ fn querier_pod(
             "volumes": [{"name": "tls", "secret": {"secretName": secret}}],
         },
     })
-}
-
-/// `data` of a Querier's answer to `GET path`.
-async fn query_api(address: SocketAddr, path: &str) -> Result<Value, String> {
-    let (code, body) = e2e::process::http_get_from(address, path).await?;
-    let mut answer: Value =
-        serde_json::from_str(&body).map_err(|e| format!("GET {path}: {code}: {e}: {body}"))?;
-    if code != 200 || answer["status"] != "success" {
-        return Err(format!("GET {path}: {code}: {body}"));
-    }
-    Ok(answer["data"].take())
 }

@@ -22,7 +22,7 @@ use kube::api::DeleteParams;
 use serde_json::{Value, json};
 use zone_api::sprom::contract::GLOBAL_SCOPE;
 
-use super::{Fixture, TIMEOUT, create_rule, held};
+use super::{Fixture, TIMEOUT, create_rule, wait_held};
 
 /// The ShardedPrometheus config/thanos is written for.
 const NAME: &str = "prometheus";
@@ -102,17 +102,7 @@ async fn thanos_rules_config_thanos_runs_as_pods_through_the_cluster_dns_and_ans
     the_querier_finds_every_component_by_dns(query, &fx.ns.name).await;
     a_global_query_through_the_service_ip_sees_every_shard_once(query).await;
     let started = Instant::now();
-    let alerts = wait_for(
-        &format!("{ALERT} from the Rulers at the Alertmanager"),
-        TIMEOUT,
-        || async {
-            let alerts = held(&alertmanager, ALERT).await?;
-            (!alerts.is_empty())
-                .then_some(alerts.clone())
-                .ok_or("none yet".to_string())
-        },
-    )
-    .await;
+    let alerts = wait_held(&alertmanager, ALERT, TIMEOUT).await;
     eprintln!(
         "{ALERT} at the Alertmanager {:.1?} after the Querier answered",
         started.elapsed()
@@ -271,17 +261,6 @@ async fn query_service(fx: &Fixture) -> SocketAddr {
     SocketAddr::new(ip.parse().expect("a cluster IP"), 10902)
 }
 
-/// `data` of the Querier's answer to `GET path`, through its Service IP.
-async fn api(query: SocketAddr, path: &str) -> Result<Value, String> {
-    let (code, body) = e2e::process::http_get_from(query, path).await?;
-    let mut answer: Value =
-        serde_json::from_str(&body).map_err(|e| format!("GET {path}: {code}: {e}: {body}"))?;
-    if code != 200 || answer["status"] != "success" {
-        return Err(format!("GET {path}: {code}: {body}"));
-    }
-    Ok(answer["data"].take())
-}
-
 /// Through `dnssrv+` names alone: the three sidecars, the Store Gateway and both Rulers are
 /// healthy endpoints of the Querier, and the Store Gateway holds the bucket's blocks (the shards'
 /// external labels).
@@ -291,7 +270,7 @@ async fn the_querier_finds_every_component_by_dns(query: SocketAddr, namespace: 
         "3 sidecars, the Store Gateway (with the bucket's blocks) and 2 Rulers healthy at the Querier",
         TIMEOUT,
         || async {
-            let stores = api(query, "/api/v1/stores").await?;
+            let stores = e2e::thanos::api_at(query, "/api/v1/stores").await?;
             let healthy = healthy_endpoints(&stores);
             let count = |kind: &str| healthy.iter().filter(|e| e.starts_with(kind)).count();
             let store_labels = stores["store"]
@@ -322,7 +301,7 @@ async fn a_global_query_through_the_service_ip_sees_every_shard_once(query: Sock
         "one target up per shard through the Querier",
         TIMEOUT,
         || async {
-            let data = api(query, &path).await?;
+            let data = e2e::thanos::api_at(query, &path).await?;
             let shards: Vec<(String, String)> = data["result"]
                 .as_array()
                 .into_iter()
