@@ -107,7 +107,9 @@ impl Observed {
     /// Whether a shard's StatefulSet has fewer pods than it should: the StatefulSet controller
     /// is creating them, or cannot (what tells why is an event, which nothing watches).
     pub fn short_of_pods(&self) -> bool {
-        self.stateful_sets.values().any(ObservedStatefulSet::short_of_pods)
+        self.stateful_sets
+            .values()
+            .any(ObservedStatefulSet::short_of_pods)
     }
 
     /// Whether the cached `kind` child `name` carries `hash`.

@@ -442,7 +442,9 @@ async fn unchanged_children_cause_no_writes_until_the_resync() {
     // (Events are listed too, of the StatefulSets the warm caches show without their pods.)
     assert_eq!(
         warm.fake.count(&Method::GET, "/api/v1/namespaces/mon/")
-            - warm.fake.count(&Method::GET, "/api/v1/namespaces/mon/events")
+            - warm
+                .fake
+                .count(&Method::GET, "/api/v1/namespaces/mon/events")
             + warm.fake.count(&Method::GET, STATEFUL_SETS),
         4,
         "only the first reconcile's prune listed the children"

@@ -737,7 +737,11 @@ mod tests {
         );
         let degraded = status.condition(condition::DEGRADED).unwrap();
         assert_eq!(degraded.reason, reason::PODS_NOT_CREATED);
-        assert!(degraded.message.contains("serviceaccount \"prometheus\" not found"));
+        assert!(
+            degraded
+                .message
+                .contains("serviceaccount \"prometheus\" not found")
+        );
         assert_eq!(events.events().len(), 1, "a Warning event");
     }
 

@@ -245,6 +245,7 @@ pub(crate) fn served_metric_families() -> std::collections::BTreeSet<String> {
     metrics.queue_depth("apps", "web", 1);
     metrics.shadow_denial("apps", "web");
     metrics.unconfirmed("apps", "web", 1);
+    metrics.covers_evictions("zone-aware-eviction-webhook", true);
     let status = ZoneDisruptionBudgetStatus {
         disruptions_allowed: BTreeMap::from([("zone-a".to_owned(), 1)]),
         current_unhealthy: BTreeMap::from([("zone-a".to_owned(), 0)]),
