@@ -995,17 +995,13 @@ async fn tenancy_the_other_controller_tokens_write_only_their_own() {
     zau_marks_only_the_update_revision(&cluster).await;
 }
 
-/// The zdb-controller's token may patch its webhook configuration (RBAC, by name), and the policy
-/// lets it change only what the controller changes: the caBundle, and the failurePolicy from
-/// Ignore to Fail. Pointing the webhook elsewhere, narrowing its rules or namespaces, putting it
-/// back to Ignore or dropping a label or annotation (cert-manager's injection) are refused,
-/// naming the policy; the configuration is as it was.
-async fn zdb_changes_only_its_webhooks_ca_and_failure_policy(
+/// The shipped webhook configuration as `name` (its cert-manager annotation set, never called:
+/// no namespace opts in), deleted on drop.
+async fn shipped_webhook_configuration(
     cluster: &Cluster,
-    home: &TestNamespace,
-) {
-    let name = format!("{}-webhook", home.name);
-    let admin = Api::<ValidatingWebhookConfiguration>::all(home.client.clone());
+    admin: &Api<ValidatingWebhookConfiguration>,
+    name: &str,
+) -> DeleteOnDrop {
     let mut shipped: Value = e2e::identity::yaml_to_json(
         &std::fs::read_to_string(
             e2e::deploy::repo_root().join("config/webhook/validating-webhook.yaml"),
@@ -1025,11 +1021,25 @@ async fn zdb_changes_only_its_webhooks_ca_and_failure_policy(
         )
         .await
         .unwrap();
-    let _delete = DeleteOnDrop::new::<ValidatingWebhookConfiguration>(
+    DeleteOnDrop::new::<ValidatingWebhookConfiguration>(
         cluster.config().await,
-        &name,
+        name,
         kube::api::DeleteParams::default(),
-    );
+    )
+}
+
+/// The zdb-controller's token may patch its webhook configuration (RBAC, by name), and the policy
+/// lets it change only what the controller changes: the caBundle, and the failurePolicy from
+/// Ignore to Fail. Pointing the webhook elsewhere, narrowing its rules or namespaces, putting it
+/// back to Ignore or dropping a label or annotation (cert-manager's injection) are refused,
+/// naming the policy; the configuration is as it was.
+async fn zdb_changes_only_its_webhooks_ca_and_failure_policy(
+    cluster: &Cluster,
+    home: &TestNamespace,
+) {
+    let name = format!("{}-webhook", home.name);
+    let admin = Api::<ValidatingWebhookConfiguration>::all(home.client.clone());
+    let _delete = shipped_webhook_configuration(cluster, &admin, &name).await;
     let identity = identity::ServiceAccountIdentity::create(
         cluster,
         "zdb-controller",

@@ -1669,23 +1669,7 @@ async fn zdb_webhook_configuration_drift_is_repaired_or_reported() {
         policy_is("Fail"),
     )
     .await;
-    let covers = || async {
-        metric_sum(
-            metrics,
-            "zone_aware_zdb_webhook_covers_evictions",
-            Some(&format!("configuration=\"{name}\"")),
-        )
-        .await
-    };
-    wait_for(
-        "the gauge at 1: the configuration sends every eviction here",
-        Duration::from_secs(30),
-        || async {
-            let value = covers().await;
-            (value == 1.0).then_some(()).ok_or(format!("{value}"))
-        },
-    )
-    .await;
+    wait_covers(metrics, &name, 1.0).await;
 
     let patch = |webhook: Value| Patch::Strategic(json!({"webhooks": [webhook]}));
     configs
@@ -1722,16 +1706,52 @@ async fn zdb_webhook_configuration_drift_is_repaired_or_reported() {
         .await
         .unwrap();
     let drifted = std::time::Instant::now();
-    wait_for("the gauge at 0", Duration::from_secs(60), || async {
-        let value = covers().await;
-        (value == 0.0).then_some(()).ok_or(format!("{value}"))
-    })
-    .await;
+    wait_covers(metrics, &name, 0.0).await;
     eprintln!(
         "evictions bypassing the webhook reported {:.1?} after the rules changed",
         drifted.elapsed()
     );
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(fixture.ns.client.clone());
+    bypass_reported(
+        &fixture.ns.client,
+        &name,
+        "no webhook's rules match CREATE of pods/eviction",
+    )
+    .await;
+
+    configs
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &patch(json!({"name": WEBHOOK_NAME, "rules": shipped_rules})),
+        )
+        .await
+        .unwrap();
+    wait_covers(metrics, &name, 1.0).await;
+}
+
+/// Waits until the gauge `zone_aware_zdb_webhook_covers_evictions` of the configuration `name`,
+/// at the replica's metrics `port`, is `wanted`.
+async fn wait_covers(port: u16, name: &str, wanted: f64) {
+    let series = format!("configuration=\"{name}\"");
+    wait_for(
+        &format!("zone_aware_zdb_webhook_covers_evictions at {wanted}"),
+        Duration::from_secs(60),
+        || async {
+            let value = metric_sum(
+                port,
+                "zone_aware_zdb_webhook_covers_evictions",
+                Some(&series),
+            )
+            .await;
+            (value == wanted).then_some(()).ok_or(format!("{value}"))
+        },
+    )
+    .await;
+}
+
+/// Waits for the Warning event EvictionWebhookBypassed on the configuration `name`, saying `why`.
+async fn bypass_reported(client: &kube::Client, name: &str, why: &str) {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
     let reported = wait_for(
         "the EvictionWebhookBypassed event",
         Duration::from_secs(30),
@@ -1744,35 +1764,13 @@ async fn zdb_webhook_configuration_drift_is_repaired_or_reported() {
                 .into_iter()
                 .find(|e| {
                     e.reason.as_deref() == Some("EvictionWebhookBypassed")
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                            == Some(name.as_str())
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
                 })
                 .ok_or("none yet".to_string())
         },
     )
     .await;
     assert_eq!(reported.type_.as_deref(), Some("Warning"));
-    assert!(
-        reported
-            .note
-            .as_deref()
-            .unwrap_or_default()
-            .contains("no webhook's rules match CREATE of pods/eviction"),
-        "{:?}",
-        reported.note
-    );
-
-    configs
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &patch(json!({"name": WEBHOOK_NAME, "rules": shipped_rules})),
-        )
-        .await
-        .unwrap();
-    wait_for("the gauge back at 1", Duration::from_secs(60), || async {
-        let value = covers().await;
-        (value == 1.0).then_some(()).ok_or(format!("{value}"))
-    })
-    .await;
+    let note = reported.note.unwrap_or_default();
+    assert!(note.contains(why), "{note}");
 }

@@ -32,44 +32,14 @@ async fn a_querier_pod_reads_the_federator_over_mutual_tls_and_one_without_a_cer
     let rules = Rules::write("querier-pod");
     let (_backends, endpoints) = two_shards_of_two_replicas(&rules, "fedpod").await;
 
-    let (servers, clients) = (TestCa::new("federator CA"), TestCa::new("queriers CA"));
-    let serving = servers.issue(vec![host.to_string()], Some(1));
-    let querier = clients.issue(vec!["thanos-querier".into()], Some(2));
+    let servers = TestCa::new("federator CA");
     let dir = std::env::temp_dir().join(format!("e2e-fed-querier-{}", ns.name));
-    std::fs::create_dir_all(&dir).unwrap();
-    for (name, content) in [
-        ("tls.crt", &serving.cert),
-        ("tls.key", &serving.key),
-        ("clients.crt", &clients.pem),
-    ] {
-        std::fs::write(dir.join(name), content).unwrap();
-    }
     let grpc = SocketAddr::new(host, e2e::localstack::free_port());
-    let flags = [
-        format!("--grpc-listen-address={grpc}"),
-        format!("--tls-cert-dir={}", dir.display()),
-        format!(
-            "--grpc-client-ca-file={}",
-            dir.join("clients.crt").display()
-        ),
-    ];
+    let flags = federator_flags_and_secrets(&ns, &servers, &dir, grpc).await;
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let env = [("KUBECONFIG", "/dev/null".to_string())];
     let (_federator, _port) = spawn::federator(&endpoints, &flags, &env);
 
-    let secrets: Api<Secret> = ns.api();
-    e2e::fixture::create(
-        &secrets,
-        json!({"metadata": {"name": "querier-tls"}, "stringData": {
-            "ca.crt": servers.pem, "tls.crt": querier.cert, "tls.key": querier.key,
-        }}),
-    )
-    .await;
-    e2e::fixture::create(
-        &secrets,
-        json!({"metadata": {"name": "federator-ca"}, "stringData": {"ca.crt": servers.pem}}),
-    )
-    .await;
     let pods: Api<Pod> = ns.api();
     let started = Instant::now();
     for (name, secret, with_certificate) in [
@@ -118,8 +88,57 @@ async fn a_querier_pod_reads_the_federator_over_mutual_tls_and_one_without_a_cer
         "{read:?}"
     );
 
-    // Without a certificate: the handshake is refused (the Querier says why in its log), the
-    // endpoint never joins, no rule.
+    refused_without_a_certificate(&pods, address("anonymous"), grpc).await;
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The serving certificate (for the host's address) and the callers' CA in `dir`, the federator's
+/// flags over them (gRPC on `grpc`), and the Querier pods' Secrets in `ns`: `querier-tls` (the
+/// federator's CA, a client certificate) and `federator-ca` (the CA alone).
+async fn federator_flags_and_secrets(
+    ns: &TestNamespace,
+    servers: &TestCa,
+    dir: &std::path::Path,
+    grpc: SocketAddr,
+) -> Vec<String> {
+    let clients = TestCa::new("queriers CA");
+    let serving = servers.issue(vec![grpc.ip().to_string()], Some(1));
+    let querier = clients.issue(vec!["thanos-querier".into()], Some(2));
+    std::fs::create_dir_all(dir).unwrap();
+    for (name, content) in [
+        ("tls.crt", &serving.cert),
+        ("tls.key", &serving.key),
+        ("clients.crt", &clients.pem),
+    ] {
+        std::fs::write(dir.join(name), content).unwrap();
+    }
+    let secrets: Api<Secret> = ns.api();
+    e2e::fixture::create(
+        &secrets,
+        json!({"metadata": {"name": "querier-tls"}, "stringData": {
+            "ca.crt": servers.pem, "tls.crt": querier.cert, "tls.key": querier.key,
+        }}),
+    )
+    .await;
+    e2e::fixture::create(
+        &secrets,
+        json!({"metadata": {"name": "federator-ca"}, "stringData": {"ca.crt": servers.pem}}),
+    )
+    .await;
+    vec![
+        format!("--grpc-listen-address={grpc}"),
+        format!("--tls-cert-dir={}", dir.display()),
+        format!(
+            "--grpc-client-ca-file={}",
+            dir.join("clients.crt").display()
+        ),
+    ]
+}
+
+/// The Querier pod without a certificate (its HTTP API at `address`): the handshake with the
+/// federator at `grpc` is refused (the Querier says why in its log), the endpoint never joins,
+/// no rule.
+async fn refused_without_a_certificate(pods: &Api<Pod>, address: SocketAddr, grpc: SocketAddr) {
     let refusal = wait_for(
         "the federator refusing the Querier without a certificate",
         TIMEOUT,
@@ -136,11 +155,8 @@ async fn a_querier_pod_reads_the_federator_over_mutual_tls_and_one_without_a_cer
     )
     .await;
     eprintln!("the Querier without a certificate: {refusal}");
-    let data = e2e::thanos::api_at(address("anonymous"), "/api/v1/rules")
-        .await
-        .unwrap();
+    let data = e2e::thanos::api_at(address, "/api/v1/rules").await.unwrap();
     assert!(rules_of(&data).is_empty(), "{data}");
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// A Thanos Querier pod `name` on a real node whose only endpoint is the federator's gRPC port
