@@ -228,15 +228,8 @@ local-crds: cluster-up ## Apply the CRDs to the local zonal cluster
 	source e2e/.cluster/env && kubectl apply --server-side --force-conflicts -k config/crd
 
 .PHONY: run
-# The controllers' build runs while the cluster starts (its Go builds leave a core idle while they
-# link, LocalStack's install mostly waits on downloads); its log is target/make-run-build.log.
-run: ## Local zonal cluster, CRDs, the controllers on namespace default, and the samples running there (README quick start)
-	@mkdir -p target; log=target/make-run-build.log; \
-	$(CARGO) build --bins $(addprefix -p ,$(BINS) kubectl-zone) >$$log 2>&1 & build=$$!; \
-	echo "run: building the controllers in the background (log: $$log)"; \
-	$(MAKE) --no-print-directory local-crds || { kill $$build 2>/dev/null; exit 1; }; \
-	source e2e/cluster/heartbeat.sh; \
-	heartbeat "run: the controllers' build" wait $$build || { tail -n 20 $$log >&2; echo "run: the controllers' build failed (log: $$log)" >&2; exit 1; }
+run: local-crds ## Local zonal cluster, CRDs, the controllers on namespace default, and the samples running there (README quick start)
+	$(CARGO) build --bins $(addprefix -p ,$(BINS) kubectl-zone)
 	bash e2e/cluster/run-controllers.sh
 	bash e2e/cluster/demo.sh
 
