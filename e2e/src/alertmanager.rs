@@ -161,6 +161,25 @@ impl Alertmanager {
         }
     }
 
+    /// A [`WebhookReceiver`] on this host, where the pods reach it, and an Alertmanager
+    /// ([`Alertmanager::deploy`]) in the real node of `zone` grouping by `group_by` and notifying
+    /// that receiver.
+    pub async fn deploy_with_receiver(
+        ns: &TestNamespace,
+        real: &RealNodes,
+        zone: &str,
+        group_by: &[&str],
+    ) -> (WebhookReceiver, Alertmanager) {
+        let receiver = WebhookReceiver::start(host_address(&ns.client).await).await;
+        let config = AlertmanagerConfig {
+            zone,
+            group_by,
+            webhook_url: &receiver.url(),
+        };
+        let alertmanager = Alertmanager::deploy(ns, real, &config).await;
+        (receiver, alertmanager)
+    }
+
     fn address(&self) -> SocketAddr {
         SocketAddr::new(self.pod_ip.parse().expect("the pod IP"), PORT)
     }

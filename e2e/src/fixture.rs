@@ -257,6 +257,29 @@ pub async fn events(ns: &TestNamespace, keep: impl Fn(&Event) -> bool) -> Vec<Ev
         .collect()
 }
 
+/// Waits until `events` holds events `keep` accepts (within 30 s), and returns them.
+pub async fn wait_events(
+    events: &Api<Event>,
+    what: &str,
+    keep: impl Fn(&Event) -> bool,
+) -> Vec<Event> {
+    wait_for(what, Duration::from_secs(30), || async {
+        let kept: Vec<Event> = events
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .into_iter()
+            .filter(|e| keep(e))
+            .collect();
+        match kept.is_empty() {
+            true => Err("none yet".to_string()),
+            false => Ok(kept),
+        }
+    })
+    .await
+}
+
 /// The API server's audit log so far, the lines naming the test namespace.
 pub fn audit(cluster: &Cluster, ns: &TestNamespace) -> Vec<AuditEvent> {
     let path = cluster

@@ -253,18 +253,9 @@ async fn receiver_and_alertmanager_in_zone_a(
     fx: &Fixture,
     real: &e2e::real::RealNodes,
 ) -> (WebhookReceiver, Alertmanager) {
-    let receiver =
-        WebhookReceiver::start(e2e::alertmanager::host_address(&fx.ns.client).await).await;
-    let alertmanager = Alertmanager::deploy(
-        &fx.ns,
-        real,
-        &AlertmanagerConfig {
-            zone: "zone-a",
-            group_by: &["alertname", "shard", "zone"],
-            webhook_url: &receiver.url(),
-        },
-    )
-    .await;
+    let (receiver, alertmanager) =
+        Alertmanager::deploy_with_receiver(&fx.ns, real, "zone-a", &["alertname", "shard", "zone"])
+            .await;
     eprintln!(
         "alertmanager {} at {}:{}, webhook receiver at {}",
         alertmanager.pod_name,

@@ -409,25 +409,9 @@ async fn assert_reload_failed_reported(fx: &Fixture) {
         "the pods still serve: Available stays"
     );
     let events: Api<Event> = fx.sprom.ns.api();
-    let warnings = wait_for(
-        "the ReloadFailed event",
-        Duration::from_secs(30),
-        || async {
-            let list = events
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            let warnings: Vec<Event> = list
-                .items
-                .into_iter()
-                .filter(|e| e.reason.as_deref() == Some(reason::RELOAD_FAILED))
-                .collect();
-            match warnings.is_empty() {
-                true => Err("none yet".to_string()),
-                false => Ok(warnings),
-            }
-        },
-    )
+    let warnings = fixture::wait_events(&events, "the ReloadFailed event", |e| {
+        e.reason.as_deref() == Some(reason::RELOAD_FAILED)
+    })
     .await;
     assert!(
         warnings
@@ -492,15 +476,12 @@ async fn sprom_health_pods_the_api_server_refuses_are_named_in_the_status_until_
         (degraded.status.as_str(), degraded.reason.as_str()),
         ("True", reason::PODS_NOT_CREATED)
     );
-    let events: Api<Event> = fx.sprom.ns.api();
-    let warning = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .find(|e| e.reason.as_deref() == Some(reason::PODS_NOT_CREATED))
-        .expect("a PodsNotCreated event");
+    let warning = fixture::events(&fx.sprom.ns, |e| {
+        e.reason.as_deref() == Some(reason::PODS_NOT_CREATED)
+    })
+    .await
+    .pop()
+    .expect("a PodsNotCreated event");
     assert_eq!(warning.type_.as_deref(), Some("Warning"));
     assert!(
         warning

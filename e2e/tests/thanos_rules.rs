@@ -10,9 +10,7 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use e2e::alertmanager::{
-    Alertmanager, AlertmanagerConfig, ApiAlert, Notification, WebhookReceiver,
-};
+use e2e::alertmanager::{Alertmanager, ApiAlert, Notification, WebhookReceiver};
 use e2e::fixture;
 use e2e::operator::monitoring_resource;
 use e2e::real::RealNodes;
@@ -71,18 +69,8 @@ async fn thanos_rules_global_rules_fire_once_and_only_when_x_is_gone_from_every_
         .await;
     let x = real.run_metrics_targets(&fx.ns, "x", 1, TIMEOUT).await;
     let x_zone = e2e::real::nodes(&fx.ns.client).await[e2e::pods::node_of(&x[0]).unwrap()].clone();
-    let receiver =
-        WebhookReceiver::start(e2e::alertmanager::host_address(&fx.ns.client).await).await;
-    let alertmanager = Alertmanager::deploy(
-        &fx.ns,
-        &real,
-        &AlertmanagerConfig {
-            zone: "zone-a",
-            group_by: &["alertname", "shard"],
-            webhook_url: &receiver.url(),
-        },
-    )
-    .await;
+    let (receiver, alertmanager) =
+        Alertmanager::deploy_with_receiver(&fx.ns, &real, "zone-a", &["alertname", "shard"]).await;
     create_rule(&fx, "per-shard", None, rule_spec("PerShard", "2s")).await;
     let generation = fx.apply(spec(&real, &fx)).await;
     fx.wait_ready_shards("3 shards of 2 replicas with their sidecars", generation, 3)

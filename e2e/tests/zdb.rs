@@ -1752,24 +1752,12 @@ async fn wait_covers(port: u16, name: &str, wanted: f64) {
 /// Waits for the Warning event EvictionWebhookBypassed on the configuration `name`, saying `why`.
 async fn bypass_reported(client: &kube::Client, name: &str, why: &str) {
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
-    let reported = wait_for(
-        "the EvictionWebhookBypassed event",
-        Duration::from_secs(30),
-        || async {
-            let list = events
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            list.items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("EvictionWebhookBypassed")
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                })
-                .ok_or("none yet".to_string())
-        },
-    )
-    .await;
+    let reported = e2e::fixture::wait_events(&events, "the EvictionWebhookBypassed event", |e| {
+        e.reason.as_deref() == Some("EvictionWebhookBypassed")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+    })
+    .await
+    .remove(0);
     assert_eq!(reported.type_.as_deref(), Some("Warning"));
     let note = reported.note.unwrap_or_default();
     assert!(note.contains(why), "{note}");

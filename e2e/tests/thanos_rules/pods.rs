@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use e2e::alertmanager::{Alertmanager, AlertmanagerConfig, WebhookReceiver};
+use e2e::alertmanager::Alertmanager;
 use e2e::fixture;
 use e2e::real::RealNodes;
 use e2e::thanos::{RULER_REPLICA_LABEL, block_metas, healthy_endpoints, objstore_config, pod_s3};
@@ -59,18 +59,9 @@ async fn thanos_rules_config_thanos_runs_as_pods_through_the_cluster_dns_and_ans
         json!({"metadata": {"name": OBJSTORE_SECRET}, "stringData": {"objstore.yml": objstore}}),
     )
     .await;
-    let receiver =
-        WebhookReceiver::start(e2e::alertmanager::host_address(&fx.ns.client).await).await;
-    let alertmanager = Alertmanager::deploy(
-        &fx.ns,
-        &real,
-        &AlertmanagerConfig {
-            zone: "zone-b",
-            group_by: &["alertname"],
-            webhook_url: &receiver.url(),
-        },
-    )
-    .await;
+    // The receiver lives as long as the test: the Alertmanager notifies it.
+    let (_receiver, alertmanager) =
+        Alertmanager::deploy_with_receiver(&fx.ns, &real, "zone-b", &["alertname"]).await;
     let rule = json!({"groups": [{"name": "all-zones", "interval": "5s", "rules": [
         {"alert": ALERT, "expr": "count(up{job=\"targets\"} == 1) == 3"},
     ]}]});

@@ -86,14 +86,11 @@ fn last_seen(event: &Event) -> Option<Timestamp> {
 }
 
 fn cut(message: &str) -> String {
-    if message.len() <= MESSAGE_MAX {
-        return message.to_string();
+    let kept = zone_operator::events::truncate(message, MESSAGE_MAX);
+    match kept.len() == message.len() {
+        true => message.to_string(),
+        false => format!("{kept}…"),
     }
-    let mut end = MESSAGE_MAX;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &message[..end])
 }
 
 #[cfg(test)]
