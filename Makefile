@@ -159,6 +159,17 @@ crd-compat: chart-tools ## Released objects stay valid under the CRDs of the tre
 import-cycles: ## The import cycles between the modules of each crate (bins/, crates/), and their count
 	python3 mk/import-cycles.py
 
+.PHONY: long-functions
+long-functions: ## The production functions over 60 lines, longest first, and the counts over 60 and 80
+	python3 mk/long-functions.py
+
+# The shape gates of `make test`: no import cycle between the modules of a crate, no production
+# function over 80 lines (tests may be longer: a scenario reads top to bottom).
+.PHONY: shape
+shape: ## Fails on an import cycle or a production function over 80 lines
+	python3 mk/import-cycles.py --check
+	python3 mk/long-functions.py --check --limit 80
+
 # The repository the released image is pushed to; install.yaml and the chart pin it by digest.
 RELEASE_IMAGE ?= ghcr.io/zone-aware-controllers/zone-aware-controllers
 
@@ -206,7 +217,7 @@ deny: $(CARGO_DENY) ## cargo deny (deny.toml): licenses, duplicate versions, sou
 # last: .ci/run builds those in the background meanwhile. config/crd's drift from the Rust types
 # is checked by the unit tests (crates/api/tests/crd.rs runs the workspace build's crdgen --check),
 # not by a build of its own.
-test: fmt-check chart-crds-check bins-check deps-check deny unit mixin-check chart-check crd-compat ## Everything CI checks before the e2e tests: fmt, clippy, drift checks, supply chain, unit + property tests
+test: fmt-check shape chart-crds-check bins-check deps-check deny unit mixin-check chart-check crd-compat ## Everything CI checks before the e2e tests: fmt, clippy, drift checks, supply chain, unit + property tests
 
 .PHONY: bench
 bench: ## Benchmarks: sharding (criterion, 1,000,000 targets); one federated answer's CPU at 100 backends
