@@ -8,7 +8,7 @@ use kube::api::{Api, ListParams};
 use kube::core::{Selector, SelectorExt};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
-use zone_api::validation::RolloutTarget;
+use zone_api::zau::RolloutTarget;
 use zone_api::zau::{condition, reason};
 use zone_api::{ValidZau, ZoneAwareUpdate, ZoneAwareUpdateStatus};
 use zone_operator::rollout::{self as view, PlannedPods, Target};

@@ -4,7 +4,7 @@
 //! active shard.
 
 use serde_json::{Map, Value};
-use zone_api::validation::ValidSprom;
+use zone_api::ValidSprom;
 use zone_monitoring::Rejection;
 use zone_monitoring::rules::RuleFile;
 

@@ -8,8 +8,8 @@ use std::sync::PoisonError;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use zone_api::ShardedPrometheus;
+use zone_api::ValidSprom;
 use zone_api::sprom::contract::{self, INSTANCE_LABEL};
-use zone_api::validation::ValidSprom;
 use zone_operator::children;
 
 use crate::children::build::{ZONE_ANNOTATION, applied_hash};

@@ -12,7 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use zone_api::sprom::contract::shard_name;
 use zone_api::sprom::{RetainedShard, ShardedPrometheusStatus, WhenScaled, reason};
-use zone_api::validation::{ValidSprom, ValidThanos};
+use zone_api::sprom::{ValidSprom, ValidThanos};
 use zone_operator::{Invalid, PendingEvents};
 
 use crate::children::build::{self, BuildInput, applied_hash};

@@ -3,8 +3,8 @@
 
 use kube::ResourceExt;
 use zone_api::ShardedPrometheus;
+use zone_api::ValidSprom;
 use zone_api::sprom::reason;
-use zone_api::validation::ValidSprom;
 use zone_monitoring::select::{Kind, Selection};
 use zone_operator::Invalid;
 

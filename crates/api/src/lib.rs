@@ -11,11 +11,12 @@
 
 pub mod conditions;
 pub mod lenient;
+pub mod patterns;
 pub mod schema;
+pub mod shared;
 pub mod sprom;
 /// Prometheus durations and sizes, shared with the translation of monitoring objects.
 pub use zone_topology::units;
-pub mod validation;
 pub mod zau;
 pub mod zdb;
 
@@ -23,12 +24,12 @@ pub use sprom::{
     PrometheusMode, ShardedPrometheus, ShardedPrometheusSpec, ShardedPrometheusStatus,
     ShardingMode, WhenScaled, ZonelessTargets,
 };
+pub use sprom::{ShardStorage, SpromError, ValidSprom};
 pub use units::{UnitError, parse_prometheus_duration, parse_prometheus_size};
-pub use validation::{
-    ShardStorage, SpromError, ValidSprom, ValidZau, ValidZdb, ZauError, ZdbError,
+pub use zau::{ValidZau, ZauError, ZoneAwareUpdate, ZoneAwareUpdateSpec, ZoneAwareUpdateStatus};
+pub use zdb::{
+    ValidZdb, ZdbError, ZoneDisruptionBudget, ZoneDisruptionBudgetSpec, ZoneDisruptionBudgetStatus,
 };
-pub use zau::{ZoneAwareUpdate, ZoneAwareUpdateSpec, ZoneAwareUpdateStatus};
-pub use zdb::{ZoneDisruptionBudget, ZoneDisruptionBudgetSpec, ZoneDisruptionBudgetStatus};
 
 /// The API group of every resource here.
 pub const GROUP: &str = "zonecontrol.k8s.aws";

@@ -15,12 +15,20 @@ use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
-use crate::{lenient, schema};
+use crate::{lenient, patterns, schema};
 
 pub mod alerting;
+pub mod cel;
 pub mod contract;
 pub mod monitoring;
 pub mod thanos;
+pub mod validation;
+
+pub use validation::{
+    ObjectStorage, PROMETHEUS_CONTAINER, PodOptions, RESERVED_FLAGS, RESERVED_POD_LABELS,
+    RESERVED_VOLUMES, RULE_VOLUME_PREFIX, ShardStorage, SpromError, THANOS_SIDECAR_CONTAINER,
+    THANOS_UPLOAD_CONTAINER_PREFIX, ThanosError, ValidSprom, ValidThanos,
+};
 
 pub use alerting::{AlertingSpec, AlertmanagerEndpoints};
 pub use thanos::{ThanosSpec, ThanosTlsConfig};
@@ -173,11 +181,11 @@ pub mod reason {
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = crate::validation::sprom::cel::zones_listed(),
-    validation = crate::validation::sprom::cel::external_labels_not_reserved(),
-    validation = crate::validation::sprom::cel::external_labels_leave_the_zone_label(),
-    validation = crate::validation::sprom::cel::agent_remote_writes(),
-    validation = crate::validation::sprom::cel::agent_has_no_rule_files()
+    validation = crate::sprom::cel::zones_listed(),
+    validation = crate::sprom::cel::external_labels_not_reserved(),
+    validation = crate::sprom::cel::external_labels_leave_the_zone_label(),
+    validation = crate::sprom::cel::agent_remote_writes(),
+    validation = crate::sprom::cel::agent_has_no_rule_files()
 )]
 pub struct ShardedPrometheusSpec {
     /// Number of shards (1 to 1024). Each shard is a StatefulSet "<name>-shard-<i>" with its own
@@ -274,17 +282,17 @@ pub struct ShardedPrometheusSpec {
     /// How often targets are scraped when a job does not say, a Prometheus duration. Default
     /// 30s, as prometheus-operator's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = crate::validation::sprom::cel::prometheus_duration("spec.scrapeInterval"))]
+    #[x_kube(validation = crate::sprom::cel::prometheus_duration("spec.scrapeInterval"))]
     pub scrape_interval: Option<String>,
 
     /// How long a scrape may take when a job does not say (at most scrapeInterval).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = crate::validation::sprom::cel::prometheus_duration("spec.scrapeTimeout"))]
+    #[x_kube(validation = crate::sprom::cel::prometheus_duration("spec.scrapeTimeout"))]
     pub scrape_timeout: Option<String>,
 
     /// How often rules are evaluated. Default 30s, as prometheus-operator's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = crate::validation::sprom::cel::prometheus_duration("spec.evaluationInterval"))]
+    #[x_kube(validation = crate::sprom::cel::prometheus_duration("spec.evaluationInterval"))]
     pub evaluation_interval: Option<String>,
 
     /// Monitors scrape their own namespace only, whatever their namespaceSelector says.
@@ -336,14 +344,14 @@ pub struct ShardedPrometheusSpec {
 
     /// The largest uncompressed scrape body any monitor job accepts ("10MB").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = crate::validation::sprom::cel::prometheus_size("spec.enforcedBodySizeLimit"))]
+    #[x_kube(validation = crate::sprom::cel::prometheus_size("spec.enforcedBodySizeLimit"))]
     pub enforced_body_size_limit: Option<String>,
 
     /// Labels added to every series and alert leaving Prometheus (remote write, federation,
     /// alerts). The controller sets shard, prometheus_replica and the zone label itself: those
     /// names are refused here.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[x_kube(validation = crate::validation::sprom::cel::external_labels_are_label_names())]
+    #[x_kube(validation = crate::sprom::cel::external_labels_are_label_names())]
     pub external_labels: BTreeMap<String, String>,
 
     /// Prometheus remote_write objects, as in prometheus.yml (url required). Required in Agent
@@ -529,14 +537,11 @@ fn raw_objects(key: &str, rule: kube::core::Rule) -> Schema {
 }
 
 fn scrape_configs_schema(_: &mut SchemaGenerator) -> Schema {
-    raw_objects(
-        "job_name",
-        crate::validation::sprom::cel::scrape_config_job_name(),
-    )
+    raw_objects("job_name", crate::sprom::cel::scrape_config_job_name())
 }
 
 fn remote_write_schema(_: &mut SchemaGenerator) -> Schema {
-    raw_objects("url", crate::validation::sprom::cel::remote_write_url())
+    raw_objects("url", crate::sprom::cel::remote_write_url())
 }
 
 /// What a Prometheus pod does: Server or Agent.
@@ -551,10 +556,10 @@ pub enum PrometheusMode {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = crate::validation::sprom::cel::zones_are_label_values(),
-    validation = crate::validation::sprom::cel::zones_unique(),
-    validation = crate::validation::sprom::cel::zone_label_is_label_name(),
-    validation = crate::validation::sprom::cel::zone_label_not_reserved()
+    validation = crate::sprom::cel::zones_are_label_values(),
+    validation = crate::sprom::cel::zones_unique(),
+    validation = crate::sprom::cel::zone_label_is_label_name(),
+    validation = crate::sprom::cel::zone_label_not_reserved()
 )]
 pub struct ShardingStrategy {
     /// Topology: shard i runs in zone values[i % len(values)] and scrapes the targets of that
@@ -583,8 +588,8 @@ pub struct TopologySharding {
     /// Changing the list (even appending to it) moves shards to other zones. At most 64 zones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(
-        length(max = schema::MAX_ZONES),
-        inner(length(max = schema::LABEL_VALUE_MAX_LENGTH))
+        length(max = patterns::MAX_ZONES),
+        inner(length(max = patterns::LABEL_VALUE_MAX_LENGTH))
     )]
     pub values: Vec<String>,
 
@@ -598,12 +603,12 @@ pub struct TopologySharding {
 #[serde(rename_all = "camelCase")]
 pub struct RuleFileRef {
     /// Name of a ConfigMap in this namespace.
-    #[x_kube(validation = crate::validation::sprom::cel::rule_file_config_map())]
+    #[x_kube(validation = crate::sprom::cel::rule_file_config_map())]
     pub config_map: String,
 
     /// The key holding a rule file. Default: every key of the ConfigMap is a rule file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = crate::validation::sprom::cel::rule_file_key())]
+    #[x_kube(validation = crate::sprom::cel::rule_file_key())]
     pub key: Option<String>,
 }
 
@@ -613,19 +618,19 @@ pub struct RuleFileRef {
 pub struct Retention {
     /// How long samples are kept, as a Prometheus duration: "15d", "1d12h", "6h".
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = crate::validation::sprom::cel::prometheus_duration("spec.retention.time"))]
+    #[x_kube(validation = crate::sprom::cel::prometheus_duration("spec.retention.time"))]
     pub time: Option<String>,
 
     /// How many bytes of blocks are kept, powers of 1024: "10GB", "512MiB".
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = crate::validation::sprom::cel::prometheus_size("spec.retention.size"))]
+    #[x_kube(validation = crate::sprom::cel::prometheus_size("spec.retention.size"))]
     pub size: Option<String>,
 }
 
 /// Where each Prometheus pod stores its data: one of volumeClaimTemplate or emptyDir.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = crate::validation::sprom::cel::storage_one_kind())]
+#[x_kube(validation = crate::sprom::cel::storage_one_kind())]
 pub struct PrometheusStorage {
     /// A PersistentVolumeClaim per Prometheus pod, kept across restarts and re-scheduling (and by
     /// a retained shard that is scaled up again).
@@ -675,7 +680,7 @@ pub struct RetainPolicy {
     /// A Prometheus duration ("7d"). Default: retention.time; without it 24h, but with only
     /// retention.size set, retained shards are kept until you delete them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = crate::validation::sprom::cel::prometheus_duration(
+    #[x_kube(validation = crate::sprom::cel::prometheus_duration(
         "spec.shardRetentionPolicy.retain.retentionPeriod"
     ))]
     pub retention_period: Option<String>,

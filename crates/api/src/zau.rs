@@ -11,6 +11,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::{lenient, schema};
 
+pub mod cel;
+pub mod validation;
+
+pub use validation::{
+    DEFAULT_GATE_POLL_INTERVAL, DEFAULT_GATE_TIMEOUT, DEFAULT_GATE_ZONE_LABEL, GateTarget,
+    RolloutTarget, ValidAlertGate, ValidZau, ZauError,
+};
+
 /// Condition types of a ZoneAwareUpdate.
 pub mod condition {
     /// Old-revision pods remain and the controller is working through them.
@@ -97,9 +105,9 @@ pub const ALARM_REASONS: [&str; 3] = [
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = crate::validation::zau::cel::statefulset_named())]
-#[x_kube(validation = crate::validation::zau::cel::one_target())]
-#[x_kube(validation = crate::validation::zau::cel::group_selector_not_empty())]
+#[x_kube(validation = crate::zau::cel::statefulset_named())]
+#[x_kube(validation = crate::zau::cel::one_target())]
+#[x_kube(validation = crate::zau::cel::group_selector_not_empty())]
 pub struct ZoneAwareUpdateSpec {
     /// The name of the StatefulSet (in the same namespace) this rollout applies to. Exactly one
     /// of statefulset and selector.
@@ -118,8 +126,8 @@ pub struct ZoneAwareUpdateSpec {
     /// least 1 or 1%. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(
-        validation = crate::validation::cel::max_unavailable_form(),
-        validation = crate::validation::zau::cel::max_unavailable_not_zero()
+        validation = crate::shared::cel::max_unavailable_form(),
+        validation = crate::zau::cel::max_unavailable_not_zero()
     )]
     pub max_unavailable: Option<IntOrString>,
 
@@ -127,7 +135,7 @@ pub struct ZoneAwareUpdateSpec {
     /// "0" disables the growth (every batch is maxUnavailable); otherwise it must be >= 1.
     #[serde(default = "default_exponential_factor")]
     #[schemars(default = "default_exponential_factor")]
-    #[x_kube(validation = crate::validation::zau::cel::exponential_factor())]
+    #[x_kube(validation = crate::zau::cel::exponential_factor())]
     pub exponential_factor: String,
 
     /// Name of a CloudWatch alarm (metric or composite) that pauses the rollout while in ALARM.
@@ -282,8 +290,7 @@ pub struct SecretKeyRef {
 
 /// On `spec.alertGate`: it names one place to ask.
 pub fn alert_gate_one_target() -> Rule {
-    Rule::new("has(self.url) != has(self.service)")
-        .message(crate::validation::zau::cel::ALERT_GATE_ONE_TARGET)
+    Rule::new("has(self.url) != has(self.service)").message(crate::zau::cel::ALERT_GATE_ONE_TARGET)
 }
 
 fn default_exponential_factor() -> String {

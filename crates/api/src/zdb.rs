@@ -11,6 +11,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::{lenient, schema};
 
+pub mod cel;
+pub mod validation;
+
+pub use validation::{ValidZdb, ZdbError};
+
 /// Condition types of a ZoneDisruptionBudget.
 pub mod condition {
     /// The budget is computed and the webhook decides from it.
@@ -58,8 +63,8 @@ pub mod reason {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = crate::validation::zdb::cel::selector_not_empty())]
-#[x_kube(validation = crate::validation::zdb::cel::one_limit())]
+#[x_kube(validation = crate::zdb::cel::selector_not_empty())]
+#[x_kube(validation = crate::zdb::cel::one_limit())]
 pub struct ZoneDisruptionBudgetSpec {
     /// Label query over the pods the budget protects (required, not empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -70,14 +75,14 @@ pub struct ZoneDisruptionBudgetSpec {
     /// up). 0 or 0% freezes the workload: no running pod it selects may be evicted. Default 1
     /// (when minAvailable is not set either).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = crate::validation::cel::max_unavailable_form())]
+    #[x_kube(validation = crate::shared::cel::max_unavailable_form())]
     pub max_unavailable: Option<IntOrString>,
 
     /// Min available pods per zone, as a number or a percentage of the zone's expected pods
     /// (rounded up): in each zone, a PodDisruptionBudget's minAvailable over that zone's pods.
     /// Exclusive with maxUnavailable. 100% freezes the workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = crate::validation::cel::min_available_form())]
+    #[x_kube(validation = crate::shared::cel::min_available_form())]
     pub min_available: Option<IntOrString>,
 
     /// When a running pod that is not Ready may be evicted, as a PodDisruptionBudget's field:

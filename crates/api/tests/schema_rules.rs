@@ -7,13 +7,13 @@
 
 use regex::Regex;
 use serde_json::Value;
-use zone_api::schema::*;
+use zone_api::patterns::*;
+use zone_api::shared::cel::*;
+use zone_api::shared::{int_or_percent, is_label_name};
+use zone_api::sprom::cel::*;
 use zone_api::units::{parse_prometheus_duration, parse_prometheus_size};
-use zone_api::validation::cel::*;
-use zone_api::validation::sprom::cel::*;
-use zone_api::validation::zau::cel::*;
-use zone_api::validation::zdb::cel::*;
-use zone_api::validation::{int_or_percent, is_label_name};
+use zone_api::zau::cel::*;
+use zone_api::zdb::cel::*;
 use zone_api::{ShardedPrometheusSpec, SpromError};
 use zone_topology::IntOrPercent;
 use zone_topology::rollout::parse_exponential_factor;

@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use zone_api::validation::RolloutTarget;
+use zone_api::zau::RolloutTarget;
 use zone_api::zau::reason;
 use zone_api::{ValidZau, ZoneAwareUpdateStatus};
 use zone_topology::Zone;

@@ -21,7 +21,7 @@ use zone_api::sprom::PrometheusMode;
 use zone_api::sprom::contract::{
     INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SHARD_POD_LABEL, shard_name,
 };
-use zone_api::validation::{PROMETHEUS_CONTAINER, ShardStorage, ValidSprom};
+use zone_api::sprom::{PROMETHEUS_CONTAINER, ShardStorage, ValidSprom};
 
 use crate::children::config::{self, CONFIG_DIR, CONFIG_KEY, ConfigError, POD_NAME_ENV, RULES_DIR};
 use crate::children::{http_probe, thanos};

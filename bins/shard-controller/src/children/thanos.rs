@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use zone_api::validation::{ObjectStorage, THANOS_SIDECAR_CONTAINER, ValidThanos};
+use zone_api::sprom::{ObjectStorage, THANOS_SIDECAR_CONTAINER, ValidThanos};
 
 use super::http_probe;
 

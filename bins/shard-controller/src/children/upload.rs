@@ -15,10 +15,10 @@
 use k8s_openapi::api::core::v1::{ContainerState, EphemeralContainer, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use std::time::Duration;
-use zone_api::validation::THANOS_SIDECAR_CONTAINER;
+use zone_api::sprom::THANOS_SIDECAR_CONTAINER;
 
 /// The ephemeral containers of the final upload are named this, then the attempt's number.
-pub const CONTAINER_PREFIX: &str = zone_api::validation::THANOS_UPLOAD_CONTAINER_PREFIX;
+pub const CONTAINER_PREFIX: &str = zone_api::sprom::THANOS_UPLOAD_CONTAINER_PREFIX;
 /// The flag naming the snapshot directory an attempt uploads.
 pub const PATH_FLAG: &str = "--path=";
 /// After this many failed attempts, no more: the pod spec would grow without end.

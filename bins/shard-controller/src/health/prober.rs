@@ -13,8 +13,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use zone_api::ShardedPrometheus;
+use zone_api::sprom::THANOS_SIDECAR_CONTAINER;
 use zone_api::sprom::contract::{self, INSTANCE_LABEL};
-use zone_api::validation::THANOS_SIDECAR_CONTAINER;
 use zone_operator::prom_api::tls::{ClientTls, Roots, TlsOptions};
 use zone_operator::prom_api::{ApiClient, ApiError, BodyCaps};
 

@@ -4,8 +4,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde_json::json;
 use zone_api::ShardedPrometheus;
+use zone_api::sprom::THANOS_SIDECAR_CONTAINER;
 use zone_api::sprom::contract::{self, INSTANCE_LABEL};
-use zone_api::validation::THANOS_SIDECAR_CONTAINER;
 use zone_operator::testing::{FakePrometheus, Reply, store_of};
 
 use super::prober::{client, probe, targets};

@@ -12,8 +12,8 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 use zone_api::ShardedPrometheus;
+use zone_api::ValidSprom;
 use zone_api::sprom::{Selectors, ShardedPrometheusSpec};
-use zone_api::validation::ValidSprom;
 use zone_monitoring::resolve::{Data, Source, Values};
 use zone_monitoring::select::{self, Selection};
 

@@ -5,9 +5,9 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 use zone_api::ShardedPrometheus;
+use zone_api::ValidSprom;
 use zone_api::conditions::Conditions;
 use zone_api::sprom::{ShardedPrometheusStatus, condition, reason};
-use zone_api::validation::ValidSprom;
 
 use super::*;
 use crate::observe::{ChildKind, Observed, ObservedStatefulSet};

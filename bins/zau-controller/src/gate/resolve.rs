@@ -8,8 +8,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ListParams;
 use kube::{Api, Client};
-use zone_api::validation::{GateTarget, ValidAlertGate};
 use zone_api::zau::{GateScheme, SecretKeyRef};
+use zone_api::zau::{GateTarget, ValidAlertGate};
 
 use super::fetch::{Endpoint, GateError, TlsSettings};
 

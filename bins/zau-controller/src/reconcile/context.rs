@@ -72,7 +72,7 @@ pub struct Memory {
 /// An alert gate's endpoint, resolved at `at`.
 #[derive(Clone)]
 pub(super) struct ResolvedGate {
-    pub(super) gate: zone_api::validation::ValidAlertGate,
+    pub(super) gate: zone_api::zau::ValidAlertGate,
     pub(super) at: Instant,
     pub(super) endpoint: Endpoint,
 }

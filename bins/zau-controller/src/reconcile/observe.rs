@@ -13,7 +13,7 @@ use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use zone_api::conditions::Conditions;
-use zone_api::validation::RolloutTarget;
+use zone_api::zau::RolloutTarget;
 use zone_api::zau::StatefulSetProgress;
 use zone_api::zau::{condition, reason};
 use zone_api::{ValidZau, ZoneAwareUpdateStatus};

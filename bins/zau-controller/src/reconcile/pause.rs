@@ -16,8 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::runtime::reflector::ObjectRef;
 use zone_api::conditions::Conditions;
-use zone_api::validation::{GateTarget, ValidAlertGate};
 use zone_api::zau::{ALARM_REASONS, ZoneScope, condition, pause_source, reason};
+use zone_api::zau::{GateTarget, ValidAlertGate};
 use zone_api::{ZoneAwareUpdateSpec, ZoneAwareUpdateStatus};
 use zone_topology::rollout::{Batch, RolloutPod};
 

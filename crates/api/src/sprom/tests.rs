@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::*;
 use crate::conditions::Conditions;
-use crate::validation::{DurationError, ShardStorage, SpromError};
+use crate::shared::DurationError;
 
 fn spec_from(value: serde_json::Value) -> ShardedPrometheusSpec {
     serde_json::from_value(value).unwrap()

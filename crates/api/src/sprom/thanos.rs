@@ -61,7 +61,7 @@ pub struct ThanosSpec {
     /// (Prometheus's `--storage.tsdb.min-block-duration` and `max-block-duration` when
     /// `objectStorageConfig` is set). Default: 2h.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = crate::validation::sprom::cel::prometheus_duration("spec.thanos.blockSize"))]
+    #[x_kube(validation = crate::sprom::cel::prometheus_duration("spec.thanos.blockSize"))]
     pub block_size: Option<String>,
 
     /// Extra sidecar flags ("--name=value"). Flags the controller sets (the Prometheus URL,

@@ -1,9 +1,9 @@
 //! The CEL rules that ZoneAwareUpdate and ZoneDisruptionBudget share (maxUnavailable, label
-//! selectors), beside the checks of [`super::shared`] that say the same thing with the same text.
+//! selectors), beside the checks of [`crate::shared`] that say the same thing with the same text.
 
 use kube::core::{Message, Reason, Rule};
 
-use crate::schema::INT_OR_PERCENT;
+use crate::patterns::INT_OR_PERCENT;
 
 /// On `spec.maxUnavailable` (both kinds).
 pub fn max_unavailable_form() -> Rule {

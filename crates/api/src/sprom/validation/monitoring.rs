@@ -5,10 +5,10 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::SpromError;
+use crate::shared::{check_selector, duration, is_label_name};
 use crate::sprom::monitoring::{self, JobSettings, Selectors, ValidMonitoring};
 use crate::sprom::{PrometheusMode, ShardedPrometheusSpec};
 use crate::units::parse_prometheus_size;
-use crate::validation::shared::{check_selector, duration, is_label_name};
 
 impl ShardedPrometheusSpec {
     /// The selectors of monitoring.coreos.com objects and the knobs of the jobs made from them.

@@ -1,9 +1,9 @@
-//! The ShardedPrometheus's CEL rules, beside the checks of [`super`] that say the same thing:
+//! The ShardedPrometheus's CEL rules, beside the checks of [`super::validation`] that say the same thing:
 //! where both refuse the same spec they share the text, a constant or function here.
 
 use kube::core::{Message, Reason, Rule};
 
-use crate::schema::{
+use crate::patterns::{
     LABEL_NAME, LABEL_NAME_FORM, LABEL_VALUE, LABEL_VALUE_FORM, PROMETHEUS_DURATION,
     PROMETHEUS_SIZE,
 };

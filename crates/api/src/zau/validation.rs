@@ -7,16 +7,15 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use zone_topology::rollout::{RolloutError, parse_exponential_factor};
 use zone_topology::{IntOrPercent, IntOrPercentError};
 
-use super::shared::{
+use super::cel;
+use crate::patterns::LABEL_NAME_FORM;
+use crate::shared::{
     DurationError, SelectorError, check_selector, duration, is_label_name, is_unselective,
     max_unavailable, non_empty_or,
 };
-use crate::schema::LABEL_NAME_FORM;
 use crate::zau::{
     AlertGate, GateScheme, GateService, GateTlsConfig, SecretKeyRef, ZoneAwareUpdateSpec, ZoneScope,
 };
-
-pub mod cel;
 
 /// Why a ZoneAwareUpdate spec cannot be acted on.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -10,10 +10,11 @@ use k8s_openapi::api::core::v1::{
 };
 use zone_topology::sharding::{ShardLayout, ShardingError};
 
-use super::shared::{
+use super::cel;
+use crate::patterns::{LABEL_NAME_FORM, LABEL_VALUE_FORM};
+use crate::shared::{
     DurationError, SelectorError, duration, is_label_name, is_label_value, non_empty_or,
 };
-use crate::schema::{LABEL_NAME_FORM, LABEL_VALUE_FORM};
 use crate::sprom::monitoring::ValidMonitoring;
 use crate::sprom::{
     self, PrometheusMode, PrometheusStorage, RuleFileRef, ShardedPrometheusSpec, ShardingMode,
@@ -22,7 +23,6 @@ use crate::sprom::{
 use crate::units::{UnitError, parse_prometheus_size};
 
 mod alerting;
-pub mod cel;
 mod monitoring;
 mod pod;
 mod thanos;

@@ -1,6 +1,6 @@
-//! The ZoneDisruptionBudget's CEL rules, beside the checks of [`super`] that say the same thing
-//! with the same text (a constant here). Its maxUnavailable and selector items share theirs with
-//! the ZoneAwareUpdate ([`crate::validation::cel`]).
+//! The ZoneDisruptionBudget's CEL rules, beside the checks of [`super::validation`] that say the same
+//! thing with the same text (a constant here). Its maxUnavailable and selector items share theirs with
+//! the ZoneAwareUpdate ([`crate::shared::cel`]).
 
 use kube::core::{Reason, Rule};
 

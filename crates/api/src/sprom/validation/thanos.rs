@@ -2,9 +2,9 @@
 
 use k8s_openapi::api::core::v1::{ResourceRequirements, SecretKeySelector, VolumeMount};
 
-use super::super::shared::{DurationError, duration, non_empty_or};
 use super::SpromError;
 use super::pod::{FlagError, flags};
+use crate::shared::{DurationError, duration, non_empty_or};
 use crate::sprom::thanos::{
     DEFAULT_BLOCK_SIZE, DEFAULT_THANOS_REPOSITORY, DEFAULT_THANOS_VERSION, ThanosTlsConfig,
 };

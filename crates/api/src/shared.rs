@@ -1,5 +1,5 @@
 //! What the checks of every kind use: durations, `maxUnavailable`, label selectors, label names
-//! and values.
+//! and values; [`cel`] holds the CEL rules that say the same as these checks.
 
 use std::time::Duration;
 
@@ -8,6 +8,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use zone_topology::{IntOrPercent, IntOrPercentError};
 
 use crate::units::{UnitError, parse_prometheus_duration};
+
+pub mod cel;
 
 /// When `maxUnavailable` is not set: one pod, the most careful budget that still makes progress.
 pub const DEFAULT_MAX_UNAVAILABLE: IntOrPercent = IntOrPercent::Int(1);
@@ -27,7 +29,7 @@ pub struct DurationError {
 pub enum SelectorError {
     #[error(
         "spec.selector: operator {operator:?} of key {key:?} is not {operators}",
-        operators = super::cel::SELECTOR_OPERATORS
+        operators = cel::SELECTOR_OPERATORS
     )]
     Operator { key: String, operator: String },
     #[error("spec.selector: key {key:?} with operator {operator} needs {needs}")]
@@ -47,7 +49,7 @@ pub fn int_or_percent(value: &IntOrString) -> Result<IntOrPercent, IntOrPercentE
 }
 
 /// `maxUnavailable`, [`DEFAULT_MAX_UNAVAILABLE`] when unset.
-pub(super) fn max_unavailable(
+pub(crate) fn max_unavailable(
     value: Option<&IntOrString>,
 ) -> Result<IntOrPercent, IntOrPercentError> {
     value.map_or(Ok(DEFAULT_MAX_UNAVAILABLE), int_or_percent)
@@ -87,7 +89,7 @@ pub fn check_selector(selector: &LabelSelector) -> Result<(), SelectorError> {
     Ok(())
 }
 
-pub(super) fn duration(field: &'static str, value: &str) -> Result<Duration, DurationError> {
+pub(crate) fn duration(field: &'static str, value: &str) -> Result<Duration, DurationError> {
     parse_prometheus_duration(value).map_err(|source| DurationError {
         field,
         value: value.to_string(),
@@ -96,7 +98,7 @@ pub(super) fn duration(field: &'static str, value: &str) -> Result<Duration, Dur
 }
 
 /// `value`, or `default` when unset or empty.
-pub(super) fn non_empty_or(value: Option<&str>, default: &str) -> String {
+pub(crate) fn non_empty_or(value: Option<&str>, default: &str) -> String {
     value
         .filter(|value| !value.is_empty())
         .unwrap_or(default)
@@ -114,7 +116,7 @@ pub fn is_label_name(name: &str) -> bool {
 
 /// A non-empty Kubernetes label value: at most 63 characters of `[A-Za-z0-9_.-]`, starting and
 /// ending with a letter or digit.
-pub(super) fn is_label_value(value: &str) -> bool {
+pub(crate) fn is_label_value(value: &str) -> bool {
     let bytes = value.as_bytes();
     let (Some(first), Some(last)) = (bytes.first(), bytes.last()) else {
         return false;

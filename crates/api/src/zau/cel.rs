@@ -1,9 +1,9 @@
-//! The ZoneAwareUpdate's CEL rules, beside the checks of [`super`] that say the same thing: where
+//! The ZoneAwareUpdate's CEL rules, beside the checks of [`super::validation`] that say the same thing: where
 //! both refuse the same spec they share the message, a constant here.
 
 use kube::core::{Reason, Rule};
 
-use crate::schema::{EXPONENTIAL_FACTOR, ZERO};
+use crate::patterns::{EXPONENTIAL_FACTOR, ZERO};
 
 /// The message of [`max_unavailable_not_zero`], and of the ZoneAwareUpdate's check.
 pub const MAX_UNAVAILABLE_NOT_ZERO: &str = "spec.maxUnavailable must be at least 1 or 1%: a \

@@ -4,12 +4,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use zone_topology::IntOrPercentError;
 use zone_topology::budget::{self, Limit, Policy, UnhealthyPods};
 
-use super::shared::{
+use super::cel;
+use crate::shared::{
     SelectorError, check_selector, int_or_percent, is_unselective, max_unavailable,
 };
 use crate::zdb::{RolloutsWhenFrozen, UnhealthyPodEvictionPolicy, ZoneDisruptionBudgetSpec};
-
-pub mod cel;
 
 /// Why a ZoneDisruptionBudget spec cannot be acted on.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
