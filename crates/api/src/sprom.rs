@@ -25,9 +25,10 @@ pub mod thanos;
 pub mod validation;
 
 pub use validation::{
-    ObjectStorage, PROMETHEUS_CONTAINER, PodOptions, RESERVED_FLAGS, RESERVED_POD_LABELS,
-    RESERVED_VOLUMES, RULE_VOLUME_PREFIX, ShardStorage, SpromError, THANOS_SIDECAR_CONTAINER,
-    THANOS_UPLOAD_CONTAINER_PREFIX, ThanosError, ValidSprom, ValidThanos,
+    AlertmanagerTarget, ObjectStorage, PROMETHEUS_CONTAINER, PodOptions, RESERVED_FLAGS,
+    RESERVED_POD_LABELS, RESERVED_VOLUMES, RULE_VOLUME_PREFIX, ServicePort, ShardStorage,
+    SpromError, THANOS_SIDECAR_CONTAINER, THANOS_UPLOAD_CONTAINER_PREFIX, ThanosError,
+    ValidAlerting, ValidAlertmanager, ValidSprom, ValidThanos,
 };
 
 pub use alerting::{AlertingSpec, AlertmanagerEndpoints};

@@ -37,7 +37,8 @@ mod units;
 use serde_json::{Map, Value};
 
 pub use alerting::{
-    AlertingSettings, AlertingSpec, AlertmanagerEndpoints, alerting, references_of_alerting,
+    AlertingSettings, AlertingSpec, AlertmanagerEndpoints, ValidAlerting, alerting,
+    references_of_alerting,
 };
 pub use remote_write::{references_of_remote_write, remote_write};
 

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use serde_json::{Map, Value, json};
 use support::*;
 use zone_monitoring::translate::{
-    AlertingSettings, AlertingSpec, DiscoveryRole, alerting, references_of_alerting,
+    AlertingSettings, AlertingSpec, DiscoveryRole, ValidAlerting, alerting, references_of_alerting,
 };
 use zone_topology::relabel::{CompiledRules, Labels, RelabelConfig};
 
@@ -23,12 +23,19 @@ fn settings(role: DiscoveryRole) -> AlertingSettings<'static> {
     }
 }
 
-fn spec(yaml_text: &str) -> AlertingSpec {
-    serde_norway::from_str(yaml_text).expect("spec parses")
+/// The section as written, validated as the controller validates it first.
+fn checked(yaml_text: &str) -> Result<ValidAlerting, String> {
+    let spec: AlertingSpec = serde_norway::from_str(yaml_text).expect("spec parses");
+    ValidAlerting::new(&spec).map_err(|error| error.to_string())
 }
 
+fn spec(yaml_text: &str) -> ValidAlerting {
+    checked(yaml_text).expect("spec is valid")
+}
+
+/// The section made from `yaml_text`, or why not: the validation's refusal or the translation's.
 fn section_with(yaml_text: &str, role: DiscoveryRole) -> Result<Map<String, Value>, String> {
-    alerting(&spec(yaml_text), &settings(role), &values())
+    alerting(&checked(yaml_text)?, &settings(role), &values())
 }
 
 fn section(yaml_text: &str) -> Map<String, Value> {

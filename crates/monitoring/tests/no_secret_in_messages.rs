@@ -15,7 +15,9 @@ use serde_json::{Map, Value, json};
 use zone_monitoring::Object;
 use zone_monitoring::monitors::{PodMonitorSpec, ScrapeConfigSpec, ServiceMonitorSpec};
 use zone_monitoring::redact::serde_error;
-use zone_monitoring::translate::{self, AlertingSettings, AlertingSpec, DiscoveryRole, Settings};
+use zone_monitoring::translate::{
+    self, AlertingSettings, AlertingSpec, DiscoveryRole, Settings, ValidAlerting,
+};
 
 const SECRET: &str = "hunter2-\"`-s3cret";
 
@@ -181,6 +183,7 @@ fn no_refusal_of_any_input_names_a_secret_written_anywhere_in_it() {
     assert!(
         refusals(alerting, |spec| {
             let spec: AlertingSpec = typed(spec)?;
+            let spec = ValidAlerting::new(&spec).map_err(|error| error.to_string())?;
             translate::alerting(&spec, &settings_alerting, &values).map(|_| ())
         }) >= 9
     );

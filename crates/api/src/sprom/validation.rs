@@ -28,6 +28,7 @@ mod pod;
 mod thanos;
 pub mod version;
 
+pub use alerting::{AlertmanagerTarget, ServicePort, ValidAlerting, ValidAlertmanager};
 pub use pod::{
     PROMETHEUS_CONTAINER, PodOptions, RESERVED_FLAGS, RESERVED_POD_LABELS, RESERVED_VOLUMES,
     RULE_VOLUME_PREFIX,
@@ -172,8 +173,13 @@ pub enum SpromError {
     PvcRetention { field: &'static str, value: String },
     #[error("spec.alerting is set but mode is Agent: agents evaluate no rules and send no alerts")]
     AgentWithAlerting,
-    #[error("spec.alerting.alertmanagers[{index}]: {message}")]
-    Alertmanager { index: usize, message: String },
+    #[error("spec.alerting.alertmanagers[{index}]{field}: {message}")]
+    Alertmanager {
+        index: usize,
+        /// The entry's field at fault (`.port`), empty for the entry as a whole.
+        field: &'static str,
+        message: String,
+    },
 }
 
 /// A ShardedPrometheus spec ready to act on, every default applied.
@@ -220,7 +226,7 @@ pub struct ValidSprom {
     /// Monitor and rule selectors, and the knobs of the jobs made from monitors.
     pub monitoring: ValidMonitoring,
     /// Where the shards send alerts; None when no Alertmanager is given (or in Agent mode).
-    pub alerting: Option<sprom::AlertingSpec>,
+    pub alerting: Option<ValidAlerting>,
     /// Nothing is changed while set.
     pub paused: bool,
     /// The pod template options, checked (reserved flags, labels, volume and container names).

@@ -14,6 +14,10 @@
 //!   sees a shard's replicas as one sender and deduplicates their alerts, then apply the spec's
 //!   `alertRelabelConfigs`.
 //!
+//! The section is made from a validated `spec.alerting` ([`ValidAlerting`]): a Service or static
+//! addresses, scheme, API version and timeout were checked there; the credentials and relabel
+//! rules are checked here, where they are parsed.
+//!
 //! Differences, as for the jobs (see the parent module): **static addresses**
 //! (`staticAddresses`, host:port) become `static_configs`, which upstream has no field for
 //! (it takes them through `additionalAlertManagerConfigs`); **credentials are inlined** (TLS
@@ -23,7 +27,6 @@
 //! refused** (Prometheus 3 does not speak it; upstream silently leaves `api_version` out);
 //! `basicAuth` and `authorization` together are refused as upstream refuses them.
 
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use zone_topology::relabel::{Action, RelabelConfig as Rule};
@@ -39,10 +42,13 @@ use crate::resolve::{KeyRef, Resolver};
 /// The field every error is reported under.
 const FIELD: &str = "spec.alerting";
 
-/// `spec.alerting` in prometheus-operator's camelCase shape (the ShardedPrometheus's own type).
-/// Credentials and relabel rules are kept as JSON and read here, so an error names the field
-/// that holds it.
-pub use zone_api::sprom::{AlertingSpec, AlertmanagerEndpoints};
+/// `spec.alerting` in prometheus-operator's camelCase shape (the ShardedPrometheus's own type),
+/// validated. Credentials and relabel rules are kept as JSON and read here, so an error names the
+/// field that holds it.
+pub use zone_api::sprom::{
+    AlertingSpec, AlertmanagerEndpoints, AlertmanagerTarget, ServicePort, ValidAlerting,
+    ValidAlertmanager,
+};
 
 /// What the section depends on besides the spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,10 +130,10 @@ fn rules(field: &str, values: &[Value]) -> Result<Vec<Rule>, String> {
 
 /// Every Secret and ConfigMap key the Alertmanager entries reference, in `namespace`, sorted.
 /// An entry whose credentials do not parse references nothing (translating it says why).
-pub fn references_of_alerting(namespace: &str, spec: &AlertingSpec) -> Vec<KeyRef> {
+pub fn references_of_alerting(namespace: &str, spec: &ValidAlerting) -> Vec<KeyRef> {
     let mut refs = Refs::new(namespace);
     for am in &spec.alertmanagers {
-        let Ok(credentials) = credentials("", am) else {
+        let Ok(credentials) = credentials("", &am.entry) else {
             continue;
         };
         refs.basic_auth(credentials.basic_auth.as_ref());
@@ -142,7 +148,7 @@ pub fn references_of_alerting(namespace: &str, spec: &AlertingSpec) -> Vec<KeyRe
 /// The error names the field (`spec.alerting.alertmanagers[0].basicAuth.password: …`), never a
 /// value.
 pub fn alerting(
-    spec: &AlertingSpec,
+    spec: &ValidAlerting,
     settings: &AlertingSettings<'_>,
     values: &dyn Resolver,
 ) -> Result<Map<String, Value>, String> {
@@ -184,15 +190,16 @@ fn non_empty(value: &Option<String>) -> Option<&str> {
 /// One `alertmanagers` entry.
 fn alertmanager(
     index: usize,
-    am: &AlertmanagerEndpoints,
+    valid: &ValidAlertmanager,
     settings: &AlertingSettings<'_>,
     ctx: Ctx<'_>,
 ) -> Result<Json, String> {
     let field = format!("{FIELD}.alertmanagers[{index}]");
+    let am = &valid.entry;
     let mut out = Json::new();
-    http_params(&field, am, &mut out)?;
+    http_params(valid, &mut out);
     client(&field, am, ctx, &mut out)?;
-    let mut relabel_configs = targets(&field, am, settings, &mut out)?;
+    let mut relabel_configs = targets(&valid.target, settings, &mut out);
     relabel_configs.extend(rules(&format!("{field}.relabelings"), &am.relabelings)?);
     if !relabel_configs.is_empty() {
         out.insert("relabel_configs".into(), relabel::to_json(&relabel_configs));
@@ -208,31 +215,22 @@ fn alertmanager(
 }
 
 /// `path_prefix`, `scheme`, `timeout`, `enable_http2` and `api_version`.
-fn http_params(field: &str, am: &AlertmanagerEndpoints, out: &mut Json) -> Result<(), String> {
+fn http_params(valid: &ValidAlertmanager, out: &mut Json) {
+    let am = &valid.entry;
     out.insert(
         "path_prefix".into(),
         json!(non_empty(&am.path_prefix).unwrap_or("/")),
     );
-    let scheme = non_empty(&am.scheme).unwrap_or("http").to_ascii_lowercase();
-    if scheme != "http" && scheme != "https" {
-        return Err(format!("{field}.scheme: {scheme:?} is not http or https"));
-    }
-    out.insert("scheme".into(), json!(scheme));
+    out.insert("scheme".into(), json!(valid.scheme));
     if let Some(timeout) = non_empty(&am.timeout) {
         out.insert("timeout".into(), json!(timeout));
     }
     if let Some(http2) = am.enable_http2 {
         out.insert("enable_http2".into(), json!(http2));
     }
-    if let Some(version) = non_empty(&am.api_version) {
-        if !version.eq_ignore_ascii_case("v2") {
-            return Err(format!(
-                "{field}.apiVersion: {version:?}: Prometheus 3 speaks the Alertmanager API V2 only"
-            ));
-        }
+    if valid.api_version_v2 {
         out.insert("api_version".into(), json!("v2"));
     }
-    Ok(())
 }
 
 /// `tls_config`, `basic_auth` and `authorization`, resolved.
@@ -266,64 +264,44 @@ fn client(
 /// The Alertmanagers: a Service (discovered, with the rules keeping its name and port) or
 /// static addresses. Returns the generated relabelling rules.
 fn targets(
-    field: &str,
-    am: &AlertmanagerEndpoints,
+    target: &AlertmanagerTarget,
     settings: &AlertingSettings<'_>,
     out: &mut Json,
-) -> Result<Vec<Rule>, String> {
-    match (non_empty(&am.name), am.static_addresses.is_empty()) {
-        (Some(name), true) => {
-            let namespace = non_empty(&am.namespace).unwrap_or(settings.namespace);
+) -> Vec<Rule> {
+    match target {
+        AlertmanagerTarget::Service {
+            namespace,
+            name,
+            port,
+        } => {
+            let namespace = namespace.as_deref().unwrap_or(settings.namespace);
             let role = Role::of_services(settings.service_discovery_role);
             out.insert(
                 "kubernetes_sd_configs".into(),
                 json!([{"role": role.sd_role(), "namespaces": {"names": [namespace]}}]),
             );
-            Ok(vec![
+            vec![
                 Rule::keep(&["__meta_kubernetes_service_name"], name),
-                port_rule(field, am.port.as_ref(), role)?,
-            ])
+                port_rule(port, role),
+            ]
         }
-        (None, false) => {
-            if let Some(bad) = am
-                .static_addresses
-                .iter()
-                .find(|address| address.is_empty() || address.contains('/'))
-            {
-                return Err(format!(
-                    "{field}.staticAddresses: {bad:?} is not host:port (scheme and pathPrefix \
-                     are fields of their own)"
-                ));
-            }
-            out.insert(
-                "static_configs".into(),
-                json!([{"targets": am.static_addresses}]),
-            );
-            Ok(Vec::new())
+        AlertmanagerTarget::Static(addresses) => {
+            out.insert("static_configs".into(), json!([{"targets": addresses}]));
+            Vec::new()
         }
-        (Some(_), false) => Err(format!(
-            "{field}: set either name (a Service) or staticAddresses, not both"
-        )),
-        (None, true) => Err(format!(
-            "{field}: set name and port (a Service) or staticAddresses"
-        )),
     }
 }
 
 /// The rule keeping the Service port: by name on the endpoint's port name, by number on the
 /// pod's container port (upstream's choice: the number is the container port, the Service's
 /// `targetPort`). Upstream keeps every port when none is given, which sends alerts to the
-/// cluster port too; here a port is required.
-fn port_rule(field: &str, port: Option<&IntOrString>, role: Role) -> Result<Rule, String> {
-    let port_name = role.port_name_label();
+/// cluster port too; here a port is required (validation refuses an entry without one).
+fn port_rule(port: &ServicePort, role: Role) -> Rule {
     match port {
-        Some(IntOrString::String(name)) if !name.is_empty() => Ok(Rule::keep(&[port_name], name)),
-        Some(IntOrString::Int(number)) if *number > 0 => Ok(Rule::keep(
+        ServicePort::Name(name) => Rule::keep(&[role.port_name_label()], name),
+        ServicePort::Number(number) => Rule::keep(
             &["__meta_kubernetes_pod_container_port_number"],
             &number.to_string(),
-        )),
-        _ => Err(format!(
-            "{field}.port: name the Service port (by name or number) to send alerts to"
-        )),
+        ),
     }
 }

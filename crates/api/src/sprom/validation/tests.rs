@@ -181,7 +181,7 @@ fn bad_alerting_fields_name_the_field() {
     assert_each_refused([
         (
             serde_json::json!({"alerting": {"alertmanagers": [{"name": "am"}]}}),
-            "spec.alerting.alertmanagers[0]: name is set without port",
+            "spec.alerting.alertmanagers[0].port: name the Service port",
         ),
         (
             serde_json::json!({"alerting": {"alertmanagers": [{}]}}),
@@ -201,11 +201,11 @@ fn bad_alerting_fields_name_the_field() {
         ),
         (
             serde_json::json!({"alerting": {"alertmanagers": [{"name": "am", "port": 9093, "timeout": "10"}]}}),
-            "timeout \"10\"",
+            ".timeout: \"10\"",
         ),
         (
             serde_json::json!({"alerting": {"alertmanagers": [{"name": "am", "port": 9093, "scheme": "ftp"}]}}),
-            "scheme \"ftp\"",
+            ".scheme: \"ftp\" is not http or https",
         ),
         (
             serde_json::json!({"mode": "Agent", "remoteWrite": [{"url": "http://x"}], "alerting": {"alertmanagers": [{"name": "am", "port": 9093}]}}),
