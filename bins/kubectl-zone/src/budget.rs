@@ -1,6 +1,6 @@
 //! `kubectl zone budget [<zdb>] [--drain <node>…]`: a ZoneDisruptionBudget's zones as its status
 //! holds them, the pods the webhook would let go now, and a drain's evictions predicted with the
-//! webhook's own code (`zone_operator::budget`): which it would allow and refuse, and why.
+//! webhook's own code (`zone_views::budget`): which it would allow and refuse, and why.
 
 use std::collections::BTreeMap;
 
@@ -10,9 +10,9 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 use zone_api::ZoneDisruptionBudget;
-use zone_operator::budget::batch::{self, Assessment, Candidate};
-use zone_operator::budget::{self as judged, Selecting, pods, reason, view};
 use zone_topology::Zone;
+use zone_views::budget::batch::{self, Assessment, Candidate};
+use zone_views::budget::{self as judged, Selecting, pods, reason, view};
 
 use crate::cluster::{Error, node_zones, pods_with_zones, read, with_zones};
 use crate::output::columns;

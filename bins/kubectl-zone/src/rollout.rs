@@ -1,5 +1,5 @@
 //! `kubectl zone rollout plan`: the batches a ZoneAwareUpdate will remove from now on, read from
-//! live state the way the zau-controller reads it (`zone_operator::rollout`) and run ahead with
+//! live state the way the zau-controller reads it (`zone_views::rollout`) and run ahead with
 //! its own planner (`zone_topology::rollout::preview`), and what holds the rollout now.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -11,8 +11,8 @@ use serde::Serialize;
 use zone_api::zau::RolloutTarget;
 use zone_api::zau::{condition, reason};
 use zone_api::{ValidZau, ZoneAwareUpdate, ZoneAwareUpdateStatus};
-use zone_operator::rollout::{self as view, PlannedPods, Target};
 use zone_topology::rollout::{REVISION_LABEL, preview};
+use zone_views::rollout::{self as view, PlannedPods, Target};
 
 use crate::cluster::{Error, pods_with_zones, read};
 use crate::output::columns;

@@ -203,8 +203,7 @@ fn ready_pod(pods: &[Pod], index: u32) -> Option<&Pod> {
     pods.iter()
         .filter(|pod| pod.labels().get(SHARD_POD_LABEL) == Some(&index.to_string()))
         .find(|pod| {
-            zone_operator::budget::pods::condition(pod)
-                == zone_topology::budget::PodCondition::Healthy
+            zone_views::budget::pods::condition(pod) == zone_topology::budget::PodCondition::Healthy
         })
 }
 

@@ -1,5 +1,5 @@
 //! What the controller keeps of pods and StatefulSets (how a pod becomes the planner's
-//! `RolloutPod` is `zone_operator::rollout`'s).
+//! `RolloutPod` is `zone_views::rollout`'s).
 //!
 //! The caches hold thousands of pods; only the fields the planner needs survive
 //! ([`strip_pod`]), which keeps the process small (one full pod is several kB, a stripped one a few
@@ -8,13 +8,13 @@
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::Pod;
 
-pub use zone_operator::rollout::{POD_INDEX_LABEL, owner_statefulset};
 pub use zone_topology::rollout::REVISION_LABEL;
+pub use zone_views::rollout::{POD_INDEX_LABEL, owner_statefulset};
 
 /// Drops everything of a pod the controller does not read: beyond the shared stripping, the
 /// labels but the revision and index, the owners but the controlling StatefulSet.
 pub fn strip_pod(pod: &mut Pod) {
-    zone_operator::zones::strip_pod(pod);
+    zone_views::budget::pods::strip_pod(pod);
     let meta = &mut pod.metadata;
     meta.generate_name = None;
     if let Some(labels) = meta.labels.as_mut() {
@@ -49,7 +49,7 @@ mod tests {
     use super::*;
     use kube::ResourceExt;
     use serde_json::json;
-    use zone_operator::rollout::{Availability, availability, ordinal};
+    use zone_views::rollout::{Availability, availability, ordinal};
 
     fn pod(value: serde_json::Value) -> Pod {
         serde_json::from_value(value).unwrap()

@@ -14,7 +14,6 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use zone_api::ZoneDisruptionBudget;
 use zone_operator::controller::{self, CachesStopped};
-use zone_operator::zones;
 use zone_operator::{RuntimeParts, WatchSet};
 
 use crate::cli::Args;
@@ -53,7 +52,7 @@ pub async fn run(
         "pods",
         scope.api::<Pod>(&client),
         initial_list.config(),
-        zones::strip_pod,
+        zone_views::budget::pods::strip_pod,
         move |pod| zdbs_in(&pod_zdbs, &pod.namespace().unwrap_or_default()),
     );
     let pods_synced = watches.synced();

@@ -23,7 +23,7 @@ const SHED_WHY: [&str; 3] = ["InFlight", "QueueFull", "NoTimeLeft"];
 const FAILURE_POLICIES: [&str; 2] = ["Fail", "Ignore"];
 
 /// Why the webhook answered as it did (the `reason` label).
-pub use zone_operator::budget::reason;
+pub use zone_views::budget::reason;
 
 #[derive(Clone)]
 pub struct ZdbMetrics {

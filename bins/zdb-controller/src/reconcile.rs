@@ -33,7 +33,7 @@ use zone_topology::budget::{
 
 use crate::expected::{self, ApiLookup, LookupError};
 use crate::metrics::ZdbMetrics;
-use zone_operator::budget::{pods, view};
+use zone_views::budget::{pods, view};
 
 /// After a failed reconcile (API error), retry after this long.
 pub const ERROR_RETRY: Duration = Duration::from_secs(10);

@@ -322,7 +322,7 @@ async fn a_burst_on_one_budget_is_decided_together_without_conflicts() {
     let an_hour_ago = stored_time(Timestamp::now() - std::time::Duration::from_secs(3600));
     let pods: Vec<BudgetPod> = (0..PODS)
         .map(|ordinal| {
-            zone_operator::budget::pods::budget_pod(
+            zone_views::budget::pods::budget_pod(
                 &pod(ordinal, "node-a", &an_hour_ago),
                 zone_topology::Zone::known("zone-a"),
             )

@@ -44,6 +44,23 @@ pub fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
 }
 
+/// Why a spec cannot be acted on: the reason and message of the `Invalid` condition (and of its
+/// Warning event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Invalid {
+    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
 /// A status with conditions: the helpers every controller uses on it, in one place.
 ///
 /// Implementors give access to the list and to the generation the status describes; the

@@ -30,22 +30,8 @@ impl<S> Draft<S> {
     }
 }
 
-/// Why a spec cannot be acted on: the reason and message of the `Invalid` condition (and of its
-/// Warning event).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invalid {
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Invalid {
-    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            reason,
-            message: message.into(),
-        }
-    }
-}
+/// Why a spec cannot be acted on (the domain's type, reported here).
+pub use zone_api::conditions::Invalid;
 
 /// What an invalid spec blocks, per controller: the condition set False while the spec is
 /// invalid (`Progressing`, `Ready`, `Available`) and the message it carries.

@@ -9,10 +9,6 @@
 //!   trigger ([`watch_set`]), node zones ([`zones`]), and the controller tail: watch errors,
 //!   "caches synced → ready", the `Controller` loop, the failure policy, an error's whole cause
 //!   chain ([`controller`]);
-//! - a ZoneDisruptionBudget's decisions from the API server's objects ([`budget`]), for the
-//!   zdb-controller and `kubectl zone budget`;
-//! - a ZoneAwareUpdate's rollout as its planner sees it, from the API server's objects
-//!   ([`rollout`]), for the zau-controller and `kubectl zone`;
 //! - a reconcile's status draft and its events, and the one report of an invalid spec
 //!   ([`draft`]);
 //! - writes: status by server-side apply or by a PUT retried on conflict ([`status`]), owned
@@ -42,7 +38,6 @@
 
 pub mod auth;
 pub mod backoff;
-pub mod budget;
 pub mod children;
 pub mod cli;
 pub mod client;
@@ -55,7 +50,6 @@ pub mod leader;
 pub mod metrics;
 pub mod prom_api;
 pub mod readiness;
-pub mod rollout;
 pub mod runtime;
 pub mod scope;
 pub mod serve;

@@ -4,7 +4,7 @@
 use std::future::ready;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -90,31 +90,6 @@ impl NodeZones {
                 )
             })
     }
-}
-
-/// What the controllers keep of a cached pod to place it and judge it: its node name, phase and
-/// Ready condition, its labels, owners and times. Annotations, managed fields, finalizers, the
-/// rest of the spec (containers, volumes) and of the status go: a full pod is several kB, a
-/// stripped one a few hundred bytes, and the caches hold thousands.
-pub fn strip_pod(pod: &mut Pod) {
-    let meta = &mut pod.metadata;
-    meta.annotations = None;
-    meta.managed_fields = None;
-    meta.finalizers = None;
-    pod.spec = pod.spec.take().map(|spec| PodSpec {
-        node_name: spec.node_name,
-        ..PodSpec::default()
-    });
-    pod.status = pod.status.take().map(|status| PodStatus {
-        phase: status.phase,
-        conditions: status.conditions.map(|conditions| {
-            conditions
-                .into_iter()
-                .filter(|c| c.type_ == "Ready")
-                .collect()
-        }),
-        ..PodStatus::default()
-    });
 }
 
 /// Keeps only the zone label of a node.

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use serde_json::json;
-use zone_operator::budget::batch::testing::budget;
 use zone_topology::IntOrPercent;
+use zone_views::budget::batch::testing::budget;
 
 use super::*;
 

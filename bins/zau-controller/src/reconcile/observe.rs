@@ -18,8 +18,8 @@ use zone_api::zau::StatefulSetProgress;
 use zone_api::zau::{condition, reason};
 use zone_api::{ValidZau, ZoneAwareUpdateStatus};
 use zone_operator::Invalid;
-use zone_operator::rollout::{self, PlannedPods};
 use zone_topology::rollout::RolloutPod;
+use zone_views::rollout::{self, PlannedPods};
 
 use super::Step;
 use super::validate::{self, Target};

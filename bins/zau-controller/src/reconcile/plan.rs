@@ -2,8 +2,8 @@
 
 use zone_api::ZoneAwareUpdateStatus;
 use zone_api::zau::StatefulSetProgress;
-use zone_operator::rollout::zone_from_status;
 use zone_topology::rollout::{self, Plan, Progress};
+use zone_views::rollout::zone_from_status;
 
 use super::Draft;
 use super::observe::Observed;
@@ -16,7 +16,7 @@ pub(super) fn rollout(
     update_revision: &str,
 ) -> (Progress, Plan) {
     let last_zone = previous.current_zone.as_deref().map(zone_from_status);
-    let input = zone_operator::rollout::input(
+    let input = zone_views::rollout::input(
         previous,
         &observed.valid,
         &observed.target,

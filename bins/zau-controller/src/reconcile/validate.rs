@@ -8,7 +8,7 @@ use zone_operator::{Blocked, Invalid};
 use crate::gate::Selector;
 
 /// The StatefulSets' checks, shared with `kubectl zone`.
-pub use zone_operator::rollout::{Target, statefulset, target};
+pub use zone_views::rollout::{Target, statefulset, target};
 
 /// What an invalid spec stops: the reconcile waits for a change of the spec (or of the
 /// StatefulSet, which is watched).

@@ -29,7 +29,7 @@ use super::judge::Judge;
 use super::queue::{BudgetKey, Joined, Member, Shed};
 use super::verdict::{Verdict, allowed, denied};
 use crate::metrics::reason;
-use zone_operator::budget::batch::{self, Assessment, Candidate};
+use zone_views::budget::batch::{self, Assessment, Candidate};
 
 /// Ends a budget's queue if its committer stops without emptying it (a panic while deciding):
 /// the requests waiting then get their 429 at once rather than at the deadline.
@@ -279,7 +279,7 @@ mod tests {
     use crate::webhook::judge::{MAX_API_REQUESTS, MAX_IN_FLIGHT};
     use crate::webhook::queue::BudgetQueues;
     use crate::webhook::recent::RecentBudgets;
-    use zone_operator::budget::batch::testing::{budget, healthy};
+    use zone_views::budget::batch::testing::{budget, healthy};
 
     const BUDGET: &str = "/apis/zonecontrol.k8s.aws/v1/namespaces/apps/zonedisruptionbudgets/web";
     const BUDGET_STATUS: &str =
@@ -386,7 +386,7 @@ mod tests {
         );
         assert_eq!(
             written["currentHealthy"]["zone-a"],
-            zone_operator::budget::batch::testing::PER_ZONE - 2
+            zone_views::budget::batch::testing::PER_ZONE - 2
         );
         assert!(
             judge.queues.written(&key()).is_none(),

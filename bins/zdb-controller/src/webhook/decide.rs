@@ -16,8 +16,8 @@ use super::judge::Judge;
 use super::rollout;
 use super::verdict::{Verdict, allowed, denied};
 use crate::metrics::reason;
-use zone_operator::budget::batch::{self, Assessment, Candidate};
-use zone_operator::budget::pods;
+use zone_views::budget::batch::{self, Assessment, Candidate};
+use zone_views::budget::pods;
 
 /// Kept back from the deadline when waiting for a budget's write: the answer still has to be
 /// written and sent.

@@ -16,8 +16,8 @@ use kube::api::ListParams;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 use zone_api::ZoneDisruptionBudget;
-use zone_operator::budget::{self, Selecting};
 use zone_operator::{EventPublisher, NodeZones};
+use zone_views::budget::{self, Selecting};
 
 use crate::metrics::{ZdbMetrics, reason};
 use crate::webhook::admission::Eviction;

@@ -26,7 +26,7 @@ use zone_api::ZoneDisruptionBudget;
 
 use super::verdict::Verdict;
 use crate::metrics::ZdbMetrics;
-use zone_operator::budget::batch::Candidate;
+use zone_views::budget::batch::Candidate;
 
 /// Evictions of one budget queued or in a batch, at most: half of the decisions a replica works
 /// on at once, so that one budget's storm leaves room for the others'.

@@ -9,13 +9,12 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use zone_api::conditions::Invalid;
 use zone_api::zau::RolloutTarget;
 use zone_api::zau::reason;
 use zone_api::{ValidZau, ZoneAwareUpdateStatus};
 use zone_topology::Zone;
 use zone_topology::rollout::{self, REVISION_LABEL, RolloutInput, RolloutPod};
-
-use crate::Invalid;
 
 /// The pod's ordinal as a label (Kubernetes >= 1.28); the name suffix is the fallback.
 pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";

@@ -1,10 +1,35 @@
-//! What the controller and the webhook read of pods: whether a pod is healthy, and the budget's
-//! view of it (its zone comes from `zone_operator::NodeZones`).
+//! What the controllers and the webhook read of pods: whether a pod is healthy, the budget's
+//! view of it (its zone comes from the node cache), and what a cache keeps of one ([`strip_pod`]).
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 use kube::ResourceExt;
 use zone_topology::Zone;
 use zone_topology::budget::{BudgetPod, PodCondition};
+
+/// What the controllers keep of a cached pod to place it and judge it: its node name, phase and
+/// Ready condition, its labels, owners and times. Annotations, managed fields, finalizers, the
+/// rest of the spec (containers, volumes) and of the status go: a full pod is several kB, a
+/// stripped one a few hundred bytes, and the caches hold thousands.
+pub fn strip_pod(pod: &mut Pod) {
+    let meta = &mut pod.metadata;
+    meta.annotations = None;
+    meta.managed_fields = None;
+    meta.finalizers = None;
+    pod.spec = pod.spec.take().map(|spec| PodSpec {
+        node_name: spec.node_name,
+        ..PodSpec::default()
+    });
+    pod.status = pod.status.take().map(|status| PodStatus {
+        phase: status.phase,
+        conditions: status.conditions.map(|conditions| {
+            conditions
+                .into_iter()
+                .filter(|c| c.type_ == "Ready")
+                .collect()
+        }),
+        ..PodStatus::default()
+    });
+}
 
 /// How much availability evicting the pod would remove.
 pub fn condition(pod: &Pod) -> PodCondition {
@@ -101,7 +126,7 @@ mod tests {
     #[test]
     fn stripping_keeps_what_the_budget_reads() {
         let mut stripped = pod("Running", "True", false);
-        crate::zones::strip_pod(&mut stripped);
+        strip_pod(&mut stripped);
         assert_eq!(condition(&stripped), PodCondition::Healthy);
         assert_eq!(
             stripped.spec.and_then(|s| s.node_name).as_deref(),
