@@ -78,7 +78,10 @@ pub async fn start(
         || attributes.is_some()
         || matches!(serving, Serving::Https(CertSource::SelfSigned(_)));
     let https = matches!(serving, Serving::Https(_));
-    let mut runtime = Runtime::start_unelected_serving(NAME, &args.base, kubernetes, serving)
+    let mut runtime = Runtime::server(NAME, &args.base)
+        .kubernetes(kubernetes)
+        .serving(serving)
+        .start()
         .await
         .map_err(|error| StartError::Runtime(Box::new(error)))?;
     // Every replica serves behind the Service: at SIGTERM it leaves the endpoints first.

@@ -22,7 +22,8 @@ const NAME: &str = "zdb-controller";
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = cli::Args::parse();
-    let mut runtime = match zone_operator::Runtime::start(NAME, &args.runtime).await {
+    let started = zone_operator::Runtime::controller(NAME, &args.runtime).start();
+    let mut runtime = match started.await {
         Ok(runtime) => runtime,
         Err(error) => return zone_operator::report_exit(&error),
     };

@@ -27,7 +27,7 @@ pub enum LogFormat {
 }
 
 /// Flags every binary shares: connection, health/metrics server, logging, identity, caches.
-/// Stateless servers flatten this alone ([`crate::Runtime::start_unelected`]): their `--help`
+/// Stateless servers flatten this alone ([`crate::Runtime::server`]): their `--help`
 /// shows no lease flags.
 #[derive(Clone, Debug, Args)]
 pub struct BaseArgs {

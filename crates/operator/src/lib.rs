@@ -19,7 +19,8 @@
 //!   ([`auth`]);
 //! - a scripted fake API server for tests (`testing`, behind the feature of that name).
 //!
-//! A binary's `main` parses its args, calls [`Runtime::start`], builds its controllers from
+//! A binary's `main` parses its args, starts a [`Runtime`] (one builder: [`Runtime::controller`]
+//! or [`Runtime::server`], then [`RuntimeBuilder::start`]), builds its controllers from
 //! [`RuntimeParts`] and hands them to [`Runtime::run`].
 //!
 //! Why these crates:
@@ -72,7 +73,9 @@ pub use kube::runtime::events::EventType;
 pub use leader::{LeaderElector, LeaderError, LeaderHandle, LeaderStatus, LeaseConfig};
 pub use metrics::{ControllerMetrics, ReconcileMetrics, ReconcileTimer};
 pub use readiness::Readiness;
-pub use runtime::{Runtime, RuntimeError, RuntimeParts, Serving, report_exit, run_controller};
+pub use runtime::{
+    Runtime, RuntimeBuilder, RuntimeError, RuntimeParts, Serving, report_exit, run_controller,
+};
 pub use scope::ScopeArgs;
 pub use shutdown::Shutdown;
 pub use watch::InitialList;

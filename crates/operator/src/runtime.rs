@@ -6,7 +6,8 @@
 //! # async fn controller(_: zone_operator::RuntimeParts) -> Result<(), std::io::Error> { Ok(()) }
 //! # async fn main_() -> std::process::ExitCode {
 //! let args = Args::parse();
-//! let runtime = match zone_operator::Runtime::start("zau-controller", &args.runtime).await {
+//! let started = zone_operator::Runtime::controller("zau-controller", &args.runtime).start();
+//! let runtime = match started.await {
 //!     Ok(runtime) => runtime,
 //!     Err(error) => return zone_operator::report_exit(&error),
 //! };
@@ -91,7 +92,7 @@ pub struct RuntimeParts {
     pub leader: LeaderHandle,
     pub metrics: ReconcileMetrics,
     pub events: EventPublisher,
-    /// The controller name given to [`Runtime::start`].
+    /// The controller name given to [`Runtime::controller`] or [`Runtime::server`].
     pub controller: String,
     /// This replica's identity (Lease holder, event reporting instance).
     pub identity: String,
@@ -175,79 +176,115 @@ pub struct Runtime {
 /// The leader election's task and what stops it, when elected.
 type Elector = Option<(CancellationToken, JoinHandle<Result<(), LeaderError>>)>;
 
+/// How a runtime is to reach Kubernetes.
+enum Connect {
+    /// Read the kubeconfig (or the in-cluster config), with logging and signal handlers set up.
+    Kubernetes,
+    /// Nothing to ask Kubernetes: no kubeconfig is read, nothing connects, and `parts.client` is
+    /// [`client::disconnected`], whose every request fails at once.
+    Without,
+    /// A client made by the caller (tests, binaries with special clients), with its identity and
+    /// shutdown signal; logging and signal handlers are the caller's.
+    Given(String, Client, Shutdown),
+}
+
+/// What a runtime will be, before it starts: [`Runtime::controller`] or [`Runtime::server`],
+/// then [`RuntimeBuilder::start`].
+pub struct RuntimeBuilder<'a> {
+    controller: &'a str,
+    args: &'a BaseArgs,
+    leader: Option<&'a LeaderArgs>,
+    profile: Profile,
+    serving: Serving,
+    connect: Connect,
+}
+
 impl Runtime {
-    /// A leader-elected controller: logging, client, signal handlers, then
-    /// [`Runtime::with_client`].
-    pub async fn start(controller: &str, args: &RuntimeArgs) -> Result<Self, RuntimeError> {
-        let (identity, client, shutdown) = connect(controller, &args.base).await?;
-        Self::with_client(controller, args, identity, client, shutdown).await
-    }
-
-    /// A stateless server: the same runtime without leader election, so every replica runs the
-    /// work given to [`Runtime::run`] at once (its flags are [`BaseArgs`] alone).
-    pub async fn start_unelected(controller: &str, args: &BaseArgs) -> Result<Self, RuntimeError> {
-        Self::start_unelected_serving(controller, args, true, Serving::Http).await
-    }
-
-    /// [`Runtime::start_unelected`] for a server that may have nothing to ask Kubernetes (the
-    /// rules-federator given static endpoints only): no kubeconfig is read, nothing connects,
-    /// and `parts.client` is [`client::disconnected`], whose every request fails at once.
-    pub async fn start_unelected_without_client(
-        controller: &str,
-        args: &BaseArgs,
-    ) -> Result<Self, RuntimeError> {
-        Self::start_unelected_serving(controller, args, false, Serving::Http).await
-    }
-
-    /// [`Runtime::start_unelected`] when `kubernetes`, else
-    /// [`Runtime::start_unelected_without_client`], with the port served as `serving` says. A
-    /// certificate that cannot be loaded fails the start ([`RuntimeError::Certificate`]).
-    pub async fn start_unelected_serving(
-        controller: &str,
-        args: &BaseArgs,
-        kubernetes: bool,
-        serving: Serving,
-    ) -> Result<Self, RuntimeError> {
-        let (identity, client, shutdown) = if kubernetes {
-            connect(controller, args).await?
-        } else {
-            let identity = prepare(args)?;
-            let client =
-                client::disconnected(&format!("{controller} was started without Kubernetes"));
-            (identity, client, listen_for_signals()?)
-        };
-        let profile = Profile::Server;
-        Self::assemble(
-            controller, args, None, profile, &serving, identity, client, shutdown,
-        )
-        .await
-    }
-
-    /// Everything after the client exists: metrics, server, leader election. Separate from
-    /// [`Runtime::start`] so tests (and binaries with special clients) can pass their own.
-    pub async fn with_client(
-        controller: &str,
-        args: &RuntimeArgs,
-        identity: String,
-        client: Client,
-        shutdown: Shutdown,
-    ) -> Result<Self, RuntimeError> {
-        let leader = args.leader.leader_elect.then_some(&args.leader);
-        Self::assemble(
+    /// A controller, leader-elected unless `--leader-elect=false`; it reports its leadership.
+    pub fn controller<'a>(controller: &'a str, args: &'a RuntimeArgs) -> RuntimeBuilder<'a> {
+        RuntimeBuilder {
             controller,
-            &args.base,
-            leader,
-            Profile::Controllers,
-            &Serving::Http,
+            args: &args.base,
+            leader: args.leader.leader_elect.then_some(&args.leader),
+            profile: Profile::Controllers,
+            serving: Serving::Http,
+            connect: Connect::Kubernetes,
+        }
+    }
+
+    /// A stateless server: no leader election, so every replica runs the work given to
+    /// [`Runtime::run`] at once (its flags are [`BaseArgs`] alone).
+    pub fn server<'a>(controller: &'a str, args: &'a BaseArgs) -> RuntimeBuilder<'a> {
+        RuntimeBuilder {
+            controller,
+            args,
+            leader: None,
+            profile: Profile::Server,
+            serving: Serving::Http,
+            connect: Connect::Kubernetes,
+        }
+    }
+}
+
+impl RuntimeBuilder<'_> {
+    /// The port served as `serving` says (plain HTTP by default).
+    #[must_use]
+    pub fn serving(mut self, serving: Serving) -> Self {
+        self.serving = serving;
+        self
+    }
+
+    /// Unless `kubernetes`, nothing connects to Kubernetes (the rules-federator given static
+    /// endpoints only): no kubeconfig is read, and every request of `parts.client` fails at once.
+    #[must_use]
+    pub fn kubernetes(mut self, kubernetes: bool) -> Self {
+        if !kubernetes {
+            self.connect = Connect::Without;
+        }
+        self
+    }
+
+    /// The caller's client, identity and shutdown signal instead of connecting (tests, and
+    /// binaries with special clients).
+    #[must_use]
+    pub fn client(mut self, identity: String, client: Client, shutdown: Shutdown) -> Self {
+        self.connect = Connect::Given(identity, client, shutdown);
+        self
+    }
+
+    /// Logging, the client and signal handlers (unless given), then metrics, the server and
+    /// leader election. A certificate that cannot be loaded fails the start
+    /// ([`RuntimeError::Certificate`]).
+    pub async fn start(self) -> Result<Runtime, RuntimeError> {
+        let (identity, client, shutdown) = match self.connect {
+            Connect::Kubernetes => connect(self.controller, self.args).await?,
+            Connect::Without => {
+                let identity = prepare(self.args)?;
+                let client = client::disconnected(&format!(
+                    "{} was started without Kubernetes",
+                    self.controller
+                ));
+                (identity, client, listen_for_signals()?)
+            }
+            Connect::Given(identity, client, shutdown) => (identity, client, shutdown),
+        };
+        Runtime::assemble(
+            self.controller,
+            self.args,
+            self.leader,
+            self.profile,
+            &self.serving,
             identity,
             client,
             shutdown,
         )
         .await
     }
+}
 
+impl Runtime {
     /// `profile` decides the common metrics ([`metrics::register_common`]): a stateless server
-    /// ([`Runtime::start_unelected`]) reports no leadership; controllers, elected or not, do.
+    /// ([`Runtime::server`]) reports no leadership; controllers, elected or not, do.
     #[allow(clippy::too_many_arguments)]
     async fn assemble(
         controller: &str,
@@ -574,7 +611,7 @@ where
     Fut: Future<Output = Result<(), E>>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let runtime = match Runtime::start(controller, args).await {
+    let runtime = match Runtime::controller(controller, args).start().await {
         Ok(runtime) => runtime,
         Err(error) => return report_exit(&error),
     };

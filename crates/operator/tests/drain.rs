@@ -54,15 +54,11 @@ async fn a_replica_leaves_readiness_first_serves_through_the_delay_then_finishes
     .unwrap()
     .runtime;
     let api = FakeLeaseApi::new();
-    let mut runtime = Runtime::with_client(
-        "zdb-controller",
-        &args,
-        "a".into(),
-        api.client("zone-system"),
-        Shutdown::new(),
-    )
-    .await
-    .unwrap();
+    let mut runtime = Runtime::controller("zdb-controller", &args)
+        .client("a".into(), api.client("zone-system"), Shutdown::new())
+        .start()
+        .await
+        .unwrap();
     let health = runtime.local_addr();
     let parts = runtime.clone_parts();
     runtime.drain_on_shutdown(DELAY, IN_FLIGHT);

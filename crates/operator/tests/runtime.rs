@@ -47,15 +47,11 @@ fn args(extra: &[&str]) -> RuntimeArgs {
 }
 
 async fn runtime(api: &FakeLeaseApi, extra: &[&str]) -> Runtime {
-    Runtime::with_client(
-        "zau-controller",
-        &args(extra),
-        "b".into(),
-        api.client("zone-system"),
-        Shutdown::new(),
-    )
-    .await
-    .unwrap()
+    Runtime::controller("zau-controller", &args(extra))
+        .client("b".into(), api.client("zone-system"), Shutdown::new())
+        .start()
+        .await
+        .unwrap()
 }
 
 /// Waits until `registry` serves `series` (the leader series follow the Lease from a task of
@@ -323,7 +319,9 @@ async fn an_unelected_server_without_a_client_serves_its_routes_on_the_runtime_p
     ])
     .unwrap()
     .base;
-    let runtime = Runtime::start_unelected_without_client("server", &args)
+    let runtime = Runtime::server("server", &args)
+        .kubernetes(false)
+        .start()
         .await
         .unwrap();
     let address = runtime.local_addr();
