@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::jiff::Timestamp;
-use prometheus::{IntGaugeVec, Opts, Registry};
+use prometheus::{IntGaugeVec, Registry};
 use zone_api::ShardedPrometheusStatus;
-use zone_operator::metrics::{MetricsError, create};
+use zone_operator::metrics::{Families, MetricsError};
 
 const PREFIX: &str = "zone_aware_sprom";
 
@@ -27,54 +27,27 @@ type ZonesOf = BTreeMap<(String, String), BTreeSet<String>>;
 
 impl SpromMetrics {
     pub fn register(registry: &Registry) -> Result<Self, MetricsError> {
+        let family = Families::new(registry, PREFIX);
         Ok(Self {
-            shards: create(
-                registry,
+            shards: family.add(
                 "shards",
-                IntGaugeVec::new(
-                    Opts::new(
-                        "shards",
-                        "Shards of a ShardedPrometheus by state: active (its StatefulSet exists), ready (every replica ready), retained (scaled down, kept for queries), uploading (scaled down and kept until their final upload to the object store is done).",
-                    )
-                    .namespace(PREFIX),
-                    &["namespace", "name", "state"],
-                ),
+                "Shards of a ShardedPrometheus by state: active (its StatefulSet exists), ready (every replica ready), retained (scaled down, kept for queries), uploading (scaled down and kept until their final upload to the object store is done).",
+                |o| IntGaugeVec::new(o, &["namespace", "name", "state"]),
             )?,
-            next_deletion: create(
-                registry,
+            next_deletion: family.add(
                 "next_shard_deletion_timestamp_seconds",
-                IntGaugeVec::new(
-                    Opts::new(
-                        "next_shard_deletion_timestamp_seconds",
-                        "When the next retained shard of a ShardedPrometheus is deleted (Unix time); absent when no retained shard has a deadline.",
-                    )
-                    .namespace(PREFIX),
-                    &["namespace", "name"],
-                ),
+                "When the next retained shard of a ShardedPrometheus is deleted (Unix time); absent when no retained shard has a deadline.",
+                |o| IntGaugeVec::new(o, &["namespace", "name"]),
             )?,
-            config_loaded: create(
-                registry,
+            config_loaded: family.add(
                 "shard_config_loaded",
-                IntGaugeVec::new(
-                    Opts::new(
-                        "shard_config_loaded",
-                        "Whether the Prometheus pods of an active shard run the configuration applied to it: 1 yes (or still within the grace after a change), 0 one refused it or runs another past the grace (ConfigLoaded False); absent when no pod of the shard answered.",
-                    )
-                    .namespace(PREFIX),
-                    &["namespace", "name", "shard"],
-                ),
+                "Whether the Prometheus pods of an active shard run the configuration applied to it: 1 yes (or still within the grace after a change), 0 one refused it or runs another past the grace (ConfigLoaded False); absent when no pod of the shard answered.",
+                |o| IntGaugeVec::new(o, &["namespace", "name", "shard"]),
             )?,
-            zone_shards: create(
-                registry,
+            zone_shards: family.add(
                 "zone_shards",
-                IntGaugeVec::new(
-                    Opts::new(
-                        "zone_shards",
-                        "Active shards of a ShardedPrometheus (Topology sharding) pinned to each zone that has nodes; 0: the zone's targets have no shard of their own. Not served in Classic sharding.",
-                    )
-                    .namespace(PREFIX),
-                    &["namespace", "name", "zone"],
-                ),
+                "Active shards of a ShardedPrometheus (Topology sharding) pinned to each zone that has nodes; 0: the zone's targets have no shard of their own. Not served in Classic sharding.",
+                |o| IntGaugeVec::new(o, &["namespace", "name", "zone"]),
             )?,
             zones_exported: Arc::default(),
         })

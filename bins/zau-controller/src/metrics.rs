@@ -1,10 +1,10 @@
 //! Rollout metrics, labelled by ZoneAwareUpdate namespace and name (bounded: one series per CR,
 //! and per zone for old replicas). Reconcile duration and errors are the runtime's shared metrics.
 
-use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounterVec, IntGaugeVec, Registry};
 use zone_api::ZoneAwareUpdateStatus;
 use zone_api::zau::pause_source;
-use zone_operator::metrics::{MetricsError, create};
+use zone_operator::metrics::{Families, MetricsError};
 
 const PREFIX: &str = "zone_aware_zau";
 
@@ -20,88 +20,51 @@ pub struct ZauMetrics {
     last_progress: IntGaugeVec,
 }
 
-fn gauge(
-    registry: &Registry,
-    name: &'static str,
-    help: &str,
-    labels: &[&str],
-) -> Result<IntGaugeVec, MetricsError> {
-    create(
-        registry,
-        name,
-        IntGaugeVec::new(Opts::new(name, help).namespace(PREFIX), labels),
-    )
-}
-
 impl ZauMetrics {
     pub fn register(registry: &Registry) -> Result<Self, MetricsError> {
+        let family = Families::new(registry, PREFIX);
         let object = ["namespace", "name"];
-        let removed_total = create(
-            registry,
-            "removed_pods_total",
-            IntCounterVec::new(
-                Opts::new(
-                    "removed_pods_total",
-                    "Old-revision pods removed (evicted or deleted) by rollouts.",
-                )
-                .namespace(PREFIX),
-                &object,
-            ),
-        )?;
         Ok(Self {
-            step: gauge(
-                registry,
+            step: family.add(
                 "update_step",
                 "Batches removed so far in the current rollout (sizes the next batch).",
-                &object,
+                |o| IntGaugeVec::new(o, &object),
             )?,
-            deleted: gauge(
-                registry,
-                "deleted_replicas",
-                "Pods removed by the last batch.",
-                &object,
+            deleted: family.add("deleted_replicas", "Pods removed by the last batch.", |o| {
+                IntGaugeVec::new(o, &object)
+            })?,
+            removed_total: family.add(
+                "removed_pods_total",
+                "Old-revision pods removed (evicted or deleted) by rollouts.",
+                |o| IntCounterVec::new(o, &object),
             )?,
-            removed_total,
-            old_replicas: gauge(
-                registry,
-                "old_replicas",
-                "Old-revision pods per zone.",
-                &["namespace", "name", "zone"],
-            )?,
-            paused: gauge(
-                registry,
+            old_replicas: family.add("old_replicas", "Old-revision pods per zone.", |o| {
+                IntGaugeVec::new(o, &["namespace", "name", "zone"])
+            })?,
+            paused: family.add(
                 "paused",
                 "1 while the rollout is held by this source (Alarm, Alert, Manual, Bake), as \
                  status.pausedBy lists them.",
-                &["namespace", "name", "source"],
+                |o| IntGaugeVec::new(o, &["namespace", "name", "source"]),
             )?,
-            gate_polls: create(
-                registry,
+            gate_polls: family.add(
                 "alert_gate_polls_total",
-                IntCounterVec::new(
-                    Opts::new(
-                        "alert_gate_polls_total",
-                        "Requests to alert gate endpoints, by endpoint URL and result (ok, \
-                         timeout, connect, status, bad_json, error_answer, too_large, tls, url).",
-                    )
-                    .namespace(PREFIX),
-                    &["endpoint", "result"],
-                ),
+                "Requests to alert gate endpoints, by endpoint URL and result (ok, timeout, \
+                 connect, status, bad_json, error_answer, too_large, tls, url).",
+                |o| IntCounterVec::new(o, &["endpoint", "result"]),
             )?,
-            in_progress: gauge(
-                registry,
+            in_progress: family.add(
                 "rollout_in_progress",
                 "1 while old-revision pods remain (status.totalOldReplicas above 0), paused or \
                  not; 0 once every pod runs the update revision.",
-                &object,
+                |o| IntGaugeVec::new(o, &object),
             )?,
-            last_progress: gauge(
-                registry,
+            last_progress: family.add(
                 "last_progress_timestamp_seconds",
                 "When the rollout last progressed (Unix time): it started, a batch was removed, \
                  or fewer old-revision pods remain. Until then, when this replica first \
                  reconciled it (after a restart or a leader change).",
-                &object,
+                |o| IntGaugeVec::new(o, &object),
             )?,
         })
     }
