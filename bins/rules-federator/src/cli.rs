@@ -351,8 +351,8 @@ pub struct Args {
 
 impl Args {
     /// The TLS files and name of the backends' flags.
-    pub fn backend_tls_files(&self) -> crate::connector::TlsFiles {
-        crate::connector::TlsFiles {
+    pub fn backend_tls_files(&self) -> crate::backends::connector::TlsFiles {
+        crate::backends::connector::TlsFiles {
             ca: self.backend_ca_file.clone(),
             client: self
                 .backend_cert_file

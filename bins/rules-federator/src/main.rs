@@ -6,24 +6,12 @@
 /// The name in the user agent and the runtime's logs.
 pub(crate) const NAME: &str = "rules-federator";
 
-mod answer;
-mod api;
-#[cfg(test)]
-mod backend;
+mod backends;
 mod cli;
-mod connector;
-mod dns;
-mod endpoints;
-mod envelope;
-mod fetch;
-mod flight;
-mod grpc;
-mod grpc_backend;
-mod guard;
 mod merge;
 mod metrics;
 mod serve;
-mod token;
+mod served;
 
 use std::process::ExitCode;
 

@@ -15,11 +15,11 @@ use futures::{Stream, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use zone_rules::{MergeOptions, Merger, RuleDiscovery, RuleGroup, Source, shared_label};
 
-use crate::endpoints::Endpoint;
+use crate::backends::endpoints::Endpoint;
 use crate::metrics::FederatorMetrics;
 use zone_operator::prom_api::ApiError;
 
-use crate::fetch::Fetched;
+use crate::backends::fetch::Fetched;
 
 /// Decoded answers waiting for their turn to be folded, per core: enough to keep every core
 /// decoding while a slower answer before them is still being decoded.
@@ -256,9 +256,11 @@ pub async fn merge(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::backend::{FakePrometheus, endpoint, json_answer, rules_data, serving_rules};
-    use crate::connector::BackendTls;
-    use crate::fetch::Fetcher;
+    use crate::backends::connector::BackendTls;
+    use crate::backends::fetch::Fetcher;
+    use crate::backends::testing::{
+        FakePrometheus, endpoint, json_answer, rules_data, serving_rules,
+    };
     use std::time::Duration;
     use zone_operator::prom_api::BodyCaps;
     use zone_rules::{Rule, merge as merge_serially};

@@ -17,18 +17,18 @@ use zone_operator::{Readiness, Runtime, RuntimeError, Serving, Shutdown};
 use zone_rules::MergeOptions;
 
 use crate::NAME;
-use crate::api::{self, Api};
+use crate::backends::connector::{BackendTls, BackendTlsError};
+use crate::backends::dns::{self, DnsEndpoint, DnsSettings};
+use crate::backends::endpoints::{Endpoint, EndpointError, Endpoints, PodPort, parse_static};
+use crate::backends::fetch::Fetcher;
+use crate::backends::token::{self, BearerToken, TokenError};
 use crate::cli::{Args, Auth, Scheme};
-use crate::connector::{BackendTls, BackendTlsError};
-use crate::dns::{self, DnsEndpoint, DnsSettings};
-use crate::endpoints::{Endpoint, EndpointError, Endpoints, PodPort, parse_static};
-use crate::fetch::Fetcher;
-use crate::flight::Flights;
-use crate::grpc;
-use crate::guard::{self, Guard};
 use crate::merge::Cores;
 use crate::metrics::FederatorMetrics;
-use crate::token::{self, BearerToken, TokenError};
+use crate::served::api::{self, Api};
+use crate::served::flight::Flights;
+use crate::served::grpc;
+use crate::served::guard::{self, Guard};
 use zone_operator::prom_api::BodyCaps;
 
 #[derive(Debug, thiserror::Error)]
@@ -373,7 +373,7 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::backend::serving_rules;
+    use crate::backends::testing::serving_rules;
 
     const PATIENCE: Duration = Duration::from_secs(30);
     const POLL: Duration = Duration::from_millis(10);

@@ -136,7 +136,7 @@ mod tests {
     use zone_rules::RuleDiscovery;
 
     use super::*;
-    use crate::backend::{
+    use crate::backends::testing::{
         FakePrometheus, TestCa, endpoint, rules_data, serving_rules, serving_rules_https, sidecar,
         temp_dir,
     };
@@ -144,9 +144,9 @@ mod tests {
 
     use zone_operator::prom_api::{ApiError, BodyCaps};
 
-    use crate::fetch::Fetcher;
+    use crate::backends::fetch::Fetcher;
+    use crate::backends::token::BearerToken;
     use crate::metrics::FederatorMetrics;
-    use crate::token::BearerToken;
 
     /// What `tls` (and `token`) get from the backend at `backend`.
     async fn fetch(
@@ -176,7 +176,7 @@ mod tests {
             .await;
         let [(_, answer)] = <[_; 1]>::try_from(answers).unwrap();
         answer
-            .and_then(crate::fetch::Fetched::decode)
+            .and_then(crate::backends::fetch::Fetched::decode)
             .map(|(data, _)| data)
     }
 
@@ -289,7 +289,7 @@ mod tests {
         let https = serving_rules_https(&ca.serving(&["127.0.0.1"]), None).await;
         let http = serving_rules(true).await;
         for backend in [&https, &http] {
-            let token = BearerToken::read(&token_file, crate::token::RELOAD).unwrap();
+            let token = BearerToken::read(&token_file, crate::backends::token::RELOAD).unwrap();
             assert_eq!(fetch(&tls, Some(token), backend).await, Ok(rules_data()));
             assert_eq!(
                 backend.authorizations(),

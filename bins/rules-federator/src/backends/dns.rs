@@ -14,7 +14,7 @@ use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::RData;
 use tokio::sync::watch;
 
-use crate::endpoints::{Endpoint, EndpointError};
+use crate::backends::endpoints::{Endpoint, EndpointError};
 
 /// At most this many backends come from one name: a bound on what a DNS answer makes the
 /// federator dial.

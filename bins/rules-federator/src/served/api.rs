@@ -1,5 +1,5 @@
 //! `/api/v1/rules` and `/api/v1/alerts`, answered as Prometheus answers them. Requests that
-//! ask the same thing at once share one fetch, merge and written answer ([`crate::flight`]);
+//! ask the same thing at once share one fetch, merge and written answer ([`crate::served::flight`]);
 //! the merge runs on every core ([`crate::merge`]).
 
 use std::sync::Arc;
@@ -14,15 +14,15 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::OwnedSemaphorePermit;
 use zone_rules::{MergeOptions, RuleDiscovery, RulesQuery, parse_rules_query};
 
-use crate::answer::{self, Answer};
+use crate::backends::endpoints::Endpoints;
+use crate::backends::fetch::Fetcher;
 use crate::cli::PartialResponse;
-use crate::endpoints::Endpoints;
-use crate::envelope::error;
-use crate::fetch::Fetcher;
-use crate::flight::{Flights, Joined};
-use crate::guard::Caller;
 use crate::merge::{Cores, Merged, PoolError, merge};
 use crate::metrics::FederatorMetrics;
+use crate::served::answer::{self, Answer};
+use crate::served::envelope::error;
+use crate::served::flight::{Flights, Joined};
+use crate::served::guard::Caller;
 
 pub struct Api {
     pub endpoints: Endpoints,

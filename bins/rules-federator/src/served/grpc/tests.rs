@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use super::*;
-use crate::backend::{FakePrometheus, Reply, api, endpoint, serving_rules};
+use crate::backends::testing::{FakePrometheus, Reply, api, endpoint, serving_rules};
 use zone_rules::RuleDiscovery;
 use zone_thanos::thanos::info::info_client::InfoClient;
 use zone_thanos::thanos::rules_client::RulesClient;
@@ -190,9 +190,9 @@ async fn info_advertises_the_rules_api() {
 /// answer; a certificate renewed into the store is served at the next handshake.
 #[tokio::test]
 async fn over_tls_the_port_serves_the_certificate_of_the_store() {
-    use crate::backend::{TestCa, temp_dir};
-    use crate::connector::{BackendTls, TlsFiles};
-    use crate::grpc_backend::{Channels, request};
+    use crate::backends::connector::{BackendTls, TlsFiles};
+    use crate::backends::grpc::{Channels, request};
+    use crate::backends::testing::{TestCa, temp_dir};
     use zone_operator::tls::PemPair;
 
     let backend = serving_rules(true).await;
@@ -250,7 +250,7 @@ async fn over_tls_the_port_serves_the_certificate_of_the_store() {
 /// past `--max-concurrent-requests` a call is refused at once.
 #[tokio::test]
 async fn rules_calls_pass_the_http_routes_guard() {
-    use crate::backend::{authenticating, fake_api};
+    use crate::backends::testing::{authenticating, fake_api};
     let backend = serving_rules(true).await;
     let (api, _) = api(
         vec![endpoint(&backend.url, "0", "a")],
@@ -314,8 +314,8 @@ fn presenting(
     ca_file: &std::path::Path,
     name: &str,
     issued: Option<&zone_operator::testing::Issued>,
-) -> crate::grpc_backend::Channels {
-    use crate::connector::{BackendTls, TlsFiles};
+) -> crate::backends::grpc::Channels {
+    use crate::backends::connector::{BackendTls, TlsFiles};
     let client = issued.map(|issued| {
         let (cert, key) = (
             dir.join(format!("{name}.crt")),
@@ -331,7 +331,7 @@ fn presenting(
         server_name: None,
     };
     let tls = BackendTls::load(&files).unwrap();
-    crate::grpc_backend::Channels::new(tls.client().clone(), std::time::Duration::from_secs(5))
+    crate::backends::grpc::Channels::new(tls.client().clone(), std::time::Duration::from_secs(5))
 }
 
 /// `--grpc-client-ca-file`: with `--auth=kubernetes`, a caller presenting a client certificate
@@ -340,8 +340,8 @@ fn presenting(
 /// of another CA is refused at the handshake. Without auth the certificate is required.
 #[tokio::test]
 async fn a_client_certificate_names_the_caller() {
-    use crate::backend::{TestCa, authenticating, fake_api, temp_dir};
-    use crate::grpc_backend::request;
+    use crate::backends::grpc::request;
+    use crate::backends::testing::{TestCa, authenticating, fake_api, temp_dir};
     use zone_operator::testing::Issued;
     use zone_operator::tls::PemPair;
 

@@ -7,11 +7,11 @@ use futures::StreamExt;
 use zone_operator::prom_api::{Answer, ApiClient, ApiError, BodyCaps};
 use zone_rules::RuleDiscovery;
 
-use crate::connector::BackendTls;
-use crate::endpoints::Endpoint;
-use crate::grpc_backend::{self, Channels, GrpcAnswer, RawAnswer};
+use crate::backends::connector::BackendTls;
+use crate::backends::endpoints::Endpoint;
+use crate::backends::grpc::{self, Channels, GrpcAnswer, RawAnswer};
+use crate::backends::token::BearerToken;
 use crate::metrics::FederatorMetrics;
-use crate::token::BearerToken;
 
 /// One backend's answer as it came: an HTTP body still compressed, or a gRPC backend's messages
 /// still encoded.
@@ -110,11 +110,11 @@ impl Fetcher {
     /// One backend's answer: a GET of `path_and_query`, or over gRPC the Rules call its query
     /// string asks for.
     async fn fetch(&self, endpoint: &Endpoint, path_and_query: &str) -> Result<Fetched, ApiError> {
-        if grpc_backend::address(&endpoint.url).is_some() {
+        if grpc::address(&endpoint.url).is_some() {
             let query = path_and_query
                 .split_once('?')
                 .map_or("", |(_, query)| query);
-            let request = grpc_backend::request(query);
+            let request = grpc::request(query);
             let answer = self
                 .channels
                 .rules_raw(&endpoint.url, request, self.grpc_cap)
@@ -134,7 +134,7 @@ impl Fetcher {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::backend::{FakePrometheus, Reply, endpoint, rules_data, serving_rules};
+    use crate::backends::testing::{FakePrometheus, Reply, endpoint, rules_data, serving_rules};
     use axum::http::StatusCode;
     use zone_rules::RuleDiscovery;
 

@@ -14,7 +14,7 @@ use http_body_util::BodyExt;
 use tokio::sync::Semaphore;
 use zone_operator::auth::{Decision, KubeAuth};
 
-use crate::envelope::error;
+use crate::served::envelope::error;
 
 /// What a client refused for load or an API-server hiccup is told to wait, in seconds: a merge
 /// takes a fraction of that.
@@ -104,7 +104,7 @@ mod tests {
     use zone_operator::testing::{FakeApi, Method};
 
     use super::*;
-    use crate::backend::{ACCESS_REVIEWS, TOKEN_REVIEWS, authenticating, fake_api};
+    use crate::backends::testing::{ACCESS_REVIEWS, TOKEN_REVIEWS, authenticating, fake_api};
 
     /// `/api/v1/alerts` answering 200 at once, or once `release` has a permit (a slow merge).
     fn router(guard: Guard, release: Option<Arc<Semaphore>>) -> Router {

@@ -46,7 +46,7 @@ pub enum EndpointError {
 /// Thanos's gRPC Rules API (a Thanos sidecar, Ruler or Querier, another federator).
 pub fn parse_static(text: &str) -> Result<Endpoint, EndpointError> {
     let (url, fragment) = text.split_once('#').unwrap_or((text, ""));
-    let grpc = crate::grpc_backend::address(url).is_some();
+    let grpc = crate::backends::grpc::address(url).is_some();
     if !url.starts_with("http://") && !url.starts_with("https://") && !grpc {
         return Err(EndpointError::Scheme(text.to_string()));
     }
@@ -279,6 +279,6 @@ mod tests {
         };
         let url = of_pod(&pod("True", Some("10.0.0.5")), sidecar).unwrap().url;
         assert_eq!(url, "grpc://10.0.0.5:10901");
-        assert_eq!(crate::grpc_backend::address(&url), Some("10.0.0.5:10901"));
+        assert_eq!(crate::backends::grpc::address(&url), Some("10.0.0.5:10901"));
     }
 }

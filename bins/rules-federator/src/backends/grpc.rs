@@ -208,7 +208,7 @@ mod tests {
     use zone_rules::Source;
 
     use super::*;
-    use crate::backend::{
+    use crate::backends::testing::{
         FakePrometheus, api, endpoint, options, rules_data, serving_rules, sidecar,
     };
     use crate::cli::PartialResponse;
@@ -275,7 +275,7 @@ mod tests {
     /// The channel map follows the endpoints: a backend gone is dropped, the others kept.
     #[tokio::test]
     async fn channels_of_gone_backends_are_dropped() {
-        let tls = crate::connector::BackendTls::load(&Default::default()).unwrap();
+        let tls = crate::backends::connector::BackendTls::load(&Default::default()).unwrap();
         let channels = Channels::new(tls.client().clone(), Duration::from_secs(1));
         let (a, b) = ("grpc://127.0.0.1:1", "grpc://127.0.0.1:2");
         channels.get(a).unwrap();
@@ -288,7 +288,7 @@ mod tests {
     /// `grpc://host:port` is an endpoint; a path or nothing after the scheme is not.
     #[test]
     fn grpc_urls_are_endpoints() {
-        use crate::endpoints::parse_static;
+        use crate::backends::endpoints::parse_static;
         let parsed = parse_static("grpc://ruler:10901#shard=0&replica=r0").unwrap();
         assert_eq!(
             (parsed.url.as_str(), parsed.shard.as_str()),

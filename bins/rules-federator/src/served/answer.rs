@@ -1,5 +1,5 @@
 //! An answer written once, as bytes, and sent to every request that shares it (see
-//! [`crate::flight`]). The merged groups are written on every core, each part dropping its
+//! [`crate::served::flight`]). The merged groups are written on every core, each part dropping its
 //! groups as it writes them, so the merged groups and their JSON are never both held whole.
 
 use std::sync::Arc;
@@ -213,7 +213,7 @@ mod tests {
     /// Written in parts on any number of cores, the envelope is the one serde writes whole.
     #[tokio::test]
     async fn the_envelopes_written_in_parts_are_prometheus_s() {
-        let recorded = crate::backend::rules_data();
+        let recorded = crate::backends::testing::rules_data();
         let mut groups = Vec::new();
         for copy in 0..7 {
             for group in &recorded.groups {

@@ -11,14 +11,14 @@ use std::time::Duration;
 use zone_operator::prom_api::BodyCaps;
 use zone_rules::{MergeOptions, RuleDiscovery};
 
-use crate::api::Api;
+use crate::backends::endpoints::{Endpoint, Endpoints};
+use crate::backends::fetch::Fetcher;
 use crate::cli::PartialResponse;
-use crate::endpoints::{Endpoint, Endpoints};
-use crate::fetch::Fetcher;
-use crate::flight::Flights;
-use crate::guard::Guard;
 use crate::merge::Cores;
 use crate::metrics::FederatorMetrics;
+use crate::served::api::Api;
+use crate::served::flight::Flights;
+use crate::served::guard::Guard;
 use serde_json::json;
 use zone_operator::auth::{Attributes, KubeAuth};
 use zone_operator::testing::{FakeApi, Method};
@@ -29,7 +29,7 @@ pub use zone_operator::testing::{FakePrometheus, Issued, Reply, TestCa};
 
 /// `/api/v1/rules` of a Prometheus 3 loaded with the e2e tests' `a.yaml` (a recording rule, an
 /// alert firing, one pending, one inactive), field for field as Prometheus writes it.
-pub const RULES: &str = include_str!("../testdata/prometheus-rules.json");
+pub const RULES: &str = include_str!("../../testdata/prometheus-rules.json");
 
 /// Long enough for a backend on this machine to answer under a loaded test run, short
 /// enough that waiting for a hanging one costs little.
@@ -61,7 +61,7 @@ pub fn api_capped(
             8,
             caps,
             metrics.clone(),
-            &crate::connector::BackendTls::load(&Default::default()).unwrap(),
+            &crate::backends::connector::BackendTls::load(&Default::default()).unwrap(),
         ),
         options: options(),
         partial,
@@ -237,7 +237,7 @@ pub async fn sidecar(warnings: &[&str], tls: Option<rustls::ServerConfig>) -> St
     let Some(mut tls) = tls else {
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
         tokio::spawn(server.serve_with_incoming(incoming));
-        return format!("{}{address}", crate::grpc_backend::SCHEME);
+        return format!("{}{address}", crate::backends::grpc::SCHEME);
     };
     tls.alpn_protocols = vec![b"h2".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
@@ -254,7 +254,7 @@ pub async fn sidecar(warnings: &[&str], tls: Option<rustls::ServerConfig>) -> St
         }
     });
     tokio::spawn(server.serve_with_incoming(incoming));
-    format!("{}{address}", crate::grpc_backend::TLS_SCHEME)
+    format!("{}{address}", crate::backends::grpc::TLS_SCHEME)
 }
 
 pub const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";

@@ -99,7 +99,7 @@ fn read_header(path: &Path) -> Result<HeaderValue, TokenError> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::backend::temp_dir;
+    use crate::backends::testing::temp_dir;
 
     #[test]
     fn a_rotated_token_is_sent_once_the_reload_period_has_passed() {

@@ -24,9 +24,9 @@ use zone_thanos::thanos::{
     PartialResponseStrategy, RuleGroup, RulesRequest, RulesResponse, rules_response,
 };
 
-use crate::api::{Api, Refusal};
 use crate::cli::PartialResponse;
-use crate::guard::Guard;
+use crate::served::api::{Api, Refusal};
+use crate::served::guard::Guard;
 
 /// What the federator tells an Info caller it is: a component that federates others' APIs, as
 /// a Thanos Querier does.

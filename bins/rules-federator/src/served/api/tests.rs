@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use crate::backend::{
+use crate::backends::testing::{
     FakePrometheus, RULES, Reply, api, api_capped, endpoint, gated, options, oversized, rules_data,
     serving_rules,
 };
