@@ -48,7 +48,7 @@ echo "-- zdb webhook latency and memory (load average $(cut -d' ' -f1-3 /proc/lo
 run_step "$release/zdb_perf" || failed+=("latency/memory")
 
 runs="${ZDB_PERF_CONCURRENCY_RUNS:-20}"
-test_name=concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in_one_zone
+test_name=replicas::concurrent_evictions_through_two_replicas_disrupt_at_most_the_budget_in_one_zone
 if [ "$runs" -gt 0 ]; then
     echo
     echo "-- zdb concurrency: $test_name, $runs runs"

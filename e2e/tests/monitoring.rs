@@ -17,24 +17,26 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use aws_sdk_cloudwatch::types::StateValue;
-use e2e::cluster::cleanup_blocking;
-use e2e::deploy::{DeployedFederator, Overlay, TestDeploy, controllers, make, reader_token};
-use e2e::localstack::{delete_alarm_blocking, put_breaching_alarm, set_alarm};
+use e2e::deploy::{DeployedFederator, Overlay, TestDeploy, controllers, reader_token};
 use e2e::operator::monitoring_resource;
 use e2e::process::http_get_from;
 use e2e::proxy::RoundRobinProxy;
 use e2e::real::RealNodes;
-use e2e::workload::{spread_statefulset, to_statefulset, zone_aware_update};
-use e2e::{Cluster, TestNamespace, identity, pods, wait_for};
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use e2e::{Cluster, TestNamespace, pods, wait_for};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
-use zone_api::{ShardedPrometheus, ZoneAwareUpdate};
+use zone_api::ShardedPrometheus;
+
+#[path = "monitoring/alerts.rs"]
+mod alerts;
+#[path = "monitoring/render.rs"]
+mod render;
+
+use alerts::{rollout_paused_by_its_alarm_raises_paused_too_long, webhook_down_fires_and_resolves};
 
 /// The ShardedPrometheus; the shipped federator discovers this name (`--discover-sprom`).
 const SPROM: &str = "prometheus";
@@ -61,160 +63,6 @@ const IMG: &str = "registry.invalid/zone-aware-controllers:e2e";
 
 fn part_of_and_component() -> Value {
     json!({PART_OF.0: PART_OF.1, COMPONENT.0: COMPONENT.1})
-}
-
-/// The port each binary's metrics are served on (container port name): the federator serves
-/// them on its API port.
-fn metrics_port(binary: &str) -> &'static str {
-    match binary {
-        "rules-federator" => "https",
-        _ => "metrics",
-    }
-}
-
-/// `make manifests MONITORING=1`: a PodMonitor per binary (job label = the binary's name, every
-/// shard scrapes every pod) and the PrometheusRule, in the deploy namespace, with the labels a
-/// Prometheus selects them by; a headless `<binary>-metrics` Service per binary on a container
-/// port of its Deployment. All of it accepted by the API server (the prometheus-operator v0.85
-/// CRDs validate the monitors and the rule).
-#[tokio::test]
-#[ignore = "needs the local zonal cluster (make e2e)"]
-async fn monitoring_component_renders_monitors_rule_and_metrics_services() {
-    let cluster = Cluster::get();
-    e2e::operator::install_crds(&cluster).await;
-    let ns = TestNamespace::create(&cluster, "monitoring-render").await;
-    let rendered = make(
-        &cluster,
-        "manifests",
-        &[("NAMESPACE", &ns.name), ("IMG", IMG), ("MONITORING", "1")],
-    );
-    let objects = identity::yaml_to_json(&rendered);
-    let find = |kind: &str, name: &str| find(&objects, kind, name);
-    let labels = part_of_and_component();
-    for binary in controllers() {
-        rendered_monitor_and_metrics_service(&objects, &ns.name, &binary, &labels);
-    }
-    let rule = find("PrometheusRule", RULE);
-    assert_eq!(rule["metadata"]["namespace"], ns.name.as_str());
-    for (key, value) in labels.as_object().unwrap() {
-        assert_eq!(&rule["metadata"]["labels"][key], value, "{key}");
-    }
-
-    let output = api_server_accepts_the_monitoring_objects(&cluster, &objects, &ns.name);
-    assert!(
-        output.contains(&format!(
-            "prometheusrule.monitoring.coreos.com/{RULE} serverside-applied"
-        )),
-        "{output}"
-    );
-}
-
-/// The rendered object of `kind` named `name`.
-fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    objects
-        .iter()
-        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("no {kind}/{name} rendered"))
-}
-
-/// The PodMonitor of `binary` rendered in `ns` with the `labels` a Prometheus selects by, and
-/// its headless metrics Service on the port of its Deployment's container.
-fn rendered_monitor_and_metrics_service(objects: &[Value], ns: &str, binary: &str, labels: &Value) {
-    let find = |kind: &str, name: &str| find(objects, kind, name);
-    let monitor = find("PodMonitor", binary);
-    assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
-    assert_eq!(monitor["metadata"]["namespace"], ns);
-    for (key, value) in labels.as_object().unwrap() {
-        assert_eq!(
-            &monitor["metadata"]["labels"][key], value,
-            "{binary}: {key}"
-        );
-    }
-    let spec = &monitor["spec"];
-    assert_eq!(spec["jobLabel"], "app.kubernetes.io/name");
-    assert_eq!(
-        spec["selector"],
-        json!({"matchLabels": {"app.kubernetes.io/name": binary}})
-    );
-    let endpoints = spec["podMetricsEndpoints"].as_array().unwrap();
-    assert_eq!(endpoints.len(), 1, "{binary}");
-    assert_eq!(endpoints[0]["port"], metrics_port(binary));
-    assert_eq!(endpoints[0]["path"], "/metrics");
-    if binary == "rules-federator" {
-        // Over HTTPS; nothing secret is sent or scraped (see config/monitoring).
-        assert_eq!(endpoints[0]["scheme"], "https");
-        assert_eq!(endpoints[0]["tlsConfig"]["insecureSkipVerify"], true);
-    }
-    // The series' own namespace (of a ZAU, a budget) wins over the pod's.
-    assert_eq!(endpoints[0]["honorLabels"], true, "{binary}");
-    assert!(
-        endpoints[0]["relabelings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|r| r["targetLabel"] == "__tmp_disable_sharding"
-                && r["replacement"] == "true"
-                && r["action"] == "replace"),
-        "{binary}: every shard scrapes every pod"
-    );
-
-    // The Deployment's container has the port the PodMonitor and the Service name.
-    let deployment = find("Deployment", binary);
-    let ports = &deployment["spec"]["template"]["spec"]["containers"][0]["ports"];
-    let container_port = ports
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == metrics_port(binary))
-        .unwrap_or_else(|| panic!("{binary} has no port {}", metrics_port(binary)));
-    let service = find("Service", &format!("{binary}-metrics"));
-    assert_eq!(service["metadata"]["namespace"], ns);
-    assert_eq!(service["spec"]["clusterIP"], "None");
-    assert_eq!(
-        service["spec"]["selector"],
-        json!({"app.kubernetes.io/name": binary})
-    );
-    assert_eq!(
-        service["spec"]["ports"],
-        json!([{"name": "metrics", "port": container_port["containerPort"], "targetPort": metrics_port(binary), "protocol": "TCP"}])
-    );
-}
-
-/// The API server accepts the monitoring objects and the Services (in the test namespace `ns`:
-/// a dry run cannot create the deploy namespace); returns kubectl's output.
-fn api_server_accepts_the_monitoring_objects(
-    cluster: &Cluster,
-    objects: &[Value],
-    ns: &str,
-) -> String {
-    let mut accepted: Vec<Value> = objects
-        .iter()
-        .filter(|o| {
-            matches!(o["kind"].as_str(), Some("PodMonitor" | "PrometheusRule"))
-                || (o["kind"] == "Service"
-                    && o["metadata"]["name"]
-                        .as_str()
-                        .is_some_and(|n| n.ends_with("-metrics")))
-        })
-        .cloned()
-        .collect();
-    assert_eq!(accepted.len(), 2 * controllers().len() + 1);
-    for object in &mut accepted {
-        object["metadata"]["namespace"] = json!(ns);
-    }
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": accepted});
-    let mut command = identity::kubectl(cluster);
-    command.args(["apply", "--server-side", "--dry-run=server", "-f", "-"]);
-    let output = identity::run(command, Some(list.to_string().as_bytes()));
-    for binary in controllers() {
-        for what in [
-            format!("podmonitor.monitoring.coreos.com/{binary} serverside-applied"),
-            format!("service/{binary}-metrics serverside-applied"),
-        ] {
-            assert!(output.contains(&what), "{what}: {output}");
-        }
-    }
-    output
 }
 
 /// Patches of the test overlay: a container argument of a Deployment, or an environment variable.
@@ -265,56 +113,6 @@ async fn host_address(client: &Client) -> IpAddr {
         .address
         .parse()
         .unwrap()
-}
-
-/// The Deployment `name` at `replicas`.
-async fn scale(deployments: &Api<Deployment>, name: &str, replicas: i32) {
-    deployments
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("scaling {name} to {replicas}: {e}"));
-}
-
-/// Scales a Deployment back to `replicas` when dropped: a test that stopped zdb-controller must
-/// not leave the eviction webhook (failurePolicy Fail) without a replica.
-struct RestoreScale {
-    config: kube::Config,
-    namespace: String,
-    name: String,
-    replicas: i32,
-}
-
-impl Drop for RestoreScale {
-    fn drop(&mut self) {
-        let (namespace, name, replicas) =
-            (self.namespace.clone(), self.name.clone(), self.replicas);
-        cleanup_blocking(self.config.clone(), move |client| async move {
-            let deployments: Api<Deployment> = Api::namespaced(client, &namespace);
-            let _ = deployments
-                .patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"replicas": replicas}})),
-                )
-                .await;
-        });
-    }
-}
-
-/// Deletes a CloudWatch alarm of the cluster's LocalStack when dropped.
-struct DeleteAlarm {
-    endpoint: String,
-    name: String,
-}
-
-impl Drop for DeleteAlarm {
-    fn drop(&mut self) {
-        delete_alarm_blocking(&self.endpoint, &self.name);
-    }
 }
 
 /// The deployed federator's API, as a reader of the federated rules and alerts.
@@ -390,13 +188,6 @@ fn has_labels(alert: &Value, labels: &Value) -> bool {
         .into_iter()
         .flatten()
         .all(|(key, value)| &alert["labels"][key] == value)
-}
-
-fn shards_of(alerts: &[Value]) -> BTreeSet<String> {
-    alerts
-        .iter()
-        .filter_map(|a| a["labels"]["shard"].as_str().map(str::to_string))
-        .collect()
 }
 
 /// A shard's Prometheus pod and its API.
@@ -697,195 +488,4 @@ async fn federator_serves_the_mixin_groups_of_every_shard(
         },
     )
     .await;
-}
-
-/// A ZoneAwareUpdate in the middle of a rollout whose CloudWatch alarm is in ALARM:
-/// `ZoneAwareRolloutPausedTooLong{namespace, name, source="Alarm"}` fires at the federator within
-/// its `for` (30 s here) plus an evaluation and a scrape interval of the pause.
-async fn rollout_paused_by_its_alarm_raises_paused_too_long(
-    cluster: &Cluster,
-    victim: &TestNamespace,
-    federator: &Federator,
-) {
-    let cloudwatch = cluster.cloudwatch().await;
-    let alarm = format!("{}-paused", victim.name);
-    put_breaching_alarm(&cloudwatch, &alarm).await;
-    let _alarm = DeleteAlarm {
-        endpoint: cluster.aws_endpoint(),
-        name: alarm.clone(),
-    };
-    set_alarm(&cloudwatch, &alarm, StateValue::Alarm).await;
-
-    // Three kwok pods at revision 1, then revision 2 to roll out.
-    let sets: Api<StatefulSet> = victim.api();
-    let mut manifest = spread_statefulset("web", 3, "registry.invalid/web:1");
-    manifest["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
-    sets.create(&PostParams::default(), &to_statefulset(manifest))
-        .await
-        .unwrap();
-    let victim_pods: Api<Pod> = victim.api();
-    pods::wait_available(&victim_pods, "app=web", 3, TIMEOUT).await;
-    e2e::workload::set_image(&sets, "web", "registry.invalid/web:2", TIMEOUT).await;
-    let zaus: Api<ZoneAwareUpdate> = victim.api();
-    zaus.create(
-        &PostParams::default(),
-        &zone_aware_update(
-            "web",
-            json!({"statefulset": "web", "maxUnavailable": 1, "pauseRolloutAlarm": alarm}),
-        ),
-    )
-    .await
-    .unwrap();
-    wait_for("the rollout paused by its alarm", TIMEOUT, || async {
-        let status = zaus
-            .get("web")
-            .await
-            .map_err(|e| e.to_string())?
-            .status
-            .unwrap_or_default();
-        if status.paused_by.split(',').any(|s| s == "Alarm") {
-            Ok(())
-        } else {
-            Err(format!("{status:?}"))
-        }
-    })
-    .await;
-    let paused = Instant::now();
-
-    let labels = json!({"namespace": victim.name, "name": "web", "source": "Alarm"});
-    let firing = federator
-        .wait_firing(PAUSED_TOO_LONG, &labels, TIMEOUT)
-        .await;
-    let fired = paused.elapsed();
-    eprintln!(
-        "{PAUSED_TOO_LONG} (for {PAUSED_TOO_LONG_FOR:?}) firing at the federator {:.1} s after the \
-         ZoneAwareUpdate's status said paused by Alarm, on shard(s) {:?}",
-        secs(fired),
-        shards_of(&firing)
-    );
-    let bound = PAUSED_TOO_LONG_FOR + INTERVAL + INTERVAL;
-    assert!(
-        fired <= bound,
-        "{PAUSED_TOO_LONG} fired {fired:?} after the pause, over {bound:?} (for + an evaluation + a scrape)"
-    );
-}
-
-/// zdb-controller scaled to 0: `ZoneAwareWebhookDown` fires at the federator within its `for`
-/// plus an evaluation and a scrape interval of a shard no longer seeing it up (its input gone;
-/// from the last pod's end that adds Prometheus's discovery of the deletion, printed); scaled
-/// back to 2 it resolves (is neither pending nor firing on any shard).
-async fn webhook_down_fires_and_resolves(
-    cluster: &Cluster,
-    client: &Client,
-    namespace: &str,
-    suffix: &str,
-    shards: &[Shard],
-    federator: &Federator,
-) {
-    // Not pending or firing while zdb-controller serves (it may have been pending before the
-    // shards first scraped it).
-    federator.wait_inactive(WEBHOOK_DOWN, TIMEOUT).await;
-
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    let zdb = format!("zdb-controller-{suffix}");
-    let _restore = RestoreScale {
-        config: cluster.config().await,
-        namespace: namespace.to_string(),
-        name: zdb.clone(),
-        replicas: 2,
-    };
-    let zdb_pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let selector = "app.kubernetes.io/name=zdb-controller";
-    let scaled = Instant::now();
-    scale(&deployments, &zdb, 0).await;
-    no_pod_left(&zdb_pods, selector).await;
-    let gone = Instant::now();
-    let gone_at = k8s_openapi::jiff::Timestamp::now();
-    // The alert's input gone: a shard no longer has `up{job="zdb-controller"} == 1` (its target
-    // dropped once discovery saw the pods deleted, the series marked stale).
-    let down_on = first_shard_without_zdb_up(shards).await;
-    let down = Instant::now();
-    // absent() of a comparison carries no label of its selector: the alert has only its own.
-    let labels = json!({});
-    let firing = federator
-        .wait_firing(WEBHOOK_DOWN, &labels, WEBHOOK_DOWN_FOR + TIMEOUT)
-        .await;
-    let fired = down.elapsed();
-    // When the first shard found it pending, by its own clock.
-    let pending_after = firing
-        .iter()
-        .filter_map(|a| {
-            a["activeAt"]
-                .as_str()?
-                .parse::<k8s_openapi::jiff::Timestamp>()
-                .ok()
-        })
-        .min()
-        .map_or(f64::NAN, |active_at| {
-            active_at.duration_since(gone_at).as_secs_f64()
-        });
-    eprintln!(
-        "{WEBHOOK_DOWN} (for {WEBHOOK_DOWN_FOR:?}, evaluation and scrape every {INTERVAL:?}) firing \
-         at the federator {:.1} s after shard {down_on} stopped seeing zdb-controller up, {:.1} s \
-         after the last zdb-controller pod was gone (the scale to 0 {:.1} s before that; the \
-         target dropped {:.1} s after it; pending {pending_after:.1} s after it), on shard(s) {:?}",
-        secs(fired),
-        secs(gone.elapsed()),
-        secs(gone - scaled),
-        secs(down - gone),
-        shards_of(&firing)
-    );
-    let bound = WEBHOOK_DOWN_FOR + INTERVAL + INTERVAL;
-    assert!(
-        fired <= bound,
-        "{WEBHOOK_DOWN} fired {fired:?} after a shard stopped seeing zdb-controller up, over \
-         {bound:?} (for + an evaluation + a scrape)"
-    );
-
-    let restored = Instant::now();
-    scale(&deployments, &zdb, 2).await;
-    pods::wait_available(&zdb_pods, selector, 2, TIMEOUT).await;
-    let ready = Instant::now();
-    federator.wait_inactive(WEBHOOK_DOWN, TIMEOUT).await;
-    eprintln!(
-        "{WEBHOOK_DOWN} gone from the federator's alerts {:.1} s after the scale back to 2 ({:.1} s \
-         after both pods were Ready)",
-        secs(restored.elapsed()),
-        secs(ready.elapsed())
-    );
-}
-
-/// Waits until no pod of `selector` is left.
-async fn no_pod_left(pods: &Api<Pod>, selector: &str) {
-    wait_for("no zdb-controller pod left", TIMEOUT, || async {
-        let left = pods
-            .list(&ListParams::default().labels(selector))
-            .await
-            .map_err(|e| e.to_string())?
-            .items
-            .len();
-        if left == 0 {
-            Ok(())
-        } else {
-            Err(format!("{left} pods"))
-        }
-    })
-    .await;
-}
-
-/// The first shard without `up{job="zdb-controller"} == 1`.
-async fn first_shard_without_zdb_up(shards: &[Shard]) -> String {
-    wait_for("a shard without zdb-controller up", TIMEOUT, || async {
-        for shard in shards {
-            if shard
-                .query(r#"up{job="zdb-controller"} == 1"#)
-                .await?
-                .is_empty()
-            {
-                return Ok(shard.index.clone());
-            }
-        }
-        Err("every shard still has it up".to_string())
-    })
-    .await
 }
