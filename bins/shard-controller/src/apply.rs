@@ -54,8 +54,15 @@ pub async fn apply(
                 container,
             } => {
                 let params = writer.params();
-                crate::snapshot::start(&writer.api(), &params, pod, ip, path.as_deref(), container)
-                    .await?
+                crate::final_upload::snapshot::start(
+                    &writer.api(),
+                    &params,
+                    pod,
+                    ip,
+                    path.as_deref(),
+                    container,
+                )
+                .await?
             }
         }
     }

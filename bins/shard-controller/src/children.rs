@@ -6,7 +6,6 @@ pub mod build;
 pub mod config;
 pub mod retention;
 pub mod thanos;
-pub mod upload;
 
 use k8s_openapi::api::core::v1::{HTTPGetAction, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;

@@ -8,6 +8,7 @@ mod children;
 mod cli;
 mod context;
 mod controller;
+mod final_upload;
 #[cfg(test)]
 mod golden;
 mod health;
@@ -18,7 +19,7 @@ mod plan;
 mod reconcile;
 #[cfg(test)]
 mod scenarios;
-mod snapshot;
+
 mod status;
 mod validate;
 

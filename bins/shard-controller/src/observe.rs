@@ -14,8 +14,8 @@ use zone_operator::children;
 
 use crate::children::build::{ZONE_ANNOTATION, applied_hash};
 use crate::children::retention::{self, DELETION_DEADLINE_ANNOTATION, RETAINED_SINCE_ANNOTATION};
-use crate::children::upload;
 use crate::context::{Context, RESYNC};
+use crate::final_upload::pods;
 use crate::health::ConfigObservation;
 use crate::monitoring::Monitoring;
 use crate::monitoring::error::ObserveError;
@@ -63,7 +63,7 @@ pub struct Observed {
     /// The configurations applied to the shards, and what their Prometheus pods answered.
     pub config: ConfigObservation,
     /// The pods of every shard, by shard index, with what they show of a final upload.
-    pub uploads: BTreeMap<u32, Vec<upload::PodUpload>>,
+    pub uploads: BTreeMap<u32, Vec<pods::PodUpload>>,
     /// The shards short of pods whose StatefulSet the API server refuses pods, by shard index:
     /// the refusal, as its latest `FailedCreate` event quotes it.
     pub pods_refused: BTreeMap<u32, String>,
@@ -241,14 +241,14 @@ fn uploads(
     pods: &Store<k8s_openapi::api::core::v1::Pod>,
     namespace: &str,
     name: &str,
-) -> BTreeMap<u32, Vec<upload::PodUpload>> {
-    let mut by_shard: BTreeMap<u32, Vec<upload::PodUpload>> = BTreeMap::new();
+) -> BTreeMap<u32, Vec<pods::PodUpload>> {
+    let mut by_shard: BTreeMap<u32, Vec<pods::PodUpload>> = BTreeMap::new();
     for pod in pods.state() {
         let labels = pod.labels();
         let ours = pod.metadata.namespace.as_deref() == Some(namespace)
             && labels.get(INSTANCE_LABEL).map(String::as_str) == Some(name);
         if let (true, Some(index)) = (ours, contract::shard_of(labels)) {
-            by_shard.entry(index).or_default().push(upload::read(&pod));
+            by_shard.entry(index).or_default().push(pods::read(&pod));
         }
     }
     by_shard

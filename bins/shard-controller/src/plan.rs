@@ -6,23 +6,20 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, EphemeralContainer, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
-use kube::Resource;
 use zone_api::sprom::contract::shard_name;
-use zone_api::sprom::{RetainedShard, ShardedPrometheusStatus, WhenScaled, reason};
+use zone_api::sprom::{RetainedShard, ShardedPrometheusStatus};
 use zone_api::sprom::{ValidSprom, ValidThanos};
 use zone_operator::{Invalid, PendingEvents};
 
-use crate::children::build::{self, BuildInput, applied_hash};
-use crate::children::config::CONFIG_KEY;
-use crate::children::{retention, thanos, upload};
+use crate::children::build::{self, BuildInput};
+use crate::children::{retention, thanos};
 use crate::context::RESYNC;
-use crate::health::verdict::{self, ShardConfig};
-use crate::health::{AppliedConfig, ConfigObservation, Fingerprint};
+use crate::final_upload::plan::Uploads;
+use crate::health::AppliedConfig;
+use crate::health::verdict;
 use crate::observe::{ChildKind, Observed};
-use crate::status::{Observation, ObservedShard, UploadingShard};
+use crate::status::{Observation, ObservedShard};
 use crate::validate::invalid_scrape_config;
 
 /// The resource a plan is for.
@@ -32,70 +29,6 @@ pub struct Target<'a> {
     pub namespace: &'a str,
     pub generation: i64,
     pub previous: &'a ShardedPrometheusStatus,
-}
-
-/// A child of a shard, as built (boxed: a StatefulSet is kilobytes).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Child {
-    ConfigMap(Box<ConfigMap>),
-    Secret(Box<Secret>),
-    Service(Box<Service>),
-    StatefulSet(Box<StatefulSet>),
-}
-
-impl Child {
-    pub fn kind(&self) -> ChildKind {
-        match self {
-            Child::ConfigMap(_) => ChildKind::ConfigMap,
-            Child::Secret(_) => ChildKind::Secret,
-            Child::Service(_) => ChildKind::Service,
-            Child::StatefulSet(_) => ChildKind::StatefulSet,
-        }
-    }
-
-    fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-        match self {
-            Child::ConfigMap(child) => child.meta(),
-            Child::Secret(child) => child.meta(),
-            Child::Service(child) => child.meta(),
-            Child::StatefulSet(child) => child.meta(),
-        }
-    }
-
-    pub fn name(&self) -> &str {
-        self.meta().name.as_deref().unwrap_or_default()
-    }
-
-    /// The digest it was built with.
-    fn hash(&self) -> Option<&str> {
-        match self {
-            Child::ConfigMap(child) => applied_hash(&**child),
-            Child::Secret(child) => applied_hash(&**child),
-            Child::Service(child) => applied_hash(&**child),
-            Child::StatefulSet(child) => applied_hash(&**child),
-        }
-    }
-}
-
-/// One write of the apply step, in the order they are made.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Write {
-    /// Server-side apply of a child, with a controller reference.
-    Apply(Child),
-    /// The retention marks of a shard's StatefulSet: written (`Some`) or removed (`None`).
-    Mark {
-        stateful_set: String,
-        retained: Option<retention::Retained>,
-    },
-    /// An attempt at a removed shard's final upload in pod `pod` (at `ip`): the ephemeral
-    /// `container` over the snapshot `path`, or over one taken first (None) once the pod runs
-    /// the retired configuration.
-    StartUpload {
-        pod: String,
-        ip: String,
-        path: Option<String>,
-        container: Box<EphemeralContainer>,
-    },
 }
 
 /// Everything one reconcile does.
@@ -142,15 +75,15 @@ pub fn plan(
         period: valid.retained_shard_period,
     };
     let mut fate = retention::plan(valid.shards(), policy, &observed.existing_shards(), now);
-    let uploads = final_uploads(target.name, valid, observed, &mut fate, now);
+    let uploads = Uploads::plan(target.name, valid, observed, &mut fate, now);
     let node_metadata_disabled = built.node_metadata_disabled.clone();
     let wanted_config_maps: BTreeSet<String> = built
         .rule_config_maps
         .iter()
         .filter_map(|config_map| config_map.metadata.name.clone())
         .collect();
-    let configs = applied_configs(&built, observed);
-    let config_loaded = config_verdicts(&configs, &observed.config);
+    let configs = health::applied_configs(&built, observed);
+    let config_loaded = health::config_verdicts(&configs, &observed.config);
     let (writes, wanted) = writes(&input, built, &fate, &uploads, observed)?;
     let prune = ChildKind::PRUNE_ORDER
         .into_iter()
@@ -170,11 +103,11 @@ pub fn plan(
         .thanos
         .as_ref()
         .is_some_and(ValidThanos::final_upload)
-        .then(|| uploads.draining.iter().map(upload_observation).collect());
+        .then(|| uploads.observations());
     let (status, mut events) = crate::status::compute(target.previous, &observation);
     let new_generation = target.previous.observed_generation != target.generation;
-    retention_events(&fate, policy, new_generation, &mut events);
-    upload_events(&uploads, &mut events);
+    events::retention(&fate, policy, new_generation, &mut events);
+    uploads.events(&mut events);
     let resync = resync(observed, next_config_check, uploads.next_look(now));
     Ok(Plan {
         writes,
@@ -228,189 +161,6 @@ fn resync(
     resync
 }
 
-/// The final uploads of the shards the retention plan deletes now.
-#[derive(Debug, Default)]
-struct Uploads {
-    /// Not done yet: the shard stays (taken out of the plan's deletions).
-    draining: Vec<upload::ShardUpload>,
-    /// Done: the shards are deleted now.
-    done: Vec<u32>,
-}
-
-impl Uploads {
-    /// When to look again at the shards still uploading.
-    fn next_look(&self, now: Timestamp) -> Option<Duration> {
-        if self.draining.is_empty() {
-            return None;
-        }
-        let retry = self
-            .draining
-            .iter()
-            .filter_map(upload::ShardUpload::next_retry)
-            .min()
-            .map(|at| Duration::try_from(now.duration_until(at)).unwrap_or_default());
-        Some(retry.map_or(UPLOAD_LOOK_AGAIN, |retry| {
-            retry.min(UPLOAD_LOOK_AGAIN) + Duration::from_millis(1)
-        }))
-    }
-}
-
-/// While a removed shard waits for its final upload, it is looked at again at least this often
-/// (its pods turning to the retired configuration are not watched).
-const UPLOAD_LOOK_AGAIN: Duration = Duration::from_secs(10);
-
-/// With `spec.thanos` uploading and the final upload not opted out: the shards `fate` deletes
-/// now, pod by pod; those not done are kept (removed from `fate.deleted`).
-fn final_uploads(
-    name: &str,
-    valid: &ValidSprom,
-    observed: &Observed,
-    fate: &mut retention::Plan,
-    now: Timestamp,
-) -> Uploads {
-    let mut uploads = Uploads::default();
-    if !valid.thanos.as_ref().is_some_and(ValidThanos::final_upload) {
-        return uploads;
-    }
-    fate.deleted.retain(|(index, _)| {
-        let replicas = observed
-            .stateful_sets
-            .get(index)
-            .and_then(|sts| sts.replicas)
-            .unwrap_or(valid.replicas);
-        let pods = observed
-            .uploads
-            .get(index)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
-        let shard = upload::ShardUpload::of(*index, &shard_name(name, *index), replicas, pods, now);
-        if shard.done() {
-            uploads.done.push(*index);
-            return true;
-        }
-        uploads.draining.push(shard);
-        false
-    });
-    uploads
-}
-
-/// What the status says of a shard still uploading.
-fn upload_observation(shard: &upload::ShardUpload) -> UploadingShard {
-    UploadingShard {
-        index: shard.index,
-        waiting_on: shard.waiting_on(),
-        failing: shard.failing(),
-    }
-}
-
-/// Events: each attempt started (after a failed one, with its error), and the shards deleted
-/// once uploaded.
-fn upload_events(uploads: &Uploads, events: &mut PendingEvents) {
-    for shard in &uploads.draining {
-        for (pod, step) in &shard.pods {
-            match step {
-                upload::Step::Start { number: 1, .. } => events.normal(
-                    reason::SHARD_UPLOAD_STARTED,
-                    "Upload",
-                    format!(
-                        "shard {}: pod {pod} snapshots its TSDB and uploads it before the shard is deleted",
-                        shard.index
-                    ),
-                ),
-                upload::Step::Start { number, .. } => events.warning(
-                    reason::SHARD_UPLOAD_FAILED,
-                    "Upload",
-                    format!(
-                        "shard {}: pod {pod}'s upload attempt {} failed; attempt {number} starts",
-                        shard.index,
-                        number - 1
-                    ),
-                ),
-                upload::Step::GaveUp(why) => {
-                    events.warning(reason::SHARD_UPLOAD_FAILED, "Upload", why.clone())
-                }
-                upload::Step::Wait { .. } | upload::Step::Uploaded => {}
-            }
-        }
-    }
-    if !uploads.done.is_empty() {
-        events.normal(
-            reason::SHARDS_UPLOADED,
-            "Delete",
-            format!(
-                "shard(s) {} deleted: every pod's TSDB, its head included, is in the object store",
-                list(&uploads.done)
-            ),
-        );
-    }
-}
-
-/// The fingerprint of each active shard's configuration as built, and whether its Secret in
-/// the cluster differs.
-fn applied_configs(built: &build::Built, observed: &Observed) -> BTreeMap<u32, AppliedConfig> {
-    built
-        .shards
-        .iter()
-        .map(|shard| {
-            let yaml = shard
-                .config
-                .data
-                .as_ref()
-                .and_then(|data| data.get(CONFIG_KEY))
-                .and_then(|bytes| std::str::from_utf8(&bytes.0).ok());
-            let name = shard.config.metadata.name.as_deref().unwrap_or_default();
-            let config = AppliedConfig {
-                fingerprint: yaml.and_then(|yaml| Fingerprint::of_yaml(yaml).ok()),
-                secret_changed: !observed.unchanged(
-                    ChildKind::Secret,
-                    name,
-                    applied_hash(&shard.config),
-                ),
-            };
-            (shard.index, config)
-        })
-        .collect()
-}
-
-/// The verdict on every probed pod of every active shard; `None` until the prober has asked
-/// them all once (the condition stays as it was).
-fn config_verdicts(
-    configs: &BTreeMap<u32, AppliedConfig>,
-    observation: &ConfigObservation,
-) -> Option<Vec<ShardConfig>> {
-    if !observation.probed {
-        return None;
-    }
-    let verdicts = configs
-        .iter()
-        .map(|(index, config)| {
-            let recorded = observation
-                .applied
-                .get(index)
-                .map(|(fingerprint, age)| (fingerprint, *age));
-            let built = config.fingerprint.as_ref();
-            let since = verdict::since_change(recorded, built, config.secret_changed);
-            let pods = observation
-                .pods
-                .get(index)
-                .map(Vec::as_slice)
-                .unwrap_or(&[]);
-            ShardConfig {
-                index: *index,
-                pods: pods
-                    .iter()
-                    .map(|probe| {
-                        let verdict =
-                            verdict::pod_verdict(&probe.answer, built, since, observation.grace);
-                        (probe.pod.clone(), verdict)
-                    })
-                    .collect(),
-            }
-        })
-        .collect();
-    Some(verdicts)
-}
-
 /// The writes of the active shards' children, then the retention marks and the retained
 /// shards' configurations; and the names of every child wanted.
 fn writes(
@@ -457,40 +207,9 @@ fn writes(
             });
         }
     }
-    for shard in &uploads.draining {
-        let zone = observed
-            .stateful_sets
-            .get(&shard.index)
-            .and_then(|sts| sts.zone.as_deref());
-        // Retired, as a retained shard is: it scrapes nothing more while it uploads.
-        let config = build::retained_config(input, shard.index, zone)
-            .map_err(|error| invalid_scrape_config(&error))?;
-        wanted.insert(shard_name(input.name, shard.index));
-        writes.extend(changed([Child::Secret(Box::new(config))], observed));
-        for (pod, step) in &shard.pods {
-            let upload::Step::Start {
-                number,
-                path,
-                ip,
-                image,
-            } = step
-            else {
-                continue;
-            };
-            let image = image.as_deref();
-            let Some(container) =
-                build::upload_container(input, shard.index, zone, pod, *number, image)
-            else {
-                continue;
-            };
-            writes.push(Write::StartUpload {
-                pod: pod.clone(),
-                ip: ip.clone(),
-                path: path.clone(),
-                container: Box::new(container),
-            });
-        }
-    }
+    let (upload_writes, uploading) = uploads.writes(input, observed)?;
+    writes.extend(upload_writes);
+    wanted.extend(uploading);
     Ok((writes, wanted))
 }
 
@@ -537,96 +256,11 @@ fn observation<'a>(
     }
 }
 
-/// The applies of `children` that are needed: all of them on a full apply, else those whose
-/// cached copy does not carry the hash they were built with (a pod turning Ready reconciles the
-/// resource, and must not cost 3 writes per shard).
-fn changed(children: impl IntoIterator<Item = Child>, observed: &Observed) -> Vec<Write> {
-    children
-        .into_iter()
-        .filter(|child| {
-            observed.full_apply || !observed.unchanged(child.kind(), child.name(), child.hash())
-        })
-        .map(Write::Apply)
-        .collect()
-}
+pub(crate) mod events;
+mod health;
+pub(crate) mod write;
 
-/// The events the retention plan deserves: shards retained, reused, deleted when due, and, on
-/// a new generation under Delete, the retained shards that keep their deadline.
-fn retention_events(
-    plan: &retention::Plan,
-    policy: retention::Policy,
-    new_generation: bool,
-    events: &mut PendingEvents,
-) {
-    let mut newly: BTreeMap<Option<Timestamp>, Vec<u32>> = BTreeMap::new();
-    for r in plan.retained.iter().filter(|r| r.mark) {
-        newly.entry(r.deadline).or_default().push(r.index);
-    }
-    for (deadline, indices) in newly {
-        let until = match deadline {
-            Some(deadline) => format!("until {}", retention::format(deadline)),
-            None => "until you delete them (the retention is by size only)".to_string(),
-        };
-        events.normal(
-            reason::SHARDS_RETAINED,
-            "ScaleDown",
-            format!(
-                "shard(s) {} retained {until}: they scrape, evaluate and alert nothing and keep serving their data",
-                list(&indices),
-            ),
-        );
-    }
-    if !plan.reused.is_empty() {
-        events.normal(
-            reason::RETAINED_SHARDS_REUSED,
-            "ScaleUp",
-            format!(
-                "retained shard(s) {} active again, with their data",
-                list(&plan.reused)
-            ),
-        );
-    }
-    let due: Vec<u32> = plan
-        .deleted
-        .iter()
-        .filter(|(_, why)| *why == retention::Deletion::Due)
-        .map(|(index, _)| *index)
-        .collect();
-    if !due.is_empty() {
-        events.normal(
-            reason::RETAINED_SHARDS_DELETED,
-            "Delete",
-            format!(
-                "retained shard(s) {} deleted: their deadline passed",
-                list(&due)
-            ),
-        );
-    }
-    let kept: Vec<&retention::Retained> = plan.retained.iter().filter(|r| !r.mark).collect();
-    if new_generation && policy.when_scaled == WhenScaled::Delete && !kept.is_empty() {
-        let indices: Vec<u32> = kept.iter().map(|r| r.index).collect();
-        let deleted = match kept.iter().filter_map(|r| r.deadline).max() {
-            Some(deadline) => format!("at the latest at {}", retention::format(deadline)),
-            None => "only when you delete them".to_string(),
-        };
-        events.normal(
-            reason::SHARDS_RETAINED,
-            "PolicyChange",
-            format!(
-                "whenScaled is Delete, but retained shard(s) {} keep their deadline: deleted {deleted}; delete their StatefulSets to remove them sooner",
-                list(&indices),
-            ),
-        );
-    }
-}
-
-fn list(indices: &[u32]) -> String {
-    indices
-        .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
+pub use write::{Child, Write, changed};
 
 #[cfg(test)]
 mod tests;

@@ -104,7 +104,7 @@ pub fn upload_container(
         format!("--label={name}={quoted}")
     }));
     EphemeralContainer {
-        name: super::upload::container_name(number),
+        name: crate::final_upload::pods::container_name(number),
         image: Some(thanos.image.clone()),
         args: Some(args),
         env: (!env.is_empty()).then_some(env),

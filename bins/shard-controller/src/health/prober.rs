@@ -52,9 +52,9 @@ pub fn strip_pod(pod: &mut Pod) {
         )
     });
     meta.owner_references = None;
-    // Only the final upload's ephemeral containers (see children::upload), and the sidecar's
+    // Only the final upload's ephemeral containers (see final_upload::pods), and the sidecar's
     // name and image.
-    let ours = |name: &str| crate::children::upload::attempt_number(name).is_some();
+    let ours = |name: &str| crate::final_upload::pods::attempt_number(name).is_some();
     pod.spec = pod.spec.take().and_then(|spec| {
         let mut uploads = spec.ephemeral_containers.unwrap_or_default();
         uploads.retain(|container| ours(&container.name));

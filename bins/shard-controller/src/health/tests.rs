@@ -235,7 +235,7 @@ fn a_stripped_pod_keeps_the_sidecars_image_and_the_uploads() {
                     {"name": THANOS_SIDECAR_CONTAINER, "image": "thanos:before", "args": ["sidecar"]}],
                  "ephemeralContainers": [
                     {"name": "debug", "image": "busybox"},
-                    {"name": crate::children::upload::container_name(1), "image": "thanos:before"}]},
+                    {"name": crate::final_upload::pods::container_name(1), "image": "thanos:before"}]},
         "status": {"phase": "Running", "podIP": "10.1.0.1"},
     }))
     .unwrap();
@@ -250,8 +250,8 @@ fn a_stripped_pod_keeps_the_sidecars_image_and_the_uploads() {
         .flatten()
         .map(|c| c.name.as_str())
         .collect();
-    assert_eq!(uploads, [crate::children::upload::container_name(1)]);
-    let read = crate::children::upload::read(&pod);
+    assert_eq!(uploads, [crate::final_upload::pods::container_name(1)]);
+    let read = crate::final_upload::pods::read(&pod);
     assert_eq!(read.sidecar_image.as_deref(), Some("thanos:before"));
 }
 

@@ -7,9 +7,11 @@ use serde_json::json;
 use zone_api::ShardedPrometheus;
 use zone_api::ValidSprom;
 use zone_api::conditions::Conditions;
-use zone_api::sprom::{ShardedPrometheusStatus, condition, reason};
+use zone_api::sprom::{ShardedPrometheusStatus, WhenScaled, condition, reason};
 
 use super::*;
+use crate::final_upload::pods as upload;
+use crate::health::Fingerprint;
 use crate::observe::{ChildKind, Observed, ObservedStatefulSet};
 
 const NOW: &str = "2026-01-01T12:00:00Z";
@@ -341,7 +343,7 @@ fn retention_events_say_what_happened_to_which_shards() {
         period: None,
     };
     let mut events = PendingEvents::default();
-    retention_events(&fate, policy(WhenScaled::Delete), true, &mut events);
+    events::retention(&fate, policy(WhenScaled::Delete), true, &mut events);
     let notes: BTreeMap<&str, Vec<&str>> =
         events
             .events()
@@ -377,7 +379,7 @@ fn retention_events_say_what_happened_to_which_shards() {
     // The policy change is told once, on the new generation, and only under Delete.
     for (when_scaled, new_generation) in [(WhenScaled::Delete, false), (WhenScaled::Retain, true)] {
         let mut events = PendingEvents::default();
-        retention_events(&fate, policy(when_scaled), new_generation, &mut events);
+        events::retention(&fate, policy(when_scaled), new_generation, &mut events);
         assert!(events.events().iter().all(|e| e.action != "PolicyChange"));
     }
 }

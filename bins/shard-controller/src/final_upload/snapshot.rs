@@ -1,4 +1,4 @@
-//! The effectful half of a removed shard's final upload (see [`crate::children::upload`]): a
+//! The effectful half of a removed shard's final upload (see [`crate::final_upload::pods`]): a
 //! pod's TSDB snapshot through Prometheus's admin API, then the ephemeral container that
 //! uploads it.
 
@@ -13,7 +13,7 @@ use serde::Deserialize;
 use zone_operator::children::ChildError;
 
 use crate::children::build::{self, WEB_PORT};
-use crate::children::upload::{self, PATH_FLAG};
+use crate::final_upload::pods::{self, PATH_FLAG};
 use crate::health::prober::{self, RuntimeInfo, ServedConfig};
 
 /// A snapshot writes the head to disk: allowed longer than a probe.
@@ -86,7 +86,7 @@ async fn take(ip: &str) -> Result<String, String> {
     let runtime: RuntimeInfo = prober::get(&client, address, "/api/v1/status/runtimeinfo")
         .await
         .map_err(|error| format!("its runtime information: {error}"))?;
-    upload::ready_for_snapshot(
+    pods::ready_for_snapshot(
         &config.yaml,
         runtime.last_config_time.as_deref(),
         Timestamp::now(),

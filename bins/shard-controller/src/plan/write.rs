@@ -1,0 +1,87 @@
+//! What the apply step writes, as the plan says it: each child as built, the retention marks,
+//! the final upload's attempts; and which children need writing at all.
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, EphemeralContainer, Secret, Service};
+use kube::Resource;
+
+use crate::children::build::applied_hash;
+use crate::children::retention;
+use crate::observe::{ChildKind, Observed};
+
+/// A child of a shard, as built (boxed: a StatefulSet is kilobytes).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Child {
+    ConfigMap(Box<ConfigMap>),
+    Secret(Box<Secret>),
+    Service(Box<Service>),
+    StatefulSet(Box<StatefulSet>),
+}
+
+impl Child {
+    pub fn kind(&self) -> ChildKind {
+        match self {
+            Child::ConfigMap(_) => ChildKind::ConfigMap,
+            Child::Secret(_) => ChildKind::Secret,
+            Child::Service(_) => ChildKind::Service,
+            Child::StatefulSet(_) => ChildKind::StatefulSet,
+        }
+    }
+
+    fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        match self {
+            Child::ConfigMap(child) => child.meta(),
+            Child::Secret(child) => child.meta(),
+            Child::Service(child) => child.meta(),
+            Child::StatefulSet(child) => child.meta(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.meta().name.as_deref().unwrap_or_default()
+    }
+
+    /// The digest it was built with.
+    pub(super) fn hash(&self) -> Option<&str> {
+        match self {
+            Child::ConfigMap(child) => applied_hash(&**child),
+            Child::Secret(child) => applied_hash(&**child),
+            Child::Service(child) => applied_hash(&**child),
+            Child::StatefulSet(child) => applied_hash(&**child),
+        }
+    }
+}
+
+/// One write of the apply step, in the order they are made.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// Server-side apply of a child, with a controller reference.
+    Apply(Child),
+    /// The retention marks of a shard's StatefulSet: written (`Some`) or removed (`None`).
+    Mark {
+        stateful_set: String,
+        retained: Option<retention::Retained>,
+    },
+    /// An attempt at a removed shard's final upload in pod `pod` (at `ip`): the ephemeral
+    /// `container` over the snapshot `path`, or over one taken first (None) once the pod runs
+    /// the retired configuration.
+    StartUpload {
+        pod: String,
+        ip: String,
+        path: Option<String>,
+        container: Box<EphemeralContainer>,
+    },
+}
+
+/// The applies of `children` that are needed: all of them on a full apply, else those whose
+/// cached copy does not carry the hash they were built with (a pod turning Ready reconciles the
+/// resource, and must not cost 3 writes per shard).
+pub fn changed(children: impl IntoIterator<Item = Child>, observed: &Observed) -> Vec<Write> {
+    children
+        .into_iter()
+        .filter(|child| {
+            observed.full_apply || !observed.unchanged(child.kind(), child.name(), child.hash())
+        })
+        .map(Write::Apply)
+        .collect()
+}
