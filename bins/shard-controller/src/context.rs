@@ -16,11 +16,11 @@ use zone_operator::controller::ReconcileContext;
 use zone_operator::metrics::ObjectSeries;
 use zone_operator::{ControllerMetrics, EventPublisher, NodeZones};
 
-use crate::access::AccessCache;
 use crate::health::ConfigHealth;
 use crate::metrics::SpromMetrics;
 use crate::monitoring::cache::{Caches, Discovery, SharedIndex};
 use crate::monitoring::translate::{LastGood, Memories};
+use crate::reconcile::access::AccessCache;
 
 /// Children are watched; a full apply every this long only bounds how long a drift nobody told
 /// us about can last.

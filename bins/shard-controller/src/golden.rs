@@ -9,7 +9,7 @@ use zone_api::ShardedPrometheus;
 
 use crate::children::build::{self, BuildInput};
 use crate::monitoring::Monitoring;
-use crate::validate::validate;
+use crate::reconcile::validate::validate;
 
 fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

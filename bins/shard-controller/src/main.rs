@@ -2,8 +2,6 @@
 //! targets of its own zone, every target exactly once.
 #![forbid(unsafe_code)]
 
-mod access;
-mod apply;
 mod children;
 mod cli;
 mod context;
@@ -14,14 +12,11 @@ mod golden;
 mod health;
 mod metrics;
 mod monitoring;
-mod observe;
-mod plan;
 mod reconcile;
 #[cfg(test)]
 mod scenarios;
 
 mod status;
-mod validate;
 
 use std::process::ExitCode;
 

@@ -1,16 +1,23 @@
 //! One reconcile of a ShardedPrometheus, as a pipeline:
 //!
-//! 1. **validate** (pure, [`crate::validate`]): the spec, the shard layout and the user's scrape
+//! 1. **validate** (pure, [`validate`]): the spec, the shard layout and the user's scrape
 //!    configs;
-//! 2. **observe** ([`crate::observe`]): every cache read and the ServiceAccount's access review;
-//! 3. **plan** (pure, [`crate::plan`]): the children, the retention of scaled-away shards, what to
-//!    write and prune, the status and its events;
-//! 4. **apply** ([`crate::apply`]): the plan's writes and prunes;
+//! 2. **observe** ([`observe`]): every cache read and the ServiceAccount's access review
+//!    ([`access`]);
+//! 3. **plan** (pure, [`plan`]): the children, the retention of scaled-away shards, the final
+//!    uploads, what to write and prune, the status and its events;
+//! 4. **apply** ([`apply`]): the plan's writes and prunes;
 //! 5. **status**: written, with its events, when it changed.
 //!
 //! A spec that cannot be acted on — invalid, unbuildable, or a child the API server rejects —
 //! takes the one refusal path: `Invalid` with the reason, one event, no further change, and no
 //! retry until the spec changes.
+
+pub mod access;
+pub mod apply;
+pub mod observe;
+pub mod plan;
+pub mod validate;
 
 use std::sync::Arc;
 
@@ -26,7 +33,7 @@ use zone_operator::{Blocked, Draft, Invalid, PendingEvents};
 
 use crate::context::{Context, RESYNC};
 use crate::monitoring::error::ObserveError;
-use crate::plan::{Plan, Target};
+use plan::{Plan, Target};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -155,15 +162,15 @@ async fn converge(
     sprom: &ShardedPrometheus,
     target: &Target<'_>,
 ) -> Result<Plan, Stop> {
-    let valid = crate::validate::validate(sprom, &ctx.zone_label)?;
-    let (mut observed, read) = crate::observe::observe(ctx, sprom, &valid)
+    let valid = crate::reconcile::validate::validate(sprom, &ctx.zone_label)?;
+    let (mut observed, read) = crate::reconcile::observe::observe(ctx, sprom, &valid)
         .await
         .map_err(|error| Stop::Failed(error.into()))?;
     let (monitoring, memories) = crate::monitoring::translate::run(&valid, read);
     ctx.remember(memories);
     observed.monitoring = monitoring?;
-    let plan = crate::plan::plan(target, &valid, &observed, Timestamp::now())?;
-    crate::apply::apply(ctx, sprom, &plan).await?;
+    let plan = crate::reconcile::plan::plan(target, &valid, &observed, Timestamp::now())?;
+    crate::reconcile::apply::apply(ctx, sprom, &plan).await?;
     Ok(plan)
 }
 

@@ -533,7 +533,7 @@ async fn a_forbidden_service_account_degrades_and_requeues() {
     let action = h.reconcile().await;
     assert_eq!(
         action,
-        Action::requeue(crate::access::CACHE_FOR + Duration::from_secs(1))
+        Action::requeue(crate::reconcile::access::CACHE_FOR + Duration::from_secs(1))
     );
     let status = &h.statuses()[0];
     let degraded = condition(status, "Degraded");
@@ -722,7 +722,7 @@ async fn objects_of_other_namespaces_are_used_only_when_the_service_account_may_
     let action = h.reconcile().await;
     assert_eq!(
         action,
-        Action::requeue(crate::access::CACHE_FOR + Duration::from_secs(1))
+        Action::requeue(crate::reconcile::access::CACHE_FOR + Duration::from_secs(1))
     );
     for (namespace, read) in [("mon", 1), ("team", 1), ("victim", 0), ("closed", 0)] {
         assert_eq!(

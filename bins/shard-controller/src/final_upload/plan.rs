@@ -13,11 +13,11 @@ use zone_operator::{Invalid, PendingEvents};
 use super::pods as upload;
 use crate::children::build::{self, BuildInput};
 use crate::children::retention;
-use crate::observe::Observed;
-use crate::plan::events::list;
-use crate::plan::write::{Child, Write, changed};
+use crate::reconcile::observe::Observed;
+use crate::reconcile::plan::events::list;
+use crate::reconcile::plan::write::{Child, Write, changed};
+use crate::reconcile::validate::invalid_scrape_config;
 use crate::status::UploadingShard;
-use crate::validate::invalid_scrape_config;
 
 /// The final uploads of the shards the retention plan deletes now.
 #[derive(Debug, Default)]

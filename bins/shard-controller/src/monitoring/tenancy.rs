@@ -17,7 +17,7 @@ use zone_monitoring::resolve::Source;
 use super::error::ObserveError;
 use super::kinds::{Kind, Raw};
 use super::translate::{MonitorKey, Parsed, Selected};
-use crate::access::{AccessCache, Read};
+use crate::reconcile::access::{AccessCache, Read};
 
 /// Whose reads are reviewed: the shards' ServiceAccount, in the ShardedPrometheus's namespace.
 pub struct Subject<'a> {

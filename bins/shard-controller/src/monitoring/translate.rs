@@ -792,7 +792,8 @@ mod tests {
                 other => panic!("unexpected kind {other:?}"),
             }
         }
-        let valid = crate::validate::validate(&sprom, "topology.kubernetes.io/zone").unwrap();
+        let valid =
+            crate::reconcile::validate::validate(&sprom, "topology.kubernetes.io/zone").unwrap();
         (valid, namespace, values)
     }
 

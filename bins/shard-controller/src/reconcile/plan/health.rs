@@ -7,7 +7,7 @@ use crate::children::build::{self, applied_hash};
 use crate::children::config::CONFIG_KEY;
 use crate::health::verdict::{self, ShardConfig};
 use crate::health::{AppliedConfig, ConfigObservation, Fingerprint};
-use crate::observe::{ChildKind, Observed};
+use crate::reconcile::observe::{ChildKind, Observed};
 
 /// The fingerprint of each active shard's configuration as built, and whether its Secret in
 /// the cluster differs.

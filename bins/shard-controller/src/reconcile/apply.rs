@@ -17,8 +17,8 @@ use zone_operator::children::{self, ChildError};
 use crate::children::build::{self, CONFIG_DIGEST_ANNOTATION};
 use crate::children::retention;
 use crate::context::Context;
-use crate::observe::ChildKind;
-use crate::plan::{Child, Plan, Write};
+use crate::reconcile::observe::ChildKind;
+use crate::reconcile::plan::{Child, Plan, Write};
 
 /// Makes the plan's writes and prunes, after recording each active shard's configuration for
 /// the prober; on success after a full apply, remembers it so that the next reconciles of

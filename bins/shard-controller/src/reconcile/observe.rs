@@ -171,7 +171,7 @@ pub async fn observe(
     );
     observed.pods_refused =
         refusals::read(&ctx.client, &namespace, &name, &observed.stateful_sets).await;
-    let needed = crate::access::needed(&valid.scrape_configs, &namespace);
+    let needed = crate::reconcile::access::needed(&valid.scrape_configs, &namespace);
     observed.forbidden = ctx
         .memory
         .access

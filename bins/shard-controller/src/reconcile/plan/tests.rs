@@ -12,7 +12,7 @@ use zone_api::sprom::{ShardedPrometheusStatus, WhenScaled, condition, reason};
 use super::*;
 use crate::final_upload::pods as upload;
 use crate::health::Fingerprint;
-use crate::observe::{ChildKind, Observed, ObservedStatefulSet};
+use crate::reconcile::observe::{ChildKind, Observed, ObservedStatefulSet};
 
 const NOW: &str = "2026-01-01T12:00:00Z";
 
@@ -23,7 +23,7 @@ fn valid(spec: serde_json::Value) -> ValidSprom {
         "spec": spec,
     }))
     .unwrap();
-    crate::validate::validate(&sprom, "topology.kubernetes.io/zone").unwrap()
+    crate::reconcile::validate::validate(&sprom, "topology.kubernetes.io/zone").unwrap()
 }
 
 fn three_zones(shards: u32, when_scaled: &str) -> ValidSprom {
@@ -287,7 +287,7 @@ fn a_forbidden_service_account_degrades_and_looks_again_soon() {
     );
     assert_eq!(
         plan.requeue_after,
-        crate::access::CACHE_FOR + Duration::from_secs(1)
+        crate::reconcile::access::CACHE_FOR + Duration::from_secs(1)
     );
 }
 
@@ -311,7 +311,7 @@ fn a_consent_in_use_is_looked_at_again_when_its_review_expires() {
     };
     assert_eq!(
         requeue(true),
-        crate::access::CACHE_FOR + Duration::from_secs(1)
+        crate::reconcile::access::CACHE_FOR + Duration::from_secs(1)
     );
     assert_eq!(requeue(false), crate::context::RESYNC);
 }

@@ -18,9 +18,9 @@ use crate::context::RESYNC;
 use crate::final_upload::plan::Uploads;
 use crate::health::AppliedConfig;
 use crate::health::verdict;
-use crate::observe::{ChildKind, Observed};
+use crate::reconcile::observe::{ChildKind, Observed};
+use crate::reconcile::validate::invalid_scrape_config;
 use crate::status::{Observation, ObservedShard};
-use crate::validate::invalid_scrape_config;
 
 /// The resource a plan is for.
 #[derive(Debug, Clone, Copy)]
@@ -140,7 +140,7 @@ fn resync(
         || observed.monitoring.access_denied
         || observed.monitoring.consented;
     let mut resync = match reviewed {
-        true => crate::access::CACHE_FOR + Duration::from_secs(1),
+        true => crate::reconcile::access::CACHE_FOR + Duration::from_secs(1),
         false => RESYNC,
     };
     // A StatefulSet short of pods: what says why (an event) is not watched, and what fixes it

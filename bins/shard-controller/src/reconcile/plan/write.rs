@@ -7,7 +7,7 @@ use kube::Resource;
 
 use crate::children::build::applied_hash;
 use crate::children::retention;
-use crate::observe::{ChildKind, Observed};
+use crate::reconcile::observe::{ChildKind, Observed};
 
 /// A child of a shard, as built (boxed: a StatefulSet is kilobytes).
 #[derive(Debug, Clone, PartialEq)]
