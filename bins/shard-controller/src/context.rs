@@ -110,30 +110,38 @@ impl Context {
             .unwrap_or_else(PoisonError::into_inner)
             .retain(|sprom, _| alive(sprom));
     }
-    /// Commits what a translation of `memories.sprom`'s monitoring leaves for the next
-    /// reconciles: what it selected and referenced (for the watches' trigger mappers), the
-    /// values still referenced by anyone, and its monitors' jobs.
-    pub fn remember(&self, memories: Memories) {
-        {
-            let mut index = self
-                .memory
-                .index
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            index.record(
-                memories.sprom.clone(),
-                memories.selected,
-                memories.referenced,
-            );
-            self.monitoring
-                .values
-                .retain(|key| index.is_referenced(key));
-        }
+    /// Commits what a translation of `memories.sprom`'s monitoring selected and referenced (for
+    /// the watches' trigger mappers: a refused spec too must be reconciled when what it
+    /// references changes), and drops the values no one references any more. Returns the jobs
+    /// its monitors translated to, for [`Context::remember_applied_jobs`] once they are applied.
+    pub fn remember_selection(
+        &self,
+        memories: Memories,
+    ) -> (ObjectRef<ShardedPrometheus>, LastGood) {
+        let mut index = self
+            .memory
+            .index
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        index.record(
+            memories.sprom.clone(),
+            memories.selected,
+            memories.referenced,
+        );
+        self.monitoring
+            .values
+            .retain(|key| index.is_referenced(key));
+        (memories.sprom, memories.good)
+    }
+
+    /// Commits the jobs `sprom`'s monitors translated to, once the shards' configurations that
+    /// carry them are applied: a monitor that fails to translate later keeps these.
+    pub fn remember_applied_jobs(&self, sprom: ObjectRef<ShardedPrometheus>, jobs: LastGood) {
         self.memory
             .last_good
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(memories.sprom, memories.good);
+            .insert(sprom, jobs);
     }
 }
 

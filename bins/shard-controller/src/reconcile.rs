@@ -155,8 +155,9 @@ pub async fn reconcile(
 }
 
 /// validate → observe → plan → apply: the plan that was carried out. The translation of the
-/// monitoring read is part of the plan (pure); what it leaves for the next reconciles is
-/// committed as soon as it ran, a refused spec included.
+/// monitoring read is part of the plan (pure). What it selected and referenced is committed as
+/// soon as it ran, a refused spec included (the watches must follow it); the jobs its monitors
+/// translated to, only once applied.
 async fn converge(
     ctx: &Context,
     sprom: &ShardedPrometheus,
@@ -167,10 +168,11 @@ async fn converge(
         .await
         .map_err(|error| Stop::Failed(error.into()))?;
     let (monitoring, memories) = crate::monitoring::translate::run(&valid, read);
-    ctx.remember(memories);
+    let (key, jobs) = ctx.remember_selection(memories);
     observed.monitoring = monitoring?;
-    let plan = crate::reconcile::plan::plan(target, &valid, &observed, Timestamp::now())?;
-    crate::reconcile::apply::apply(ctx, sprom, &plan).await?;
+    let plan = plan::plan(target, &valid, &observed, Timestamp::now())?;
+    apply::apply(ctx, sprom, &plan).await?;
+    ctx.remember_applied_jobs(key, jobs);
     Ok(plan)
 }
 

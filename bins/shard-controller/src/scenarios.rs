@@ -783,3 +783,68 @@ async fn objects_of_other_namespaces_are_used_only_when_the_service_account_may_
     assert!(!configs.contains("serviceMonitor/victim/"), "{configs}");
     assert!(!configs.contains("serviceMonitor/closed/"), "{configs}");
 }
+
+/// A ShardedPrometheus of mon selecting its own namespace's ServiceMonitor `own`, whose
+/// credentials are the Secret mon/creds; the children's applies scripted, `rejected` refused.
+fn harness_with_own_monitor(rejected: Option<&'static str>) -> Harness {
+    let mut h = Harness::new(
+        json!({"shards": 3, "serviceMonitorSelector": {}}),
+        Vec::new(),
+    );
+    let mut ctx = Arc::into_inner(h.ctx).unwrap();
+    let mon = k8s_openapi::api::core::v1::Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some("mon".to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    ctx.monitoring.namespaces = listed([meta_of(&mon)]);
+    ctx.monitoring.service_monitors = listed([service_monitor("mon", "own")]);
+    h.ctx = Arc::new(ctx);
+    h.fake
+        .on(Method::GET, "/api/v1/namespaces/mon/secrets/creds")
+        .always(
+            200,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {
+                "name": "creds", "namespace": "mon", "resourceVersion": "1"},
+                "data": {"user": "dXNlcg==", "pass": "bW9uLXBhc3M="}}),
+        );
+    script_applies(&h.fake, rejected);
+    script_lists(&h.fake, &[]);
+    h
+}
+
+/// Guards the memories' order: what a resource's monitors select and reference is remembered at
+/// once, a refused spec included (a change to the Secret must reconcile it), but the jobs they
+/// translated to (what a monitor keeps when its translation fails later) only once the shards'
+/// configurations carrying them are applied. Without the order, a child the API server rejects
+/// leaves jobs remembered that no shard ever ran.
+#[tokio::test]
+async fn monitor_jobs_are_remembered_once_applied_and_what_is_referenced_at_once() {
+    let referencing = |h: &Harness| {
+        let index = h.ctx.memory.index.lock().unwrap();
+        index.referencing(zone_monitoring::resolve::Source::Secret, "mon", "creds")
+    };
+    let jobs_remembered = |h: &Harness| !h.ctx.memory.last_good.lock().unwrap().is_empty();
+
+    let refused =
+        harness_with_own_monitor(Some("/apis/apps/v1/namespaces/mon/statefulsets/p-shard-0"));
+    assert_eq!(refused.reconcile().await, Action::await_change());
+    assert_eq!(refused.event_reasons(), ["ChildRejected"]);
+    assert_eq!(referencing(&refused).len(), 1, "the Secret is followed");
+    assert!(
+        !jobs_remembered(&refused),
+        "no job remembered: none applied"
+    );
+
+    let applied = harness_with_own_monitor(None);
+    applied.reconcile().await;
+    assert!(
+        applied.event_reasons().is_empty(),
+        "{:?}",
+        applied.event_reasons()
+    );
+    assert_eq!(referencing(&applied).len(), 1);
+    assert!(jobs_remembered(&applied), "the applied jobs are remembered");
+}
