@@ -10,9 +10,9 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
-    EphemeralContainer, ObjectFieldSelector, PersistentVolumeClaim, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, Service,
-    ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
+    ObjectFieldSelector, PersistentVolumeClaim, PodSecurityContext, PodSpec, PodTemplateSpec,
+    Probe, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, Service, ServicePort,
+    ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -48,9 +48,9 @@ pub const RELOADER_CONTAINER: &str = "config-reloader";
 const RELOADER_PORT: i32 = 8080;
 /// The Prometheus image's `nobody` user, which owns the data directory.
 const PROMETHEUS_UID: i64 = 65534;
-const DATA_VOLUME: &str = "data";
+pub(crate) const DATA_VOLUME: &str = "data";
 
-const DATA_DIR: &str = "/prometheus";
+pub(crate) const DATA_DIR: &str = "/prometheus";
 
 /// What the build step needs besides the resource's spec.
 #[derive(Debug, Clone)]
@@ -169,38 +169,6 @@ pub fn retained_config(
     config_secret(input, index, Some(zone), &[]).map(|(config, _)| config)
 }
 
-/// Attempt `number` of the final upload in pod `pod` of removed shard `index` (formerly of
-/// `zone`): an ephemeral container labelling the blocks as the pod's sidecar does, running the
-/// sidecar's `image` (the spec's Thanos image when the pod has none). None without
-/// `spec.thanos`.
-pub fn upload_container(
-    input: &BuildInput<'_>,
-    index: u32,
-    zone: Option<&str>,
-    pod: &str,
-    number: u32,
-    image: Option<&str>,
-) -> Option<EphemeralContainer> {
-    let thanos = input.valid.thanos.as_ref()?;
-    let labels = config::external_labels_of(&shard_config(input, index, Some(zone), &[]), pod);
-    let data = VolumeMount {
-        name: DATA_VOLUME.into(),
-        mount_path: DATA_DIR.into(),
-        ..VolumeMount::default()
-    };
-    let security = container_security_context(input.valid);
-    let mut container = thanos::upload_container(thanos, number, &labels, data, security);
-    if let Some(image) = image {
-        container.image = Some(image.to_string());
-    }
-    Some(container)
-}
-
-/// Where Prometheus's admin API writes the snapshot `name`, as the pod's containers see it.
-pub fn snapshot_path(name: &str) -> String {
-    format!("{DATA_DIR}/snapshots/{name}")
-}
-
 /// The name of the `index`th ConfigMap of rule files made from PrometheusRules.
 pub fn rule_config_map_name(name: &str, index: usize) -> String {
     format!("{name}-rulefiles-{index}")
@@ -295,7 +263,7 @@ fn child_meta(input: &BuildInput<'_>, index: u32) -> ObjectMeta {
 
 /// Shard `index`'s configuration as rendered; `retained` (with the shard's former zone) one
 /// that scrapes nothing.
-fn shard_config<'a>(
+pub(crate) fn shard_config<'a>(
     input: &BuildInput<'a>,
     index: u32,
     retained: Option<Option<&'a str>>,
@@ -788,7 +756,7 @@ fn prometheus_container(valid: &ValidSprom, mounts: Vec<VolumeMount>) -> Contain
 }
 
 /// The security context of the containers the controller adds: the user's, else "restricted".
-fn container_security_context(valid: &ValidSprom) -> SecurityContext {
+pub(crate) fn container_security_context(valid: &ValidSprom) -> SecurityContext {
     valid
         .pod
         .container_security_context

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, EnvVarSource, EphemeralContainer, Probe, SecretKeySelector,
-    SecurityContext, Service, ServicePort, ServiceSpec, VolumeMount,
+    Container, ContainerPort, EnvVar, EnvVarSource, Probe, SecretKeySelector, SecurityContext,
+    Service, ServicePort, ServiceSpec, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -76,48 +76,9 @@ pub fn sidecar(
     }
 }
 
-/// Attempt `number` of a removed shard's final upload in one of its pods, as an ephemeral
-/// container: the sidecar's image uploads the blocks of a snapshot directory (its `--path` is
-/// added once the snapshot is taken) with the pod's external `labels`, reading the data volume
-/// (`data_mount`) and the objstore configuration as the sidecar does. On failure, the end of its
-/// log is its termination message, which the status quotes.
-pub fn upload_container(
-    thanos: &ValidThanos,
-    number: u32,
-    labels: &BTreeMap<String, String>,
-    data_mount: VolumeMount,
-    security_context: SecurityContext,
-) -> EphemeralContainer {
-    let mut args = vec![
-        "tools".to_string(),
-        "bucket".to_string(),
-        "upload-blocks".to_string(),
-        // Every block of the snapshot, compacted ones too: a shard that ran before it had an
-        // object store holds blocks Prometheus compacted, which the sidecar never ships (it ships
-        // level-1 blocks only). Blocks already in the bucket are skipped either way.
-        "--shipper.upload-compacted".to_string(),
-    ];
-    let env = logging_and_objstore(thanos, &mut args);
-    // Go-quoted values: a JSON string is one (`upload-blocks` unquotes them).
-    args.extend(labels.iter().map(|(name, value)| {
-        let quoted = serde_json::to_string(value).unwrap_or_default();
-        format!("--label={name}={quoted}")
-    }));
-    EphemeralContainer {
-        name: crate::final_upload::pods::container_name(number),
-        image: Some(thanos.image.clone()),
-        args: Some(args),
-        env: (!env.is_empty()).then_some(env),
-        volume_mounts: Some(vec![data_mount]),
-        security_context: Some(security_context),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        ..EphemeralContainer::default()
-    }
-}
-
 /// Adds the log flags and, with an object store, its flag to `args`; returns the environment that
 /// flag reads the configuration from (the sidecar's and the upload's alike).
-fn logging_and_objstore(thanos: &ValidThanos, args: &mut Vec<String>) -> Vec<EnvVar> {
+pub(crate) fn logging_and_objstore(thanos: &ValidThanos, args: &mut Vec<String>) -> Vec<EnvVar> {
     args.push(format!("--log.level={}", thanos.log_level));
     args.push(format!("--log.format={}", thanos.log_format));
     let Some(store) = &thanos.object_storage else {

@@ -188,9 +188,14 @@ impl Uploads {
                     continue;
                 };
                 let image = image.as_deref();
-                let Some(container) =
-                    build::upload_container(input, shard.index, zone, pod, *number, image)
-                else {
+                let Some(container) = super::container::upload_container(
+                    input,
+                    shard.index,
+                    zone,
+                    pod,
+                    *number,
+                    image,
+                ) else {
                     continue;
                 };
                 writes.push(Write::StartUpload {

@@ -12,7 +12,7 @@ use kube::api::{Patch, PatchParams};
 use serde::Deserialize;
 use zone_operator::children::ChildError;
 
-use crate::children::build::{self, WEB_PORT};
+use crate::children::build::WEB_PORT;
 use crate::final_upload::pods::{self, PATH_FLAG};
 use crate::health::prober::{self, RuntimeInfo, ServedConfig};
 
@@ -38,7 +38,7 @@ pub async fn start(
     let path = match path {
         Some(path) => path.to_string(),
         None => match take(ip).await {
-            Ok(name) => build::snapshot_path(&name),
+            Ok(name) => super::container::snapshot_path(&name),
             Err(why) => {
                 tracing::info!(pod, why, "final upload: no snapshot yet");
                 return Ok(());
