@@ -55,12 +55,15 @@ pub struct Context {
     pub config_health: ConfigHealth,
 }
 
+/// Per resource (namespace, name), the generation and time of its last full apply.
+pub type FullApplies = HashMap<(String, String), (i64, Instant)>;
+
 /// What earlier reconciles leave for the next ones (all empty at the start).
 #[derive(Default)]
 pub struct Memory {
     /// Per resource, the generation and time of the last full apply: until the generation
     /// changes or [`RESYNC`] passes, children the cache shows unchanged are not written again.
-    pub applied: Mutex<HashMap<(String, String), (i64, Instant)>>,
+    pub applied: Mutex<FullApplies>,
     /// The answers of the access reviews of the shards' ServiceAccounts.
     pub access: AccessCache,
     /// The resources with metric series, to drop those of deleted ones.

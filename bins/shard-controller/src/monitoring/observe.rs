@@ -2,8 +2,8 @@
 //! Secret and ConfigMap values they reference (read fresh from the API server), and which
 //! ShardedPrometheuses a changed object, namespace, Secret or ConfigMap concerns.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, PoisonError};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
@@ -23,8 +23,9 @@ use super::kinds::{
     Kind, PodMonitorKind, PrometheusRuleKind, Raw, ScrapeConfigKind, ServiceMonitorKind,
 };
 use super::tenancy::Subject;
-use super::translate::{self, MonitoringRead, Selected};
+use super::translate::{self, LastGood, MonitoringRead, Selected};
 use crate::context::Context;
+use crate::reconcile::access::AccessCache;
 
 /// A watched kind as a ShardedPrometheus selects it.
 pub trait Selectable: Kind {
@@ -282,38 +283,71 @@ async fn read_values(
     Ok(values)
 }
 
+/// What the monitoring observer reads.
+pub struct Sources<'a> {
+    /// For the access reviews, the API discovery and the referenced values.
+    pub client: &'a Client,
+    /// The watched monitoring objects and namespaces, and the values read before.
+    pub caches: &'a Caches,
+    /// The cached Secrets and ConfigMaps: their resource versions tell a value read before from
+    /// a changed one.
+    pub secrets: &'a Store<PartialObjectMeta<Secret>>,
+    pub config_maps: &'a Store<PartialObjectMeta<ConfigMap>>,
+    /// The answers of the access reviews, the kinds the API server serves, and the jobs each
+    /// monitor last translated to.
+    pub access: &'a AccessCache,
+    pub discovery: &'a Discovery,
+    pub last_good: &'a Mutex<HashMap<ObjectRef<ShardedPrometheus>, LastGood>>,
+}
+
+impl<'a> Sources<'a> {
+    pub fn of(ctx: &'a Context) -> Self {
+        Self {
+            client: &ctx.client,
+            caches: &ctx.monitoring,
+            secrets: &ctx.secrets,
+            config_maps: &ctx.config_maps,
+            access: &ctx.memory.access,
+            discovery: &ctx.memory.discovery,
+            last_good: &ctx.memory.last_good,
+        }
+    }
+}
+
 /// Reads what `sprom` takes from monitoring objects: the objects it selects that its
 /// ServiceAccount may read, parsed, the Secret and ConfigMap values they and the spec reference,
 /// and the jobs each monitor last translated to. Only reads: [`translate::run`] makes the jobs
 /// and the memories, which the reconcile commits.
 pub async fn observe(
-    ctx: &Context,
+    sources: Sources<'_>,
     sprom: &ShardedPrometheus,
     valid: &ValidSprom,
 ) -> Result<MonitoringRead, ObserveError> {
-    let (client, caches) = (&ctx.client, &ctx.monitoring);
+    let (client, caches) = (sources.client, sources.caches);
     let versions = |source: Source, namespace: &str, name: &str| match source {
         Source::Secret => {
-            let secret = ctx.secrets.get(&ObjectRef::new(name).within(namespace))?;
-            secret.metadata.resource_version.clone()
+            let key = ObjectRef::new(name).within(namespace);
+            sources.secrets.get(&key)?.metadata.resource_version.clone()
         }
         Source::ConfigMap => {
-            let config_map = ctx
+            let key = ObjectRef::new(name).within(namespace);
+            sources
                 .config_maps
-                .get(&ObjectRef::new(name).within(namespace))?;
-            config_map.metadata.resource_version.clone()
+                .get(&key)?
+                .metadata
+                .resource_version
+                .clone()
         }
     };
     let own_namespace = sprom.namespace().unwrap_or_default();
     let sprom_ref = ObjectRef::from_obj(sprom);
     let subject = Subject {
         client,
-        access: &ctx.memory.access,
+        access: sources.access,
         namespace: &own_namespace,
         service_account: &valid.service_account_name,
     };
-    let mut selected =
-        selected(caches, &ctx.memory.discovery, client, valid, &own_namespace).await?;
+    let mut selected = selected(caches, sources.discovery, client, valid, &own_namespace).await?;
     let mut refused = subject.screen_objects(&mut selected).await?;
     let mut parsed = translate::Parsed::of(&selected);
     refused.extend(subject.screen_references(&mut parsed).await?);
@@ -322,8 +356,7 @@ pub async fn observe(
     references.extend(translate::alerting_references(valid, &own_namespace));
     references.extend(translate::rule_file_references(valid, &own_namespace));
     let values = read_values(client, &references, &versions, &caches.values).await?;
-    let previous = ctx
-        .memory
+    let previous = sources
         .last_good
         .lock()
         .unwrap_or_else(PoisonError::into_inner)

@@ -3,7 +3,7 @@
 //! ServiceAccount — in one place, before anything is decided.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::PoisonError;
+use std::sync::{Mutex, PoisonError};
 
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
@@ -14,7 +14,7 @@ use zone_operator::children;
 
 use crate::children::build::{ZONE_ANNOTATION, applied_hash};
 use crate::children::retention::{self, DELETION_DEADLINE_ANNOTATION, RETAINED_SINCE_ANNOTATION};
-use crate::context::{Context, RESYNC};
+use crate::context::{Context, FullApplies, RESYNC};
 use crate::final_upload::pods;
 use crate::health::ConfigObservation;
 use crate::monitoring::Monitoring;
@@ -135,13 +135,14 @@ pub async fn observe(
     sprom: &ShardedPrometheus,
     valid: &ValidSprom,
 ) -> Result<(Observed, MonitoringRead), ObserveError> {
-    let monitoring = crate::monitoring::observe::observe(ctx, sprom, valid).await?;
+    let sources = crate::monitoring::observe::Sources::of(ctx);
+    let monitoring = crate::monitoring::observe::observe(sources, sprom, valid).await?;
     let namespace = sprom.namespace().unwrap_or_default();
     let name = sprom.name_any();
     let mut observed = Observed {
         stateful_sets: stateful_sets(&ctx.stateful_sets, sprom),
         zones_with_nodes: ctx.zones.zones_present(),
-        full_apply: resync_due(ctx, sprom),
+        full_apply: resync_due(&ctx.memory.applied, sprom),
         config: ctx.config_health.observe(&namespace, &name),
         uploads: uploads(&ctx.pods, &namespace, &name),
         ..Observed::default()
@@ -185,15 +186,12 @@ pub async fn observe(
     Ok((observed, monitoring))
 }
 
-/// Whether every child must be applied again, whatever the cache shows.
-fn resync_due(ctx: &Context, sprom: &ShardedPrometheus) -> bool {
+/// Whether every child must be applied again, whatever the cache shows (`applied`: when each
+/// resource was last applied in full, and at which generation).
+fn resync_due(applied: &Mutex<FullApplies>, sprom: &ShardedPrometheus) -> bool {
     let key = (sprom.namespace().unwrap_or_default(), sprom.name_any());
     let generation = sprom.metadata.generation.unwrap_or(0);
-    let applied = ctx
-        .memory
-        .applied
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
+    let applied = applied.lock().unwrap_or_else(PoisonError::into_inner);
     applied
         .get(&key)
         .is_none_or(|(seen, at)| *seen != generation || at.elapsed() >= RESYNC)
