@@ -3,7 +3,6 @@
 //! replaced at start.
 
 use e2e::tls::{MountedSecret, TestCa};
-use e2e::webhook::Counters;
 
 use super::*;
 
@@ -149,7 +148,10 @@ async fn zdb_webhook_answers_the_api_server_over_ipv6() {
 /// A self-signed certificate valid for 60 s, renewed 40 s before its end: in 75 s of dry-run
 /// evictions every 250 ms (the webhook is called with failurePolicy Fail, so a failed call
 /// would be a 500), the Secret's certificate is renewed at least twice under the same CA, and
-/// every call is the webhook's answer.
+/// every call is the webhook's answer. The calls are counted here, not by the API server's
+/// `apiserver_admission_webhook_rejection_count`: that counter is per webhook name, which every
+/// test's configuration shares, so the zau suite's tests of an unreachable webhook, running at
+/// the same time, would count in it.
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn zdb_short_lived_certificate_is_renewed_without_a_failed_call() {
@@ -170,8 +172,6 @@ async fn zdb_short_lived_certificate_is_renewed_without_a_failed_call() {
     fixture.freeze().await;
     let (ca, first) = fixture.secret_certs().await;
     let pod = fixture.list_pods().await[0].name_any();
-    let client = fixture.ns.client.clone();
-    let before = Counters::read(&client, &[WEBHOOK_NAME]).await;
 
     let mut certificates = BTreeSet::from([first]);
     let (mut answered, mut failures) = (0, Vec::new());
@@ -187,12 +187,8 @@ async fn zdb_short_lived_certificate_is_renewed_without_a_failed_call() {
         // Pacing the calls, not waiting for anything.
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let failed = Counters::read(&client, &[WEBHOOK_NAME])
-        .await
-        .since(&before)
-        .failed;
     eprintln!(
-        "{answered} calls answered by the webhook, {} failed, {} certificates, API server's failed webhook calls: {failed}",
+        "{answered} calls answered by the webhook, {} failed, {} certificates",
         failures.len(),
         certificates.len()
     );
@@ -203,7 +199,6 @@ async fn zdb_short_lived_certificate_is_renewed_without_a_failed_call() {
         "renewed {} time(s) in 75 s",
         certificates.len() - 1
     );
-    assert_eq!(failed, 0.0, "the API server counted failed webhook calls");
     // What is served is the latest certificate.
     let (_, latest) = fixture.secret_certs().await;
     let leaf = Leaf {
