@@ -77,10 +77,34 @@ async fn zdb_changes_only_its_webhooks_ca_and_failure_policy(
     let policy = identity.rendered_name("zone-aware-zdb-controller-webhook");
     let json_patch = |op: Value| Patch::<Value>::Json(serde_json::from_value(json!([op])).unwrap());
     let before = admin.get(&name).await.unwrap();
-    let message = wait_for("the zdb-controller's webhook policy in force", TIMEOUT, || async {
-        let elsewhere = json!({"op": "replace", "path": "/webhooks/0/clientConfig/service/name", "value": "elsewhere"});
-        denied_by(&policy, token.patch(&name, &PatchParams::default(), &json_patch(elsewhere)).await)
-    })
+    let service = "/webhooks/0/clientConfig/service/name";
+    let shipped_service = before.webhooks.as_ref().unwrap()[0]
+        .client_config
+        .service
+        .as_ref()
+        .unwrap()
+        .name
+        .clone();
+    let message = wait_for(
+        "the zdb-controller's webhook policy in force",
+        TIMEOUT,
+        || async {
+            let elsewhere = json!({"op": "replace", "path": service, "value": "elsewhere"});
+            let result = token
+                .patch(&name, &PatchParams::default(), &json_patch(elsewhere))
+                .await;
+            if result.is_ok() {
+                // Made before the API server had the policy: put back as it was, so that the next
+                // attempt is a change again (the policy lets a patch that changes nothing through).
+                let back = json!({"op": "replace", "path": service, "value": shipped_service});
+                admin
+                    .patch(&name, &PatchParams::default(), &json_patch(back))
+                    .await
+                    .unwrap();
+            }
+            denied_by(&policy, result)
+        },
+    )
     .await;
     assert!(
         message.contains(
