@@ -50,41 +50,6 @@ impl Uploads {
 /// (its pods turning to the retired configuration are not watched).
 const UPLOAD_LOOK_AGAIN: Duration = Duration::from_secs(10);
 
-/// With `spec.thanos` uploading and the final upload not opted out: the shards `fate` deletes
-/// now, pod by pod; those not done are kept (removed from `fate.deleted`).
-fn plan_uploads(
-    name: &str,
-    valid: &ValidSprom,
-    observed: &Observed,
-    fate: &mut retention::Plan,
-    now: Timestamp,
-) -> Uploads {
-    let mut uploads = Uploads::default();
-    if !valid.thanos.as_ref().is_some_and(ValidThanos::final_upload) {
-        return uploads;
-    }
-    fate.deleted.retain(|(index, _)| {
-        let replicas = observed
-            .stateful_sets
-            .get(index)
-            .and_then(|sts| sts.replicas)
-            .unwrap_or(valid.replicas);
-        let pods = observed
-            .uploads
-            .get(index)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
-        let shard = upload::ShardUpload::of(*index, &shard_name(name, *index), replicas, pods, now);
-        if shard.done() {
-            uploads.done.push(*index);
-            return true;
-        }
-        uploads.draining.push(shard);
-        false
-    });
-    uploads
-}
-
 /// What the status says of a shard still uploading.
 fn upload_observation(shard: &upload::ShardUpload) -> UploadingShard {
     UploadingShard {
@@ -94,50 +59,9 @@ fn upload_observation(shard: &upload::ShardUpload) -> UploadingShard {
     }
 }
 
-/// Events: each attempt started (after a failed one, with its error), and the shards deleted
-/// once uploaded.
-fn upload_events(uploads: &Uploads, events: &mut PendingEvents) {
-    for shard in &uploads.draining {
-        for (pod, step) in &shard.pods {
-            match step {
-                upload::Step::Start { number: 1, .. } => events.normal(
-                    reason::SHARD_UPLOAD_STARTED,
-                    "Upload",
-                    format!(
-                        "shard {}: pod {pod} snapshots its TSDB and uploads it before the shard is deleted",
-                        shard.index
-                    ),
-                ),
-                upload::Step::Start { number, .. } => events.warning(
-                    reason::SHARD_UPLOAD_FAILED,
-                    "Upload",
-                    format!(
-                        "shard {}: pod {pod}'s upload attempt {} failed; attempt {number} starts",
-                        shard.index,
-                        number - 1
-                    ),
-                ),
-                upload::Step::GaveUp(why) => {
-                    events.warning(reason::SHARD_UPLOAD_FAILED, "Upload", why.clone())
-                }
-                upload::Step::Wait { .. } | upload::Step::Uploaded => {}
-            }
-        }
-    }
-    if !uploads.done.is_empty() {
-        events.normal(
-            reason::SHARDS_UPLOADED,
-            "Delete",
-            format!(
-                "shard(s) {} deleted: every pod's TSDB, its head included, is in the object store",
-                list(&uploads.done)
-            ),
-        );
-    }
-}
-
 impl Uploads {
-    /// The uploads of the shards `fate` deletes now ([`plan_uploads`]).
+    /// With `spec.thanos` uploading and the final upload not opted out: the shards `fate` deletes
+    /// now, pod by pod; those not done are kept (removed from `fate.deleted`).
     pub fn plan(
         name: &str,
         valid: &ValidSprom,
@@ -145,17 +69,78 @@ impl Uploads {
         fate: &mut retention::Plan,
         now: Timestamp,
     ) -> Self {
-        plan_uploads(name, valid, observed, fate, now)
+        let mut uploads = Self::default();
+        if !valid.thanos.as_ref().is_some_and(ValidThanos::final_upload) {
+            return uploads;
+        }
+        fate.deleted.retain(|(index, _)| {
+            let replicas = observed
+                .stateful_sets
+                .get(index)
+                .and_then(|sts| sts.replicas)
+                .unwrap_or(valid.replicas);
+            let pods = observed
+                .uploads
+                .get(index)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            let shard =
+                upload::ShardUpload::of(*index, &shard_name(name, *index), replicas, pods, now);
+            if shard.done() {
+                uploads.done.push(*index);
+                return true;
+            }
+            uploads.draining.push(shard);
+            false
+        });
+        uploads
+    }
+
+    /// Events: each attempt started (after a failed one, with its error), and the shards deleted
+    /// once uploaded.
+    pub fn events(&self, events: &mut PendingEvents) {
+        for shard in &self.draining {
+            for (pod, step) in &shard.pods {
+                match step {
+                    upload::Step::Start { number: 1, .. } => events.normal(
+                        reason::SHARD_UPLOAD_STARTED,
+                        "Upload",
+                        format!(
+                            "shard {}: pod {pod} snapshots its TSDB and uploads it before the shard is deleted",
+                            shard.index
+                        ),
+                    ),
+                    upload::Step::Start { number, .. } => events.warning(
+                        reason::SHARD_UPLOAD_FAILED,
+                        "Upload",
+                        format!(
+                            "shard {}: pod {pod}'s upload attempt {} failed; attempt {number} starts",
+                            shard.index,
+                            number - 1
+                        ),
+                    ),
+                    upload::Step::GaveUp(why) => {
+                        events.warning(reason::SHARD_UPLOAD_FAILED, "Upload", why.clone())
+                    }
+                    upload::Step::Wait { .. } | upload::Step::Uploaded => {}
+                }
+            }
+        }
+        if !self.done.is_empty() {
+            events.normal(
+                reason::SHARDS_UPLOADED,
+                "Delete",
+                format!(
+                    "shard(s) {} deleted: every pod's TSDB, its head included, is in the object store",
+                    list(&self.done)
+                ),
+            );
+        }
     }
 
     /// What the status says of the shards still uploading.
     pub fn observations(&self) -> Vec<UploadingShard> {
         self.draining.iter().map(upload_observation).collect()
-    }
-
-    /// The events of the uploads ([`upload_events`]).
-    pub fn events(&self, events: &mut PendingEvents) {
-        upload_events(self, events);
     }
 
     /// The writes of the shards still uploading: their retired configuration, and each
