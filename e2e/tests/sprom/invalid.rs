@@ -9,17 +9,31 @@ async fn sprom_invalid_specs_are_refused_once_and_degraded_reasons_are_named() {
     let fx = new_fixture("sprom-invalid").await;
     let zones = ["zone-a", "zone-b", "zone-c"];
 
-    // No Prometheus ServiceAccount yet: discovery would find nothing; Degraded says so.
+    // No Prometheus ServiceAccount yet: discovery would find nothing; Degraded says so. Its
+    // reason is ServiceAccountForbidden, or PodsNotCreated (more serious, so first) once the
+    // StatefulSets' refusals to create pods without the ServiceAccount have been seen: which
+    // comes first is a race, and the message names the missing discovery either way.
     let generation = fx.apply(spec(3, &["pods"], &zones)).await;
-    let status = fx
-        .wait_true(
-            generation,
-            condition::DEGRADED,
-            reason::SERVICE_ACCOUNT_FORBIDDEN,
-        )
-        .await;
-    let message = &status.condition(condition::DEGRADED).unwrap().message;
-    assert!(message.contains("list pods"), "{message}");
+    fx.wait_status(
+        "Degraded naming the discovery the ServiceAccount cannot do",
+        generation,
+        |sprom| {
+            let status = fixture::status_of(sprom);
+            let degraded = status
+                .condition(condition::DEGRADED)
+                .ok_or("no Degraded condition")?;
+            let reasons = [reason::SERVICE_ACCOUNT_FORBIDDEN, reason::PODS_NOT_CREATED];
+            let named = degraded.status == "True"
+                && reasons.contains(&degraded.reason.as_str())
+                && degraded
+                    .message
+                    .contains("cannot list nodes, watch nodes, list pods");
+            named
+                .then_some(())
+                .ok_or(format!("{}: {}", degraded.reason, degraded.message))
+        },
+    )
+    .await;
 
     // With the ServiceAccount bound, a zone with no node is the Degraded reason (zone-x).
     fx.prometheus_service_account().await;
