@@ -137,4 +137,17 @@ node_ip() { # the host's first global IPv4 address: the kubelet refuses a loopba
 
 # LocalStack's S3 keeps its objects under this fixed path (not under the state dir): up.sh
 # records whether it made it, and down.sh removes it then.
+# kwok, the fake kubelets of the nodes annotated kwok.x-k8s.io/node=fake (up.sh; outage.sh
+# restarts it to stop or resume managing a zone's nodes).
+start_kwok() { # port
+    setsid "$KWOK_BIN" --kubeconfig "$STATE/kubeconfig" \
+        --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+        --node-lease-duration-seconds 40 --cidr 10.244.0.0/16 --node-ip 10.255.0.1 \
+        --server-address "127.0.0.1:$1" \
+        --config "$here/kwok/node-stages.yaml" --config "$STATE/kwok-pod-stages.yaml" \
+        >>"$LOGS/kwok.log" 2>&1 </dev/null &
+    echo $! >"$PIDS/kwok.pid"
+    wait_until kwok 30 curl -fsS "http://127.0.0.1:$1/healthz"
+}
+
 LOCALSTACK_S3_DIR=/tmp/localstack-s3-storage

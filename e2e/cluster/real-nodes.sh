@@ -310,6 +310,8 @@ down() {
     local pass pids zone name dir bridge link
     for zone in "${REAL_ZONES[@]}"; do rm -f "$PIDS/node-$zone.pid"; done
     rm -f "$PIDS/kube-proxy.pid"
+    # A zone left dark (outage.sh) first: frozen processes cannot die, a blackhole route stays.
+    bash "$here/outage.sh" restore-all
     # Everything a node started is in its cgroup: the kubelet and containerd first get TERM, then
     # whatever is left (shims, pods) KILL, until the cgroups are empty.
     for pass in $(seq 1 60); do

@@ -216,12 +216,8 @@ start kube-scheduler "$K8S_BIN/kube-scheduler" \
 wait_until kube-scheduler 60 curl -fsSk "https://127.0.0.1:$SCHED_PORT/healthz"
 
 sed "s/@READY_DELAY_MS@/$READY_DELAY_MS/" "$here/kwok/pod-stages.yaml.in" >"$STATE/kwok-pod-stages.yaml"
-start kwok "$KWOK_BIN" --kubeconfig "$STATE/kubeconfig" \
-    --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-    --node-lease-duration-seconds 40 --cidr 10.244.0.0/16 --node-ip 10.255.0.1 \
-    --server-address "127.0.0.1:$KWOK_PORT" \
-    --config "$here/kwok/node-stages.yaml" --config "$STATE/kwok-pod-stages.yaml"
-wait_until kwok 30 curl -fsS "http://127.0.0.1:$KWOK_PORT/healthz"
+echo "$KWOK_PORT" >"$STATE/kwok.port"
+start_kwok "$KWOK_PORT"
 
 # 3 zones x 2 nodes.
 for zone in a b c; do
