@@ -15,7 +15,7 @@ BINS := $(shell cat bins.txt)
 # a git checkout). Given to the image and static builds only: in every build it would recompile
 # the runtime crate at each commit.
 ZONE_AWARE_REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, cert_manager, crd_validation, deploy, deploy_local, federator, federator_security, federator_thanos, helm, install, monitoring, oracle, sharding, smoke, sprom, sprom_health, tenancy, thanos, thanos_rules, upgrade, zau, zau_gate, zdb).
+# E2E_SUITE=<file> runs one suite, e2e/tests/<file>.rs (alerting, cert_manager, crd_validation, deploy, deploy_local, federator, federator_security, federator_thanos, helm, install, monitoring, oracle, sharding, smoke, sprom, sprom_health, tenancy, thanos, thanos_rules, upgrade, zau, zau_gate, zdb, zone_outage).
 E2E_SUITE ?=
 # E2E_FILTER=<substring> runs only the e2e tests whose function name contains it (in every suite,
 # or in E2E_SUITE's).
@@ -28,10 +28,10 @@ E2E_SKIP ?=
 # of E2E_EXCLUSIVE install the whole project (cluster-wide webhooks and ClusterRoles, fixed
 # namespaces) or run a controller over every namespace (oracle, tenancy: it would act on the
 # other suites' resources too) or load the API server for minutes (cert_manager: a stream of
-# evictions through every renewal, which delays the timed suites beside it), and run last, each
-# alone.
+# evictions through every renewal, which delays the timed suites beside it) or take a zone of the
+# cluster down (zone_outage), and run last, each alone.
 E2E_LANES ?= 2
-E2E_EXCLUSIVE ?= oracle tenancy deploy deploy_local helm install upgrade cert_manager
+E2E_EXCLUSIVE ?= oracle tenancy deploy deploy_local helm install upgrade cert_manager zone_outage
 # E2E_IMAGE_SUITES run the project's image on the real nodes besides the exclusive ones: they wait
 # for it, which `make e2e` builds while the other suites run.
 E2E_IMAGE_SUITES ?= monitoring

@@ -31,6 +31,7 @@ pub mod mixin;
 pub mod namespace;
 pub mod nodes;
 pub mod operator;
+pub mod outage;
 pub mod perf;
 pub mod pods;
 pub mod process;

@@ -23,7 +23,7 @@ pub use validation::{
 pub mod condition {
     /// Old-revision pods remain and the controller is working through them.
     pub const PROGRESSING: &str = "Progressing";
-    /// The rollout is held: alarm in ALARM or unreadable, matching alerts firing or the alert
+    /// The rollout is held: a zone dark, alarm in ALARM or unreadable, matching alerts firing or the alert
     /// gate unreadable, `spec.paused`, a bake between zones, or a dry run.
     pub const PAUSED: &str = "Paused";
     /// Every pod runs the update revision and is Ready.
@@ -52,6 +52,8 @@ pub mod reason {
     /// The alert gate gave no clear answer (unreachable, non-2xx, timeout, unparsable, its
     /// Secret or Service unreadable): paused to be safe.
     pub const ALERT_GATE_UNAVAILABLE: &str = "AlertGateUnavailable";
+    /// A zone has no Ready node (an outage): no pod is removed until it is back.
+    pub const ZONE_DARK: &str = "ZoneDark";
     /// `spec.paused` is set.
     pub const MANUALLY_PAUSED: &str = "ManuallyPaused";
     /// A zone completed less than `spec.bakeTime` ago: the next zone waits.
@@ -63,6 +65,8 @@ pub mod reason {
 
 /// What can hold a rollout, as `status.pausedBy` names them (comma-joined, in this order).
 pub mod pause_source {
+    /// A zone has no Ready node: an outage, whichever zone is rolled.
+    pub const ZONE: &str = "Zone";
     /// `pauseRolloutAlarm` in ALARM, missing or unreadable.
     pub const ALARM: &str = "Alarm";
     /// `alertGate`: matching alerts, or no clear answer.
@@ -72,7 +76,7 @@ pub mod pause_source {
     /// `spec.bakeTime` after a completed zone.
     pub const BAKE: &str = "Bake";
     /// Every source, in the order `pausedBy` lists them.
-    pub const ORDER: [&str; 4] = [ALARM, ALERT, MANUAL, BAKE];
+    pub const ORDER: [&str; 5] = [ZONE, ALARM, ALERT, MANUAL, BAKE];
 }
 
 /// Alarm-related pause reasons (they set `pausedRollout`).
@@ -362,7 +366,7 @@ pub struct ZoneAwareUpdateStatus {
     #[serde(default, deserialize_with = "lenient::or_default")]
     pub paused_rollout: bool,
 
-    /// What holds the rollout, comma-joined in this order: Alarm, Alert, Manual, Bake; empty
+    /// What holds the rollout, comma-joined in this order: Zone, Alarm, Alert, Manual, Bake; empty
     /// when nothing does.
     #[serde(
         default,

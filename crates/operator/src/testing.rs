@@ -95,18 +95,25 @@ where
     store
 }
 
-/// A node as the node cache holds it (metadata only), in `zone` by the default zone label.
-pub fn zoned_node(
-    name: &str,
-    zone: &str,
-) -> kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node> {
-    use kube::core::PartialObjectMetaExt;
-    kube::api::ObjectMeta {
-        name: Some(name.to_owned()),
-        labels: Some([(zone_topology::ZONE_LABEL.to_owned(), zone.to_owned())].into()),
+/// A Ready node as the node cache holds it, in `zone` by the default zone label.
+pub fn zoned_node(name: &str, zone: &str) -> k8s_openapi::api::core::v1::Node {
+    use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+    Node {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some([(zone_topology::ZONE_LABEL.to_owned(), zone.to_owned())].into()),
+            ..Default::default()
+        },
+        status: Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".to_owned(),
+                status: "True".to_owned(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
         ..Default::default()
     }
-    .into_response_partial()
 }
 
 /// An answer computed from the request it answers: a status code and a JSON body.

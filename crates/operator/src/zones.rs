@@ -1,15 +1,17 @@
-//! The zone of every node, for placing pods: a metadata-only watch of nodes that keeps the zone
-//! label alone (a node object is kilobytes; its zone, a few bytes).
+//! The zone of every node, for placing pods, and the zones that are dark: a watch of nodes that
+//! keeps the zone label, the Ready condition and the unreachable taint alone (a node object is
+//! kilobytes; what is kept, a few dozen bytes).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::ready;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::core::PartialObjectMeta;
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use zone_topology::Zone;
+use zone_views::nodes::{UNREACHABLE_TAINT, dark_zones};
 
 use crate::controller::log_watch_error;
 use crate::watch::InitialList;
@@ -17,7 +19,7 @@ use crate::watch::InitialList;
 /// Read side of the node cache: which zone a pod runs in. Cheap to clone.
 #[derive(Clone)]
 pub struct NodeZones {
-    nodes: Store<PartialObjectMeta<Node>>,
+    nodes: Store<Node>,
     zone_label: String,
 }
 
@@ -31,16 +33,13 @@ impl NodeZones {
     ) -> (Self, impl Stream<Item = ()> + Send + use<>) {
         let (nodes, writer) = reflector::store();
         let label = zone_label.to_owned();
-        let stream = watcher(
-            Api::<PartialObjectMeta<Node>>::all(client.clone()),
-            initial_list.config(),
-        )
-        .modify(move |node| strip_node(node, &label))
-        .backoff(crate::backoff::WatchBackoff::default())
-        .reflect(writer)
-        .touched_objects()
-        .filter_map(|result| ready(log_watch_error("nodes", result)))
-        .map(|_| ());
+        let stream = watcher(Api::<Node>::all(client.clone()), initial_list.config())
+            .modify(move |node| strip_node(node, &label))
+            .backoff(crate::backoff::WatchBackoff::default())
+            .reflect(writer)
+            .touched_objects()
+            .filter_map(|result| ready(log_watch_error("nodes", result)))
+            .map(|_| ());
         let zones = Self {
             nodes,
             zone_label: zone_label.to_owned(),
@@ -49,7 +48,7 @@ impl NodeZones {
     }
 
     /// A cache over an existing store (tests, or a binary that fills the store itself).
-    pub fn from_store(nodes: Store<PartialObjectMeta<Node>>, zone_label: &str) -> Self {
+    pub fn from_store(nodes: Store<Node>, zone_label: &str) -> Self {
         Self {
             nodes,
             zone_label: zone_label.to_owned(),
@@ -61,8 +60,30 @@ impl NodeZones {
         self.nodes.wait_until_ready().await
     }
 
+    /// The zones that have at least one node and no Ready one, with their number of nodes.
+    pub fn dark_zones(&self) -> BTreeMap<String, usize> {
+        dark_zones(
+            self.nodes.state().iter().map(AsRef::as_ref),
+            &self.zone_label,
+        )
+    }
+
+    /// The zones coming back from an outage: some node Ready again, none for `settle` yet; with
+    /// when the first turned Ready.
+    pub fn returning_zones(
+        &self,
+        settle: std::time::Duration,
+    ) -> BTreeMap<String, k8s_openapi::jiff::Timestamp> {
+        zone_views::nodes::returning_zones(
+            self.nodes.state().iter().map(AsRef::as_ref),
+            &self.zone_label,
+            k8s_openapi::jiff::Timestamp::now(),
+            settle,
+        )
+    }
+
     /// The zones that have at least one node.
-    pub fn zones_present(&self) -> std::collections::BTreeSet<String> {
+    pub fn zones_present(&self) -> BTreeSet<String> {
         self.nodes
             .state()
             .iter()
@@ -92,14 +113,46 @@ impl NodeZones {
     }
 }
 
-/// Keeps only the zone label of a node.
-pub fn strip_node(node: &mut PartialObjectMeta<Node>, zone_label: &str) {
+/// Keeps only what the cache is read for: the zone label, the Ready condition's status and the
+/// unreachable taint.
+pub fn strip_node(node: &mut Node, zone_label: &str) {
     let meta = &mut node.metadata;
     meta.annotations = None;
     meta.managed_fields = None;
+    meta.owner_references = None;
     if let Some(labels) = meta.labels.as_mut() {
         labels.retain(|key, _| key == zone_label);
     }
+    let taints = node
+        .spec
+        .take()
+        .and_then(|spec| spec.taints)
+        .map(|mut taints| {
+            taints.retain(|t| t.key == UNREACHABLE_TAINT);
+            taints
+        })
+        .filter(|taints| !taints.is_empty());
+    node.spec = taints.map(|taints| NodeSpec {
+        taints: Some(taints),
+        ..NodeSpec::default()
+    });
+    let conditions =
+        node.status
+            .take()
+            .and_then(|status| status.conditions)
+            .map(|mut conditions| {
+                conditions.retain(|c| c.type_ == "Ready");
+                for c in &mut conditions {
+                    c.message = None;
+                    c.reason = None;
+                    c.last_heartbeat_time = None;
+                }
+                conditions
+            });
+    node.status = conditions.map(|conditions| NodeStatus {
+        conditions: Some(conditions),
+        ..NodeStatus::default()
+    });
 }
 
 #[cfg(test)]
@@ -109,10 +162,21 @@ mod tests {
     use kube::runtime::watcher::Event;
     use serde_json::json;
 
-    fn node(name: &str, labels: serde_json::Value) -> PartialObjectMeta<Node> {
+    fn node(name: &str, labels: serde_json::Value, ready: &str) -> Node {
         serde_json::from_value(json!({
-            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-            "metadata": {"name": name, "labels": labels, "annotations": {"big": "x"}}
+            "metadata": {"name": name, "labels": labels, "annotations": {"big": "x"}},
+            "spec": {"podCIDR": "10.0.0.0/24", "taints": [
+                {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+                {"key": "dedicated", "effect": "NoSchedule"},
+            ]},
+            "status": {
+                "conditions": [
+                    {"type": "MemoryPressure", "status": "False"},
+                    {"type": "Ready", "status": ready, "message": "kubelet stopped posting",
+                     "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                ],
+                "images": [{"names": ["a-big-image"], "sizeBytes": 1}],
+            },
         }))
         .unwrap()
     }
@@ -128,12 +192,22 @@ mod tests {
     fn pods_get_the_zone_of_their_node() {
         let label = "topology.kubernetes.io/zone";
         let (store, mut writer) = reflector::store();
-        let mut a = node("node-a", json!({label: "zone-a", "other": "x"}));
+        let mut a = node("node-a", json!({label: "zone-a", "other": "x"}), "True");
         strip_node(&mut a, label);
         assert_eq!(a.metadata.labels.as_ref().unwrap().len(), 1);
         assert!(a.metadata.annotations.is_none());
+        let kept = serde_json::to_value(&a).unwrap();
+        assert_eq!(
+            (&kept["spec"], &kept["status"]),
+            (
+                &json!({"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}]}),
+                &json!({"conditions": [{"type": "Ready", "status": "True",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+            ),
+            "the Ready condition and the unreachable taint alone"
+        );
         writer.apply_watcher_event(&Event::Apply(a));
-        writer.apply_watcher_event(&Event::Apply(node("node-x", json!({}))));
+        writer.apply_watcher_event(&Event::Apply(node("node-x", json!({}), "True")));
         let zones = NodeZones::from_store(store, label);
         assert_eq!(
             zones.zone_of(&pod_on(Some("node-a"))),
@@ -146,6 +220,11 @@ mod tests {
             zones.zones_present(),
             std::collections::BTreeSet::from(["zone-a".to_string()]),
             "a node without the label adds no zone"
+        );
+        assert_eq!(
+            zones.dark_zones(),
+            BTreeMap::from([("zone-a".to_string(), 1)]),
+            "its only node is tainted unreachable"
         );
     }
 }

@@ -154,10 +154,10 @@ async fn synced_waits_for_every_cache_and_dropping_the_driver_stops_them() {
         .always(
             200,
             json!({
-                "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                "apiVersion": "v1", "kind": "NodeList",
                 "metadata": {"resourceVersion": "20"},
                 "items": [{
-                    "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                    "apiVersion": "v1", "kind": "Node",
                     "metadata": {"name": "node-a", "labels": {ZONE_LABEL: "zone-a"}},
                 }],
             }),

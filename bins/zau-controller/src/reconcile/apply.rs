@@ -13,7 +13,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use zone_api::ZoneAwareUpdateStatus;
 use zone_api::conditions::Conditions;
-use zone_api::zau::{StatefulSetProgress, condition, reason};
+use zone_api::zau::{StatefulSetProgress, condition, pause_source, reason};
 use zone_operator::status::{self, StatusError};
 use zone_topology::rollout::{Batch, Plan, RolloutPod, WaitReason};
 
@@ -121,6 +121,14 @@ impl Step<'_> {
         );
         let holds = self.holds(observed, zones, true, bake).await;
         if pause::record(&self.zau.spec, self.previous, &holds, true, draft) {
+            if holds.iter().any(|h| h.source == pause_source::ZONE) {
+                // The planner turns to the dark zone's pods (down, and old): not a zone the
+                // rollout has started. It goes on where it was once the zone is back.
+                draft
+                    .status
+                    .current_zone
+                    .clone_from(&self.previous.current_zone);
+            }
             tracing::info!(zau = %self.zau.name_any(), paused_by = %draft.status.paused_by, "rollout paused");
             let wait = bake_left.map_or(self.poll_interval(observed), |left| {
                 // Just past the bake's end (the status stores it to the second).

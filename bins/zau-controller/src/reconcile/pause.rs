@@ -1,5 +1,7 @@
 //! **pause**: what holds a rollout, in the order `status.pausedBy` lists them:
 //!
+//! - **Zone**: a zone has nodes and none of them is Ready (an outage): nothing is removed, in
+//!   any zone, until it is back (docs/outages.md);
 //! - **Alarm**: `pauseRolloutAlarm` in ALARM, missing, or unreadable;
 //! - **Alert**: alerts matching `alertGate.matchers` fire (in scope), or the gate gives no clear
 //!   answer;
@@ -9,7 +11,7 @@
 //! `ignoreAlarm` silences the alarm and the gate (neither is asked). The sources are asked
 //! here; what they mean for the status, the events and the requeue is pure ([`record`], [`bake`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -40,7 +42,8 @@ pub struct Hold {
 }
 
 /// Every reason of the Paused condition that a source sets (not the dry run's).
-const PAUSE_REASONS: [&str; 7] = [
+const PAUSE_REASONS: [&str; 8] = [
+    reason::ZONE_DARK,
     ALARM_REASONS[0],
     ALARM_REASONS[1],
     ALARM_REASONS[2],
@@ -49,6 +52,42 @@ const PAUSE_REASONS: [&str; 7] = [
     reason::MANUALLY_PAUSED,
     reason::BAKING,
 ];
+
+/// How long a zone back from an outage still holds rollouts: its pods report Ready again within
+/// seconds of their kubelet; until then the planner would take them for pods down and replace
+/// them, a removal the outage did not need.
+pub const ZONE_SETTLE: Duration = Duration::from_secs(60);
+
+/// What dark and returning zones mean (pure). `dark` maps each zone without a Ready node to its
+/// number of nodes: its pods cannot go (their kubelet is gone, an eviction leaves them
+/// terminating for as long as the outage lasts), and a pod of another zone removed now would be
+/// a second zone down. `returning` maps each zone back for less than [`ZONE_SETTLE`] to when.
+pub fn zone_hold(
+    dark: &BTreeMap<String, usize>,
+    returning: &BTreeMap<String, Timestamp>,
+) -> Option<Hold> {
+    let mut parts = Vec::new();
+    if !dark.is_empty() {
+        parts.push(format!(
+            "zone {} dark: no pod is removed, in any zone, until {} back",
+            zone_views::nodes::describe_dark(dark),
+            if dark.len() == 1 { "it is" } else { "they are" },
+        ));
+    }
+    for (zone, since) in returning {
+        let until = since
+            .checked_add(SignedDuration::try_from(ZONE_SETTLE).unwrap_or(SignedDuration::ZERO))
+            .unwrap_or(*since);
+        parts.push(format!(
+            "zone {zone} is back since {since}: its pods report Ready again until {until}"
+        ));
+    }
+    (!parts.is_empty()).then(|| Hold {
+        source: pause_source::ZONE,
+        reason: reason::ZONE_DARK,
+        message: parts.join("; "),
+    })
+}
 
 /// What the alarm's state means (pure).
 pub fn alarm_hold(alarm: &str, state: &AlarmState) -> Option<Hold> {
@@ -219,7 +258,7 @@ pub fn record(
         let text = format!("paused by {}: {message}", sources.join(", "));
         let alarming = sources
             .iter()
-            .any(|s| *s == pause_source::ALARM || *s == pause_source::ALERT);
+            .any(|s| [pause_source::ZONE, pause_source::ALARM, pause_source::ALERT].contains(s));
         if alarming {
             draft.events.warning("RolloutPaused", "Pause", text);
         } else {
@@ -312,6 +351,11 @@ impl Step<'_> {
         bake: Option<Hold>,
     ) -> Vec<Hold> {
         let mut holds = Vec::new();
+        let nodes = &self.ctx.caches.zones;
+        holds.extend(zone_hold(
+            &nodes.dark_zones(),
+            &nodes.returning_zones(ZONE_SETTLE),
+        ));
         holds.extend(self.alarm_hold(batch_due).await);
         holds.extend(self.gate_hold(observed, zones).await);
         holds.extend(manual_hold(observed.valid.paused));

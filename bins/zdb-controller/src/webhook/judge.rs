@@ -251,7 +251,6 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use k8s_openapi::api::core::v1::Node;
-    use kube::core::PartialObjectMeta;
     use kube::runtime::reflector;
     use std::time::Instant;
 
@@ -270,7 +269,7 @@ mod tests {
         let config = kube::Config::new(format!("http://{address}").parse().unwrap());
         let client = Client::try_from(config).unwrap();
         let (zdbs, _zdb_writer) = reflector::store::<ZoneDisruptionBudget>();
-        let (nodes, _node_writer) = reflector::store::<PartialObjectMeta<Node>>();
+        let (nodes, _node_writer) = reflector::store::<Node>();
         let judge = Arc::new(Judge {
             client: client.clone(),
             zdbs,
@@ -385,18 +384,11 @@ mod tests {
         client: Client,
         budget: &ZoneDisruptionBudget,
     ) -> (Arc<Judge>, reflector::store::Writer<ZoneDisruptionBudget>) {
-        use kube::api::ObjectMeta;
-        use kube::core::PartialObjectMetaExt;
         use kube::runtime::watcher;
         let (zdbs, mut zdb_writer) = reflector::store::<ZoneDisruptionBudget>();
         zdb_writer.apply_watcher_event(&watcher::Event::Apply(budget.clone()));
-        let (nodes, mut node_writer) = reflector::store::<PartialObjectMeta<Node>>();
-        let node = ObjectMeta {
-            name: Some("node-b".into()),
-            labels: Some([(zone_topology::ZONE_LABEL.to_string(), "zone-b".to_string())].into()),
-            ..ObjectMeta::default()
-        }
-        .into_response_partial::<Node>();
+        let (nodes, mut node_writer) = reflector::store::<Node>();
+        let node = zone_operator::testing::zoned_node("node-b", "zone-b");
         node_writer.apply_watcher_event(&watcher::Event::Apply(node));
         let judge = Arc::new(Judge {
             client: client.clone(),

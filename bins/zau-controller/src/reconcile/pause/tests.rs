@@ -228,6 +228,43 @@ fn sources_combine_in_order_with_one_event_per_change() {
     );
 }
 
+/// A dark zone holds every batch, first among the sources, with a Warning; a zone just back
+/// holds until its pods had time to report Ready; nothing holds afterwards.
+#[test]
+fn a_dark_or_returning_zone_holds_the_rollout_first() {
+    let spec = spec(json!({}));
+    let dark = BTreeMap::from([("zone-b".to_string(), 3)]);
+    let zone = zone_hold(&dark, &BTreeMap::new()).unwrap();
+    assert_eq!(
+        zone.message,
+        "zone zone-b (3 nodes, none Ready) dark: no pod is removed, in any zone, until it is back"
+    );
+    let manual = manual_hold(true).unwrap();
+    let (is_paused, draft) = recorded(&spec, &ZoneAwareUpdateStatus::default(), &[manual, zone]);
+    assert!(is_paused);
+    assert_eq!(draft.status.paused_by, "Zone,Manual");
+    assert_eq!(
+        draft.status.true_reason(condition::PAUSED),
+        Some(reason::ZONE_DARK)
+    );
+    assert!(draft.events.events()[0].warning);
+
+    let back: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+    let returning = BTreeMap::from([("zone-b".to_string(), back)]);
+    let settling = zone_hold(&BTreeMap::new(), &returning).unwrap();
+    assert_eq!(
+        settling.message,
+        "zone zone-b is back since 2026-01-01T00:00:00Z: its pods report Ready again until 2026-01-01T00:01:00Z"
+    );
+    assert_eq!(zone_hold(&BTreeMap::new(), &BTreeMap::new()), None);
+    let (_, resumed) = recorded(&spec, &draft.status, &[]);
+    assert_eq!(event_reasons(&resumed), ["RolloutResumed"]);
+    assert_eq!(
+        resumed.events.events()[0].note,
+        "the rollout resumes: no longer paused by Zone, Manual"
+    );
+}
+
 /// A dry run's Paused condition is left to the dry run (it is not a pause source).
 #[test]
 fn a_dry_run_pause_is_not_overwritten() {

@@ -1,0 +1,395 @@
+//! A whole zone going dark on the local zonal cluster (`e2e/cluster/outage.sh`: zone-b's real node
+//! frozen and cut off, its kwok nodes unmanaged), held for minutes, then back: what the
+//! ZoneDisruptionBudget and the ZoneAwareUpdate do meanwhile and after, side by side with a native
+//! PodDisruptionBudget of the same spec. The node lifecycle controller is the real one: the
+//! nodes turn NotReady after its grace period and their pods not Ready, as on any cluster.
+//! The suite takes a zone of the shared cluster away, so it runs alone (`E2E_EXCLUSIVE`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use e2e::localstack::{aws_env, free_port};
+use e2e::outage::ZoneOutage;
+use e2e::process::{ControllerProcess, namespace_args};
+use e2e::webhook::EvictionWebhook;
+use e2e::workload::{self, spread_statefulset, to_statefulset, zone_aware_update};
+use e2e::{Cluster, TestNamespace, audit, fixture, nodes, pods, wait_for};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus, ZoneDisruptionBudget};
+
+const DARK: &str = "zone-b";
+/// Pods of each StatefulSet: two per zone.
+const REPLICAS: usize = 6;
+const TIMEOUT: Duration = Duration::from_secs(180);
+/// How long the rollout is watched holding still once it has paused for the dark zone.
+const HELD: Duration = Duration::from_secs(30);
+
+fn image(version: u32) -> String {
+    format!("registry.invalid/web:{version}")
+}
+
+/// The StatefulSet `name`: 6 pods spread over the 3 zones' kwok nodes, `strategy`.
+async fn statefulset(sets: &Api<StatefulSet>, name: &str, strategy: &str) {
+    let mut manifest = spread_statefulset(name, REPLICAS, &image(1));
+    manifest["spec"]["updateStrategy"] = json!({"type": strategy});
+    manifest["spec"]["template"]["spec"]["nodeSelector"] = json!({"type": "kwok"});
+    sets.create(&PostParams::default(), &to_statefulset(manifest))
+        .await
+        .unwrap();
+}
+
+/// The budgets compared: a ZoneDisruptionBudget over `zweb`, a PodDisruptionBudget of the same
+/// spec over `pweb` (identical pods).
+fn budget_spec(app: &str) -> Value {
+    json!({
+        "selector": {"matchLabels": {"app": app}},
+        "maxUnavailable": 1,
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    })
+}
+
+struct Outage {
+    cluster: Cluster,
+    ns: TestNamespace,
+    pods: Api<Pod>,
+    sets: Api<StatefulSet>,
+    zaus: Api<ZoneAwareUpdate>,
+    zdbs: Api<ZoneDisruptionBudget>,
+}
+
+/// One row of the table the suite prints.
+struct Row {
+    component: &'static str,
+    detected: Option<Duration>,
+    action: String,
+    recovered: Option<Duration>,
+    wrong: usize,
+}
+
+fn since(from: Timestamp, to: Timestamp) -> Duration {
+    Duration::try_from(to.duration_since(from)).unwrap_or_default()
+}
+
+fn seconds(d: Option<Duration>) -> String {
+    d.map_or("-".to_string(), |d| format!("{:.1} s", d.as_secs_f64()))
+}
+
+impl Outage {
+    async fn new() -> Outage {
+        let cluster = Cluster::get();
+        let ns = TestNamespace::create(&cluster, "zone-outage").await;
+        Outage {
+            pods: ns.api(),
+            sets: ns.api(),
+            zaus: ns.api(),
+            zdbs: ns.api(),
+            cluster,
+            ns,
+        }
+    }
+
+    fn removals(&self, since: Timestamp) -> Vec<String> {
+        audit::removals(&fixture::audit(&self.cluster, &self.ns), &self.ns.name)
+            .filter(|e| e.sent_by("zau-controller") && e.succeeded())
+            .filter(|e| e.stage_timestamp.parse::<Timestamp>().unwrap() >= since)
+            .map(|e| e.object_name().to_string())
+            .collect()
+    }
+
+    async fn zau_status(
+        &self,
+        what: &str,
+        check: impl Fn(&ZoneAwareUpdateStatus) -> bool,
+    ) -> Timestamp {
+        fixture::wait_status(&self.zaus, "web", what, TIMEOUT, |_, s| check(s)).await;
+        Timestamp::now()
+    }
+
+    async fn wait_disrupted(&self, want: &[&str]) -> Timestamp {
+        fixture::wait_status(
+            &self.zdbs,
+            "zweb",
+            &format!("the ZoneDisruptionBudget to see {want:?} disrupted"),
+            TIMEOUT,
+            |_, s| s.disrupted_zones == want,
+        )
+        .await;
+        Timestamp::now()
+    }
+
+    async fn pause(&self, paused: bool) {
+        self.zaus
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"paused": paused}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Pod name -> zone, for the pods of `app`.
+    async fn zones_of(&self, app: &str) -> BTreeMap<String, String> {
+        nodes::pod_zones(&self.pods, &format!("app={app}")).await
+    }
+
+    /// Dry-run evictions of a pod of `app` in each zone: (zone, allowed or the refusal's code).
+    async fn evictions(&self, app: &str) -> Answers {
+        let mut answers = BTreeMap::new();
+        for (pod, zone) in self.zones_of(app).await {
+            if answers.contains_key(&zone) {
+                continue;
+            }
+            let answer = pods::evict(&self.pods, &pod, true).await.map_err(|e| e.0);
+            answers.insert(zone, answer);
+        }
+        answers
+    }
+}
+
+/// The budgets, the rollout's controller and its ZoneAwareUpdate, a rollout started and
+/// paused by hand mid-way (its first removal done, zone-b's pods still old).
+async fn set_up(
+    fx: &Outage,
+) -> (
+    Timestamp,
+    ControllerProcess,
+    ControllerProcess,
+    EvictionWebhook,
+) {
+    for (name, strategy) in [
+        ("web", "OnDelete"),
+        ("zweb", "RollingUpdate"),
+        ("pweb", "RollingUpdate"),
+    ] {
+        statefulset(&fx.sets, name, strategy).await;
+    }
+    for app in ["web", "zweb", "pweb"] {
+        pods::wait_available(&fx.pods, &format!("app={app}"), REPLICAS, TIMEOUT).await;
+    }
+    let webhook = EvictionWebhook::create(&fx.cluster, &fx.ns, free_port()).await;
+    let zdb = webhook.controller(&fx.ns);
+    webhook.wait_ca_bundle(&fx.ns).await;
+    fx.zdbs
+        .create(
+            &PostParams::default(),
+            &workload::zone_disruption_budget("zweb", budget_spec("zweb")),
+        )
+        .await
+        .unwrap();
+    let pdbs: Api<PodDisruptionBudget> = fx.ns.api();
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "pweb"}, "spec": budget_spec("pweb"),
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    fx.wait_disrupted(&[]).await;
+
+    let spec = json!({"statefulset": "web", "maxUnavailable": 1, "exponentialFactor": "1"});
+    fx.zaus
+        .create(&PostParams::default(), &zone_aware_update("web", spec))
+        .await
+        .unwrap();
+    let mut args = namespace_args(&fx.ns.name, false);
+    let listen = format!("127.0.0.1:{}", free_port());
+    args.extend([
+        "--alarm-poll-interval".into(),
+        "1s".into(),
+        "--listen-address".into(),
+        listen,
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let zau = ControllerProcess::start(
+        "zau-controller",
+        &args,
+        &aws_env(&fx.cluster.aws_endpoint()),
+    );
+    fx.zau_status("the rollout's controller to observe", |s| {
+        s.observed_generation == Some(1)
+    })
+    .await;
+    let start = Timestamp::now();
+    workload::set_image(&fx.sets, "web", &image(2), Duration::from_secs(30)).await;
+    wait_for("the rollout's first removal", TIMEOUT, || async {
+        let n = fx.removals(start).len();
+        if n >= 1 { Ok(()) } else { Err(format!("{n}")) }
+    })
+    .await;
+    fx.pause(true).await;
+    fx.zau_status("the rollout paused by hand", |s| s.paused_by == "Manual")
+        .await;
+    (start, zau, zdb, webhook)
+}
+
+/// zone-b goes dark and comes back: the budgets and the rollout, timed, and what each did wrong.
+#[tokio::test]
+#[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
+async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
+    let fx = Outage::new().await;
+    let client = fx.cluster.client().await;
+    let (rollout_start, _zau, _zdb, _webhook) = set_up(&fx).await;
+    let removed_before = fx.removals(rollout_start).len();
+
+    let mut outage = ZoneOutage::start(DARK);
+    let dark = outage.wait_detected(&client).await;
+    let zdb_detected = fx.wait_disrupted(&[DARK]).await;
+    let zau_detected = fx
+        .zau_status("the rollout paused for the dark zone", |s| {
+            s.paused_by == "Zone,Manual"
+        })
+        .await;
+    // Unpaused by hand: the dark zone alone holds it now.
+    fx.pause(false).await;
+    fx.zau_status("the rollout paused by the zone alone", |s| {
+        s.paused_by == "Zone"
+    })
+    .await;
+    let during = during_the_outage(&fx).await;
+
+    let ended = outage.end();
+    let back = outage.wait_recovered(&client).await;
+    let zdb_clear = fx.wait_disrupted(&[]).await;
+    let resumed = fx
+        .zau_status("the rollout resumed and complete", |s| {
+            s.paused_by.is_empty() && s.total_old_replicas == 0
+        })
+        .await;
+    pods::wait_all_available(&fx.pods, "app=web", REPLICAS, None, TIMEOUT).await;
+    let removed_during = fx.removals(outage.started).len() - fx.removals(ended).len();
+    let removed_total = fx.removals(rollout_start).len();
+    let first_after: Option<Timestamp> =
+        audit::removals(&fixture::audit(&fx.cluster, &fx.ns), &fx.ns.name)
+            .filter(|e| e.sent_by("zau-controller") && e.succeeded())
+            .map(|e| e.stage_timestamp.parse::<Timestamp>().unwrap())
+            .find(|at| *at >= ended);
+
+    let rows = [
+        Row {
+            component: "nodes (node lifecycle controller)",
+            detected: Some(since(outage.started, dark)),
+            action: format!("{DARK}'s nodes NotReady"),
+            recovered: Some(since(ended, back)),
+            wrong: 0,
+        },
+        Row {
+            component: "ZoneDisruptionBudget",
+            detected: Some(since(outage.started, zdb_detected)),
+            action: format!("{DARK} disrupted: other zones' evictions refused, {DARK}'s allowed"),
+            recovered: Some(since(ended, zdb_clear)),
+            wrong: during.wrongly_allowed,
+        },
+        Row {
+            component: "PodDisruptionBudget (same spec)",
+            detected: None,
+            action: "every healthy pod's eviction refused, not Ready pods' allowed".into(),
+            recovered: None,
+            wrong: during.pdb_differs,
+        },
+        Row {
+            component: "ZoneAwareUpdate",
+            detected: Some(since(outage.started, zau_detected)),
+            action: format!(
+                "paused (Zone), resumed {}",
+                seconds(first_after.map(|a| since(ended, a)))
+            ),
+            recovered: Some(since(ended, resumed)),
+            wrong: removed_during + removed_total.saturating_sub(REPLICAS),
+        },
+    ];
+    println!(
+        "{:<36} {:>10} {:>10} {:>6}  action",
+        "component", "detection", "recovery", "wrong"
+    );
+    for row in &rows {
+        println!(
+            "{:<36} {:>10} {:>10} {:>6}  {}",
+            row.component,
+            seconds(row.detected),
+            seconds(row.recovered),
+            row.wrong,
+            row.action
+        );
+    }
+    assert_eq!(during.wrongly_allowed, 0, "{:?}", during.answers);
+    assert_eq!(during.pdb_differs, 0, "{:?}", during.answers);
+    assert_eq!(
+        removed_during, 0,
+        "the rollout removed pods while {DARK} was dark"
+    );
+    assert_eq!(
+        removed_total, REPLICAS,
+        "each pod removed once, no extra removal after the outage ({removed_before} before it)"
+    );
+    assert!(
+        first_after.is_some(),
+        "the rollout went on after the outage"
+    );
+}
+
+/// Zone -> a dry-run eviction's answer there: allowed, or the refusal's HTTP code.
+type Answers = BTreeMap<String, Result<(), u16>>;
+
+/// What the outage's evictions were answered, and what was wrong in them.
+struct During {
+    answers: Vec<(String, Answers)>,
+    /// Evictions of Ready pods of the surviving zones the ZoneDisruptionBudget allowed.
+    wrongly_allowed: usize,
+    /// Zones where the PodDisruptionBudget answered otherwise.
+    pdb_differs: usize,
+}
+
+/// While zone-b is dark: once its pods are not Ready, dry-run evictions of a pod of each zone,
+/// under both budgets; then the rollout is watched holding still.
+async fn during_the_outage(fx: &Outage) -> During {
+    wait_for("zone-b's pods not Ready", TIMEOUT, || async {
+        let zones = fx.zones_of("zweb").await;
+        let listed = pods::list(&fx.pods, "app in (zweb,pweb)").await;
+        let ready: Vec<_> = listed
+            .iter()
+            .filter(|p| pods::is_ready(p))
+            .filter(|p| {
+                p.metadata
+                    .name
+                    .as_ref()
+                    .and_then(|n| zones.get(n))
+                    .is_some_and(|z| z == DARK)
+            })
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        if ready.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("still Ready: {ready:?}"))
+        }
+    })
+    .await;
+    let zdb = fx.evictions("zweb").await;
+    let pdb = fx.evictions("pweb").await;
+    let wrongly_allowed = zdb
+        .iter()
+        .filter(|(zone, answer)| zone.as_str() != DARK && answer.is_ok())
+        .count();
+    let expected = |zone: &str| if zone == DARK { Ok(()) } else { Err(429) };
+    let zdb_wrong = zdb.iter().filter(|(z, a)| **a != expected(z)).count();
+    let pdb_differs = pdb.iter().filter(|(z, a)| zdb.get(*z) != Some(*a)).count();
+    // Not a synchronisation: the window over which nothing may be removed.
+    let paused_at = Timestamp::now();
+    tokio::time::sleep(HELD).await;
+    assert!(
+        fx.removals(paused_at).is_empty(),
+        "removals while {DARK} was dark"
+    );
+    assert_eq!(zdb_wrong, 0, "ZoneDisruptionBudget answers {zdb:?}");
+    During {
+        answers: vec![("zdb".into(), zdb), ("pdb".into(), pdb)],
+        wrongly_allowed,
+        pdb_differs,
+    }
+}
