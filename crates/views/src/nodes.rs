@@ -60,7 +60,8 @@ pub fn dark_zones<'a>(
 }
 
 /// The zones coming back from an outage: some node Ready again, none Ready for `settle` yet
-/// (its Ready condition's last transition), with when the first turned Ready. A zone returns
+/// (its Ready condition's last transition; a node Ready within `settle` of its creation is new,
+/// not returning), with when the first turned Ready. A zone returns
 /// node by node (a kubelet thawed here, another there) and its pods report Ready within
 /// seconds of theirs; a zone where some node has been Ready for long is not returning, whatever
 /// its other nodes do (one broken or new node is no outage).
@@ -87,13 +88,24 @@ pub fn returning_zones<'a>(
         let since = ready_condition(node)
             .and_then(|c| c.last_transition_time.as_ref())
             .map(|t| t.0);
+        // A node Ready within `settle` of its creation is a new node, not one coming back.
+        let new = node
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .zip(since)
+            .is_some_and(|(created, since)| {
+                Duration::try_from(since.duration_since(created.0)).is_ok_and(|d| d < settle)
+            });
         match since {
             Some(since)
-                if Duration::try_from(now.duration_since(since)).is_ok_and(|age| age < settle) =>
+                if !new
+                    && Duration::try_from(now.duration_since(since))
+                        .is_ok_and(|age| age < settle) =>
             {
                 entry.0 = Some(entry.0.map_or(since, |first| first.min(since)));
             }
-            // Ready for long, or since an unknown time.
+            // Ready for long, since an unknown time, or new.
             _ => entry.1 = true,
         }
     }
@@ -140,7 +152,8 @@ mod tests {
             json!([])
         };
         serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": labels},
+            "metadata": {"name": name, "labels": labels,
+                "creationTimestamp": if name.starts_with("new") { since } else { "2025-01-01T00:00:00Z" }},
             "spec": {"taints": taints},
             "status": {"conditions": [
                 {"type": "Ready", "status": ready, "lastTransitionTime": since},
@@ -198,6 +211,14 @@ mod tests {
             ),
             // zone-d: back 2 minutes ago.
             node_since("d-1", Some("zone-d"), "True", false, "2026-01-01T00:58:00Z"),
+            // zone-f: a new zone's first node, Ready 5 s ago.
+            node_since(
+                "new-f-1",
+                Some("zone-f"),
+                "True",
+                false,
+                "2026-01-01T00:59:55Z",
+            ),
             // zone-e: a broken node beside one Ready for long.
             node_since("e-1", Some("zone-e"), "True", false, "2026-01-01T00:00:00Z"),
             node_since(
