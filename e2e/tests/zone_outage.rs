@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use e2e::kubectl_zone;
 use e2e::localstack::{aws_env, free_port};
 use e2e::outage::ZoneOutage;
 use e2e::process::{ControllerProcess, namespace_args};
@@ -135,6 +136,69 @@ impl Outage {
             .unwrap();
     }
 
+    /// `kubectl zone drill zone-b` before the outage: (kind, name) -> predicted effect.
+    fn drill(&self) -> BTreeMap<(String, String), String> {
+        let answer = kubectl_zone::run(
+            &self.cluster,
+            &self.cluster.kubeconfig,
+            &["drill", DARK, "-n", &self.ns.name, "-o", "json"],
+        );
+        assert_eq!(answer.code, 0, "{}", answer.stderr);
+        let drill = answer.json();
+        assert_eq!(drill["darkNow"], json!(false), "{drill}");
+        drill["predictions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let key = (
+                    p["kind"].as_str().unwrap().to_string(),
+                    p["name"].as_str().unwrap().to_string(),
+                );
+                (key, p["effect"].as_str().unwrap().to_string())
+            })
+            .collect()
+    }
+
+    /// What the outage did, in the drill's words: the budget's zone disrupted, the rollout
+    /// paused by the zone.
+    async fn happened(&self) -> BTreeMap<(String, String), String> {
+        let zdb = self
+            .zdbs
+            .get("zweb")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        let zau = self
+            .zaus
+            .get("web")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        let zdb_effect = if zdb.disrupted_zones.iter().any(|z| z == DARK) {
+            "Disrupted"
+        } else {
+            "Unaffected"
+        };
+        let zau_effect = if zau.paused_by.split(',').any(|s| s == "Zone") {
+            "Paused"
+        } else {
+            "Idle"
+        };
+        BTreeMap::from([
+            (
+                ("ZoneDisruptionBudget".to_string(), "zweb".to_string()),
+                zdb_effect.to_string(),
+            ),
+            (
+                ("ZoneAwareUpdate".to_string(), "web".to_string()),
+                zau_effect.to_string(),
+            ),
+        ])
+    }
+
     /// Pod name -> zone, for the pods of `app`.
     async fn zones_of(&self, app: &str) -> BTreeMap<String, String> {
         nodes::pod_zones(&self.pods, &format!("app={app}")).await
@@ -236,6 +300,7 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
     let client = fx.cluster.client().await;
     let (rollout_start, _zau, _zdb, _webhook) = set_up(&fx).await;
     let removed_before = fx.removals(rollout_start).len();
+    let predicted = fx.drill();
 
     let mut outage = ZoneOutage::start(DARK);
     let dark = outage.wait_detected(&client).await;
@@ -245,6 +310,17 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
             s.paused_by == "Zone,Manual"
         })
         .await;
+    let happened = fx.happened().await;
+    for (object, effect) in &predicted {
+        println!(
+            "drill: {object:?} predicted {effect}, happened {:?}",
+            happened.get(object)
+        );
+    }
+    assert_eq!(
+        predicted, happened,
+        "kubectl zone drill {DARK}'s prediction"
+    );
     // Unpaused by hand: the dark zone alone holds it now.
     fx.pause(false).await;
     fx.zau_status("the rollout paused by the zone alone", |s| {

@@ -70,7 +70,10 @@ mod tests {
 
     #[test]
     fn subcommands_and_flags_complete_as_kubectl_asks() {
-        assert_eq!(complete::<Cli>(&words("")), "rollout\nbudget\nshards\n:4\n");
+        assert_eq!(
+            complete::<Cli>(&words("")),
+            "rollout\nbudget\nshards\ndrill\n:4\n"
+        );
         assert_eq!(complete::<Cli>(&words("ro")), "rollout\n:4\n");
         assert_eq!(complete::<Cli>(&words("rollout ")), "plan\n:4\n");
         let flags = complete::<Cli>(&words("rollout plan web --"));

@@ -9,6 +9,8 @@
 //!   evictions with the webhook's own code.
 //! - `kubectl zone shards <sprom> [--to N]`: a ShardedPrometheus's shards, the targets each
 //!   scrapes, its retained shards; with `--to N`, the targets a resize would move and where.
+//! - `kubectl zone drill <zone>`: what each controller would do if the zone went dark now, and
+//!   each zone's health across the kinds (docs/outages.md).
 //!
 //! Exit status: 0 when the command answered, 1 when it could not (a one-line reason on stderr),
 //! 3 when `budget --drain` predicts a refused eviction.
@@ -17,6 +19,7 @@
 mod budget;
 mod cluster;
 mod complete;
+mod drill;
 mod output;
 mod rollout;
 mod shards;
@@ -85,6 +88,16 @@ enum Command {
         to: Option<u32>,
 
         /// The node label holding a node's zone (the shard-controller's --zone-label).
+        #[arg(long, default_value = zone_topology::zone::ZONE_LABEL)]
+        zone_label: String,
+    },
+    /// What each controller would do if ZONE went dark now: the namespace's budgets, rollouts
+    /// and shards, and each zone's health (nothing is written).
+    Drill {
+        /// The zone.
+        zone: String,
+
+        /// The node label holding a node's zone (the controllers' --zone-label).
         #[arg(long, default_value = zone_topology::zone::ZONE_LABEL)]
         zone_label: String,
     },
@@ -187,6 +200,11 @@ async fn run(cli: Cli) -> Result<ExitCode, cluster::Error> {
         } => {
             let report = shards::report(&client, &namespace, &name, to, &zone_label).await?;
             print!("{}", cli.output.render(&report, shards::table)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Drill { zone, zone_label } => {
+            let drill = drill::drill(&client, &namespace, &zone, &zone_label).await?;
+            print!("{}", cli.output.render(&drill, drill::table)?);
             Ok(ExitCode::SUCCESS)
         }
     }
