@@ -197,6 +197,26 @@ local alert(c, name, expr, forDuration, severity, summary, description) = {
         ],
       },
       {
+        name: 'zone-aware-zones',
+        rules: [
+          alert(
+            c,
+            'ZoneAwareZoneDark',
+            // Each controller with a node cache serves the counts: max by zone is one series per
+            // zone, so the alert fires once per zone whatever the replicas.
+            |||
+              max by (zone) (zone_aware_zone_nodes{%(electedSelector)s, ready="true"}) == 0
+              and
+              max by (zone) (zone_aware_zone_nodes{%(electedSelector)s, ready="false"}) > 0
+            ||| % c,
+            c.zoneDarkFor,
+            'critical',
+            'Zone {{ $labels.zone }} is dark: it has nodes and none is Ready.',
+            'Every node of zone {{ $labels.zone }} has been NotReady or unreachable for %(zoneDarkFor)s: a zone outage. ZoneAwareUpdates remove no pod in any zone until it is back, ZoneDisruptionBudgets count the zone disrupted and refuse evictions of Ready pods elsewhere, and its shards are down (docs/outages.md).' % c,
+          ),
+        ],
+      },
+      {
         name: 'zone-aware-rollouts',
         rules: [
           alert(

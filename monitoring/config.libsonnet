@@ -48,6 +48,9 @@
     // A rollout with old pods left and no progress for this long, while not paused.
     zauStuckSeconds: 3600,
     // A rollout held by an alarm, an alert or by hand (not a bake) for this long.
+    // A zone with nodes and none Ready (docs/outages.md): the node lifecycle controller has
+    // already waited its grace period (50 s) before marking them.
+    zoneDarkFor: '1m',
     zauPausedTooLongFor: '1h',
     // A zone of a ZoneDisruptionBudget with unavailable pods for this long.
     zdbDisruptedTooLongFor: '1h',

@@ -234,6 +234,21 @@ local tests = [
     ['50m', 'ZoneAwareRolloutPausedTooLong', []],
     ['70m', 'ZoneAwareRolloutPausedTooLong', [firing('ZoneAwareRolloutPausedTooLong', { namespace: 'apps', name: 'web', source: 'Alarm' })]],
   ]),
+  test('zone-b dark, seen by two controllers', [
+    ['zone_aware_zone_nodes{%s, pod="zau-0", zone="zone-b", ready="true"}' % zau, '3 3 0x10'],
+    ['zone_aware_zone_nodes{%s, pod="zau-0", zone="zone-b", ready="false"}' % zau, '0 0 3x10'],
+    ['zone_aware_zone_nodes{%s, pod="zdb-0", zone="zone-b", ready="true"}' % zdb, '3 3 0x10'],
+    ['zone_aware_zone_nodes{%s, pod="zdb-0", zone="zone-b", ready="false"}' % zdb, '0 0 3x10'],
+    ['zone_aware_zone_nodes{%s, pod="zau-0", zone="zone-a", ready="true"}' % zau, '3x12'],
+    ['zone_aware_zone_nodes{%s, pod="zau-0", zone="zone-a", ready="false"}' % zau, '0x12'],
+  ], [
+    ['2m', 'ZoneAwareZoneDark', []],
+    ['5m', 'ZoneAwareZoneDark', [firing('ZoneAwareZoneDark', { zone: 'zone-b' })]],
+  ]),
+  test('one node of zone-b down', [
+    ['zone_aware_zone_nodes{%s, pod="zau-0", zone="zone-b", ready="true"}' % zau, '2x12'],
+    ['zone_aware_zone_nodes{%s, pod="zau-0", zone="zone-b", ready="false"}' % zau, '1x12'],
+  ], [['10m', 'ZoneAwareZoneDark', []]]),
   test('a rollout baking for over an hour', [
     ['zone_aware_zau_paused{%s, %s, source="Bake"}' % [zau, budget], '1x90'],
   ], [['70m', 'ZoneAwareRolloutPausedTooLong', []]]),

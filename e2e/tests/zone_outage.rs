@@ -12,7 +12,7 @@ use std::time::Duration;
 use e2e::kubectl_zone;
 use e2e::localstack::{aws_env, free_port};
 use e2e::outage::ZoneOutage;
-use e2e::process::{ControllerProcess, namespace_args};
+use e2e::process::{ControllerProcess, metric_sum, namespace_args};
 use e2e::webhook::EvictionWebhook;
 use e2e::workload::{self, spread_statefulset, to_statefulset, zone_aware_update};
 use e2e::{Cluster, TestNamespace, audit, fixture, nodes, pods, wait_for};
@@ -218,16 +218,29 @@ impl Outage {
     }
 }
 
+/// What [`set_up`] started.
+struct Running {
+    /// Before the rollout's first removal.
+    rollout_start: Timestamp,
+    /// The zau-controller's /metrics port.
+    metrics_port: u16,
+    _zau: ControllerProcess,
+    _zdb: ControllerProcess,
+    _webhook: EvictionWebhook,
+}
+
+/// The nodes of `zone` the zau-controller's metrics count, (Ready, not Ready).
+async fn zone_nodes_metric(port: u16, zone: &str) -> (f64, f64) {
+    let count = |ready: &'static str| {
+        let label = format!(r#"ready="{ready}",zone="{zone}""#);
+        async move { metric_sum(port, "zone_aware_zone_nodes", Some(&label)).await }
+    };
+    (count("true").await, count("false").await)
+}
+
 /// The budgets, the rollout's controller and its ZoneAwareUpdate, a rollout started and
 /// paused by hand mid-way (its first removal done, zone-b's pods still old).
-async fn set_up(
-    fx: &Outage,
-) -> (
-    Timestamp,
-    ControllerProcess,
-    ControllerProcess,
-    EvictionWebhook,
-) {
+async fn set_up(fx: &Outage) -> Running {
     for (name, strategy) in [
         ("web", "OnDelete"),
         ("zweb", "RollingUpdate"),
@@ -262,7 +275,8 @@ async fn set_up(
         .await
         .unwrap();
     let mut args = namespace_args(&fx.ns.name, false);
-    let listen = format!("127.0.0.1:{}", free_port());
+    let metrics_port = free_port();
+    let listen = format!("127.0.0.1:{metrics_port}");
     args.extend([
         "--alarm-poll-interval".into(),
         "1s".into(),
@@ -289,7 +303,13 @@ async fn set_up(
     fx.pause(true).await;
     fx.zau_status("the rollout paused by hand", |s| s.paused_by == "Manual")
         .await;
-    (start, zau, zdb, webhook)
+    Running {
+        rollout_start: start,
+        metrics_port,
+        _zau: zau,
+        _zdb: zdb,
+        _webhook: webhook,
+    }
 }
 
 /// zone-b goes dark and comes back: the budgets and the rollout, timed, and what each did wrong.
@@ -298,8 +318,13 @@ async fn set_up(
 async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
     let fx = Outage::new().await;
     let client = fx.cluster.client().await;
-    let (rollout_start, _zau, _zdb, _webhook) = set_up(&fx).await;
+    let running = set_up(&fx).await;
+    let rollout_start = running.rollout_start;
     let removed_before = fx.removals(rollout_start).len();
+    assert_eq!(
+        zone_nodes_metric(running.metrics_port, DARK).await,
+        (3.0, 0.0)
+    );
     let predicted = fx.drill();
 
     let mut outage = ZoneOutage::start(DARK);
@@ -311,6 +336,11 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
         })
         .await;
     let happened = fx.happened().await;
+    assert_eq!(
+        zone_nodes_metric(running.metrics_port, DARK).await,
+        (0.0, 3.0),
+        "zone_aware_zone_nodes, which ZoneAwareZoneDark reads"
+    );
     for (object, effect) in &predicted {
         println!(
             "drill: {object:?} predicted {effect}, happened {:?}",

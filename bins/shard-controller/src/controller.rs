@@ -110,6 +110,9 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         initial_list,
         &sproms,
     );
+    zones
+        .register_metrics(&parts.registry)
+        .map_err(ControllerError::Metrics)?;
     let pods = watch_pods(&mut watches, scope, &client);
     let (probe_triggers, probed) = futures::channel::mpsc::unbounded();
     watches.trigger(probed.map(|sprom| vec![sprom]));

@@ -160,6 +160,7 @@ impl SpromMetrics {
 #[allow(clippy::expect_used)]
 pub(crate) fn served_metric_families() -> BTreeSet<String> {
     let registry = zone_operator::testing::controller_registry(crate::NAME);
+    zone_operator::testing::register_zone_nodes(&registry);
     let metrics =
         SpromMetrics::register(&registry).expect("the ShardedPrometheus metrics register");
     let status = ShardedPrometheusStatus::default();

@@ -40,6 +40,10 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
 
     let initial_list = parts.initial_list(scope.namespace()).await;
     let (caches, watch_set) = watches::caches(&parts.client, scope, initial_list, zaus.clone());
+    caches
+        .zones
+        .register_metrics(&parts.registry)
+        .map_err(ControllerError::Metrics)?;
     // The pod, node and StatefulSet caches are what decisions read; the watch of the resources
     // themselves is driven by the controller below and needs no gate.
     let synced = watch_set.synced();

@@ -157,6 +157,7 @@ fn progressed(previous: &ZoneAwareUpdateStatus, next: &ZoneAwareUpdateStatus) ->
 #[allow(clippy::expect_used)]
 pub(crate) fn served_metric_families() -> std::collections::BTreeSet<String> {
     let registry = zone_operator::testing::controller_registry(crate::NAME);
+    zone_operator::testing::register_zone_nodes(&registry);
     let metrics = ZauMetrics::register(&registry).expect("the rollout metrics register");
     let status = ZoneAwareUpdateStatus {
         old_replicas: [("zone-a".to_owned(), 1)].into(),

@@ -44,6 +44,9 @@ async fn main() -> ExitCode {
             }
             Err(error) => return zone_operator::report_exit(&error),
         };
+    if let Err(error) = zones.zones().register_metrics(&parts.registry) {
+        return zone_operator::report_exit(&error);
+    }
     // The API server calls the webhook through its Service and does not retry a refused call:
     // a terminating replica stays serving until the endpoints have dropped it.
     runtime.drain_on_shutdown(args.shutdown_delay, webhook::in_flight_grace(&args));

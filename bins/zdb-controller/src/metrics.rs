@@ -240,6 +240,7 @@ impl ZdbMetrics {
 #[allow(clippy::expect_used)]
 pub(crate) fn served_metric_families() -> std::collections::BTreeSet<String> {
     let registry = zone_operator::testing::controller_registry(crate::NAME);
+    zone_operator::testing::register_zone_nodes(&registry);
     let metrics = ZdbMetrics::register(&registry).expect("the budget metrics register");
     metrics.decision(false, reason::ZONE_BUDGET_EXHAUSTED);
     metrics.queue_depth("apps", "web", 1);

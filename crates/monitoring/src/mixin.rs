@@ -52,7 +52,10 @@ pub fn owners(name: &str) -> Vec<&'static str> {
     if name.starts_with("process_") {
         return BINARIES.to_vec();
     }
-    if name.starts_with("zone_aware_reconcil") || name.starts_with("zone_aware_leader") {
+    if name.starts_with("zone_aware_reconcil")
+        || name.starts_with("zone_aware_leader")
+        || name.starts_with("zone_aware_zone_")
+    {
         return BINARIES[..3].to_vec();
     }
     let prefixes = [

@@ -95,6 +95,18 @@ where
     store
 }
 
+/// Registers the node cache's families (`zone_aware_zone_nodes`) in `registry` over one Ready
+/// node of zone-a, as a controller with a node cache serves them.
+#[allow(clippy::expect_used)]
+pub fn register_zone_nodes(registry: &prometheus::Registry) {
+    crate::NodeZones::from_store(
+        store_of([zoned_node("node-a", "zone-a")]),
+        zone_topology::ZONE_LABEL,
+    )
+    .register_metrics(registry)
+    .expect("the zone metrics register");
+}
+
 /// A Ready node as the node cache holds it, in `zone` by the default zone label.
 pub fn zoned_node(name: &str, zone: &str) -> k8s_openapi::api::core::v1::Node {
     use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};

@@ -14,6 +14,7 @@ use zone_topology::Zone;
 use zone_views::nodes::{UNREACHABLE_TAINT, dark_zones};
 
 use crate::controller::log_watch_error;
+use crate::metrics::MetricsError;
 use crate::watch::InitialList;
 
 /// Read side of the node cache: which zone a pod runs in. Cheap to clone.
@@ -82,6 +83,30 @@ impl NodeZones {
         )
     }
 
+    /// Each zone's nodes and Ready nodes.
+    pub fn zone_nodes(&self) -> BTreeMap<String, (usize, usize)> {
+        zone_views::nodes::zone_nodes(
+            self.nodes.state().iter().map(AsRef::as_ref),
+            &self.zone_label,
+        )
+    }
+
+    /// Registers `zone_aware_zone_nodes{zone, ready}` in `registry`: the nodes of each zone,
+    /// Ready or not, read from this cache when scraped (a zone with nodes and none Ready is
+    /// dark, docs/outages.md).
+    pub fn register_metrics(&self, registry: &prometheus::Registry) -> Result<(), MetricsError> {
+        let collector = ZoneNodes::new(self.clone()).map_err(|source| MetricsError::Create {
+            metric: ZONE_NODES,
+            source,
+        })?;
+        registry
+            .register(Box::new(collector))
+            .map_err(|source| MetricsError::Register {
+                metric: ZONE_NODES,
+                source,
+            })
+    }
+
     /// The zones that have at least one node.
     pub fn zones_present(&self) -> BTreeSet<String> {
         self.nodes
@@ -110,6 +135,58 @@ impl NodeZones {
                     &self.zone_label,
                 )
             })
+    }
+}
+
+const ZONE_NODES: &str = "zone_aware_zone_nodes";
+
+/// The nodes of each zone, Ready or not, computed from the cache at each scrape.
+#[derive(Clone)]
+struct ZoneNodes {
+    zones: NodeZones,
+    desc: prometheus::core::Desc,
+}
+
+impl ZoneNodes {
+    fn opts() -> prometheus::Opts {
+        prometheus::Opts::new(
+            ZONE_NODES,
+            "Nodes of each zone, by readiness (ready=\"true\": Ready and not tainted unreachable). \
+             A zone with nodes and none Ready is dark: rollouts hold (docs/outages.md).",
+        )
+    }
+
+    fn new(zones: NodeZones) -> prometheus::Result<Self> {
+        let opts = Self::opts();
+        let desc = prometheus::core::Desc::new(
+            opts.fq_name(),
+            opts.help.clone(),
+            vec!["zone".to_string(), "ready".to_string()],
+            Default::default(),
+        )?;
+        Ok(Self { zones, desc })
+    }
+}
+
+impl prometheus::core::Collector for ZoneNodes {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let Ok(gauge) = prometheus::IntGaugeVec::new(Self::opts(), &["zone", "ready"]) else {
+            return Vec::new();
+        };
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        for (zone, (nodes, ready)) in self.zones.zone_nodes() {
+            gauge
+                .with_label_values(&[zone.as_str(), "true"])
+                .set(count(ready));
+            gauge
+                .with_label_values(&[zone.as_str(), "false"])
+                .set(count(nodes.saturating_sub(ready)));
+        }
+        prometheus::core::Collector::collect(&gauge)
     }
 }
 

@@ -32,13 +32,11 @@ pub fn ready(node: &Node) -> bool {
     condition.is_some_and(|c| c.status == "True") && !unreachable
 }
 
-/// The zones with at least one node and no Ready node, with their number of nodes. Nodes
-/// without the zone label belong to no zone.
-pub fn dark_zones<'a>(
+/// Each zone's nodes and Ready nodes. Nodes without the zone label belong to no zone.
+pub fn zone_nodes<'a>(
     nodes: impl IntoIterator<Item = &'a Node>,
     zone_label: &str,
-) -> BTreeMap<String, usize> {
-    // zone -> (nodes, ready nodes)
+) -> BTreeMap<String, (usize, usize)> {
     let mut zones: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for node in nodes {
         let labels = node.metadata.labels.clone().unwrap_or_default();
@@ -53,6 +51,14 @@ pub fn dark_zones<'a>(
         counts.1 += usize::from(ready(node));
     }
     zones
+}
+
+/// The zones with at least one node and no Ready node, with their number of nodes.
+pub fn dark_zones<'a>(
+    nodes: impl IntoIterator<Item = &'a Node>,
+    zone_label: &str,
+) -> BTreeMap<String, usize> {
+    zone_nodes(nodes, zone_label)
         .into_iter()
         .filter(|(_, (_, ready))| *ready == 0)
         .map(|(zone, (nodes, _))| (zone, nodes))
