@@ -21,12 +21,16 @@ use crate::workload::ZONE_LABEL;
 /// (its grace period, 50 s, plus its 5 s monitor period), with slack.
 pub const DETECTION_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// One outage at a time in a test process: two tests of a suite would take zones down at once.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A zone that is dark until ended.
 pub struct ZoneOutage {
     pub zone: String,
     /// When the zone went dark.
     pub started: Timestamp,
     ended: Option<Timestamp>,
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 fn outage(args: &[&str]) {
@@ -45,14 +49,19 @@ fn outage(args: &[&str]) {
 }
 
 impl ZoneOutage {
-    /// Takes every node of `zone` down at once.
+    /// Takes every node of `zone` down at once, once no other outage of this process is under
+    /// way (the thread blocks until then).
     pub fn start(zone: &str) -> ZoneOutage {
+        let turn = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let started = Timestamp::now();
         outage(&["down", zone]);
         ZoneOutage {
             zone: zone.to_string(),
             started,
             ended: None,
+            _turn: turn,
         }
     }
 

@@ -25,6 +25,9 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus, ZoneDisruptionBudget};
 
+#[path = "zone_outage/deployed.rs"]
+mod deployed;
+
 const DARK: &str = "zone-b";
 /// Pods of each StatefulSet: two per zone.
 const REPLICAS: usize = 6;
