@@ -45,6 +45,50 @@ pub fn namespace_flag(binary: &str) -> &'static str {
     }
 }
 
+/// Kustomize patches that make each of `controllers` watch only the namespace `victim`.
+pub fn watch_only(controllers: &[String], victim: &str) -> String {
+    controllers
+        .iter()
+        .map(|controller| {
+            format!(
+                r#"- target:
+    kind: Deployment
+    name: {}
+  patch: |-
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: {}={}
+"#,
+                controller,
+                namespace_flag(controller),
+                victim
+            )
+        })
+        .collect::<String>()
+}
+
+/// The holder of the Lease of `controller` among `leases`: the one Lease whose holder is one of
+/// the controller's pods.
+pub async fn lease_holder(
+    leases: &Api<k8s_openapi::api::coordination::v1::Lease>,
+    controller: &str,
+) -> Result<String, String> {
+    let list = leases
+        .list(&kube::api::ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let holders: Vec<String> = list
+        .items
+        .iter()
+        .filter_map(|l| l.spec.as_ref()?.holder_identity.clone())
+        .filter(|holder| holder.starts_with(controller))
+        .collect();
+    match holders.as_slice() {
+        [holder] => Ok(holder.clone()),
+        other => Err(format!("holders of {controller}: {other:?}")),
+    }
+}
+
 pub fn make(cluster: &Cluster, target: &str, vars: &[(&str, &str)]) -> String {
     let mut command = Command::new("make");
     command

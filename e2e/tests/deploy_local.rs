@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use e2e::deploy::{
-    DeployedFederator, Overlay, TestDeploy, apply_samples, dynamic_api, identities, reader_token,
-    status_of, wait_for_sample_budget, wait_for_sample_zau,
+    DeployedFederator, Overlay, TestDeploy, apply_samples, dynamic_api, identities, lease_holder,
+    reader_token, status_of, wait_for_sample_budget, wait_for_sample_zau, watch_only,
 };
 use e2e::quota::PodQuota;
 use e2e::real::RealNodes;
@@ -25,25 +25,6 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-
-/// The holder of the Lease of `controller` in `namespace`: the one Lease whose holder is one of
-/// the controller's pods.
-async fn lease_holder(leases: &Api<Lease>, controller: &str) -> Result<String, String> {
-    let list = leases
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let holders: Vec<String> = list
-        .items
-        .iter()
-        .filter_map(|l| l.spec.as_ref()?.holder_identity.clone())
-        .filter(|holder| holder.starts_with(controller))
-        .collect();
-    match holders.as_slice() {
-        [holder] => Ok(holder.clone()),
-        other => Err(format!("holders of {controller}: {other:?}")),
-    }
-}
 
 fn node_of(pod: &Pod) -> &str {
     pods::node_of(pod).unwrap()
@@ -213,28 +194,6 @@ async fn samples_reach_their_status(
     wait_for_sample_budget(&zdbs).await;
     wait_for_sample_zau(&zaus).await;
     (zdbs, zaus)
-}
-
-/// The kustomize patches that make each of `controllers` watch only the namespace `victim`.
-fn watch_only(controllers: &[String], victim: &str) -> String {
-    controllers
-        .iter()
-        .map(|controller| {
-            format!(
-                r#"- target:
-    kind: Deployment
-    name: {}
-  patch: |-
-    - op: add
-      path: /spec/template/spec/containers/0/args/-
-      value: {}={}
-"#,
-                controller,
-                e2e::deploy::namespace_flag(controller),
-                victim
-            )
-        })
-        .collect::<String>()
 }
 
 /// The Deployment of `controller`: 2 Ready replicas on real nodes of two zones, with the

@@ -32,6 +32,14 @@ pub fn ready(node: &Node) -> bool {
     condition.is_some_and(|c| c.status == "True") && !unreachable
 }
 
+/// The zone of `node` by `zone_label`; none without the label.
+pub fn zone_of(node: &Node, zone_label: &str) -> Option<String> {
+    let labels = node.metadata.labels.as_ref()?;
+    Zone::from_label(labels, zone_label)
+        .name()
+        .map(str::to_owned)
+}
+
 /// Each zone's nodes and Ready nodes. Nodes without the zone label belong to no zone.
 pub fn zone_nodes<'a>(
     nodes: impl IntoIterator<Item = &'a Node>,
@@ -39,11 +47,7 @@ pub fn zone_nodes<'a>(
 ) -> BTreeMap<String, (usize, usize)> {
     let mut zones: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for node in nodes {
-        let labels = node.metadata.labels.clone().unwrap_or_default();
-        let Some(zone) = Zone::from_label(&labels, zone_label)
-            .name()
-            .map(str::to_owned)
-        else {
+        let Some(zone) = zone_of(node, zone_label) else {
             continue;
         };
         let counts = zones.entry(zone).or_default();
@@ -80,11 +84,7 @@ pub fn returning_zones<'a>(
     // zone -> (the first Ready transition among recent ones, a node Ready for long)
     let mut zones: BTreeMap<String, (Option<Timestamp>, bool)> = BTreeMap::new();
     for node in nodes {
-        let labels = node.metadata.labels.clone().unwrap_or_default();
-        let Some(zone) = Zone::from_label(&labels, zone_label)
-            .name()
-            .map(str::to_owned)
-        else {
+        let Some(zone) = zone_of(node, zone_label) else {
             continue;
         };
         let entry = zones.entry(zone).or_default();

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use e2e::deploy::{Overlay, TestDeploy, identities};
+use e2e::deploy::{Overlay, TestDeploy, identities, lease_holder, watch_only};
 use e2e::real::RealNodes;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -18,37 +18,6 @@ use super::*;
 const CALLED_FOR: Duration = Duration::from_secs(120);
 /// The last stretch of it in which every call must be answered.
 const ANSWERED_AT_THE_END: Duration = Duration::from_secs(20);
-
-/// Flags that make each controller watch only the test's namespace.
-fn watch_only(controllers: &[String], victim: &str) -> String {
-    controllers
-        .iter()
-        .map(|controller| {
-            format!(
-                "- target:\n    kind: Deployment\n    name: {controller}\n  patch: |-\n    - op: add\n      path: /spec/template/spec/containers/0/args/-\n      value: {}={victim}\n",
-                e2e::deploy::namespace_flag(controller),
-            )
-        })
-        .collect()
-}
-
-/// The holder of `controller`'s Lease.
-async fn holder(leases: &Api<Lease>, controller: &str) -> Result<String, String> {
-    let list = leases
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let holders: Vec<String> = list
-        .items
-        .iter()
-        .filter_map(|l| l.spec.as_ref()?.holder_identity.clone())
-        .filter(|h| h.starts_with(controller))
-        .collect();
-    match holders.as_slice() {
-        [one] => Ok(one.clone()),
-        other => Err(format!("holders of {controller}: {other:?}")),
-    }
-}
 
 /// Waits until the webhook configuration fails closed (a replica serves it).
 async fn wait_fail_closed(client: &kube::Client, name: &str) {
@@ -113,7 +82,7 @@ async fn deployed_controllers_keep_a_leader_and_the_webhook_answering() {
     pods::wait_available(&pods_api, "app=calm", REPLICAS, TIMEOUT).await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
     let zdb_leader = wait_for("the zdb-controller's leader", TIMEOUT, || {
-        holder(&leases, "zdb-controller")
+        lease_holder(&leases, "zdb-controller")
     })
     .await;
     let real = e2e::real::nodes(&client).await;
@@ -180,7 +149,7 @@ async fn through_the_outage(
         .collect();
     let mut before = BTreeMap::new();
     for controller in &elected {
-        let leader = wait_for("a leader", TIMEOUT, || holder(leases, controller)).await;
+        let leader = wait_for("a leader", TIMEOUT, || lease_holder(leases, controller)).await;
         before.insert(controller.to_string(), leader);
     }
     let mut outage = ZoneOutage::start(dark);
@@ -197,7 +166,11 @@ async fn through_the_outage(
         }
         for (controller, leader) in &before {
             let gap = observed.leaderless.get_mut(controller).unwrap();
-            if gap.is_none() && holder(leases, controller).await.is_ok_and(|h| h != *leader) {
+            if gap.is_none()
+                && lease_holder(leases, controller)
+                    .await
+                    .is_ok_and(|h| h != *leader)
+            {
                 *gap = Some(since(outage.started, Timestamp::now()));
             }
         }
