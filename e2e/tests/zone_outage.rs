@@ -99,6 +99,14 @@ impl Outage {
         }
     }
 
+    /// When the controller's first removal at or after `at` was answered.
+    fn first_removal_after(&self, at: Timestamp) -> Option<Timestamp> {
+        audit::removals(&fixture::audit(&self.cluster, &self.ns), &self.ns.name)
+            .filter(|e| e.sent_by("zau-controller") && e.succeeded())
+            .map(|e| e.stage_timestamp.parse::<Timestamp>().unwrap())
+            .find(|answered| *answered >= at)
+    }
+
     fn removals(&self, since: Timestamp) -> Vec<String> {
         audit::removals(&fixture::audit(&self.cluster, &self.ns), &self.ns.name)
             .filter(|e| e.sent_by("zau-controller") && e.succeeded())
@@ -140,7 +148,7 @@ impl Outage {
     }
 
     /// `kubectl zone drill zone-b` before the outage: (kind, name) -> predicted effect.
-    fn drill(&self) -> BTreeMap<(String, String), String> {
+    fn drill(&self) -> Effects {
         let answer = kubectl_zone::run(
             &self.cluster,
             &self.cluster.kubeconfig,
@@ -165,7 +173,7 @@ impl Outage {
 
     /// What the outage did, in the drill's words: the budget's zone disrupted, the rollout
     /// paused by the zone.
-    async fn happened(&self) -> BTreeMap<(String, String), String> {
+    async fn happened(&self) -> Effects {
         let zdb = self
             .zdbs
             .get("zweb")
@@ -344,16 +352,7 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
         (0.0, 3.0),
         "zone_aware_zone_nodes, which ZoneAwareZoneDark reads"
     );
-    for (object, effect) in &predicted {
-        println!(
-            "drill: {object:?} predicted {effect}, happened {:?}",
-            happened.get(object)
-        );
-    }
-    assert_eq!(
-        predicted, happened,
-        "kubectl zone drill {DARK}'s prediction"
-    );
+    compare_drill(&predicted, &happened);
     // Unpaused by hand: the dark zone alone holds it now.
     fx.pause(false).await;
     fx.zau_status("the rollout paused by the zone alone", |s| {
@@ -373,11 +372,7 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
     pods::wait_all_available(&fx.pods, "app=web", REPLICAS, None, TIMEOUT).await;
     let removed_during = fx.removals(outage.started).len() - fx.removals(ended).len();
     let removed_total = fx.removals(rollout_start).len();
-    let first_after: Option<Timestamp> =
-        audit::removals(&fixture::audit(&fx.cluster, &fx.ns), &fx.ns.name)
-            .filter(|e| e.sent_by("zau-controller") && e.succeeded())
-            .map(|e| e.stage_timestamp.parse::<Timestamp>().unwrap())
-            .find(|at| *at >= ended);
+    let first_after = fx.first_removal_after(ended);
 
     let rows = [
         Row {
@@ -412,20 +407,7 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
             wrong: removed_during + removed_total.saturating_sub(REPLICAS),
         },
     ];
-    println!(
-        "{:<36} {:>10} {:>10} {:>6}  action",
-        "component", "detection", "recovery", "wrong"
-    );
-    for row in &rows {
-        println!(
-            "{:<36} {:>10} {:>10} {:>6}  {}",
-            row.component,
-            seconds(row.detected),
-            seconds(row.recovered),
-            row.wrong,
-            row.action
-        );
-    }
+    print_table(&rows);
     assert_eq!(during.wrongly_allowed, 0, "{:?}", during.answers);
     assert_eq!(during.pdb_differs, 0, "{:?}", during.answers);
     assert_eq!(
@@ -440,6 +422,41 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
         first_after.is_some(),
         "the rollout went on after the outage"
     );
+}
+
+/// (kind, name) -> effect, in `kubectl zone drill`'s words.
+type Effects = BTreeMap<(String, String), String>;
+
+/// The drill's prediction against what happened, item by item.
+fn compare_drill(predicted: &Effects, happened: &Effects) {
+    for (object, effect) in predicted {
+        println!(
+            "drill: {object:?} predicted {effect}, happened {:?}",
+            happened.get(object)
+        );
+    }
+    assert_eq!(
+        predicted, happened,
+        "kubectl zone drill {DARK}'s prediction"
+    );
+}
+
+/// The table the suite prints.
+fn print_table(rows: &[Row]) {
+    println!(
+        "{:<36} {:>10} {:>10} {:>6}  action",
+        "component", "detection", "recovery", "wrong"
+    );
+    for row in rows {
+        println!(
+            "{:<36} {:>10} {:>10} {:>6}  {}",
+            row.component,
+            seconds(row.detected),
+            seconds(row.recovered),
+            row.wrong,
+            row.action
+        );
+    }
 }
 
 /// Zone -> a dry-run eviction's answer there: allowed, or the refusal's HTTP code.
