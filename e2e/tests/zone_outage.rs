@@ -505,13 +505,18 @@ async fn during_the_outage(fx: &Outage) -> During {
     let expected = |zone: &str| if zone == DARK { Ok(()) } else { Err(429) };
     let zdb_wrong = zdb.iter().filter(|(z, a)| **a != expected(z)).count();
     let pdb_differs = pdb.iter().filter(|(z, a)| zdb.get(*z) != Some(*a)).count();
-    // Not a synchronisation: the window over which nothing may be removed.
+    // The rollout watched holding still: the audit log read each second, the first removal
+    // fails the test at once.
     let paused_at = Timestamp::now();
-    tokio::time::sleep(HELD).await;
-    assert!(
-        fx.removals(paused_at).is_empty(),
-        "removals while {DARK} was dark"
-    );
+    let mut every_second = tokio::time::interval(Duration::from_secs(1));
+    while since(paused_at, Timestamp::now()) < HELD {
+        every_second.tick().await;
+        let removed = fx.removals(paused_at);
+        assert!(
+            removed.is_empty(),
+            "removals while {DARK} was dark: {removed:?}"
+        );
+    }
     assert_eq!(zdb_wrong, 0, "ZoneDisruptionBudget answers {zdb:?}");
     During {
         answers: vec![("zdb".into(), zdb), ("pdb".into(), pdb)],

@@ -12,7 +12,6 @@ use serde::Serialize;
 use zone_api::sprom::ShardedPrometheus;
 use zone_api::zdb::UnhealthyPodEvictionPolicy;
 use zone_api::{ZoneAwareUpdate, ZoneDisruptionBudget};
-use zone_topology::Zone;
 use zone_views::nodes;
 
 use crate::cluster::{Error, read};
@@ -115,7 +114,7 @@ pub async fn drill(
 
 /// What a dark `zone` would do to each object (pure).
 pub fn predict(zone: &str, zone_label: &str, objects: &Objects) -> Result<Drill, String> {
-    let mut zones = zone_health(zone_label, objects);
+    let zones = zone_health(zone_label, objects);
     if !zones.contains_key(zone) {
         let known: Vec<&str> = zones.keys().map(String::as_str).collect();
         return Err(format!(
@@ -123,11 +122,7 @@ pub fn predict(zone: &str, zone_label: &str, objects: &Objects) -> Result<Drill,
             known.join(", ")
         ));
     }
-    let others: Vec<&str> = zones
-        .keys()
-        .map(String::as_str)
-        .filter(|z| *z != zone)
-        .collect();
+    let others: Vec<String> = zones.keys().filter(|z| *z != zone).cloned().collect();
     let mut predictions: Vec<Prediction> = objects
         .budgets
         .iter()
@@ -139,24 +134,24 @@ pub fn predict(zone: &str, zone_label: &str, objects: &Objects) -> Result<Drill,
     Ok(Drill {
         zone: zone.to_string(),
         dark_now,
-        zones: std::mem::take(&mut zones).into_values().collect(),
+        zones: zones.into_values().collect(),
         predictions,
     })
 }
 
 fn zone_health(zone_label: &str, objects: &Objects) -> BTreeMap<String, ZoneHealth> {
-    let mut zones: BTreeMap<String, ZoneHealth> = BTreeMap::new();
-    for node in &objects.nodes {
-        let labels = node.metadata.labels.clone().unwrap_or_default();
-        if let Some(zone) = Zone::from_label(&labels, zone_label).name() {
-            let health = zones.entry(zone.to_string()).or_insert_with(|| ZoneHealth {
-                zone: zone.to_string(),
+    let mut zones: BTreeMap<String, ZoneHealth> = nodes::zone_nodes(&objects.nodes, zone_label)
+        .into_iter()
+        .map(|(zone, (nodes, ready_nodes))| {
+            let health = ZoneHealth {
+                zone: zone.clone(),
+                nodes,
+                ready_nodes,
                 ..ZoneHealth::default()
-            });
-            health.nodes += 1;
-            health.ready_nodes += usize::from(nodes::ready(node));
-        }
-    }
+            };
+            (zone, health)
+        })
+        .collect();
     let mut add = |zone: &str, f: &dyn Fn(&mut ZoneHealth)| {
         if let Some(health) = zones.get_mut(zone) {
             f(health);
@@ -188,7 +183,7 @@ fn zone_health(zone_label: &str, objects: &Objects) -> BTreeMap<String, ZoneHeal
     zones
 }
 
-fn budget(zone: &str, others: &[&str], zdb: &ZoneDisruptionBudget) -> Prediction {
+fn budget(zone: &str, others: &[String], zdb: &ZoneDisruptionBudget) -> Prediction {
     let status = zdb.status.clone().unwrap_or_default();
     let pods = status.expected_pods.get(zone).copied().unwrap_or(0);
     let (effect, detail) = if pods > 0 {
