@@ -283,6 +283,25 @@ local alert(c, name, expr, forDuration, severity, summary, description) = {
           ),
           alert(
             c,
+            'ZoneAwareShardFailoverMissing',
+            // The controller serves the grace only where a failover can happen (Topology with
+            // Spread zoneless targets): one series per zone still not failed over.
+            |||
+              (
+                time() - max by (namespace, name, zone) (zone_aware_sprom_zone_unready_since_timestamp_seconds{%(shardSelector)s, failed_over="false"})
+              )
+              > on (namespace, name) group_left ()
+              (
+                max by (namespace, name) (zone_aware_sprom_zone_failover_after_seconds{%(shardSelector)s}) + %(shardFailoverLateSeconds)s
+              )
+            ||| % c,
+            c.shardFailoverMissingFor,
+            'critical',
+            'The zoneless targets of zone {{ $labels.zone }} of {{ $labels.namespace }}/{{ $labels.name }} did not fail over.',
+            'Every shard of zone {{ $labels.zone }} of the ShardedPrometheus {{ $labels.namespace }}/{{ $labels.name }} has been unready for over %(shardFailoverLateSeconds)s s past its zoneFailoverAfter, and its zoneless targets are still not scraped by the other zones\' shards (no other zone has a ready shard, or the controller cannot act): those targets are not scraped.',
+          ),
+          alert(
+            c,
             'ZoneAwareShardConfigNotLoaded',
             // The shard's index as `sprom_shard`: a sharded Prometheus and the rules-federator
             // set their own `shard` label (the shard that fired) on every alert.

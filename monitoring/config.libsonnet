@@ -56,6 +56,10 @@
     zdbDisruptedTooLongFor: '1h',
     shardNotReadyFor: '15m',
     zoneWithoutShardFor: '10m',
+    // A zone's shards all unready past the ShardedPrometheus's zoneFailoverAfter by this many
+    // seconds, its zoneless targets still not failed over.
+    shardFailoverLateSeconds: 120,
+    shardFailoverMissingFor: '1m',
     shardConfigNotLoadedFor: '10m',
     shardUploadStuckFor: '30m',
     federatorBackendErrorsFor: '15m',

@@ -287,6 +287,19 @@ local tests = [
     ['zone_aware_sprom_zone_shards{%s, namespace="monitoring", name="k8s", zone="zone-c"}' % shard, '1x30'],
   ], [['15m', 'ZoneAwareZoneWithoutShard', []]]),
 
+  test('zone-b\'s shards down past the failover grace, not failed over', [
+    ['zone_aware_sprom_zone_unready_since_timestamp_seconds{%s, namespace="monitoring", name="k8s", zone="zone-b", failed_over="false"}' % shard, '0x20'],
+    ['zone_aware_sprom_zone_failover_after_seconds{%s, namespace="monitoring", name="k8s"}' % shard, '300x20'],
+  ], [
+    ['6m', 'ZoneAwareShardFailoverMissing', []],
+    ['9m', 'ZoneAwareShardFailoverMissing', [firing('ZoneAwareShardFailoverMissing', { namespace: 'monitoring', name: 'k8s', zone: 'zone-b' })]],
+  ]),
+  test('zone-b\'s shards down and failed over', [
+    ['zone_aware_sprom_zone_unready_since_timestamp_seconds{%s, namespace="monitoring", name="k8s", zone="zone-b", failed_over="false"}' % shard, '0x5'],
+    ['zone_aware_sprom_zone_unready_since_timestamp_seconds{%s, namespace="monitoring", name="k8s", zone="zone-b", failed_over="true"}' % shard, '_x5 0x15'],
+    ['zone_aware_sprom_zone_failover_after_seconds{%s, namespace="monitoring", name="k8s"}' % shard, '300x20'],
+  ], [['15m', 'ZoneAwareShardFailoverMissing', []]]),
+
   test('shard 1 refuses its configuration', [
     ['zone_aware_sprom_shard_config_loaded{%s, namespace="monitoring", name="k8s", shard="1"}' % shard, '0x30'],
     ['zone_aware_sprom_shard_config_loaded{%s, namespace="monitoring", name="k8s", shard="0"}' % shard, '1x30'],

@@ -476,12 +476,13 @@ async fn sprom_health_pods_the_api_server_refuses_are_named_in_the_status_until_
         (degraded.status.as_str(), degraded.reason.as_str()),
         ("True", reason::PODS_NOT_CREATED)
     );
-    let warning = fixture::events(&fx.sprom.ns, |e| {
+    // The controller records the event after it writes the status: wait for it.
+    let warning = fixture::wait_events(&fx.sprom.ns.api(), "a PodsNotCreated event", |e| {
         e.reason.as_deref() == Some(reason::PODS_NOT_CREATED)
     })
     .await
     .pop()
-    .expect("a PodsNotCreated event");
+    .expect("wait_events returns at least one event");
     assert_eq!(warning.type_.as_deref(), Some("Warning"));
     assert!(
         warning

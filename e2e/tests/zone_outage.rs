@@ -27,6 +27,8 @@ use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus, ZoneDisruptionBudget};
 
 #[path = "zone_outage/deployed.rs"]
 mod deployed;
+#[path = "zone_outage/shards.rs"]
+mod shards;
 
 const DARK: &str = "zone-b";
 /// Pods of each StatefulSet: two per zone.
@@ -74,6 +76,8 @@ struct Row {
     detected: Option<Duration>,
     action: String,
     recovered: Option<Duration>,
+    /// Samples lost (scrapes missed), where the component scrapes.
+    lost: Option<usize>,
     wrong: usize,
 }
 
@@ -323,20 +327,35 @@ async fn set_up(fx: &Outage) -> Running {
     }
 }
 
-/// zone-b goes dark and comes back: the budgets and the rollout, timed, and what each did wrong.
+/// zone-b goes dark and comes back: the budgets, the rollout and the shards, timed, and what
+/// each did wrong.
 #[tokio::test]
 #[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
 async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
     let fx = Outage::new().await;
     let client = fx.cluster.client().await;
-    let running = set_up(&fx).await;
+    let (running, shards) = tokio::join!(set_up(&fx), shards::Shards::set_up());
     let rollout_start = running.rollout_start;
     let removed_before = fx.removals(rollout_start).len();
     assert_eq!(
         zone_nodes_metric(running.metrics_port, DARK).await,
         (3.0, 0.0)
     );
-    let predicted = fx.drill();
+    let mut predicted = fx.drill();
+    predicted.insert(
+        ("ShardedPrometheus".into(), "prom".into()),
+        shards.drill(&fx.cluster),
+    );
+    let on_dark: Vec<&String> = shards
+        .before
+        .iter()
+        .filter(|(_, on)| on.contains(&1))
+        .map(|(t, _)| t)
+        .collect();
+    assert!(
+        !on_dark.is_empty(),
+        "zone-b's shard scrapes zoneless targets"
+    );
 
     let mut outage = ZoneOutage::start(DARK);
     let dark = outage.wait_detected(&client).await;
@@ -346,29 +365,37 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
             s.paused_by == "Zone,Manual"
         })
         .await;
-    let happened = fx.happened().await;
+    let mut happened = fx.happened().await;
     assert_eq!(
         zone_nodes_metric(running.metrics_port, DARK).await,
         (0.0, 3.0),
         "zone_aware_zone_nodes, which ZoneAwareZoneDark reads"
     );
-    compare_drill(&predicted, &happened);
     // Unpaused by hand: the dark zone alone holds it now.
     fx.pause(false).await;
     fx.zau_status("the rollout paused by the zone alone", |s| {
         s.paused_by == "Zone"
     })
     .await;
-    let during = during_the_outage(&fx).await;
+    let (during, failover) = tokio::join!(during_the_outage(&fx), shards_during(&shards));
+    happened.insert(
+        ("ShardedPrometheus".into(), "prom".into()),
+        "FailsOver".into(),
+    );
+    compare_drill(&predicted, &happened);
 
     let ended = outage.end();
-    let back = outage.wait_recovered(&client).await;
-    let zdb_clear = fx.wait_disrupted(&[]).await;
-    let resumed = fx
-        .zau_status("the rollout resumed and complete", |s| {
-            s.paused_by.is_empty() && s.total_old_replicas == 0
-        })
-        .await;
+    let (returned, (back, zdb_clear, resumed)) = tokio::join!(shards.wait_returned(), async {
+        let back = outage.wait_recovered(&client).await;
+        let zdb_clear = fx.wait_disrupted(&[]).await;
+        let resumed = fx
+            .zau_status("the rollout resumed and complete", |s| {
+                s.paused_by.is_empty() && s.total_old_replicas == 0
+            })
+            .await;
+        (back, zdb_clear, resumed)
+    });
+    shards.wait_status_returned().await;
     pods::wait_all_available(&fx.pods, "app=web", REPLICAS, None, TIMEOUT).await;
     let removed_during = fx.removals(outage.started).len() - fx.removals(ended).len();
     let removed_total = fx.removals(rollout_start).len();
@@ -380,6 +407,7 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
             detected: Some(since(outage.started, dark)),
             action: format!("{DARK}'s nodes NotReady"),
             recovered: Some(since(ended, back)),
+            lost: None,
             wrong: 0,
         },
         Row {
@@ -387,6 +415,7 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
             detected: Some(since(outage.started, zdb_detected)),
             action: format!("{DARK} disrupted: other zones' evictions refused, {DARK}'s allowed"),
             recovered: Some(since(ended, zdb_clear)),
+            lost: None,
             wrong: during.wrongly_allowed,
         },
         Row {
@@ -394,6 +423,7 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
             detected: None,
             action: "every healthy pod's eviction refused, not Ready pods' allowed".into(),
             recovered: None,
+            lost: None,
             wrong: during.pdb_differs,
         },
         Row {
@@ -404,8 +434,10 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
                 seconds(first_after.map(|a| since(ended, a)))
             ),
             recovered: Some(since(ended, resumed)),
+            lost: None,
             wrong: removed_during + removed_total.saturating_sub(REPLICAS),
         },
+        shards_row(&outage, &failover, &returned, on_dark.len()),
     ];
     print_table(&rows);
     assert_eq!(during.wrongly_allowed, 0, "{:?}", during.answers);
@@ -421,6 +453,106 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
     assert!(
         first_after.is_some(),
         "the rollout went on after the outage"
+    );
+    check_shards(&failover, &returned);
+}
+
+/// How long the failed-over placement is watched, and its samples counted.
+const FAILED_OVER_WINDOW: Duration = Duration::from_secs(40);
+
+/// What the shards did while zone-b was dark.
+struct ShardsDuring {
+    /// When zone-b's shards were first seen unready (the status), and when it failed over.
+    unready_since: Timestamp,
+    failed_over: Timestamp,
+    /// Seconds of the window where some target was not scraped by exactly one surviving
+    /// shard, or a surviving shard's own target moved.
+    misplaced: usize,
+    gaps: shards::Gaps,
+}
+
+/// While zone-b is dark: its shard's zoneless buckets fail over, and the surviving shards are
+/// watched scraping every zoneless target once, each second, for [`FAILED_OVER_WINDOW`]; then
+/// the samples they recorded meanwhile.
+async fn shards_during(shards: &shards::Shards) -> ShardsDuring {
+    let (zone, failed_over, placement) = shards.wait_failed_over().await;
+    let covered = Timestamp::now();
+    let kept = |now: &shards::Placement| {
+        shards
+            .before
+            .iter()
+            .filter(|(_, on)| !on.contains(&1))
+            .all(|(t, on)| now.get(t) == Some(on))
+    };
+    assert!(
+        kept(&placement),
+        "a surviving shard's target moved: {placement:?}"
+    );
+    let mut misplaced = 0;
+    let mut every_second = tokio::time::interval(Duration::from_secs(1));
+    while since(covered, Timestamp::now()) < FAILED_OVER_WINDOW {
+        every_second.tick().await;
+        let right = match shards.placement(&[0, 2]).await {
+            Ok(now) => kept(&now) && now.values().all(|on| on.len() == 1) && now.len() == 24,
+            Err(_) => false,
+        };
+        misplaced += usize::from(!right);
+    }
+    let window = Duration::from_secs(since(covered, Timestamp::now()).as_secs());
+    let gaps = shards
+        .gaps(&[0, 2], window)
+        .await
+        .expect("the surviving shards' samples");
+    ShardsDuring {
+        unready_since: zone.since.parse().expect("an RFC 3339 since"),
+        failed_over,
+        misplaced,
+        gaps,
+    }
+}
+
+/// The shards' row of the table.
+fn shards_row(
+    outage: &ZoneOutage,
+    during: &ShardsDuring,
+    returned: &shards::Returned,
+    moved: usize,
+) -> Row {
+    Row {
+        component: "ShardedPrometheus (zoneless targets)",
+        detected: Some(since(outage.started, during.unready_since)),
+        action: format!(
+            "{moved} of {DARK}'s zoneless targets failed over {} after the outage began, \
+             longest gap {:.0} s after; back {} after it, scraped twice {}",
+            seconds(Some(since(outage.started, during.failed_over))),
+            during.gaps.longest,
+            seconds(Some(returned.back)),
+            seconds(Some(returned.twice)),
+        ),
+        recovered: Some(returned.back),
+        lost: Some(during.gaps.missed),
+        wrong: during.misplaced,
+    }
+}
+
+/// The shards' promises: every zoneless target scraped by exactly one surviving shard from
+/// the failover on, no scrape missed then, and no target scraped twice for more than two
+/// intervals after the return.
+fn check_shards(during: &ShardsDuring, returned: &shards::Returned) {
+    assert_eq!(
+        during.misplaced, 0,
+        "seconds with a misplaced zoneless target"
+    );
+    assert_eq!(during.gaps.targets.len(), 24, "{:?}", during.gaps);
+    assert_eq!(
+        during.gaps.missed, 0,
+        "zoneless scrapes missed after the failover: {:?}",
+        during.gaps
+    );
+    assert!(
+        returned.twice <= 2 * shards::INTERVAL,
+        "zoneless targets scraped twice for {:?} after the return",
+        returned.twice
     );
 }
 
@@ -444,15 +576,16 @@ fn compare_drill(predicted: &Effects, happened: &Effects) {
 /// The table the suite prints.
 fn print_table(rows: &[Row]) {
     println!(
-        "{:<36} {:>10} {:>10} {:>6}  action",
-        "component", "detection", "recovery", "wrong"
+        "{:<36} {:>10} {:>10} {:>6} {:>6}  action",
+        "component", "detection", "recovery", "lost", "wrong"
     );
     for row in rows {
         println!(
-            "{:<36} {:>10} {:>10} {:>6}  {}",
+            "{:<36} {:>10} {:>10} {:>6} {:>6}  {}",
             row.component,
             seconds(row.detected),
             seconds(row.recovered),
+            row.lost.map_or("-".to_string(), |n| n.to_string()),
             row.wrong,
             row.action
         );

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
-use zone_api::sprom::ShardedPrometheus;
+use zone_api::sprom::{ShardedPrometheus, ZonelessTargets};
 use zone_api::zdb::UnhealthyPodEvictionPolicy;
 use zone_api::{ZoneAwareUpdate, ZoneDisruptionBudget};
 use zone_views::nodes;
@@ -26,8 +26,11 @@ pub enum Effect {
     Paused,
     /// A rollout with nothing to do now: one started during the outage would wait.
     Idle,
-    /// Shards of the zone stop scraping.
+    /// Shards of the zone stop scraping; their zoneless targets are not taken over.
     ShardsDown,
+    /// Shards of the zone stop scraping; their zoneless targets fail over to the other zones'
+    /// shards after `zoneFailoverAfter`.
+    FailsOver,
     /// Nothing of it in the zone.
     Unaffected,
 }
@@ -245,19 +248,47 @@ fn shards(zone: &str, sprom: &ShardedPrometheus) -> Prediction {
         .filter(|s| s.zone == zone)
         .map(|s| s.index.to_string())
         .collect();
-    let (effect, detail) = if in_zone.is_empty() {
-        (
+    let strategy = &sprom.spec.sharding_strategy;
+    let takers: Vec<String> = status
+        .shard_statuses
+        .iter()
+        .filter(|s| s.zone != zone && s.ready_replicas > 0)
+        .map(|s| s.zone.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let spread = strategy.zoneless_targets == ZonelessTargets::Spread;
+    let (effect, detail) = match (in_zone.is_empty(), spread, takers.is_empty()) {
+        (true, _, _) => (
             Effect::Unaffected,
             format!("no shard placed in {zone} (Classic shards are not placed by zone)"),
-        )
-    } else {
-        (
+        ),
+        (false, true, false) => (
+            Effect::FailsOver,
+            format!(
+                "shard(s) {} stop: {zone}'s targets are down with it; its zoneless targets fail \
+                 over to the shards of {} after {}",
+                in_zone.join(", "),
+                takers.join(", "),
+                strategy.zone_failover_after.as_deref().unwrap_or("5m")
+            ),
+        ),
+        (false, true, true) => (
             Effect::ShardsDown,
             format!(
-                "shard(s) {} stop: {zone}'s targets are down with it; its zoneless buckets go unscraped until it is back (no failover yet)",
+                "shard(s) {} stop: {zone}'s targets are down with it; no other zone has a ready \
+                 shard to take its zoneless targets",
                 in_zone.join(", ")
             ),
-        )
+        ),
+        (false, false, _) => (
+            Effect::ShardsDown,
+            format!(
+                "shard(s) {} stop: {zone}'s targets are down with it (zoneless targets are \
+                 dropped: nothing to fail over)",
+                in_zone.join(", ")
+            ),
+        ),
     };
     Prediction {
         kind: "ShardedPrometheus",

@@ -17,6 +17,10 @@ pub struct SpromMetrics {
     next_deletion: IntGaugeVec,
     config_loaded: IntGaugeVec,
     zone_shards: IntGaugeVec,
+    unready_zones: IntGaugeVec,
+    failover_after: IntGaugeVec,
+    /// The zones each resource has `unready_zones` series for.
+    unready_exported: Arc<Mutex<ZonesOf>>,
     /// The zones each resource has `zone_shards` series for, to drop those of a zone that lost
     /// its nodes, of a resource switched to Classic, or deleted.
     zones_exported: Arc<Mutex<ZonesOf>>,
@@ -49,7 +53,18 @@ impl SpromMetrics {
                 "Active shards of a ShardedPrometheus (Topology sharding) pinned to each zone that has nodes; 0: the zone's targets have no shard of their own. Not served in Classic sharding.",
                 |o| IntGaugeVec::new(o, &["namespace", "name", "zone"]),
             )?,
+            unready_zones: family.add(
+                "zone_unready_since_timestamp_seconds",
+                "When every shard of a zone of a ShardedPrometheus (Topology sharding) was first seen unready (Unix time), with failed_over=\"true\" once its zoneless targets are scraped by the other zones' shards; absent while a shard of the zone is ready.",
+                |o| IntGaugeVec::new(o, &["namespace", "name", "zone", "failed_over"]),
+            )?,
+            failover_after: family.add(
+                "zone_failover_after_seconds",
+                "How long every shard of a zone is unready before its zoneless targets fail over to the other zones' shards (spec.shardingStrategy.zoneFailoverAfter); served for Topology sharding with Spread zoneless targets only.",
+                |o| IntGaugeVec::new(o, &["namespace", "name"]),
+            )?,
             zones_exported: Arc::default(),
+            unready_exported: Arc::default(),
         })
     }
 
@@ -142,6 +157,56 @@ impl SpromMetrics {
         }
     }
 
+    /// The zones of `status.unreadyZones`, replacing those served before; and the grace of a
+    /// failover (`None`: the resource has no failover, Classic or Drop).
+    pub fn failover(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &ShardedPrometheusStatus,
+        after: Option<std::time::Duration>,
+    ) {
+        let key = (namespace.to_owned(), name.to_owned());
+        let mut exported = self
+            .unready_exported
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for zone in exported.remove(&key).into_iter().flatten() {
+            for failed_over in ["true", "false"] {
+                let _ =
+                    self.unready_zones
+                        .remove_label_values(&[namespace, name, &zone, failed_over]);
+            }
+        }
+        let zones: BTreeSet<String> = status
+            .unready_zones
+            .iter()
+            .map(|zone| zone.zone.clone())
+            .collect();
+        if !zones.is_empty() {
+            exported.insert(key, zones);
+        }
+        for zone in &status.unready_zones {
+            let since = zone
+                .since
+                .parse::<Timestamp>()
+                .map_or(0, |since| since.as_second());
+            let failed_over = if zone.failed_over { "true" } else { "false" };
+            self.unready_zones
+                .with_label_values(&[namespace, name, zone.zone.as_str(), failed_over])
+                .set(since);
+        }
+        match after {
+            Some(after) => self
+                .failover_after
+                .with_label_values(&[namespace, name])
+                .set(i64::try_from(after.as_secs()).unwrap_or(i64::MAX)),
+            None => {
+                let _ = self.failover_after.remove_label_values(&[namespace, name]);
+            }
+        }
+    }
+
     /// Drops the series of a deleted resource.
     pub fn forget(&self, namespace: &str, name: &str) {
         for state in ["active", "ready", "retained", "uploading"] {
@@ -149,6 +214,7 @@ impl SpromMetrics {
         }
         let _ = self.next_deletion.remove_label_values(&[namespace, name]);
         self.zone_shards(namespace, name, None, &ShardedPrometheusStatus::default());
+        self.failover(namespace, name, &ShardedPrometheusStatus::default(), None);
     }
 }
 
@@ -168,6 +234,16 @@ pub(crate) fn served_metric_families() -> BTreeSet<String> {
     metrics.config_loaded("monitoring", "k8s", 0, Some(true));
     let zones = BTreeSet::from(["zone-a".to_owned()]);
     metrics.zone_shards("monitoring", "k8s", Some(&zones), &status);
+    let down = ShardedPrometheusStatus {
+        unready_zones: vec![zone_api::sprom::UnreadyZone {
+            zone: "zone-b".into(),
+            since: "2026-01-01T00:00:00Z".into(),
+            failed_over: true,
+        }],
+        ..ShardedPrometheusStatus::default()
+    };
+    let after = Some(std::time::Duration::from_secs(300));
+    metrics.failover("monitoring", "k8s", &down, after);
     zone_operator::testing::served_metric_families(&registry).expect("/metrics answers")
 }
 
@@ -225,6 +301,40 @@ mod tests {
     }
 
     #[test]
+    fn an_unready_zone_has_one_series_until_it_is_back() {
+        let registry = prometheus::Registry::new();
+        let metrics = SpromMetrics::register(&registry).unwrap();
+        let zone = |failed_over| zone_api::sprom::UnreadyZone {
+            zone: "b".into(),
+            since: "2026-01-01T00:00:00Z".into(),
+            failed_over,
+        };
+        let with = |zones| ShardedPrometheusStatus {
+            unready_zones: zones,
+            ..ShardedPrometheusStatus::default()
+        };
+        let after = Some(std::time::Duration::from_secs(300));
+        metrics.failover("mon", "k8s", &with(vec![zone(false)]), after);
+        metrics.failover("mon", "k8s", &with(vec![zone(true)]), after);
+        let text = zone_operator::metrics::exposition(&registry);
+        let series = r#"zone_aware_sprom_zone_unready_since_timestamp_seconds{failed_over="true",name="k8s",namespace="mon",zone="b"} 1767225600"#;
+        assert!(text.contains(series), "{text}");
+        assert!(
+            !text.contains(r#"failed_over="false""#),
+            "one series per zone: {text}"
+        );
+        assert!(
+            text.contains(
+                r#"zone_aware_sprom_zone_failover_after_seconds{name="k8s",namespace="mon"} 300"#
+            ),
+            "{text}"
+        );
+        metrics.failover("mon", "k8s", &with(Vec::new()), None);
+        let text = zone_operator::metrics::exposition(&registry);
+        assert!(!text.contains("zone_aware_sprom_zone_"), "{text}");
+    }
+
+    #[test]
     fn the_binary_serves_the_runtime_s_families_and_its_own() {
         zone_operator::testing::assert_controller_serves(
             &served_metric_families(),
@@ -233,6 +343,8 @@ mod tests {
                 "zone_aware_sprom_zone_shards",
                 "zone_aware_sprom_shards",
                 "zone_aware_sprom_shard_config_loaded",
+                "zone_aware_sprom_zone_unready_since_timestamp_seconds",
+                "zone_aware_sprom_zone_failover_after_seconds",
             ],
         );
     }

@@ -141,6 +141,14 @@ pub async fn reconcile(
                 zones_with_nodes.as_ref(),
                 &plan.status,
             );
+            let failover = sprom.spec.sharding_strategy.zoneless_targets
+                == zone_topology::sharding::ZonelessTargets::Spread;
+            ctx.sprom_metrics.failover(
+                &namespace,
+                &name,
+                &plan.status,
+                (topology && failover).then_some(plan.zone_failover_after),
+            );
             ctx.memory.series.note(&namespace, &name, []);
             write_status(&ctx, &api, &sprom, &previous, plan.status, plan.events).await?;
             Ok(Action::requeue(plan.requeue_after))

@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use zone_api::conditions::Conditions;
-use zone_api::sprom::{RetainedShard, ShardStatus, ShardedPrometheusStatus, condition, reason};
+use zone_api::sprom::{
+    RetainedShard, ShardStatus, ShardedPrometheusStatus, UnreadyZone, condition, reason,
+};
 use zone_operator::PendingEvents;
 use zone_topology::sharding::{ShardLayout, ZonelessTargets};
 
@@ -15,6 +17,7 @@ use zone_monitoring::Rejection;
 
 use crate::health::verdict::{self, ShardConfig};
 use crate::monitoring::Monitoring;
+use crate::reconcile::plan::failover;
 
 /// What one shard's StatefulSet shows.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -50,6 +53,8 @@ pub struct Observation<'a> {
     /// With the final upload of removed shards: those still uploading (`None`: no final
     /// upload; the condition is left out).
     pub uploads: Option<Vec<UploadingShard>>,
+    /// The zones whose shards are all unready, and whether they failed over.
+    pub unready_zones: Vec<UnreadyZone>,
 }
 
 /// A removed shard kept until its final upload is done.
@@ -82,6 +87,7 @@ pub fn compute(
         ..ShardedPrometheusStatus::default()
     };
     shard_counts(observation, &mut status);
+    status.unready_zones = observation.unready_zones.clone();
     status.set_condition(
         condition::INVALID,
         false,
@@ -395,6 +401,7 @@ fn pods_refused(observation: &Observation<'_>) -> Option<String> {
 fn degraded_reasons(observation: &Observation<'_>) -> Vec<(&'static str, String)> {
     let layout = observation.layout;
     [
+        failover::degraded(layout, &observation.unready_zones),
         pods_refused(observation).map(|refused| (reason::PODS_NOT_CREATED, refused)),
         rule_files_refused(&observation.monitoring.rule_file_problems),
         (!observation.forbidden.is_empty()).then(|| {
@@ -537,6 +544,7 @@ mod tests {
             forbidden: &[],
             retained: Vec::new(),
             monitoring: &NO_MONITORING,
+            unready_zones: Vec::new(),
             config: None,
             uploads: None,
         }

@@ -59,6 +59,9 @@ pub const DEFAULT_SERVER_GRACE_PERIOD_SECONDS: i64 = 30;
 /// says.
 pub const DEFAULT_RETAINED_SHARD_PERIOD: std::time::Duration =
     std::time::Duration::from_secs(24 * 3600);
+/// How long every shard of a zone is unready before its zoneless targets fail over, when
+/// `shardingStrategy.zoneFailoverAfter` does not say.
+pub const DEFAULT_ZONE_FAILOVER_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Condition types of a ShardedPrometheus.
 pub mod condition {
@@ -105,6 +108,12 @@ pub mod reason {
     pub const UNEVEN_ZONES: &str = "UnevenZones";
     pub const ZONES_WITHOUT_SHARD: &str = "ZonesWithoutShard";
     pub const ZONES_WITHOUT_NODES: &str = "ZonesWithoutNodes";
+    /// Degraded: every shard of a zone has been unready for `zoneFailoverAfter`; its zoneless
+    /// targets are scraped by the other zones' shards (also the Warning event's reason).
+    pub const ZONE_FAILED_OVER: &str = "ZoneFailedOver";
+    /// The Normal event when a failed-over zone has a ready shard again and its zoneless
+    /// targets return to it.
+    pub const ZONE_RETURNED: &str = "ZoneReturned";
     pub const NODE_METADATA_DISABLED: &str = "NodeMetadataDisabled";
     /// Degraded: a rule file of a `spec.ruleFiles` ConfigMap has a problem Prometheus would
     /// refuse (it then keeps its whole previous configuration), or the ConfigMap or key is
@@ -578,6 +587,16 @@ pub struct ShardingStrategy {
     /// across zones. Drop: not scraped at all.
     #[serde(default)]
     pub zoneless_targets: ZonelessTargets,
+
+    /// Topology with Spread: how long every shard of a zone must be unready before the zoneless
+    /// targets its shards scrape move to the other zones' shards (a zone failover), as a
+    /// Prometheus duration. Default 5m. They move back as soon as a shard of the zone is ready.
+    /// The zone's own targets never move: they are in the zone that is down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::sprom::cel::prometheus_duration(
+        "spec.shardingStrategy.zoneFailoverAfter"
+    ))]
+    pub zone_failover_after: Option<String>,
 }
 
 /// The zones of Topology sharding.
@@ -738,6 +757,16 @@ pub struct ShardedPrometheusStatus {
     )]
     pub global_rule_groups: i32,
 
+    /// The zones whose shards are all unready (Topology), with since when; once that has
+    /// lasted `zoneFailoverAfter`, their zoneless targets are scraped by the other zones'
+    /// shards (`failedOver`).
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub unready_zones: Vec<UnreadyZone>,
+
     /// Available, Degraded, Invalid.
     #[serde(
         default,
@@ -745,6 +774,23 @@ pub struct ShardedPrometheusStatus {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub conditions: Vec<Condition>,
+}
+
+/// A zone whose shards are all unready.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnreadyZone {
+    /// The zone, one of topology.values.
+    #[serde(default)]
+    pub zone: String,
+
+    /// When the controller first saw none of its shards ready (RFC 3339).
+    #[serde(default)]
+    pub since: String,
+
+    /// Its zoneless targets are scraped by the other zones' shards.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed_over: bool,
 }
 
 /// One active shard.

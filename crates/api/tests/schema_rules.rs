@@ -131,6 +131,11 @@ fn placements() -> Vec<(&'static str, String, Vec<Value>)> {
         ),
         (
             SPROM,
+            "shardingStrategy/properties/zoneFailoverAfter",
+            rules([prometheus_duration("spec.shardingStrategy.zoneFailoverAfter")]),
+        ),
+        (
+            SPROM,
             "retention/properties/size",
             rules([prometheus_size("spec.retention.size")]),
         ),

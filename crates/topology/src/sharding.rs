@@ -17,6 +17,7 @@
 //! `owners(N)` (or dropped, if the user asks).
 
 mod bucket_regex;
+mod failover;
 mod owners;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -187,6 +188,9 @@ pub struct ShardLayout {
     zone_label: String,
     /// Where a target's zone is read from (Topology mode): meta labels derived from `zone_label`.
     sources: [String; 3],
+    /// Zones whose shards are all down and whose zoneless buckets the other zones' shards
+    /// scrape (see [`ShardLayout::failed_over`]).
+    failed_over: BTreeSet<String>,
 }
 
 impl ShardLayout {
@@ -199,6 +203,7 @@ impl ShardLayout {
             zoneless: ZonelessTargets::Spread,
             zone_label: crate::ZONE_LABEL.to_string(),
             sources: topology_sources(crate::ZONE_LABEL),
+            failed_over: BTreeSet::new(),
         })
     }
 
@@ -227,6 +232,7 @@ impl ShardLayout {
             zoneless,
             zone_label: crate::ZONE_LABEL.to_string(),
             sources: topology_sources(crate::ZONE_LABEL),
+            failed_over: BTreeSet::new(),
         })
     }
 
@@ -318,9 +324,49 @@ impl ShardLayout {
         }
     }
 
-    /// The buckets shard `shard` keeps among the targets with no usable zone (Spread).
+    /// The buckets shard `shard` keeps among the targets with no usable zone (Spread): its
+    /// share of `owners(N)`, plus its share of the failed-over zones' shards' buckets (none if
+    /// it is one of them).
     pub fn zoneless_buckets(&self, shard: u32) -> Vec<u32> {
-        buckets_of(self.shards, shard)
+        if self.failed_over.is_empty() {
+            return buckets_of(self.shards, shard);
+        }
+        let (down, survivors): (BTreeSet<u32>, Vec<u32>) = {
+            let (down, up): (Vec<u32>, Vec<u32>) = (0..self.shards).partition(|s| {
+                self.zone(*s)
+                    .is_some_and(|zone| self.failed_over.contains(zone))
+            });
+            (down.into_iter().collect(), up)
+        };
+        failover::zoneless_buckets(self.shards, shard, &down, &survivors)
+    }
+
+    /// The layout with the zoneless buckets of `zones`' shards moved to the other zones' shards
+    /// (Topology, Spread): a zone failover. Zones not listed, or without a shard, are left out;
+    /// when no zone with a shard would be left, or zoneless targets are dropped, nothing moves.
+    pub fn failed_over<'a>(mut self, zones: impl IntoIterator<Item = &'a str>) -> ShardLayout {
+        let served: BTreeSet<String> = self
+            .per_zone()
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(zone, _)| zone)
+            .collect();
+        let down: BTreeSet<String> = zones
+            .into_iter()
+            .filter(|zone| served.contains(*zone))
+            .map(str::to_string)
+            .collect();
+        let moves = self.zoneless == ZonelessTargets::Spread && down.len() < served.len();
+        self.failed_over = match moves {
+            true => down,
+            false => BTreeSet::new(),
+        };
+        self
+    }
+
+    /// The zones failed over (see [`ShardLayout::failed_over`]).
+    pub fn failed_over_zones(&self) -> &BTreeSet<String> {
+        &self.failed_over
     }
 
     /// The relabel rules appended to every scrape config of shard `shard`, after the user's own.

@@ -80,7 +80,7 @@ fn a_dark_zone_disrupts_its_budgets_pauses_rollouts_and_stops_its_shards() {
             ("ZoneDisruptionBudget", "batch", Effect::Unaffected),
             ("ZoneAwareUpdate", "web", Effect::Paused),
             ("ZoneAwareUpdate", "done", Effect::Idle),
-            ("ShardedPrometheus", "prom", Effect::ShardsDown),
+            ("ShardedPrometheus", "prom", Effect::FailsOver),
         ]
     );
     assert_eq!(
@@ -102,6 +102,11 @@ fn a_dark_zone_disrupts_its_budgets_pauses_rollouts_and_stops_its_shards() {
             ready_shards: 1,
         }
     );
+    assert_eq!(
+        drill.predictions[4].detail,
+        "shard(s) 1 stop: zone-b's targets are down with it; its zoneless targets fail over to \
+         the shards of zone-a after 5m"
+    );
     let table = table(&drill);
     assert!(table.contains("If zone-b went dark now:"), "{table}");
     assert!(table.contains("zone-b  1/2"), "{table}");
@@ -117,4 +122,27 @@ fn an_unknown_zone_is_refused_and_a_dark_one_is_said() {
     );
     objects.nodes[1] = node("b-1", "zone-b", "Unknown");
     assert!(predict("zone-b", LABEL, &objects).unwrap().dark_now);
+}
+
+#[test]
+fn shards_fail_over_only_with_spread_targets_and_another_zone_ready() {
+    let mut objects = objects();
+    let effect = |objects: &Objects| {
+        let drill = predict("zone-b", LABEL, objects).unwrap();
+        let last = drill.predictions.last().unwrap().clone();
+        (last.effect, last.detail)
+    };
+    objects.shards[0].spec.sharding_strategy.zoneless_targets = ZonelessTargets::Drop;
+    let (dropped, why) = effect(&objects);
+    assert_eq!(dropped, Effect::ShardsDown);
+    assert!(why.contains("nothing to fail over"), "{why}");
+    objects.shards[0].spec.sharding_strategy.zoneless_targets = ZonelessTargets::Spread;
+    for shard in &mut objects.shards[0].status.as_mut().unwrap().shard_statuses {
+        if shard.zone != "zone-b" {
+            shard.ready_replicas = 0;
+        }
+    }
+    let (alone, why) = effect(&objects);
+    assert_eq!(alone, Effect::ShardsDown);
+    assert!(why.contains("no other zone has a ready shard"), "{why}");
 }

@@ -54,6 +54,8 @@ pub struct Plan {
     pub configs: BTreeMap<u32, AppliedConfig>,
     /// Removed shards kept until their final upload is done.
     pub uploading: usize,
+    /// How long a zone's shards are all unready before its zoneless buckets fail over.
+    pub zone_failover_after: Duration,
 }
 
 /// Plans the reconcile of `target`, whose spec is `valid`, given what was `observed` at `now`.
@@ -63,6 +65,19 @@ pub fn plan(
     observed: &Observed,
     now: Timestamp,
 ) -> Result<Plan, Invalid> {
+    let failover = failover::decide(valid, observed, &target.previous.unready_zones, now);
+    // The shards are built with the failed-over zones' zoneless buckets on the other zones.
+    let failed_over;
+    let valid = match failover.layout == valid.layout {
+        true => valid,
+        false => {
+            failed_over = ValidSprom {
+                layout: failover.layout.clone(),
+                ..valid.clone()
+            };
+            &failed_over
+        }
+    };
     let input = BuildInput {
         name: target.name,
         namespace: target.namespace,
@@ -104,11 +119,21 @@ pub fn plan(
         .as_ref()
         .is_some_and(ValidThanos::final_upload)
         .then(|| uploads.observations());
+    observation.unready_zones = failover.unready;
     let (status, mut events) = crate::status::compute(target.previous, &observation);
     let new_generation = target.previous.observed_generation != target.generation;
     events::retention(&fate, policy, new_generation, &mut events);
     uploads.events(&mut events);
-    let resync = resync(observed, next_config_check, uploads.next_look(now));
+    failover::events(
+        &target.previous.unready_zones,
+        &status.unready_zones,
+        &mut events,
+    );
+    let mut resync = resync(observed, next_config_check, uploads.next_look(now));
+    // A zone's grace ends with no event to tell: look again then (a second later).
+    if let Some(left) = failover.next_look {
+        resync = resync.min(left + Duration::from_secs(1));
+    }
     Ok(Plan {
         writes,
         wanted,
@@ -121,6 +146,7 @@ pub fn plan(
         next_deletion: fate.next_deadline(),
         configs,
         uploading: uploads.draining.len(),
+        zone_failover_after: valid.zone_failover_after,
     })
 }
 
@@ -245,6 +271,7 @@ fn observation<'a>(
         monitoring: &observed.monitoring,
         config: None,
         uploads: None,
+        unready_zones: Vec::new(),
         retained: fate
             .retained
             .iter()
@@ -257,6 +284,7 @@ fn observation<'a>(
 }
 
 pub(crate) mod events;
+pub(crate) mod failover;
 mod health;
 pub(crate) mod write;
 

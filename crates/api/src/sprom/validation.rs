@@ -216,6 +216,8 @@ pub struct ValidSprom {
     /// [`sprom::DEFAULT_RETAINED_SHARD_PERIOD`]; None (kept until the user deletes it) when only
     /// `retention.size` is set.
     pub retained_shard_period: Option<Duration>,
+    /// How long every shard of a zone is unready before its zoneless buckets fail over.
+    pub zone_failover_after: Duration,
     pub storage: ShardStorage,
     pub resources: Option<ResourceRequirements>,
     /// The user's node selector; the controller adds the shard's zone.
@@ -294,6 +296,7 @@ impl ShardedPrometheusSpec {
             retention_size: retention.size,
             when_scaled: retention.when_scaled,
             retained_shard_period: retention.retained_shard_period,
+            zone_failover_after: self.zone_failover_after()?,
             storage,
             resources: self.resources.clone(),
             node_selector: self.node_selector.clone(),
@@ -409,6 +412,14 @@ impl ShardedPrometheusSpec {
             }
         }
         Ok(())
+    }
+
+    /// `shardingStrategy.zoneFailoverAfter`, or its default.
+    fn zone_failover_after(&self) -> Result<Duration, SpromError> {
+        match &self.sharding_strategy.zone_failover_after {
+            Some(after) => Ok(duration("spec.shardingStrategy.zoneFailoverAfter", after)?),
+            None => Ok(sprom::DEFAULT_ZONE_FAILOVER_AFTER),
+        }
     }
 
     /// `retention` and `shardRetentionPolicy`, checked.

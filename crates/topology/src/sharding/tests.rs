@@ -299,3 +299,74 @@ fn disable_sharding_puts_a_target_on_every_shard() {
         }
     }
 }
+
+/// Zone b's shards down: every zoneless target is kept by exactly one shard of zone a or c
+/// (the same one as before unless it was zone b's), zoned targets stay where they were, and
+/// the failover is undone by the layout without it.
+#[test]
+fn a_failed_over_zone_hands_only_its_zoneless_buckets_to_the_other_zones() {
+    let layout = spread(6, &["a", "b", "c"]);
+    let failed = layout.clone().failed_over(["b"]);
+    assert_eq!(
+        failed.failed_over_zones(),
+        &BTreeSet::from(["b".to_string()])
+    );
+    let (before, during) = (compiled(&layout), compiled(&failed));
+    let mut moved = 0;
+    for i in 0..600 {
+        let address = format!("10.1.{}.{}:80", i / 200, i % 200);
+        let zoneless = target(&address, &[]);
+        let (was, now) = (keepers(&before, &zoneless), keepers(&during, &zoneless));
+        assert_eq!(now.len(), 1, "{zoneless:?}");
+        assert_ne!(failed.zone(now[0]), Some("b"), "{zoneless:?}");
+        match failed.zone(was[0]) {
+            Some("b") => moved += 1,
+            _ => assert_eq!(was, now, "a surviving shard's target moved: {zoneless:?}"),
+        }
+        for zone in ["a", "b", "c"] {
+            let zoned = target(&address, &[(TOPOLOGY_SOURCES[2], zone)]);
+            assert_eq!(
+                keepers(&before, &zoned),
+                keepers(&during, &zoned),
+                "{zoned:?}"
+            );
+        }
+    }
+    assert!(
+        moved > 100,
+        "zone b's share of the zoneless targets moved: {moved}"
+    );
+    assert_eq!(
+        failed.clone().failed_over([]),
+        layout,
+        "the return undoes it"
+    );
+}
+
+#[test]
+fn a_failover_needs_a_surviving_zone_and_spread_zoneless_targets() {
+    let layout = spread(3, &["a", "b", "c"]);
+    assert!(
+        layout
+            .clone()
+            .failed_over(["a", "b", "c"])
+            .failed_over_zones()
+            .is_empty()
+    );
+    assert!(
+        layout
+            .clone()
+            .failed_over(["x"])
+            .failed_over_zones()
+            .is_empty()
+    );
+    let drop = ShardLayout::topology(3, zones(&["a", "b", "c"]), ZonelessTargets::Drop).unwrap();
+    assert!(drop.failed_over(["b"]).failed_over_zones().is_empty());
+    // Zone c has no shard (2 shards, 3 zones): nothing of its to fail over.
+    assert!(
+        spread(2, &["a", "b", "c"])
+            .failed_over(["c"])
+            .failed_over_zones()
+            .is_empty()
+    );
+}

@@ -1,0 +1,110 @@
+//! Zone failover of the zoneless buckets (Spread): while every shard of a zone is down, the
+//! buckets its shards hold among the targets with no usable zone move to the shards of the
+//! other zones, and only those buckets move.
+//!
+//! The down shards' buckets, in bucket order, are dealt to the surviving shards (in index
+//! order) in turn, so each survivor takes an even share of them, and the assignment is a pure function of the shard count and of which zones
+//! are down: every shard computes the same answer on its own, and when the zone returns the
+//! buckets go back to where `owners(N)` puts them.
+
+use std::collections::BTreeSet;
+
+use super::owners::owners;
+
+/// The zoneless buckets of `shard` out of `shards`, when the shards in `down` are out and
+/// `survivors` (the others, in index order) take their buckets. A down shard keeps none.
+pub fn zoneless_buckets(
+    shards: u32,
+    shard: u32,
+    down: &BTreeSet<u32>,
+    survivors: &[u32],
+) -> Vec<u32> {
+    if down.contains(&shard) || survivors.is_empty() {
+        return match survivors.is_empty() {
+            true => super::owners::buckets_of(shards, shard),
+            false => Vec::new(),
+        };
+    }
+    let mut moved = 0usize;
+    let mut kept = Vec::new();
+    for (owner, bucket) in owners(shards).iter().zip(0u32..) {
+        if !down.contains(owner) {
+            if *owner == shard {
+                kept.push(bucket);
+            }
+            continue;
+        }
+        if survivors.get(moved % survivors.len()) == Some(&shard) {
+            kept.push(bucket);
+        }
+        moved += 1;
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::sharding::owners::{BUCKETS, buckets_of};
+
+    fn assignment(shards: u32, down: &BTreeSet<u32>) -> BTreeMap<u32, u32> {
+        let survivors: Vec<u32> = (0..shards).filter(|s| !down.contains(s)).collect();
+        let mut owner_of = BTreeMap::new();
+        for shard in 0..shards {
+            for bucket in zoneless_buckets(shards, shard, down, &survivors) {
+                assert_eq!(
+                    owner_of.insert(bucket, shard),
+                    None,
+                    "bucket {bucket} held twice"
+                );
+            }
+        }
+        owner_of
+    }
+
+    #[test]
+    fn every_bucket_has_one_surviving_owner_and_only_the_down_shards_buckets_move() {
+        for shards in [2, 3, 6, 7, 10] {
+            // Zone-b of three zones: shards 1, 4, 7, ...
+            let down: BTreeSet<u32> = (1..shards).step_by(3).collect();
+            let owner_of = assignment(shards, &down);
+            assert_eq!(owner_of.len(), BUCKETS as usize, "{shards} shards");
+            let before = owners(shards);
+            for (bucket, owner) in &owner_of {
+                assert!(!down.contains(owner), "bucket {bucket} on a down shard");
+                let was = before[*bucket as usize];
+                assert!(
+                    down.contains(&was) || was == *owner,
+                    "bucket {bucket} of surviving shard {was} moved to {owner}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_survivors_take_even_shares_of_the_down_shards_buckets() {
+        let down = BTreeSet::from([1, 4]);
+        let survivors = [0, 2, 3, 5];
+        let moved: Vec<usize> = survivors
+            .iter()
+            .map(|s| zoneless_buckets(6, *s, &down, &survivors).len() - buckets_of(6, *s).len())
+            .collect();
+        let (least, most) = (moved.iter().min(), moved.iter().max());
+        assert!(
+            most.zip(least).is_some_and(|(m, l)| m - l <= 1),
+            "{moved:?}"
+        );
+        assert_eq!(
+            moved.iter().sum::<usize>(),
+            buckets_of(6, 1).len() + buckets_of(6, 4).len()
+        );
+    }
+
+    #[test]
+    fn with_no_survivor_every_shard_keeps_its_own_buckets() {
+        let down = BTreeSet::from([0, 1]);
+        assert_eq!(zoneless_buckets(2, 1, &down, &[]), buckets_of(2, 1));
+    }
+}

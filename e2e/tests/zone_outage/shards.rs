@@ -1,0 +1,354 @@
+//! A ShardedPrometheus through the outage: three shards (one Prometheus each, on the real
+//! nodes of zone-a, zone-b and zone-c) and a job of zoneless targets (static, so no zone: spread
+//! over all shards). While zone-b is dark its shard's zoneless buckets fail over to the shards
+//! of zone-a and zone-c after `zoneFailoverAfter`, and return when it is back. What the suite
+//! measures: where each target is scraped (each shard's active targets), the samples of `up`
+//! the surviving shards recorded (a missed scrape is a gap), and how long any target was
+//! scraped by two shards at once after the return.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use e2e::fixture::{self, Wanted};
+use e2e::process::http_get_from;
+use e2e::prometheus::url_encode;
+use e2e::wait_for;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use serde_json::{Value, json};
+use zone_api::ShardedPrometheus;
+use zone_api::sprom::{UnreadyZone, condition, reason};
+
+use super::DARK;
+
+const NAME: &str = "prom";
+const MANAGER: &str = "e2e-zone-outage";
+/// The zoneless job's targets.
+const TARGETS: usize = 24;
+const JOB: &str = "zoneless";
+/// The zoneless job's scrape interval.
+pub const INTERVAL: Duration = Duration::from_secs(10);
+const FAILOVER_AFTER: &str = "20s";
+const TIMEOUT: Duration = Duration::from_secs(240);
+
+/// Target (its `t` label) → the shards whose Prometheus scrapes it.
+pub type Placement = BTreeMap<String, BTreeSet<u32>>;
+
+pub struct Shards {
+    pub sprom: fixture::Sprom,
+    generation: i64,
+    /// The placement before the outage: one shard per target.
+    pub before: Placement,
+}
+
+/// The zoneless job: [`TARGETS`] static targets, each its own Prometheus (`127.0.0.1:9090`
+/// answers in every pod), told apart by the label `t`, which is also their hash input.
+fn zoneless_job() -> Value {
+    let targets: Vec<Value> = (0..TARGETS)
+        .map(|t| json!({"targets": ["127.0.0.1:9090"], "labels": {"t": format!("t{t:02}")}}))
+        .collect();
+    json!({
+        "job_name": JOB,
+        "scrape_interval": format!("{}s", INTERVAL.as_secs()),
+        "static_configs": targets,
+        "relabel_configs": [{"source_labels": ["t"], "target_label": "__tmp_hash"}],
+    })
+}
+
+/// `GET <path>` of the Prometheus of the pod at `ip`, within 5 s, as JSON.
+async fn prometheus_get(ip: &str, path: &str) -> Result<Value, String> {
+    let address = format!("{ip}:9090").parse().map_err(|e| format!("{e}"))?;
+    let answer = tokio::time::timeout(Duration::from_secs(5), http_get_from(address, path))
+        .await
+        .map_err(|_| format!("{ip}: no answer within 5 s"))??;
+    match answer {
+        (200, body) => serde_json::from_str(&body).map_err(|e| e.to_string()),
+        (code, body) => Err(format!("{ip}: HTTP {code}: {body}")),
+    }
+}
+
+/// The `t` labels of the zoneless job's active targets of the Prometheus at `ip`.
+async fn active(ip: &str) -> Result<BTreeSet<String>, String> {
+    let body = prometheus_get(ip, "/api/v1/targets?state=active").await?;
+    Ok(body["data"]["activeTargets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|target| target["scrapePool"] == JOB)
+        .filter_map(|target| target["labels"]["t"].as_str().map(str::to_string))
+        .collect())
+}
+
+impl Shards {
+    /// The resource applied on the real nodes, its three shards ready and scraping every
+    /// zoneless target once.
+    pub async fn set_up() -> Shards {
+        let cluster = e2e::Cluster::get();
+        let real = e2e::real::RealNodes::of(&cluster);
+        let sprom = fixture::Sprom::new("zone-outage-shards", NAME, MANAGER, TIMEOUT).await;
+        sprom.prometheus_service_account().await;
+        let mut spec = fixture::on_real_nodes(
+            &real,
+            json!({"shards": 3, "replicas": 1, "scrapeConfigs": [zoneless_job()]}),
+        );
+        spec["shardingStrategy"]["zoneFailoverAfter"] = json!(FAILOVER_AFTER);
+        let generation = sprom.apply(spec).await;
+        sprom
+            .wait_ready_shards("three ready shards", generation, 3)
+            .await;
+        let mut shards = Shards {
+            sprom,
+            generation,
+            before: Placement::new(),
+        };
+        shards.before = shards
+            .wait_placement("every zoneless target scraped once", |placement| {
+                once_each(placement, &[0, 1, 2])
+            })
+            .await;
+        shards
+    }
+
+    /// Shard → the IP of its Prometheus pod.
+    async fn pods(&self) -> BTreeMap<u32, String> {
+        self.sprom
+            .prometheus_pods()
+            .await
+            .iter()
+            .filter_map(|pod| {
+                let shard = pod
+                    .labels()
+                    .get("zonecontrol.k8s.aws/shard")?
+                    .parse()
+                    .ok()?;
+                let ip = pod.status.as_ref()?.pod_ip.clone()?;
+                Some((shard, ip))
+            })
+            .collect()
+    }
+
+    /// Where each zoneless target is scraped, asking the shards `asked` (a dark shard does
+    /// not answer).
+    pub async fn placement(&self, asked: &[u32]) -> Result<Placement, String> {
+        let mut placement = Placement::new();
+        for (shard, ip) in self.pods().await {
+            if !asked.contains(&shard) {
+                continue;
+            }
+            for t in active(&ip).await? {
+                placement.entry(t).or_default().insert(shard);
+            }
+        }
+        Ok(placement)
+    }
+
+    /// Waits until the placement over every shard (but zone-b's while `dark`) is one `check`
+    /// accepts.
+    async fn wait_placement(
+        &self,
+        what: &str,
+        check: impl Fn(&Placement) -> Result<(), String>,
+    ) -> Placement {
+        wait_for(what, TIMEOUT, || async {
+            let placement = self.placement(&[0, 1, 2]).await?;
+            check(&placement).map(|()| placement)
+        })
+        .await
+    }
+
+    /// Waits until zone-b's shard has failed over: the status says so, Degraded names it, and
+    /// the shards of zone-a and zone-c scrape every zoneless target once between them. When
+    /// the status said so, and the placement then.
+    pub async fn wait_failed_over(&self) -> (UnreadyZone, Timestamp, Placement) {
+        let wanted = Wanted::true_with(condition::DEGRADED, reason::ZONE_FAILED_OVER);
+        let sprom = self
+            .sprom
+            .wait_condition(self.generation, wanted, TIMEOUT, |message| {
+                message.contains(&format!("zone {DARK} since"))
+            })
+            .await;
+        let failed_at = Timestamp::now();
+        let zone = unready(&sprom)
+            .into_iter()
+            .find(|zone| zone.zone == DARK && zone.failed_over)
+            .expect("zone-b failed over in status.unreadyZones");
+        let placement = wait_for(
+            "zone-a's and zone-c's shards scraping every zoneless target",
+            TIMEOUT,
+            || async {
+                let placement = self.placement(&[0, 2]).await?;
+                once_each(&placement, &[0, 2]).map(|()| placement)
+            },
+        )
+        .await;
+        (zone, failed_at, placement)
+    }
+
+    /// The samples of `up` of the zoneless targets the shards `asked` recorded over the last
+    /// `window`: per target, the longest gap between two of them, and the scrapes missed
+    /// (a gap of k intervals misses k - 1).
+    pub async fn gaps(&self, asked: &[u32], window: Duration) -> Result<Gaps, String> {
+        let query = format!(r#"up{{job="{JOB}"}}[{}s]"#, window.as_secs());
+        let mut times: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for (shard, ip) in self.pods().await {
+            if !asked.contains(&shard) {
+                continue;
+            }
+            let path = format!("/api/v1/query?query={}", url_encode(&query));
+            let body = prometheus_get(&ip, &path).await?;
+            for series in body["data"]["result"].as_array().into_iter().flatten() {
+                let t = series["metric"]["t"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let samples = series["values"].as_array().into_iter().flatten();
+                times
+                    .entry(t)
+                    .or_default()
+                    .extend(samples.filter_map(|sample| sample[0].as_f64()));
+            }
+        }
+        let mut gaps = Gaps::default();
+        for (t, mut at) in times {
+            at.sort_by(f64::total_cmp);
+            let longest = at.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
+            let missed: usize = at
+                .windows(2)
+                .map(|w| ((w[1] - w[0]) / INTERVAL.as_secs_f64()).round() as usize)
+                .map(|intervals| intervals.saturating_sub(1))
+                .sum();
+            gaps.longest = gaps.longest.max(longest);
+            gaps.missed += missed;
+            gaps.targets.insert(t, at.len());
+        }
+        Ok(gaps)
+    }
+
+    /// After the outage: polls every shard each second until every zoneless target is back
+    /// where it was before and stays so for three intervals; how long any target was scraped
+    /// by two shards meanwhile, and when it was back.
+    pub async fn wait_returned(&self) -> Returned {
+        let started = Timestamp::now();
+        let mut every_second = tokio::time::interval(Duration::from_secs(1));
+        let mut twice = Duration::ZERO;
+        let mut settled_since: Option<Timestamp> = None;
+        loop {
+            every_second.tick().await;
+            let waited = super::since(started, Timestamp::now());
+            assert!(
+                waited < TIMEOUT,
+                "the zoneless targets not back where they were within {TIMEOUT:?}"
+            );
+            let Ok(placement) = self.placement(&[0, 1, 2]).await else {
+                continue;
+            };
+            if placement.values().any(|shards| shards.len() > 1) {
+                twice += Duration::from_secs(1);
+            }
+            match (placement == self.before, settled_since) {
+                (true, None) => settled_since = Some(Timestamp::now()),
+                (true, Some(at)) if super::since(at, Timestamp::now()) >= 3 * INTERVAL => {
+                    return Returned {
+                        back: super::since(started, at),
+                        twice,
+                    };
+                }
+                (true, Some(_)) => {}
+                (false, _) => settled_since = None,
+            }
+        }
+    }
+
+    /// Waits until the status has no unready zone and Degraded no longer says ZoneFailedOver,
+    /// and a ZoneReturned event was recorded.
+    pub async fn wait_status_returned(&self) {
+        self.sprom
+            .wait_status(
+                "zone-b's shard back in the status",
+                self.generation,
+                |sprom| {
+                    let degraded = sprom
+                        .status
+                        .as_ref()
+                        .and_then(|s| {
+                            use zone_api::conditions::Conditions;
+                            s.condition(condition::DEGRADED).map(|c| c.reason.clone())
+                        })
+                        .unwrap_or_default();
+                    match unready(sprom).is_empty() && degraded != reason::ZONE_FAILED_OVER {
+                        true => Ok(()),
+                        false => Err(format!("{:?}, Degraded {degraded}", unready(sprom))),
+                    }
+                },
+            )
+            .await;
+        fixture::wait_events(&self.sprom.ns.api(), "a ZoneReturned event", |e| {
+            e.reason.as_deref() == Some(reason::ZONE_RETURNED)
+        })
+        .await;
+    }
+
+    /// `kubectl zone drill zone-b` of the resource's namespace: its predicted effect.
+    pub fn drill(&self, cluster: &e2e::Cluster) -> String {
+        let answer = e2e::kubectl_zone::run(
+            cluster,
+            &cluster.kubeconfig,
+            &["drill", DARK, "-n", &self.sprom.ns.name, "-o", "json"],
+        );
+        assert_eq!(answer.code, 0, "{}", answer.stderr);
+        let drill = answer.json();
+        let prediction = drill["predictions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["kind"] == "ShardedPrometheus" && p["name"] == NAME)
+            .unwrap_or_else(|| panic!("no prediction for the ShardedPrometheus: {drill}"));
+        println!("drill: ShardedPrometheus {NAME}: {prediction}");
+        prediction["effect"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+/// The zoneless samples the surviving shards recorded.
+#[derive(Debug, Default)]
+pub struct Gaps {
+    /// The longest gap between two samples of one target, in seconds.
+    pub longest: f64,
+    /// Scrapes missed, over every target.
+    pub missed: usize,
+    /// Target → its samples.
+    pub targets: BTreeMap<String, usize>,
+}
+
+/// What the return took.
+#[derive(Debug)]
+pub struct Returned {
+    /// Until every target was back on its shard of before.
+    pub back: Duration,
+    /// How long some target was in two shards' active targets.
+    pub twice: Duration,
+}
+
+fn unready(sprom: &ShardedPrometheus) -> Vec<UnreadyZone> {
+    sprom
+        .status
+        .as_ref()
+        .map(|s| s.unready_zones.clone())
+        .unwrap_or_default()
+}
+
+/// Every zoneless target scraped by exactly one of `shards`, and by no other.
+fn once_each(placement: &Placement, shards: &[u32]) -> Result<(), String> {
+    let wrong: Vec<(&String, &BTreeSet<u32>)> = placement
+        .iter()
+        .filter(|(_, on)| on.len() != 1 || !on.iter().all(|s| shards.contains(s)))
+        .collect();
+    match (placement.len(), wrong.is_empty()) {
+        (TARGETS, true) => Ok(()),
+        (found, _) => Err(format!(
+            "{found} of {TARGETS} targets; wrongly placed {wrong:?}"
+        )),
+    }
+}
