@@ -132,7 +132,9 @@ fn placements() -> Vec<(&'static str, String, Vec<Value>)> {
         (
             SPROM,
             "shardingStrategy/properties/zoneFailoverAfter",
-            rules([prometheus_duration("spec.shardingStrategy.zoneFailoverAfter")]),
+            rules([prometheus_duration(
+                "spec.shardingStrategy.zoneFailoverAfter",
+            )]),
         ),
         (
             SPROM,

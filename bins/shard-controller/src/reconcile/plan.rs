@@ -67,17 +67,8 @@ pub fn plan(
 ) -> Result<Plan, Invalid> {
     let failover = failover::decide(valid, observed, &target.previous.unready_zones, now);
     // The shards are built with the failed-over zones' zoneless buckets on the other zones.
-    let failed_over;
-    let valid = match failover.layout == valid.layout {
-        true => valid,
-        false => {
-            failed_over = ValidSprom {
-                layout: failover.layout.clone(),
-                ..valid.clone()
-            };
-            &failed_over
-        }
-    };
+    let failed_over = failover.valid(valid);
+    let valid: &ValidSprom = &failed_over;
     let input = BuildInput {
         name: target.name,
         namespace: target.namespace,
@@ -129,11 +120,8 @@ pub fn plan(
         &status.unready_zones,
         &mut events,
     );
-    let mut resync = resync(observed, next_config_check, uploads.next_look(now));
-    // A zone's grace ends with no event to tell: look again then (a second later).
-    if let Some(left) = failover.next_look {
-        resync = resync.min(left + Duration::from_secs(1));
-    }
+    let next_looks = [uploads.next_look(now), failover.next_look];
+    let resync = resync(observed, next_config_check, next_looks);
     Ok(Plan {
         writes,
         wanted,
@@ -158,7 +146,7 @@ const SHORT_OF_PODS_LOOK: Duration = Duration::from_secs(15);
 fn resync(
     observed: &Observed,
     next_config_check: Option<Duration>,
-    next_upload_look: Option<Duration>,
+    [next_upload_look, next_failover_look]: [Option<Duration>; 2],
 ) -> Duration {
     // Nothing is watched that tells of an RBAC change (a fix, a consent given or revoked): look
     // again once the answer expires (a second after, so it has).
@@ -183,6 +171,10 @@ fn resync(
     // a retry is due at its time; a pod not yet on the retired configuration, soon.
     if let Some(next) = next_upload_look {
         resync = resync.min(next);
+    }
+    // A zone's failover grace ends with no event to tell: look again then (a second later).
+    if let Some(left) = next_failover_look {
+        resync = resync.min(left + Duration::from_secs(1));
     }
     resync
 }

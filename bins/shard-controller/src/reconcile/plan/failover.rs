@@ -3,6 +3,7 @@
 //! (see `ShardLayout::failed_over`). "Since" lives in the status, so a restarted controller
 //! (or a new leader) keeps counting from the first time a zone was seen down.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -23,6 +24,19 @@ pub struct Failover {
     pub unready: Vec<UnreadyZone>,
     /// When the next unready zone's grace ends.
     pub next_look: Option<Duration>,
+}
+
+impl Failover {
+    /// `valid` with the failed-over layout (borrowed when no zone failed over).
+    pub fn valid<'a>(&self, valid: &'a ValidSprom) -> Cow<'a, ValidSprom> {
+        match self.layout == valid.layout {
+            true => Cow::Borrowed(valid),
+            false => Cow::Owned(ValidSprom {
+                layout: self.layout.clone(),
+                ..valid.clone()
+            }),
+        }
+    }
 }
 
 /// Decides the failover of `valid`'s zones from the shards' readiness `observed`, the zones
