@@ -283,6 +283,17 @@ local alert(c, name, expr, forDuration, severity, summary, description) = {
           ),
           alert(
             c,
+            'ZoneAwareZoneShardsDown',
+            // One series per zone whose shards are all unready, whatever the shard count and
+            // the controller's replicas: once per resource and zone.
+            'max by (namespace, name, zone) (zone_aware_sprom_zone_unready_since_timestamp_seconds{%(shardSelector)s})' % c,
+            c.zoneShardsDownFor,
+            'warning',
+            'Every shard of zone {{ $labels.zone }} of {{ $labels.namespace }}/{{ $labels.name }} is unready.',
+            'No shard of zone {{ $labels.zone }} of the ShardedPrometheus {{ $labels.namespace }}/{{ $labels.name }} has had a ready Prometheus for %(zoneShardsDownFor)s: the zone\'s own targets are not scraped, its shards\' rules are not evaluated, and their zoneless targets fail over to the other zones\' shards after zoneFailoverAfter (docs/outages.md).' % c,
+          ),
+          alert(
+            c,
             'ZoneAwareShardFailoverMissing',
             // The controller serves the grace only where a failover can happen (Topology with
             // Spread zoneless targets): one series per zone still not failed over.

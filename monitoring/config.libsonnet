@@ -59,6 +59,8 @@
     // A zone's shards all unready past the ShardedPrometheus's zoneFailoverAfter by this many
     // seconds, its zoneless targets still not failed over.
     shardFailoverLateSeconds: 120,
+    // Every shard of a zone unready: once per ShardedPrometheus and zone.
+    zoneShardsDownFor: '1m',
     shardFailoverMissingFor: '1m',
     shardConfigNotLoadedFor: '10m',
     shardUploadStuckFor: '30m',

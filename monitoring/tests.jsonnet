@@ -287,6 +287,13 @@ local tests = [
     ['zone_aware_sprom_zone_shards{%s, namespace="monitoring", name="k8s", zone="zone-c"}' % shard, '1x30'],
   ], [['15m', 'ZoneAwareZoneWithoutShard', []]]),
 
+  test('zone-b\'s shards down, seen by both controller replicas', [
+    ['zone_aware_sprom_zone_unready_since_timestamp_seconds{%s, pod="shard-0", namespace="monitoring", name="k8s", zone="zone-b", failed_over="false"}' % shard, '0x3 _x10'],
+    ['zone_aware_sprom_zone_unready_since_timestamp_seconds{%s, pod="shard-1", namespace="monitoring", name="k8s", zone="zone-b", failed_over="false"}' % shard, '_x3 0x10'],
+  ], [
+    ['30s', 'ZoneAwareZoneShardsDown', []],
+    ['5m', 'ZoneAwareZoneShardsDown', [firing('ZoneAwareZoneShardsDown', { namespace: 'monitoring', name: 'k8s', zone: 'zone-b' })]],
+  ]),
   test('zone-b\'s shards down past the failover grace, not failed over', [
     ['zone_aware_sprom_zone_unready_since_timestamp_seconds{%s, namespace="monitoring", name="k8s", zone="zone-b", failed_over="false"}' % shard, '0x20'],
     ['zone_aware_sprom_zone_failover_after_seconds{%s, namespace="monitoring", name="k8s"}' % shard, '300x20'],

@@ -334,7 +334,7 @@ async fn set_up(fx: &Outage) -> Running {
 async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
     let fx = Outage::new().await;
     let client = fx.cluster.client().await;
-    let (running, shards) = tokio::join!(set_up(&fx), shards::Shards::set_up());
+    let (running, mut shards) = tokio::join!(set_up(&fx), shards::Shards::set_up());
     let rollout_start = running.rollout_start;
     let removed_before = fx.removals(rollout_start).len();
     assert_eq!(
@@ -346,16 +346,8 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
         ("ShardedPrometheus".into(), "prom".into()),
         shards.drill(&fx.cluster),
     );
-    let on_dark: Vec<&String> = shards
-        .before
-        .iter()
-        .filter(|(_, on)| on.contains(&1))
-        .map(|(t, _)| t)
-        .collect();
-    assert!(
-        !on_dark.is_empty(),
-        "zone-b's shard scrapes zoneless targets"
-    );
+    let on_dark = shards.before.values().filter(|on| on.contains(&1)).count();
+    assert!(on_dark > 0, "zone-b's shard scrapes zoneless targets");
 
     let mut outage = ZoneOutage::start(DARK);
     let dark = outage.wait_detected(&client).await;
@@ -377,7 +369,10 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
         s.paused_by == "Zone"
     })
     .await;
-    let (during, failover) = tokio::join!(during_the_outage(&fx), shards_during(&shards));
+    let (during, failover) = tokio::join!(
+        during_the_outage(&fx),
+        shards_during(&shards, outage.started)
+    );
     happened.insert(
         ("ShardedPrometheus".into(), "prom".into()),
         "FailsOver".into(),
@@ -396,6 +391,15 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
         (back, zdb_clear, resumed)
     });
     shards.wait_status_returned().await;
+    shards
+        .wait_federated(
+            "the federator answering for the three shards again",
+            &["0", "1", "2"],
+            false,
+        )
+        .await;
+    let federator_back = since(ended, Timestamp::now());
+    assert!(shards.federator_running(), "the federator kept running");
     pods::wait_all_available(&fx.pods, "app=web", REPLICAS, None, TIMEOUT).await;
     let removed_during = fx.removals(outage.started).len() - fx.removals(ended).len();
     let removed_total = fx.removals(rollout_start).len();
@@ -437,7 +441,18 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
             lost: None,
             wrong: removed_during + removed_total.saturating_sub(REPLICAS),
         },
-        shards_row(&outage, &failover, &returned, on_dark.len()),
+        shards_row(&outage, &failover, &returned, on_dark),
+        Row {
+            component: "rules-federator",
+            detected: Some(failover.federator_warned),
+            action: format!(
+                "answered with zone-a's and zone-c's shards' rules and the warning {:?}",
+                failover.federated.warnings
+            ),
+            recovered: Some(federator_back),
+            lost: None,
+            wrong: 0,
+        },
     ];
     print_table(&rows);
     assert_eq!(during.wrongly_allowed, 0, "{:?}", during.answers);
@@ -469,12 +484,23 @@ struct ShardsDuring {
     /// shard, or a surviving shard's own target moved.
     misplaced: usize,
     gaps: shards::Gaps,
+    /// From the outage to the federator's answer naming zone-b's shard, and that answer.
+    federator_warned: Duration,
+    federated: shards::Federated,
 }
 
 /// While zone-b is dark: its shard's zoneless buckets fail over, and the surviving shards are
 /// watched scraping every zoneless target once, each second, for [`FAILED_OVER_WINDOW`]; then
 /// the samples they recorded meanwhile.
-async fn shards_during(shards: &shards::Shards) -> ShardsDuring {
+async fn shards_during(shards: &shards::Shards, started: Timestamp) -> ShardsDuring {
+    let federated = shards
+        .wait_federated(
+            "the federator answering with a warning naming zone-b's shard",
+            &["0", "2"],
+            true,
+        )
+        .await;
+    let federator_warned = since(started, Timestamp::now());
     let (zone, failed_over, placement) = shards.wait_failed_over().await;
     let covered = Timestamp::now();
     let kept = |now: &shards::Placement| {
@@ -508,6 +534,8 @@ async fn shards_during(shards: &shards::Shards) -> ShardsDuring {
         failed_over,
         misplaced,
         gaps,
+        federator_warned,
+        federated,
     }
 }
 

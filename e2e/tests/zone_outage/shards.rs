@@ -4,17 +4,21 @@
 //! of zone-a and zone-c after `zoneFailoverAfter`, and return when it is back. What the suite
 //! measures: where each target is scraped (each shard's active targets), the samples of `up`
 //! the surviving shards recorded (a missed scrape is a gap), and how long any target was
-//! scraped by two shards at once after the return.
+//! scraped by two shards at once after the return. A rules-federator discovering the shards
+//! answers throughout: while zone-b is dark, with the rules of zone-a's and zone-c's shards and a
+//! warning naming zone-b's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use e2e::fixture::{self, Wanted};
-use e2e::process::http_get_from;
+use e2e::localstack::free_port;
+use e2e::process::{ControllerProcess, http_get_from};
 use e2e::prometheus::url_encode;
 use e2e::wait_for;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use zone_api::ShardedPrometheus;
 use zone_api::sprom::{UnreadyZone, condition, reason};
@@ -39,6 +43,17 @@ pub struct Shards {
     generation: i64,
     /// The placement before the outage: one shard per target.
     pub before: Placement,
+    /// The rules-federator over the shards, and its port.
+    federator: ControllerProcess,
+    federator_port: u16,
+}
+
+/// What the federator answered to `/api/v1/rules`: the shards whose rules it has, and its
+/// warnings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Federated {
+    pub shards: BTreeSet<String>,
+    pub warnings: Vec<String>,
 }
 
 /// The zoneless job: [`TARGETS`] static targets, each its own Prometheus (`127.0.0.1:9090`
@@ -87,26 +102,109 @@ impl Shards {
         let real = e2e::real::RealNodes::of(&cluster);
         let sprom = fixture::Sprom::new("zone-outage-shards", NAME, MANAGER, TIMEOUT).await;
         sprom.prometheus_service_account().await;
+        let rules: Api<ConfigMap> = sprom.ns.api();
+        let rule_file = json!({
+            "metadata": {"name": "rules"},
+            "data": {"rules.yaml": "groups:\n- name: shard\n  rules:\n  - record: one\n    expr: vector(1)\n"},
+        });
+        fixture::create(&rules, rule_file).await;
         let mut spec = fixture::on_real_nodes(
             &real,
-            json!({"shards": 3, "replicas": 1, "scrapeConfigs": [zoneless_job()]}),
+            json!({
+                "shards": 3,
+                "replicas": 1,
+                "ruleFiles": [{"configMap": "rules"}],
+                "scrapeConfigs": [zoneless_job()],
+            }),
         );
         spec["shardingStrategy"]["zoneFailoverAfter"] = json!(FAILOVER_AFTER);
         let generation = sprom.apply(spec).await;
         sprom
             .wait_ready_shards("three ready shards", generation, 3)
             .await;
+        let federator_port = free_port();
+        let listen = format!("127.0.0.1:{federator_port}");
+        let federator = ControllerProcess::start(
+            "rules-federator",
+            &[
+                "--listen-address",
+                &listen,
+                "--discover-sprom",
+                NAME,
+                "--discover-namespace",
+                &sprom.ns.name,
+            ],
+            &[],
+        );
         let mut shards = Shards {
             sprom,
             generation,
             before: Placement::new(),
+            federator,
+            federator_port,
         };
+        shards
+            .wait_federated(
+                "the federator answering for the three shards",
+                &["0", "1", "2"],
+                false,
+            )
+            .await;
         shards.before = shards
             .wait_placement("every zoneless target scraped once", |placement| {
                 once_each(placement, &[0, 1, 2])
             })
             .await;
         shards
+    }
+
+    /// The federator's `/api/v1/rules`.
+    pub async fn federated(&self) -> Result<Federated, String> {
+        let address = format!("127.0.0.1:{}", self.federator_port)
+            .parse()
+            .map_err(|e| format!("{e}"))?;
+        let (code, body) = http_get_from(address, "/api/v1/rules").await?;
+        let value: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+        if code != 200 || value["status"] != "success" {
+            return Err(format!("{code}: {body}"));
+        }
+        let rules = value["data"]["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|group| group["rules"].as_array().into_iter().flatten());
+        Ok(Federated {
+            shards: rules
+                .filter_map(|rule| rule["labels"]["shard"].as_str().map(str::to_string))
+                .collect(),
+            warnings: value["warnings"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|w| w.as_str().map(str::to_string))
+                .collect(),
+        })
+    }
+
+    /// Waits until the federator answers with the rules of `shards` exactly, and a warning
+    /// naming zone-b's shard when `warned` (no warning otherwise).
+    pub async fn wait_federated(&self, what: &str, shards: &[&str], warned: bool) -> Federated {
+        let want: BTreeSet<String> = shards.iter().map(|s| s.to_string()).collect();
+        wait_for(what, TIMEOUT, || async {
+            let answer = self.federated().await?;
+            let named = answer.warnings.len() == 1
+                && answer.warnings[0].starts_with("shard 1: no ready pod (prom-shard-1-0");
+            match answer.shards == want && (answer.warnings.is_empty() || (warned && named)) {
+                true if warned == named => Ok(answer),
+                _ => Err(format!("{answer:?}")),
+            }
+        })
+        .await
+    }
+
+    /// Whether the federator still runs.
+    pub fn federator_running(&mut self) -> bool {
+        self.federator.is_running()
     }
 
     /// Shard → the IP of its Prometheus pod.

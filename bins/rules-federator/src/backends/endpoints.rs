@@ -1,5 +1,6 @@
 //! The backends: static `--endpoint` URLs and the pods discovery finds.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -171,6 +172,41 @@ impl Endpoints {
     }
 }
 
+impl Endpoints {
+    /// The discovered shards that have pods and none of them ready (a zone down, a shard
+    /// starting): one line each, naming the shard and its pods, for the answers' warnings. A
+    /// shard whose pods are all gone is not known here.
+    pub fn unready_shards(&self) -> Vec<String> {
+        match &self.pods {
+            Some((store, port)) => unready_shards(&store.state(), *port),
+            None => Vec::new(),
+        }
+    }
+}
+
+/// [`Endpoints::unready_shards`] of `pods`.
+pub fn unready_shards(pods: &[Arc<Pod>], port: PodPort) -> Vec<String> {
+    let mut shards: BTreeMap<&str, (bool, Vec<String>)> = BTreeMap::new();
+    for pod in pods {
+        let Some(shard) = pod.labels().get(SHARD_POD_LABEL) else {
+            continue;
+        };
+        let entry = shards.entry(shard.as_str()).or_default();
+        entry.0 |= of_pod(pod, port).is_some();
+        entry.1.push(pod.name_any());
+    }
+    shards
+        .into_iter()
+        .filter(|(_, (ready, _))| !ready)
+        .map(|(shard, (_, pods))| {
+            format!(
+                "shard {shard}: no ready pod ({} not ready): its rules are not in this answer",
+                pods.join(", ")
+            )
+        })
+        .collect()
+}
+
 /// The endpoint of a ready pod with an IP.
 pub fn of_pod(pod: &Pod, PodPort { scheme, port }: PodPort) -> Option<Endpoint> {
     if pod.metadata.deletion_timestamp.is_some() {
@@ -206,6 +242,37 @@ pub fn of_pod(pod: &Pod, PodPort { scheme, port }: PodPort) -> Option<Endpoint> 
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_shard_with_pods_and_none_ready_is_named() {
+        let pod = |name: &str, shard: &str, ready: &str| -> Arc<Pod> {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name, "labels": {SHARD_POD_LABEL: shard}},
+                    "status": {"podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": ready}]},
+                }))
+                .unwrap(),
+            )
+        };
+        let port = PodPort {
+            scheme: Scheme::Http,
+            port: 9090,
+        };
+        let pods = [
+            pod("prom-shard-0-0", "0", "True"),
+            pod("prom-shard-0-1", "0", "False"),
+            pod("prom-shard-1-0", "1", "False"),
+            pod("prom-shard-1-1", "1", "Unknown"),
+        ];
+        assert_eq!(
+            unready_shards(&pods, port),
+            [
+                "shard 1: no ready pod (prom-shard-1-0, prom-shard-1-1 not ready): its rules are \
+              not in this answer"
+            ]
+        );
+        assert!(unready_shards(&pods[..2], port).is_empty());
+    }
 
     #[test]
     fn static_endpoints_carry_shard_and_replica_in_the_fragment() {

@@ -176,7 +176,9 @@ impl Api {
         };
         let started = Instant::now();
         let answers = futures::stream::iter(early).chain(fetched);
-        let merged = merge(answers, &self.cores, &self.options, &self.metrics).await?;
+        let mut merged = merge(answers, &self.cores, &self.options, &self.metrics).await?;
+        // A discovered shard with no ready pod (its zone down) is a backend that failed too.
+        merged.warnings.extend(self.endpoints.unready_shards());
         let failed = merged.warnings.len();
         if failed > 0 && (partial == PartialResponse::Abort || merged.answered == 0) {
             return Err(Refusal::unavailable(format!(
