@@ -244,6 +244,22 @@ pub fn controller_on_free_port(
     (process, port)
 }
 
+/// A rules-federator on a free port of 127.0.0.1 discovering the pods of the ShardedPrometheus
+/// `sprom` in `namespace`: the process and its port.
+pub fn federator_of(sprom: &str, namespace: &str) -> (ControllerProcess, u16) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let args = [
+        "--listen-address",
+        &listen,
+        "--discover-sprom",
+        sprom,
+        "--discover-namespace",
+        namespace,
+    ];
+    (ControllerProcess::start("rules-federator", &args, &[]), port)
+}
+
 /// The events of the test namespace that `keep` accepts.
 pub async fn events(ns: &TestNamespace, keep: impl Fn(&Event) -> bool) -> Vec<Event> {
     let events: Api<Event> = ns.api();

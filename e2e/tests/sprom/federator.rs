@@ -1,8 +1,6 @@
 //! The rules-federator discovering the shards of a ShardedPrometheus and following a scale
 //! without a restart.
 
-use e2e::localstack::free_port;
-use e2e::process::ControllerProcess;
 
 use super::*;
 
@@ -56,20 +54,7 @@ async fn sprom_federator_discovers_the_shards_and_follows_a_scale_without_restar
         )
     };
     fx.apply(spec(2)).await;
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut federator = ControllerProcess::start(
-        "rules-federator",
-        &[
-            "--listen-address",
-            &listen,
-            "--discover-sprom",
-            NAME,
-            "--discover-namespace",
-            &fx.ns.name,
-        ],
-        &[],
-    );
+    let (mut federator, port) = fixture::federator_of(NAME, &fx.ns.name);
     let pid = federator.pid();
     let expect = |shards: u32| -> BTreeMap<String, Vec<String>> {
         (0..shards)

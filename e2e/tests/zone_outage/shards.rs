@@ -12,7 +12,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use e2e::fixture::{self, Wanted};
-use e2e::localstack::free_port;
 use e2e::process::{ControllerProcess, http_get_from};
 use e2e::prometheus::url_encode;
 use e2e::wait_for;
@@ -122,20 +121,7 @@ impl Shards {
         sprom
             .wait_ready_shards("three ready shards", generation, 3)
             .await;
-        let federator_port = free_port();
-        let listen = format!("127.0.0.1:{federator_port}");
-        let federator = ControllerProcess::start(
-            "rules-federator",
-            &[
-                "--listen-address",
-                &listen,
-                "--discover-sprom",
-                NAME,
-                "--discover-namespace",
-                &sprom.ns.name,
-            ],
-            &[],
-        );
+        let (federator, federator_port) = fixture::federator_of(NAME, &sprom.ns.name);
         let mut shards = Shards {
             sprom,
             generation,
