@@ -257,7 +257,10 @@ pub fn federator_of(sprom: &str, namespace: &str) -> (ControllerProcess, u16) {
         "--discover-namespace",
         namespace,
     ];
-    (ControllerProcess::start("rules-federator", &args, &[]), port)
+    (
+        ControllerProcess::start("rules-federator", &args, &[]),
+        port,
+    )
 }
 
 /// The events of the test namespace that `keep` accepts.

@@ -380,7 +380,17 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
     compare_drill(&predicted, &happened);
 
     let ended = outage.end();
-    let (returned, (back, zdb_clear, resumed)) = tokio::join!(shards.wait_returned(), async {
+    let federator_back = async {
+        shards
+            .wait_federated(
+                "the federator answering for the three shards again",
+                &["0", "1", "2"],
+                false,
+            )
+            .await;
+        since(ended, Timestamp::now())
+    };
+    let others_back = async {
         let back = outage.wait_recovered(&client).await;
         let zdb_clear = fx.wait_disrupted(&[]).await;
         let resumed = fx
@@ -389,16 +399,10 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
             })
             .await;
         (back, zdb_clear, resumed)
-    });
+    };
+    let (returned, federator_back, (back, zdb_clear, resumed)) =
+        tokio::join!(shards.wait_returned(), federator_back, others_back);
     shards.wait_status_returned().await;
-    shards
-        .wait_federated(
-            "the federator answering for the three shards again",
-            &["0", "1", "2"],
-            false,
-        )
-        .await;
-    let federator_back = since(ended, Timestamp::now());
     assert!(shards.federator_running(), "the federator kept running");
     pods::wait_all_available(&fx.pods, "app=web", REPLICAS, None, TIMEOUT).await;
     let removed_during = fx.removals(outage.started).len() - fx.removals(ended).len();

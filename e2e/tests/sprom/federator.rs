@@ -1,7 +1,6 @@
 //! The rules-federator discovering the shards of a ShardedPrometheus and following a scale
 //! without a restart.
 
-
 use super::*;
 
 /// The shards whose rules the federator on `port` serves: shard label → rule names (deduplicated
