@@ -30,7 +30,7 @@ const MANAGER: &str = "e2e-zone-outage";
 const TARGETS: usize = 24;
 const JOB: &str = "zoneless";
 /// The zoneless job's scrape interval.
-pub const INTERVAL: Duration = Duration::from_secs(10);
+pub const INTERVAL: Duration = Duration::from_secs(15);
 const FAILOVER_AFTER: &str = "20s";
 const TIMEOUT: Duration = Duration::from_secs(240);
 
