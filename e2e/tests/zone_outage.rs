@@ -380,7 +380,70 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
     compare_drill(&predicted, &happened);
 
     let ended = outage.end();
-    let federator_back = async {
+    let back = the_return(&fx, &shards, &mut outage, &client, ended).await;
+    assert!(shards.federator_running(), "the federator kept running");
+    pods::wait_all_available(&fx.pods, "app=web", REPLICAS, None, TIMEOUT).await;
+    let timeline = Timeline {
+        started: outage.started,
+        dark,
+        zdb_detected,
+        zau_detected,
+        ended,
+        first_after: fx.first_removal_after(ended),
+        removed_during: fx.removals(outage.started).len() - fx.removals(ended).len(),
+        removed_total: fx.removals(rollout_start).len(),
+    };
+    print_table(&rows(&timeline, &back, &during, &failover, on_dark));
+    assert_eq!(during.wrongly_allowed, 0, "{:?}", during.answers);
+    assert_eq!(during.pdb_differs, 0, "{:?}", during.answers);
+    assert_eq!(
+        timeline.removed_during, 0,
+        "the rollout removed pods while {DARK} was dark"
+    );
+    assert_eq!(
+        timeline.removed_total, REPLICAS,
+        "each pod removed once, no extra removal after the outage ({removed_before} before it)"
+    );
+    assert!(
+        timeline.first_after.is_some(),
+        "the rollout went on after the outage"
+    );
+    check_shards(&failover, &back.shards);
+}
+
+/// When the outage began, was seen and ended, and the rollout's removals.
+struct Timeline {
+    started: Timestamp,
+    dark: Timestamp,
+    zdb_detected: Timestamp,
+    zau_detected: Timestamp,
+    ended: Timestamp,
+    /// The rollout's first removal after the outage.
+    first_after: Option<Timestamp>,
+    removed_during: usize,
+    removed_total: usize,
+}
+
+/// What came back after the outage, and when.
+struct Back {
+    nodes: Timestamp,
+    zdb_clear: Timestamp,
+    resumed: Timestamp,
+    shards: shards::Returned,
+    /// From the end of the outage to the federator's answer of the three shards.
+    federator: Duration,
+}
+
+/// Once zone-b is back (at `ended`): the shards' zoneless targets, the federator's answers, the nodes, the
+/// budget and the rollout, each watched at once; then the shards' status.
+async fn the_return(
+    fx: &Outage,
+    shards: &shards::Shards,
+    outage: &mut ZoneOutage,
+    client: &kube::Client,
+    ended: Timestamp,
+) -> Back {
+    let federator = async {
         shards
             .wait_federated(
                 "the federator answering for the three shards again",
@@ -390,39 +453,50 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
             .await;
         since(ended, Timestamp::now())
     };
-    let others_back = async {
-        let back = outage.wait_recovered(&client).await;
+    let others = async {
+        let nodes = outage.wait_recovered(client).await;
         let zdb_clear = fx.wait_disrupted(&[]).await;
         let resumed = fx
             .zau_status("the rollout resumed and complete", |s| {
                 s.paused_by.is_empty() && s.total_old_replicas == 0
             })
             .await;
-        (back, zdb_clear, resumed)
+        (nodes, zdb_clear, resumed)
     };
-    let (returned, federator_back, (back, zdb_clear, resumed)) =
-        tokio::join!(shards.wait_returned(), federator_back, others_back);
+    let (returned, federator, (nodes, zdb_clear, resumed)) =
+        tokio::join!(shards.wait_returned(), federator, others);
     shards.wait_status_returned().await;
-    assert!(shards.federator_running(), "the federator kept running");
-    pods::wait_all_available(&fx.pods, "app=web", REPLICAS, None, TIMEOUT).await;
-    let removed_during = fx.removals(outage.started).len() - fx.removals(ended).len();
-    let removed_total = fx.removals(rollout_start).len();
-    let first_after = fx.first_removal_after(ended);
+    Back {
+        nodes,
+        zdb_clear,
+        resumed,
+        shards: returned,
+        federator,
+    }
+}
 
-    let rows = [
+/// The table's rows.
+fn rows(
+    t: &Timeline,
+    back: &Back,
+    during: &During,
+    failover: &ShardsDuring,
+    on_dark: usize,
+) -> [Row; 6] {
+    [
         Row {
             component: "nodes (node lifecycle controller)",
-            detected: Some(since(outage.started, dark)),
+            detected: Some(since(t.started, t.dark)),
             action: format!("{DARK}'s nodes NotReady"),
-            recovered: Some(since(ended, back)),
+            recovered: Some(since(t.ended, back.nodes)),
             lost: None,
             wrong: 0,
         },
         Row {
             component: "ZoneDisruptionBudget",
-            detected: Some(since(outage.started, zdb_detected)),
+            detected: Some(since(t.started, t.zdb_detected)),
             action: format!("{DARK} disrupted: other zones' evictions refused, {DARK}'s allowed"),
-            recovered: Some(since(ended, zdb_clear)),
+            recovered: Some(since(t.ended, back.zdb_clear)),
             lost: None,
             wrong: during.wrongly_allowed,
         },
@@ -436,16 +510,16 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
         },
         Row {
             component: "ZoneAwareUpdate",
-            detected: Some(since(outage.started, zau_detected)),
+            detected: Some(since(t.started, t.zau_detected)),
             action: format!(
                 "paused (Zone), resumed {}",
-                seconds(first_after.map(|a| since(ended, a)))
+                seconds(t.first_after.map(|a| since(t.ended, a)))
             ),
-            recovered: Some(since(ended, resumed)),
+            recovered: Some(since(t.ended, back.resumed)),
             lost: None,
-            wrong: removed_during + removed_total.saturating_sub(REPLICAS),
+            wrong: t.removed_during + t.removed_total.saturating_sub(REPLICAS),
         },
-        shards_row(&outage, &failover, &returned, on_dark),
+        shards_row(t.started, failover, &back.shards, on_dark),
         Row {
             component: "rules-federator",
             detected: Some(failover.federator_warned),
@@ -453,27 +527,11 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
                 "answered with zone-a's and zone-c's shards' rules and the warning {:?}",
                 failover.federated.warnings
             ),
-            recovered: Some(federator_back),
+            recovered: Some(back.federator),
             lost: None,
             wrong: 0,
         },
-    ];
-    print_table(&rows);
-    assert_eq!(during.wrongly_allowed, 0, "{:?}", during.answers);
-    assert_eq!(during.pdb_differs, 0, "{:?}", during.answers);
-    assert_eq!(
-        removed_during, 0,
-        "the rollout removed pods while {DARK} was dark"
-    );
-    assert_eq!(
-        removed_total, REPLICAS,
-        "each pod removed once, no extra removal after the outage ({removed_before} before it)"
-    );
-    assert!(
-        first_after.is_some(),
-        "the rollout went on after the outage"
-    );
-    check_shards(&failover, &returned);
+    ]
 }
 
 /// How long the failed-over placement is watched, and its samples counted.
@@ -545,18 +603,18 @@ async fn shards_during(shards: &shards::Shards, started: Timestamp) -> ShardsDur
 
 /// The shards' row of the table.
 fn shards_row(
-    outage: &ZoneOutage,
+    started: Timestamp,
     during: &ShardsDuring,
     returned: &shards::Returned,
     moved: usize,
 ) -> Row {
     Row {
         component: "ShardedPrometheus (zoneless targets)",
-        detected: Some(since(outage.started, during.unready_since)),
+        detected: Some(since(started, during.unready_since)),
         action: format!(
             "{moved} of {DARK}'s zoneless targets failed over {} after the outage began, \
              longest gap {:.0} s after; back {} after it, scraped twice {}",
-            seconds(Some(since(outage.started, during.failed_over))),
+            seconds(Some(since(started, during.failed_over))),
             during.gaps.longest,
             seconds(Some(returned.back)),
             seconds(Some(returned.twice)),
