@@ -581,7 +581,7 @@ async fn shards_during(shards: &shards::Shards, started: Timestamp) -> ShardsDur
     while since(covered, Timestamp::now()) < FAILED_OVER_WINDOW {
         every_second.tick().await;
         let right = match shards.placement(&[0, 2]).await {
-            Ok(now) => kept(&now) && now.values().all(|on| on.len() == 1) && now.len() == 24,
+            Ok(now) => kept(&now) && shards::once_each(&now, &[0, 2]).is_ok(),
             Err(_) => false,
         };
         misplaced += usize::from(!right);
@@ -633,7 +633,12 @@ fn check_shards(during: &ShardsDuring, returned: &shards::Returned) {
         during.misplaced, 0,
         "seconds with a misplaced zoneless target"
     );
-    assert_eq!(during.gaps.targets.len(), 24, "{:?}", during.gaps);
+    assert_eq!(
+        during.gaps.targets.len(),
+        shards::TARGETS,
+        "{:?}",
+        during.gaps
+    );
     assert_eq!(
         during.gaps.missed, 0,
         "zoneless scrapes missed after the failover: {:?}",

@@ -292,6 +292,15 @@ impl ShardLayout {
             .collect()
     }
 
+    /// Listed zones with at least one shard, in the listed order.
+    pub fn zones_with_shard(&self) -> Vec<String> {
+        self.per_zone()
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(zone, _)| zone)
+            .collect()
+    }
+
     /// Listed zones with no shard (`N < Z`): their targets are scraped cross-zone (Spread).
     pub fn zones_without_shard(&self) -> Vec<String> {
         self.per_zone()
@@ -331,26 +340,17 @@ impl ShardLayout {
         if self.failed_over.is_empty() {
             return buckets_of(self.shards, shard);
         }
-        let (down, survivors): (BTreeSet<u32>, Vec<u32>) = {
-            let (down, up): (Vec<u32>, Vec<u32>) = (0..self.shards).partition(|s| {
-                self.zone(*s)
-                    .is_some_and(|zone| self.failed_over.contains(zone))
-            });
-            (down.into_iter().collect(), up)
-        };
-        failover::zoneless_buckets(self.shards, shard, &down, &survivors)
+        let down: BTreeSet<u32> = (0..self.shards)
+            .filter(|s| self.zone(*s).is_some_and(|z| self.failed_over.contains(z)))
+            .collect();
+        failover::zoneless_buckets(self.shards, shard, &down)
     }
 
     /// The layout with the zoneless buckets of `zones`' shards moved to the other zones' shards
     /// (Topology, Spread): a zone failover. Zones not listed, or without a shard, are left out;
     /// when no zone with a shard would be left, or zoneless targets are dropped, nothing moves.
     pub fn failed_over<'a>(mut self, zones: impl IntoIterator<Item = &'a str>) -> ShardLayout {
-        let served: BTreeSet<String> = self
-            .per_zone()
-            .into_iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(zone, _)| zone)
-            .collect();
+        let served: BTreeSet<String> = self.zones_with_shard().into_iter().collect();
         let down: BTreeSet<String> = zones
             .into_iter()
             .filter(|zone| served.contains(*zone))
@@ -392,10 +392,9 @@ impl ShardLayout {
             return rules;
         };
         let served: Vec<String> = self
-            .per_zone()
-            .into_iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(zone, _)| quote_meta(&zone))
+            .zones_with_shard()
+            .iter()
+            .map(|zone| quote_meta(zone))
             .collect();
         rules.push(RelabelConfig::replace(
             &[TMP_TOPOLOGY],

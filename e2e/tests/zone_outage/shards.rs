@@ -27,7 +27,7 @@ use super::DARK;
 const NAME: &str = "prom";
 const MANAGER: &str = "e2e-zone-outage";
 /// The zoneless job's targets.
-const TARGETS: usize = 24;
+pub const TARGETS: usize = 24;
 const JOB: &str = "zoneless";
 /// The zoneless job's scrape interval.
 pub const INTERVAL: Duration = Duration::from_secs(15);
@@ -178,11 +178,16 @@ impl Shards {
         let want: BTreeSet<String> = shards.iter().map(|s| s.to_string()).collect();
         wait_for(what, TIMEOUT, || async {
             let answer = self.federated().await?;
-            let named = answer.warnings.len() == 1
-                && answer.warnings[0].starts_with("shard 1: no ready pod (prom-shard-1-0");
-            match answer.shards == want && (answer.warnings.is_empty() || (warned && named)) {
-                true if warned == named => Ok(answer),
-                _ => Err(format!("{answer:?}")),
+            let warnings_right = match warned {
+                true => {
+                    answer.warnings.len() == 1
+                        && answer.warnings[0].starts_with("shard 1: no ready pod (prom-shard-1-0")
+                }
+                false => answer.warnings.is_empty(),
+            };
+            match answer.shards == want && warnings_right {
+                true => Ok(answer),
+                false => Err(format!("{answer:?}")),
             }
         })
         .await
@@ -226,8 +231,7 @@ impl Shards {
         Ok(placement)
     }
 
-    /// Waits until the placement over every shard (but zone-b's while `dark`) is one `check`
-    /// accepts.
+    /// Waits until the placement over the three shards is one `check` accepts.
     async fn wait_placement(
         &self,
         what: &str,
@@ -424,7 +428,7 @@ fn unready(sprom: &ShardedPrometheus) -> Vec<UnreadyZone> {
 }
 
 /// Every zoneless target scraped by exactly one of `shards`, and by no other.
-fn once_each(placement: &Placement, shards: &[u32]) -> Result<(), String> {
+pub fn once_each(placement: &Placement, shards: &[u32]) -> Result<(), String> {
     let wrong: Vec<(&String, &BTreeSet<u32>)> = placement
         .iter()
         .filter(|(_, on)| on.len() != 1 || !on.iter().all(|s| shards.contains(s)))

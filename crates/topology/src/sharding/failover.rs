@@ -3,41 +3,35 @@
 //! other zones, and only those buckets move.
 //!
 //! The down shards' buckets, in bucket order, are dealt to the surviving shards (in index
-//! order) in turn, so each survivor takes an even share of them, and the assignment is a pure function of the shard count and of which zones
-//! are down: every shard computes the same answer on its own, and when the zone returns the
-//! buckets go back to where `owners(N)` puts them.
+//! order) in turn, so each survivor takes an even share of them. The assignment is a pure
+//! function of the shard count and of which shards are down: every shard computes the same
+//! answer on its own, and when the zone returns the buckets go back to where `owners(N)` puts
+//! them.
 
 use std::collections::BTreeSet;
 
-use super::owners::owners;
+use super::owners::{buckets_of, owners};
 
-/// The zoneless buckets of `shard` out of `shards`, when the shards in `down` are out and
-/// `survivors` (the others, in index order) take their buckets. A down shard keeps none.
-pub fn zoneless_buckets(
-    shards: u32,
-    shard: u32,
-    down: &BTreeSet<u32>,
-    survivors: &[u32],
-) -> Vec<u32> {
-    if down.contains(&shard) || survivors.is_empty() {
-        return match survivors.is_empty() {
-            true => super::owners::buckets_of(shards, shard),
-            false => Vec::new(),
-        };
+/// The zoneless buckets of `shard` out of `shards` when the shards in `down` are out: the
+/// others take their buckets, and a down shard keeps none. With no other shard, nothing moves.
+pub fn zoneless_buckets(shards: u32, shard: u32, down: &BTreeSet<u32>) -> Vec<u32> {
+    let survivors: Vec<u32> = (0..shards).filter(|s| !down.contains(s)).collect();
+    if survivors.is_empty() {
+        return buckets_of(shards, shard);
     }
     let mut moved = 0usize;
     let mut kept = Vec::new();
     for (owner, bucket) in owners(shards).iter().zip(0u32..) {
-        if !down.contains(owner) {
-            if *owner == shard {
-                kept.push(bucket);
+        let taker = match down.contains(owner) {
+            false => *owner,
+            true => {
+                moved += 1;
+                survivors[(moved - 1) % survivors.len()]
             }
-            continue;
-        }
-        if survivors.get(moved % survivors.len()) == Some(&shard) {
+        };
+        if taker == shard {
             kept.push(bucket);
         }
-        moved += 1;
     }
     kept
 }
@@ -47,13 +41,12 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::sharding::owners::{BUCKETS, buckets_of};
+    use crate::sharding::owners::BUCKETS;
 
     fn assignment(shards: u32, down: &BTreeSet<u32>) -> BTreeMap<u32, u32> {
-        let survivors: Vec<u32> = (0..shards).filter(|s| !down.contains(s)).collect();
         let mut owner_of = BTreeMap::new();
         for shard in 0..shards {
-            for bucket in zoneless_buckets(shards, shard, down, &survivors) {
+            for bucket in zoneless_buckets(shards, shard, down) {
                 assert_eq!(
                     owner_of.insert(bucket, shard),
                     None,
@@ -89,7 +82,7 @@ mod tests {
         let survivors = [0, 2, 3, 5];
         let moved: Vec<usize> = survivors
             .iter()
-            .map(|s| zoneless_buckets(6, *s, &down, &survivors).len() - buckets_of(6, *s).len())
+            .map(|s| zoneless_buckets(6, *s, &down).len() - buckets_of(6, *s).len())
             .collect();
         let (least, most) = (moved.iter().min(), moved.iter().max());
         assert!(
@@ -105,6 +98,6 @@ mod tests {
     #[test]
     fn with_no_survivor_every_shard_keeps_its_own_buckets() {
         let down = BTreeSet::from([0, 1]);
-        assert_eq!(zoneless_buckets(2, 1, &down, &[]), buckets_of(2, 1));
+        assert_eq!(zoneless_buckets(2, 1, &down), buckets_of(2, 1));
     }
 }

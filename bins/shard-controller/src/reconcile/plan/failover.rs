@@ -4,7 +4,6 @@
 //! (or a new leader) keeps counting from the first time a zone was seen down.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -48,34 +47,33 @@ pub fn decide(
     now: Timestamp,
 ) -> Failover {
     let layout = &valid.layout;
-    let mut unready: Vec<UnreadyZone> = layout
-        .per_zone()
-        .into_iter()
-        .filter(|(zone, shards)| *shards > 0 && all_unready(layout, observed, zone))
-        .map(|(zone, _)| {
+    let served = layout.zones_with_shard();
+    let mut unready: Vec<UnreadyZone> = served
+        .iter()
+        .filter(|zone| all_unready(layout, observed, zone))
+        .map(|zone| {
             let since = previous
                 .iter()
-                .find(|seen| seen.zone == zone)
+                .find(|seen| seen.zone == **zone)
                 .and_then(|seen| seen.since.parse::<Timestamp>().ok())
                 .unwrap_or(now);
             UnreadyZone {
                 since: since.to_string(),
-                zone,
+                zone: zone.clone(),
                 failed_over: false,
             }
         })
         .collect();
-    // Only onto a zone with a ready shard: with every zone down, nothing moves.
-    let served = layout.per_zone().iter().filter(|(_, n)| *n > 0).count();
+    // Only onto a zone with a ready shard: with every zone down, nothing moves (nor is there a
+    // grace to wake up for: a shard turning ready is watched).
+    let some_ready = unready.len() < served.len();
     let due: Vec<&str> = unready
         .iter()
-        .filter(|_| unready.len() < served)
-        .filter(|zone| elapsed(&zone.since, now) >= valid.zone_failover_after)
+        .filter(|zone| some_ready && elapsed(&zone.since, now) >= valid.zone_failover_after)
         .map(|zone| zone.zone.as_str())
         .collect();
     let failed = layout.clone().failed_over(due);
     let mut next_look = None;
-    let some_ready = unready.len() < served;
     for zone in &mut unready {
         zone.failed_over = failed.failed_over_zones().contains(&zone.zone);
         let left = valid
@@ -145,13 +143,11 @@ pub fn degraded(layout: &ShardLayout, unready: &[UnreadyZone]) -> Option<(&'stat
     if failed.is_empty() {
         return None;
     }
-    let down: &BTreeSet<String> = layout.failed_over_zones();
-    let others: Vec<&str> = layout
-        .zones()
-        .iter()
-        .enumerate()
-        .filter(|(z, zone)| layout.shards_in_zone(*z) > 0 && !down.contains(*zone))
-        .map(|(_, zone)| zone.as_str())
+    let down = layout.failed_over_zones();
+    let others: Vec<String> = layout
+        .zones_with_shard()
+        .into_iter()
+        .filter(|zone| !down.contains(zone))
         .collect();
     Some((
         reason::ZONE_FAILED_OVER,
