@@ -126,6 +126,7 @@ mixin-check: monitoring-tools ## The rendered mixin is up to date, its rules and
 	done; \
 	stale="$$(comm -13 <(cd "$$out" && find monitoring/generated -type f | sort) <(find monitoring/generated -type f | sort))"; \
 	[ -z "$$stale" ] || { echo "mixin-check: not rendered by monitoring/ any more: $$stale" >&2; exit 1; }; \
+	! grep -rn '%([a-zA-Z]*)' monitoring/generated || { echo "mixin-check: a %(name) placeholder left unformatted in monitoring/generated (a string without % c)" >&2; exit 1; }; \
 	$(JSONNET) -J monitoring monitoring/dashboard-queries.jsonnet >"$$out/dashboard-queries.json"; \
 	$(PROMTOOL) check rules monitoring/generated/alerts.yaml monitoring/generated/rules.yaml "$$out/dashboard-queries.json"; \
 	$(PROMTOOL) test rules monitoring/generated/tests.yaml

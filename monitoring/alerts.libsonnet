@@ -309,7 +309,7 @@ local alert(c, name, expr, forDuration, severity, summary, description) = {
             c.shardFailoverMissingFor,
             'critical',
             'The zoneless targets of zone {{ $labels.zone }} of {{ $labels.namespace }}/{{ $labels.name }} did not fail over.',
-            'Every shard of zone {{ $labels.zone }} of the ShardedPrometheus {{ $labels.namespace }}/{{ $labels.name }} has been unready for over %(shardFailoverLateSeconds)s s past its zoneFailoverAfter, and its zoneless targets are still not scraped by the other zones\' shards (no other zone has a ready shard, or the controller cannot act): those targets are not scraped.',
+            'Every shard of zone {{ $labels.zone }} of the ShardedPrometheus {{ $labels.namespace }}/{{ $labels.name }} has been unready for over %(shardFailoverLateSeconds)s s past its zoneFailoverAfter, and its zoneless targets are still not scraped by the other zones\' shards (no other zone has a ready shard, or the controller cannot act): those targets are not scraped.' % c,
           ),
           alert(
             c,
