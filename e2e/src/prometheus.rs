@@ -374,10 +374,25 @@ impl PrometheusProcess {
         config_yaml: &str,
         extra_args: &[&str],
     ) -> PrometheusProcess {
+        Self::start_with_files(major, name, config_yaml, &[], extra_args).await
+    }
+
+    /// [`PrometheusProcess::start_on`] with `files` (name, content) written beside the config
+    /// first: rule files the config names by a relative path.
+    pub async fn start_with_files(
+        major: Major,
+        name: &str,
+        config_yaml: &str,
+        files: &[(&str, &str)],
+        extra_args: &[&str],
+    ) -> PrometheusProcess {
         let binaries = binaries_of(major);
         let dir = temp_dir(name);
         let config = dir.join("prometheus.yml");
         std::fs::write(&config, config_yaml).expect("writing the Prometheus config");
+        for (file, content) in files {
+            std::fs::write(dir.join(file), content).expect("writing a file beside the config");
+        }
         let port = crate::localstack::free_port();
         let (log, out, err) = crate::process::log_file(&format!("prometheus-{name}"));
         let child = Command::new(&binaries.prometheus)
@@ -553,6 +568,22 @@ impl PrometheusProcess {
     pub async fn query(&self, promql: &str) -> serde_json::Value {
         self.api_or_panic(&format!("/api/v1/query?query={}", url_encode(promql)))
             .await
+    }
+
+    /// `data` of a range query of `promql` from `start` to `end` (Unix seconds) every `step`
+    /// seconds.
+    pub async fn query_range(
+        &self,
+        promql: &str,
+        start: f64,
+        end: f64,
+        step: f64,
+    ) -> serde_json::Value {
+        self.api_or_panic(&format!(
+            "/api/v1/query_range?query={}&start={start}&end={end}&step={step}",
+            url_encode(promql)
+        ))
+        .await
     }
 }
 

@@ -191,7 +191,17 @@ impl EvictionWebhook {
 
     /// [`EvictionWebhook::controller`] with `extra` flags.
     pub fn controller_with(&self, ns: &TestNamespace, extra: &[String]) -> ControllerProcess {
-        let listen = format!("127.0.0.1:{}", free_port());
+        self.controller_listening(ns, free_port(), extra)
+    }
+
+    /// [`EvictionWebhook::controller_with`] serving its metrics on 127.0.0.1:`metrics_port`.
+    pub fn controller_listening(
+        &self,
+        ns: &TestNamespace,
+        metrics_port: u16,
+        extra: &[String],
+    ) -> ControllerProcess {
+        let listen = format!("127.0.0.1:{metrics_port}");
         let webhook = format!("127.0.0.1:{}", self.port);
         let identity = format!("zdb-{}", self.port);
         let mut args = zdb_args(&identity, false, &ns.name, &listen, &webhook, &self.name);

@@ -25,6 +25,8 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus, ZoneDisruptionBudget};
 
+#[path = "zone_outage/alerts.rs"]
+mod alerts;
 #[path = "zone_outage/deployed.rs"]
 mod deployed;
 #[path = "zone_outage/shards.rs"]
@@ -237,8 +239,9 @@ impl Outage {
 struct Running {
     /// Before the rollout's first removal.
     rollout_start: Timestamp,
-    /// The zau-controller's /metrics port.
+    /// The zau-controller's and the zdb-controller's /metrics ports.
     metrics_port: u16,
+    zdb_metrics_port: u16,
     _zau: ControllerProcess,
     _zdb: ControllerProcess,
     _webhook: EvictionWebhook,
@@ -267,7 +270,8 @@ async fn set_up(fx: &Outage) -> Running {
         pods::wait_available(&fx.pods, &format!("app={app}"), REPLICAS, TIMEOUT).await;
     }
     let webhook = EvictionWebhook::create(&fx.cluster, &fx.ns, free_port()).await;
-    let zdb = webhook.controller(&fx.ns);
+    let zdb_metrics_port = free_port();
+    let zdb = webhook.controller_listening(&fx.ns, zdb_metrics_port, &[]);
     webhook.wait_ca_bundle(&fx.ns).await;
     fx.zdbs
         .create(
@@ -321,6 +325,7 @@ async fn set_up(fx: &Outage) -> Running {
     Running {
         rollout_start: start,
         metrics_port,
+        zdb_metrics_port,
         _zau: zau,
         _zdb: zdb,
         _webhook: webhook,
@@ -348,6 +353,13 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
     );
     let on_dark = shards.before.values().filter(|on| on.contains(&1)).count();
     assert!(on_dark > 0, "zone-b's shard scrapes zoneless targets");
+    let alerts = alerts::Alerts::start(&[
+        ("zau-controller", running.metrics_port),
+        ("zdb-controller", running.zdb_metrics_port),
+        ("shard-controller", shards.sprom.metrics_port),
+        ("rules-federator", shards.federator_port),
+    ])
+    .await;
 
     let mut outage = ZoneOutage::start(DARK);
     let dark = outage.wait_detected(&client).await;
@@ -369,9 +381,10 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
         s.paused_by == "Zone"
     })
     .await;
-    let (during, failover) = tokio::join!(
+    let (during, failover, alerted) = tokio::join!(
         during_the_outage(&fx),
-        shards_during(&shards, outage.started)
+        shards_during(&shards, outage.started),
+        alerts.wait_firing()
     );
     happened.insert(
         ("ShardedPrometheus".into(), "prom".into()),
@@ -380,7 +393,7 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
     compare_drill(&predicted, &happened);
 
     let ended = outage.end();
-    let back = the_return(&fx, &shards, &mut outage, &client, ended).await;
+    let back = the_return(&fx, &shards, &alerts, &mut outage, &client, ended).await;
     assert!(shards.federator_running(), "the federator kept running");
     pods::wait_all_available(&fx.pods, "app=web", REPLICAS, None, TIMEOUT).await;
     let timeline = Timeline {
@@ -388,12 +401,15 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
         dark,
         zdb_detected,
         zau_detected,
+        alerted,
         ended,
         first_after: fx.first_removal_after(ended),
         removed_during: fx.removals(outage.started).len() - fx.removals(ended).len(),
         removed_total: fx.removals(rollout_start).len(),
     };
-    print_table(&rows(&timeline, &back, &during, &failover, on_dark));
+    let fired = alerts.fired().await;
+    print_table(&rows(&timeline, &back, &during, &failover, on_dark, &fired));
+    assert_eq!(alerts::false_alerts(&fired), 0, "alerts fired: {fired:?}");
     assert_eq!(during.wrongly_allowed, 0, "{:?}", during.answers);
     assert_eq!(during.pdb_differs, 0, "{:?}", during.answers);
     assert_eq!(
@@ -417,6 +433,8 @@ struct Timeline {
     dark: Timestamp,
     zdb_detected: Timestamp,
     zau_detected: Timestamp,
+    /// When the mixin's alerts for the dark zone all fired.
+    alerted: Timestamp,
     ended: Timestamp,
     /// The rollout's first removal after the outage.
     first_after: Option<Timestamp>,
@@ -429,6 +447,8 @@ struct Back {
     nodes: Timestamp,
     zdb_clear: Timestamp,
     resumed: Timestamp,
+    /// When the mixin's alerts for the dark zone were all resolved.
+    alerts_resolved: Timestamp,
     shards: shards::Returned,
     /// From the end of the outage to the federator's answer of the three shards.
     federator: Duration,
@@ -439,6 +459,7 @@ struct Back {
 async fn the_return(
     fx: &Outage,
     shards: &shards::Shards,
+    alerts: &alerts::Alerts,
     outage: &mut ZoneOutage,
     client: &kube::Client,
     ended: Timestamp,
@@ -463,13 +484,18 @@ async fn the_return(
             .await;
         (nodes, zdb_clear, resumed)
     };
-    let (returned, federator, (nodes, zdb_clear, resumed)) =
-        tokio::join!(shards.wait_returned(), federator, others);
+    let (returned, federator, alerts_resolved, (nodes, zdb_clear, resumed)) = tokio::join!(
+        shards.wait_returned(),
+        federator,
+        alerts.wait_resolved(),
+        others
+    );
     shards.wait_status_returned().await;
     Back {
         nodes,
         zdb_clear,
         resumed,
+        alerts_resolved,
         shards: returned,
         federator,
     }
@@ -482,7 +508,8 @@ fn rows(
     during: &During,
     failover: &ShardsDuring,
     on_dark: usize,
-) -> [Row; 6] {
+    fired: &alerts::Fired,
+) -> [Row; 7] {
     [
         Row {
             component: "nodes (node lifecycle controller)",
@@ -530,6 +557,14 @@ fn rows(
             recovered: Some(back.federator),
             lost: None,
             wrong: 0,
+        },
+        Row {
+            component: "mixin alerts",
+            detected: Some(since(t.started, t.alerted)),
+            action: format!("fired (alert zone: times): {fired:?}"),
+            recovered: Some(since(t.ended, back.alerts_resolved)),
+            lost: None,
+            wrong: alerts::false_alerts(fired),
         },
     ]
 }

@@ -44,7 +44,7 @@ pub struct Shards {
     pub before: Placement,
     /// The rules-federator over the shards, and its port.
     federator: ControllerProcess,
-    federator_port: u16,
+    pub federator_port: u16,
 }
 
 /// What the federator answered to `/api/v1/rules`: the shards whose rules it has, and its
