@@ -18,6 +18,7 @@ pub mod apply;
 pub mod audit;
 pub mod cert_manager;
 pub mod cluster;
+pub mod config_thanos;
 pub mod deploy;
 pub mod disruption;
 pub mod dns;

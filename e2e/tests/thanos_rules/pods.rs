@@ -12,13 +12,13 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use e2e::alertmanager::Alertmanager;
+use e2e::config_thanos::{self, OBJSTORE_SECRET};
 use e2e::fixture;
 use e2e::real::RealNodes;
-use e2e::thanos::{RULER_REPLICA_LABEL, block_metas, healthy_endpoints, objstore_config, pod_s3};
+use e2e::thanos::{RULER_REPLICA_LABEL, block_metas, healthy_endpoints, pod_s3};
 use e2e::{Cluster, wait_for};
-use k8s_openapi::api::core::v1::{PersistentVolume, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::DeleteParams;
 use serde_json::{Value, json};
 use zone_api::sprom::contract::GLOBAL_SCOPE;
 
@@ -27,14 +27,6 @@ use super::{Fixture, TIMEOUT, create_rule, wait_held};
 /// The ShardedPrometheus config/thanos is written for.
 const NAME: &str = "prometheus";
 const MANAGER: &str = "e2e-thanos-pods";
-/// The Secret config/thanos reads the bucket's configuration from.
-const OBJSTORE_SECRET: &str = "thanos-objstore";
-/// The claims of config/thanos's StatefulSets (one Store Gateway, two Rulers).
-const CLAIMS: [&str; 3] = [
-    "data-thanos-store-0",
-    "data-thanos-ruler-0",
-    "data-thanos-ruler-1",
-];
 /// The first block: cut after 1.5 block lengths (1 min) and a compaction tick, shipped by the
 /// sidecar's next sync.
 const BLOCK_TIMEOUT: Duration = Duration::from_secs(360);
@@ -52,13 +44,7 @@ async fn thanos_rules_config_thanos_runs_as_pods_through_the_cluster_dns_and_ans
     fx.prometheus_service_account().await;
     real.run_metrics_targets(&fx.ns, "target", 3, TIMEOUT).await;
     let s3 = pod_s3(&cluster).await;
-    let secrets: Api<Secret> = fx.ns.api();
-    let objstore = objstore_config(&s3.to_string(), &fx.ns.name);
-    fixture::create(
-        &secrets,
-        json!({"metadata": {"name": OBJSTORE_SECRET}, "stringData": {"objstore.yml": objstore}}),
-    )
-    .await;
+    config_thanos::objstore_secret(&cluster, &fx.ns).await;
     // The receiver lives as long as the test: the Alertmanager notifies it.
     let (_receiver, alertmanager) =
         Alertmanager::deploy_with_receiver(&fx.ns, &real, "zone-b", &["alertname"]).await;
@@ -79,8 +65,8 @@ async fn thanos_rules_config_thanos_runs_as_pods_through_the_cluster_dns_and_ans
     })
     .await;
 
-    let volumes = claim_volumes(&cluster, &fx).await;
-    apply_config_thanos(&cluster, &real, &fx.ns.name);
+    let volumes = config_thanos::claim_volumes(&cluster, &fx.ns).await;
+    config_thanos::apply(&cluster, &real, &fx.ns.name);
     let pods: Api<Pod> = fx.ns.api();
     for (selector, count) in [
         ("app.kubernetes.io/name=thanos-query", 2),
@@ -89,7 +75,7 @@ async fn thanos_rules_config_thanos_runs_as_pods_through_the_cluster_dns_and_ans
     ] {
         e2e::pods::wait_available(&pods, selector, count, TIMEOUT).await;
     }
-    let query = query_service(&fx).await;
+    let query = config_thanos::query_service(&fx.ns).await;
     the_querier_finds_every_component_by_dns(query, &fx.ns.name).await;
     a_global_query_through_the_service_ip_sees_every_shard_once(query).await;
     let started = Instant::now();
@@ -135,121 +121,6 @@ fn spec(real: &RealNodes, fx: &Fixture) -> Value {
             },
         }),
     )
-}
-
-/// The cluster has no volume provisioner: one hostPath PersistentVolume per claim of
-/// config/thanos's StatefulSets, bound to it in advance, its directory (under the real nodes'
-/// state, which `make cluster-down` removes) writable by the pods' user. Deleted on drop.
-async fn claim_volumes(cluster: &Cluster, fx: &Fixture) -> Vec<e2e::cluster::DeleteOnDrop> {
-    let state = std::path::PathBuf::from(cluster.var("E2E_LOGS").expect("E2E_LOGS"))
-        .parent()
-        .expect("the state dir")
-        .join("nodes/volumes")
-        .join(&fx.ns.name);
-    let volumes: Api<PersistentVolume> = Api::all(fx.ns.client.clone());
-    let config = cluster.config().await;
-    let mut made = Vec::new();
-    for claim in CLAIMS {
-        let dir = state.join(claim);
-        std::fs::create_dir_all(&dir).expect("the volume's directory");
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
-            .expect("the volume's directory writable");
-        let name = format!("{}-{claim}", fx.ns.name);
-        fixture::create(
-            &volumes,
-            json!({
-                "metadata": {"name": name},
-                "spec": {
-                    "capacity": {"storage": "10Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "hostPath": {"path": dir, "type": "Directory"},
-                    "claimRef": {"namespace": fx.ns.name, "name": claim},
-                },
-            }),
-        )
-        .await;
-        made.push(e2e::cluster::DeleteOnDrop::new::<PersistentVolume>(
-            config.clone(),
-            &name,
-            DeleteParams::default(),
-        ));
-    }
-    made
-}
-
-/// `kubectl kustomize config/thanos`, with the test's namespace and Alertmanager Service for
-/// `monitoring` and `alertmanager-operated`, its pods placed on the real nodes, applied
-/// server-side. The images it names are tagged in the nodes as the local builds, which must be
-/// of the same versions.
-fn apply_config_thanos(cluster: &Cluster, real: &RealNodes, namespace: &str) {
-    let mut kustomize = e2e::identity::kubectl(cluster);
-    kustomize
-        .arg("kustomize")
-        .arg(e2e::deploy::repo_root().join("config/thanos"));
-    let rendered = e2e::identity::run(kustomize, None)
-        .replace("namespace: monitoring", &format!("namespace: {namespace}"))
-        .replace(".monitoring.svc", &format!(".{namespace}.svc"))
-        .replace("alertmanager-operated", e2e::alertmanager::NAME);
-    let mut objects = e2e::identity::yaml_to_json(&rendered);
-    let mut images = std::collections::BTreeSet::new();
-    for object in &mut objects {
-        let Some(pod) = object.pointer_mut("/spec/template/spec") else {
-            continue;
-        };
-        pod["nodeSelector"] = json!({"type": "real"});
-        pod["tolerations"] =
-            json!([{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}]);
-        for container in pod["containers"].as_array().into_iter().flatten() {
-            images.insert(container["image"].as_str().unwrap_or_default().to_string());
-        }
-    }
-    for image in &images {
-        let local = [&real.thanos_image, &real.config_reloader_image]
-            .into_iter()
-            .find(|local| repository(local) == repository(image))
-            .unwrap_or_else(|| panic!("no local build of {image}"));
-        assert_eq!(
-            tag(local),
-            tag(image),
-            "config/thanos runs {image}, the cluster builds {local}"
-        );
-        real.alias_image(local, image);
-    }
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
-    let mut apply = e2e::identity::kubectl(cluster);
-    apply.args(["apply", "--server-side", "-f", "-"]);
-    let applied = e2e::identity::run(apply, Some(list.to_string().as_bytes()));
-    assert_eq!(
-        applied.lines().count(),
-        9,
-        "every object of config/thanos: {applied}"
-    );
-}
-
-/// The last path segment of an image's name without its tag: `thanos` of
-/// `quay.io/thanos/thanos:v0.42.5`.
-fn repository(image: &str) -> &str {
-    let name = image.rsplit_once(':').map_or(image, |(name, _)| name);
-    name.rsplit('/').next().unwrap_or(name)
-}
-
-fn tag(image: &str) -> &str {
-    image.rsplit_once(':').map_or("", |(_, tag)| tag)
-}
-
-/// The Querier's Service IP and HTTP port, which this host reaches through kube-proxy.
-async fn query_service(fx: &Fixture) -> SocketAddr {
-    let services: Api<Service> = fx.ns.api();
-    let service = services
-        .get("thanos-query")
-        .await
-        .expect("the Service thanos-query");
-    let ip = service
-        .spec
-        .and_then(|spec| spec.cluster_ip)
-        .expect("thanos-query's cluster IP");
-    SocketAddr::new(ip.parse().expect("a cluster IP"), 10902)
 }
 
 /// Through `dnssrv+` names alone: the three sidecars, the Store Gateway and both Rulers are
