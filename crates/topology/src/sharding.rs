@@ -334,8 +334,8 @@ impl ShardLayout {
     }
 
     /// The buckets shard `shard` keeps among the targets with no usable zone (Spread): its
-    /// share of `owners(N)`, plus its share of the failed-over zones' shards' buckets (none if
-    /// it is one of them).
+    /// share of `owners(N)`, plus its share of the failed-over zones' shards' buckets if it is
+    /// not one of them (a failed-over shard keeps its own, for its return).
     pub fn zoneless_buckets(&self, shard: u32) -> Vec<u32> {
         if self.failed_over.is_empty() {
             return buckets_of(self.shards, shard);

@@ -7,16 +7,23 @@
 //! function of the shard count and of which shards are down: every shard computes the same
 //! answer on its own, and when the zone returns the buckets go back to where `owners(N)` puts
 //! them.
+//!
+//! A down shard keeps its own buckets: its configuration does not change while it is down, so
+//! the moment it is back it scrapes them with the configuration it has, and the survivors drop
+//! them once they load theirs. The other way round (the down shard's configuration without
+//! them) its targets go unscraped after the return, between the returning Prometheus loading
+//! the configuration written while it was down and the one that gives them back.
 
 use std::collections::BTreeSet;
 
 use super::owners::{buckets_of, owners};
 
 /// The zoneless buckets of `shard` out of `shards` when the shards in `down` are out: the
-/// others take their buckets, and a down shard keeps none. With no other shard, nothing moves.
+/// others take their buckets, and a down shard keeps its own (for when it is back). With no
+/// other shard, nothing moves.
 pub fn zoneless_buckets(shards: u32, shard: u32, down: &BTreeSet<u32>) -> Vec<u32> {
     let survivors: Vec<u32> = (0..shards).filter(|s| !down.contains(s)).collect();
-    if survivors.is_empty() {
+    if survivors.is_empty() || down.contains(&shard) {
         return buckets_of(shards, shard);
     }
     let mut moved = 0usize;
@@ -43,9 +50,10 @@ mod tests {
     use super::*;
     use crate::sharding::owners::BUCKETS;
 
+    /// Bucket → the surviving shard that holds it.
     fn assignment(shards: u32, down: &BTreeSet<u32>) -> BTreeMap<u32, u32> {
         let mut owner_of = BTreeMap::new();
-        for shard in 0..shards {
+        for shard in (0..shards).filter(|s| !down.contains(s)) {
             for bucket in zoneless_buckets(shards, shard, down) {
                 assert_eq!(
                     owner_of.insert(bucket, shard),
@@ -93,6 +101,14 @@ mod tests {
             moved.iter().sum::<usize>(),
             buckets_of(6, 1).len() + buckets_of(6, 4).len()
         );
+    }
+
+    #[test]
+    fn a_down_shard_keeps_its_own_buckets_for_its_return() {
+        let down = BTreeSet::from([1, 4]);
+        for shard in [1, 4] {
+            assert_eq!(zoneless_buckets(6, shard, &down), buckets_of(6, shard));
+        }
     }
 
     #[test]
