@@ -141,7 +141,12 @@ fn port(name: &str, port: i32) -> ContainerPort {
 }
 
 /// The headless Service selecting every pod of the ShardedPrometheus (`labels`: the labels
-/// every child and pod carries), with the sidecars' ports.
+/// every child and pod carries), with the sidecars' ports. Its names include pods that are not
+/// Ready: a Querier checks each sidecar itself (and leaves out one that does not answer), so a
+/// shard back from a dark zone is queried again as soon as its sidecar answers, not once its
+/// kubelet has reported it Ready, its EndpointSlice changed and the Querier looked the name up
+/// again (its `--store.sd-dns-interval`, 30 s by default). Meanwhile the other zones' shards
+/// drop its zoneless targets: queried late, those targets were missing from global answers.
 pub fn service(name: &str, namespace: &str, labels: &BTreeMap<String, String>) -> Service {
     let service_port = |name: &str, port: i32| ServicePort {
         name: Some(name.into()),
@@ -163,6 +168,7 @@ pub fn service(name: &str, namespace: &str, labels: &BTreeMap<String, String>) -
                 service_port("grpc", GRPC_PORT),
                 service_port("http", HTTP_PORT),
             ]),
+            publish_not_ready_addresses: Some(true),
             ..ServiceSpec::default()
         }),
         ..Service::default()
