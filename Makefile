@@ -37,7 +37,7 @@ E2E_EXCLUSIVE ?= oracle tenancy deploy deploy_local helm install upgrade cert_ma
 E2E_IMAGE_SUITES ?= monitoring
 # E2E_THANOS_SUITES run Thanos: they wait for its build and image (E2E_THANOS_CMD). `e2e` is the
 # harness's own unit tests (one runs a Querier over two sidecars).
-E2E_THANOS_SUITES ?= thanos thanos_rules federator_thanos e2e
+E2E_THANOS_SUITES ?= thanos thanos_rules federator_thanos zone_outage e2e
 # PERF=<substring> runs only the matching e2e/perf/*.sh measurements.
 PERF ?=
 

@@ -31,6 +31,8 @@ mod alerts;
 mod deployed;
 #[path = "zone_outage/shards.rs"]
 mod shards;
+#[path = "zone_outage/thanos.rs"]
+mod thanos;
 
 const DARK: &str = "zone-b";
 /// Pods of each StatefulSet: two per zone.
@@ -348,7 +350,7 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
     );
     let mut predicted = fx.drill();
     predicted.insert(
-        ("ShardedPrometheus".into(), "prom".into()),
+        ("ShardedPrometheus".into(), shards::NAME.into()),
         shards.drill(&fx.cluster),
     );
     let on_dark = shards.before.values().filter(|on| on.contains(&1)).count();
@@ -361,6 +363,7 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
     ])
     .await;
 
+    let querier = shards.thanos.watch();
     let mut outage = ZoneOutage::start(DARK);
     let dark = outage.wait_detected(&client).await;
     let zdb_detected = fx.wait_disrupted(&[DARK]).await;
@@ -387,7 +390,7 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
         alerts.wait_firing()
     );
     happened.insert(
-        ("ShardedPrometheus".into(), "prom".into()),
+        ("ShardedPrometheus".into(), shards::NAME.into()),
         "FailsOver".into(),
     );
     compare_drill(&predicted, &happened);
@@ -408,7 +411,12 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
         removed_total: fx.removals(rollout_start).len(),
     };
     let fired = alerts.fired().await;
-    print_table(&rows(&timeline, &back, &during, &failover, on_dark, &fired));
+    let querier = thanos::querier_seen(&querier.stop(), outage.started, ended);
+    let global = shards.thanos.rules_seen(outage.started).await;
+    let mut table = Vec::from(rows(&timeline, &back, &during, &failover, on_dark, &fired));
+    table.extend(thanos_rows(&querier, &global));
+    print_table(&table);
+    thanos::check(&querier, &global);
     assert_eq!(alerts::false_alerts(&fired), 0, "alerts fired: {fired:?}");
     assert_eq!(during.wrongly_allowed, 0, "{:?}", during.answers);
     assert_eq!(during.pdb_differs, 0, "{:?}", during.answers);
@@ -569,6 +577,50 @@ fn rows(
     ]
 }
 
+/// The rows of the Querier and of the Rulers' two global rules.
+fn thanos_rows(
+    querier: &thanos::QuerierSeen,
+    global: &BTreeMap<&'static str, thanos::RuleSeen>,
+) -> Vec<Row> {
+    let mut rows = vec![Row {
+        component: "Thanos Querier (Service IP)",
+        detected: querier.dropped,
+        action: format!(
+            "answered without shard 1; {} of {} requests failed, longest {:.0} s without an answer",
+            querier.failed.len(),
+            querier.asked,
+            querier.longest_without
+        ),
+        recovered: querier.back,
+        lost: None,
+        wrong: 0,
+    }];
+    for (strategy, seen) in global {
+        rows.push(Row {
+            component: if *strategy == "warn" {
+                "Thanos Ruler, global rule (warn)"
+            } else {
+                "Thanos Ruler, global rule (abort)"
+            },
+            detected: None,
+            action: format!(
+                "{} samples, longest gap {:.0} s, {} failed evaluations, short of the {} \
+                 targets {:?} times after the failover, values {:?}",
+                seen.samples,
+                seen.longest_gap,
+                seen.failures,
+                shards::TARGETS,
+                seen.short_after_failover(),
+                seen.values
+            ),
+            recovered: None,
+            lost: Some(seen.missed),
+            wrong: 0,
+        });
+    }
+    rows
+}
+
 /// How long the failed-over placement is watched, and its samples counted.
 const FAILED_OVER_WINDOW: Duration = Duration::from_secs(45);
 
@@ -648,21 +700,23 @@ fn shards_row(
         detected: Some(since(started, during.unready_since)),
         action: format!(
             "{moved} of {DARK}'s zoneless targets failed over {} after the outage began, \
-             longest gap {:.0} s after; back {} after it, scraped twice {}",
+             longest gap {:.0} s after; back {} after it, scraped twice {}, {} scrapes missed \
+             after it",
             seconds(Some(since(started, during.failed_over))),
             during.gaps.longest,
             seconds(Some(returned.back)),
             seconds(Some(returned.twice)),
+            returned.missed,
         ),
         recovered: Some(returned.back),
-        lost: Some(during.gaps.missed),
+        lost: Some(during.gaps.missed + returned.missed),
         wrong: during.misplaced,
     }
 }
 
 /// The shards' promises: every zoneless target scraped by exactly one surviving shard from
-/// the failover on, no scrape missed then, and no target scraped twice for more than two
-/// intervals after the return.
+/// the failover on, no scrape missed then nor after the return, and no target scraped twice
+/// for more than two intervals after the return (the shards' TSDBs).
 fn check_shards(during: &ShardsDuring, returned: &shards::Returned) {
     assert_eq!(
         during.misplaced, 0,
@@ -678,6 +732,10 @@ fn check_shards(during: &ShardsDuring, returned: &shards::Returned) {
         during.gaps.missed, 0,
         "zoneless scrapes missed after the failover: {:?}",
         during.gaps
+    );
+    assert_eq!(
+        returned.missed, 0,
+        "zoneless scrapes missed after the return"
     );
     assert!(
         returned.twice <= 2 * shards::INTERVAL,

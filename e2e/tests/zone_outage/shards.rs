@@ -24,15 +24,16 @@ use zone_api::sprom::{UnreadyZone, condition, reason};
 
 use super::DARK;
 
-const NAME: &str = "prom";
+/// config/thanos's name for the ShardedPrometheus it joins.
+pub const NAME: &str = "prometheus";
 const MANAGER: &str = "e2e-zone-outage";
 /// The zoneless job's targets.
 pub const TARGETS: usize = 24;
-const JOB: &str = "zoneless";
+pub const JOB: &str = "zoneless";
 /// The zoneless job's scrape interval.
 pub const INTERVAL: Duration = Duration::from_secs(15);
 const FAILOVER_AFTER: &str = "20s";
-const TIMEOUT: Duration = Duration::from_secs(240);
+pub const TIMEOUT: Duration = Duration::from_secs(240);
 
 /// Target (its `t` label) → the shards whose Prometheus scrapes it.
 pub type Placement = BTreeMap<String, BTreeSet<u32>>;
@@ -45,6 +46,7 @@ pub struct Shards {
     /// The rules-federator over the shards, and its port.
     federator: ControllerProcess,
     pub federator_port: u16,
+    pub thanos: super::thanos::Thanos,
 }
 
 /// What the federator answered to `/api/v1/rules`: the shards whose rules it has, and its
@@ -107,13 +109,21 @@ impl Shards {
             "data": {"rules.yaml": "groups:\n- name: shard\n  rules:\n  - record: one\n    expr: vector(1)\n"},
         });
         fixture::create(&rules, rule_file).await;
+        e2e::operator::install_crds(&cluster).await;
+        e2e::config_thanos::objstore_secret(&cluster, &sprom.ns).await;
+        super::thanos::global_rules(&sprom.ns).await;
         let mut spec = fixture::on_real_nodes(
             &real,
             json!({
                 "shards": 3,
                 "replicas": 1,
                 "ruleFiles": [{"configMap": "rules"}],
+                "ruleSelector": {},
                 "scrapeConfigs": [zoneless_job()],
+                "thanos": {
+                    "image": real.thanos_image,
+                    "objectStorageConfig": {"name": e2e::config_thanos::OBJSTORE_SECRET, "key": "objstore.yml"},
+                },
             }),
         );
         spec["shardingStrategy"]["zoneFailoverAfter"] = json!(FAILOVER_AFTER);
@@ -122,12 +132,14 @@ impl Shards {
             .wait_ready_shards("three ready shards", generation, 3)
             .await;
         let (federator, federator_port) = fixture::federator_of(NAME, &sprom.ns.name);
+        let thanos = super::thanos::Thanos::set_up(&cluster, &real, &sprom.ns).await;
         let mut shards = Shards {
             sprom,
             generation,
             before: Placement::new(),
             federator,
             federator_port,
+            thanos,
         };
         shards
             .wait_federated(
@@ -181,7 +193,8 @@ impl Shards {
             let warnings_right = match warned {
                 true => {
                     answer.warnings.len() == 1
-                        && answer.warnings[0].starts_with("shard 1: no ready pod (prom-shard-1-0")
+                        && answer.warnings[0]
+                            .starts_with(&format!("shard 1: no ready pod ({NAME}-shard-1-0"))
                 }
                 false => answer.warnings.is_empty(),
             };
@@ -276,25 +289,9 @@ impl Shards {
     /// `window`: per target, the longest gap between two of them, and the scrapes missed
     /// (a gap of k intervals misses k - 1).
     pub async fn gaps(&self, asked: &[u32], window: Duration) -> Result<Gaps, String> {
-        let query = format!(r#"up{{job="{JOB}"}}[{}s]"#, window.as_secs());
         let mut times: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-        for (shard, ip) in self.pods().await {
-            if !asked.contains(&shard) {
-                continue;
-            }
-            let path = format!("/api/v1/query?query={}", url_encode(&query));
-            let body = prometheus_get(&ip, &path).await?;
-            for series in body["data"]["result"].as_array().into_iter().flatten() {
-                let t = series["metric"]["t"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                let samples = series["values"].as_array().into_iter().flatten();
-                times
-                    .entry(t)
-                    .or_default()
-                    .extend(samples.filter_map(|sample| sample[0].as_f64()));
-            }
+        for ((t, _), at) in self.scraped(asked, window).await? {
+            times.entry(t).or_default().extend(at);
         }
         let mut gaps = Gaps::default();
         for (t, mut at) in times {
@@ -312,13 +309,60 @@ impl Shards {
         Ok(gaps)
     }
 
+    /// The times of the samples of `up` of the zoneless targets the shards `asked` recorded
+    /// over the last `window`, per target and shard.
+    async fn scraped(
+        &self,
+        asked: &[u32],
+        window: Duration,
+    ) -> Result<BTreeMap<(String, u32), Vec<f64>>, String> {
+        let query = format!(r#"up{{job="{JOB}"}}[{}s]"#, window.as_secs());
+        let mut times = BTreeMap::new();
+        for (shard, ip) in self.pods().await {
+            if !asked.contains(&shard) {
+                continue;
+            }
+            let path = format!("/api/v1/query?query={}", url_encode(&query));
+            let body = prometheus_get(&ip, &path).await?;
+            for series in body["data"]["result"].as_array().into_iter().flatten() {
+                let t = series["metric"]["t"].as_str().unwrap_or_default();
+                let samples = series["values"].as_array().into_iter().flatten();
+                times
+                    .entry((t.to_string(), shard))
+                    .or_insert_with(Vec::new)
+                    .extend(samples.filter_map(|sample| sample[0].as_f64()));
+            }
+        }
+        Ok(times)
+    }
+
+    /// From the three shards' TSDBs, over the last `window`: the longest time a zoneless target
+    /// was scraped by two shards (from the later one's first sample to the earlier one's last),
+    /// in seconds.
+    pub async fn scraped_twice(&self, window: Duration) -> Result<f64, String> {
+        let mut spans: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+        for ((t, _), at) in self.scraped(&[0, 1, 2], window).await? {
+            let first = at.iter().copied().fold(f64::INFINITY, f64::min);
+            let last = at.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            spans.entry(t).or_default().push((first, last));
+        }
+        let mut longest: f64 = 0.0;
+        for spans in spans.values() {
+            for (i, a) in spans.iter().enumerate() {
+                for b in &spans[i + 1..] {
+                    longest = longest.max(a.1.min(b.1) - a.0.max(b.0));
+                }
+            }
+        }
+        Ok(longest)
+    }
+
     /// After the outage: polls every shard each second until every zoneless target is back
-    /// where it was before and stays so for three intervals; how long any target was scraped
-    /// by two shards meanwhile, and when it was back.
+    /// where it was before and stays so for three intervals; then, from the shards' TSDBs since
+    /// it began, how long any target was scraped by two shards and the scrapes missed.
     pub async fn wait_returned(&self) -> Returned {
         let started = Timestamp::now();
         let mut every_second = tokio::time::interval(Duration::from_secs(1));
-        let mut twice = Duration::ZERO;
         let mut settled_since: Option<Timestamp> = None;
         loop {
             every_second.tick().await;
@@ -330,15 +374,16 @@ impl Shards {
             let Ok(placement) = self.placement(&[0, 1, 2]).await else {
                 continue;
             };
-            if placement.values().any(|shards| shards.len() > 1) {
-                twice += Duration::from_secs(1);
-            }
             match (placement == self.before, settled_since) {
                 (true, None) => settled_since = Some(Timestamp::now()),
                 (true, Some(at)) if super::since(at, Timestamp::now()) >= 3 * INTERVAL => {
+                    let window = super::since(started, Timestamp::now());
+                    let twice = self.scraped_twice(window).await;
+                    let gaps = self.gaps(&[0, 1, 2], window).await;
                     return Returned {
                         back: super::since(started, at),
-                        twice,
+                        twice: Duration::from_secs_f64(twice.expect("the shards' samples")),
+                        missed: gaps.expect("the shards' samples").missed,
                     };
                 }
                 (true, Some(_)) => {}
@@ -415,8 +460,10 @@ pub struct Gaps {
 pub struct Returned {
     /// Until every target was back on its shard of before.
     pub back: Duration,
-    /// How long some target was in two shards' active targets.
+    /// The longest time some target was scraped by two shards (their TSDBs).
     pub twice: Duration,
+    /// The zoneless targets' scrapes missed since the return (their TSDBs, merged).
+    pub missed: usize,
 }
 
 fn unready(sprom: &ShardedPrometheus) -> Vec<UnreadyZone> {
