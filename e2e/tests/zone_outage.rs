@@ -35,6 +35,10 @@ mod shards;
 mod thanos;
 
 const DARK: &str = "zone-b";
+
+/// The suite's tests one after the other, whole: one's outage would freeze the nodes the other
+/// sets up on (their containerd, their pods).
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// Pods of each StatefulSet: two per zone.
 const REPLICAS: usize = 6;
 const TIMEOUT: Duration = Duration::from_secs(180);
@@ -339,6 +343,7 @@ async fn set_up(fx: &Outage) -> Running {
 #[tokio::test]
 #[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
 async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
+    let _alone = ALONE.lock().await;
     let fx = Outage::new().await;
     let client = fx.cluster.client().await;
     let (running, mut shards) = tokio::join!(set_up(&fx), shards::Shards::set_up());

@@ -50,6 +50,7 @@ struct Observed {
 #[tokio::test]
 #[ignore = "needs the local zonal cluster with real nodes and the project's image (make e2e)"]
 async fn deployed_controllers_keep_a_leader_and_the_webhook_answering() {
+    let _alone = ALONE.lock().await;
     let cluster = Cluster::get();
     let image = RealNodes::of(&cluster).project_image().to_owned();
     let victim = TestNamespace::create(&cluster, "outage-deployed").await;
