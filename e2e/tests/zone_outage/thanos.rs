@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use zone_api::sprom::contract::{GLOBAL_SCOPE, RULE_SCOPE_LABEL};
 
 use super::shards::{JOB, TIMEOUT};
+use super::since;
 
 /// Every zoneless target up, as the global rules count them.
 const TARGETS: u64 = super::shards::TARGETS as u64;
@@ -291,7 +292,6 @@ pub struct QuerierSeen {
 const DARK_SHARD: &str = "1";
 
 pub fn querier_seen(answers: &[Answer], started: Timestamp, ended: Timestamp) -> QuerierSeen {
-    let since = |from: Timestamp, to: Timestamp| super::since(from, to);
     let ok_times: Vec<Timestamp> = answers
         .iter()
         .filter(|(_, a)| a.is_ok())
