@@ -358,6 +358,12 @@ pub async fn metric_sum(port: u16, metric: &str, label: Option<&str>) -> f64 {
             .ok_or_else(|| "no answer".to_string())
     })
     .await;
+    sum_of(&text, metric, label)
+}
+
+/// The sum of the samples of `metric` in the Prometheus text exposition `text`, only those
+/// whose line contains `label` if given.
+pub fn sum_of(text: &str, metric: &str, label: Option<&str>) -> f64 {
     text.lines()
         .filter(|line| line.starts_with(metric))
         .filter(|line| label.is_none_or(|label| line.contains(label)))

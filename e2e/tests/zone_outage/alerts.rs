@@ -110,23 +110,30 @@ impl Alerts {
 
     /// Waits until every alert of [`EXPECTED`] fires for the dark zone: when.
     pub async fn wait_firing(&self) -> Timestamp {
-        wait_for("the dark zone's alerts firing", TIMEOUT, || async {
-            let firing = self.firing().await;
-            firing
-                .is_superset(&expected())
-                .then_some(())
-                .ok_or(format!("firing: {firing:?}"))
+        self.wait_until("the dark zone's alerts firing", |firing, expected| {
+            firing.is_superset(expected)
         })
-        .await;
-        Timestamp::now()
+        .await
     }
 
     /// Waits until no alert of [`EXPECTED`] fires: when.
     pub async fn wait_resolved(&self) -> Timestamp {
-        wait_for("the dark zone's alerts resolved", TIMEOUT, || async {
+        self.wait_until("the dark zone's alerts resolved", |firing, expected| {
+            firing.is_disjoint(expected)
+        })
+        .await
+    }
+
+    /// Waits until `check(firing now, expected)` holds: when.
+    async fn wait_until(
+        &self,
+        what: &str,
+        check: impl Fn(&BTreeSet<String>, &BTreeSet<String>) -> bool,
+    ) -> Timestamp {
+        let expected = expected();
+        wait_for(what, TIMEOUT, || async {
             let firing = self.firing().await;
-            firing
-                .is_disjoint(&expected())
+            check(&firing, &expected)
                 .then_some(())
                 .ok_or(format!("firing: {firing:?}"))
         })

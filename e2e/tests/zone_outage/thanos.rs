@@ -193,21 +193,13 @@ impl Thanos {
             let Ok((200, metrics)) = e2e::process::http_get_from(address, "/metrics").await else {
                 continue;
             };
-            for line in metrics.lines() {
-                let Some(rest) = line.strip_prefix("prometheus_rule_evaluation_failures_total{")
-                else {
-                    continue;
-                };
-                let value: f64 = rest
-                    .rsplit(' ')
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0.0);
-                for strategy in STRATEGIES {
-                    if rest.contains(&format!("zoneless-{strategy}\"")) {
-                        *failures.entry(strategy).or_default() += value;
-                    }
-                }
+            for strategy in STRATEGIES {
+                let group = format!("zoneless-{strategy}\"");
+                *failures.entry(strategy).or_default() += e2e::process::sum_of(
+                    &metrics,
+                    "prometheus_rule_evaluation_failures_total{",
+                    Some(&group),
+                );
             }
         }
         failures
