@@ -313,7 +313,7 @@ pub fn audit(cluster: &Cluster, ns: &TestNamespace) -> Vec<AuditEvent> {
 pub struct Sprom {
     pub ns: TestNamespace,
     pub sproms: Api<ShardedPrometheus>,
-    /// The port of the shard controller's metrics.
+    /// The port of the shard controller's metrics (0 when it runs elsewhere).
     pub metrics_port: u16,
     name: &'static str,
     manager: &'static str,
@@ -341,6 +341,28 @@ impl Sprom {
             manager,
             timeout,
             controller: Mutex::new(Some(controller)),
+            binding: Mutex::default(),
+        }
+    }
+
+    /// A namespace `e2e-<prefix>-...` watched by a shard controller the test runs elsewhere (as
+    /// a pod: its metrics are the deployment's, `metrics_port` is 0).
+    pub async fn watched_elsewhere(
+        prefix: &str,
+        name: &'static str,
+        manager: &'static str,
+        timeout: Duration,
+    ) -> Sprom {
+        let cluster = Cluster::get();
+        let ns = TestNamespace::create(&cluster, prefix).await;
+        Sprom {
+            sproms: ns.api(),
+            ns,
+            metrics_port: 0,
+            name,
+            manager,
+            timeout,
+            controller: Mutex::new(None),
             binding: Mutex::default(),
         }
     }

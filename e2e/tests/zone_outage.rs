@@ -1,27 +1,29 @@
 //! A whole zone going dark on the local zonal cluster (`e2e/cluster/outage.sh`: zone-b's real node
-//! frozen and cut off, its kwok nodes unmanaged), held for minutes, then back: what the
-//! ZoneDisruptionBudget and the ZoneAwareUpdate do meanwhile and after, side by side with a native
-//! PodDisruptionBudget of the same spec. The node lifecycle controller is the real one: the
-//! nodes turn NotReady after its grace period and their pods not Ready, as on any cluster.
-//! The suite takes a zone of the shared cluster away, so it runs alone (`E2E_EXCLUSIVE`).
+//! frozen and cut off, its kwok nodes unmanaged), held for minutes, then back, with the
+//! controllers deployed as pods from the project's image (2 replicas each, as their
+//! ServiceAccounts; `zone_outage/deployed.rs`): what the ZoneDisruptionBudget and the
+//! ZoneAwareUpdate do meanwhile and after, side by side with a native PodDisruptionBudget of the
+//! same spec; the ShardedPrometheus with Thanos and the federator (`zone_outage/shards.rs`,
+//! `zone_outage/thanos.rs`); the mixin's alerts (`zone_outage/alerts.rs`); the controllers'
+//! leaders and webhook. The node lifecycle controller is the real one: the nodes turn NotReady
+//! after its grace period and their pods not Ready, as on any cluster. The suite takes a zone of
+//! the shared cluster away, so it runs alone (`E2E_EXCLUSIVE`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use e2e::kubectl_zone;
-use e2e::localstack::{aws_env, free_port};
 use e2e::outage::ZoneOutage;
-use e2e::process::{ControllerProcess, metric_sum, namespace_args};
-use e2e::webhook::EvictionWebhook;
+use e2e::process::sum_of;
 use e2e::workload::{self, spread_statefulset, to_statefulset, zone_aware_update};
 use e2e::{Cluster, TestNamespace, audit, fixture, nodes, pods, wait_for};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
-use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus, ZoneDisruptionBudget};
 
@@ -36,9 +38,6 @@ mod thanos;
 
 const DARK: &str = "zone-b";
 
-/// The suite's tests one after the other, whole: one's outage would freeze the nodes the other
-/// sets up on (their containerd, their pods).
-static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// Pods of each StatefulSet: two per zone.
 const REPLICAS: usize = 6;
 const TIMEOUT: Duration = Duration::from_secs(180);
@@ -80,7 +79,7 @@ struct Outage {
 
 /// One row of the table the suite prints.
 struct Row {
-    component: &'static str,
+    component: String,
     detected: Option<Duration>,
     action: String,
     recovered: Option<Duration>,
@@ -241,44 +240,34 @@ impl Outage {
     }
 }
 
-/// What [`set_up`] started.
-struct Running {
-    /// Before the rollout's first removal.
-    rollout_start: Timestamp,
-    /// The zau-controller's and the zdb-controller's /metrics ports.
-    metrics_port: u16,
-    zdb_metrics_port: u16,
-    _zau: ControllerProcess,
-    _zdb: ControllerProcess,
-    _webhook: EvictionWebhook,
-}
-
-/// The nodes of `zone` the zau-controller's metrics count, (Ready, not Ready).
-async fn zone_nodes_metric(port: u16, zone: &str) -> (f64, f64) {
-    let count = |ready: &'static str| {
+/// The nodes of `zone` the zau-controller's leader counts, (Ready, not Ready).
+async fn zone_nodes_metric(controllers: &deployed::Controllers<'_>, zone: &str) -> (f64, f64) {
+    let text = wait_for("the zau-controller leader's metrics", TIMEOUT, || {
+        controllers.leader_metrics("zau-controller")
+    })
+    .await;
+    let count = |ready: &str| {
         let label = format!(r#"ready="{ready}",zone="{zone}""#);
-        async move { metric_sum(port, "zone_aware_zone_nodes", Some(&label)).await }
+        sum_of(&text, "zone_aware_zone_nodes", Some(&label))
     };
-    (count("true").await, count("false").await)
+    (count("true"), count("false"))
 }
 
-/// The budgets, the rollout's controller and its ZoneAwareUpdate, a rollout started and
-/// paused by hand mid-way (its first removal done, zone-b's pods still old).
-async fn set_up(fx: &Outage) -> Running {
+/// The budgets, the ZoneAwareUpdate and a rollout started and paused by hand mid-way (its first
+/// removal done, zone-b's pods still old), and `calm`, which no budget selects: when the
+/// rollout started.
+async fn set_up(fx: &Outage) -> Timestamp {
     for (name, strategy) in [
         ("web", "OnDelete"),
         ("zweb", "RollingUpdate"),
         ("pweb", "RollingUpdate"),
+        ("calm", "RollingUpdate"),
     ] {
         statefulset(&fx.sets, name, strategy).await;
     }
-    for app in ["web", "zweb", "pweb"] {
+    for app in ["web", "zweb", "pweb", "calm"] {
         pods::wait_available(&fx.pods, &format!("app={app}"), REPLICAS, TIMEOUT).await;
     }
-    let webhook = EvictionWebhook::create(&fx.cluster, &fx.ns, free_port()).await;
-    let zdb_metrics_port = free_port();
-    let zdb = webhook.controller_listening(&fx.ns, zdb_metrics_port, &[]);
-    webhook.wait_ca_bundle(&fx.ns).await;
     fx.zdbs
         .create(
             &PostParams::default(),
@@ -299,21 +288,6 @@ async fn set_up(fx: &Outage) -> Running {
         .create(&PostParams::default(), &zone_aware_update("web", spec))
         .await
         .unwrap();
-    let mut args = namespace_args(&fx.ns.name, false);
-    let metrics_port = free_port();
-    let listen = format!("127.0.0.1:{metrics_port}");
-    args.extend([
-        "--alarm-poll-interval".into(),
-        "1s".into(),
-        "--listen-address".into(),
-        listen,
-    ]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let zau = ControllerProcess::start(
-        "zau-controller",
-        &args,
-        &aws_env(&fx.cluster.aws_endpoint()),
-    );
     fx.zau_status("the rollout's controller to observe", |s| {
         s.observed_generation == Some(1)
     })
@@ -328,31 +302,33 @@ async fn set_up(fx: &Outage) -> Running {
     fx.pause(true).await;
     fx.zau_status("the rollout paused by hand", |s| s.paused_by == "Manual")
         .await;
-    Running {
-        rollout_start: start,
-        metrics_port,
-        zdb_metrics_port,
-        _zau: zau,
-        _zdb: zdb,
-        _webhook: webhook,
-    }
+    start
 }
 
-/// zone-b goes dark and comes back: the budgets, the rollout and the shards, timed, and what
-/// each did wrong.
+/// A pod of `calm` outside the dark zone.
+async fn calm_pod(fx: &Outage) -> String {
+    fx.zones_of("calm")
+        .await
+        .into_iter()
+        .find(|(_, zone)| zone != DARK)
+        .map(|(pod, _)| pod)
+        .expect("a calm pod outside the dark zone")
+}
+
+/// zone-b goes dark and comes back: the budgets, the rollout, the shards, Thanos, the alerts
+/// and the controllers themselves, timed, and what each did wrong.
 #[tokio::test]
-#[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
+#[ignore = "needs the local zonal cluster with real nodes and the project's image (make e2e)"]
 async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
-    let _alone = ALONE.lock().await;
     let fx = Outage::new().await;
     let client = fx.cluster.client().await;
-    let (running, mut shards) = tokio::join!(set_up(&fx), shards::Shards::set_up());
-    let rollout_start = running.rollout_start;
+    let sprom = shards::Shards::namespace().await;
+    let controllers = deployed::Controllers::deploy(&fx.cluster, &fx.ns, &sprom.ns.name).await;
+    let (rollout_start, shards) =
+        tokio::join!(set_up(&fx), shards::Shards::set_up(sprom, &controllers));
+    let dark_leaders = controllers.leaders_into(DARK).await;
     let removed_before = fx.removals(rollout_start).len();
-    assert_eq!(
-        zone_nodes_metric(running.metrics_port, DARK).await,
-        (3.0, 0.0)
-    );
+    assert_eq!(zone_nodes_metric(&controllers, DARK).await, (3.0, 0.0));
     let mut predicted = fx.drill();
     predicted.insert(
         ("ShardedPrometheus".into(), shards::NAME.into()),
@@ -360,14 +336,11 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
     );
     let on_dark = shards.before.values().filter(|on| on.contains(&1)).count();
     assert!(on_dark > 0, "zone-b's shard scrapes zoneless targets");
-    let alerts = alerts::Alerts::start(&[
-        ("zau-controller", running.metrics_port),
-        ("zdb-controller", running.zdb_metrics_port),
-        ("shard-controller", shards.sprom.metrics_port),
-        ("rules-federator", shards.federator_port),
-    ])
-    .await;
+    let alerts = alerts::Alerts::start(&controllers).await;
 
+    let watched = controllers
+        .watch(fx.pods.clone(), calm_pod(&fx).await)
+        .await;
     let querier = shards.thanos.watch();
     let mut outage = ZoneOutage::start(DARK);
     let dark = outage.wait_detected(&client).await;
@@ -379,7 +352,7 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
         .await;
     let mut happened = fx.happened().await;
     assert_eq!(
-        zone_nodes_metric(running.metrics_port, DARK).await,
+        zone_nodes_metric(&controllers, DARK).await,
         (0.0, 3.0),
         "zone_aware_zone_nodes, which ZoneAwareZoneDark reads"
     );
@@ -402,7 +375,8 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
 
     let ended = outage.end();
     let back = the_return(&fx, &shards, &alerts, &mut outage, &client, ended).await;
-    assert!(shards.federator_running(), "the federator kept running");
+    let restarts = controllers.wait_whole().await;
+    let kept = watched.stop().kept(outage.started, ended);
     pods::wait_all_available(&fx.pods, "app=web", REPLICAS, None, TIMEOUT).await;
     let timeline = Timeline {
         started: outage.started,
@@ -418,10 +392,17 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
     let fired = alerts.fired().await;
     let querier = thanos::querier_seen(&querier.stop(), outage.started, ended);
     let global = shards.thanos.rules_seen(outage.started).await;
+    let zoned = shards
+        .zoned_gaps(since(outage.started, Timestamp::now()))
+        .await
+        .expect("the surviving shards' zoned samples");
     let mut table = Vec::from(rows(&timeline, &back, &during, &failover, on_dark, &fired));
+    table.push(shards::zoned_row(&zoned));
     table.extend(thanos_rows(&querier, &global));
+    table.extend(deployed::rows(&kept, &restarts));
     print_table(&table);
     thanos::check(&querier, &global);
+    deployed::check(&kept, &dark_leaders, &restarts);
     assert_eq!(alerts::false_alerts(&fired), 0, "alerts fired: {fired:?}");
     assert_eq!(during.wrongly_allowed, 0, "{:?}", during.answers);
     assert_eq!(during.pdb_differs, 0, "{:?}", during.answers);
@@ -438,6 +419,7 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
         "the rollout went on after the outage"
     );
     check_shards(&failover, &back.shards);
+    shards::check_zoned(&zoned);
 }
 
 /// When the outage began, was seen and ended, and the rollout's removals.
@@ -525,7 +507,7 @@ fn rows(
 ) -> [Row; 7] {
     [
         Row {
-            component: "nodes (node lifecycle controller)",
+            component: "nodes (node lifecycle controller)".into(),
             detected: Some(since(t.started, t.dark)),
             action: format!("{DARK}'s nodes NotReady"),
             recovered: Some(since(t.ended, back.nodes)),
@@ -533,7 +515,7 @@ fn rows(
             wrong: 0,
         },
         Row {
-            component: "ZoneDisruptionBudget",
+            component: "ZoneDisruptionBudget".into(),
             detected: Some(since(t.started, t.zdb_detected)),
             action: format!("{DARK} disrupted: other zones' evictions refused, {DARK}'s allowed"),
             recovered: Some(since(t.ended, back.zdb_clear)),
@@ -541,7 +523,7 @@ fn rows(
             wrong: during.wrongly_allowed,
         },
         Row {
-            component: "PodDisruptionBudget (same spec)",
+            component: "PodDisruptionBudget (same spec)".into(),
             detected: None,
             action: "every healthy pod's eviction refused, not Ready pods' allowed".into(),
             recovered: None,
@@ -549,7 +531,7 @@ fn rows(
             wrong: during.pdb_differs,
         },
         Row {
-            component: "ZoneAwareUpdate",
+            component: "ZoneAwareUpdate".into(),
             detected: Some(since(t.started, t.zau_detected)),
             action: format!(
                 "paused (Zone), resumed {}",
@@ -561,7 +543,7 @@ fn rows(
         },
         shards_row(t.started, failover, &back.shards, on_dark),
         Row {
-            component: "rules-federator",
+            component: "rules-federator".into(),
             detected: Some(failover.federator_warned),
             action: format!(
                 "answered with zone-a's and zone-c's shards' rules and the warning {:?}",
@@ -572,7 +554,7 @@ fn rows(
             wrong: 0,
         },
         Row {
-            component: "mixin alerts",
+            component: "mixin alerts".into(),
             detected: Some(since(t.started, t.alerted)),
             action: format!("fired (alert zone: times): {fired:?}"),
             recovered: Some(since(t.ended, back.alerts_resolved)),
@@ -588,7 +570,7 @@ fn thanos_rows(
     global: &BTreeMap<&'static str, thanos::RuleSeen>,
 ) -> Vec<Row> {
     let mut rows = vec![Row {
-        component: "Thanos Querier (Service IP)",
+        component: "Thanos Querier (Service IP)".into(),
         detected: querier.dropped,
         action: format!(
             "answered without shard 1; {} of {} requests failed, longest {:.0} s without an answer",
@@ -602,11 +584,7 @@ fn thanos_rows(
     }];
     for (strategy, seen) in global {
         rows.push(Row {
-            component: if *strategy == "warn" {
-                "Thanos Ruler, global rule (warn)"
-            } else {
-                "Thanos Ruler, global rule (abort)"
-            },
+            component: format!("Thanos Ruler, global rule ({strategy})"),
             detected: None,
             action: format!(
                 "{} samples, longest gap {:.0} s, {} failed evaluations, short of the {} \
@@ -701,7 +679,7 @@ fn shards_row(
     moved: usize,
 ) -> Row {
     Row {
-        component: "ShardedPrometheus (zoneless targets)",
+        component: "ShardedPrometheus (zoneless targets)".into(),
         detected: Some(since(started, during.unready_since)),
         action: format!(
             "{moved} of {DARK}'s zoneless targets failed over {} after the outage began, \

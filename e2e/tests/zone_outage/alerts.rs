@@ -1,6 +1,6 @@
 //! The mixin's alerts through the outage: a Prometheus on this host evaluates the
-//! PrometheusRule of config/monitoring, as shipped, over the metrics of the controllers the suite
-//! runs, scraped every 5 s under the job names its rules select. The outage must raise
+//! PrometheusRule of config/monitoring, as shipped, over the metrics of the deployed controllers'
+//! replicas (both of each, by pod IP), scraped every 5 s under the job names its rules select. The outage must raise
 //! `ZoneAwareZoneDark` and `ZoneAwareZoneShardsDown` for zone-b, each once, resolved after the
 //! return; any other alert that fires in the run is a false alert.
 
@@ -42,19 +42,26 @@ fn expected() -> BTreeSet<String> {
 }
 
 impl Alerts {
-    /// The Prometheus scraping each `(job, port)` on 127.0.0.1, its every target up and every rule
-    /// group of the mixin loaded.
-    pub async fn start(jobs: &[(&str, u16)]) -> Alerts {
+    /// The Prometheus scraping every replica of each of `controllers` under its binary's name as
+    /// the job (the federator's over HTTPS, its certificate not checked: these figures are about
+    /// alerts), every target up and every rule group of the mixin loaded.
+    pub async fn start(controllers: &super::deployed::Controllers<'_>) -> Alerts {
         let path = e2e::deploy::repo_root().join("config/monitoring/prometheus-rule.yaml");
         let rule = std::fs::read_to_string(path).unwrap();
         let spec = e2e::identity::yaml_to_json(&rule)[0]["spec"].clone();
         let groups = spec["groups"].as_array().map_or(0, Vec::len);
-        let scrape: Vec<Value> = jobs
-            .iter()
-            .map(|(job, port)| {
-                json!({"job_name": job, "static_configs": [{"targets": [format!("127.0.0.1:{port}")]}]})
-            })
-            .collect();
+        let mut scrape = Vec::new();
+        let mut targets = 0;
+        for job in e2e::deploy::controllers() {
+            let replicas = controllers.metrics_targets(&job).await;
+            targets += replicas.len();
+            let mut config = json!({"job_name": job, "static_configs": [{"targets": replicas}]});
+            if job == "rules-federator" {
+                config["scheme"] = json!("https");
+                config["tls_config"] = json!({"insecure_skip_verify": true});
+            }
+            scrape.push(config);
+        }
         let every = format!("{}s", EVERY.as_secs());
         let config = json!({
             "global": {"scrape_interval": every, "evaluation_interval": every},
@@ -83,9 +90,9 @@ impl Alerts {
             let up = prometheus.query("up == 1").await["result"]
                 .as_array()
                 .map_or(0, Vec::len);
-            (up == jobs.len())
+            (up == targets)
                 .then_some(())
-                .ok_or(format!("{up} of {} up", jobs.len()))
+                .ok_or(format!("{up} of {targets} up"))
         })
         .await;
         Alerts {

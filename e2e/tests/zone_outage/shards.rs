@@ -4,15 +4,19 @@
 //! of zone-a and zone-c after `zoneFailoverAfter`, and return when it is back. What the suite
 //! measures: where each target is scraped (each shard's active targets), the samples of `up`
 //! the surviving shards recorded (a missed scrape is a gap), and how long any target was
-//! scraped by two shards at once after the return. A rules-federator discovering the shards
-//! answers throughout: while zone-b is dark, with the rules of zone-a's and zone-c's shards and a
-//! warning naming zone-b's.
+//! scraped by two shards at once after the return. A second job, of the namespace's pods (the
+//! Prometheus, their sidecars and Thanos) in the zones of their nodes, measures the samples of
+//! the surviving zones' targets through the whole outage. The deployed rules-federator
+//! discovering the shards answers throughout (called as Grafana calls it: HTTPS, a reader's
+//! token): while zone-b is dark, with the rules of zone-a's and zone-c's shards and a warning
+//! naming zone-b's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use e2e::deploy::DeployedFederator;
 use e2e::fixture::{self, Wanted};
-use e2e::process::{ControllerProcess, http_get_from};
+use e2e::process::http_get_from;
 use e2e::prometheus::url_encode;
 use e2e::wait_for;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -30,6 +34,10 @@ const MANAGER: &str = "e2e-zone-outage";
 /// The zoneless job's targets.
 pub const TARGETS: usize = 24;
 pub const JOB: &str = "zoneless";
+/// The job of the namespace's pods, each in its node's zone.
+const ZONED: &str = "zoned";
+/// The zones that stay up.
+const SURVIVING: &str = "zone-a|zone-c";
 /// The zoneless job's scrape interval.
 pub const INTERVAL: Duration = Duration::from_secs(15);
 const FAILOVER_AFTER: &str = "20s";
@@ -43,9 +51,10 @@ pub struct Shards {
     generation: i64,
     /// The placement before the outage: one shard per target.
     pub before: Placement,
-    /// The rules-federator over the shards, and its port.
-    federator: ControllerProcess,
-    pub federator_port: u16,
+    /// The deployed rules-federator over the shards (a replica outside the dark zone), and a
+    /// reader's token.
+    federator: DeployedFederator,
+    token: String,
     pub thanos: super::thanos::Thanos,
 }
 
@@ -68,6 +77,20 @@ fn zoneless_job() -> Value {
         "scrape_interval": format!("{}s", INTERVAL.as_secs()),
         "static_configs": targets,
         "relabel_configs": [{"source_labels": ["t"], "target_label": "__tmp_hash"}],
+    })
+}
+
+/// The zoned job: the pods of `namespace` on their HTTP ports (the Prometheus, their Thanos
+/// sidecars and config/thanos's pods), sharded by the zone of their node.
+fn zoned_job(namespace: &str) -> Value {
+    json!({
+        "job_name": ZONED,
+        "scrape_interval": format!("{}s", INTERVAL.as_secs()),
+        "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [namespace]}}],
+        "relabel_configs": [
+            {"source_labels": ["__meta_kubernetes_pod_container_port_number"], "regex": "9090|10902", "action": "keep"},
+            {"source_labels": ["__meta_kubernetes_node_label_topology_kubernetes_io_zone"], "target_label": "zone"},
+        ],
     })
 }
 
@@ -96,12 +119,19 @@ async fn active(ip: &str) -> Result<BTreeSet<String>, String> {
 }
 
 impl Shards {
-    /// The resource applied on the real nodes, its three shards ready and scraping every
-    /// zoneless target once.
-    pub async fn set_up() -> Shards {
+    /// The resource's namespace, watched by the deployed shard controller.
+    pub async fn namespace() -> fixture::Sprom {
+        fixture::Sprom::watched_elsewhere("zone-outage-shards", NAME, MANAGER, TIMEOUT).await
+    }
+
+    /// The resource applied in `sprom`'s namespace on the real nodes, its three shards ready and
+    /// scraping every zoneless target once, the deployed federator answering for them.
+    pub async fn set_up(
+        sprom: fixture::Sprom,
+        controllers: &super::deployed::Controllers<'_>,
+    ) -> Shards {
         let cluster = e2e::Cluster::get();
         let real = e2e::real::RealNodes::of(&cluster);
-        let sprom = fixture::Sprom::new("zone-outage-shards", NAME, MANAGER, TIMEOUT).await;
         sprom.prometheus_service_account().await;
         let rules: Api<ConfigMap> = sprom.ns.api();
         let rule_file = json!({
@@ -119,7 +149,7 @@ impl Shards {
                 "replicas": 1,
                 "ruleFiles": [{"configMap": "rules"}],
                 "ruleSelector": {},
-                "scrapeConfigs": [zoneless_job()],
+                "scrapeConfigs": [zoneless_job(), zoned_job(&sprom.ns.name)],
                 "thanos": {
                     "image": real.thanos_image,
                     "objectStorageConfig": {"name": e2e::config_thanos::OBJSTORE_SECRET, "key": "objstore.yml"},
@@ -131,14 +161,14 @@ impl Shards {
         sprom
             .wait_ready_shards("three ready shards", generation, 3)
             .await;
-        let (federator, federator_port) = fixture::federator_of(NAME, &sprom.ns.name);
+        let federator = controllers.federator_outside(DARK).await;
         let thanos = super::thanos::Thanos::set_up(&cluster, &real, &sprom.ns).await;
         let mut shards = Shards {
             sprom,
             generation,
             before: Placement::new(),
             federator,
-            federator_port,
+            token: controllers.reader.clone(),
             thanos,
         };
         shards
@@ -158,10 +188,10 @@ impl Shards {
 
     /// The federator's `/api/v1/rules`.
     pub async fn federated(&self) -> Result<Federated, String> {
-        let address = format!("127.0.0.1:{}", self.federator_port)
-            .parse()
-            .map_err(|e| format!("{e}"))?;
-        let (code, body) = http_get_from(address, "/api/v1/rules").await?;
+        let (code, body) = self
+            .federator
+            .get("/api/v1/rules", Some(&self.token))
+            .await?;
         let value: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
         if code != 200 || value["status"] != "success" {
             return Err(format!("{code}: {body}"));
@@ -204,11 +234,6 @@ impl Shards {
             }
         })
         .await
-    }
-
-    /// Whether the federator still runs.
-    pub fn federator_running(&mut self) -> bool {
-        self.federator.is_running()
     }
 
     /// Shard → the IP of its Prometheus pod.
@@ -289,34 +314,28 @@ impl Shards {
     /// `window`: per target, the longest gap between two of them, and the scrapes missed
     /// (a gap of k intervals misses k - 1).
     pub async fn gaps(&self, asked: &[u32], window: Duration) -> Result<Gaps, String> {
-        let mut times: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-        for ((t, _), at) in self.scraped(asked, window).await? {
-            times.entry(t).or_default().extend(at);
-        }
-        let mut gaps = Gaps::default();
-        for (t, mut at) in times {
-            at.sort_by(f64::total_cmp);
-            let longest = at.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
-            let missed: usize = at
-                .windows(2)
-                .map(|w| ((w[1] - w[0]) / INTERVAL.as_secs_f64()).round() as usize)
-                .map(|intervals| intervals.saturating_sub(1))
-                .sum();
-            gaps.longest = gaps.longest.max(longest);
-            gaps.missed += missed;
-            gaps.targets.insert(t, at.len());
-        }
-        Ok(gaps)
+        let zoneless = format!(r#"job="{JOB}""#);
+        Ok(gaps_of(self.scraped(&zoneless, "t", asked, window).await?))
     }
 
-    /// The times of the samples of `up` of the zoneless targets the shards `asked` recorded
-    /// over the last `window`, per target and shard.
+    /// [`Shards::gaps`] of the surviving zones' zoned targets, on their shards (0 and 2).
+    pub async fn zoned_gaps(&self, window: Duration) -> Result<Gaps, String> {
+        let zoned = format!(r#"job="{ZONED}", zone=~"{SURVIVING}""#);
+        Ok(gaps_of(
+            self.scraped(&zoned, "instance", &[0, 2], window).await?,
+        ))
+    }
+
+    /// The times of the samples of `up{<selector>}` the shards `asked` recorded over the last
+    /// `window`, per target (its label `key`) and shard.
     async fn scraped(
         &self,
+        selector: &str,
+        key: &str,
         asked: &[u32],
         window: Duration,
     ) -> Result<BTreeMap<(String, u32), Vec<f64>>, String> {
-        let query = format!(r#"up{{job="{JOB}"}}[{}s]"#, window.as_secs());
+        let query = format!("up{{{selector}}}[{}s]", window.as_secs());
         let mut times = BTreeMap::new();
         for (shard, ip) in self.pods().await {
             if !asked.contains(&shard) {
@@ -325,7 +344,7 @@ impl Shards {
             let path = format!("/api/v1/query?query={}", url_encode(&query));
             let body = prometheus_get(&ip, &path).await?;
             for series in body["data"]["result"].as_array().into_iter().flatten() {
-                let t = series["metric"]["t"].as_str().unwrap_or_default();
+                let t = series["metric"][key].as_str().unwrap_or_default();
                 let samples = series["values"].as_array().into_iter().flatten();
                 times
                     .entry((t.to_string(), shard))
@@ -341,7 +360,8 @@ impl Shards {
     /// in seconds.
     pub async fn scraped_twice(&self, window: Duration) -> Result<f64, String> {
         let mut spans: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-        for ((t, _), at) in self.scraped(&[0, 1, 2], window).await? {
+        let zoneless = format!(r#"job="{JOB}""#);
+        for ((t, _), at) in self.scraped(&zoneless, "t", &[0, 1, 2], window).await? {
             let first = at.iter().copied().fold(f64::INFINITY, f64::min);
             let last = at.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             spans.entry(t).or_default().push((first, last));
@@ -444,7 +464,30 @@ impl Shards {
     }
 }
 
-/// The zoneless samples the surviving shards recorded.
+/// Per target, the longest gap between two samples of `times` and the scrapes missed (a gap of
+/// k intervals misses k - 1).
+fn gaps_of(scraped: BTreeMap<(String, u32), Vec<f64>>) -> Gaps {
+    let mut times: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for ((t, _), at) in scraped {
+        times.entry(t).or_default().extend(at);
+    }
+    let mut gaps = Gaps::default();
+    for (t, mut at) in times {
+        at.sort_by(f64::total_cmp);
+        let longest = at.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
+        let missed: usize = at
+            .windows(2)
+            .map(|w| ((w[1] - w[0]) / INTERVAL.as_secs_f64()).round() as usize)
+            .map(|intervals| intervals.saturating_sub(1))
+            .sum();
+        gaps.longest = gaps.longest.max(longest);
+        gaps.missed += missed;
+        gaps.targets.insert(t, at.len());
+    }
+    gaps
+}
+
+/// The samples of some targets the shards recorded: gaps and scrapes missed.
 #[derive(Debug, Default)]
 pub struct Gaps {
     /// The longest gap between two samples of one target, in seconds.
@@ -486,4 +529,27 @@ pub fn once_each(placement: &Placement, shards: &[u32]) -> Result<(), String> {
             "{found} of {TARGETS} targets; wrongly placed {wrong:?}"
         )),
     }
+}
+
+/// The row of the surviving zones' zoned targets.
+pub fn zoned_row(gaps: &Gaps) -> super::Row {
+    super::Row {
+        component: "ShardedPrometheus (zone-a, zone-c)".into(),
+        detected: None,
+        action: format!(
+            "{} targets scraped by their zone's shard through the outage, longest gap {:.0} s",
+            gaps.targets.len(),
+            gaps.longest
+        ),
+        recovered: None,
+        lost: Some(gaps.missed),
+        wrong: 0,
+    }
+}
+
+/// The surviving zones' targets: each zone's Prometheus and sidecar at least, no scrape
+/// missed through the outage.
+pub fn check_zoned(gaps: &Gaps) {
+    assert!(gaps.targets.len() >= 4, "zoned targets: {gaps:?}");
+    assert_eq!(gaps.missed, 0, "zoned scrapes missed: {gaps:?}");
 }
