@@ -404,6 +404,15 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
     thanos::check(&querier, &global);
     deployed::check(&kept, &dark_leaders, &restarts);
     assert_eq!(alerts::false_alerts(&fired), 0, "alerts fired: {fired:?}");
+    check_budgets_and_rollout(&during, &timeline, removed_before);
+    check_shards(&failover, &back.shards);
+    shards::check_zoned(&zoned);
+}
+
+/// The budgets' and the rollout's promises: no healthy pod of a surviving zone evictable, the
+/// PodDisruptionBudget's answers the same, no removal while dark, each pod removed once, and
+/// the rollout on again after the return.
+fn check_budgets_and_rollout(during: &During, timeline: &Timeline, removed_before: usize) {
     assert_eq!(during.wrongly_allowed, 0, "{:?}", during.answers);
     assert_eq!(during.pdb_differs, 0, "{:?}", during.answers);
     assert_eq!(
@@ -418,8 +427,6 @@ async fn zone_b_goes_dark_and_every_controller_keeps_its_promise() {
         timeline.first_after.is_some(),
         "the rollout went on after the outage"
     );
-    check_shards(&failover, &back.shards);
-    shards::check_zoned(&zoned);
 }
 
 /// When the outage began, was seen and ended, and the rollout's removals.
