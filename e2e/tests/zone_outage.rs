@@ -83,6 +83,8 @@ struct Row {
     detected: Option<Duration>,
     action: String,
     recovered: Option<Duration>,
+    /// The longest gap in what the component serves or records, in seconds.
+    gap: Option<f64>,
     /// Samples lost (scrapes missed), where the component scrapes.
     lost: Option<usize>,
     wrong: usize,
@@ -518,6 +520,7 @@ fn rows(
             detected: Some(since(t.started, t.dark)),
             action: format!("{DARK}'s nodes NotReady"),
             recovered: Some(since(t.ended, back.nodes)),
+            gap: None,
             lost: None,
             wrong: 0,
         },
@@ -526,6 +529,7 @@ fn rows(
             detected: Some(since(t.started, t.zdb_detected)),
             action: format!("{DARK} disrupted: other zones' evictions refused, {DARK}'s allowed"),
             recovered: Some(since(t.ended, back.zdb_clear)),
+            gap: None,
             lost: None,
             wrong: during.wrongly_allowed,
         },
@@ -534,6 +538,7 @@ fn rows(
             detected: None,
             action: "every healthy pod's eviction refused, not Ready pods' allowed".into(),
             recovered: None,
+            gap: None,
             lost: None,
             wrong: during.pdb_differs,
         },
@@ -545,6 +550,7 @@ fn rows(
                 seconds(t.first_after.map(|a| since(t.ended, a)))
             ),
             recovered: Some(since(t.ended, back.resumed)),
+            gap: None,
             lost: None,
             wrong: t.removed_during + t.removed_total.saturating_sub(REPLICAS),
         },
@@ -557,6 +563,7 @@ fn rows(
                 failover.federated.warnings
             ),
             recovered: Some(back.federator),
+            gap: None,
             lost: None,
             wrong: 0,
         },
@@ -565,6 +572,7 @@ fn rows(
             detected: Some(since(t.started, t.alerted)),
             action: format!("fired (alert zone: times): {fired:?}"),
             recovered: Some(since(t.ended, back.alerts_resolved)),
+            gap: None,
             lost: None,
             wrong: alerts::false_alerts(fired),
         },
@@ -586,6 +594,7 @@ fn thanos_rows(
             querier.longest_without
         ),
         recovered: querier.back,
+        gap: Some(querier.longest_without),
         lost: None,
         wrong: 0,
     }];
@@ -604,6 +613,7 @@ fn thanos_rows(
                 seen.values
             ),
             recovered: None,
+            gap: Some(seen.longest_gap),
             lost: Some(seen.missed),
             wrong: 0,
         });
@@ -699,6 +709,7 @@ fn shards_row(
             returned.missed,
         ),
         recovered: Some(returned.back),
+        gap: Some(during.gaps.longest),
         lost: Some(during.gaps.missed + returned.missed),
         wrong: during.misplaced,
     }
@@ -754,15 +765,16 @@ fn compare_drill(predicted: &Effects, happened: &Effects) {
 /// The table the suite prints.
 fn print_table(rows: &[Row]) {
     println!(
-        "{:<36} {:>10} {:>10} {:>6} {:>6}  action",
-        "component", "detection", "recovery", "lost", "wrong"
+        "{:<36} {:>10} {:>10} {:>8} {:>6} {:>6}  action",
+        "component", "detection", "recovery", "gap", "lost", "wrong"
     );
     for row in rows {
         println!(
-            "{:<36} {:>10} {:>10} {:>6} {:>6}  {}",
+            "{:<36} {:>10} {:>10} {:>8} {:>6} {:>6}  {}",
             row.component,
             seconds(row.detected),
             seconds(row.recovered),
+            row.gap.map_or("-".to_string(), |gap| format!("{gap:.0} s")),
             row.lost.map_or("-".to_string(), |n| n.to_string()),
             row.wrong,
             row.action

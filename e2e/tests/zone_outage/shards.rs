@@ -542,6 +542,7 @@ pub fn zoned_row(gaps: &Gaps) -> super::Row {
             gaps.longest
         ),
         recovered: None,
+        gap: Some(gaps.longest),
         lost: Some(gaps.missed),
         wrong: 0,
     }
