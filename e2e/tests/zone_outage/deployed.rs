@@ -28,6 +28,7 @@ const FEDERATOR_PORT: u16 = 9090;
 const ANSWERED_AT_THE_END: Duration = Duration::from_secs(20);
 
 pub struct Controllers<'a> {
+    cluster: &'a Cluster,
     _deployment: TestDeploy<'a>,
     pods: Api<Pod>,
     leases: Api<Lease>,
@@ -35,6 +36,36 @@ pub struct Controllers<'a> {
     names: Vec<String>,
     /// A token of the federator's reader role, as Grafana holds one.
     pub reader: String,
+}
+
+/// A NoSchedule taint on every real node while it lives, which the controllers do not tolerate:
+/// a deleted leader's replacement stays pending, and the Lease it released goes to the standby.
+struct Hold<'a> {
+    cluster: &'a Cluster,
+}
+
+const HOLD_TAINT: &str = "zonecontrol.k8s.aws/e2e-hold";
+
+impl<'a> Hold<'a> {
+    fn new(cluster: &'a Cluster) -> Hold<'a> {
+        let mut taint = e2e::identity::kubectl(cluster);
+        taint.args(["taint", "nodes", "-l", "type=real", "--overwrite"]);
+        taint.arg(format!("{HOLD_TAINT}=:NoSchedule"));
+        e2e::identity::run(taint, None);
+        Hold { cluster }
+    }
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        let mut untaint = e2e::identity::kubectl(self.cluster);
+        untaint.args(["taint", "nodes", "-l", "type=real"]);
+        untaint.arg(format!("{HOLD_TAINT}:NoSchedule-"));
+        let removed = untaint.status().is_ok_and(|status| status.success());
+        if !removed {
+            eprintln!("the taint {HOLD_TAINT} may be left on the real nodes");
+        }
+    }
 }
 
 /// Waits until the webhook configuration fails closed (a replica serves it).
@@ -102,6 +133,7 @@ impl<'a> Controllers<'a> {
             &format!("zone-aware-rules-federator-reader-{suffix}"),
         );
         Controllers {
+            cluster,
             _deployment: deployment,
             leases: Api::namespaced(client.clone(), &namespace),
             pods,
@@ -161,9 +193,9 @@ impl<'a> Controllers<'a> {
     }
 
     /// Hands each leader-elected controller's Lease to its replica in `zone` where it has one:
-    /// the leader elsewhere is deleted, releasing the Lease as it stops (its replacement may win
-    /// the Lease instead: then it goes too, a few times at most). Then every controller has its
-    /// two replicas available again. Controller → whether its leader is in `zone`.
+    /// the leader elsewhere is deleted, releasing the Lease as it stops, while its replacement
+    /// waits to be scheduled ([`Hold`]: else it may win the Lease first). Then every controller
+    /// has its two replicas available again. Controller → whether its leader is in `zone`.
     pub async fn leaders_into(&self, zone: &str) -> BTreeMap<String, bool> {
         let mut in_zone = BTreeMap::new();
         for controller in self.elected() {
@@ -178,39 +210,38 @@ impl<'a> Controllers<'a> {
 
     /// [`Controllers::leaders_into`] for one controller: whether its leader is in `zone`.
     async fn lease_into(&self, controller: &str, zone: &str) -> bool {
-        for _ in 0..5 {
-            let replicas: Vec<Pod> = self
-                .replicas(controller)
-                .await
-                .into_iter()
-                .filter(|pod| pod.metadata.deletion_timestamp.is_none())
-                .collect();
-            let zones = zones_of_pods(&self.client, &replicas).await;
-            let there: Vec<&String> = zones
-                .iter()
-                .filter(|(_, z)| *z == zone)
-                .map(|(pod, _)| pod)
-                .collect();
-            let leader = wait_for("a leader", TIMEOUT, || {
-                lease_holder(&self.leases, controller)
-            })
-            .await;
-            if there.is_empty() || there.contains(&&leader) {
-                return !there.is_empty();
-            }
-            self.pods
-                .delete(&leader, &DeleteParams::default())
-                .await
-                .unwrap();
-            wait_for(&format!("{controller}'s next leader"), TIMEOUT, || async {
+        let replicas = self.replicas(controller).await;
+        let zones = zones_of_pods(&self.client, &replicas).await;
+        let there: Vec<&String> = zones
+            .iter()
+            .filter(|(_, z)| *z == zone)
+            .map(|(pod, _)| pod)
+            .collect();
+        let leader = wait_for("a leader", TIMEOUT, || {
+            lease_holder(&self.leases, controller)
+        })
+        .await;
+        if there.is_empty() || there.contains(&&leader) {
+            return !there.is_empty();
+        }
+        let _held = Hold::new(self.cluster);
+        self.pods
+            .delete(&leader, &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_for(
+            &format!("{controller}'s Lease in {zone}"),
+            TIMEOUT,
+            || async {
                 let holder = lease_holder(&self.leases, controller).await?;
-                (holder != leader)
+                there
+                    .contains(&&holder)
                     .then_some(())
                     .ok_or(format!("held by {holder}"))
-            })
-            .await;
-        }
-        panic!("{controller}'s Lease not handed to its replica in {zone} in five attempts");
+            },
+        )
+        .await;
+        true
     }
 
     /// Starts calling the webhook (a dry-run eviction of `calm` in `victim`) and reading the
