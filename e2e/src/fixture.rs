@@ -330,19 +330,12 @@ impl Sprom {
         manager: &'static str,
         timeout: Duration,
     ) -> Sprom {
-        let cluster = Cluster::get();
-        let ns = TestNamespace::create(&cluster, prefix).await;
-        let (controller, metrics_port) = controller_on_free_port("shard-controller", &ns.name, &[]);
-        Sprom {
-            sproms: ns.api(),
-            ns,
-            metrics_port,
-            name,
-            manager,
-            timeout,
-            controller: Mutex::new(Some(controller)),
-            binding: Mutex::default(),
-        }
+        let mut sprom = Sprom::watched_elsewhere(prefix, name, manager, timeout).await;
+        let (controller, metrics_port) =
+            controller_on_free_port("shard-controller", &sprom.ns.name, &[]);
+        sprom.metrics_port = metrics_port;
+        sprom.controller = Mutex::new(Some(controller));
+        sprom
     }
 
     /// A namespace `e2e-<prefix>-...` watched by a shard controller the test runs elsewhere (as
