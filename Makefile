@@ -38,6 +38,10 @@ E2E_IMAGE_SUITES ?= monitoring
 # E2E_THANOS_SUITES run Thanos: they wait for its build and image (E2E_THANOS_CMD). `e2e` is the
 # harness's own unit tests (one runs a Querier over two sidecars).
 E2E_THANOS_SUITES ?= thanos thanos_rules federator_thanos zone_outage e2e
+# E2E_TEST_TOOLS_SUITES run the tests' own tools (prometheus-operator, its CRDs and its config
+# reloader, Prometheus 2, Alertmanager): they wait for their builds and images
+# (E2E_TEST_TOOLS_CMD), which `make e2e` runs while the other suites go ahead.
+E2E_TEST_TOOLS_SUITES ?= alerting federator monitoring oracle sharding sprom tenancy thanos_rules zau_gate zone_outage
 # PERF=<substring> runs only the matching e2e/perf/*.sh measurements.
 PERF ?=
 
@@ -285,19 +289,20 @@ E2E_PREVIOUS_CMD = bash e2e/cluster/previous-release.sh build
 
 # Every test image in the real nodes: the cluster starts with those it needs (`make run` builds
 # no more), the tests' own (Prometheus 2, Alertmanager, prometheus-operator's reloader) are built
-# and imported here.
+# and imported here. `make e2e` runs the same while the suites that do not need them go ahead.
+E2E_TEST_TOOLS_CMD = bash e2e/cluster/build.sh all && bash e2e/cluster/images.sh test-images-import
 .PHONY: test-images
 test-images: cluster-up
-	bash e2e/cluster/build.sh all
-	bash e2e/cluster/images.sh test-images-import
+	$(E2E_TEST_TOOLS_CMD)
 
 .PHONY: e2e
-e2e: local-crds chart-tools test-images ## End-to-end tests against the local zonal cluster (E2E_SUITE=file, E2E_FILTER=substring)
+e2e: local-crds chart-tools ## End-to-end tests against the local zonal cluster (E2E_SUITE=file, E2E_FILTER=substring)
 	# The same cargo selection and lints as `make test` (the workspace with its test targets): one
 	# set of features, so the dependencies are compiled once, not once per selection.
 	$(LINTED) $(CARGO) build --workspace --all-targets
 ifneq ($(E2E_SUITE),)
 	$(E2E_IMAGE_CMD)
+	$(if $(filter $(E2E_SUITE),$(E2E_TEST_TOOLS_SUITES)),$(E2E_TEST_TOOLS_CMD))
 	$(if $(filter $(E2E_SUITE),$(E2E_THANOS_SUITES)),$(E2E_THANOS_CMD))
 	$(if $(filter $(E2E_SUITE),cert_manager),$(E2E_CERT_MANAGER_CMD))
 	$(LINTED) $(CARGO) test --workspace --test $(E2E_SUITE) -- --ignored --test-threads=$(E2E_THREADS) $(E2E_FILTER) $(addprefix --skip ,$(E2E_SKIP))
@@ -305,6 +310,7 @@ else
 	# The image is built while the suites that do not run it go ahead (run_suites.py).
 	$(LINTED) CARGO='$(CARGO)' python3 e2e/run_suites.py --lanes $(E2E_LANES) --threads $(E2E_THREADS) \
 		--image-cmd "$(E2E_IMAGE_CMD)" $(addprefix --image-suite ,$(E2E_IMAGE_SUITES)) \
+		--prereq "the test tools=$(E2E_TEST_TOOLS_CMD)" $(foreach suite,$(E2E_TEST_TOOLS_SUITES),--prereq-suite "the test tools=$(suite)") \
 		--prereq "Thanos=$(E2E_THANOS_CMD)" $(addprefix --prereq-suite Thanos=,$(E2E_THANOS_SUITES)) \
 		--prereq "cert-manager=$(E2E_CERT_MANAGER_CMD)" --prereq-suite cert-manager=cert_manager \
 		--prereq "the previous release=$(E2E_PREVIOUS_CMD)" --prereq-suite "the previous release=upgrade" \

@@ -45,59 +45,139 @@ version_ldflags() { # tag
         " -X $pkg.BuildUser=zone-aware-e2e -X $pkg.BuildDate=19700101-00:00:00"
 }
 
-build_simple() { # name version module-dir package
-    local name="$1" version="$2" module="$3" pkg="$4"
-    local dir="$ZAC_CACHE/$name-$version"
-    [ -x "$dir/$name" ] && return 0
-    mkdir -p "$dir"
-    echo "building $name $version"
-    (cd "$here/tools/$module" && go build -trimpath -ldflags "-s -w" -o "$dir/$name.tmp" "$pkg") \
-        >"$dir/$name.build.log" 2>&1 || fail "$name" "$dir/$name.build.log"
-    mv "$dir/$name.tmp" "$dir/$name"
+# e2e/cluster/tools/shared: one module, so one version of every dependency its tools share (the
+# Kubernetes client libraries, gRPC, protobuf...). Its tools, and etcd's, are built static
+# (CGO_ENABLED=0: the same binary runs on the host and in a FROM-scratch image) with trimmed
+# paths, so the Go build cache compiles each shared package once for all of them. A cache entry's
+# .stamp holds what its binaries were built from besides their version: its module's go.sum (and
+# Prometheus's build tags); an entry whose stamp differs is rebuilt.
+SHARED="$here/tools/shared"
+module_stamp() { # module-dir [extra]
+    printf 'go.sum %s%s\n' "$(sha256sum "$1/go.sum" | cut -c1-16)" "${2:+ $2}"
+}
+module_build() { # module-dir go-build-argument...
+    local module="$1"
+    shift
+    if [ "$module" = "$SHARED" ]; then shared_versions || return 1; fi
+    (cd "$module" && CGO_ENABLED=0 go build -trimpath "$@")
+}
+# The shared module's versions of its tools are versions.sh's (a dependency's requirement could
+# raise one without a word from go mod tidy). Prometheus 3.16.0 is the module's v0.316.0.
+shared_versions() {
+    local want module got major minor patch
+    IFS=. read -r major minor patch <<<"$PROMETHEUS_VERSION"
+    for want in "github.com/prometheus/prometheus $(printf 'v0.%d%02d.%d' "$major" "$minor" "$patch")" \
+        "helm.sh/helm/v3 $HELM_VERSION" "github.com/google/go-jsonnet $JSONNET_VERSION" \
+        "sigs.k8s.io/kwok $KWOK_VERSION" "sigs.k8s.io/metrics-server $METRICS_SERVER_VERSION" \
+        "github.com/coredns/coredns $COREDNS_VERSION" \
+        "github.com/cert-manager/cert-manager $CERT_MANAGER_VERSION"; do
+        module="${want% *}"
+        got="$(cd "$SHARED" && go list -m -f '{{.Version}}' "$module")" || return 1
+        [ "$module $got" = "$want" ] || {
+            echo "build.sh: tools/shared/go.mod has $module $got, versions.sh says ${want#* }" >&2
+            return 1
+        }
+    done
+}
+# Whether the entry dir holds binaries built from stamp (and each of its binaries).
+fresh() { # dir stamp binary...
+    local dir="$1" stamp="$2"
+    shift 2
+    [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$stamp" ] || return 1
+    for bin in "$@"; do [ -x "$dir/$bin" ] || return 1; done
 }
 
-# Prometheus and promtool: static (CGO_ENABLED=0) so the same binary runs on the host and in a
-# FROM-scratch image on the real nodes. Service discovery: Kubernetes only, besides the static,
-# file and HTTP discovery every build has (Prometheus's remove_all_sd / enable_<name>_sd build
-# tags): the configs the shard controller and prometheus-operator render use nothing else, and
-# the cloud providers' SDKs the other mechanisms pull in were half of a cold build. About 5 min
-# cold on 2 cores, then cached; the tags are part of the cache's key (a .tags stamp).
-PROMETHEUS_TAGS="remove_all_sd,enable_kubernetes_sd"
-build_prometheus() { # version tools-module (prometheus: 3.x, prometheus2: 2.x)
-    local version="$1" module="$2" dir bin
-    dir="$ZAC_CACHE/prometheus-$version"
-    local ldflags="-s -w -X github.com/prometheus/common/version.Version=$version"
-    ldflags+=" -X github.com/prometheus/common/version.Branch=HEAD"
-    ldflags+=" -X github.com/prometheus/common/version.BuildDate=19700101-00:00:00"
+build_simple() { # name version module-dir package
+    local name="$1" version="$2" module="$3" pkg="$4" stamp
+    local dir="$ZAC_CACHE/$name-$version"
+    stamp="$(module_stamp "$module")"
+    fresh "$dir" "$stamp" "$name" && return 0
     mkdir -p "$dir"
-    if [ "$(cat "$dir/.tags" 2>/dev/null)" != "$PROMETHEUS_TAGS" ]; then
-        rm -f "$dir/prometheus" "$dir/promtool"
-    fi
-    [ -x "$dir/prometheus" ] && [ -x "$dir/promtool" ] && return 0
+    echo "building $name $version"
+    module_build "$module" -ldflags "-s -w" -o "$dir/$name.tmp" "$pkg" >"$dir/$name.build.log" 2>&1 \
+        || fail "$name" "$dir/$name.build.log"
+    mv "$dir/$name.tmp" "$dir/$name"
+    echo "$stamp" >"$dir/.stamp"
+}
+
+# Prometheus and promtool 3: static, for the host and a FROM-scratch image on the real nodes.
+# Service discovery: Kubernetes only, besides the static, file and HTTP discovery every build has
+# (Prometheus's remove_all_sd / enable_<name>_sd build tags): the configs the shard controller and
+# prometheus-operator render use nothing else, and the cloud providers' SDKs the other mechanisms
+# pull in were half of a cold build. The tags are part of the entry's stamp.
+PROMETHEUS_TAGS="remove_all_sd,enable_kubernetes_sd"
+prometheus_ldflags() { # version
+    local pkg=github.com/prometheus/common/version
+    printf '%s' "-s -w -X $pkg.Version=$1 -X $pkg.Branch=HEAD -X $pkg.BuildDate=19700101-00:00:00"
+}
+build_prometheus() {
+    local version="$PROMETHEUS_VERSION" dir stamp
+    dir="$ZAC_CACHE/prometheus-$version"
+    stamp="$(module_stamp "$SHARED" "tags $PROMETHEUS_TAGS")"
+    fresh "$dir" "$stamp" prometheus promtool && return 0
     # Both in one go build (their common packages compiled once, the links overlapping).
-    echo "building prometheus and promtool $version (tags $PROMETHEUS_TAGS; a cold build takes about 5 minutes)"
+    echo "building prometheus and promtool $version (tags $PROMETHEUS_TAGS; a cold build takes about 4 minutes)"
     rm -rf "$dir/.tmp" && mkdir -p "$dir/.tmp"
-    (cd "$here/tools/$module" && CGO_ENABLED=0 go build -trimpath -tags "$PROMETHEUS_TAGS" \
-        -ldflags "$ldflags" -o "$dir/.tmp/" github.com/prometheus/prometheus/cmd/prometheus \
-        github.com/prometheus/prometheus/cmd/promtool) >"$dir/build.log" 2>&1 \
+    module_build "$SHARED" -tags "$PROMETHEUS_TAGS" -ldflags "$(prometheus_ldflags "$version")" \
+        -o "$dir/.tmp/" github.com/prometheus/prometheus/cmd/prometheus \
+        github.com/prometheus/prometheus/cmd/promtool >"$dir/build.log" 2>&1 \
         || fail "prometheus and promtool $version" "$dir/build.log"
     mv "$dir/.tmp/prometheus" "$dir/.tmp/promtool" "$dir/"
     rmdir "$dir/.tmp"
-    echo "$PROMETHEUS_TAGS" >"$dir/.tags"
+    echo "$stamp" >"$dir/.stamp"
+}
+
+# Prometheus and promtool 2 (tools/prometheus2), static too. Prometheus 2 has no discovery build
+# tags: its service discovery mechanisms are those its plugins/plugins.go imports, a file
+# upstream generates from plugins.yml (`make plugins`) for its users to trim. The module as the
+# proxy serves it imports all 23 (the AWS, Azure, GCE, OpenStack... SDKs: a third of its compile),
+# so it is built from a copy of the module (a `replace` in a copy of our go.mod, as Alertmanager)
+# whose plugins.go imports Kubernetes only, as the 3.x build's tags do (file and HTTP are
+# plugins/minimum.go's). The plugin list is the entry's stamp.
+PROMETHEUS2_PLUGINS="kubernetes"
+build_prometheus2() {
+    local version="$PROMETHEUS2_VERSION" dir src plugin
+    local module=github.com/prometheus/prometheus tools="$here/tools/prometheus2"
+    dir="$ZAC_CACHE/prometheus-$version"
+    fresh "$dir" "plugins $PROMETHEUS2_PLUGINS" prometheus promtool && return 0
+    echo "building prometheus and promtool $version (plugins: $PROMETHEUS2_PLUGINS; a cold build takes about 4 minutes)"
+    mkdir -p "$dir"
+    {
+        src="$(cd "$tools" && go mod download -json "$module" >/dev/null &&
+            go list -m -f '{{.Dir}}' "$module")" &&
+        rm -rf "$dir/src" "$dir/mod" "$dir/.tmp" && mkdir -p "$dir/mod" "$dir/.tmp" &&
+        cp -R "$src" "$dir/src" && chmod -R u+w "$dir/src" &&
+        {
+            printf '// The service discovery mechanisms of this build (e2e/cluster/build.sh).\npackage plugins\n\nimport (\n'
+            for plugin in $PROMETHEUS2_PLUGINS; do
+                printf '\t_ "%s/discovery/%s"\n' "$module" "$plugin"
+            done
+            printf ')\n'
+        } >"$dir/src/plugins/plugins.go" &&
+        cp "$tools/go.mod" "$tools/go.sum" "$dir/mod/" &&
+        printf '\nreplace %s => %s\n' "$module" "$dir/src" >>"$dir/mod/go.mod" &&
+        (cd "$tools" && CGO_ENABLED=0 go build -modfile "$dir/mod/go.mod" -trimpath \
+            -ldflags "$(prometheus_ldflags "$version")" -o "$dir/.tmp/" \
+            "$module/cmd/prometheus" "$module/cmd/promtool")
+    } >"$dir/build.log" 2>&1 || fail "prometheus and promtool $version" "$dir/build.log"
+    mv "$dir/.tmp/prometheus" "$dir/.tmp/promtool" "$dir/"
+    rm -rf "$dir/src" "$dir/mod" "$dir/.tmp"
+    echo "plugins $PROMETHEUS2_PLUGINS" >"$dir/.stamp"
 }
 
 # metrics-server: static too, for a FROM-scratch image on the real nodes. The metrics API it
 # serves (through the aggregation layer) is what a HorizontalPodAutoscaler on CPU reads.
 build_metrics_server() {
-    local dir="$ZAC_CACHE/metrics-server-$METRICS_SERVER_VERSION"
-    [ -x "$dir/metrics-server" ] && return 0
+    local dir="$ZAC_CACHE/metrics-server-$METRICS_SERVER_VERSION" stamp
+    stamp="$(module_stamp "$SHARED")"
+    fresh "$dir" "$stamp" metrics-server && return 0
     mkdir -p "$dir"
     echo "building metrics-server $METRICS_SERVER_VERSION (a cold build takes several minutes)"
-    (cd "$here/tools/metrics-server" && CGO_ENABLED=0 go build -trimpath \
-        -ldflags "-s -w -X k8s.io/client-go/pkg/version.gitVersion=$METRICS_SERVER_VERSION" \
-        -o "$dir/metrics-server.tmp" sigs.k8s.io/metrics-server/cmd/metrics-server) \
+    module_build "$SHARED" -ldflags "-s -w -X k8s.io/client-go/pkg/version.gitVersion=$METRICS_SERVER_VERSION" \
+        -o "$dir/metrics-server.tmp" sigs.k8s.io/metrics-server/cmd/metrics-server \
         >"$dir/metrics-server.build.log" 2>&1 || fail metrics-server "$dir/metrics-server.build.log"
     mv "$dir/metrics-server.tmp" "$dir/metrics-server"
+    echo "$stamp" >"$dir/.stamp"
 }
 
 # prometheus-operator and prometheus-config-reloader: static, the operator to run on the host (the
@@ -141,14 +221,14 @@ build_prometheus_operator() {
 # whole. 155 s cold on 2 busy cores (an empty Go build cache), then cached.
 build_alertmanager() {
     local dir="$ZAC_CACHE/alertmanager-$ALERTMANAGER_VERSION" src
-    local module=github.com/prometheus/alertmanager
+    local module=github.com/prometheus/alertmanager tools="$here/tools/alertmanager"
     [ -x "$dir/alertmanager" ] && return 0
     local ldflags
     ldflags="$(version_ldflags "$ALERTMANAGER_VERSION")"
     mkdir -p "$dir"
     echo "building alertmanager $ALERTMANAGER_VERSION (a cold build takes about 3 minutes)"
     {
-        src="$(cd "$here/tools/alertmanager" && go mod download -json "$module" >/dev/null \
+        src="$(cd "$tools" && go mod download -json "$module" >/dev/null \
             && go list -m -f '{{.Dir}}' "$module")" &&
         rm -rf "$dir/src" "$dir/mod" && mkdir -p "$dir/mod" && cp -R "$src" "$dir/src" &&
         chmod -R u+w "$dir/src" &&
@@ -158,28 +238,29 @@ build_alertmanager() {
                 '<p>This build has no web UI; its API is at <a href="api/v2/status">/api/v2</a>.</p>' \
                 >"$dir/src/ui/app/dist/$ui/index.html"
         done &&
-        cp "$here/tools/alertmanager/go.mod" "$here/tools/alertmanager/go.sum" "$dir/mod/" &&
+        cp "$tools/go.mod" "$tools/go.sum" "$dir/mod/" &&
         printf '\nreplace %s => %s\n' "$module" "$dir/src" >>"$dir/mod/go.mod" &&
-        (cd "$here/tools/alertmanager" && CGO_ENABLED=0 go build -modfile "$dir/mod/go.mod" \
-            -trimpath -ldflags "$ldflags" -o "$dir/alertmanager.tmp" "$module/cmd/alertmanager")
+        (cd "$tools" && CGO_ENABLED=0 go build -modfile "$dir/mod/go.mod" -trimpath \
+            -ldflags "$ldflags" -o "$dir/alertmanager.tmp" "$module/cmd/alertmanager")
     } >"$dir/alertmanager.build.log" 2>&1 || fail alertmanager "$dir/alertmanager.build.log"
     mv "$dir/alertmanager.tmp" "$dir/alertmanager"
     rm -rf "$dir/src" "$dir/mod"
 }
 
 # CoreDNS: static, for a FROM-scratch image on the real nodes (the cluster DNS Services and the
-# Thanos Querier's dnssrv+ lookups resolve through). tools/coredns links only the plugins the
+# Thanos Querier's dnssrv+ lookups resolve through). tools/shared/coredns links only the plugins the
 # local cluster's Corefile uses.
 build_coredns() {
-    local dir="$ZAC_CACHE/coredns-$COREDNS_VERSION"
-    [ -x "$dir/coredns" ] && return 0
+    local dir="$ZAC_CACHE/coredns-$COREDNS_VERSION" stamp
+    stamp="$(module_stamp "$SHARED")"
+    fresh "$dir" "$stamp" coredns && return 0
     mkdir -p "$dir"
     echo "building coredns $COREDNS_VERSION (a cold build takes a few minutes)"
-    (cd "$here/tools/coredns" && CGO_ENABLED=0 go build -trimpath \
-        -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" \
-        -o "$dir/coredns.tmp" .) >"$dir/coredns.build.log" 2>&1 \
+    module_build "$SHARED" -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" \
+        -o "$dir/coredns.tmp" ./coredns >"$dir/coredns.build.log" 2>&1 \
         || fail coredns "$dir/coredns.build.log"
     mv "$dir/coredns.tmp" "$dir/coredns"
+    echo "$stamp" >"$dir/.stamp"
 }
 
 # Thanos: one static binary for the sidecar, query, store and rule (the shards' sidecars and what
@@ -205,28 +286,29 @@ build_thanos() {
 # cert-manager's controller and cainjector (the certManager modes' e2e tests run them on the host)
 # and its CRDs, rendered by our helm from the chart of the same tag (crds.enabled; the chart's
 # placeholder version v0.0.0 replaced by the tag, as cert-manager's release does). The proxy does
-# not serve cert-manager's own mains (nested modules): tools/cert-manager holds mains of ours over
-# its packages, with the self-signed and CA issuers only. Needs helm (`build.sh cert-manager`
+# not serve cert-manager's own mains (nested modules): tools/shared/cert-manager holds mains of
+# ours over its packages, with the self-signed and CA issuers only. Needs helm (`build.sh cert-manager`
 # builds it first). Not in `all`: only the cert_manager suite needs it, and `make e2e` builds it in
 # the background while the other suites run (off a cold run's critical path).
 build_cert_manager() {
-    local dir="$ZAC_CACHE/cert-manager-$CERT_MANAGER_VERSION" src crd
+    local dir="$ZAC_CACHE/cert-manager-$CERT_MANAGER_VERSION" src crd stamp
     local module=github.com/cert-manager/cert-manager
     local ldflags="-s -w -X $module/pkg/util.AppVersion=$CERT_MANAGER_VERSION"
     ldflags+=" -X $module/pkg/util.AppGitCommit=$CERT_MANAGER_VERSION"
     mkdir -p "$dir"
-    if [ ! -x "$dir/controller" ] || [ ! -x "$dir/cainjector" ]; then
+    stamp="$(module_stamp "$SHARED")"
+    if ! fresh "$dir" "$stamp" controller cainjector; then
         echo "building cert-manager $CERT_MANAGER_VERSION (controller and cainjector; a cold build takes several minutes)"
         rm -rf "$dir/.tmp" && mkdir -p "$dir/.tmp"
-        (cd "$here/tools/cert-manager" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" \
-            -o "$dir/.tmp/" ./controller ./cainjector) >"$dir/build.log" 2>&1 \
-            || fail cert-manager "$dir/build.log"
+        module_build "$SHARED" -ldflags "$ldflags" -o "$dir/.tmp/" ./cert-manager/controller \
+            ./cert-manager/cainjector >"$dir/build.log" 2>&1 || fail cert-manager "$dir/build.log"
         mv "$dir/.tmp/controller" "$dir/.tmp/cainjector" "$dir/"
         rmdir "$dir/.tmp"
+        echo "$stamp" >"$dir/.stamp"
     fi
     [ -f "$dir/crds.yaml" ] && return 0
     (
-        src="$(cd "$here/tools/cert-manager" && go list -m -f '{{.Dir}}' "$module")" &&
+        src="$(cd "$SHARED" && go list -m -f '{{.Dir}}' "$module")" &&
         for crd in "$src"/deploy/charts/cert-manager/templates/crd-*.yaml; do
             "$ZAC_CACHE/helm-$HELM_VERSION/helm" template cert-manager \
                 "$src/deploy/charts/cert-manager" --set crds.enabled=true \
@@ -239,15 +321,15 @@ build_cert_manager() {
 # helm: static (CGO_ENABLED=0), with the version ldflags of helm's own Makefile: `helm version`
 # reports the tag (a tagged build: no "unreleased" metadata), and the Kubernetes version `helm
 # template` and `helm lint` assume without a cluster is that of the client-go it was built with
-# (its Makefile derives it the same way), not the source's fallback v1.20. 9 min 46 s cold on 2
-# busy cores (an empty Go build cache), then cached.
+# (its Makefile derives it the same way), not the source's fallback v1.20.
 build_helm() {
-    local dir="$ZAC_CACHE/helm-$HELM_VERSION" client_go version major minor
-    [ -x "$dir/helm" ] && return 0
+    local dir="$ZAC_CACHE/helm-$HELM_VERSION" client_go version major minor stamp
+    stamp="$(module_stamp "$SHARED")"
+    fresh "$dir" "$stamp" helm && return 0
     mkdir -p "$dir"
-    echo "building helm $HELM_VERSION (a cold build takes about 10 minutes on 2 busy cores)"
+    echo "building helm $HELM_VERSION (a few minutes cold)"
     {
-        client_go="$(cd "$here/tools/helm" && go list -m -f '{{.Version}}' k8s.io/client-go)" &&
+        client_go="$(cd "$SHARED" && go list -m -f '{{.Version}}' k8s.io/client-go)" &&
         version="${client_go#v}" && major=$(( ${version%%.*} + 1 )) &&
         minor="${version#*.}" && minor="${minor%%.*}" &&
         local ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" &&
@@ -256,10 +338,10 @@ build_helm() {
         for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
             ldflags+=" -X $pkg.k8sVersionMajor=$major -X $pkg.k8sVersionMinor=$minor"
         done &&
-        (cd "$here/tools/helm" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" \
-            -o "$dir/helm.tmp" helm.sh/helm/v3/cmd/helm)
+        module_build "$SHARED" -ldflags "$ldflags" -o "$dir/helm.tmp" helm.sh/helm/v3/cmd/helm
     } >"$dir/helm.build.log" 2>&1 || fail helm "$dir/helm.build.log"
     mv "$dir/helm.tmp" "$dir/helm"
+    echo "$stamp" >"$dir/.stamp"
 }
 
 # LocalStack (CloudWatch for the ZoneAwareUpdate alarms) in a virtualenv of its own. Pins: newer
@@ -312,11 +394,11 @@ cluster)
     locked localstack install_localstack &
     localstack=$!
     locked k8s build_k8s
-    locked etcd build_simple etcd "$ETCD_VERSION" etcd .
-    locked kwok build_simple kwok "$KWOK_VERSION" kwok sigs.k8s.io/kwok/cmd/kwok
+    locked etcd build_simple etcd "$ETCD_VERSION" "$here/tools/etcd" .
+    locked kwok build_simple kwok "$KWOK_VERSION" "$SHARED" sigs.k8s.io/kwok/cmd/kwok
     locked coredns build_coredns
     locked metrics-server build_metrics_server
-    locked prometheus build_prometheus "$PROMETHEUS_VERSION" prometheus
+    locked prometheus build_prometheus
     wait "$localstack"
     exit 0
     ;;
@@ -335,8 +417,8 @@ cert-manager)
     ;;
 esac
 if [ "${1:-all}" != chart ]; then
-    locked prometheus build_prometheus "$PROMETHEUS_VERSION" prometheus
-    locked jsonnet build_simple jsonnet "$JSONNET_VERSION" jsonnet github.com/google/go-jsonnet/cmd/jsonnet
+    locked prometheus build_prometheus
+    locked jsonnet build_simple jsonnet "$JSONNET_VERSION" "$SHARED" github.com/google/go-jsonnet/cmd/jsonnet
 fi
 if [ "${1:-all}" != monitoring ]; then
     locked helm build_helm
@@ -346,11 +428,11 @@ fi
 # LocalStack's install mostly waits on downloads: beside the Go builds, not after them.
 locked localstack install_localstack &
 localstack=$!
-locked etcd build_simple etcd "$ETCD_VERSION" etcd .
-locked kwok build_simple kwok "$KWOK_VERSION" kwok sigs.k8s.io/kwok/cmd/kwok
+locked etcd build_simple etcd "$ETCD_VERSION" "$here/tools/etcd" .
+locked kwok build_simple kwok "$KWOK_VERSION" "$SHARED" sigs.k8s.io/kwok/cmd/kwok
 locked metrics-server build_metrics_server
 locked coredns build_coredns
 locked prometheus-operator build_prometheus_operator
-locked prometheus2 build_prometheus "$PROMETHEUS2_VERSION" prometheus2
+locked prometheus2 build_prometheus2
 locked alertmanager build_alertmanager
 wait "$localstack"
