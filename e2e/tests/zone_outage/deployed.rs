@@ -85,15 +85,9 @@ async fn wait_fail_closed(client: &kube::Client, name: &str) {
     .await;
 }
 
-/// Pod name → its zone (real nodes only), for `pods`.
-async fn zones_of_pods(client: &kube::Client, pods: &[Pod]) -> BTreeMap<String, String> {
-    let real = e2e::real::nodes(client).await;
-    pods.iter()
-        .filter_map(|pod| {
-            let zone = real.get(pods::node_of(pod)?)?;
-            Some((pod.name_any(), zone.clone()))
-        })
-        .collect()
+/// The label selector of `controller`'s replicas.
+fn selector_of(controller: &str) -> String {
+    format!("app.kubernetes.io/name={controller}")
 }
 
 fn pod_ip(pod: &Pod) -> Option<String> {
@@ -124,8 +118,7 @@ impl<'a> Controllers<'a> {
         wait_fail_closed(&client, &format!("zone-aware-eviction-webhook-{suffix}")).await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
         for controller in &names {
-            let selector = format!("app.kubernetes.io/name={controller}");
-            pods::wait_available(&pods, &selector, 2, TIMEOUT).await;
+            pods::wait_available(&pods, &selector_of(controller), 2, TIMEOUT).await;
         }
         let reader = reader_token(
             cluster,
@@ -150,7 +143,20 @@ impl<'a> Controllers<'a> {
     }
 
     async fn replicas(&self, controller: &str) -> Vec<Pod> {
-        pods::list(&self.pods, &format!("app.kubernetes.io/name={controller}")).await
+        pods::list(&self.pods, &selector_of(controller)).await
+    }
+
+    /// `controller`'s replicas: pod name → zone.
+    async fn replica_zones(&self, controller: &str) -> BTreeMap<String, String> {
+        e2e::nodes::pod_zones(&self.pods, &selector_of(controller)).await
+    }
+
+    /// `controller`'s leader, once its Lease has a holder.
+    async fn leader(&self, controller: &str) -> String {
+        wait_for(&format!("{controller}'s leader"), TIMEOUT, || {
+            lease_holder(&self.leases, controller)
+        })
+        .await
     }
 
     /// `ip:port` of every replica of `controller`'s metrics (the federator's over HTTPS).
@@ -184,7 +190,7 @@ impl<'a> Controllers<'a> {
     /// The federator's API at a replica outside `zone`.
     pub async fn federator_outside(&self, zone: &str) -> DeployedFederator {
         let replicas = self.replicas("rules-federator").await;
-        let zones = zones_of_pods(&self.client, &replicas).await;
+        let zones = self.replica_zones("rules-federator").await;
         let pod = replicas
             .iter()
             .find(|pod| zones.get(&pod.name_any()).is_some_and(|z| z != zone))
@@ -202,25 +208,20 @@ impl<'a> Controllers<'a> {
             in_zone.insert(controller.clone(), self.lease_into(controller, zone).await);
         }
         for controller in &self.names {
-            let selector = format!("app.kubernetes.io/name={controller}");
-            pods::wait_all_available(&self.pods, &selector, 2, None, TIMEOUT).await;
+            pods::wait_all_available(&self.pods, &selector_of(controller), 2, None, TIMEOUT).await;
         }
         in_zone
     }
 
     /// [`Controllers::leaders_into`] for one controller: whether its leader is in `zone`.
     async fn lease_into(&self, controller: &str, zone: &str) -> bool {
-        let replicas = self.replicas(controller).await;
-        let zones = zones_of_pods(&self.client, &replicas).await;
+        let zones = self.replica_zones(controller).await;
         let there: Vec<&String> = zones
             .iter()
             .filter(|(_, z)| *z == zone)
             .map(|(pod, _)| pod)
             .collect();
-        let leader = wait_for("a leader", TIMEOUT, || {
-            lease_holder(&self.leases, controller)
-        })
-        .await;
+        let leader = self.leader(controller).await;
         if there.is_empty() || there.contains(&&leader) {
             return !there.is_empty();
         }
@@ -249,11 +250,7 @@ impl<'a> Controllers<'a> {
     pub async fn watch(&self, victim: Api<Pod>, calm: String) -> Watch {
         let mut leaders = BTreeMap::new();
         for controller in self.elected() {
-            let leader = wait_for("a leader", TIMEOUT, || {
-                lease_holder(&self.leases, controller)
-            })
-            .await;
-            leaders.insert(controller.clone(), leader);
+            leaders.insert(controller.clone(), self.leader(controller).await);
         }
         let seen = Arc::new(Mutex::new(Seen {
             leaders: leaders.clone(),
@@ -294,8 +291,7 @@ impl<'a> Controllers<'a> {
     pub async fn wait_whole(&self) -> BTreeMap<String, i32> {
         let mut restarts = BTreeMap::new();
         for controller in &self.names {
-            let selector = format!("app.kubernetes.io/name={controller}");
-            pods::wait_all_available(&self.pods, &selector, 2, None, TIMEOUT).await;
+            pods::wait_all_available(&self.pods, &selector_of(controller), 2, None, TIMEOUT).await;
             let count = self
                 .replicas(controller)
                 .await
@@ -310,10 +306,7 @@ impl<'a> Controllers<'a> {
             restarts.insert(controller.clone(), count);
         }
         for controller in self.elected() {
-            wait_for("one leader", TIMEOUT, || {
-                lease_holder(&self.leases, controller)
-            })
-            .await;
+            self.leader(controller).await;
         }
         restarts
     }
@@ -339,13 +332,8 @@ pub struct Watch {
 impl Watch {
     pub fn stop(self) -> Seen {
         self.task.abort();
-        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        Seen {
-            leaders: seen.leaders.clone(),
-            moved: seen.moved.clone(),
-            calls: seen.calls,
-            failed: seen.failed.clone(),
-        }
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        std::mem::take(&mut *seen)
     }
 }
 
