@@ -322,6 +322,12 @@ perf: local-crds ## Long measurements from e2e/perf/ (not in CI; PERF=substring 
 	$(CARGO) build --release --workspace --bins
 	bash e2e/perf/run.sh $(PERF)
 
+# COLD=run|ci: which cold measurement `make perf-cold` takes.
+COLD ?= run
+.PHONY: perf-cold
+perf-cold: ## Cold `make run` (COLD=run) or `.ci/run` (COLD=ci) on a fresh clone, every cache empty (not in CI; the cluster down)
+	bash e2e/perf/cold/measure.sh $(COLD)
+
 .PHONY: e2e-kind
 e2e-kind: ## The same e2e tests against a kind cluster (needs a Docker engine)
 	bash e2e/kind.sh $(E2E_FILTER)
