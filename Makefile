@@ -168,6 +168,10 @@ import-cycles: ## The import cycles between the modules of each crate (bins/, cr
 long-functions: ## The production functions over 60 lines, longest first, and the counts over 60 and 80
 	python3 mk/long-functions.py
 
+.PHONY: scripts-test
+scripts-test: ## Tests of the e2e runner's scheduling (e2e/run_suites_test.py)
+	python3 e2e/run_suites_test.py
+
 # The shape gates of `make test`: no import cycle between the modules of a crate, no production
 # function over 80 lines (tests may be longer: a scenario reads top to bottom).
 .PHONY: shape
@@ -222,7 +226,7 @@ deny: $(CARGO_DENY) ## cargo deny (deny.toml): licenses, duplicate versions, sou
 # last: .ci/run builds those in the background meanwhile. config/crd's drift from the Rust types
 # is checked by the unit tests (crates/api/tests/crd.rs runs the workspace build's crdgen --check),
 # not by a build of its own.
-test: fmt-check shape chart-crds-check bins-check deps-check deny unit mixin-check chart-check crd-compat ## Everything CI checks before the e2e tests: fmt, clippy, drift checks, supply chain, unit + property tests
+test: fmt-check shape scripts-test chart-crds-check bins-check deps-check deny unit mixin-check chart-check crd-compat ## Everything CI checks before the e2e tests: fmt, clippy, drift checks, supply chain, unit + property tests
 
 .PHONY: bench
 bench: ## Benchmarks: sharding (criterion, 1,000,000 targets); one federated answer's CPU at 100 backends
@@ -244,8 +248,12 @@ local-crds: cluster-up ## Apply the CRDs to the local zonal cluster
 	source e2e/.cluster/env && kubectl apply --server-side --force-conflicts -k config/crd
 
 .PHONY: run
-run: local-crds ## Local zonal cluster, CRDs, the controllers on namespace default, and the samples running there (README quick start)
-	$(CARGO) build --bins $(addprefix -p ,$(BINS) kubectl-zone)
+# The controllers compile while the cluster's Go builds run: each leaves the cores idle in its
+# serial stretches (links, cargo's narrow points), which the other fills.
+run: ## Local zonal cluster, CRDs, the controllers on namespace default, and the samples running there (README quick start)
+	$(CARGO) build --bins $(addprefix -p ,$(BINS) kubectl-zone) & build=$$!; \
+		$(MAKE) --no-print-directory local-crds || { kill $$build 2>/dev/null; wait $$build; exit 1; }; \
+		wait $$build || { echo "run: building the controllers failed" >&2; exit 1; }
 	bash e2e/cluster/run-controllers.sh
 	bash e2e/cluster/demo.sh
 

@@ -6,7 +6,8 @@ time waiting on the cluster (pods starting, rollouts, scrapes), so on two cores 
 nearly halves the e2e stage. The suites share LANES lanes, the longest first (durations of
 earlier runs are kept in the target dir, over e2e/suite-durations.json); then the suites that
 install the whole project (cluster-wide webhooks, ClusterRoles, fixed namespaces: --exclusive)
-run, each alone.
+run, each alone. An exclusive suite runs earlier only in time the lanes would leave idle: when
+no suite runs and every shared suite left waits for a prerequisite (below).
 
 With --image-cmd, the project's image is built and imported by that command in the background,
 at the lowest CPU priority, while the suites that do not run it go ahead: it fills the cores
@@ -185,30 +186,56 @@ class Runner:
         else:
             self.run(t)
 
-    def lanes(self, tests: list[dict], n: int) -> None:
-        """Runs tests in n lanes, in order, each suite once what it needs is ready."""
-        queue = list(tests)
-        take = threading.Lock()
+    def lanes(self, shared: list[dict], exclusive: list[dict], n: int) -> None:
+        """Runs the shared suites in n lanes, in order, each once what it needs is ready, and the
+        exclusive ones each alone, in order. An exclusive suite goes first only into time the
+        lanes would spend idle: when nothing runs and no shared suite is ready (a cold machine's
+        lanes wait for the test tools or Thanos); otherwise the exclusive ones run last, as a
+        warm machine runs them."""
+        queue = list(shared)
+        alone = list(exclusive)
+        cond = threading.Condition()
+        running = {"suites": 0, "exclusive": False}
 
         def ready(t: dict) -> bool:
             return all(prereq.done.is_set() for prereq in self.needs(t))
 
-        def lane():
-            while True:
-                with take:
-                    if not queue:
-                        return
+        def take() -> dict | None:
+            """The next suite to run (counted as running), None when none is left; waits while
+            none can start. Called holding cond."""
+            while queue or alone:
+                if not running["exclusive"]:
                     t = next((t for t in queue if ready(t)), None)
                     if t is not None:
                         queue.remove(t)
-                    waiting = [p for q in queue for p in self.needs(q) if not p.done.is_set()]
+                        running["suites"] += 1
+                        return t
+                    if running["suites"] == 0:
+                        t = next((t for t in alone if ready(t)), None)
+                        if t is not None:
+                            alone.remove(t)
+                            running["suites"] += 1
+                            running["exclusive"] = True
+                            return t
+                # Nothing can start: a suite's end or a prerequisite's (looked at every second,
+                # as prerequisites do not notify) may change that.
+                cond.wait(timeout=1)
+            return None
+
+        def lane():
+            while True:
+                with cond:
+                    t = take()
                 if t is None:
-                    # Only suites waiting for a prerequisite are left: nothing to do until one is
-                    # ready (looked at again every second, as the other may come first).
-                    if waiting:
-                        waiting[0].done.wait(timeout=1)
-                    continue
-                self.run_ready(t)
+                    return
+                try:
+                    self.run_ready(t)
+                finally:
+                    with cond:
+                        running["suites"] -= 1
+                        if t in exclusive:
+                            running["exclusive"] = False
+                        cond.notify_all()
 
         threads = [threading.Thread(target=lane) for _ in range(max(1, n))]
         for th in threads:
@@ -278,11 +305,10 @@ def main() -> int:
     t0 = time.monotonic()
     for prereq, _ in prereqs:
         prereq.start()
-    runner.lanes(shared, args.lanes)
+    runner.lanes(shared, exclusive, args.lanes)
+    # Nothing left behind: a prerequisite no selected suite needed is still waited for.
     for prereq, _ in prereqs:
         prereq.done.wait()
-    for t in exclusive:
-        runner.run_ready(t)
     try:
         target_dir.mkdir(parents=True, exist_ok=True)
         durations_file.write_text(json.dumps(runner.durations, indent=1, sort_keys=True))
