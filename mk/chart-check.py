@@ -250,6 +250,39 @@ def check_federator_tls_modes(helm):
     print(f"chart-check: rulesFederator.tls.mode {', '.join(FEDERATOR_TLS_MODES)} render as designed")
 
 
+CONTROLLER_VALUES = {"zauController": "zau-controller", "zdbController": "zdb-controller",
+                     "shardController": "shard-controller", "rulesFederator": "rules-federator"}
+
+
+def budgets(helm, sets):
+    """The controllers' PodDisruptionBudgets the chart renders with `sets`: name -> their limit."""
+    objects = [o for o in yaml.safe_load_all(render_chart(helm, sets)) if o]
+    return {o["metadata"]["name"]: {k: v for k, v in o["spec"].items() if k != "selector"}
+            for o in objects if o["kind"] == "PodDisruptionBudget"
+            and o["metadata"]["name"] in CONTROLLER_VALUES.values()}
+
+
+def check_pod_disruption_budgets(helm):
+    """A controller's PodDisruptionBudget is rendered with two replicas or more, none at one (a
+    drain of its node could never finish); its limit is the values'; both limits are refused."""
+    everywhere = budgets(helm, [])
+    if set(everywhere) != set(CONTROLLER_VALUES.values()):
+        sys.exit(f"chart-check: podDisruptionBudget: by default {sorted(everywhere)}, not every controller's")
+    single = budgets(helm, [f"{values}.replicas=1" for values in CONTROLLER_VALUES])
+    if single:
+        sys.exit(f"chart-check: podDisruptionBudget: rendered at one replica: {single}")
+    changed = budgets(helm, ["zdbController.podDisruptionBudget.maxUnavailable=1",
+                             "rulesFederator.podDisruptionBudget.enabled=false"])
+    if changed.get("zdb-controller") != {"maxUnavailable": 1} or "rules-federator" in changed:
+        sys.exit(f"chart-check: podDisruptionBudget: the values' limit and enabled not followed: {changed}")
+    both = ["zdbController.podDisruptionBudget.minAvailable=1", "zdbController.podDisruptionBudget.maxUnavailable=1"]
+    result = subprocess.run([helm, "template", RELEASE, str(CHART)] + [a for v in both for a in ("--set", v)],
+                            cwd=ROOT, capture_output=True, text=True)
+    if result.returncode == 0 or "not both" not in result.stderr:
+        sys.exit("chart-check: podDisruptionBudget: minAvailable with maxUnavailable was not refused")
+    print("chart-check: the controllers' PodDisruptionBudgets follow their values, none at one replica")
+
+
 # Cluster-scoped resources a controller's ClusterRole keeps with watchNamespace (events too: some
 # concern cluster-scoped objects, whose Events live in `default`).
 CLUSTER_RESOURCES = {"nodes", "namespaces", "subjectaccessreviews", "events",
@@ -309,6 +342,7 @@ def main():
 
     check_federator_tls_modes(args.helm)
     check_watch_namespace_roles(args.helm)
+    check_pod_disruption_budgets(args.helm)
     failed = False
     for name, sets, components, standalone in SCENARIOS:
         config = render_config(args.kubectl, components)

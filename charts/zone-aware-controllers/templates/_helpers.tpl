@@ -301,3 +301,36 @@ subjects:
   name: {{ .name }}
   namespace: {{ .root.Release.Namespace }}
 {{- end -}}
+
+{{/*
+The PodDisruptionBudget of a controller's pods, from its `podDisruptionBudget` values: rendered
+when enabled and with more than one replica (at one, a budget that keeps a pod up would block
+the drain of its node for good); its minAvailable or maxUnavailable, else the chart's default
+for that controller. Call with (dict "root" $ "name" N "values" V "default" (dict K 1)).
+*/}}
+{{- define "zac.podDisruptionBudget" -}}
+{{- $pdb := .values.podDisruptionBudget | default dict -}}
+{{- if and $pdb.enabled (gt (int .values.replicas) 1) -}}
+{{- if and (hasKey $pdb "minAvailable") (hasKey $pdb "maxUnavailable") -}}
+{{- fail (printf "%s podDisruptionBudget: set minAvailable or maxUnavailable, not both" .name) -}}
+{{- end -}}
+{{- $limit := .default -}}
+{{- if hasKey $pdb "minAvailable" -}}
+{{- $limit = dict "minAvailable" $pdb.minAvailable -}}
+{{- else if hasKey $pdb "maxUnavailable" -}}
+{{- $limit = dict "maxUnavailable" $pdb.maxUnavailable -}}
+{{- end -}}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "zac.labels" .root | nindent 4 }}
+spec:
+  {{- toYaml $limit | nindent 2 }}
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: {{ .name }}
+{{- end -}}
+{{- end -}}
