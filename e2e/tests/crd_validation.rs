@@ -1,7 +1,8 @@
 //! The CRDs' schema against the real API server: `kubectl apply` refuses each kind of invalid
 //! spec the schema can catch, with a message naming the field, and accepts every valid spec,
 //! the Go controllers' manifests and `config/samples` among them. Server-side dry runs: nothing
-//! is stored, no controller runs.
+//! is stored, no controller runs. Last, the CRDs' names and list types: one object of each kind,
+//! listed by their category, and statuses patched with one and with two conditions of a type.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use e2e::apply::{Verdict, assert_crds_current, dry_run, dry_run_path};
@@ -673,4 +674,101 @@ async fn crd_validation_accepts_valid_specs_and_the_go_controllers_manifests() {
         wrong.push(format!("config/samples: {}", verdict.output));
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// `kubectl` against the cluster under test; its status and stdout with stderr.
+fn kubectl(cluster: &Cluster, args: &[&str], stdin: Option<&Value>) -> (bool, String) {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut command = e2e::identity::kubectl(cluster);
+    command
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().expect("kubectl starts");
+    let mut pipe = child.stdin.take().expect("stdin");
+    if let Some(manifest) = stdin {
+        pipe.write_all(manifest.to_string().as_bytes())
+            .expect("kubectl reads its stdin");
+    }
+    drop(pipe);
+    let out = child.wait_with_output().expect("kubectl ends");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+#[tokio::test]
+#[ignore = "needs the local zonal cluster (make e2e)"]
+async fn crd_validation_lists_the_kinds_under_their_category_and_keys_conditions_by_type() {
+    let cluster = Cluster::get();
+    let ns = TestNamespace::create(&cluster, "crd-category").await;
+    assert_crds_current(&ns.client).await;
+    let objects = [
+        zau("web", json!({"statefulset": "web"})),
+        zdb(
+            "web",
+            json!({"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 1}),
+        ),
+        sprom("shards", |_| {}),
+    ];
+    for object in &objects {
+        let (created, output) = kubectl(
+            &cluster,
+            &["create", "-n", &ns.name, "-f", "-"],
+            Some(object),
+        );
+        assert!(created, "{}: {output}", describe(object));
+    }
+    // The category every kind declares: one `kubectl get` lists them all.
+    let (listed, output) = kubectl(
+        &cluster,
+        &["get", "zone-aware", "-n", &ns.name, "-o", "name"],
+        None,
+    );
+    assert!(listed, "kubectl get zone-aware: {output}");
+    let mut names: Vec<&str> = output.lines().collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "shardedprometheus.zonecontrol.k8s.aws/shards",
+            "zoneawareupdate.zonecontrol.k8s.aws/web",
+            "zonedisruptionbudget.zonecontrol.k8s.aws/web",
+        ]
+    );
+    // Conditions are a map keyed by type: one of a type is taken, two are refused.
+    let condition = json!({"type": "Ready", "status": "True", "reason": "Checked", "message": "",
+                           "lastTransitionTime": "2026-01-01T00:00:00Z"});
+    for (resource, name) in [("zau", "web"), ("zdb", "web"), ("sprom", "shards")] {
+        let patch = |conditions: Value| json!({"status": {"conditions": conditions}}).to_string();
+        let status = |patch: &str| {
+            kubectl(
+                &cluster,
+                &[
+                    "patch",
+                    resource,
+                    name,
+                    "-n",
+                    &ns.name,
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    patch,
+                ],
+                None,
+            )
+        };
+        let (taken, output) = status(&patch(json!([condition])));
+        assert!(
+            taken,
+            "{resource}/{name}: one Ready condition refused: {output}"
+        );
+        let (taken, output) = status(&patch(json!([condition, condition])));
+        assert!(
+            !taken && output.contains("Duplicate value"),
+            "{resource}/{name}: two Ready conditions: expected a refusal naming the duplicate, got: {output}"
+        );
+    }
 }

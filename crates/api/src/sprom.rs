@@ -177,6 +177,7 @@ pub mod reason {
     doc = "Prometheus sharded over zones: each shard scrapes the targets of its own zone (see spec).",
     plural = "shardedprometheuses",
     shortname = "sprom",
+    category = "zone-aware",
     namespaced,
     status = "ShardedPrometheusStatus",
     scale(
@@ -773,6 +774,8 @@ pub struct ShardedPrometheusStatus {
         deserialize_with = "lenient::or_default",
         skip_serializing_if = "Vec::is_empty"
     )]
+    // One condition per type: a map keyed by `type`, so that server-side apply merges them.
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
 

@@ -98,6 +98,7 @@ pub const ALARM_REASONS: [&str; 3] = [
     doc = "A zone-by-zone rollout of an OnDelete StatefulSet, or of a group of them (see spec).",
     plural = "zoneawareupdates",
     shortname = "zau",
+    category = "zone-aware",
     namespaced,
     status = "ZoneAwareUpdateStatus",
     printcolumn = r#"{"name":"StatefulSet","type":"string","jsonPath":".spec.statefulset"}"#,
@@ -417,6 +418,8 @@ pub struct ZoneAwareUpdateStatus {
         deserialize_with = "lenient::or_default",
         skip_serializing_if = "Vec::is_empty"
     )]
+    // One condition per type: a map keyed by `type`, so that server-side apply merges them.
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
 

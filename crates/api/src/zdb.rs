@@ -54,6 +54,7 @@ pub mod reason {
     doc = "A per-zone disruption budget enforced by the eviction webhook (see spec).",
     plural = "zonedisruptionbudgets",
     shortname = "zdb",
+    category = "zone-aware",
     namespaced,
     status = "ZoneDisruptionBudgetStatus",
     printcolumn = r#"{"name":"MaxUnavailable","type":"string","jsonPath":".spec.maxUnavailable"}"#,
@@ -194,6 +195,8 @@ pub struct ZoneDisruptionBudgetStatus {
         deserialize_with = "lenient::or_default",
         skip_serializing_if = "Vec::is_empty"
     )]
+    // One condition per type: a map keyed by `type`, so that server-side apply merges them.
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
 
