@@ -222,11 +222,13 @@ deny: $(CARGO_DENY) ## cargo deny (deny.toml): licenses, duplicate versions, sou
 	fi
 
 .PHONY: test
-# The Rust checks first, the ones needing tools built from Go modules (promtool, helm, kubectl)
-# last: .ci/run builds those in the background meanwhile. config/crd's drift from the Rust types
-# is checked by the unit tests (crates/api/tests/crd.rs runs the workspace build's crdgen --check),
-# not by a build of its own.
-test: fmt-check shape scripts-test chart-crds-check bins-check deps-check deny unit mixin-check chart-check crd-compat ## Everything CI checks before the e2e tests: fmt, clippy, drift checks, supply chain, unit + property tests
+# The Rust checks first, the workspace's test build (`unit`) before the supply-chain checks, whose
+# tools compile from crates.io on a cold machine (.ci/run's `make e2e` waits for that build, not
+# for them); the ones needing tools built from Go modules (promtool, helm, kubectl) last: .ci/run
+# builds those in the background meanwhile. config/crd's drift from the Rust types is checked by
+# the unit tests (crates/api/tests/crd.rs runs the workspace build's crdgen --check), not by a
+# build of its own.
+test: fmt-check shape scripts-test chart-crds-check bins-check unit deps-check deny mixin-check chart-check crd-compat ## Everything CI checks before the e2e tests: fmt, clippy, drift checks, supply chain, unit + property tests
 
 .PHONY: bench
 bench: ## Benchmarks: sharding (criterion, 1,000,000 targets); one federated answer's CPU at 100 backends
