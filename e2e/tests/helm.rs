@@ -2,7 +2,8 @@
 //! chart (`E2E_HELM_CHART`, e.g. the one `make release` wrote to dist/; else charts/ packaged
 //! here) runs the project's image (`make image`) as real pods on the real nodes, the samples
 //! reach their status and the eviction webhook judges evictions; `helm upgrade` with fewer
-//! replicas and a binary disabled leaves exactly the new revision's objects; `helm uninstall`
+//! replicas and a binary disabled leaves exactly the new revision's objects (zdb-controller at
+//! one replica without its PodDisruptionBudget); `helm uninstall`
 //! removes every object of the release and neither the CRDs nor the users' objects.
 //!
 //! Isolation from the tests running next to it: the release has its own namespace, its
@@ -171,8 +172,9 @@ async fn pods_as_installed(
     }
 }
 
-/// What the upgrade removed: the federator's objects (its Deployment and ClusterRole among them),
-/// only them.
+/// What the upgrade removed: the federator's objects (its Deployment and ClusterRole among them)
+/// and zdb-controller's PodDisruptionBudget (at one replica, a budget keeping a pod up would
+/// block the drain of its node for good), only them.
 fn removed_by_the_upgrade(installed: &[Identity], upgraded: &[Identity]) -> Vec<Identity> {
     let removed: Vec<Identity> = installed
         .iter()
@@ -180,9 +182,14 @@ fn removed_by_the_upgrade(installed: &[Identity], upgraded: &[Identity]) -> Vec<
         .cloned()
         .collect();
     let names: BTreeSet<&str> = removed.iter().map(|id| id.3.as_str()).collect();
+    let zdb_budget = |id: &Identity| id.1 == "PodDisruptionBudget" && id.3 == "zdb-controller";
     assert!(
-        !removed.is_empty() && removed.iter().all(|id| id.3.contains("rules-federator")),
-        "the upgrade removes the federator's objects, only them: {names:?}"
+        removed.iter().any(zdb_budget)
+            && removed
+                .iter()
+                .all(|id| id.3.contains("rules-federator") || zdb_budget(id)),
+        "the upgrade removes the federator's objects and zdb-controller's budget, only them: \
+         {names:?}"
     );
     assert!(
         removed.iter().any(|id| id.1 == "Deployment")
