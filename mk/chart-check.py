@@ -108,6 +108,15 @@ def render_chart(helm, sets):
     return run(command)
 
 
+def refused(helm, sets, says):
+    """Whether `helm template` with `sets` fails saying `says`."""
+    command = [helm, "template", RELEASE, str(CHART)]
+    for value in sets:
+        command += ["--set", value]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    return result.returncode != 0 and says in result.stderr
+
+
 def render_config(kubectl, components):
     env = dict(os.environ)
     env.update(
@@ -242,10 +251,7 @@ def check_federator_tls_modes(helm):
                 or probes != {port.upper()} or found != kinds:
             sys.exit(f"chart-check: rulesFederator.tls.mode={mode}: flags {tls_flags}, port "
                      f"{container['ports'][0]['name']}, probes {probes}, objects {sorted(found)}")
-    result = subprocess.run(
-        [helm, "template", RELEASE, str(CHART), "--set", "rulesFederator.tls.mode=plain"],
-        cwd=ROOT, capture_output=True, text=True)
-    if result.returncode == 0 or "rulesFederator.tls.mode must be" not in result.stderr:
+    if not refused(helm, ["rulesFederator.tls.mode=plain"], "rulesFederator.tls.mode must be"):
         sys.exit("chart-check: rulesFederator.tls.mode=plain was not refused with its reason")
     print(f"chart-check: rulesFederator.tls.mode {', '.join(FEDERATOR_TLS_MODES)} render as designed")
 
@@ -276,9 +282,7 @@ def check_pod_disruption_budgets(helm):
     if changed.get("zdb-controller") != {"maxUnavailable": 1} or "rules-federator" in changed:
         sys.exit(f"chart-check: podDisruptionBudget: the values' limit and enabled not followed: {changed}")
     both = ["zdbController.podDisruptionBudget.minAvailable=1", "zdbController.podDisruptionBudget.maxUnavailable=1"]
-    result = subprocess.run([helm, "template", RELEASE, str(CHART)] + [a for v in both for a in ("--set", v)],
-                            cwd=ROOT, capture_output=True, text=True)
-    if result.returncode == 0 or "not both" not in result.stderr:
+    if not refused(helm, both, "not both"):
         sys.exit("chart-check: podDisruptionBudget: minAvailable with maxUnavailable was not refused")
     print("chart-check: the controllers' PodDisruptionBudgets follow their values, none at one replica")
 

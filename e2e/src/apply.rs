@@ -23,9 +23,9 @@ pub struct Verdict {
 /// `kubectl apply --server-side --dry-run=server` of `manifest` into `namespace`: the API server
 /// decodes, defaults and validates it (schema, CEL rules, admission) and stores nothing.
 pub fn dry_run(cluster: &Cluster, namespace: &str, manifest: &Value) -> Verdict {
-    let mut command = identity::kubectl(cluster);
-    command.args(dry_run_args(namespace)).args(["-f", "-"]);
-    run(command, Some(manifest.to_string().as_bytes()))
+    let mut args = dry_run_args(namespace).to_vec();
+    args.extend(["-f", "-"]);
+    kubectl(cluster, &args, Some(manifest))
 }
 
 /// [`dry_run`] of a manifest file, or of a kustomization directory.
@@ -36,6 +36,15 @@ pub fn dry_run_path(cluster: &Cluster, namespace: &str, path: &Path) -> Verdict 
         .arg(if path.is_dir() { "-k" } else { "-f" })
         .arg(path);
     run(command, None)
+}
+
+/// Any `kubectl` command against the cluster under test (`manifest`, if any, on its stdin): what
+/// the API server answered.
+pub fn kubectl(cluster: &Cluster, args: &[&str], manifest: Option<&Value>) -> Verdict {
+    let mut command = identity::kubectl(cluster);
+    command.args(args);
+    let stdin = manifest.map(Value::to_string);
+    run(command, stdin.as_deref().map(str::as_bytes))
 }
 
 fn dry_run_args(namespace: &str) -> [&str; 6] {

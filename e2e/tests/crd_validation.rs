@@ -5,7 +5,7 @@
 //! listed by their category, and statuses patched with one and with two conditions of a type.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use e2e::apply::{Verdict, assert_crds_current, dry_run, dry_run_path};
+use e2e::apply::{Verdict, assert_crds_current, dry_run, dry_run_path, kubectl};
 use e2e::deploy::repo_root;
 use e2e::{Cluster, TestNamespace};
 use serde_json::{Value, json};
@@ -676,29 +676,6 @@ async fn crd_validation_accepts_valid_specs_and_the_go_controllers_manifests() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
-/// `kubectl` against the cluster under test; its status and stdout with stderr.
-fn kubectl(cluster: &Cluster, args: &[&str], stdin: Option<&Value>) -> (bool, String) {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut command = e2e::identity::kubectl(cluster);
-    command
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command.spawn().expect("kubectl starts");
-    let mut pipe = child.stdin.take().expect("stdin");
-    if let Some(manifest) = stdin {
-        pipe.write_all(manifest.to_string().as_bytes())
-            .expect("kubectl reads its stdin");
-    }
-    drop(pipe);
-    let out = child.wait_with_output().expect("kubectl ends");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
-}
-
 #[tokio::test]
 #[ignore = "needs the local zonal cluster (make e2e)"]
 async fn crd_validation_lists_the_kinds_under_their_category_and_keys_conditions_by_type() {
@@ -714,7 +691,10 @@ async fn crd_validation_lists_the_kinds_under_their_category_and_keys_conditions
         sprom("shards", |_| {}),
     ];
     for object in &objects {
-        let (created, output) = kubectl(
+        let Verdict {
+            accepted: created,
+            output,
+        } = kubectl(
             &cluster,
             &["create", "-n", &ns.name, "-f", "-"],
             Some(object),
@@ -722,7 +702,10 @@ async fn crd_validation_lists_the_kinds_under_their_category_and_keys_conditions
         assert!(created, "{}: {output}", describe(object));
     }
     // The category every kind declares: one `kubectl get` lists them all.
-    let (listed, output) = kubectl(
+    let Verdict {
+        accepted: listed,
+        output,
+    } = kubectl(
         &cluster,
         &["get", "zone-aware", "-n", &ns.name, "-o", "name"],
         None,
@@ -760,12 +743,18 @@ async fn crd_validation_lists_the_kinds_under_their_category_and_keys_conditions
                 None,
             )
         };
-        let (taken, output) = status(&patch(json!([condition])));
+        let Verdict {
+            accepted: taken,
+            output,
+        } = status(&patch(json!([condition])));
         assert!(
             taken,
             "{resource}/{name}: one Ready condition refused: {output}"
         );
-        let (taken, output) = status(&patch(json!([condition, condition])));
+        let Verdict {
+            accepted: taken,
+            output,
+        } = status(&patch(json!([condition, condition])));
         assert!(
             !taken && output.contains("Duplicate value"),
             "{resource}/{name}: two Ready conditions: expected a refusal naming the duplicate, got: {output}"
