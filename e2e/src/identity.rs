@@ -95,7 +95,7 @@ pub fn flag_value(args: &[&str], env: &[(&str, String)], flag: &str) -> Option<S
     }
     let env_name = match flag {
         "--lease-namespace" => "POD_NAMESPACE",
-        "--lease-name" => "LEASE_NAME",
+        "--lease-name" => "ZAC_LEASE_NAME",
         _ => return None,
     };
     env.iter()

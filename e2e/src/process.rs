@@ -191,7 +191,7 @@ fn with_kubeconfig(
     out.push(kubeconfig.display().to_string());
     let env = env
         .iter()
-        .filter(|(k, _)| *k != "KUBECONFIG" && *k != "KUBE_CONTEXT")
+        .filter(|(k, _)| !matches!(*k, "KUBECONFIG" | "ZAC_KUBE_CONTEXT" | "KUBE_CONTEXT"))
         .map(|(k, v)| ((*k).to_string(), v.clone()))
         .collect();
     (out, env)

@@ -112,7 +112,7 @@ pub struct Args {
     /// scheme (`dnssrv+_grpc._tcp.<name>`) they are gRPC. Looked up every --dns-sd-interval.
     #[arg(
         long = "endpoint",
-        env = "ENDPOINTS",
+        env = "ZAC_ENDPOINTS",
         value_delimiter = ',',
         value_name = "URL"
     )]
@@ -122,7 +122,7 @@ pub struct Args {
     /// replica from their labels). Given twice, the last wins.
     #[arg(
         long,
-        env = "DISCOVER_SPROM",
+        env = "ZAC_DISCOVER_SPROM",
         value_name = "NAME",
         overrides_with = "discover_sprom"
     )]
@@ -131,7 +131,7 @@ pub struct Args {
     /// Discover the pods this label selector finds instead (with `--discover-port`).
     #[arg(
         long,
-        env = "DISCOVER_SELECTOR",
+        env = "ZAC_DISCOVER_SELECTOR",
         value_name = "SELECTOR",
         conflicts_with = "discover_sprom"
     )]
@@ -141,33 +141,33 @@ pub struct Args {
     /// twice, the last wins (an overlay may append it to the shipped arguments).
     #[arg(
         long,
-        env = "DISCOVER_NAMESPACE",
+        env = "ZAC_DISCOVER_NAMESPACE",
         value_name = "NAMESPACE",
         overrides_with = "discover_namespace"
     )]
     pub discover_namespace: Option<String>,
 
     /// The port Prometheus serves on in the discovered pods.
-    #[arg(long, env = "DISCOVER_PORT", default_value_t = 9090)]
+    #[arg(long, env = "ZAC_DISCOVER_PORT", default_value_t = 9090)]
     pub discover_port: u16,
 
     /// How the discovered pods are asked: `https` when their Prometheus serves TLS (its web
     /// config); `grpc` (or `grpcs`) to read their Thanos sidecars' Rules API instead, with
     /// `--discover-port 10901`. They are dialled by IP: give `--backend-server-name` for the
     /// name their certificate holds.
-    #[arg(long, env = "DISCOVER_SCHEME", value_enum, default_value_t = Scheme::Http)]
+    #[arg(long, env = "ZAC_DISCOVER_SCHEME", value_enum, default_value_t = Scheme::Http)]
     pub discover_scheme: Scheme,
 
     /// PEM bundle of the CAs that `https://` backends' certificates are verified against,
     /// instead of the system's.
-    #[arg(long, env = "BACKEND_CA_FILE", value_name = "FILE")]
+    #[arg(long, env = "ZAC_BACKEND_CA_FILE", value_name = "FILE")]
     pub backend_ca_file: Option<PathBuf>,
 
     /// The client certificate (PEM chain) presented to `https://` backends that ask for one,
     /// with `--backend-key-file`.
     #[arg(
         long,
-        env = "BACKEND_CERT_FILE",
+        env = "ZAC_BACKEND_CERT_FILE",
         value_name = "FILE",
         requires = "backend_key_file"
     )]
@@ -176,7 +176,7 @@ pub struct Args {
     /// The key (PEM) of `--backend-cert-file`.
     #[arg(
         long,
-        env = "BACKEND_KEY_FILE",
+        env = "ZAC_BACKEND_KEY_FILE",
         value_name = "FILE",
         requires = "backend_cert_file"
     )]
@@ -184,18 +184,18 @@ pub struct Args {
 
     /// The name `https://` backends' certificates are verified for (and sent as SNI), instead
     /// of the host dialled: discovered pods are dialled by IP.
-    #[arg(long, env = "BACKEND_SERVER_NAME", value_name = "NAME")]
+    #[arg(long, env = "ZAC_BACKEND_SERVER_NAME", value_name = "NAME")]
     pub backend_server_name: Option<String>,
 
     /// A file holding a bearer token sent to every backend (`Authorization: Bearer`), re-read
     /// every 10 s so a rotated one (a projected ServiceAccount token) is sent without a restart.
-    #[arg(long, env = "BACKEND_BEARER_TOKEN_FILE", value_name = "FILE")]
+    #[arg(long, env = "ZAC_BACKEND_BEARER_TOKEN_FILE", value_name = "FILE")]
     pub backend_bearer_token_file: Option<PathBuf>,
 
     /// Serve the API, /healthz, /readyz and /metrics over HTTPS only, with the `tls.crt` and
     /// `tls.key` of this directory (a mounted Secret, cert-manager's), re-read every few seconds
     /// so a renewed certificate is served without a restart.
-    #[arg(long, env = "TLS_CERT_DIR", value_name = "DIR")]
+    #[arg(long, env = "ZAC_TLS_CERT_DIR", value_name = "DIR")]
     pub tls_cert_dir: Option<PathBuf>,
 
     /// Serve over HTTPS only, with a self-signed CA and certificate kept in this Secret of the
@@ -204,7 +204,7 @@ pub struct Args {
     /// and dial `<--tls-service-name>.<namespace>.svc`. Not with --tls-cert-dir.
     #[arg(
         long,
-        env = "TLS_SELF_SIGNED_SECRET",
+        env = "ZAC_TLS_SELF_SIGNED_SECRET",
         value_name = "SECRET",
         conflicts_with = "tls_cert_dir"
     )]
@@ -212,14 +212,14 @@ pub struct Args {
 
     /// Namespace of --tls-self-signed-secret (default: the namespace of the kubeconfig context
     /// or of the pod's service account).
-    #[arg(long, env = "TLS_SECRET_NAMESPACE", value_name = "NAMESPACE")]
+    #[arg(long, env = "ZAC_TLS_SECRET_NAMESPACE", value_name = "NAMESPACE")]
     pub tls_secret_namespace: Option<String>,
 
     /// The Service in front of the federator: the self-signed certificate is valid for
     /// <service>.<namespace>.svc (and .svc.cluster.local, localhost, 127.0.0.1).
     #[arg(
         long,
-        env = "TLS_SERVICE_NAME",
+        env = "ZAC_TLS_SERVICE_NAME",
         default_value = "rules-federator",
         value_name = "SERVICE"
     )]
@@ -227,85 +227,85 @@ pub struct Args {
 
     /// How long a self-signed serving certificate is valid; it is renewed under the same CA, so
     /// clients keep trusting it.
-    #[arg(long, env = "TLS_CERT_VALIDITY", default_value = "8760h", value_parser = zone_operator::duration::parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "ZAC_TLS_CERT_VALIDITY", default_value = "8760h", value_parser = zone_operator::duration::parse_duration, value_name = "DURATION")]
     pub tls_cert_validity: Duration,
 
     /// How long before its end a self-signed serving certificate is renewed: at least 30s and
     /// below the validity.
-    #[arg(long, env = "TLS_CERT_RENEW_BEFORE", default_value = "720h", value_parser = zone_operator::duration::parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "ZAC_TLS_CERT_RENEW_BEFORE", default_value = "720h", value_parser = zone_operator::duration::parse_duration, value_name = "DURATION")]
     pub tls_cert_renew_before: Duration,
 
     /// How often the DNS endpoints (dns+, dnssrv+) are looked up again; a lookup that fails
     /// keeps the backends the name had.
-    #[arg(long, env = "DNS_SD_INTERVAL", default_value = "30s", value_parser = zone_operator::duration::parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "ZAC_DNS_SD_INTERVAL", default_value = "30s", value_parser = zone_operator::duration::parse_duration, value_name = "DURATION")]
     pub dns_sd_interval: Duration,
 
     /// The DNS server (`ip:port`) the DNS endpoints are looked up at, instead of those of
     /// /etc/resolv.conf (whose search domains then do not apply: give full names).
-    #[arg(long, env = "DNS_SERVER", value_name = "ADDRESS")]
+    #[arg(long, env = "ZAC_DNS_SERVER", value_name = "ADDRESS")]
     pub dns_server: Option<std::net::SocketAddr>,
 
     /// How long one backend may take to answer before it is cut and named in a warning.
-    #[arg(long, env = "ENDPOINT_TIMEOUT", default_value = "10s", value_parser = zone_operator::duration::parse_duration)]
+    #[arg(long, env = "ZAC_ENDPOINT_TIMEOUT", default_value = "10s", value_parser = zone_operator::duration::parse_duration)]
     pub endpoint_timeout: Duration,
 
     /// Backends asked at once, at most, per request.
-    #[arg(long, env = "MAX_CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, env = "ZAC_MAX_CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrency: u16,
 
     /// Different merges at once, at most. A request's backends are asked at once and their
     /// answers kept compressed; the merge (and the answer it builds, most of a request's memory)
     /// waits for a turn. Identical requests at once share one merge and one turn; each merge
     /// already uses every core, so a second one at once shares the cores and doubles the memory.
-    #[arg(long, env = "MAX_CONCURRENT_MERGES", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, env = "ZAC_MAX_CONCURRENT_MERGES", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrent_merges: u16,
 
     /// Bytes read from one backend's answer (compressed, as it comes), at most: past it the
     /// backend is cut and named in a warning. The recorded Prometheus answer of the perf fixture
     /// is ~1.4 MB plain per backend.
-    #[arg(long, env = "MAX_BACKEND_BODY_BYTES", default_value = "64Mi", value_parser = parse_bytes, value_name = "BYTES")]
+    #[arg(long, env = "ZAC_MAX_BACKEND_BODY_BYTES", default_value = "64Mi", value_parser = parse_bytes, value_name = "BYTES")]
     pub max_backend_body_bytes: u64,
 
     /// Bytes of JSON one backend's answer may come to (gunzipped or plain), at most: a gzip
     /// bomb stops here.
-    #[arg(long, env = "MAX_BACKEND_UNCOMPRESSED_BYTES", default_value = "256Mi", value_parser = parse_bytes, value_name = "BYTES")]
+    #[arg(long, env = "ZAC_MAX_BACKEND_UNCOMPRESSED_BYTES", default_value = "256Mi", value_parser = parse_bytes, value_name = "BYTES")]
     pub max_backend_uncompressed_bytes: u64,
 
     /// API requests served at once, at most; past it a request is answered 503 with
     /// `Retry-After` at once (never queued: a queue would hold memory and time out anyway).
-    #[arg(long, env = "MAX_CONCURRENT_REQUESTS", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "ZAC_MAX_CONCURRENT_REQUESTS", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_requests: u32,
 
     /// Who may call /api/v1/rules and /api/v1/alerts (/healthz, /readyz and /metrics stay
     /// open: probes and scrapes).
-    #[arg(long, env = "AUTH", value_enum, default_value_t = Auth::None)]
+    #[arg(long, env = "ZAC_AUTH", value_enum, default_value_t = Auth::None)]
     pub auth: Auth,
 
     /// With `--auth=kubernetes`: the audience a caller's token must be issued for (`kubectl
     /// create token --audience`, a projected token's `audience`), e.g. `rules-federator`, so a
     /// token given to the federator is no key to the API server, nor the API server's to the
     /// federator. Unset: tokens for the API server's own audience.
-    #[arg(long, env = "AUTH_AUDIENCE", value_name = "AUDIENCE")]
+    #[arg(long, env = "ZAC_AUTH_AUDIENCE", value_name = "AUDIENCE")]
     pub auth_audience: Option<String>,
 
     /// With `--auth=kubernetes`: the resource attribute a caller needs `--authz-verb` on,
     /// `namespace=N,group=G,resource=R,subresource=S,name=X` (only `resource` required). Never
     /// the request's path as a non-resource URL: Kubernetes' default `system:discovery` role
     /// lets every authenticated user `get` `/api/*`, which would include /api/v1/alerts.
-    #[arg(long, env = "AUTHZ_RESOURCE", value_name = "ATTRIBUTES", default_value = DEFAULT_AUTHZ_RESOURCE)]
+    #[arg(long, env = "ZAC_AUTHZ_RESOURCE", value_name = "ATTRIBUTES", default_value = DEFAULT_AUTHZ_RESOURCE)]
     pub authz_resource: String,
 
     /// The verb a caller needs (on the resource, or on the path).
-    #[arg(long, env = "AUTHZ_VERB", default_value = "get")]
+    #[arg(long, env = "ZAC_AUTHZ_VERB", default_value = "get")]
     pub authz_verb: String,
 
     /// How long an allowed caller's token is trusted without new reviews (a revoked
     /// RoleBinding bites after this).
-    #[arg(long, env = "AUTH_CACHE_TTL", default_value = "1m", value_parser = zone_operator::duration::parse_duration)]
+    #[arg(long, env = "ZAC_AUTH_CACHE_TTL", default_value = "1m", value_parser = zone_operator::duration::parse_duration)]
     pub auth_cache_ttl: Duration,
 
     /// How long a refused token stays refused without new reviews.
-    #[arg(long, env = "AUTH_DENIED_CACHE_TTL", default_value = "10s", value_parser = zone_operator::duration::parse_duration)]
+    #[arg(long, env = "ZAC_AUTH_DENIED_CACHE_TTL", default_value = "10s", value_parser = zone_operator::duration::parse_duration)]
     pub auth_denied_cache_ttl: Duration,
 
     /// After SIGTERM, how long the API keeps being served while /readyz already answers 503:
@@ -313,11 +313,11 @@ pub struct Args {
     /// proxy. Answers meanwhile say `Connection: close`, so kept-alive clients move to another
     /// replica; then the listener closes and the requests under way are finished. The pod's
     /// terminationGracePeriodSeconds must exceed it plus --endpoint-timeout.
-    #[arg(long, env = "SHUTDOWN_DELAY", default_value = "5s", value_parser = zone_operator::duration::parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "ZAC_SHUTDOWN_DELAY", default_value = "5s", value_parser = zone_operator::duration::parse_duration, value_name = "DURATION")]
     pub shutdown_delay: Duration,
 
     /// What a request gets when some backends fail.
-    #[arg(long, env = "PARTIAL_RESPONSE", value_enum, default_value_t = PartialResponse::Warn)]
+    #[arg(long, env = "ZAC_PARTIAL_RESPONSE", value_enum, default_value_t = PartialResponse::Warn)]
     pub partial_response: PartialResponse,
 
     /// Serve Thanos's gRPC Rules and Info APIs on this address too (Thanos's gRPC port is
@@ -327,7 +327,7 @@ pub struct Args {
     /// the HTTPS port's certificate (reloaded or renewed as it is); with --auth=kubernetes, a
     /// Rules call's bearer token (`authorization` metadata) is reviewed as an HTTP caller's;
     /// --max-concurrent-requests counts its calls too.
-    #[arg(long, env = "GRPC_LISTEN_ADDRESS", value_name = "ADDRESS")]
+    #[arg(long, env = "ZAC_GRPC_LISTEN_ADDRESS", value_name = "ADDRESS")]
     pub grpc_listen_address: Option<std::net::SocketAddr>,
 
     /// The gRPC port asks callers for a client certificate signed by a CA of this PEM file (a
@@ -336,16 +336,16 @@ pub struct Args {
     /// (its organizations the groups, as the API server reads client certificates) and only
     /// its permission is reviewed; callers without one still send a bearer token. Without
     /// --auth, the certificate is required. Needs TLS; read at start.
-    #[arg(long, env = "GRPC_CLIENT_CA_FILE", value_name = "PATH")]
+    #[arg(long, env = "ZAC_GRPC_CLIENT_CA_FILE", value_name = "PATH")]
     pub grpc_client_ca_file: Option<PathBuf>,
 
     /// Labels that differ between the replicas of one shard, removed before rules and alerts
     /// are compared (repeatable).
-    #[arg(long = "replica-label", env = "REPLICA_LABELS", value_delimiter = ',', default_values_t = [contract::REPLICA_EXTERNAL_LABEL.to_string(), THANOS_REPLICA_LABEL.to_string(), THANOS_RULER_REPLICA_LABEL.to_string()])]
+    #[arg(long = "replica-label", env = "ZAC_REPLICA_LABELS", value_delimiter = ',', default_values_t = [contract::REPLICA_EXTERNAL_LABEL.to_string(), THANOS_REPLICA_LABEL.to_string(), THANOS_RULER_REPLICA_LABEL.to_string()])]
     pub replica_labels: Vec<String>,
 
     /// The label that tells the shards' rules and alerts apart; empty: none.
-    #[arg(long, env = "SHARD_LABEL", default_value = contract::SHARD_EXTERNAL_LABEL)]
+    #[arg(long, env = "ZAC_SHARD_LABEL", default_value = contract::SHARD_EXTERNAL_LABEL)]
     pub shard_label: String,
 }
 
@@ -388,6 +388,10 @@ mod tests {
         assert_eq!(args.discover_namespace.as_deref(), Some("mine"));
         // So may any flag: the chart's extraArgs can override the chart's flags.
         assert!(<Args as clap::CommandFactory>::command().is_args_override_self());
+        assert!(
+            zone_operator::cli::env::unprefixed(&<Args as clap::CommandFactory>::command())
+                .is_empty()
+        );
         assert_eq!(
             args.discovery_selector().as_deref(),
             Some(
@@ -403,93 +407,93 @@ mod tests {
     fn every_documented_flag_parses_with_its_default() {
         let defaults = Args::try_parse_from(["rules-federator"]).unwrap();
         let unset = |name: &str| std::env::var_os(name).is_none();
-        if unset("LISTEN_ADDRESS") {
+        if unset("ZAC_LISTEN_ADDRESS") {
             assert_eq!(defaults.base.listen_address, "[::]:9090".parse().unwrap());
         }
-        if unset("DISCOVER_PORT") {
+        if unset("ZAC_DISCOVER_PORT") {
             assert_eq!(defaults.discover_port, 9090);
         }
-        if unset("DISCOVER_SCHEME") {
+        if unset("ZAC_DISCOVER_SCHEME") {
             assert_eq!(defaults.discover_scheme, Scheme::Http);
         }
         for (name, given) in [
-            ("BACKEND_CA_FILE", &defaults.backend_ca_file),
-            ("BACKEND_CERT_FILE", &defaults.backend_cert_file),
-            ("BACKEND_KEY_FILE", &defaults.backend_key_file),
+            ("ZAC_BACKEND_CA_FILE", &defaults.backend_ca_file),
+            ("ZAC_BACKEND_CERT_FILE", &defaults.backend_cert_file),
+            ("ZAC_BACKEND_KEY_FILE", &defaults.backend_key_file),
             (
-                "BACKEND_BEARER_TOKEN_FILE",
+                "ZAC_BACKEND_BEARER_TOKEN_FILE",
                 &defaults.backend_bearer_token_file,
             ),
-            ("TLS_CERT_DIR", &defaults.tls_cert_dir),
+            ("ZAC_TLS_CERT_DIR", &defaults.tls_cert_dir),
         ] {
             if unset(name) {
                 assert_eq!(*given, None, "{name}");
             }
         }
-        if unset("TLS_SELF_SIGNED_SECRET") {
+        if unset("ZAC_TLS_SELF_SIGNED_SECRET") {
             assert_eq!(defaults.tls_self_signed_secret, None);
         }
-        if unset("TLS_SECRET_NAMESPACE") {
+        if unset("ZAC_TLS_SECRET_NAMESPACE") {
             assert_eq!(defaults.tls_secret_namespace, None);
         }
-        if unset("TLS_SERVICE_NAME") {
+        if unset("ZAC_TLS_SERVICE_NAME") {
             assert_eq!(defaults.tls_service_name, "rules-federator");
         }
-        if unset("TLS_CERT_VALIDITY") {
+        if unset("ZAC_TLS_CERT_VALIDITY") {
             assert_eq!(defaults.tls_cert_validity, Duration::from_secs(8760 * 3600));
         }
-        if unset("TLS_CERT_RENEW_BEFORE") {
+        if unset("ZAC_TLS_CERT_RENEW_BEFORE") {
             assert_eq!(
                 defaults.tls_cert_renew_before,
                 Duration::from_secs(720 * 3600)
             );
         }
-        if unset("BACKEND_SERVER_NAME") {
+        if unset("ZAC_BACKEND_SERVER_NAME") {
             assert_eq!(defaults.backend_server_name, None);
         }
-        if unset("ENDPOINT_TIMEOUT") {
+        if unset("ZAC_ENDPOINT_TIMEOUT") {
             assert_eq!(defaults.endpoint_timeout, Duration::from_secs(10));
         }
-        if unset("MAX_CONCURRENCY") {
+        if unset("ZAC_MAX_CONCURRENCY") {
             assert_eq!(defaults.max_concurrency, 32);
         }
-        if unset("MAX_CONCURRENT_MERGES") {
+        if unset("ZAC_MAX_CONCURRENT_MERGES") {
             assert_eq!(defaults.max_concurrent_merges, 1);
         }
-        if unset("PARTIAL_RESPONSE") {
+        if unset("ZAC_PARTIAL_RESPONSE") {
             assert_eq!(defaults.partial_response, PartialResponse::Warn);
         }
-        if unset("REPLICA_LABELS") {
+        if unset("ZAC_REPLICA_LABELS") {
             assert_eq!(
                 defaults.replica_labels,
                 ["prometheus_replica", "replica", "thanos_ruler_replica"]
             );
         }
-        if unset("SHARD_LABEL") {
+        if unset("ZAC_SHARD_LABEL") {
             assert_eq!(defaults.shard_label, "shard");
         }
-        if unset("MAX_BACKEND_BODY_BYTES") {
+        if unset("ZAC_MAX_BACKEND_BODY_BYTES") {
             assert_eq!(defaults.max_backend_body_bytes, 64 << 20);
         }
-        if unset("MAX_BACKEND_UNCOMPRESSED_BYTES") {
+        if unset("ZAC_MAX_BACKEND_UNCOMPRESSED_BYTES") {
             assert_eq!(defaults.max_backend_uncompressed_bytes, 256 << 20);
         }
-        if unset("MAX_CONCURRENT_REQUESTS") {
+        if unset("ZAC_MAX_CONCURRENT_REQUESTS") {
             assert_eq!(defaults.max_concurrent_requests, 64);
         }
-        if unset("AUTH") {
+        if unset("ZAC_AUTH") {
             assert_eq!(defaults.auth, Auth::None);
         }
-        if unset("AUTHZ_RESOURCE") {
+        if unset("ZAC_AUTHZ_RESOURCE") {
             assert_eq!(defaults.authz_resource, DEFAULT_AUTHZ_RESOURCE);
         }
-        if unset("AUTH_CACHE_TTL") {
+        if unset("ZAC_AUTH_CACHE_TTL") {
             assert_eq!(defaults.auth_cache_ttl, Duration::from_secs(60));
         }
-        if unset("AUTH_DENIED_CACHE_TTL") {
+        if unset("ZAC_AUTH_DENIED_CACHE_TTL") {
             assert_eq!(defaults.auth_denied_cache_ttl, Duration::from_secs(10));
         }
-        if unset("SHUTDOWN_DELAY") {
+        if unset("ZAC_SHUTDOWN_DELAY") {
             assert_eq!(defaults.shutdown_delay, Duration::from_secs(5));
         }
 
@@ -607,7 +611,7 @@ mod tests {
             "at least one backend at a time"
         );
         for half in ["--backend-cert-file=c", "--backend-key-file=k"] {
-            if unset("BACKEND_CERT_FILE") && unset("BACKEND_KEY_FILE") {
+            if unset("ZAC_BACKEND_CERT_FILE") && unset("ZAC_BACKEND_KEY_FILE") {
                 assert!(
                     Args::try_parse_from(["rules-federator", half]).is_err(),
                     "{half}: a client certificate needs its key, and a key its certificate"

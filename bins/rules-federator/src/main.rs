@@ -15,14 +15,12 @@ mod served;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = cli::Args::parse();
+    let args = zone_operator::cli::parse::<cli::Args>();
     let (runtime, federator) = match serve::start(&args).await {
         Ok(started) => started,
         Err(error) => return zone_operator::report_exit(&error),

@@ -24,7 +24,7 @@ pub struct Args {
     /// controller annotates the pods so the kubelet copies the new Secret at once, and
     /// Prometheus re-reads the file every 10s: about 10 s in all. Without the annotation (pods
     /// not patchable) the kubelet's next sync of the pod (syncFrequency, 1m by default) decides.
-    #[arg(long, env = "CONFIG_LOAD_GRACE", default_value = "2m", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "ZAC_CONFIG_LOAD_GRACE", default_value = "2m", value_parser = parse_duration, value_name = "DURATION")]
     pub config_load_grace: Duration,
 }
 
@@ -53,6 +53,7 @@ mod tests {
     #[test]
     fn help_is_consistent() {
         Args::command().debug_assert();
+        assert!(zone_operator::cli::env::unprefixed(&Args::command()).is_empty());
         // A flag given again overrides: the chart's extraArgs can override the chart's flags.
         assert!(Args::command().is_args_override_self());
     }

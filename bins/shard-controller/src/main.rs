@@ -20,14 +20,12 @@ mod status;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 /// The runtime's name for this binary: Lease, user agent, `shard_controller_build_info`.
 const NAME: &str = "shard-controller";
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = cli::Args::parse();
+    let args = zone_operator::cli::parse::<cli::Args>();
     let runtime = args.runtime.clone();
     zone_operator::run_controller(NAME, &runtime, |parts| controller::run(parts, args)).await
 }

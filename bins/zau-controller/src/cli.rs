@@ -34,19 +34,19 @@ pub struct Args {
     /// pauseRolloutAlarm read (CloudWatch DescribeAlarms). A rollout with an alertGate is
     /// re-examined at the gate's pollInterval when that is shorter. Pods, StatefulSets and
     /// ZoneAwareUpdates are watched, not polled.
-    #[arg(long, env = "ALARM_POLL_INTERVAL", default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "ZAC_ALARM_POLL_INTERVAL", default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
     pub alarm_poll_interval: Duration,
 
     /// How pods are removed: `evict` (Eviction API; disruption budgets apply, a strict
     /// PodDisruptionBudget throttles the rollout) or `delete` (the Go controller's behaviour,
     /// bypassing every budget; needs the pods/delete permission).
-    #[arg(long, env = "POD_REMOVAL", value_enum, default_value_t = PodRemoval::Evict)]
+    #[arg(long, env = "ZAC_POD_REMOVAL", value_enum, default_value_t = PodRemoval::Evict)]
     pub pod_removal: PodRemoval,
 
     /// CloudWatch endpoint URL, e.g. http://127.0.0.1:4566 for LocalStack. When unset the AWS SDK
     /// uses AWS_ENDPOINT_URL or the regional endpoint. Region and credentials always come from
     /// the standard AWS chain (AWS_REGION, IRSA / Pod Identity, profiles, instance metadata).
-    #[arg(long, env = "CLOUDWATCH_ENDPOINT", value_name = "URL")]
+    #[arg(long, env = "ZAC_CLOUDWATCH_ENDPOINT", value_name = "URL")]
     pub cloudwatch_endpoint: Option<String>,
 }
 
@@ -111,6 +111,7 @@ mod tests {
     #[test]
     fn help_is_consistent() {
         Args::command().debug_assert();
+        assert!(zone_operator::cli::env::unprefixed(&Args::command()).is_empty());
         // A flag given again overrides: the chart's extraArgs can override the chart's flags.
         assert!(Args::command().is_args_override_self());
     }

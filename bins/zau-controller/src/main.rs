@@ -17,14 +17,12 @@ mod watches;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 /// The runtime's name for this binary: Lease, user agent, `zau_controller_build_info`.
 const NAME: &str = "zau-controller";
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = cli::Args::parse();
+    let args = zone_operator::cli::parse::<cli::Args>();
     let runtime = args.runtime.clone();
     zone_operator::run_controller(NAME, &runtime, |parts| controller::run(parts, args)).await
 }

@@ -27,7 +27,7 @@ pub struct Args {
     /// Address of the HTTPS server answering AdmissionReviews at /validate-eviction.
     #[arg(
         long,
-        env = "WEBHOOK_ADDRESS",
+        env = "ZAC_WEBHOOK_ADDRESS",
         default_value = "[::]:9443",
         value_name = "HOST:PORT"
     )]
@@ -37,13 +37,13 @@ pub struct Args {
     /// and a serving certificate there, every replica serves from it, and the caBundle of
     /// --webhook-config-name is patched from it. Without this flag the certificate is read from
     /// --cert-dir (e.g. mounted from a cert-manager Secret) and reloaded when it changes.
-    #[arg(long, env = "SELF_SIGNED", default_value_t = false)]
+    #[arg(long, env = "ZAC_SELF_SIGNED", default_value_t = false)]
     pub self_signed: bool,
 
     /// Secret holding the self-signed CA and serving certificate (--self-signed).
     #[arg(
         long,
-        env = "TLS_SECRET_NAME",
+        env = "ZAC_TLS_SECRET_NAME",
         default_value = "zdb-webhook-tls",
         value_name = "NAME"
     )]
@@ -51,27 +51,27 @@ pub struct Args {
 
     /// Namespace of --tls-secret-name (default: the namespace of the kubeconfig context or of
     /// the pod's service account).
-    #[arg(long, env = "TLS_SECRET_NAMESPACE", value_name = "NAMESPACE")]
+    #[arg(long, env = "ZAC_TLS_SECRET_NAMESPACE", value_name = "NAMESPACE")]
     pub tls_secret_namespace: Option<String>,
 
     /// Service in front of the webhook: the self-signed certificate is valid for
     /// <service>.<namespace>.svc (and .svc.cluster.local, 127.0.0.1, localhost).
     #[arg(
         long,
-        env = "SERVICE_NAME",
+        env = "ZAC_SERVICE_NAME",
         default_value = "zdb-webhook",
         value_name = "NAME"
     )]
     pub service_name: String,
 
     /// Namespace of --service-name (default: as --tls-secret-namespace).
-    #[arg(long, env = "SERVICE_NAMESPACE", value_name = "NAMESPACE")]
+    #[arg(long, env = "ZAC_SERVICE_NAMESPACE", value_name = "NAMESPACE")]
     pub service_namespace: Option<String>,
 
     /// ValidatingWebhookConfiguration whose caBundle is kept equal to the self-signed CA.
     #[arg(
         long,
-        env = "WEBHOOK_CONFIG_NAME",
+        env = "ZAC_WEBHOOK_CONFIG_NAME",
         default_value = "zone-aware-eviction-webhook",
         value_name = "NAME"
     )]
@@ -85,7 +85,7 @@ pub struct Args {
     /// the webhook cannot be called.
     #[arg(
         long,
-        env = "WEBHOOK_FAILURE_POLICY",
+        env = "ZAC_WEBHOOK_FAILURE_POLICY",
         value_enum,
         ignore_case = true,
         default_value = "Fail",
@@ -95,21 +95,21 @@ pub struct Args {
 
     /// How long a self-signed serving certificate is valid (--self-signed). It is renewed under
     /// the same CA, so the webhook configuration's caBundle does not change.
-    #[arg(long, env = "WEBHOOK_CERT_VALIDITY", default_value = "8760h", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "ZAC_WEBHOOK_CERT_VALIDITY", default_value = "8760h", value_parser = parse_duration, value_name = "DURATION")]
     pub webhook_cert_validity: Duration,
 
     /// How long before its end a self-signed serving certificate is renewed (--self-signed); at
     /// least 30s (every replica re-reads the Secret every 10s) and below the validity. A Secret
     /// whose certificate is expired, not valid yet or lacks the Service's names is replaced at
     /// once.
-    #[arg(long, env = "WEBHOOK_CERT_RENEW_BEFORE", default_value = "720h", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "ZAC_WEBHOOK_CERT_RENEW_BEFORE", default_value = "720h", value_parser = parse_duration, value_name = "DURATION")]
     pub webhook_cert_renew_before: Duration,
 
     /// Directory with tls.crt and tls.key (without --self-signed). Re-read every few seconds, so
     /// a rotated Secret (a `..data` symlink swap) is served without a restart.
     #[arg(
         long,
-        env = "CERT_DIR",
+        env = "ZAC_CERT_DIR",
         default_value = "/tmp/k8s-webhook-server/serving-certs",
         value_name = "DIR"
     )]
@@ -120,14 +120,14 @@ pub struct Args {
     /// judged only from a caller that presented a certificate they signed; any other is
     /// answered 401 and recorded nowhere. Off by default: most managed control planes cannot
     /// present one, and a record that no eviction follows stops counting after 10 s anyway.
-    #[arg(long, env = "WEBHOOK_CLIENT_CA_FILE", value_name = "FILE")]
+    #[arg(long, env = "ZAC_WEBHOOK_CLIENT_CA_FILE", value_name = "FILE")]
     pub webhook_client_ca_file: Option<PathBuf>,
 
     /// How long the webhook may take to decide an eviction, re-reading the budget after write
     /// conflicts (another replica or the controller wrote it first) or waiting for a slow API
     /// server, before answering 429 (the client retries); well below the webhook's
     /// timeoutSeconds, past which the API server fails the eviction with a 500.
-    #[arg(long, env = "DECISION_DEADLINE", default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "ZAC_DECISION_DEADLINE", default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
     pub decision_deadline: Duration,
 
     /// After SIGTERM, how long the webhook keeps accepting calls while /readyz already answers
@@ -137,14 +137,14 @@ pub struct Args {
     /// terminationGracePeriodSeconds must exceed the sum. Endpoints follow a deleted pod within
     /// a second or two on a quiet control plane; a loaded one (and a readiness probe, for a
     /// replica stopped without deletion) takes longer.
-    #[arg(long, env = "SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "ZAC_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub shutdown_delay: Duration,
 
     /// How long a budget read fresh may serve to refuse further evictions it covers, while
     /// this replica's watch still holds that version (any change to the budget retires it at
     /// once). Saves a read of the budget per refused eviction during a drain; allowed evictions
     /// always read it fresh. 0 reads it fresh for every decision.
-    #[arg(long, env = "DENIAL_CACHE_TTL", default_value = "250ms", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "ZAC_DENIAL_CACHE_TTL", default_value = "250ms", value_parser = parse_duration, value_name = "DURATION")]
     pub denial_cache_ttl: Duration,
 
     /// The user (as the API server authenticates it) whose evictions are the zau-controller's,
@@ -154,7 +154,7 @@ pub struct Args {
     /// eviction is judged alike.
     #[arg(
         long = "rollout-user",
-        env = "ROLLOUT_USERS",
+        env = "ZAC_ROLLOUT_USERS",
         value_delimiter = ',',
         value_name = "USER"
     )]
@@ -227,6 +227,7 @@ mod tests {
     #[test]
     fn help_is_consistent() {
         Args::command().debug_assert();
+        assert!(zone_operator::cli::env::unprefixed(&Args::command()).is_empty());
     }
 
     /// The chart sets `--log-format json`; `extraArgs: [--log-format, plain]` comes after it

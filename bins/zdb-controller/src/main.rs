@@ -14,14 +14,12 @@ mod webhook;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 /// The runtime's name for this binary: Lease, user agent, `zdb_controller_build_info`.
 const NAME: &str = "zdb-controller";
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = cli::Args::parse();
+    let args = zone_operator::cli::parse::<cli::Args>();
     let started = zone_operator::Runtime::controller(NAME, &args.runtime).start();
     let mut runtime = match started.await {
         Ok(runtime) => runtime,

@@ -1,11 +1,17 @@
 //! Command-line flags every binary shares: `#[command(flatten)]` [`RuntimeArgs`] into its own args.
 //!
-//! Every flag also reads an environment variable, so a Deployment can set them with `env:` and the
-//! downward API (`POD_NAME`, `POD_NAMESPACE`) without templating the command line.
+//! Every flag also reads an environment variable (`ZAC_<FLAG>`, [`env`]), so a Deployment can set
+//! them with `env:` and the downward API (`POD_NAME`, `POD_NAMESPACE`) without templating the
+//! command line. Binaries parse with [`parse`], which reads the old unprefixed names for one more
+//! release.
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{ArgAction, Args, ValueEnum};
+
+pub mod env;
+
+pub use env::{parse, take_notices};
 
 use crate::duration::parse_duration;
 use crate::watch::InitialList;
@@ -37,21 +43,21 @@ pub struct BaseArgs {
     pub kubeconfig: Option<PathBuf>,
 
     /// Kubeconfig context to use instead of its current-context.
-    #[arg(long, env = "KUBE_CONTEXT", value_name = "NAME")]
+    #[arg(long, env = "ZAC_KUBE_CONTEXT", value_name = "NAME")]
     pub kube_context: Option<String>,
 
     /// Address of the HTTP server for /healthz (liveness), /readyz (readiness) and /metrics
     /// (Prometheus). `[::]` takes IPv4 and IPv6 (IPv4 only where there is no IPv6).
     #[arg(
         long,
-        env = "LISTEN_ADDRESS",
+        env = "ZAC_LISTEN_ADDRESS",
         default_value = "[::]:8080",
         value_name = "HOST:PORT"
     )]
     pub listen_address: SocketAddr,
 
     /// Log line format: `json` for log collectors, `plain` for a terminal.
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
+    #[arg(long, env = "ZAC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
     pub log_format: LogFormat,
 
     /// Log filter: a level (error, warn, info, debug, trace) or per-module directives such as
@@ -68,22 +74,22 @@ pub struct BaseArgs {
     /// thousands of pods; needs the API server's WatchList feature, on by default in Kubernetes
     /// 1.32 and from 1.34), `paginated` (LIST then WATCH, any server) or `auto` (ask the server
     /// once at start-up).
-    #[arg(long, env = "INITIAL_LIST", value_enum, default_value_t = InitialList::Auto)]
+    #[arg(long, env = "ZAC_INITIAL_LIST", value_enum, default_value_t = InitialList::Auto)]
     pub initial_list: InitialList,
 
     /// How long a connection to this process's servers (health/metrics, webhook, API) has to
     /// send a whole request head, a new connection or a kept-alive one between requests (the
     /// idle timeout); then it is closed.
-    #[arg(long, env = "HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "ZAC_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub http_header_timeout: Duration,
 
     /// How long a TLS handshake with this process's HTTPS servers may take.
-    #[arg(long, env = "TLS_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "ZAC_TLS_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub tls_handshake_timeout: Duration,
 
     /// Connections each of this process's servers keeps open at once; past it, new ones are
     /// closed at once and counted in http_connections_refused_total{server}.
-    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
+    #[arg(long, env = "ZAC_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
     pub max_connections: u32,
 }
 
@@ -94,7 +100,7 @@ pub struct LeaderArgs {
     /// running more than one replica; `--leader-elect=false` is for local runs.
     #[arg(
         long,
-        env = "LEADER_ELECT",
+        env = "ZAC_LEADER_ELECT",
         action = ArgAction::Set,
         num_args = 0..=1,
         default_value_t = true,
@@ -105,7 +111,7 @@ pub struct LeaderArgs {
 
     /// Name of the coordination.k8s.io Lease used for leader election (default: the binary's
     /// controller name). Replicas that share it elect one leader among themselves.
-    #[arg(long, env = "LEASE_NAME", value_name = "NAME")]
+    #[arg(long, env = "ZAC_LEASE_NAME", value_name = "NAME")]
     pub lease_name: Option<String>,
 
     /// Namespace of the Lease (default: the namespace of the kubeconfig context or of the pod's
@@ -115,12 +121,12 @@ pub struct LeaderArgs {
 
     /// How long a leader's Lease stays valid without renewal; a standby takes over after this
     /// (whole seconds, e.g. "15s").
-    #[arg(long, env = "LEASE_DURATION", default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "ZAC_LEASE_DURATION", default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
     pub lease_duration: Duration,
 
     /// How often the leader renews the Lease and a standby retries; must be shorter than
     /// --lease-duration. A leader that cannot renew for (lease duration - renew interval) stops.
-    #[arg(long, env = "RENEW_INTERVAL", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "ZAC_RENEW_INTERVAL", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub renew_interval: Duration,
 }
 
@@ -189,16 +195,16 @@ mod tests {
             TestArgs::try_parse_from(["bin", "--log-level", "info", "--log-format", "plain"])
                 .unwrap()
                 .runtime;
-        if std::env::var_os("LISTEN_ADDRESS").is_none() {
+        if std::env::var_os("ZAC_LISTEN_ADDRESS").is_none() {
             assert_eq!(args.base.listen_address, "[::]:8080".parse().unwrap());
         }
-        if std::env::var_os("LEADER_ELECT").is_none() {
+        if std::env::var_os("ZAC_LEADER_ELECT").is_none() {
             assert!(args.leader.leader_elect);
         }
-        if std::env::var_os("LEASE_DURATION").is_none() {
+        if std::env::var_os("ZAC_LEASE_DURATION").is_none() {
             assert_eq!(args.leader.lease_duration, Duration::from_secs(15));
         }
-        if std::env::var_os("RENEW_INTERVAL").is_none() {
+        if std::env::var_os("ZAC_RENEW_INTERVAL").is_none() {
             assert_eq!(args.leader.renew_interval, Duration::from_secs(5));
         }
         assert_eq!(args.base.log_level, "info");

@@ -10,18 +10,18 @@ pub struct ScopeArgs {
     /// Node label whose value is the node's zone.
     #[arg(
         long,
-        env = "ZONE_LABEL",
+        env = "ZAC_ZONE_LABEL",
         default_value = zone_topology::ZONE_LABEL,
         value_name = "KEY"
     )]
     pub zone_label: String,
 
     /// Watch and act in this namespace only (default: every namespace).
-    #[arg(long, env = "WATCH_NAMESPACE", value_name = "NAMESPACE")]
+    #[arg(long, env = "ZAC_WATCH_NAMESPACE", value_name = "NAMESPACE")]
     pub watch_namespace: Option<String>,
 
     /// Field manager of this controller's writes (default: the binary's name).
-    #[arg(long, env = "FIELD_MANAGER", value_name = "NAME")]
+    #[arg(long, env = "ZAC_FIELD_MANAGER", value_name = "NAME")]
     pub field_manager: Option<String>,
 }
 
@@ -86,14 +86,14 @@ mod tests {
         .scope;
         assert_eq!(args.zone_label, "example.com/rack");
         assert_eq!(args.namespace(), Some("apps"));
-        if std::env::var_os("FIELD_MANAGER").is_none() {
+        if std::env::var_os("ZAC_FIELD_MANAGER").is_none() {
             assert_eq!(args.field_manager("zau-controller"), "zau-controller");
         }
         let named = Args::try_parse_from(["bin", "--field-manager", "mine"])
             .unwrap()
             .scope;
         assert_eq!(named.field_manager("zau-controller"), "mine");
-        if std::env::var_os("ZONE_LABEL").is_none() {
+        if std::env::var_os("ZAC_ZONE_LABEL").is_none() {
             assert_eq!(named.zone_label, "topology.kubernetes.io/zone");
         }
     }

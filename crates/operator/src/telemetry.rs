@@ -39,7 +39,11 @@ pub fn init(format: LogFormat, directives: &str) -> Result<(), TelemetryError> {
             .try_init(),
         LogFormat::Plain => builder.try_init(),
     }
-    .map_err(TelemetryError::Install)
+    .map_err(TelemetryError::Install)?;
+    for notice in crate::cli::take_notices() {
+        tracing::warn!("{notice}");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -467,7 +467,7 @@ async fn scenario(label: &str, endpoints: &[String], requests: usize) -> Headlin
     let listen = format!("127.0.0.1:{port}");
     let env = [
         ("KUBECONFIG", "/dev/null".to_string()),
-        ("ENDPOINTS", endpoints.join(",")),
+        ("ZAC_ENDPOINTS", endpoints.join(",")),
         // As the shipped Deployment sets it (config/manager/rules-federator.yaml).
         ("MIMALLOC_PURGE_DELAY", PURGE_DELAY_MS.to_string()),
     ];
