@@ -147,8 +147,13 @@ chart-tools: ## Build (cached) helm, kubectl (and with it the cluster's other Ku
 
 .PHONY: chart-check
 chart-check: chart-tools ## The chart renders what config/ renders, object by object (defaults, and every option of make deploy); helm lint
+	python3 mk/values-schema.py --check
 	$(HELM) lint --strict $(CHART)
 	python3 mk/chart-check.py --helm $(HELM) --kubectl $(CHART_KUBECTL)
+
+.PHONY: chart-schema
+chart-schema: ## Write the chart's values.schema.json from values.yaml (its comments are the descriptions)
+	python3 mk/values-schema.py
 
 # Every object a released version stored (its samples, the goldens' inputs, fixtures and
 # documented examples, snapshotted by mk/compat-snapshot.py into crates/api/tests/compat/<tag>)

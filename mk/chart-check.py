@@ -17,13 +17,16 @@ import filecmp
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from chart_yaml import yaml  # noqa: E402  (PyYAML, installed into the tools cache if missing)
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "zone-aware-controllers"
 RELEASE = "zone-aware-controllers"
 NAMESPACE = "zone-aware-system"
-PYYAML = "6.0.3"
 
 # Labels that say who rendered an object, not what it is.
 BOOKKEEPING_LABELS = {
@@ -59,29 +62,6 @@ COPIES = [
 ] + [("files/prometheus-rule.yaml", "config/monitoring/prometheus-rule.yaml", "make mixin")]
 
 
-def load_yaml_module():
-    """PyYAML, or a copy installed once into the tools cache (works where pip --user may not)."""
-    try:
-        import yaml
-
-        return yaml
-    except ImportError:
-        pass
-    cache = Path(os.environ.get("ZAC_CACHE", Path.home() / ".cache" / "zone-aware-controllers"))
-    target = cache / f"pyyaml-{PYYAML}"
-    if not (target / "yaml").is_dir():
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target),
-             f"pyyaml=={PYYAML}"],
-            check=True,
-        )
-    sys.path.insert(0, str(target))
-    import yaml
-
-    return yaml
-
-
-yaml = load_yaml_module()
 
 
 def run(command, env=None):
@@ -251,7 +231,7 @@ def check_federator_tls_modes(helm):
                 or probes != {port.upper()} or found != kinds:
             sys.exit(f"chart-check: rulesFederator.tls.mode={mode}: flags {tls_flags}, port "
                      f"{container['ports'][0]['name']}, probes {probes}, objects {sorted(found)}")
-    if not refused(helm, ["rulesFederator.tls.mode=plain"], "rulesFederator.tls.mode must be"):
+    if not refused(helm, ["rulesFederator.tls.mode=plain"], "'selfSigned', 'certManager', 'none'"):
         sys.exit("chart-check: rulesFederator.tls.mode=plain was not refused with its reason")
     print(f"chart-check: rulesFederator.tls.mode {', '.join(FEDERATOR_TLS_MODES)} render as designed")
 
@@ -285,6 +265,76 @@ def check_pod_disruption_budgets(helm):
     if not refused(helm, both, "not both"):
         sys.exit("chart-check: podDisruptionBudget: minAvailable with maxUnavailable was not refused")
     print("chart-check: the controllers' PodDisruptionBudgets follow their values, none at one replica")
+
+
+def check_values_schema(helm):
+    """values.schema.json refuses a misspelled value, naming it, at the top and deep down."""
+    for sets, named in [(["zauControler.enabled=false"], "'zauControler'"),
+                        (["zdbController.replicaCount=3"], "'replicaCount'"),
+                        (["rulesFederator.tls.issureRef.name=ca"], "'issureRef'"),
+                        (["shardController.podDisruptionBudget.minAvailable=true"], "minAvailable")]:
+        if not refused(helm, sets, named):
+            sys.exit(f"chart-check: values.schema.json: {sets[0]} was not refused naming {named}")
+    print("chart-check: values.schema.json refuses misspelled and mistyped values, naming them")
+
+
+def chart_objects(helm, values):
+    """The objects the chart renders with a values file of `values`."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
+        yaml.safe_dump(values, file)
+        file.flush()
+        text = run([helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", file.name])
+    return [o for o in yaml.safe_load_all(text) if o]
+
+
+def check_pod_values(helm):
+    """A ServiceAccount of the user's (bound, matched by the admission policies, named in the
+    zdb-controller's rollout user), extra volumes, security contexts and spread overridden, and
+    extraObjects rendered as templates."""
+    objects = chart_objects(helm, {
+        "zauController": {"serviceAccount": {"create": False, "name": "platform-zau"},
+                          "extraVolumes": [{"name": "creds", "secret": {"secretName": "aws"}}],
+                          "extraVolumeMounts": [{"name": "creds", "mountPath": "/creds"}]},
+        "podSecurityContext": {"runAsUser": None, "runAsGroup": None},
+        "securityContext": {"readOnlyRootFilesystem": True},
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                       "whenUnsatisfiable": "DoNotSchedule"}],
+        "extraObjects": [{"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": "extra", "namespace": "{{ .Release.Namespace }}"}}],
+    })
+    found = lambda kind, name: [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    deployment = found("Deployment", "zau-controller")[0]["spec"]["template"]["spec"]
+    zdb = found("Deployment", "zdb-controller")[0]["spec"]["template"]["spec"]
+    subjects = [s["name"] for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")
+                for s in o["subjects"] if "zau" in o["metadata"]["name"]]
+    policy = found("ValidatingAdmissionPolicy", "zone-aware-zau-controller-writes")[0]["spec"]
+    problems = {
+        "a ServiceAccount zau-controller is still created": found("ServiceAccount", "zau-controller"),
+        "the Deployment does not run as platform-zau": deployment["serviceAccountName"] != "platform-zau",
+        f"bindings of {subjects}": set(subjects) != {"platform-zau"},
+        "the admission policy does not match platform-zau": policy["matchConditions"][0]["expression"]
+        != f"request.userInfo.username == 'system:serviceaccount:{NAMESPACE}:platform-zau'",
+        "the zdb-controller's rollout user is not platform-zau": not any(
+            a.endswith(":platform-zau") for a in zdb["containers"][0]["args"] if a.startswith("--rollout-user")),
+        "the extra volume is not mounted": deployment.get("volumes") != [{"name": "creds", "secret": {"secretName": "aws"}}]
+        or deployment["containers"][0].get("volumeMounts") != [{"name": "creds", "mountPath": "/creds"}],
+        "the pod security context keeps its user": "runAsUser" in deployment["securityContext"]
+        or deployment["securityContext"].get("runAsNonRoot") is not True,
+        "the container security context is not the values'": deployment["containers"][0]["securityContext"]
+        != {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "the spread is not the values' with the binary's selector": deployment["topologySpreadConstraints"]
+        != [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+             "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "zau-controller"}}}],
+        "the extra object is missing or not templated": [o["metadata"].get("namespace")
+                                                         for o in found("ConfigMap", "extra")] != [NAMESPACE],
+    }
+    failed = [problem for problem, present in problems.items() if present]
+    if failed:
+        sys.exit(f"chart-check: pod values: {'; '.join(failed)}")
+    if not refused(helm, ["zdbController.serviceAccount.create=false"], "name the ServiceAccount"):
+        sys.exit("chart-check: serviceAccount.create=false without a name was not refused")
+    print("chart-check: a ServiceAccount of the user's, extra volumes and objects, security contexts "
+          "and spread render from the values")
 
 
 # Cluster-scoped resources a controller's ClusterRole keeps with watchNamespace (events too: some
@@ -347,6 +397,8 @@ def main():
     check_federator_tls_modes(args.helm)
     check_watch_namespace_roles(args.helm)
     check_pod_disruption_budgets(args.helm)
+    check_values_schema(args.helm)
+    check_pod_values(args.helm)
     failed = False
     for name, sets, components, standalone in SCENARIOS:
         config = render_config(args.kubectl, components)

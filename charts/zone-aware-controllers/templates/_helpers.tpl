@@ -61,24 +61,27 @@ metadata:
 {{- end -}}
 
 {{/*
-What every pod shares: the non-root security context, the spread over zones and the scheduling
-values. Call with (dict "root" $ "name" N).
+What every pod shares: the pod's security context (podSecurityContext), no Service link
+variables, the spread over zones (topologySpreadConstraints; a constraint without a
+labelSelector gets the binary's) and the scheduling values. Call with (dict "root" $ "name" N).
 */}}
 {{- define "zac.podScheduling" -}}
 {{- $root := .root -}}
+{{- with $root.Values.podSecurityContext }}
 securityContext:
-  runAsNonRoot: true
-  runAsUser: 65532
-  runAsGroup: 65532
-  seccompProfile:
-    type: RuntimeDefault
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+enableServiceLinks: false
+{{- with $root.Values.topologySpreadConstraints }}
 topologySpreadConstraints:
-- maxSkew: 1
-  topologyKey: topology.kubernetes.io/zone
-  whenUnsatisfiable: ScheduleAnyway
-  labelSelector:
-    matchLabels:
-      app.kubernetes.io/name: {{ .name }}
+{{- range . }}
+{{- $constraint := deepCopy . }}
+{{- if not (hasKey $constraint "labelSelector") }}
+{{- $_ := set $constraint "labelSelector" (dict "matchLabels" (dict "app.kubernetes.io/name" $.name)) }}
+{{- end }}
+- {{ toYaml $constraint | nindent 2 | trim }}
+{{- end }}
+{{- end }}
 {{- with $root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
@@ -100,13 +103,12 @@ tolerations:
 {{- end }}
 {{- end -}}
 
-{{/* The container's security context (read-only root, no capability). */}}
+{{/* The container's security context (securityContext: read-only root, no capability). */}}
 {{- define "zac.containerSecurity" -}}
+{{- with .Values.securityContext }}
 securityContext:
-  allowPrivilegeEscalation: false
-  readOnlyRootFilesystem: true
-  capabilities:
-    drop: [ALL]
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{/* POD_NAME and POD_NAMESPACE from the downward API (Lease holder identity and namespace). */}}
@@ -122,20 +124,52 @@ securityContext:
 {{- end -}}
 
 {{/*
-A binary's ServiceAccount. Call with (dict "root" $ "name" N "values" V).
+The ServiceAccount a binary runs as: its serviceAccount.name, else the binary's name. Call with
+(dict "root" $ "name" N).
+*/}}
+{{- define "zac.serviceAccountName" -}}
+{{- $keys := dict "zau-controller" "zauController" "zdb-controller" "zdbController" "shard-controller" "shardController" "rules-federator" "rulesFederator" -}}
+{{- $values := get .root.Values (get $keys .name) | default dict -}}
+{{- $account := $values.serviceAccount | default dict -}}
+{{- $account.name | default .name -}}
+{{- end -}}
+
+{{/*
+The API server's user of a binary's ServiceAccount, as a CEL condition of an admission policy.
+The chart's own ServiceAccount is matched by name in any namespace, as config/default matches
+it (kustomize may rename the namespace and prefix the name); a ServiceAccount named by
+serviceAccount.name is matched exactly. Call with (dict "root" $ "name" N).
+*/}}
+{{- define "zac.userCondition" -}}
+{{- $account := include "zac.serviceAccountName" . -}}
+{{- if eq $account .name -}}
+request.userInfo.username.matches('^system:serviceaccount:[^:]+:([a-z0-9.-]+-)?{{ .name }}(-[a-z0-9.-]+)?$')
+{{- else -}}
+request.userInfo.username == 'system:serviceaccount:{{ .root.Release.Namespace }}:{{ $account }}'
+{{- end -}}
+{{- end -}}
+
+{{/*
+A binary's ServiceAccount, unless serviceAccount.create is false (the user brings the one named
+serviceAccount.name). Call with (dict "root" $ "name" N "values" V).
 */}}
 {{- define "zac.serviceAccount" -}}
+{{- $account := .values.serviceAccount | default dict -}}
+{{- if ne (toString $account.create) "false" -}}
 apiVersion: v1
 kind: ServiceAccount
 metadata:
-  name: {{ .name }}
+  name: {{ include "zac.serviceAccountName" . }}
   namespace: {{ .root.Release.Namespace }}
   labels:
     {{- include "zac.labels" .root | nindent 4 }}
-  {{- with .values.serviceAccount.annotations }}
+  {{- with $account.annotations }}
   annotations:
     {{- toYaml . | nindent 4 }}
   {{- end }}
+{{- else if not $account.name -}}
+{{- fail (printf "%s serviceAccount: with create: false, name the ServiceAccount to run as" .name) -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -201,7 +235,7 @@ roleRef:
   name: {{ $role }}
 subjects:
 - kind: ServiceAccount
-  name: {{ .name }}
+  name: {{ include "zac.serviceAccountName" . }}
   namespace: {{ .root.Release.Namespace }}
 {{- end -}}
 
@@ -222,7 +256,7 @@ roleRef:
   name: {{ .role }}
 subjects:
 - kind: ServiceAccount
-  name: {{ .name }}
+  name: {{ include "zac.serviceAccountName" . }}
   namespace: {{ .root.Release.Namespace }}
 {{- end -}}
 
@@ -249,7 +283,7 @@ spec:
   matchConditions:
   - name: the-{{ .name }}
     expression: >-
-      request.userInfo.username.matches('^system:serviceaccount:[^:]+:([a-z0-9.-]+-)?{{ .name }}(-[a-z0-9.-]+)?$')
+      {{ include "zac.userCondition" . }}
   validations:
   - expression: >-
       request.operation != 'DELETE' && has(object.type) && object.type == 'kubernetes.io/tls'
@@ -298,7 +332,7 @@ roleRef:
   name: {{ .role }}
 subjects:
 - kind: ServiceAccount
-  name: {{ .name }}
+  name: {{ include "zac.serviceAccountName" . }}
   namespace: {{ .root.Release.Namespace }}
 {{- end -}}
 
