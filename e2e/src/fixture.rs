@@ -437,6 +437,17 @@ impl Sprom {
         status_of(&sprom)
     }
 
+    /// kstatus's verdict on the ShardedPrometheus as the API server holds it, and its `Ready`
+    /// condition's status and reason.
+    pub async fn kstatus(&self) -> (crate::kstatus::Status, Option<(String, String)>) {
+        let sprom = self.sproms.get(self.name).await.unwrap();
+        let object = serde_json::to_value(sprom).unwrap();
+        (
+            crate::kstatus::compute(&object),
+            crate::kstatus::ready(&object),
+        )
+    }
+
     /// Waits until the controller observed `generation` with `shards` ready shards.
     pub async fn wait_ready_shards(&self, what: &str, generation: i64, shards: i32) {
         self.wait_status(what, generation, |sprom| {

@@ -26,6 +26,7 @@ pub mod fixture;
 pub mod helm;
 pub mod identity;
 pub mod installed;
+pub mod kstatus;
 pub mod kubectl_zone;
 pub mod localstack;
 pub mod mixin;

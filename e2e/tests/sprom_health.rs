@@ -503,4 +503,12 @@ async fn sprom_health_pods_the_api_server_refuses_are_named_in_the_status_until_
         "Available ShardsReady {:.1?} after the ServiceAccount was made",
         made.elapsed()
     );
+    // GitOps tools see it done: kstatus Current, Ready True.
+    assert_eq!(
+        fx.sprom.kstatus().await,
+        (
+            e2e::kstatus::Status::Current,
+            Some(("True".into(), reason::SHARDS_READY.into()))
+        )
+    );
 }

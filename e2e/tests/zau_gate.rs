@@ -21,7 +21,7 @@ use e2e::localstack::aws_env;
 use e2e::process::{ControllerProcess, http_get_with_token};
 use e2e::real::RealNodes;
 use e2e::workload::zone_aware_update;
-use e2e::{Cluster, TestNamespace, audit, fixture, pods, wait_for};
+use e2e::{Cluster, TestNamespace, audit, fixture, kstatus, pods, wait_for};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -351,6 +351,13 @@ impl Fixture {
 
     async fn status(&self) -> ZoneAwareUpdateStatus {
         self.zaus.get(ZAU).await.unwrap().status.unwrap_or_default()
+    }
+
+    /// kstatus's verdict on the ZoneAwareUpdate as the API server holds it, and its `Ready`
+    /// condition's status and reason.
+    async fn kstatus(&self) -> (kstatus::Status, Option<(String, String)>) {
+        let object = serde_json::to_value(self.zaus.get(ZAU).await.unwrap()).unwrap();
+        (kstatus::compute(&object), kstatus::ready(&object))
     }
 
     async fn wait_status(

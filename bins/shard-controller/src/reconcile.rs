@@ -25,6 +25,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use zone_api::ShardedPrometheus;
+use zone_api::conditions::Conditions;
 use zone_api::sprom::{ShardedPrometheusStatus, ShardingMode, condition, reason};
 use zone_operator::children::ChildError;
 use zone_operator::controller::Failure;
@@ -225,9 +226,11 @@ async fn write_status(
     api: &Api<ShardedPrometheus>,
     sprom: &ShardedPrometheus,
     previous: &ShardedPrometheusStatus,
-    status: ShardedPrometheusStatus,
+    mut status: ShardedPrometheusStatus,
     events: PendingEvents,
 ) -> Result<(), ReconcileError> {
+    let summary = status.summary();
+    status.summarize(summary);
     if &status == previous {
         return Ok(());
     }

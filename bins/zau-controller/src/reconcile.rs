@@ -98,6 +98,8 @@ pub async fn reconcile(
     // Even when deciding failed half-way (an API error after part of a batch was removed), what
     // was done is recorded: the status carries the step.
     let outcome = step.run(&mut draft).await;
+    let summary = draft.status.summary();
+    draft.status.summarize(summary);
 
     if let Err(error) = status::write(&ctx, &zau, &uid, &previous, &draft.status).await {
         // The decision error (if any) is the more useful one to report.

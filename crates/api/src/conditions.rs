@@ -37,6 +37,38 @@ pub fn new(
 /// The condition type every resource sets when its spec cannot be acted on.
 pub const INVALID: &str = "Invalid";
 
+/// The summary conditions GitOps tools read (kstatus, which Flux and `kubectl wait` use, and
+/// Argo CD health checks written for them): `Ready` True when the object is where its spec
+/// wants it; `Reconciling` True while the controller still works towards it (kstatus:
+/// InProgress); `Stalled` True when it cannot get there without a change of the spec (kstatus:
+/// Failed).
+pub const READY: &str = "Ready";
+pub const RECONCILING: &str = "Reconciling";
+pub const STALLED: &str = "Stalled";
+
+/// Where an object stands, as a kind derives it from its own conditions; each carries the
+/// reason and message of the condition it comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Summary {
+    /// Done: Ready True, Reconciling and Stalled False.
+    Ready { reason: String, message: String },
+    /// On its way (or held on its way): Ready False, Reconciling True.
+    Reconciling { reason: String, message: String },
+    /// Stuck until the spec changes: Ready False, Stalled True.
+    Stalled { reason: String, message: String },
+}
+
+impl Summary {
+    /// `Reconciling` from `condition`'s reason and message, or `reason` when it is unset.
+    pub fn reconciling_from(condition: Option<&Condition>, reason: &str) -> Self {
+        let (reason, message) = condition.map_or((reason, ""), |c| (&c.reason, &c.message));
+        Self::Reconciling {
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+        }
+    }
+}
+
 /// Now, to the second: the API server stores times to the second, and a status compared with
 /// what it read back must not differ in the sub-second part.
 pub fn now() -> Time {
@@ -111,6 +143,20 @@ pub trait Conditions {
         self.set_condition(INVALID, true, reason, message);
         self.set_condition(blocked, false, reason, consequence);
         new
+    }
+
+    /// Sets Ready, Reconciling and Stalled from `summary` (the kind's own conditions set first).
+    fn summarize(&mut self, summary: Summary) {
+        let (ready, reconciling, stalled, reason, message) = match summary {
+            Summary::Ready { reason, message } => (true, false, false, reason, message),
+            Summary::Reconciling { reason, message } => (false, true, false, reason, message),
+            Summary::Stalled { reason, message } => (false, false, true, reason, message),
+        };
+        // The reason says where the object stands; the message, on the condition that is True.
+        let text = |on: bool| if on { message.clone() } else { String::new() };
+        self.set_condition(READY, ready, &reason, text(true));
+        self.set_condition(RECONCILING, reconciling, &reason, text(reconciling));
+        self.set_condition(STALLED, stalled, &reason, text(stalled));
     }
 
     /// Whether `type_` is True with this reason and message for this generation: the same
@@ -196,5 +242,134 @@ mod tests {
         );
         assert_eq!(conditions[0].last_transition_time, at(30));
         assert!(!is_true(&conditions, "Paused"));
+    }
+
+    /// The three summary conditions' statuses, Ready's reason and the message of the True one.
+    fn summarized(status: &impl Conditions) -> (String, String, String) {
+        let of = |type_: &str| {
+            status
+                .condition(type_)
+                .map(|c| c.status.clone())
+                .unwrap_or_default()
+        };
+        let ready = status
+            .condition(READY)
+            .map(|c| c.reason.clone())
+            .unwrap_or_default();
+        let message = [READY, RECONCILING, STALLED]
+            .iter()
+            .filter_map(|t| status.condition(t).filter(|c| c.status == "True"))
+            .map(|c| c.message.clone())
+            .collect();
+        (
+            format!("{}/{}/{}", of(READY), of(RECONCILING), of(STALLED)),
+            ready,
+            message,
+        )
+    }
+
+    #[test]
+    fn a_rollout_is_ready_once_complete_and_not_while_paused() {
+        use crate::zau::{ZoneAwareUpdateStatus, condition, reason};
+        let mut status = ZoneAwareUpdateStatus {
+            observed_generation: Some(3),
+            ..ZoneAwareUpdateStatus::default()
+        };
+        status.set_condition(
+            condition::PROGRESSING,
+            true,
+            reason::BATCH_REMOVED,
+            "2 pods",
+        );
+        status.set_condition(
+            condition::COMPLETE,
+            false,
+            reason::IN_PROGRESS,
+            "old pods remain",
+        );
+        status.summarize(status.summary());
+        let (flags, why, message) = summarized(&status);
+        assert_eq!(
+            (flags.as_str(), why.as_str(), message.as_str()),
+            ("False/True/False", "BatchRemoved", "2 pods")
+        );
+
+        status.set_condition(
+            condition::PAUSED,
+            true,
+            reason::MANUALLY_PAUSED,
+            "spec.paused",
+        );
+        status.summarize(status.summary());
+        let (flags, why, _) = summarized(&status);
+        assert_eq!(
+            (flags.as_str(), why.as_str()),
+            ("False/True/False", "ManuallyPaused")
+        );
+
+        // Complete wins over a pause: nothing is left to roll.
+        status.set_condition(condition::COMPLETE, true, reason::ROLLOUT_COMPLETE, "done");
+        status.summarize(status.summary());
+        let (flags, why, _) = summarized(&status);
+        assert_eq!(
+            (flags.as_str(), why.as_str()),
+            ("True/False/False", "RolloutComplete")
+        );
+
+        status.set_condition(INVALID, true, reason::INVALID_SPEC, "bad selector");
+        status.summarize(status.summary());
+        let (flags, why, message) = summarized(&status);
+        assert_eq!(
+            (flags.as_str(), why.as_str(), message.as_str()),
+            ("False/False/True", "InvalidSpec", "bad selector")
+        );
+        assert!(
+            status
+                .conditions
+                .iter()
+                .all(|c| c.observed_generation == Some(3))
+        );
+    }
+
+    #[test]
+    fn shards_are_ready_when_available_with_their_configuration_loaded() {
+        use crate::sprom::{ShardedPrometheusStatus, condition, reason};
+        let mut status = ShardedPrometheusStatus::default();
+        status.summarize(status.summary());
+        assert_eq!(summarized(&status).0, "False/True/False");
+
+        status.set_condition(
+            condition::AVAILABLE,
+            false,
+            reason::SHARDS_NOT_READY,
+            "1 of 3",
+        );
+        status.summarize(status.summary());
+        let (flags, why, message) = summarized(&status);
+        assert_eq!(
+            (flags.as_str(), why.as_str(), message.as_str()),
+            ("False/True/False", "ShardsNotReady", "1 of 3")
+        );
+
+        status.set_condition(condition::AVAILABLE, true, reason::SHARDS_READY, "all 3");
+        status.set_condition(
+            condition::CONFIG_LOADED,
+            false,
+            "ConfigNotLoaded",
+            "shard 1 refused it",
+        );
+        status.summarize(status.summary());
+        assert_eq!(summarized(&status).1, "ConfigNotLoaded");
+        assert_eq!(summarized(&status).0, "False/True/False");
+
+        // Degraded (how well) does not make it unready.
+        status.set_condition(condition::CONFIG_LOADED, true, "ConfigLoaded", "");
+        status.set_condition(condition::DEGRADED, true, reason::UNEVEN_ZONES, "uneven");
+        status.summarize(status.summary());
+        assert_eq!(summarized(&status).0, "True/False/False");
+
+        status.set_condition(INVALID, true, reason::INVALID_SPEC, "bad");
+        status.summarize(status.summary());
+        assert_eq!(summarized(&status).0, "False/False/True");
     }
 }

@@ -505,8 +505,10 @@ pub struct ShardedPrometheusSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodMetadata {
+    /// Labels added to every shard pod (the controller's own labels win on a clash).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Annotations added to every shard pod.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
 }
@@ -533,13 +535,13 @@ fn default_replicas() -> i32 {
 
 /// An array of free-form objects, kept as written (the API server prunes nothing inside), each
 /// with the string `key` that `rule` requires (declared, so the rule can read it).
-fn raw_objects(key: &str, rule: kube::core::Rule) -> Schema {
+fn raw_objects(key: &str, description: &str, rule: kube::core::Rule) -> Schema {
     let mut item = serde_json::json!({
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": true,
         "properties": {}
     });
-    item["properties"][key] = serde_json::json!({"type": "string"});
+    item["properties"][key] = serde_json::json!({"type": "string", "description": description});
     schema::add_rules(&mut item, [rule]);
     json_schema!({
         "type": "array",
@@ -548,11 +550,19 @@ fn raw_objects(key: &str, rule: kube::core::Rule) -> Schema {
 }
 
 fn scrape_configs_schema(_: &mut SchemaGenerator) -> Schema {
-    raw_objects("job_name", crate::sprom::cel::scrape_config_job_name())
+    raw_objects(
+        "job_name",
+        "The job's name, unique among the scrape configs (the job label of its series).",
+        crate::sprom::cel::scrape_config_job_name(),
+    )
 }
 
 fn remote_write_schema(_: &mut SchemaGenerator) -> Schema {
-    raw_objects("url", crate::sprom::cel::remote_write_url())
+    raw_objects(
+        "url",
+        "The URL series are sent to (http or https).",
+        crate::sprom::cel::remote_write_url(),
+    )
 }
 
 /// What a Prometheus pod does: Server or Agent.
@@ -768,7 +778,9 @@ pub struct ShardedPrometheusStatus {
     )]
     pub unready_zones: Vec<UnreadyZone>,
 
-    /// Available, Degraded, Invalid.
+    /// Available, Degraded, Invalid, ConfigLoaded, MonitoringObjectsAccepted, Paused,
+    /// RemovedShardsUploaded; and Ready, Reconciling, Stalled, the summary GitOps tools read
+    /// (kstatus): Ready when every shard serves the applied configuration.
     #[serde(
         default,
         deserialize_with = "lenient::or_default",
@@ -849,6 +861,35 @@ pub struct RetainedShard {
     /// When the shard is deleted (RFC 3339); absent: kept until you delete it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_deadline: Option<String>,
+}
+
+impl ShardedPrometheusStatus {
+    /// Where the shards stand for GitOps tools ([`crate::conditions::Summary`]): Stalled while
+    /// the spec is invalid; Ready when every shard has a ready Prometheus running the applied
+    /// configuration (Degraded, which says how well, is its own condition); else Reconciling with
+    /// the reason of what is missing.
+    pub fn summary(&self) -> crate::conditions::Summary {
+        use crate::conditions::{Conditions, Summary};
+        let with = |type_: &str, status: &str| self.condition(type_).filter(|c| c.status == status);
+        if let Some(invalid) = with(condition::INVALID, "True") {
+            return Summary::Stalled {
+                reason: invalid.reason.clone(),
+                message: invalid.message.clone(),
+            };
+        }
+        let unloaded = with(condition::CONFIG_LOADED, "False");
+        match (with(condition::AVAILABLE, "True"), unloaded) {
+            (Some(available), None) => Summary::Ready {
+                reason: available.reason.clone(),
+                message: available.message.clone(),
+            },
+            (Some(_), Some(unloaded)) => Summary::reconciling_from(Some(unloaded), ""),
+            (None, _) => Summary::reconciling_from(
+                self.condition(condition::AVAILABLE),
+                reason::SHARDS_NOT_READY,
+            ),
+        }
+    }
 }
 
 impl crate::conditions::Conditions for ShardedPrometheusStatus {

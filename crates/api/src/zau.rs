@@ -240,6 +240,7 @@ pub struct GateService {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
 
+    /// The Service's name; its EndpointSlices give the ready addresses dialled.
     pub name: String,
 
     /// The port, by number (dialled on the endpoint addresses) or by name (looked up in the
@@ -289,7 +290,9 @@ pub struct GateTlsConfig {
 /// A key of a Secret in the ZoneAwareUpdate's namespace.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub struct SecretKeyRef {
+    /// The Secret's name.
     pub name: String,
+    /// The key of its data holding the value.
     pub key: String,
 }
 
@@ -306,6 +309,7 @@ fn default_exponential_factor() -> String {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StatefulSetProgress {
+    /// The StatefulSet's name (in the ZoneAwareUpdate's namespace).
     pub name: String,
 
     /// The StatefulSet's revision its old pods run.
@@ -412,7 +416,8 @@ pub struct ZoneAwareUpdateStatus {
     )]
     pub observed_generation: Option<i64>,
 
-    /// Progressing, Paused, Complete, Invalid.
+    /// Progressing, Paused, Complete, Invalid; and Ready, Reconciling, Stalled, the summary
+    /// GitOps tools read (kstatus): Ready once complete, Reconciling while rolling or paused.
     #[serde(
         default,
         deserialize_with = "lenient::or_default",
@@ -421,6 +426,35 @@ pub struct ZoneAwareUpdateStatus {
     // One condition per type: a map keyed by `type`, so that server-side apply merges them.
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+impl ZoneAwareUpdateStatus {
+    /// Where the rollout stands for GitOps tools ([`crate::conditions::Summary`]): Stalled while
+    /// the spec is invalid, Ready once complete, else Reconciling, with the pause's reason while
+    /// one holds it (a paused rollout is not Ready).
+    pub fn summary(&self) -> crate::conditions::Summary {
+        use crate::conditions::{Conditions, Summary};
+        let holding = |type_: &str| self.condition(type_).filter(|c| c.status == "True");
+        if let Some(invalid) = holding(condition::INVALID) {
+            return Summary::Stalled {
+                reason: invalid.reason.clone(),
+                message: invalid.message.clone(),
+            };
+        }
+        if let Some(complete) = holding(condition::COMPLETE) {
+            return Summary::Ready {
+                reason: complete.reason.clone(),
+                message: complete.message.clone(),
+            };
+        }
+        match holding(condition::PAUSED) {
+            Some(paused) => Summary::reconciling_from(Some(paused), reason::PAUSED),
+            None => Summary::reconciling_from(
+                self.condition(condition::PROGRESSING),
+                reason::IN_PROGRESS,
+            ),
+        }
+    }
 }
 
 impl crate::conditions::Conditions for ZoneAwareUpdateStatus {

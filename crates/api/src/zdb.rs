@@ -152,6 +152,7 @@ pub struct ZoneDisruptionBudgetStatus {
     )]
     pub disruptions_allowed: BTreeMap<String, i32>,
 
+    /// Per zone: the budget's pods that are Ready, not terminating and not recorded as evicted.
     #[serde(
         default,
         deserialize_with = "lenient::or_default",
@@ -167,6 +168,8 @@ pub struct ZoneDisruptionBudgetStatus {
     )]
     pub current_unhealthy: BTreeMap<String, i32>,
 
+    /// Per zone: the healthy pods the budget keeps (minAvailable, or expected minus
+    /// maxUnavailable).
     #[serde(
         default,
         deserialize_with = "lenient::or_default",
@@ -174,6 +177,8 @@ pub struct ZoneDisruptionBudgetStatus {
     )]
     pub desired_healthy: BTreeMap<String, i32>,
 
+    /// Per zone: the pods the budget expects, missing ones included (counted in the zone they
+    /// were last seen in).
     #[serde(
         default,
         deserialize_with = "lenient::or_default",

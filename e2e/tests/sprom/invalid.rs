@@ -127,6 +127,14 @@ async fn an_invalid_spec_is_refused_once_without_a_hot_loop(fx: &Fixture) {
         status.condition(condition::AVAILABLE).unwrap().status,
         "False"
     );
+    // GitOps tools see it stuck until the spec changes: kstatus Failed (Stalled).
+    assert_eq!(
+        fx.kstatus().await,
+        (
+            e2e::kstatus::Status::Failed,
+            Some(("False".into(), reason::INVALID_SPEC.into()))
+        )
+    );
 
     // Watch it for a while: the invalid spec is not retried in a loop.
     let window = Duration::from_secs(30);

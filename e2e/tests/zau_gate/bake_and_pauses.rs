@@ -64,6 +64,14 @@ async fn zau_gate_an_unreachable_gate_bake_time_and_a_manual_pause_hold_the_roll
 
     // zone-b, the bake, zone-c.
     fx.wait_complete(&revision).await;
+    // GitOps tools see it done (kstatus Current, Ready True).
+    assert_eq!(
+        fx.kstatus().await,
+        (
+            kstatus::Status::Current,
+            Some(("True".into(), reason::ROLLOUT_COMPLETE.into()))
+        )
+    );
     let removals = fx.removals();
     assert_eq!(removals.len(), REPLICAS, "{removals:?}");
     let order: Vec<&str> = removals.iter().map(|r| fx.zones[&r.pod].as_str()).collect();
@@ -121,6 +129,14 @@ async fn a_manual_pause_holds_past_the_bake(fx: &Fixture, not_before: Timestamp)
         paused_by(&status),
         BTreeSet::from([pause_source::MANUAL]),
         "{status:?}"
+    );
+    // Not done for GitOps tools: kstatus InProgress (Reconciling), Ready False saying why.
+    assert_eq!(
+        fx.kstatus().await,
+        (
+            kstatus::Status::InProgress,
+            Some(("False".into(), reason::MANUALLY_PAUSED.into()))
+        )
     );
     fx.patch_zau(json!({"paused": false})).await;
 }
