@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# One image with every controller binary (the names listed in bins.txt); each Deployment picks its
+# One image with every controller binary (the names listed in bins.txt) and the kubectl plugins
+# (plugins.txt: the chart's `helm test` runs `kubectl-zone check`); each Deployment picks its
 # entrypoint with `command:`. Binaries are linked statically (glibc target with +crt-static: no
 # musl toolchain needed) so the runtime image is distroless/static: no shell, no libc, non-root
 # (uid 65532).
@@ -15,9 +16,9 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --release --locked --target "$TARGET" $(sed 's/^/-p /' bins.txt) \
+    cargo build --release --locked --target "$TARGET" $(cat bins.txt plugins.txt | sed 's/^/-p /') \
     && mkdir /out \
-    && for bin in $(cat bins.txt); do cp "target/$TARGET/release/$bin" /out/ || exit 1; done
+    && for bin in $(cat bins.txt plugins.txt); do cp "target/$TARGET/release/$bin" /out/ || exit 1; done
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /

@@ -9,7 +9,7 @@ SHELL := bash
 CARGO ?= cargo
 # The controller binaries (bins/<name>/), one a line in bins.txt: what `make run` builds and
 # starts, `make image` and the Dockerfile pack, `make build-static` checks. The kubectl plugins
-# (bins/<name>/ too) are listed in plugins.txt.
+# (bins/<name>/ too) are listed in plugins.txt; the image holds them too.
 BINS := $(shell cat bins.txt)
 # The git commit the release binaries report as <binary>_build_info{revision} ("unknown" outside
 # a git checkout). Given to the image and static builds only: in every build it would recompile

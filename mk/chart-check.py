@@ -82,7 +82,8 @@ def chart_image():
 
 
 def render_chart(helm, sets):
-    command = [helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    """The release's objects (`helm test`'s hook objects left out: config/ has none)."""
+    command = [helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--skip-tests"]
     for value in sets:
         command += ["--set", value]
     return run(command)
@@ -337,6 +338,33 @@ def check_pod_values(helm):
           "and spread render from the values")
 
 
+def check_test_hook(helm):
+    """`helm test` runs `kubectl zone check` from the image in a namespace the webhook covers
+    (watchNamespace, else default), and its ServiceAccount may evict only its own pod."""
+    for sets, namespace in [([], "default"), ([f"watchNamespace={WATCH_NAMESPACE}"], WATCH_NAMESPACE)]:
+        command = [helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                   "--show-only", "templates/tests/check.yaml"]
+        for value in sets:
+            command += ["--set", value]
+        objects = [o for o in yaml.safe_load_all(run(command)) if o]
+        pod = next(o for o in objects if o["kind"] == "Pod")
+        evict = next(o for o in objects if o["kind"] == "Role" and o["metadata"]["namespace"] == namespace)
+        container = pod["spec"]["containers"][0]
+        problems = [
+            pod["metadata"]["namespace"] != namespace and f"the pod runs in {pod['metadata']['namespace']}",
+            container["command"] != ["/kubectl-zone"] and f"the pod runs {container['command']}",
+            container["args"][:3] != ["check", "--namespace", NAMESPACE] and f"its arguments {container['args']}",
+            any(o["metadata"]["annotations"].get("helm.sh/hook") != "test" for o in objects) and "an object is no test hook",
+            evict["rules"] != [{"apiGroups": [""], "resources": ["pods/eviction"],
+                                "resourceNames": [pod["metadata"]["name"]], "verbs": ["create"]}]
+            and f"its eviction rights {evict['rules']}",
+        ]
+        failed = [p for p in problems if p]
+        if failed:
+            sys.exit(f"chart-check: helm test ({sets or 'defaults'}): {'; '.join(failed)}")
+    print("chart-check: helm test runs `kubectl zone check` in a namespace the webhook covers")
+
+
 # Cluster-scoped resources a controller's ClusterRole keeps with watchNamespace (events too: some
 # concern cluster-scoped objects, whose Events live in `default`).
 CLUSTER_RESOURCES = {"nodes", "namespaces", "subjectaccessreviews", "events",
@@ -399,6 +427,7 @@ def main():
     check_pod_disruption_budgets(args.helm)
     check_values_schema(args.helm)
     check_pod_values(args.helm)
+    check_test_hook(args.helm)
     failed = False
     for name, sets, components, standalone in SCENARIOS:
         config = render_config(args.kubectl, components)

@@ -40,8 +40,8 @@ ZONE_AWARE_REVISION="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown
 export SOURCE_DATE_EPOCH
 SOURCE_DATE_EPOCH="$(git log -1 --format=%ct 2>/dev/null || echo 0)"
 
-# The kubectl plugin is built with the image's binaries, in the same cargo runs (images.sh).
-export STATIC_ALSO=kubectl-zone
+# The kubectl plugin is one of the image's binaries (images.sh's image_bins), built in the same
+# cargo runs; dist/ ships it on its own too.
 echo "release $version: image (linux/amd64, linux/arm64)"
 image_tar="$dist/zone-aware-controllers-$version.oci.tar"
 digest="$(bash e2e/cluster/images.sh multiarch "$image_tar" "$repository:v$version" | tail -n 1)"

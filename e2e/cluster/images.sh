@@ -46,6 +46,14 @@ profile="${IMAGE_PROFILE:-release}"
 bin_dir="${CARGO_TARGET_DIR:-$TOP/target}/$target/$([ "$profile" = dev ] && echo debug || echo "$profile")"
 oci() { python3 "$here/images/oci-image.py" "$@"; }
 
+# The image's binaries: the controllers (BINS, default bins.txt), then the kubectl plugins of
+# plugins.txt (the chart's `helm test` runs `kubectl-zone check` from the image).
+image_bins() {
+    local plugins=()
+    [ -f "$TOP/plugins.txt" ] && mapfile -t plugins <"$TOP/plugins.txt"
+    echo ${BINS:-${CONTROLLERS[*]}} "${plugins[@]}"
+}
+
 static_build() { # packages...
     static_build_for "$target" "$profile" "$@"
 }
@@ -101,9 +109,9 @@ static_arch() { # arch
     local rust_target
     rust_target="$(rust_target_of "$1")"
     [ "$1" = arm64 ] && arm64_toolchain
-    # STATIC_ALSO: packages built in the same cargo run but not put in the image (make release's
-    # kubectl plugin): one feature resolution for both, so neither build undoes the other's.
-    static_build_for "$rust_target" release ${BINS:-${CONTROLLERS[*]}} ${STATIC_ALSO:-}
+    # STATIC_ALSO: packages built in the same cargo run but not put in the image: one feature
+    # resolution for both, so neither build undoes the other's.
+    static_build_for "$rust_target" release $(image_bins) ${STATIC_ALSO:-}
     echo "${CARGO_TARGET_DIR:-$TOP/target}/$rust_target/release"
 }
 
@@ -242,7 +250,7 @@ test_build_files() { # dir out bins...: the binaries of cargo's output dir, stri
 }
 
 project_image() { # [only | test-build]: without the test images; test-build: from the test build
-    local bins=(${BINS:-${CONTROLLERS[*]}}) bin tars=("$IMAGES/project.tar")
+    local bins=($(image_bins)) bin tars=("$IMAGES/project.tar")
     FILES=()
     mkdir -p "$IMAGES"
     if [ "${1:-}" = test-build ]; then
@@ -297,7 +305,7 @@ previous_image() { # dir
 # gzipped (it is pushed to a registry, not imported here). The local cluster keeps the amd64
 # image of project_image.
 multiarch_image() { # out name
-    local out="${1:-}" name="${2:-}" bins=(${BINS:-${CONTROLLERS[*]}}) args=() arch dir bin work
+    local out="${1:-}" name="${2:-}" bins=($(image_bins)) args=() arch dir bin work
     [ -n "$out" ] && [ -n "$name" ] || { echo "usage: $0 multiarch OUT.tar NAME" >&2; exit 2; }
     work="$(mktemp -d)"
     # Expanded now: $work is local, gone when the EXIT trap runs.

@@ -77,6 +77,28 @@ impl<'a> Release<'a> {
     /// `helm <args>` against the cluster, in the release's namespace; stdout, or a panic with
     /// stderr.
     pub fn helm(&self, args: &[&str]) -> String {
+        identity::run(self.command(args), None)
+    }
+
+    /// `helm <args>` as [`Release::helm`], for a command that may fail: stdout, or stdout and
+    /// stderr of the failure.
+    pub fn try_helm(&self, args: &[&str]) -> Result<String, String> {
+        let output = self
+            .command(args)
+            .output()
+            .unwrap_or_else(|e| panic!("starting helm {args:?}: {e}"));
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        if output.status.success() {
+            Ok(stdout)
+        } else {
+            Err(format!(
+                "{stdout}{}",
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(binary());
         self.isolate(&mut command)
             .env("PATH", identity::path_with_cluster_tools(self.cluster))
@@ -85,7 +107,7 @@ impl<'a> Release<'a> {
             .arg("--namespace")
             .arg(&self.namespace)
             .args(args);
-        identity::run(command, None)
+        command
     }
 
     /// Runs `script` with bash (`-euo pipefail`) as a user would: `helm` and `kubectl` on the
@@ -175,6 +197,22 @@ impl Drop for Release<'_> {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The shell block of docs/helm.md that moves an installation (`make deploy`, install.yaml) to
+/// the chart, as written but for the chart and the values file.
+pub fn documented_move_to_the_chart(chart: &Path, values: &str) -> String {
+    let doc = std::fs::read_to_string(crate::deploy::repo_root().join("docs/helm.md"))
+        .expect("reading docs/helm.md");
+    let marker = "<!-- upgrade-e2e:";
+    let after = &doc[doc.find(marker).expect("docs/helm.md marks the block")..];
+    let block = &after[after.find("```sh\n").expect("a sh block after the marker") + 6..];
+    block[..block.find("```").expect("the block ends")]
+        .replace(
+            "zone-aware-controllers-X.Y.Z.tgz",
+            &chart.display().to_string(),
+        )
+        .replace("my-values.yaml", values)
 }
 
 /// The chart's values for the project's local image on the real nodes, with `more` over them:

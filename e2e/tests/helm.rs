@@ -17,7 +17,7 @@ use std::time::Instant;
 use e2e::deploy::{DeployedFederator, Identity, apply_samples, identities};
 use e2e::helm::{self, Release};
 use e2e::installed::{
-    assert_judged, assert_only_crds_and_samples_left, assert_webhook_judges, wait_all,
+    TIMEOUT, assert_judged, assert_only_crds_and_samples_left, assert_webhook_judges, wait_all,
     wait_binary_pods, wait_controllers_on_real_nodes, wait_for_fail_policy, wait_for_samples,
 };
 use e2e::real::RealNodes;
@@ -25,6 +25,7 @@ use e2e::{Cluster, TestNamespace, pods};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -78,6 +79,7 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
         .map(|(name, _)| name.clone())
         .unwrap();
     let victim_pods: Api<Pod> = victim.api();
+    helm_test_passes_and_fails_without_the_webhook(&release, &home).await;
 
     // Upgrade: zdb-controller down to one replica, the rules-federator disabled.
     let started = Instant::now();
@@ -114,6 +116,71 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
     let releases = release.helm(&["list", "--all", "-q"]);
     assert!(releases.trim().is_empty(), "releases left: {releases}");
     eprintln!("helm uninstall done after {:?}", started.elapsed());
+}
+
+/// `helm test` (`kubectl zone check` in a pod of the watched namespace) passes: every binary
+/// answers, the webhook judges a dry-run eviction. With zdb-controller scaled to nothing (the
+/// webhook at failurePolicy Fail), it fails saying why; back, it passes again (and its objects
+/// go, as after every pass).
+async fn helm_test_passes_and_fails_without_the_webhook(
+    release: &Release<'_>,
+    home: &TestNamespace,
+) {
+    let started = Instant::now();
+    let passed = release.helm(&["test", &release.name, "--logs"]);
+    for binary in e2e::deploy::controllers() {
+        assert!(
+            passed.contains(&format!("ok      {binary} answers")),
+            "{passed}"
+        );
+    }
+    assert!(
+        passed.contains("judged by the webhook (zone_aware_zdb_webhook_decisions_total"),
+        "{passed}"
+    );
+    eprintln!("helm test passed after {:?}:\n{passed}", started.elapsed());
+
+    let deployments: Api<Deployment> = home.api();
+    let scale = |replicas: i32| {
+        let deployments = deployments.clone();
+        async move {
+            let patch = json!({"spec": {"replicas": replicas}});
+            deployments
+                .patch(
+                    "zdb-controller",
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    scale(0).await;
+    let home_pods: Api<Pod> = home.api();
+    e2e::wait_for("zdb-controller's pods gone", TIMEOUT, || async {
+        match pods::list(&home_pods, "app.kubernetes.io/name=zdb-controller")
+            .await
+            .len()
+        {
+            0 => Ok(()),
+            n => Err(format!("{n} pods")),
+        }
+    })
+    .await;
+    let failed = release
+        .try_helm(&["test", &release.name, "--logs"])
+        .expect_err("helm test passed without the webhook");
+    assert!(
+        failed.contains("FAILED  the eviction webhook admits"),
+        "{failed}"
+    );
+    assert!(failed.contains("failed calling webhook"), "{failed}");
+    eprintln!("helm test failed without the webhook, as it should:\n{failed}");
+
+    scale(2).await;
+    wait_binary_pods(&home_pods, "zdb-controller", 2).await;
+    wait_for_fail_policy(&home.client, &format!("{}-eviction-webhook", release.name)).await;
+    release.helm(&["test", &release.name]);
 }
 
 /// Every binary Ready on the real nodes, two replicas each, from the project's image, with the

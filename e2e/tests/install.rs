@@ -14,11 +14,13 @@
 //! what it applied also when it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 use e2e::deploy::{Identity, apply_samples, dynamic_api, identities, make, repo_root};
+use e2e::helm::{self, Release};
 use e2e::identity::{self, yaml_to_json};
 use e2e::installed::{
     APPLY, Installed, PART_OF, assert_only_crds_and_samples_left, assert_webhook_judges,
@@ -29,7 +31,7 @@ use e2e::real::RealNodes;
 use e2e::{Cluster, TestNamespace};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const NAMESPACE: &str = "zone-aware-system";
 
@@ -165,6 +167,67 @@ async fn cluster_is_fresh(client: &Client, ids: &[Identity]) {
     }
 }
 
+/// The release docs/helm.md moves an installation into.
+const RELEASE: &str = "zone-aware-controllers";
+
+/// docs/helm.md's block run as written, with the tree's chart on the real nodes: every object of
+/// install.yaml the chart renders (all but the CRDs and the Namespace) is the release's after it,
+/// under the same UID, the admission policies and their bindings included.
+async fn adopted_by_the_chart(
+    client: &Client,
+    real: &RealNodes,
+    release: &mut Release<'_>,
+    ids: &[Identity],
+    dir: &Path,
+) {
+    let handed: Vec<&Identity> = ids
+        .iter()
+        .filter(|(_, kind, ..)| kind != "CustomResourceDefinition" && kind != "Namespace")
+        .collect();
+    let kinds: BTreeSet<&str> = handed.iter().map(|(_, kind, ..)| kind.as_str()).collect();
+    for kind in [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ] {
+        assert!(
+            kinds.contains(kind),
+            "install.yaml has no {kind}: {kinds:?}"
+        );
+    }
+    let mut before = Vec::new();
+    for (api_version, kind, namespace, name) in &handed {
+        let api = dynamic_api(client, api_version, kind, namespace.as_deref()).await;
+        before.push(api.get(name).await.unwrap().metadata.uid.unwrap());
+    }
+    let values = release.values_file("values.yaml", &helm::on_real_nodes(real, json!({})));
+    let script = helm::documented_move_to_the_chart(&helm::chart(dir), &values);
+    eprintln!("{script}\n{}", release.run_script(&script).trim());
+    let managed: BTreeSet<(String, String)> = release
+        .manifest()
+        .iter()
+        .map(|o| {
+            let name = o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            (o["kind"].as_str().unwrap_or_default().to_string(), name)
+        })
+        .collect();
+    for ((api_version, kind, namespace, name), uid) in handed.iter().zip(before) {
+        let api = dynamic_api(client, api_version, kind, namespace.as_deref()).await;
+        let now = api.get(name).await.unwrap();
+        assert_eq!(
+            now.metadata.uid.as_deref(),
+            Some(uid.as_str()),
+            "{kind} {name} was replaced"
+        );
+        assert!(
+            managed.contains(&(kind.clone(), name.clone())),
+            "{kind} {name} is not in the release's manifest"
+        );
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs the local zonal cluster with real nodes (make e2e)"]
 async fn install_yaml_applied_does_what_make_deploy_does() {
@@ -216,8 +279,19 @@ async fn install_yaml_applied_does_what_make_deploy_does() {
         started.elapsed()
     );
 
+    // Moved to the chart as docs/helm.md says: every object adopted in place.
+    let started = Instant::now();
+    let mut release = Release::new(&cluster, RELEASE, NAMESPACE);
+    adopted_by_the_chart(&client, &real, &mut release, &ids, &dir).await;
+    eprintln!(
+        "moved to the chart, every object adopted in place, after {:?}",
+        started.elapsed()
+    );
+    assert_webhook_judges(&victim).await;
+
     // Removed: everything install.yaml applied but the CRDs; the users' objects stay.
     let started = Instant::now();
+    eprintln!("{}", release.uninstall());
     installed.remove();
     wait_all(&client, &ids, false, "every object of install.yaml gone").await;
     assert_only_crds_and_samples_left(&client, &home_pods, &victim.name).await;

@@ -131,6 +131,7 @@ impl Upgrade<'_, '_> {
                 values,
             } => yaml_to_json(&release.helm(&[
                 "template",
+                "--skip-tests",
                 RELEASE,
                 &chart.display().to_string(),
                 "--values",
@@ -157,25 +158,11 @@ impl Upgrade<'_, '_> {
                 chart,
                 values,
             } => {
-                let script = documented_move_to_the_chart()
-                    .replace(
-                        "zone-aware-controllers-X.Y.Z.tgz",
-                        &chart.display().to_string(),
-                    )
-                    .replace("my-values.yaml", values);
+                let script = helm::documented_move_to_the_chart(chart, values);
                 eprintln!("{script}\n{}", release.run_script(&script).trim());
             }
         }
     }
-}
-
-/// The shell block of docs/helm.md that moves an installation to the chart.
-fn documented_move_to_the_chart() -> String {
-    let doc = std::fs::read_to_string(repo_root().join("docs/helm.md")).unwrap();
-    let marker = "<!-- upgrade-e2e:";
-    let after = &doc[doc.find(marker).expect("docs/helm.md marks the block")..];
-    let block = &after[after.find("```sh\n").expect("a sh block after the marker") + 6..];
-    block[..block.find("```").expect("the block ends")].to_string()
 }
 
 /// Puts the tree's CRDs back when the test ends, however it ends: the other suites run on them.

@@ -72,7 +72,7 @@ mod tests {
     fn subcommands_and_flags_complete_as_kubectl_asks() {
         assert_eq!(
             complete::<Cli>(&words("")),
-            "rollout\nbudget\nshards\ndrill\n:4\n"
+            "rollout\nbudget\nshards\ncheck\ndrill\n:4\n"
         );
         assert_eq!(complete::<Cli>(&words("ro")), "rollout\n:4\n");
         assert_eq!(complete::<Cli>(&words("rollout ")), "plan\n:4\n");

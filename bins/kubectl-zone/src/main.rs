@@ -11,12 +11,16 @@
 //!   scrapes, its retained shards; with `--to N`, the targets a resize would move and where.
 //! - `kubectl zone drill <zone>`: what each controller would do if the zone went dark now, and
 //!   each zone's health across the kinds (docs/outages.md).
+//! - `kubectl zone check [--dry-run-evict NS/POD]`: whether the installation in the namespace
+//!   works: each controller answers, and the eviction webhook judges a dry-run eviction (the
+//!   chart's `helm test` runs it).
 //!
-//! Exit status: 0 when the command answered, 1 when it could not (a one-line reason on stderr),
-//! 3 when `budget --drain` predicts a refused eviction.
+//! Exit status: 0 when the command answered, 1 when it could not or a check failed (a one-line
+//! reason on stderr), 3 when `budget --drain` predicts a refused eviction.
 #![forbid(unsafe_code)]
 
 mod budget;
+mod check;
 mod cluster;
 mod complete;
 mod drill;
@@ -91,6 +95,15 @@ enum Command {
         #[arg(long, default_value = zone_topology::zone::ZONE_LABEL)]
         zone_label: String,
     },
+    /// Whether the installation in the namespace works: each controller's Ready pods answer
+    /// /readyz (through the API server's proxy), and with --dry-run-evict the eviction webhook
+    /// judges and admits a dry-run eviction. Exit status 1 if a check fails.
+    Check {
+        /// A pod whose eviction the webhook should judge, as NAMESPACE/POD (a dry run: nothing
+        /// is evicted). Pick one in a namespace the webhook covers.
+        #[arg(long, value_name = "NAMESPACE/POD", value_parser = parse_pod_ref)]
+        dry_run_evict: Option<(String, String)>,
+    },
     /// What each controller would do if ZONE went dark now: the namespace's budgets, rollouts
     /// and shards, and each zone's health (nothing is written).
     Drill {
@@ -140,6 +153,18 @@ async fn main() -> ExitCode {
             eprintln!("kubectl zone: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `NAMESPACE/POD`.
+fn parse_pod_ref(value: &str) -> Result<(String, String), String> {
+    match value.split_once('/') {
+        Some((namespace, pod))
+            if !namespace.is_empty() && !pod.is_empty() && !pod.contains('/') =>
+        {
+            Ok((namespace.to_string(), pod.to_string()))
+        }
+        _ => Err(format!("{value:?} is not NAMESPACE/POD")),
     }
 }
 
@@ -200,6 +225,22 @@ async fn run(cli: Cli) -> Result<ExitCode, cluster::Error> {
         } => {
             let report = shards::report(&client, &namespace, &name, to, &zone_label).await?;
             print!("{}", cli.output.render(&report, shards::table)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check { dry_run_evict } => {
+            let evict = dry_run_evict
+                .as_ref()
+                .map(|(ns, pod)| (ns.as_str(), pod.as_str()));
+            let report = check::check(&client, &namespace, evict).await?;
+            print!("{}", cli.output.render(&report, check::table)?);
+            if report.failed() > 0 {
+                eprintln!(
+                    "kubectl zone: {} of {} checks failed",
+                    report.failed(),
+                    report.checks.len()
+                );
+                return Ok(ExitCode::FAILURE);
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Drill { zone, zone_label } => {
