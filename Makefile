@@ -188,8 +188,20 @@ shape: ## Fails on an import cycle or a production function over 80 lines
 RELEASE_IMAGE ?= ghcr.io/zone-aware-controllers/zone-aware-controllers
 
 .PHONY: release
-release: chart-tools ## dist/: image index (amd64+arm64), install.yaml, crds.yaml, chart, SBOM, checksums (VERSION=x.y.z)
-	VERSION='$(VERSION)' RELEASE_IMAGE='$(RELEASE_IMAGE)' KUBECTL='$(CHART_KUBECTL)' HELM='$(HELM)' bash mk/release.sh
+release: chart-tools ## dist/: image index (amd64+arm64), install.yaml, crds.yaml, chart, SBOM, checksums (VERSION=x.y.z; CHART_REGISTRY=oci://... also pushes the chart)
+	VERSION='$(VERSION)' RELEASE_IMAGE='$(RELEASE_IMAGE)' KUBECTL='$(CHART_KUBECTL)' HELM='$(HELM)' \
+		CHART_REGISTRY='$(CHART_REGISTRY)' CHART_PLAIN_HTTP='$(CHART_PLAIN_HTTP)' bash mk/release.sh
+
+# Where `make release` and `make chart-push` publish the chart (an OCI registry path, e.g.
+# oci://ghcr.io/zone-aware-controllers/charts); empty: make release publishes nothing.
+CHART_REGISTRY ?=
+CHART_PLAIN_HTTP ?=
+# The chart package `make chart-push` publishes (make release's).
+CHART_PACKAGE ?= dist/zone-aware-controllers-$(VERSION).tgz
+
+.PHONY: chart-push
+chart-push: chart-tools ## Push the packaged chart to CHART_REGISTRY as an OCI artifact (VERSION=x.y.z, after make release)
+	HELM='$(HELM)' CHART_PLAIN_HTTP='$(CHART_PLAIN_HTTP)' bash mk/chart-push.sh '$(CHART_PACKAGE)' '$(CHART_REGISTRY)'
 
 .PHONY: chart-version
 chart-version: ## Set the chart's version and appVersion: make chart-version VERSION=x.y.z

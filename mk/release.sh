@@ -13,7 +13,11 @@
 #   sbom.cdx.json                        CycloneDX SBOM of every crate of Cargo.lock
 #   SHA256SUMS                           the checksums of all of the above
 #
-# Env: VERSION (required), RELEASE_IMAGE (the image's repository), KUBECTL, HELM, DIST.
+# With CHART_REGISTRY=oci://HOST/PATH, the chart is then pushed there as an OCI artifact
+# (mk/chart-push.sh; CHART_PLAIN_HTTP=1 for a plain-HTTP registry).
+#
+# Env: VERSION (required), RELEASE_IMAGE (the image's repository), KUBECTL, HELM, DIST,
+# CHART_REGISTRY, CHART_PLAIN_HTTP.
 # Exits non-zero with one line on stderr when a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -103,3 +107,7 @@ python3 mk/sbom.py --check "$dist/sbom.cdx.json"
 echo "release $version: dist/"
 (cd "$dist" && ls -l)
 echo "image index: $pinned"
+if [ -n "${CHART_REGISTRY:-}" ]; then
+    echo "release $version: the chart to $CHART_REGISTRY"
+    HELM="$helm" bash mk/chart-push.sh "$dist/zone-aware-controllers-$version.tgz" "$CHART_REGISTRY"
+fi

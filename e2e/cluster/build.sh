@@ -377,9 +377,10 @@ locked() { # name command...: runs a build holding the lock of its cache entry
 
 # `build.sh` builds everything; `build.sh monitoring` only what `make test` needs to check the
 # monitoring mixin (promtool and jsonnet); `build.sh chart` what it needs to check the Helm chart
-# against config/ (helm, and kubectl for its kustomize) and the cluster's other Kubernetes
-# binaries with kubectl: one go build compiles their common packages once (6.1 min cold for the
-# five, against 2.5 min for kubectl alone and 6.2 for the other four). `all` builds make test's
+# against config/ (helm, and kubectl for its kustomize; the helm suite's OCI registry, seconds to
+# build) and the cluster's other Kubernetes binaries with kubectl: one go build compiles their
+# common packages once (6.1 min cold for the five, against 2.5 min for kubectl alone and 6.2 for
+# the other four). `all` builds make test's
 # tools first, so a background `build.sh all` has them ready early, and installs LocalStack
 # beside the other builds. Thanos is not in `all` (the cluster starts without it): `build.sh
 # thanos` builds it, which `make e2e` runs before the suites that need it while the others run
@@ -422,6 +423,8 @@ if [ "${1:-all}" != chart ]; then
 fi
 if [ "${1:-all}" != monitoring ]; then
     locked helm build_helm
+    locked registry build_simple registry "$REGISTRY_VERSION" "$here/tools/registry" \
+        github.com/google/go-containerregistry/cmd/registry
     locked k8s build_k8s
 fi
 [ "${1:-all}" = all ] || exit 0

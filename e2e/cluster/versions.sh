@@ -27,6 +27,9 @@ THANOS_VERSION=v0.42.5
 CERT_MANAGER_VERSION=v1.21.2
 # CoreDNS, the cluster DNS of the real nodes (tools/shared/go.mod pins it).
 COREDNS_VERSION=v1.15.0
+# go-containerregistry's registry, the OCI registry the helm suite pushes the chart to and installs
+# it from (tools/registry/go.mod pins it).
+REGISTRY_VERSION=v0.22.1
 ZAC_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/zone-aware-controllers"
 # The previous release, which the upgrade e2e suite installs and upgrades to the tree
 # (previous-release.sh builds it, cached by version): its version, and the commit of main it was

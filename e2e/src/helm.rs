@@ -164,6 +164,54 @@ impl<'a> Release<'a> {
         ])
     }
 
+    /// Pushes `chart` to `registry` as `make release CHART_REGISTRY=...` does (mk/chart-push.sh,
+    /// with this release's helm state); returns its `oci://` reference and version.
+    pub fn push_chart(&self, chart: &Path, registry: &Registry) -> (String, String) {
+        let mut command = Command::new("bash");
+        self.isolate(&mut command)
+            .current_dir(repo_root())
+            .env("HELM", binary())
+            .env("CHART_PLAIN_HTTP", "1")
+            .arg("mk/chart-push.sh")
+            .arg(chart)
+            .arg(registry.url());
+        let out = identity::run(command, None);
+        let pushed = out
+            .lines()
+            .rev()
+            .find_map(|line| line.strip_prefix("chart-push: "))
+            .and_then(|line| line.split(' ').next())
+            .unwrap_or_else(|| panic!("chart-push.sh said nothing of the push: {out}"));
+        let (reference, version) = pushed
+            .rsplit_once(':')
+            .unwrap_or_else(|| panic!("no version in {pushed}"));
+        (reference.to_string(), version.to_string())
+    }
+
+    /// `helm install` of the chart `reference` (`oci://...`) at `version` from the plain-HTTP
+    /// registry, with the values file, waiting for the Deployments.
+    pub fn install_from_registry(
+        &mut self,
+        reference: &str,
+        version: &str,
+        values: &str,
+    ) -> String {
+        self.installed = true;
+        self.helm(&[
+            "install",
+            &self.name,
+            reference,
+            "--version",
+            version,
+            "--plain-http",
+            "--values",
+            values,
+            "--wait",
+            "--timeout",
+            "5m",
+        ])
+    }
+
     /// `helm upgrade` to `chart` with exactly these values files (no value of the last release is
     /// reused), waiting for the Deployments.
     pub fn upgrade(&self, chart: &Path, values: &[&str]) -> String {
@@ -196,6 +244,59 @@ impl Drop for Release<'_> {
             }));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// go-containerregistry's registry (`e2e/cluster/build.sh chart` caches it): an OCI registry in
+/// memory on a free port of localhost, stopped when dropped. The helm suite pushes the chart to
+/// it and installs it from there by `oci://`.
+pub struct Registry {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Registry {
+    pub fn start() -> Self {
+        let mut command = Command::new("bash");
+        command.current_dir(repo_root()).arg("-c").arg(
+            "source e2e/cluster/versions.sh && printf '%s' \"$ZAC_CACHE/registry-$REGISTRY_VERSION/registry\"",
+        );
+        let path = PathBuf::from(identity::run(command, None));
+        assert!(
+            path.is_file(),
+            "{} missing: build it with `make chart-tools`",
+            path.display()
+        );
+        let port = crate::localstack::free_port();
+        let child = Command::new(&path)
+            .arg("-port")
+            .arg(port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", path.display()));
+        let registry = Registry { child, port };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("localhost", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the registry did not listen on {port}"
+            );
+            std::thread::sleep(crate::wait::POLL_INTERVAL);
+        }
+        registry
+    }
+
+    /// Where charts go: `oci://localhost:<port>/charts`.
+    pub fn url(&self) -> String {
+        format!("oci://localhost:{}/charts", self.port)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -1,10 +1,12 @@
-//! The Helm chart with the real `helm` on the local zonal cluster: `helm install` of the packaged
-//! chart (`E2E_HELM_CHART`, e.g. the one `make release` wrote to dist/; else charts/ packaged
-//! here) runs the project's image (`make image`) as real pods on the real nodes, the samples
-//! reach their status and the eviction webhook judges evictions; `helm upgrade` with fewer
-//! replicas and a binary disabled leaves exactly the new revision's objects (zdb-controller at
-//! one replica without its PodDisruptionBudget); `helm uninstall`
-//! removes every object of the release and neither the CRDs nor the users' objects.
+//! The Helm chart with the real `helm` on the local zonal cluster: the packaged chart
+//! (`E2E_HELM_CHART`, e.g. the one `make release` wrote to dist/; else charts/ packaged here) is
+//! pushed to an OCI registry (go-containerregistry's) by mk/chart-push.sh and installed from it by
+//! `oci://`; it runs the project's image (`make image`) as real pods on the real nodes, the
+//! samples reach their status and the eviction webhook judges evictions; `helm test` passes, and
+//! fails with the webhook down; `helm upgrade` with fewer replicas and a binary disabled leaves
+//! exactly the new revision's objects (zdb-controller at one replica without its
+//! PodDisruptionBudget); `helm uninstall` removes every object of the release and neither the
+//! CRDs nor the users' objects.
 //!
 //! Isolation from the tests running next to it: the release has its own namespace, its
 //! cluster-scoped objects carry the release name (the chart's prefix), and the controllers and
@@ -15,7 +17,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use e2e::deploy::{DeployedFederator, Identity, apply_samples, identities};
-use e2e::helm::{self, Release};
+use e2e::helm::{self, Registry, Release};
 use e2e::installed::{
     TIMEOUT, assert_judged, assert_only_crds_and_samples_left, assert_webhook_judges, wait_all,
     wait_binary_pods, wait_controllers_on_real_nodes, wait_for_fail_policy, wait_for_samples,
@@ -43,9 +45,18 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
     let values = values(&real, &victim.name);
     let first_values = release.values_file("values.yaml", &values);
 
+    // Published as `make release CHART_REGISTRY=oci://...` publishes it, to a registry of the
+    // test's; installed from there by oci://, as docs/helm.md tells users.
+    let registry = Registry::start();
+    let (reference, version) = release.push_chart(&chart, &registry);
+
     // Install: every binary Ready on the real nodes, two replicas each, from the project's image.
     let started = Instant::now();
-    eprintln!("{}", release.install(&chart, &first_values));
+    eprintln!(
+        "{}",
+        release.install_from_registry(&reference, &version, &first_values)
+    );
+    drop(registry);
     let installed = identities(&release.manifest());
     pods_as_installed(&real, &client, &home, &victim.name).await;
     let home_pods: Api<Pod> = home.api();
