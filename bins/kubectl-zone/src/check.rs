@@ -11,7 +11,7 @@ use kube::api::{Api, EvictParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 
-use crate::cluster::{Error, read};
+use crate::cluster::{Error, read, reason_of};
 use crate::output::columns;
 
 /// The label every object of an installation carries.
@@ -197,7 +197,10 @@ async fn webhook_admits(
         },
     };
     if let Err(error) = pods.evict(pod, &params).await {
-        return failed(format!("evicting {pod_namespace}/{pod} (dry run): {error}"));
+        return failed(format!(
+            "evicting {pod_namespace}/{pod} (dry run): {}",
+            reason_of(&error)
+        ));
     }
     if webhook_pods.is_empty() {
         return failed(format!(
@@ -258,7 +261,7 @@ async fn proxied(client: &Client, path: &str) -> Result<String, String> {
     let body = client
         .request_text(request)
         .await
-        .map_err(|e| format!("get {path}: {e}"))?;
+        .map_err(|e| format!("get {path}: {}", reason_of(&e)))?;
     if body.len() > MAX_ANSWER_BYTES {
         return Err(format!("get {path}: over {MAX_ANSWER_BYTES} bytes"));
     }

@@ -48,7 +48,7 @@ pub fn read(what: String) -> impl FnOnce(kube::Error) -> Error {
 }
 
 /// The API server's own message (it names the missing permission on a 403), else the error.
-fn reason_of(error: &kube::Error) -> String {
+pub fn reason_of(error: &kube::Error) -> String {
     match error {
         kube::Error::Api(status) if status.code == 403 => {
             format!("{} (ask for that permission)", status.message)
