@@ -31,10 +31,14 @@ use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateStatus, ZoneDisruptionBudget};
 mod alerts;
 #[path = "zone_outage/deployed.rs"]
 mod deployed;
+#[path = "zone_outage/report.rs"]
+mod report;
 #[path = "zone_outage/shards.rs"]
 mod shards;
 #[path = "zone_outage/thanos.rs"]
 mod thanos;
+
+use report::{Row, print_table, rows, thanos_rows};
 
 const DARK: &str = "zone-b";
 
@@ -77,25 +81,8 @@ struct Outage {
     zdbs: Api<ZoneDisruptionBudget>,
 }
 
-/// One row of the table the suite prints.
-struct Row {
-    component: String,
-    detected: Option<Duration>,
-    action: String,
-    recovered: Option<Duration>,
-    /// The longest gap in what the component serves or records, in seconds.
-    gap: Option<f64>,
-    /// Samples lost (scrapes missed), where the component scrapes.
-    lost: Option<usize>,
-    wrong: usize,
-}
-
 fn since(from: Timestamp, to: Timestamp) -> Duration {
     Duration::try_from(to.duration_since(from)).unwrap_or_default()
-}
-
-fn seconds(d: Option<Duration>) -> String {
-    d.map_or("-".to_string(), |d| format!("{:.1} s", d.as_secs_f64()))
 }
 
 impl Outage {
@@ -505,122 +492,6 @@ async fn the_return(
     }
 }
 
-/// The table's rows.
-fn rows(
-    t: &Timeline,
-    back: &Back,
-    during: &During,
-    failover: &ShardsDuring,
-    on_dark: usize,
-    fired: &alerts::Fired,
-) -> [Row; 7] {
-    [
-        Row {
-            component: "nodes (node lifecycle controller)".into(),
-            detected: Some(since(t.started, t.dark)),
-            action: format!("{DARK}'s nodes NotReady"),
-            recovered: Some(since(t.ended, back.nodes)),
-            gap: None,
-            lost: None,
-            wrong: 0,
-        },
-        Row {
-            component: "ZoneDisruptionBudget".into(),
-            detected: Some(since(t.started, t.zdb_detected)),
-            action: format!("{DARK} disrupted: other zones' evictions refused, {DARK}'s allowed"),
-            recovered: Some(since(t.ended, back.zdb_clear)),
-            gap: None,
-            lost: None,
-            wrong: during.wrongly_allowed,
-        },
-        Row {
-            component: "PodDisruptionBudget (same spec)".into(),
-            detected: None,
-            action: "every healthy pod's eviction refused, not Ready pods' allowed".into(),
-            recovered: None,
-            gap: None,
-            lost: None,
-            wrong: during.pdb_differs,
-        },
-        Row {
-            component: "ZoneAwareUpdate".into(),
-            detected: Some(since(t.started, t.zau_detected)),
-            action: format!(
-                "paused (Zone), resumed {}",
-                seconds(t.first_after.map(|a| since(t.ended, a)))
-            ),
-            recovered: Some(since(t.ended, back.resumed)),
-            gap: None,
-            lost: None,
-            wrong: t.removed_during + t.removed_total.saturating_sub(REPLICAS),
-        },
-        shards_row(t.started, failover, &back.shards, on_dark),
-        Row {
-            component: "rules-federator".into(),
-            detected: Some(failover.federator_warned),
-            action: format!(
-                "answered with zone-a's and zone-c's shards' rules and the warning {:?}",
-                failover.federated.warnings
-            ),
-            recovered: Some(back.federator),
-            gap: None,
-            lost: None,
-            wrong: 0,
-        },
-        Row {
-            component: "mixin alerts".into(),
-            detected: Some(since(t.started, t.alerted)),
-            action: format!("fired (alert zone: times): {fired:?}"),
-            recovered: Some(since(t.ended, back.alerts_resolved)),
-            gap: None,
-            lost: None,
-            wrong: alerts::false_alerts(fired),
-        },
-    ]
-}
-
-/// The rows of the Querier and of the Rulers' two global rules.
-fn thanos_rows(
-    querier: &thanos::QuerierSeen,
-    global: &BTreeMap<&'static str, thanos::RuleSeen>,
-) -> Vec<Row> {
-    let mut rows = vec![Row {
-        component: "Thanos Querier (Service IP)".into(),
-        detected: querier.dropped,
-        action: format!(
-            "answered without shard 1; {} of {} requests failed, longest {:.0} s without an answer",
-            querier.failed.len(),
-            querier.asked,
-            querier.longest_without
-        ),
-        recovered: querier.back,
-        gap: Some(querier.longest_without),
-        lost: None,
-        wrong: 0,
-    }];
-    for (strategy, seen) in global {
-        rows.push(Row {
-            component: format!("Thanos Ruler, global rule ({strategy})"),
-            detected: None,
-            action: format!(
-                "{} samples, longest gap {:.0} s, {} failed evaluations, short of the {} \
-                 targets {:?} times after the failover, values {:?}",
-                seen.samples,
-                seen.longest_gap,
-                seen.failures,
-                shards::TARGETS,
-                seen.short_after_failover(),
-                seen.values
-            ),
-            recovered: None,
-            gap: Some(seen.longest_gap),
-            lost: Some(seen.missed),
-            wrong: 0,
-        });
-    }
-    rows
-}
-
 /// How long the failed-over placement is watched, and its samples counted.
 const FAILED_OVER_WINDOW: Duration = Duration::from_secs(45);
 
@@ -688,33 +559,6 @@ async fn shards_during(shards: &shards::Shards, started: Timestamp) -> ShardsDur
     }
 }
 
-/// The shards' row of the table.
-fn shards_row(
-    started: Timestamp,
-    during: &ShardsDuring,
-    returned: &shards::Returned,
-    moved: usize,
-) -> Row {
-    Row {
-        component: "ShardedPrometheus (zoneless targets)".into(),
-        detected: Some(since(started, during.unready_since)),
-        action: format!(
-            "{moved} of {DARK}'s zoneless targets failed over {} after the outage began, \
-             longest gap {:.0} s after; back {} after it, scraped twice {}, {} scrapes missed \
-             after it",
-            seconds(Some(since(started, during.failed_over))),
-            during.gaps.longest,
-            seconds(Some(returned.back)),
-            seconds(Some(returned.twice)),
-            returned.missed,
-        ),
-        recovered: Some(returned.back),
-        gap: Some(during.gaps.longest),
-        lost: Some(during.gaps.missed + returned.missed),
-        wrong: during.misplaced,
-    }
-}
-
 /// The shards' promises: every zoneless target scraped by exactly one surviving shard from
 /// the failover on, no scrape missed then nor after the return, and no target scraped twice
 /// for more than two intervals after the return (the shards' TSDBs).
@@ -760,26 +604,6 @@ fn compare_drill(predicted: &Effects, happened: &Effects) {
         predicted, happened,
         "kubectl zone drill {DARK}'s prediction"
     );
-}
-
-/// The table the suite prints.
-fn print_table(rows: &[Row]) {
-    println!(
-        "{:<36} {:>10} {:>10} {:>8} {:>6} {:>6}  action",
-        "component", "detection", "recovery", "gap", "lost", "wrong"
-    );
-    for row in rows {
-        println!(
-            "{:<36} {:>10} {:>10} {:>8} {:>6} {:>6}  {}",
-            row.component,
-            seconds(row.detected),
-            seconds(row.recovered),
-            row.gap.map_or("-".to_string(), |gap| format!("{gap:.0} s")),
-            row.lost.map_or("-".to_string(), |n| n.to_string()),
-            row.wrong,
-            row.action
-        );
-    }
 }
 
 /// Zone -> a dry-run eviction's answer there: allowed, or the refusal's HTTP code.
