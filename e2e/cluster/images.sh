@@ -104,14 +104,12 @@ arm64_toolchain() {
     export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
 }
 
-# The static controller binaries for one architecture; prints their directory.
+# The image's static binaries for one architecture (image_bins); prints their directory.
 static_arch() { # arch
     local rust_target
     rust_target="$(rust_target_of "$1")"
     [ "$1" = arm64 ] && arm64_toolchain
-    # STATIC_ALSO: packages built in the same cargo run but not put in the image: one feature
-    # resolution for both, so neither build undoes the other's.
-    static_build_for "$rust_target" release $(image_bins) ${STATIC_ALSO:-}
+    static_build_for "$rust_target" release $(image_bins)
     echo "${CARGO_TARGET_DIR:-$TOP/target}/$rust_target/release"
 }
 

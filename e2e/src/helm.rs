@@ -150,18 +150,18 @@ impl<'a> Release<'a> {
 
     /// `helm install` of `chart` with the values file, waiting for the Deployments.
     pub fn install(&mut self, chart: &Path, values: &str) -> String {
+        self.install_from(&[&chart.display().to_string()], values)
+    }
+
+    /// `helm install` of the chart `source` names (a file, or an `oci://` reference and its
+    /// flags) with the values file, waiting for the Deployments.
+    fn install_from(&mut self, source: &[&str], values: &str) -> String {
         self.installed = true;
-        let chart = chart.display().to_string();
-        self.helm(&[
-            "install",
-            &self.name,
-            &chart,
-            "--values",
-            values,
-            "--wait",
-            "--timeout",
-            "5m",
-        ])
+        let name = self.name.clone();
+        let mut args = vec!["install", name.as_str()];
+        args.extend_from_slice(source);
+        args.extend(["--values", values, "--wait", "--timeout", "5m"]);
+        self.helm(&args)
     }
 
     /// Pushes `chart` to `registry` as `make release CHART_REGISTRY=...` does (mk/chart-push.sh,
@@ -196,20 +196,7 @@ impl<'a> Release<'a> {
         version: &str,
         values: &str,
     ) -> String {
-        self.installed = true;
-        self.helm(&[
-            "install",
-            &self.name,
-            reference,
-            "--version",
-            version,
-            "--plain-http",
-            "--values",
-            values,
-            "--wait",
-            "--timeout",
-            "5m",
-        ])
+        self.install_from(&[reference, "--version", version, "--plain-http"], values)
     }
 
     /// `helm upgrade` to `chart` with exactly these values files (no value of the last release is
@@ -256,7 +243,7 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn start() -> Self {
+    pub async fn start() -> Self {
         let mut command = Command::new("bash");
         command.current_dir(repo_root()).arg("-c").arg(
             "source e2e/cluster/versions.sh && printf '%s' \"$ZAC_CACHE/registry-$REGISTRY_VERSION/registry\"",
@@ -276,14 +263,17 @@ impl Registry {
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", path.display()));
         let registry = Registry { child, port };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while std::net::TcpStream::connect(("localhost", port)).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the registry did not listen on {port}"
-            );
-            std::thread::sleep(crate::wait::POLL_INTERVAL);
-        }
+        crate::wait_for(
+            &format!("the registry listening on {port}"),
+            std::time::Duration::from_secs(30),
+            || async {
+                tokio::net::TcpStream::connect(("localhost", port))
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .await;
         registry
     }
 

@@ -47,7 +47,7 @@ async fn helm_install_upgrade_uninstall_on_the_real_nodes() {
 
     // Published as `make release CHART_REGISTRY=oci://...` publishes it, to a registry of the
     // test's; installed from there by oci://, as docs/helm.md tells users.
-    let registry = Registry::start();
+    let registry = Registry::start().await;
     let (reference, version) = release.push_chart(&chart, &registry);
 
     // Install: every binary Ready on the real nodes, two replicas each, from the project's image.

@@ -11,7 +11,7 @@ use kube::api::{Api, EvictParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 
-use crate::cluster::{Error, read, reason_of};
+use crate::cluster::{Error, proxied, read, reason_of};
 use crate::output::columns;
 
 /// The label every object of an installation carries.
@@ -133,7 +133,7 @@ async fn answers(client: &Client, namespace: &str, binary: &str, pods: &[Pod]) -
                 detail: format!("pod {}: no metrics, https or http port", pod.name_any()),
             };
         };
-        if let Err(error) = proxied(client, &format!("{base}/readyz")).await {
+        if let Err(error) = pod_page(client, &format!("{base}/readyz")).await {
             return Outcome {
                 check,
                 ok: false,
@@ -234,7 +234,7 @@ async fn decisions(client: &Client, namespace: &str, pods: &[Pod]) -> Result<f64
     for pod in pods {
         let base = health_port(namespace, pod)
             .ok_or_else(|| format!("pod {}: no metrics port", pod.name_any()))?;
-        let page = proxied(client, &format!("{base}/metrics"))
+        let page = pod_page(client, &format!("{base}/metrics"))
             .await
             .map_err(|error| format!("pod {}: {error}", pod.name_any()))?;
         sum += counter_sum(&page, DECISIONS);
@@ -253,19 +253,11 @@ pub fn counter_sum(page: &str, name: &str) -> f64 {
         .sum()
 }
 
-/// The body of a GET through the API server's proxy, bounded.
-async fn proxied(client: &Client, path: &str) -> Result<String, String> {
-    let request = http::Request::get(path)
-        .body(Vec::new())
-        .map_err(|e| e.to_string())?;
-    let body = client
-        .request_text(request)
+/// A page of a controller's pod through the API server's proxy (`/readyz`, `/metrics`).
+async fn pod_page(client: &Client, path: &str) -> Result<String, String> {
+    proxied(client, path, "a controller's pod", MAX_ANSWER_BYTES)
         .await
-        .map_err(|e| format!("get {path}: {}", reason_of(&e)))?;
-    if body.len() > MAX_ANSWER_BYTES {
-        return Err(format!("get {path}: over {MAX_ANSWER_BYTES} bytes"));
-    }
-    Ok(body)
+        .map_err(|error| error.to_string())
 }
 
 pub fn table(report: &Report) -> String {

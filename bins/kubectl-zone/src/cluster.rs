@@ -58,6 +58,35 @@ pub fn reason_of(error: &kube::Error) -> String {
     }
 }
 
+/// The body of a GET of `path` through the API server (its proxy to a pod or Service), at most
+/// `max_bytes`; `what` says what answers there, for the error.
+pub async fn proxied(
+    client: &Client,
+    path: &str,
+    what: &str,
+    max_bytes: usize,
+) -> Result<String, Error> {
+    let request = http::Request::get(path)
+        .body(Vec::new())
+        .map_err(|e| Error::Invalid {
+            kind: "request",
+            name: path.to_string(),
+            message: e.to_string(),
+        })?;
+    let body = client
+        .request_text(request)
+        .await
+        .map_err(read(format!("get {path} ({what})")))?;
+    if body.len() > max_bytes {
+        return Err(Error::Invalid {
+            kind: "answer",
+            name: path.to_string(),
+            message: format!("over {max_bytes} bytes"),
+        });
+    }
+    Ok(body)
+}
+
 /// The zone of every node, from its `zone_label` (the controllers' `--zone-label`).
 pub async fn node_zones(
     client: &Client,

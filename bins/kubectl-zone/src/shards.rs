@@ -17,7 +17,7 @@ use zone_api::{ShardedPrometheus, ShardedPrometheusStatus};
 use zone_topology::relabel::{CompiledRules, Labels, RelabelConfig};
 use zone_topology::sharding::{ShardLayout, compiled_rules, keepers};
 
-use crate::cluster::{Error, read};
+use crate::cluster::{Error, proxied, read};
 use crate::output::columns;
 
 /// Prometheus's port when the pod names none `web` (prometheus-operator's name).
@@ -221,33 +221,25 @@ async fn shard_view(client: &Client, namespace: &str, pod: &Pod) -> Result<Shard
         "/api/v1/namespaces/{namespace}/pods/{}:{port}/proxy",
         pod.name_any()
     );
-    let targets = proxied(client, &format!("{base}/api/v1/targets?state=active")).await?;
-    let config = proxied(client, &format!("{base}/api/v1/status/config")).await?;
+    let what = "the shard's Prometheus through the API server's proxy";
+    let targets = proxied(
+        client,
+        &format!("{base}/api/v1/targets?state=active"),
+        what,
+        MAX_ANSWER_BYTES,
+    )
+    .await?;
+    let config = proxied(
+        client,
+        &format!("{base}/api/v1/status/config"),
+        what,
+        MAX_ANSWER_BYTES,
+    )
+    .await?;
     parse_view(&targets, &config).map_err(Error::invalid(
         "Pod",
         format!("{namespace}/{}", pod.name_any()),
     ))
-}
-
-/// The body of a GET through the API server, bounded.
-async fn proxied(client: &Client, path: &str) -> Result<String, Error> {
-    let what = format!("get {path} (the shard's Prometheus through the API server's proxy)");
-    let request = http::Request::get(path)
-        .body(Vec::new())
-        .map_err(|e| Error::Invalid {
-            kind: "request",
-            name: path.to_string(),
-            message: e.to_string(),
-        })?;
-    let body = client.request_text(request).await.map_err(read(what))?;
-    if body.len() > MAX_ANSWER_BYTES {
-        return Err(Error::Invalid {
-            kind: "answer",
-            name: path.to_string(),
-            message: format!("over {MAX_ANSWER_BYTES} bytes"),
-        });
-    }
-    Ok(body)
 }
 
 /// The targets and the relabelling of a shard from its `/api/v1/targets` and
