@@ -2,7 +2,8 @@
 //! runs as real pods on the real nodes (kubelet + containerd), with the shipped securityContext,
 //! probes and RBAC; the eviction webhook is called by the API server through its Service; the
 //! deployed zau-controller rolls a StatefulSet of real pods zone by zone; a killed leader's standby
-//! takes the lease and does the work.
+//! takes the lease and does the work; the sample ShardedPrometheus's disruption budgets hold a
+//! drain of two zones.
 //!
 //! Isolation from the tests running next to it: every name carries the test's suffix, the webhook
 //! selects only the test's namespace, and both controllers watch only that namespace.
@@ -25,6 +26,9 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
+
+#[path = "deploy_local/budgets.rs"]
+mod budgets;
 
 fn node_of(pod: &Pod) -> &str {
     pods::node_of(pod).unwrap()
@@ -120,6 +124,10 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
         &grafana,
     )
     .await;
+
+    // The sample's shards at 2 replicas: their budgets, kept by the deployed shard-controller,
+    // hold a drain of two zones' real nodes in its second zone (the deployed webhook refuses).
+    budgets::shard_budgets_hold_a_two_zone_drain(&victim, &real).await;
 
     // Undeploy: the webhook configuration goes first, then everything else.
     deployment

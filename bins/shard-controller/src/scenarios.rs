@@ -29,6 +29,8 @@ const CONFIG_MAPS: &str = "/api/v1/namespaces/mon/configmaps";
 const SECRETS: &str = "/api/v1/namespaces/mon/secrets";
 const SERVICES: &str = "/api/v1/namespaces/mon/services";
 const STATEFUL_SETS: &str = "/apis/apps/v1/namespaces/mon/statefulsets";
+const PDBS: &str = "/apis/policy/v1/namespaces/mon/poddisruptionbudgets";
+const ZDBS: &str = "/apis/zonecontrol.k8s.aws/v1/namespaces/mon/zonedisruptionbudgets";
 const REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
 
 /// ShardedPrometheus `mon/p` over zones a, b and c with `spec` merged in.
@@ -289,7 +291,7 @@ fn script_defaults(fake: &FakeApi, sprom: &ShardedPrometheus) {
         });
     fake.on(Method::POST, EVENTS)
         .always_with(|request| (201, request.json().unwrap()));
-    for prefix in [CONFIG_MAPS, SECRETS, SERVICES, STATEFUL_SETS] {
+    for prefix in [CONFIG_MAPS, SECRETS, SERVICES, STATEFUL_SETS, PDBS, ZDBS] {
         fake.on_prefix(Method::DELETE, prefix)
             .always(200, status_json(200, "Success", "deleted"));
     }
@@ -309,6 +311,8 @@ fn script_lists_with_config_maps(fake: &FakeApi, indices: &[u32], config_maps: &
         (SECRETS, "Secret", "v1", indices),
         (SERVICES, "Service", "v1", indices),
         (STATEFUL_SETS, "StatefulSet", "apps/v1", indices),
+        (PDBS, "PodDisruptionBudget", "policy/v1", &[]),
+        (ZDBS, "ZoneDisruptionBudget", "zonecontrol.k8s.aws/v1", &[]),
     ] {
         let items: Vec<Value> = indices
             .iter()
@@ -337,7 +341,7 @@ fn script_applies(fake: &FakeApi, rejected: Option<&'static str>) {
             ),
         );
     }
-    for prefix in [CONFIG_MAPS, SECRETS, SERVICES, STATEFUL_SETS] {
+    for prefix in [CONFIG_MAPS, SECRETS, SERVICES, STATEFUL_SETS, PDBS, ZDBS] {
         fake.on_prefix(Method::PATCH, prefix)
             .always_with(|request| {
                 let body = request.json().unwrap();
@@ -458,6 +462,56 @@ async fn unchanged_children_cause_no_writes_until_the_resync() {
     }
     warm.reconcile().await;
     assert_eq!(warm.applies().len(), 18);
+}
+
+/// Guards: the disruption budgets are applied on a full apply (a PodDisruptionBudget per shard
+/// of two replicas, the ZoneDisruptionBudget), not between them; where the ZoneDisruptionBudget
+/// kind is not served (its CRD not installed: 404 on apply and list) the reconcile succeeds and
+/// the shards are written all the same. Without the 404 mapping the reconcile fails.
+#[tokio::test]
+async fn budgets_are_applied_and_a_missing_zdb_crd_does_not_stop_the_shards() {
+    let h = Harness::new(json!({"shards": 2, "replicas": 2}), Vec::new());
+    let missing = status_json(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+    );
+    h.fake
+        .on_prefix(Method::PATCH, ZDBS)
+        .always(404, missing.clone());
+    h.fake.on(Method::GET, ZDBS).always(404, missing);
+    script_applies(&h.fake, None);
+    script_lists(&h.fake, &[]);
+
+    h.reconcile().await;
+    assert_eq!(h.applies().len(), 6, "the shards' children");
+    let budgets = |h: &Harness| -> Vec<String> {
+        let mut paths: Vec<String> = h
+            .fake
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == Method::PATCH)
+            .filter(|r| r.path.starts_with(PDBS) || r.path.starts_with(ZDBS))
+            .map(|r| r.path)
+            .collect();
+        paths.sort();
+        paths
+    };
+    assert_eq!(
+        budgets(&h),
+        [
+            format!("{PDBS}/p-shard-0"),
+            format!("{PDBS}/p-shard-1"),
+            format!("{ZDBS}/p-shards"),
+        ]
+    );
+    let warm = h.caches_after_applies();
+    warm.reconcile().await;
+    assert_eq!(
+        budgets(&warm).len(),
+        3,
+        "no budget written between full applies"
+    );
 }
 
 /// Guards: a scale-up that reuses a retained shard removes its retention marks (a merge patch

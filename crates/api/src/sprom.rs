@@ -430,6 +430,12 @@ pub struct ShardedPrometheusSpec {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
 
+    /// The budgets that hold evictions of the shards' pods (a node drain, a rollout that
+    /// evicts): the shards of one zone at a time, one replica of a shard at a time. Both on by
+    /// default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption_budgets: Option<DisruptionBudgets>,
+
     /// The pods' security context. Default: Pod Security "restricted" (non-root as the image's
     /// nobody user, seccomp RuntimeDefault); given, it replaces the default whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -679,6 +685,36 @@ pub struct PrometheusStorage {
 pub struct VolumeClaimTemplate {
     /// As a PersistentVolumeClaim's spec (storage class, access modes, size).
     pub spec: PersistentVolumeClaimSpec,
+}
+
+/// The budgets the controller keeps for the shards' pods. Evictions are what they hold: `kubectl
+/// drain`, the Eviction API, a ZoneAwareUpdate's removals; a plain delete is not held.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionBudgets {
+    /// A ZoneDisruptionBudget `<name>-shards` over every pod of the shards, applied by the
+    /// zdb-controller's eviction webhook: pods of one zone evicted at a time, none while a shard
+    /// pod of another zone is unready or being evicted. Inert where the zdb-controller does not
+    /// run; skipped where its CRD is not installed. Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zones: Option<bool>,
+
+    /// A PodDisruptionBudget per shard of two or more replicas (named as the shard,
+    /// maxUnavailable 1): never both replicas of a shard evicted at once. Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<bool>,
+}
+
+impl DisruptionBudgets {
+    /// Whether the zone budget is kept (default true).
+    pub fn zones(budgets: Option<&Self>) -> bool {
+        budgets.and_then(|b| b.zones).unwrap_or(true)
+    }
+
+    /// Whether the per-shard budgets are kept (default true).
+    pub fn shards(budgets: Option<&Self>) -> bool {
+        budgets.and_then(|b| b.shards).unwrap_or(true)
+    }
 }
 
 /// What happens to the shards removed by a scale-down.

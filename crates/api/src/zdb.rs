@@ -52,6 +52,7 @@ pub mod reason {
     version = "v1",
     kind = "ZoneDisruptionBudget",
     doc = "A per-zone disruption budget enforced by the eviction webhook (see spec).",
+    derive = "PartialEq",
     plural = "zonedisruptionbudgets",
     shortname = "zdb",
     category = "zone-aware",

@@ -1,6 +1,7 @@
 //! The shard-controller's token under its shipped RBAC and ValidatingAdmissionPolicies: the writes
 //! its RBAC allows but that are not the controller's (foreign or token Secrets, namespaces without
-//! a ShardedPrometheus, pods beyond Pod Security baseline, a pod's image) refused by name.
+//! a ShardedPrometheus, pods beyond Pod Security baseline, a pod's image, a disruption budget of
+//! other pods) refused by name.
 
 use super::*;
 
@@ -77,6 +78,7 @@ async fn tenancy_the_shard_controller_token_writes_only_what_the_controller_owns
     no_service_account_token(&admin, &token, &other.name, &owner).await;
     nothing_where_no_sharded_prometheus(&token, &unmanaged.name, &owner).await;
     pod_templates_within_baseline(&admin, &token, &other.name, &owner).await;
+    budgets_only_of_its_pods(&token, &other.name, &owner).await;
     // A pod of a shard: its config-digest annotation may change, its image may not.
     pod_changed_only_in_its_digest(admin, token, &other.name).await;
 }
@@ -213,6 +215,43 @@ async fn nothing_where_no_sharded_prometheus(token: &Client, namespace: &str, ow
     let sets = Api::<StatefulSet>::namespaced(token.clone(), namespace);
     let set = shard_like_set("web", owner, json!({}));
     denied_by_namespaces_policy(sets.create(&dry_run(), &set).await).unwrap();
+}
+
+/// The shard-controller's disruption budgets (dry runs, judged as real writes): a
+/// PodDisruptionBudget selecting the shards' pods is written; one selecting anyone else's pods
+/// (which would hold up their evictions), or selecting by matchExpressions only, is refused
+/// naming the policy.
+async fn budgets_only_of_its_pods(token: &Client, namespace: &str, owner: &Value) {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let budgets = Api::<PodDisruptionBudget>::namespaced(token.clone(), namespace);
+    let budget = |name: &str, selector: Value| -> PodDisruptionBudget {
+        let mut metadata = child_metadata(owner);
+        metadata["name"] = json!(name);
+        serde_json::from_value(json!({"metadata": metadata,
+            "spec": {"maxUnavailable": 0, "selector": selector}}))
+        .unwrap()
+    };
+    let shards = json!({"matchLabels": {"app.kubernetes.io/managed-by": "shard-controller",
+                                        "app.kubernetes.io/instance": NAME}});
+    budgets
+        .create(&dry_run(), &budget("shards", shards))
+        .await
+        .unwrap();
+    for (name, selector) in [
+        ("theirs", json!({"matchLabels": {"app": "web"}})),
+        (
+            "expressions",
+            json!({"matchExpressions": [{"key": "app.kubernetes.io/managed-by",
+            "operator": "In", "values": ["shard-controller"]}]}),
+        ),
+    ] {
+        let refused = budgets.create(&dry_run(), &budget(name, selector)).await;
+        let message = denied_by_policy(refused).unwrap();
+        assert!(
+            message.contains("only disruption budgets that select the shards' pods"),
+            "{name}: {message}"
+        );
+    }
 }
 
 fn dry_run() -> kube::api::PostParams {

@@ -6,12 +6,13 @@ use std::time::Instant;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::Value;
-use zone_api::ShardedPrometheus;
 use zone_api::sprom::contract;
+use zone_api::{ShardedPrometheus, ZoneDisruptionBudget};
 use zone_operator::children::{self, ChildError};
 
 use crate::children::build::{self, CONFIG_DIGEST_ANNOTATION};
@@ -91,6 +92,23 @@ pub async fn apply(
     Ok(())
 }
 
+/// A ZoneDisruptionBudget written or listed: `Ok(None)` where the API server does not serve
+/// the kind (its CRD is not installed), which leaves the shards without a zone budget, as they
+/// were before: said in the log, not an error of the reconcile.
+fn without_zdb_crd<T>(result: Result<T, ChildError>) -> Result<Option<T>, ChildError> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(ChildError::Apply { source, .. } | ChildError::List { source, .. }) if matches!(&source, kube::Error::Api(status) if status.code == 404) =>
+        {
+            tracing::warn!(
+                "no ZoneDisruptionBudget API (its CRD is not installed): the shards have no zone budget"
+            );
+            Ok(None)
+        }
+        Err(error) => Err(error),
+    }
+}
+
 /// Writes children of one resource.
 struct Writer<'a> {
     ctx: &'a Context,
@@ -133,6 +151,15 @@ impl Writer<'_> {
                     .await
                     .map(drop)
             }
+            Child::PodDisruptionBudget(c) => {
+                children::apply_child(&self.api(), owner, (**c).clone(), manager)
+                    .await
+                    .map(drop)
+            }
+            Child::ZoneDisruptionBudget(c) => without_zdb_crd(
+                children::apply_child(&self.api(), owner, (**c).clone(), manager).await,
+            )
+            .map(drop),
         }
     }
 
@@ -157,6 +184,17 @@ impl Writer<'_> {
             }
             ChildKind::StatefulSet => {
                 children::prune_children(&self.api::<StatefulSet>(), &selector, uid, wanted).await
+            }
+            ChildKind::PodDisruptionBudget => {
+                let wanted = &plan.wanted_budgets;
+                let api = self.api::<PodDisruptionBudget>();
+                children::prune_children(&api, &selector, uid, wanted).await
+            }
+            ChildKind::ZoneDisruptionBudget => {
+                let wanted = &plan.wanted_budgets;
+                let api = self.api::<ZoneDisruptionBudget>();
+                without_zdb_crd(children::prune_children(&api, &selector, uid, wanted).await)
+                    .map(Option::unwrap_or_default)
             }
         }
     }

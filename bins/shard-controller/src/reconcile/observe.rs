@@ -30,16 +30,31 @@ pub enum ChildKind {
     Secret,
     Service,
     StatefulSet,
+    /// Not cached: written and pruned on full applies only.
+    PodDisruptionBudget,
+    /// Not cached, as PodDisruptionBudget; its CRD may not be installed.
+    ZoneDisruptionBudget,
 }
 
 impl ChildKind {
     /// The order children of shards no longer wanted are deleted in: the pods first.
-    pub const PRUNE_ORDER: [ChildKind; 4] = [
+    pub const PRUNE_ORDER: [ChildKind; 6] = [
         ChildKind::StatefulSet,
         ChildKind::Service,
         ChildKind::Secret,
         ChildKind::ConfigMap,
+        ChildKind::PodDisruptionBudget,
+        ChildKind::ZoneDisruptionBudget,
     ];
+
+    /// Whether no cache shows this kind: its children are written and pruned on full applies
+    /// only.
+    pub fn uncached(self) -> bool {
+        matches!(
+            self,
+            ChildKind::PodDisruptionBudget | ChildKind::ZoneDisruptionBudget
+        )
+    }
 }
 
 /// What the caches and the API server show of one ShardedPrometheus's world.

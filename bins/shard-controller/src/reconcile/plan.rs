@@ -13,7 +13,7 @@ use zone_api::sprom::{ValidSprom, ValidThanos};
 use zone_operator::{Invalid, PendingEvents};
 
 use crate::children::build::{self, BuildInput};
-use crate::children::{retention, thanos};
+use crate::children::{budgets, retention, thanos};
 use crate::context::RESYNC;
 use crate::final_upload::plan::Uploads;
 use crate::health::AppliedConfig;
@@ -40,6 +40,9 @@ pub struct Plan {
     /// The names of the ConfigMaps wanted: the rule files'. A shard's own name is not one: a
     /// ConfigMap of that name is a configuration from before configurations were Secrets.
     pub wanted_config_maps: BTreeSet<String>,
+    /// The names of the disruption budgets wanted (PodDisruptionBudgets and the
+    /// ZoneDisruptionBudget: a PodDisruptionBudget takes its shard's name, wanted or not).
+    pub wanted_budgets: BTreeSet<String>,
     /// The kinds whose unwanted children are deleted, in that order.
     pub prune: Vec<ChildKind>,
     /// Every child is written: remember when, so the next reconciles may skip unchanged ones.
@@ -90,17 +93,10 @@ pub fn plan(
         .collect();
     let configs = health::applied_configs(&built, observed);
     let config_loaded = health::config_verdicts(&configs, &observed.config);
-    let (writes, wanted) = writes(&input, built, &fate, &uploads, observed)?;
-    let prune = ChildKind::PRUNE_ORDER
-        .into_iter()
-        .filter(|kind| {
-            let wanted = match kind {
-                ChildKind::ConfigMap => &wanted_config_maps,
-                _ => &wanted,
-            };
-            observed.full_apply || observed.has_unwanted(*kind, wanted)
-        })
-        .collect();
+    let (mut writes, wanted) = writes(&input, built, &fate, &uploads, observed)?;
+    let (budget_writes, wanted_budgets) = budgets(&input, &fate, observed.full_apply);
+    writes.extend(budget_writes);
+    let prune = prune(observed, [&wanted, &wanted_config_maps]);
 
     let next_config_check = config_loaded.as_deref().and_then(verdict::next_change);
     let mut observation = observation(target, valid, observed, &fate, &node_metadata_disabled);
@@ -126,6 +122,7 @@ pub fn plan(
         writes,
         wanted,
         wanted_config_maps,
+        wanted_budgets,
         prune,
         full_apply: observed.full_apply,
         status,
@@ -229,6 +226,56 @@ fn writes(
     writes.extend(upload_writes);
     wanted.extend(uploading);
     Ok((writes, wanted))
+}
+
+/// The kinds whose unwanted children are deleted: every kind on a full apply, else those the
+/// cache shows one of (`wanted` are the names of shards' children and of the rule ConfigMaps).
+fn prune(
+    observed: &Observed,
+    [wanted, wanted_config_maps]: [&BTreeSet<String>; 2],
+) -> Vec<ChildKind> {
+    ChildKind::PRUNE_ORDER
+        .into_iter()
+        .filter(|kind| {
+            let wanted = match kind {
+                ChildKind::ConfigMap => wanted_config_maps,
+                _ => wanted,
+            };
+            observed.full_apply || (!kind.uncached() && observed.has_unwanted(*kind, wanted))
+        })
+        .collect()
+}
+
+/// The disruption budgets of the active and retained shards: written on a full apply (no cache
+/// shows them), and the names of those wanted.
+fn budgets(
+    input: &BuildInput<'_>,
+    fate: &retention::Plan,
+    full_apply: bool,
+) -> (Vec<Write>, BTreeSet<String>) {
+    let retained = fate.retained.iter().map(|retained| retained.index);
+    let indices = (0..input.valid.shards()).chain(retained);
+    let built = budgets::build(input.name, input.namespace, input.valid, indices);
+    let children: Vec<Child> = built
+        .zone
+        .map(|zdb| Child::ZoneDisruptionBudget(Box::new(zdb)))
+        .into_iter()
+        .chain(
+            built
+                .shards
+                .into_iter()
+                .map(|pdb| Child::PodDisruptionBudget(Box::new(pdb))),
+        )
+        .collect();
+    let wanted = children
+        .iter()
+        .map(|child| child.name().to_string())
+        .collect();
+    let writes = match full_apply {
+        true => children.into_iter().map(Write::Apply).collect(),
+        false => Vec::new(),
+    };
+    (writes, wanted)
 }
 
 /// What the status is computed from: the active shards' StatefulSets, the zones with nodes,

@@ -235,6 +235,10 @@ pub struct ValidSprom {
     pub pod: PodOptions,
     /// The Thanos sidecar of every shard pod; None without `spec.thanos`.
     pub thanos: Option<ValidThanos>,
+    /// A ZoneDisruptionBudget over the shards' pods (`disruptionBudgets.zones`).
+    pub zone_budget: bool,
+    /// A PodDisruptionBudget per shard of two or more replicas (`disruptionBudgets.shards`).
+    pub shard_budgets: bool,
 }
 
 impl ValidSprom {
@@ -311,6 +315,8 @@ impl ShardedPrometheusSpec {
             paused: self.paused,
             pod: self.pod_options()?,
             thanos: self.thanos()?,
+            zone_budget: sprom::DisruptionBudgets::zones(self.disruption_budgets.as_ref()),
+            shard_budgets: sprom::DisruptionBudgets::shards(self.disruption_budgets.as_ref()),
         })
     }
 

@@ -132,15 +132,15 @@ fn a_full_apply_writes_every_child_config_first_and_prunes_every_kind() {
     )
     .unwrap();
     let kinds: Vec<ChildKind> = applies(&plan).into_iter().map(|(kind, _)| kind).collect();
-    assert_eq!(
-        kinds,
-        [
-            ChildKind::Secret,
-            ChildKind::Service,
-            ChildKind::StatefulSet
-        ]
-        .repeat(3)
-    );
+    let mut want = [
+        ChildKind::Secret,
+        ChildKind::Service,
+        ChildKind::StatefulSet,
+    ]
+    .repeat(3);
+    // One replica: the zone budget, no shard budget.
+    want.push(ChildKind::ZoneDisruptionBudget);
+    assert_eq!(kinds, want);
     assert_eq!(plan.prune, ChildKind::PRUNE_ORDER);
     assert_eq!(
         plan.wanted,
@@ -183,8 +183,59 @@ fn unchanged_children_are_not_written_again_until_the_resync() {
             .unwrap()
             .writes
             .len(),
-        9
+        10
     );
+}
+
+/// The disruption budgets: written on full applies only (no cache shows them), a
+/// PodDisruptionBudget per active and retained shard of two replicas besides the zone budget;
+/// turned off, none is wanted, so the next full apply prunes them.
+#[test]
+fn budgets_are_written_on_full_applies_and_pruned_when_turned_off() {
+    let spec = |budgets: serde_json::Value| {
+        valid(json!({
+            "shards": 2, "replicas": 2,
+            "shardingStrategy": {"topology": {"values": ["a", "b", "c"]}},
+            "disruptionBudgets": budgets,
+        }))
+    };
+    let budgets = |plan: &Plan| -> Vec<(ChildKind, String)> {
+        applies(plan)
+            .into_iter()
+            .filter(|(kind, _)| kind.uncached())
+            .collect()
+    };
+    let first = planned(&spec(json!({})), &full());
+    assert_eq!(
+        budgets(&first),
+        [
+            (ChildKind::ZoneDisruptionBudget, "p-shards".to_string()),
+            (ChildKind::PodDisruptionBudget, "p-shard-0".to_string()),
+            (ChildKind::PodDisruptionBudget, "p-shard-1".to_string()),
+        ]
+    );
+    assert_eq!(
+        first.wanted_budgets,
+        ["p-shards", "p-shard-0", "p-shard-1"]
+            .map(String::from)
+            .into()
+    );
+    let again = planned(&spec(json!({})), &applied(&first));
+    assert!(again.writes.is_empty(), "{:?}", applies(&again));
+    assert!(again.prune.is_empty(), "{:?}", again.prune);
+
+    let off = spec(json!({"zones": false, "shards": false}));
+    let turned_off = planned(
+        &off,
+        &Observed {
+            full_apply: true,
+            ..applied(&first)
+        },
+    );
+    assert!(budgets(&turned_off).is_empty());
+    assert!(turned_off.wanted_budgets.is_empty());
+    assert!(turned_off.prune.contains(&ChildKind::PodDisruptionBudget));
+    assert!(turned_off.prune.contains(&ChildKind::ZoneDisruptionBudget));
 }
 
 #[test]

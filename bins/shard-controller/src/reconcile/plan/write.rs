@@ -3,7 +3,9 @@
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, EphemeralContainer, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Resource;
+use zone_api::ZoneDisruptionBudget;
 
 use crate::children::build::applied_hash;
 use crate::children::retention;
@@ -16,6 +18,8 @@ pub enum Child {
     Secret(Box<Secret>),
     Service(Box<Service>),
     StatefulSet(Box<StatefulSet>),
+    PodDisruptionBudget(Box<PodDisruptionBudget>),
+    ZoneDisruptionBudget(Box<ZoneDisruptionBudget>),
 }
 
 impl Child {
@@ -25,6 +29,8 @@ impl Child {
             Child::Secret(_) => ChildKind::Secret,
             Child::Service(_) => ChildKind::Service,
             Child::StatefulSet(_) => ChildKind::StatefulSet,
+            Child::PodDisruptionBudget(_) => ChildKind::PodDisruptionBudget,
+            Child::ZoneDisruptionBudget(_) => ChildKind::ZoneDisruptionBudget,
         }
     }
 
@@ -34,6 +40,8 @@ impl Child {
             Child::Secret(child) => child.meta(),
             Child::Service(child) => child.meta(),
             Child::StatefulSet(child) => child.meta(),
+            Child::PodDisruptionBudget(child) => child.meta(),
+            Child::ZoneDisruptionBudget(child) => child.meta(),
         }
     }
 
@@ -48,6 +56,7 @@ impl Child {
             Child::Secret(child) => applied_hash(&**child),
             Child::Service(child) => applied_hash(&**child),
             Child::StatefulSet(child) => applied_hash(&**child),
+            Child::PodDisruptionBudget(_) | Child::ZoneDisruptionBudget(_) => None,
         }
     }
 }
