@@ -258,7 +258,16 @@ fn shards(zone: &str, sprom: &ShardedPrometheus) -> Prediction {
         .into_iter()
         .collect();
     let spread = strategy.zoneless_targets == ZonelessTargets::Spread;
+    let failover = strategy.zone_failover.is_enabled();
     let (effect, detail) = match (in_zone.is_empty(), spread, takers.is_empty()) {
+        (false, true, _) if !failover => (
+            Effect::ShardsDown,
+            format!(
+                "shard(s) {} stop: {zone}'s targets are down with it; its zoneless targets stay \
+                 unscraped until it is back (zoneFailover: Disabled)",
+                in_zone.join(", ")
+            ),
+        ),
         (true, _, _) => (
             Effect::Unaffected,
             format!("no shard placed in {zone} (Classic shards are not placed by zone)"),

@@ -148,7 +148,7 @@ pub async fn reconcile(
                 &namespace,
                 &name,
                 &plan.status,
-                (topology && failover).then_some(plan.zone_failover_after),
+                plan.zone_failover_after.filter(|_| topology && failover),
             );
             ctx.memory.series.note(&namespace, &name, []);
             write_status(&ctx, &api, &sprom, &previous, plan.status, plan.events).await?;

@@ -614,6 +614,28 @@ pub struct ShardingStrategy {
         "spec.shardingStrategy.zoneFailoverAfter"
     ))]
     pub zone_failover_after: Option<String>,
+
+    /// Topology with Spread: Enabled (the default) moves a down zone's zoneless targets after
+    /// zoneFailoverAfter; Disabled keeps them on the zone's shards, unscraped while the zone is
+    /// down (when the other zones' shards have no room for them, or their samples must come from
+    /// one place).
+    #[serde(default, skip_serializing_if = "ZoneFailover::is_enabled")]
+    pub zone_failover: ZoneFailover,
+}
+
+/// Whether a down zone's zoneless targets fail over.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ZoneFailover {
+    #[default]
+    Enabled,
+    Disabled,
+}
+
+impl ZoneFailover {
+    /// Whether it is the default, Enabled.
+    pub fn is_enabled(&self) -> bool {
+        *self == ZoneFailover::Enabled
+    }
 }
 
 /// The zones of Topology sharding.

@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
 use serde_json::json;
+use zone_api::sprom::ZoneFailover;
 
 const LABEL: &str = "topology.kubernetes.io/zone";
 
@@ -125,7 +126,7 @@ fn an_unknown_zone_is_refused_and_a_dark_one_is_said() {
 }
 
 #[test]
-fn shards_fail_over_only_with_spread_targets_and_another_zone_ready() {
+fn shards_fail_over_only_with_spread_targets_failover_enabled_and_another_zone_ready() {
     let mut objects = objects();
     let effect = |objects: &Objects| {
         let drill = predict("zone-b", LABEL, objects).unwrap();
@@ -137,6 +138,11 @@ fn shards_fail_over_only_with_spread_targets_and_another_zone_ready() {
     assert_eq!(dropped, Effect::ShardsDown);
     assert!(why.contains("nothing to fail over"), "{why}");
     objects.shards[0].spec.sharding_strategy.zoneless_targets = ZonelessTargets::Spread;
+    objects.shards[0].spec.sharding_strategy.zone_failover = ZoneFailover::Disabled;
+    let (disabled, why) = effect(&objects);
+    assert_eq!(disabled, Effect::ShardsDown);
+    assert!(why.contains("zoneFailover: Disabled"), "{why}");
+    objects.shards[0].spec.sharding_strategy.zone_failover = ZoneFailover::Enabled;
     for shard in &mut objects.shards[0].status.as_mut().unwrap().shard_statuses {
         if shard.zone != "zone-b" {
             shard.ready_replicas = 0;

@@ -57,8 +57,9 @@ pub struct Plan {
     pub configs: BTreeMap<u32, AppliedConfig>,
     /// Removed shards kept until their final upload is done.
     pub uploading: usize,
-    /// How long a zone's shards are all unready before its zoneless buckets fail over.
-    pub zone_failover_after: Duration,
+    /// How long a zone's shards are all unready before its zoneless buckets fail over (None:
+    /// never).
+    pub zone_failover_after: Option<Duration>,
 }
 
 /// Plans the reconcile of `target`, whose spec is `valid`, given what was `observed` at `now`.

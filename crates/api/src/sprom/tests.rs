@@ -70,6 +70,31 @@ fn a_full_spec_round_trips_unchanged() {
 }
 
 #[test]
+fn zone_failover_and_the_budgets_default_on_and_turn_off() {
+    let topology = json!({"topology": {"values": ["a", "b"]}});
+    let valid = spec_from(json!({"shardingStrategy": topology}))
+        .validate(zone_topology::ZONE_LABEL)
+        .unwrap();
+    assert_eq!(valid.zone_failover_after, Some(DEFAULT_ZONE_FAILOVER_AFTER));
+    assert!(valid.zone_budget && valid.shard_budgets);
+    let off = spec_from(json!({
+        "shardingStrategy": {"topology": {"values": ["a", "b"]}, "zoneFailover": "Disabled",
+                             "zoneFailoverAfter": "1m"},
+        "disruptionBudgets": {"zones": false},
+    }));
+    let valid = off.validate(zone_topology::ZONE_LABEL).unwrap();
+    assert_eq!(valid.zone_failover_after, None);
+    assert!(!valid.zone_budget && valid.shard_budgets);
+    // Disabled, the duration is still checked.
+    let mut bad = off;
+    bad.sharding_strategy.zone_failover_after = Some("soon".into());
+    assert!(bad.validate(zone_topology::ZONE_LABEL).is_err());
+    // Enabled is the default and is not written back.
+    let written = serde_json::to_value(spec_from(json!({"shardingStrategy": topology}))).unwrap();
+    assert!(written["shardingStrategy"].get("zoneFailover").is_none());
+}
+
+#[test]
 fn address_is_an_alias_of_classic() {
     let spec = spec_from(json!({"shardingStrategy": {"mode": "Address"}}));
     assert_eq!(spec.sharding_strategy.mode, ShardingMode::Classic);

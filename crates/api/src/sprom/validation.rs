@@ -216,8 +216,9 @@ pub struct ValidSprom {
     /// [`sprom::DEFAULT_RETAINED_SHARD_PERIOD`]; None (kept until the user deletes it) when only
     /// `retention.size` is set.
     pub retained_shard_period: Option<Duration>,
-    /// How long every shard of a zone is unready before its zoneless buckets fail over.
-    pub zone_failover_after: Duration,
+    /// How long every shard of a zone is unready before its zoneless buckets fail over; None:
+    /// they never do (`zoneFailover: Disabled`).
+    pub zone_failover_after: Option<Duration>,
     pub storage: ShardStorage,
     pub resources: Option<ResourceRequirements>,
     /// The user's node selector; the controller adds the shard's zone.
@@ -420,12 +421,18 @@ impl ShardedPrometheusSpec {
         Ok(())
     }
 
-    /// `shardingStrategy.zoneFailoverAfter`, or its default.
-    fn zone_failover_after(&self) -> Result<Duration, SpromError> {
-        match &self.sharding_strategy.zone_failover_after {
-            Some(after) => Ok(duration("spec.shardingStrategy.zoneFailoverAfter", after)?),
-            None => Ok(sprom::DEFAULT_ZONE_FAILOVER_AFTER),
-        }
+    /// `shardingStrategy.zoneFailoverAfter`, or its default (checked even when the failover is
+    /// disabled); None with `zoneFailover: Disabled`.
+    fn zone_failover_after(&self) -> Result<Option<Duration>, SpromError> {
+        let after = match &self.sharding_strategy.zone_failover_after {
+            Some(after) => duration("spec.shardingStrategy.zoneFailoverAfter", after)?,
+            None => sprom::DEFAULT_ZONE_FAILOVER_AFTER,
+        };
+        Ok(self
+            .sharding_strategy
+            .zone_failover
+            .is_enabled()
+            .then_some(after))
     }
 
     /// `retention` and `shardRetentionPolicy`, checked.

@@ -1,6 +1,6 @@
 //! Zone failover (pure): the zones whose shards are all unready, since when, and those that
 //! have been so for `zoneFailoverAfter`, whose zoneless buckets the other zones' shards take
-//! (see `ShardLayout::failed_over`). "Since" lives in the status, so a restarted controller
+//! (see `ShardLayout::failed_over`) unless `zoneFailover` is Disabled. "Since" lives in the status, so a restarted controller
 //! (or a new leader) keeps counting from the first time a zone was seen down.
 
 use std::borrow::Cow;
@@ -69,16 +69,21 @@ pub fn decide(
     let some_ready = unready.len() < served.len();
     let due: Vec<&str> = unready
         .iter()
-        .filter(|zone| some_ready && elapsed(&zone.since, now) >= valid.zone_failover_after)
+        .filter(|zone| {
+            let after = valid.zone_failover_after;
+            some_ready && after.is_some_and(|after| elapsed(&zone.since, now) >= after)
+        })
         .map(|zone| zone.zone.as_str())
         .collect();
     let failed = layout.clone().failed_over(due);
     let mut next_look = None;
     for zone in &mut unready {
         zone.failed_over = failed.failed_over_zones().contains(&zone.zone);
-        let left = valid
-            .zone_failover_after
-            .saturating_sub(elapsed(&zone.since, now));
+        // Disabled: nothing to wake up for.
+        let Some(after) = valid.zone_failover_after else {
+            continue;
+        };
+        let left = after.saturating_sub(elapsed(&zone.since, now));
         if some_ready && !zone.failed_over && !left.is_zero() {
             next_look = Some(next_look.map_or(left, |next: Duration| next.min(left)));
         }

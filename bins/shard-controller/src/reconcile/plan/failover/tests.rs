@@ -119,3 +119,25 @@ fn a_shard_still_ready_or_every_zone_down_moves_nothing() {
     assert!(all_down.unready.iter().all(|zone| !zone.failed_over));
     assert_eq!(all_down.layout, valid.layout, "no zone left to take over");
 }
+
+/// With `zoneFailover: Disabled` a zone whose shards are all down is reported unready, but its
+/// zoneless buckets never move, however long it stays down, and nothing wakes the controller up
+/// for it.
+#[test]
+fn a_disabled_failover_never_moves_the_zoneless_buckets() {
+    let mut valid = valid();
+    valid.zone_failover_after = None;
+    let zone_b_down = observed(&[(0, 1), (1, 0), (2, 1), (3, 1), (4, 0), (5, 1)]);
+    let since = at("2026-01-01T00:00:00Z");
+    let first = decide(&valid, &zone_b_down, &[], since);
+    let later = decide(
+        &valid,
+        &zone_b_down,
+        &first.unready,
+        at("2026-01-02T00:00:00Z"),
+    );
+    assert_eq!(later.unready.len(), 1);
+    assert!(!later.unready[0].failed_over);
+    assert_eq!(later.layout, valid.layout);
+    assert_eq!((first.next_look, later.next_look), (None, None));
+}
