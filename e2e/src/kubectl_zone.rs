@@ -96,7 +96,7 @@ pub fn json(cluster: &Cluster, args: &[&str]) -> Value {
 /// the built-in `view` role holds once the project is installed: `view`, and the project's kinds
 /// to read (the rules `config/rbac/aggregate-to-roles.yaml` aggregates into `view`, in a Role of
 /// the namespace so that nothing cluster-wide changes).
-pub async fn viewer(cluster: &Cluster, ns: &crate::TestNamespace) -> std::path::PathBuf {
+pub async fn viewer(cluster: &Cluster, ns: &crate::TestNamespace) -> Kubeconfig {
     use k8s_openapi::api::core::v1::ServiceAccount;
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
     let aggregated = crate::deploy::repo_root().join("config/rbac/aggregate-to-roles.yaml");
@@ -137,5 +137,25 @@ pub async fn viewer(cluster: &Cluster, ns: &crate::TestNamespace) -> std::path::
             .await
             .expect("the binding");
     }
-    crate::identity::write_token_kubeconfig(cluster, &ns.name, "viewer")
+    Kubeconfig(crate::identity::write_token_kubeconfig(
+        cluster, &ns.name, "viewer",
+    ))
+}
+
+/// A kubeconfig file holding a ServiceAccount's token, removed when dropped (the test's end,
+/// however it ends): the token is not left on the host.
+pub struct Kubeconfig(std::path::PathBuf);
+
+impl std::ops::Deref for Kubeconfig {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Kubeconfig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
