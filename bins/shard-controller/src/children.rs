@@ -1,6 +1,6 @@
 //! The children of a ShardedPrometheus's shards: how they are built (StatefulSet, Services,
-//! configuration Secret, rule ConfigMaps, disruption budgets), the Prometheus configuration they carry, the Thanos
-//! sidecar, and the retention of shards scaled away.
+//! configuration Secret, rule ConfigMaps, disruption budgets), the Prometheus configuration they
+//! carry, the Thanos sidecar, and the retention of shards scaled away.
 
 pub mod budgets;
 pub mod build;

@@ -727,18 +727,6 @@ pub struct DisruptionBudgets {
     pub shards: Option<bool>,
 }
 
-impl DisruptionBudgets {
-    /// Whether the zone budget is kept (default true).
-    pub fn zones(budgets: Option<&Self>) -> bool {
-        budgets.and_then(|b| b.zones).unwrap_or(true)
-    }
-
-    /// Whether the per-shard budgets are kept (default true).
-    pub fn shards(budgets: Option<&Self>) -> bool {
-        budgets.and_then(|b| b.shards).unwrap_or(true)
-    }
-}
-
 /// What happens to the shards removed by a scale-down.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -95,11 +95,7 @@ pub async fn shard_budgets_hold_a_two_zone_drain(
     assert_eq!(zone_b_after, zone_b_before, "zone-b's shard pods untouched");
 
     drop(cordoned);
-    wait_for("the 6 shard pods Ready again", TIMEOUT, || async {
-        let ready = ready_shard_pods(victim).await;
-        (ready == 6).then_some(()).ok_or(format!("{ready} Ready"))
-    })
-    .await;
+    pods::wait_all_available(&victim.api(), SHARD_PODS, 6, None, TIMEOUT).await;
 
     patch(json!({"disruptionBudgets": {"zones": false, "shards": false}})).await;
     wait_for("the shards' budgets removed", TIMEOUT, || async {
@@ -193,14 +189,4 @@ async fn shard_pods_of(
             )
         })
         .collect()
-}
-
-async fn ready_shard_pods(victim: &TestNamespace) -> usize {
-    let pods: Api<Pod> = victim.api();
-    let listed = pods
-        .list(&ListParams::default().labels(SHARD_PODS))
-        .await
-        .map(|list| list.items)
-        .unwrap_or_default();
-    listed.iter().filter(|pod| pods::is_ready(pod)).count()
 }

@@ -9,69 +9,54 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use zone_api::sprom::contract::shard_name;
-use zone_api::sprom::contract::{INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SHARD_POD_LABEL};
-use zone_api::{ValidSprom, ZoneDisruptionBudget, ZoneDisruptionBudgetSpec};
+use zone_api::{ZoneDisruptionBudget, ZoneDisruptionBudgetSpec};
 
-/// The name of the ShardedPrometheus `name`'s ZoneDisruptionBudget. Never a shard's name
-/// (`<name>-shard-<i>`), which the per-shard PodDisruptionBudgets take.
-pub fn zone_budget_name(name: &str) -> String {
-    format!("{name}-shards")
-}
+use super::build::{BuildInput, child_meta, instance_labels, shard_labels};
 
-/// The budgets wanted for the shards `indices` (active and retained) of the ShardedPrometheus
-/// `name` in `namespace`.
+/// The budgets wanted for the shards `indices` (active and retained) of one ShardedPrometheus.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Budgets {
     pub zone: Option<ZoneDisruptionBudget>,
     pub shards: Vec<PodDisruptionBudget>,
 }
 
-/// The budgets `valid` asks for over the shards `indices`.
-pub fn build(
-    name: &str,
-    namespace: &str,
-    valid: &ValidSprom,
-    indices: impl IntoIterator<Item = u32>,
-) -> Budgets {
-    let zone = valid.zone_budget.then(|| zone_budget(name, namespace));
+/// The budgets `input`'s spec asks for over the shards `indices`.
+pub fn build(input: &BuildInput<'_>, indices: impl IntoIterator<Item = u32>) -> Budgets {
+    let valid = input.valid;
+    let zone = valid.zone_budget.then(|| zone_budget(input));
     let shards = match valid.shard_budgets && valid.replicas >= 2 {
         true => indices
             .into_iter()
-            .map(|index| shard_budget(name, namespace, index))
+            .map(|index| shard_budget(input, index))
             .collect(),
         false => Vec::new(),
     };
     Budgets { zone, shards }
 }
 
-fn labels(name: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (INSTANCE_LABEL.to_string(), name.to_string()),
-        (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
-    ])
+fn selecting(labels: BTreeMap<String, String>) -> Option<LabelSelector> {
+    Some(LabelSelector {
+        match_labels: Some(labels),
+        ..LabelSelector::default()
+    })
 }
 
-fn meta(name: String, namespace: &str, labels: BTreeMap<String, String>) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name),
-        namespace: Some(namespace.to_string()),
-        labels: Some(labels),
-        ..ObjectMeta::default()
-    }
-}
-
-/// Every pod of every shard, `maxUnavailable: 100%`: within one zone the ZDB lets any number go
-/// (the per-shard budgets keep one replica of each), while another zone has none unready or
-/// being evicted. Evicting an unready pod is always allowed: it removes no availability.
-fn zone_budget(name: &str, namespace: &str) -> ZoneDisruptionBudget {
+/// `<name>-shards` (never a shard's name, `<name>-shard-<i>`, which the per-shard budgets
+/// take) over every pod of every shard, `maxUnavailable: 100%`: within one zone the ZDB lets
+/// any number go (the per-shard budgets keep one replica of each), while another zone has none
+/// unready or being evicted. Evicting an unready pod is always allowed: it removes no
+/// availability.
+fn zone_budget(input: &BuildInput<'_>) -> ZoneDisruptionBudget {
+    let labels = instance_labels(input.name);
     ZoneDisruptionBudget {
-        metadata: meta(zone_budget_name(name), namespace, labels(name)),
+        metadata: ObjectMeta {
+            name: Some(format!("{}-shards", input.name)),
+            namespace: Some(input.namespace.to_string()),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        },
         spec: ZoneDisruptionBudgetSpec {
-            selector: Some(LabelSelector {
-                match_labels: Some(labels(name)),
-                ..LabelSelector::default()
-            }),
+            selector: selecting(labels),
             max_unavailable: Some(IntOrString::String("100%".into())),
             ..ZoneDisruptionBudgetSpec::default()
         },
@@ -79,18 +64,13 @@ fn zone_budget(name: &str, namespace: &str) -> ZoneDisruptionBudget {
     }
 }
 
-/// Shard `index`'s pods, one at a time; an unready pod may always be evicted (a drain never
-/// waits on a crash-looping Prometheus).
-fn shard_budget(name: &str, namespace: &str, index: u32) -> PodDisruptionBudget {
-    let mut labels = labels(name);
-    labels.insert(SHARD_POD_LABEL.to_string(), index.to_string());
+/// Shard `index`'s pods (as its StatefulSet selects them), one at a time; an unready pod may
+/// always be evicted (a drain never waits on a crash-looping Prometheus).
+fn shard_budget(input: &BuildInput<'_>, index: u32) -> PodDisruptionBudget {
     PodDisruptionBudget {
-        metadata: meta(shard_name(name, index), namespace, labels.clone()),
+        metadata: child_meta(input, index),
         spec: Some(PodDisruptionBudgetSpec {
-            selector: Some(LabelSelector {
-                match_labels: Some(labels),
-                ..LabelSelector::default()
-            }),
+            selector: selecting(shard_labels(input.name, index)),
             max_unavailable: Some(IntOrString::Int(1)),
             unhealthy_pod_eviction_policy: Some("AlwaysAllow".into()),
             ..PodDisruptionBudgetSpec::default()
@@ -102,7 +82,22 @@ fn shard_budget(name: &str, namespace: &str, index: u32) -> PodDisruptionBudget 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use zone_api::ValidSprom;
+    use zone_api::sprom::contract::{INSTANCE_LABEL, SHARD_POD_LABEL};
+
     use super::*;
+    use crate::monitoring::Monitoring;
+
+    fn budgets(valid: &ValidSprom, shards: u32) -> Budgets {
+        let monitoring = Monitoring::default();
+        let input = BuildInput {
+            name: "prom",
+            namespace: "ns",
+            valid,
+            monitoring: &monitoring,
+        };
+        build(&input, 0..shards)
+    }
 
     fn valid(mut spec: serde_json::Value) -> ValidSprom {
         spec["shardingStrategy"] = serde_json::json!({"topology": {"values": ["a", "b", "c"]}});
@@ -113,7 +108,7 @@ mod tests {
     #[test]
     fn both_budgets_by_default() {
         let valid = valid(serde_json::json!({"shards": 3, "replicas": 2}));
-        let built = build("prom", "ns", &valid, 0..3);
+        let built = budgets(&valid, 3);
         let zone = built.zone.unwrap();
         assert_eq!(zone.metadata.name.as_deref(), Some("prom-shards"));
         assert_eq!(
@@ -121,7 +116,7 @@ mod tests {
             Some(IntOrString::String("100%".into()))
         );
         let selected = zone.spec.selector.unwrap().match_labels.unwrap();
-        assert_eq!(selected, labels("prom"));
+        assert_eq!(selected, instance_labels("prom"));
         let names: Vec<_> = built
             .shards
             .iter()
@@ -138,7 +133,7 @@ mod tests {
     #[test]
     fn one_replica_has_no_shard_budget() {
         let valid = valid(serde_json::json!({"shards": 2, "replicas": 1}));
-        let built = build("prom", "ns", &valid, 0..2);
+        let built = budgets(&valid, 2);
         assert!(built.zone.is_some());
         assert!(built.shards.is_empty());
     }
@@ -149,12 +144,12 @@ mod tests {
             serde_json::json!({"shards": 2, "replicas": 2,
                 "disruptionBudgets": {"zones": zones, "shards": shards}})
         };
-        let off = build("prom", "ns", &valid(spec(false, false)), 0..2);
+        let off = budgets(&valid(spec(false, false)), 2);
         assert_eq!(off.zone, None);
         assert!(off.shards.is_empty());
-        let zones_only = build("prom", "ns", &valid(spec(true, false)), 0..2);
+        let zones_only = budgets(&valid(spec(true, false)), 2);
         assert!(zones_only.zone.is_some() && zones_only.shards.is_empty());
-        let shards_only = build("prom", "ns", &valid(spec(false, true)), 0..2);
+        let shards_only = budgets(&valid(spec(false, true)), 2);
         assert!(shards_only.zone.is_none() && shards_only.shards.len() == 2);
     }
 }

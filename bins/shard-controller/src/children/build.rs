@@ -252,7 +252,9 @@ fn rule_files(input: &BuildInput<'_>) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
-fn child_meta(input: &BuildInput<'_>, index: u32) -> ObjectMeta {
+/// The name, namespace and labels of shard `index`'s children (its Secret, Service,
+/// StatefulSet, PodDisruptionBudget).
+pub(crate) fn child_meta(input: &BuildInput<'_>, index: u32) -> ObjectMeta {
     ObjectMeta {
         name: Some(shard_name(input.name, index)),
         namespace: Some(input.namespace.to_string()),
@@ -337,14 +339,15 @@ pub fn applied_hash<K: kube::Resource>(child: &K) -> Option<&str> {
         .map(String::as_str)
 }
 
-fn shard_labels(name: &str, index: u32) -> BTreeMap<String, String> {
+/// The labels of shard `index`'s children and pods: what its StatefulSet selects.
+pub(crate) fn shard_labels(name: &str, index: u32) -> BTreeMap<String, String> {
     let mut labels = instance_labels(name);
     labels.insert(SHARD_POD_LABEL.to_string(), index.to_string());
     labels
 }
 
 /// The labels of every child of the ShardedPrometheus `name`.
-fn instance_labels(name: &str) -> BTreeMap<String, String> {
+pub(crate) fn instance_labels(name: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (
             "app.kubernetes.io/name".to_string(),

@@ -98,8 +98,16 @@ pub async fn apply(
 fn without_zdb_crd<T>(result: Result<T, ChildError>) -> Result<Option<T>, ChildError> {
     match result {
         Ok(value) => Ok(Some(value)),
-        Err(ChildError::Apply { source, .. } | ChildError::List { source, .. }) if matches!(&source, kube::Error::Api(status) if status.code == 404) =>
-        {
+        Err(
+            ChildError::Apply {
+                source: kube::Error::Api(status),
+                ..
+            }
+            | ChildError::List {
+                source: kube::Error::Api(status),
+                ..
+            },
+        ) if status.code == 404 => {
             tracing::warn!(
                 "no ZoneDisruptionBudget API (its CRD is not installed): the shards have no zone budget"
             );

@@ -256,7 +256,7 @@ fn budgets(
 ) -> (Vec<Write>, BTreeSet<String>) {
     let retained = fate.retained.iter().map(|retained| retained.index);
     let indices = (0..input.valid.shards()).chain(retained);
-    let built = budgets::build(input.name, input.namespace, input.valid, indices);
+    let built = budgets::build(input, indices);
     let children: Vec<Child> = built
         .zone
         .map(|zdb| Child::ZoneDisruptionBudget(Box::new(zdb)))

@@ -282,6 +282,7 @@ impl ShardedPrometheusSpec {
         let storage = storage(self.storage.clone().unwrap_or_default())?;
         let termination_grace_period_seconds = self.termination_grace_period()?;
         let (image, version) = self.image_and_version()?;
+        let budgets = self.disruption_budgets.as_ref();
         Ok(ValidSprom {
             layout,
             replicas: self.replicas.unsigned_abs(),
@@ -316,8 +317,8 @@ impl ShardedPrometheusSpec {
             paused: self.paused,
             pod: self.pod_options()?,
             thanos: self.thanos()?,
-            zone_budget: sprom::DisruptionBudgets::zones(self.disruption_budgets.as_ref()),
-            shard_budgets: sprom::DisruptionBudgets::shards(self.disruption_budgets.as_ref()),
+            zone_budget: budgets.and_then(|b| b.zones).unwrap_or(true),
+            shard_budgets: budgets.and_then(|b| b.shards).unwrap_or(true),
         })
     }
 

@@ -1,7 +1,8 @@
 //! Zone failover (pure): the zones whose shards are all unready, since when, and those that
 //! have been so for `zoneFailoverAfter`, whose zoneless buckets the other zones' shards take
-//! (see `ShardLayout::failed_over`) unless `zoneFailover` is Disabled. "Since" lives in the status, so a restarted controller
-//! (or a new leader) keeps counting from the first time a zone was seen down.
+//! (see `ShardLayout::failed_over`) unless `zoneFailover` is Disabled. "Since" lives in the
+//! status, so a restarted controller (or a new leader) keeps counting from the first time a
+//! zone was seen down.
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -67,12 +68,10 @@ pub fn decide(
     // Only onto a zone with a ready shard: with every zone down, nothing moves (nor is there a
     // grace to wake up for: a shard turning ready is watched).
     let some_ready = unready.len() < served.len();
+    let after = valid.zone_failover_after;
     let due: Vec<&str> = unready
         .iter()
-        .filter(|zone| {
-            let after = valid.zone_failover_after;
-            some_ready && after.is_some_and(|after| elapsed(&zone.since, now) >= after)
-        })
+        .filter(|zone| some_ready && after.is_some_and(|after| elapsed(&zone.since, now) >= after))
         .map(|zone| zone.zone.as_str())
         .collect();
     let failed = layout.clone().failed_over(due);
@@ -80,7 +79,7 @@ pub fn decide(
     for zone in &mut unready {
         zone.failed_over = failed.failed_over_zones().contains(&zone.zone);
         // Disabled: nothing to wake up for.
-        let Some(after) = valid.zone_failover_after else {
+        let Some(after) = after else {
             continue;
         };
         let left = after.saturating_sub(elapsed(&zone.since, now));
