@@ -3,7 +3,7 @@
 //! probes and RBAC; the eviction webhook is called by the API server through its Service; the
 //! deployed zau-controller rolls a StatefulSet of real pods zone by zone; a killed leader's standby
 //! takes the lease and does the work; the sample ShardedPrometheus's disruption budgets hold a
-//! drain of two zones.
+//! drain of two zones, and its shards roll zone by zone.
 //!
 //! Isolation from the tests running next to it: every name carries the test's suffix, the webhook
 //! selects only the test's namespace, and both controllers watch only that namespace.
@@ -29,6 +29,8 @@ use serde_json::json;
 
 #[path = "deploy_local/budgets.rs"]
 mod budgets;
+#[path = "deploy_local/rollout.rs"]
+mod rollout;
 
 fn node_of(pod: &Pod) -> &str {
     pods::node_of(pod).unwrap()
@@ -128,6 +130,10 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
     // The sample's shards at 2 replicas: their budgets, kept by the deployed shard-controller,
     // hold a drain of two zones' real nodes in its second zone (the deployed webhook refuses).
     budgets::shard_budgets_hold_a_two_zone_drain(&victim, &real).await;
+
+    // Their pods rolled by the deployed controllers: zone by zone, held by a shard that refuses
+    // its configuration (against every StatefulSet rolling itself, measured first).
+    rollout::shards_roll_zone_by_zone(&victim, &real_nodes).await;
 
     // Undeploy: the webhook configuration goes first, then everything else.
     deployment

@@ -1,11 +1,12 @@
 //! The children of a ShardedPrometheus's shards: how they are built (StatefulSet, Services,
-//! configuration Secret, rule ConfigMaps, disruption budgets), the Prometheus configuration they
+//! configuration Secret, rule ConfigMaps, disruption budgets, the rollout's ZoneAwareUpdate), the Prometheus configuration they
 //! carry, the Thanos sidecar, and the retention of shards scaled away.
 
 pub mod budgets;
 pub mod build;
 pub mod config;
 pub mod retention;
+pub mod rollout;
 pub mod thanos;
 
 use k8s_openapi::api::core::v1::{HTTPGetAction, Probe};

@@ -26,6 +26,12 @@ pub struct Args {
     /// not patchable) the kubelet's next sync of the pod (syncFrequency, 1m by default) decides.
     #[arg(long, env = "ZAC_CONFIG_LOAD_GRACE", default_value = "2m", value_parser = parse_duration, value_name = "DURATION")]
     pub config_load_grace: Duration,
+
+    /// Whether a zau-controller runs to roll the shards zone by zone (`spec.rollout.strategy:
+    /// ZoneAware`, the default). false: every ShardedPrometheus's StatefulSets roll themselves,
+    /// as with strategy RollingUpdate (the chart sets it when the zau-controller is disabled).
+    #[arg(long, env = "ZAC_ZONE_AWARE_ROLLOUTS", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub zone_aware_rollouts: bool,
 }
 
 #[cfg(test)]
@@ -43,6 +49,9 @@ mod tests {
             "shard-controller"
         );
         assert_eq!(args.config_load_grace, crate::health::DEFAULT_GRACE);
+        assert!(args.zone_aware_rollouts);
+        let off = ["shard-controller", "--zone-aware-rollouts=false"];
+        assert!(!Args::try_parse_from(off).unwrap().zone_aware_rollouts);
         let args =
             Args::try_parse_from(["shard-controller", "--watch-namespace", "monitoring"]).unwrap();
         assert_eq!(args.scope.namespace(), Some("monitoring"));

@@ -48,6 +48,8 @@ pub struct Context {
     pub field_manager: String,
     /// The node label that carries zones (`--zone-label`).
     pub zone_label: String,
+    /// A zau-controller runs to roll the shards zone by zone (`--zone-aware-rollouts`).
+    pub zone_aware_rollouts: bool,
     /// What earlier reconciles leave for the next ones.
     pub memory: Memory,
     /// The configuration applied to each shard, and what its Prometheus pods answer about the

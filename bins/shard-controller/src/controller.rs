@@ -53,9 +53,11 @@ const KEPT_ANNOTATIONS: [&str; 4] = [
 /// fields are most of its size, and 100 shards would keep them all in memory.
 fn strip_stateful_set(sts: &mut StatefulSet) {
     strip_meta(sts);
-    // Of the spec, only how many pods it keeps (a removed shard's final upload waits for each).
+    // Of the spec, only how many pods it keeps (a removed shard's final upload waits for each)
+    // and how it rolls them (a defaulted `rollingUpdate` must go before it turns `OnDelete`).
     sts.spec = sts.spec.take().map(|spec| StatefulSetSpec {
         replicas: spec.replicas,
+        update_strategy: spec.update_strategy,
         ..StatefulSetSpec::default()
     });
 }
@@ -145,6 +147,7 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
         sprom_metrics,
         field_manager: scope.field_manager(&parts.controller),
         zone_label: scope.zone_label.clone(),
+        zone_aware_rollouts: args.zone_aware_rollouts,
         monitoring,
         memory: Memory {
             index,

@@ -32,6 +32,7 @@ const STATEFUL_SETS: &str = "/apis/apps/v1/namespaces/mon/statefulsets";
 const PDBS: &str = "/apis/policy/v1/namespaces/mon/poddisruptionbudgets";
 const ZDBS: &str = "/apis/zonecontrol.k8s.aws/v1/namespaces/mon/zonedisruptionbudgets";
 const REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+const ZAUS: &str = "/apis/zonecontrol.k8s.aws/v1/namespaces/mon/zoneawareupdates";
 
 /// ShardedPrometheus `mon/p` over zones a, b and c with `spec` merged in.
 fn sprom_json(spec: Value) -> Value {
@@ -168,6 +169,7 @@ impl Harness {
             sprom_metrics: SpromMetrics::register(&registry).unwrap(),
             field_manager: "shard-controller".to_string(),
             zone_label: ZONE_LABEL.to_string(),
+            zone_aware_rollouts: true,
             monitoring: no_monitoring_objects(),
             memory: Default::default(),
             config_health: Default::default(),
@@ -255,6 +257,7 @@ impl Harness {
             sprom_metrics: self.ctx.sprom_metrics.clone(),
             field_manager: self.ctx.field_manager.clone(),
             zone_label: self.ctx.zone_label.clone(),
+            zone_aware_rollouts: self.ctx.zone_aware_rollouts,
             monitoring: no_monitoring_objects(),
             memory: crate::context::Memory {
                 applied: std::sync::Mutex::new(self.ctx.memory.applied.lock().unwrap().clone()),
@@ -511,6 +514,60 @@ async fn budgets_are_applied_and_a_missing_zdb_crd_does_not_stop_the_shards() {
         budgets(&warm).len(),
         3,
         "no budget written between full applies"
+    );
+}
+
+/// Guards: shards that rolled themselves (`RollingUpdate`, whose `rollingUpdate` the API server
+/// defaulted and no apply owns) turning zone-aware: a merge patch first sets `OnDelete` and
+/// removes `rollingUpdate` (the API server refuses `OnDelete` beside it, and an apply cannot
+/// remove it), then the apply, then the ZoneAwareUpdate. Without the merge patch the apply is
+/// refused (422) and the shards never roll again.
+#[tokio::test]
+async fn shards_turning_zone_aware_lose_their_defaulted_rolling_update_first() {
+    let mut rolling = cached_stateful_set(0, json!({}));
+    rolling.spec = Some(
+        serde_json::from_value(json!({
+            "selector": {}, "template": {},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+        }))
+        .unwrap(),
+    );
+    let h = Harness::new(json!({"shards": 1}), vec![rolling]);
+    script_applies(&h.fake, None);
+    script_lists(&h.fake, &[0]);
+    h.fake.on(Method::GET, ZAUS).always(
+        200,
+        json!({"apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ZoneAwareUpdateList", "metadata": {}, "items": []}),
+    );
+    h.fake
+        .on_prefix(Method::PATCH, ZAUS)
+        .always_with(|request| (200, request.json().unwrap()));
+
+    h.reconcile().await;
+    let writes: Vec<(String, Option<String>)> = h
+        .fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == Method::PATCH)
+        .filter(|r| r.path.starts_with(STATEFUL_SETS) || r.path.starts_with(ZAUS))
+        .map(|r| (r.path.clone(), r.content_type.clone()))
+        .collect();
+    let merge = Some("application/merge-patch+json".to_string());
+    let apply = Some("application/apply-patch+yaml".to_string());
+    assert_eq!(
+        writes,
+        [
+            (format!("{STATEFUL_SETS}/p-shard-0"), merge),
+            (format!("{STATEFUL_SETS}/p-shard-0"), apply.clone()),
+            (format!("{ZAUS}/p-shards"), apply),
+        ]
+    );
+    let cleared = &h
+        .fake
+        .requests_to(&Method::PATCH, &format!("{STATEFUL_SETS}/p-shard-0"))[0];
+    assert_eq!(
+        cleared.json().unwrap(),
+        json!({"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": null}}})
     );
 }
 

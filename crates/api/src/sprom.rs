@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{
     TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
@@ -114,6 +115,11 @@ pub mod reason {
     /// The Normal event when a failed-over zone has a ready shard again and its zoneless
     /// targets return to it.
     pub const ZONE_RETURNED: &str = "ZoneReturned";
+    /// The Warning event when the shard-controller pauses the shards' rollout: a shard of the
+    /// zone being rolled does not load its configuration.
+    pub const ROLLOUT_HELD: &str = "RolloutHeld";
+    /// The Normal event when that hold ends.
+    pub const ROLLOUT_RESUMED: &str = "RolloutResumed";
     pub const NODE_METADATA_DISABLED: &str = "NodeMetadataDisabled";
     /// Degraded: a rule file of a `spec.ruleFiles` ConfigMap has a problem Prometheus would
     /// refuse (it then keeps its whole previous configuration), or the ConfigMap or key is
@@ -436,6 +442,11 @@ pub struct ShardedPrometheusSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disruption_budgets: Option<DisruptionBudgets>,
 
+    /// How a change to the shards' pods (image, flags, sidecars, any pod-template field) rolls
+    /// out. Default: zone by zone (strategy ZoneAware).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<ShardRollout>,
+
     /// The pods' security context. Default: Pod Security "restricted" (non-root as the image's
     /// nobody user, seccomp RuntimeDefault); given, it replaces the default whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -727,6 +738,80 @@ pub struct DisruptionBudgets {
     pub shards: Option<bool>,
 }
 
+/// `spec.rollout`: how the shards' pods are replaced when their template changes.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardRollout {
+    /// ZoneAware (default): the shards' StatefulSets are `OnDelete` and a ZoneAwareUpdate
+    /// `<name>-shards`, owned by the ShardedPrometheus, rolls their pods zone by zone (the
+    /// zau-controller's planner: batches of 1, 2, 4, … up to maxUnavailable, evicting, so the
+    /// shards' disruption budgets hold it too), held while a shard of the zone being rolled
+    /// does not load its configuration. Needs the zau-controller; where its CRD is not
+    /// installed the shards roll as with RollingUpdate. RollingUpdate: each StatefulSet rolls
+    /// its own pods, every zone at once.
+    #[serde(default)]
+    pub strategy: ShardRolloutStrategy,
+
+    /// ZoneAware: pods replaced at once, a number or a percentage of every shard's replicas
+    /// summed (rounded up). Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::shared::cel::rollout_max_unavailable_form())]
+    pub max_unavailable: Option<IntOrString>,
+
+    /// ZoneAware: growth rate of the batches, as a ZoneAwareUpdate's. Default "2.0".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exponential_factor: Option<String>,
+
+    /// ZoneAware: how long a completed zone runs before the next zone starts (a Prometheus
+    /// duration). Default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bake_time: Option<String>,
+
+    /// ZoneAware: alerts that hold the rollout while they fire (a ZoneAwareUpdate's
+    /// `alertGate`: the shards' Thanos Querier, the rules-federator or any alerts API).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert_gate: Option<crate::zau::AlertGate>,
+}
+
+/// How the shards' pods are replaced.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ShardRolloutStrategy {
+    #[default]
+    ZoneAware,
+    RollingUpdate,
+}
+
+/// `status.rollout`: the shards' zone-by-zone rollout, as its ZoneAwareUpdate reports it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardRolloutStatus {
+    /// The ZoneAwareUpdate rolling the shards.
+    #[serde(default)]
+    pub zone_aware_update: String,
+
+    /// The zone being rolled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_zone: Option<String>,
+
+    /// Shard pods not yet at their StatefulSet's update revision.
+    #[serde(default)]
+    pub old_replicas: i32,
+
+    /// What holds the rollout (Zone, Alarm, Alert, Manual, Bake), comma-joined; empty: nothing.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub paused_by: String,
+
+    /// Why the shard-controller holds it (spec.paused of the ZoneAwareUpdate): a shard of the
+    /// zone being rolled does not load its configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<String>,
+
+    /// The ZoneAwareUpdate's own account: its Paused condition's message while paused, else
+    /// its Progressing one's; absent until the zau-controller has seen it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
 /// What happens to the shards removed by a scale-down.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -823,6 +908,14 @@ pub struct ShardedPrometheusStatus {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub unready_zones: Vec<UnreadyZone>,
+
+    /// The shards' zone-by-zone rollout (strategy ZoneAware).
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub rollout: Option<ShardRolloutStatus>,
 
     /// Available, Degraded, Invalid, ConfigLoaded, MonitoringObjectsAccepted, Paused,
     /// RemovedShardsUploaded; and Ready, Reconciling, Stalled, the summary GitOps tools read

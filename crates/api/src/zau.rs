@@ -63,6 +63,10 @@ pub mod reason {
     pub const PAUSED: &str = "Paused";
 }
 
+/// On a ZoneAwareUpdate whose `spec.paused` another controller sets (the shard-controller, over
+/// its shards): why, quoted in the Paused condition's message.
+pub const PAUSED_BECAUSE_ANNOTATION: &str = "zonecontrol.k8s.aws/paused-because";
+
 /// What can hold a rollout, as `status.pausedBy` names them (comma-joined, in this order).
 pub mod pause_source {
     /// A zone has no Ready node: an outage, whichever zone is rolled.
@@ -96,6 +100,7 @@ pub const ALARM_REASONS: [&str; 3] = [
     version = "v1",
     kind = "ZoneAwareUpdate",
     doc = "A zone-by-zone rollout of an OnDelete StatefulSet, or of a group of them (see spec).",
+    derive = "PartialEq",
     plural = "zoneawareupdates",
     shortname = "zau",
     category = "zone-aware",

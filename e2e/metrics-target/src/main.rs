@@ -10,6 +10,10 @@
 //! with that variable set is a faulty revision: `rate(app_errors_total[...]) > 0` for its pods.
 //! `PUT /errors?per_second=N` changes the rate from then on (the counter keeps its value), as a
 //! fault that ends without the pod being replaced.
+//!
+//! `GET /gap` says how long the target went unscraped at most (the longest time between two
+//! `GET /metrics`, or from the last reset to the first) and how many scrapes it answered, since
+//! `PUT /gap` (or the start): what a rollout of the Prometheus pods scraping it cost in coverage.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -95,14 +99,53 @@ struct State {
     /// Requests of /metrics answered, by path.
     requests: BTreeMap<String, u64>,
     errors: ErrorCounter,
+    gaps: Gaps,
 }
 
 impl State {
     fn new(errors_per_second: f64) -> State {
+        let now = Instant::now();
         State {
             requests: BTreeMap::new(),
-            errors: ErrorCounter::new(errors_per_second, Instant::now()),
+            errors: ErrorCounter::new(errors_per_second, now),
+            gaps: Gaps::new(now),
         }
+    }
+}
+
+/// The longest time without a scrape since `since`.
+struct Gaps {
+    since: Instant,
+    last: Instant,
+    longest: Duration,
+    scrapes: u64,
+}
+
+impl Gaps {
+    fn new(now: Instant) -> Gaps {
+        Gaps {
+            since: now,
+            last: now,
+            longest: Duration::ZERO,
+            scrapes: 0,
+        }
+    }
+
+    fn scraped(&mut self, now: Instant) {
+        self.longest = self.longest.max(now.saturating_duration_since(self.last));
+        self.last = now;
+        self.scrapes += 1;
+    }
+
+    /// Up to `now`: the time since the last scrape counts too.
+    fn report(&self, now: Instant) -> String {
+        let longest = self.longest.max(now.saturating_duration_since(self.last));
+        format!(
+            "longest_gap_seconds {:.3}\nscrapes {}\nwindow_seconds {:.3}\n",
+            longest.as_secs_f64(),
+            self.scrapes,
+            now.saturating_duration_since(self.since).as_secs_f64()
+        )
     }
 }
 
@@ -157,10 +200,16 @@ fn answer(stream: TcpStream, state: &Shared) -> std::io::Result<()> {
         ("GET", "/metrics") => {
             let mut state = lock();
             *state.requests.entry(path.to_string()).or_default() += 1;
+            state.gaps.scraped(Instant::now());
             let body = exposition(&state.requests, state.errors.value(Instant::now()));
             ("200 OK", "text/plain; version=0.0.4", body)
         }
         ("GET", "/healthz") => ("200 OK", "text/plain", "ok\n".to_string()),
+        ("GET", "/gap") => ("200 OK", "text/plain", lock().gaps.report(Instant::now())),
+        ("PUT", "/gap") => {
+            lock().gaps = Gaps::new(Instant::now());
+            ("200 OK", "text/plain", "reset\n".to_string())
+        }
         ("PUT", "/errors") => match rate_in_query(query) {
             Ok(rate) => {
                 lock().errors.set_rate(rate, Instant::now());
@@ -177,7 +226,7 @@ fn answer(stream: TcpStream, state: &Shared) -> std::io::Result<()> {
         _ => (
             "405 Method Not Allowed",
             "text/plain",
-            "GET, or PUT /errors\n".to_string(),
+            "GET, or PUT /errors or /gap\n".to_string(),
         ),
     };
     let mut stream = stream;
@@ -286,6 +335,34 @@ mod tests {
             .unwrap_or_else(|| panic!("no {metric} in {text}"))
             .parse()
             .unwrap()
+    }
+
+    #[test]
+    fn the_longest_gap_between_scrapes_is_kept_until_reset() {
+        let start = Instant::now();
+        let mut gaps = Gaps::new(start);
+        gaps.scraped(start + Duration::from_secs(1));
+        gaps.scraped(start + Duration::from_secs(6));
+        gaps.scraped(start + Duration::from_secs(8));
+        let report = gaps.report(start + Duration::from_secs(9));
+        assert!(
+            report.starts_with("longest_gap_seconds 5.000\nscrapes 3\n"),
+            "{report}"
+        );
+        // Unscraped since: the wait up to now counts.
+        let report = gaps.report(start + Duration::from_secs(20));
+        assert!(
+            report.starts_with("longest_gap_seconds 12.000\n"),
+            "{report}"
+        );
+        let addr = server(0.0, 4);
+        assert!(request(addr, "PUT", "/gap").0.contains("200"));
+        request(addr, "GET", "/metrics");
+        let (status, body) = request(addr, "GET", "/gap");
+        assert!(
+            status.contains("200") && body.contains("scrapes 1\n"),
+            "{status} {body}"
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use zone_api::{ShardedPrometheus, ZoneDisruptionBudget};
 use super::*;
 
 /// The sample's shard pods, as a drain selects them.
-const SHARD_PODS: &str =
+pub(super) const SHARD_PODS: &str =
     "app.kubernetes.io/instance=prometheus,app.kubernetes.io/managed-by=shard-controller";
 const TIMEOUT: Duration = Duration::from_secs(180);
 

@@ -1,7 +1,7 @@
 //! The shard-controller's token under its shipped RBAC and ValidatingAdmissionPolicies: the writes
 //! its RBAC allows but that are not the controller's (foreign or token Secrets, namespaces without
 //! a ShardedPrometheus, pods beyond Pod Security baseline, a pod's image, a disruption budget of
-//! other pods) refused by name.
+//! other pods, a rollout of other StatefulSets) refused by name.
 
 use super::*;
 
@@ -79,6 +79,7 @@ async fn tenancy_the_shard_controller_token_writes_only_what_the_controller_owns
     nothing_where_no_sharded_prometheus(&token, &unmanaged.name, &owner).await;
     pod_templates_within_baseline(&admin, &token, &other.name, &owner).await;
     budgets_only_of_its_pods(&token, &other.name, &owner).await;
+    rollout_only_of_its_statefulsets(&token, &other.name, &owner).await;
     // A pod of a shard: its config-digest annotation may change, its image may not.
     pod_changed_only_in_its_digest(admin, token, &other.name).await;
 }
@@ -249,6 +250,56 @@ async fn budgets_only_of_its_pods(token: &Client, namespace: &str, owner: &Value
         let message = denied_by_policy(refused).unwrap();
         assert!(
             message.contains("only disruption budgets that select the shards' pods"),
+            "{name}: {message}"
+        );
+    }
+}
+
+/// The shard-controller's rollout (dry runs, judged as real writes): a ZoneAwareUpdate over its
+/// owner's StatefulSets is written; one naming a StatefulSet, selecting anyone else's (the
+/// zau-controller would replace their pods), another ShardedPrometheus's, or adding
+/// matchExpressions, is refused naming the policy.
+async fn rollout_only_of_its_statefulsets(token: &Client, namespace: &str, owner: &Value) {
+    use zone_api::ZoneAwareUpdate;
+    let rollouts = Api::<ZoneAwareUpdate>::namespaced(token.clone(), namespace);
+    let rollout = |name: &str, spec: Value| -> ZoneAwareUpdate {
+        let mut metadata = child_metadata(owner);
+        metadata["name"] = json!(name);
+        serde_json::from_value(json!({"apiVersion": "zonecontrol.k8s.aws/v1",
+            "kind": "ZoneAwareUpdate", "metadata": metadata, "spec": spec}))
+        .unwrap()
+    };
+    let shards = |instance: &str| {
+        json!({"app.kubernetes.io/managed-by": "shard-controller",
+               "app.kubernetes.io/instance": instance})
+    };
+    rollouts
+        .create(
+            &dry_run(),
+            &rollout("shards", json!({"selector": {"matchLabels": shards(NAME)}})),
+        )
+        .await
+        .unwrap();
+    for (name, spec) in [
+        (
+            "theirs",
+            json!({"selector": {"matchLabels": {"app": "web"}}}),
+        ),
+        ("named", json!({"statefulset": "web"})),
+        (
+            "another",
+            json!({"selector": {"matchLabels": shards("another")}}),
+        ),
+        (
+            "expressions",
+            json!({"selector": {"matchLabels": shards(NAME), "matchExpressions": [
+                {"key": "app", "operator": "In", "values": ["web"]}]}}),
+        ),
+    ] {
+        let refused = rollouts.create(&dry_run(), &rollout(name, spec)).await;
+        let message = denied_by_policy(refused).unwrap();
+        assert!(
+            message.contains("only a ZoneAwareUpdate that rolls the StatefulSets"),
             "{name}: {message}"
         );
     }

@@ -210,7 +210,8 @@ impl<'a> Users<'a> {
         );
     }
 
-    /// Waits until a shard-controller at one of `addresses` applied each shard's StatefulSet and each StatefulSet is settled: its pods Ready at its update revision.
+    /// Waits until a shard-controller at one of `addresses` applied each shard's StatefulSet and
+    /// each StatefulSet is settled: its pods Ready at its update revision.
     pub(super) async fn shards_applied_from(&self, addresses: &BTreeSet<String>) {
         let sets = self.sets.clone();
         wait_for(
@@ -240,9 +241,9 @@ impl<'a> Users<'a> {
                         .map_err(|e| e.to_string())?
                         .status
                         .unwrap_or_default();
-                    if status.current_revision != status.update_revision
-                        || status.ready_replicas != Some(2)
-                    {
+                    // Updated, not currentRevision: an OnDelete StatefulSet (the shards roll
+                    // zone by zone) never moves its currentRevision.
+                    if status.updated_replicas != Some(2) || status.ready_replicas != Some(2) {
                         return Err(format!("{name} rolling: {status:?}"));
                     }
                 }

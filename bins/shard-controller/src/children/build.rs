@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     ObjectFieldSelector, PersistentVolumeClaim, PodSecurityContext, PodSpec, PodTemplateSpec,
@@ -21,7 +21,7 @@ use zone_api::sprom::PrometheusMode;
 use zone_api::sprom::contract::{
     INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SHARD_POD_LABEL, shard_name,
 };
-use zone_api::sprom::{PROMETHEUS_CONTAINER, ShardStorage, ValidSprom};
+use zone_api::sprom::{PROMETHEUS_CONTAINER, PodOptions, ShardStorage, ValidSprom};
 
 use crate::children::config::{self, CONFIG_DIR, CONFIG_KEY, ConfigError, POD_NAME_ENV, RULES_DIR};
 use crate::children::{http_probe, thanos};
@@ -412,29 +412,53 @@ fn stateful_set_spec(
                 affinity: pod.affinity.clone(),
                 priority_class_name: pod.priority_class_name.clone(),
                 image_pull_secrets: non_empty(pod.image_pull_secrets.clone()),
-                // The replicas of a shard on different nodes of its zone, where there are any;
-                // then the user's.
-                topology_spread_constraints: Some(
-                    std::iter::once(TopologySpreadConstraint {
-                        max_skew: 1,
-                        topology_key: "kubernetes.io/hostname".into(),
-                        when_unsatisfiable: "ScheduleAnyway".into(),
-                        label_selector: Some(LabelSelector {
-                            match_labels: Some(selector_labels),
-                            ..LabelSelector::default()
-                        }),
-                        ..TopologySpreadConstraint::default()
-                    })
-                    .chain(pod.topology_spread_constraints.iter().cloned())
-                    .collect(),
-                ),
+                topology_spread_constraints: Some(spread(selector_labels, pod)),
                 ..PodSpec::default()
             }),
         },
         volume_claim_templates: storage.claims,
         persistent_volume_claim_retention_policy: pod.pvc_retention.clone(),
+        // A new pod counts as available once it has had a scrape interval to scrape its targets
+        // (and the prober to judge its configuration): a rollout takes its twin down only then.
+        min_ready_seconds: Some(min_ready_seconds(&valid.monitoring.scrape_interval)),
+        // Zone by zone: the ZoneAwareUpdate `<name>-shards` replaces the pods
+        // (children::rollout); else the StatefulSet controller does, every shard at once.
+        update_strategy: valid.rollout.is_some().then(|| StatefulSetUpdateStrategy {
+            type_: Some("OnDelete".into()),
+            rolling_update: None,
+        }),
         ..StatefulSetSpec::default()
     }
+}
+
+/// The replicas of a shard (`selector_labels`) on different nodes of its zone, where there are
+/// any; then the user's constraints.
+fn spread(
+    selector_labels: BTreeMap<String, String>,
+    pod: &PodOptions,
+) -> Vec<TopologySpreadConstraint> {
+    std::iter::once(TopologySpreadConstraint {
+        max_skew: 1,
+        topology_key: "kubernetes.io/hostname".into(),
+        when_unsatisfiable: "ScheduleAnyway".into(),
+        label_selector: Some(LabelSelector {
+            match_labels: Some(selector_labels),
+            ..LabelSelector::default()
+        }),
+        ..TopologySpreadConstraint::default()
+    })
+    .chain(pod.topology_spread_constraints.iter().cloned())
+    .collect()
+}
+
+/// How long a shard pod is Ready before it counts as available: the global scrape interval (a
+/// new Prometheus scrapes each target once within an interval of starting), at least a probe
+/// round of the configuration prober, at most 5 minutes.
+fn min_ready_seconds(scrape_interval: &str) -> i32 {
+    let interval = zone_api::parse_prometheus_duration(scrape_interval).unwrap_or_default();
+    let seconds = interval.as_secs() + u64::from(interval.subsec_nanos() > 0);
+    let floor = crate::health::PROBE_INTERVAL.as_secs();
+    i32::try_from(seconds.clamp(floor, 300)).unwrap_or(300)
 }
 
 fn non_empty<T>(items: Vec<T>) -> Option<Vec<T>> {
@@ -765,4 +789,21 @@ pub(crate) fn container_security_context(valid: &ValidSprom) -> SecurityContext 
         .container_security_context
         .clone()
         .unwrap_or_else(restricted_container_security_context)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_new_pod_counts_available_after_a_scrape_interval() {
+        let cases = [
+            ("30s", 30),
+            ("5s", 15),
+            ("1m30s", 90),
+            ("2h", 300),
+            ("1500ms", 15),
+        ];
+        for (interval, seconds) in cases {
+            assert_eq!(super::min_ready_seconds(interval), seconds, "{interval}");
+        }
+    }
 }

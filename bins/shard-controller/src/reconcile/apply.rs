@@ -9,10 +9,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 use zone_api::sprom::contract;
-use zone_api::{ShardedPrometheus, ZoneDisruptionBudget};
+use zone_api::{ShardedPrometheus, ZoneAwareUpdate, ZoneDisruptionBudget};
 use zone_operator::children::{self, ChildError};
 
 use crate::children::build::{self, CONFIG_DIGEST_ANNOTATION};
@@ -92,10 +93,11 @@ pub async fn apply(
     Ok(())
 }
 
-/// A ZoneDisruptionBudget written or listed: `Ok(None)` where the API server does not serve
-/// the kind (its CRD is not installed), which leaves the shards without a zone budget, as they
-/// were before: said in the log, not an error of the reconcile.
-fn without_zdb_crd<T>(result: Result<T, ChildError>) -> Result<Option<T>, ChildError> {
+/// A child of a custom kind (ZoneDisruptionBudget, ZoneAwareUpdate) written or listed:
+/// `Ok(None)` where the API server does not serve the kind (its CRD is not installed), which
+/// leaves the shards without it, as they were before: said in the log, not an error of the
+/// reconcile.
+fn without_crd<T>(kind: &str, result: Result<T, ChildError>) -> Result<Option<T>, ChildError> {
     match result {
         Ok(value) => Ok(Some(value)),
         Err(
@@ -109,7 +111,8 @@ fn without_zdb_crd<T>(result: Result<T, ChildError>) -> Result<Option<T>, ChildE
             },
         ) if status.code == 404 => {
             tracing::warn!(
-                "no ZoneDisruptionBudget API (its CRD is not installed): the shards have no zone budget"
+                kind,
+                "the API server does not serve the kind (its CRD is not installed)"
             );
             Ok(None)
         }
@@ -155,6 +158,7 @@ impl Writer<'_> {
                 .await
                 .map(drop),
             Child::StatefulSet(c) => {
+                self.clear_rolling_update(c).await?;
                 children::apply_child(&self.api(), owner, (**c).clone(), manager)
                     .await
                     .map(drop)
@@ -164,7 +168,13 @@ impl Writer<'_> {
                     .await
                     .map(drop)
             }
-            Child::ZoneDisruptionBudget(c) => without_zdb_crd(
+            Child::ZoneDisruptionBudget(c) => without_crd(
+                "ZoneDisruptionBudget",
+                children::apply_child(&self.api(), owner, (**c).clone(), manager).await,
+            )
+            .map(drop),
+            Child::ZoneAwareUpdate(c) => without_crd(
+                "ZoneAwareUpdate",
                 children::apply_child(&self.api(), owner, (**c).clone(), manager).await,
             )
             .map(drop),
@@ -201,10 +211,49 @@ impl Writer<'_> {
             ChildKind::ZoneDisruptionBudget => {
                 let wanted = &plan.wanted_budgets;
                 let api = self.api::<ZoneDisruptionBudget>();
-                without_zdb_crd(children::prune_children(&api, &selector, uid, wanted).await)
-                    .map(Option::unwrap_or_default)
+                let pruned = children::prune_children(&api, &selector, uid, wanted).await;
+                without_crd("ZoneDisruptionBudget", pruned).map(Option::unwrap_or_default)
+            }
+            ChildKind::ZoneAwareUpdate => {
+                let wanted = &plan.wanted_rollout;
+                let api = self.api::<ZoneAwareUpdate>();
+                let pruned = children::prune_children(&api, &selector, uid, wanted).await;
+                without_crd("ZoneAwareUpdate", pruned).map(Option::unwrap_or_default)
             }
         }
+    }
+
+    /// A StatefulSet turning `OnDelete` (the shards' zone-aware rollout) while the cluster's
+    /// copy still has `updateStrategy.rollingUpdate`, which the API server defaulted when it was
+    /// `RollingUpdate` and which no apply owns: the API server refuses `OnDelete` beside it, and
+    /// an apply cannot remove a field it does not own, so a merge patch changes the strategy
+    /// first (only that: the pods are not touched).
+    async fn clear_rolling_update(&self, set: &StatefulSet) -> Result<(), ChildError> {
+        let wanted = set.spec.as_ref().and_then(|s| s.update_strategy.as_ref());
+        if wanted.and_then(|u| u.type_.as_deref()) != Some("OnDelete") {
+            return Ok(());
+        }
+        let name = set.metadata.name.clone().unwrap_or_default();
+        let key = ObjectRef::new(&name).within(self.namespace);
+        let cached = self.ctx.stateful_sets.get(&key);
+        let rolling = cached
+            .as_ref()
+            .and_then(|c| c.spec.as_ref())
+            .and_then(|s| s.update_strategy.as_ref())
+            .is_some_and(|u| u.rolling_update.is_some());
+        if !rolling {
+            return Ok(());
+        }
+        let patch = serde_json::json!({"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": null}}});
+        self.api::<StatefulSet>()
+            .patch(&name, &self.params(), &Patch::Merge(&patch))
+            .await
+            .map(drop)
+            .map_err(|source| ChildError::Apply {
+                kind: "StatefulSet".into(),
+                name,
+                source,
+            })
     }
 
     /// Annotates the running pods of the shard whose configuration Secret `secret` is with the

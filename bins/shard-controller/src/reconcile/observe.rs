@@ -5,11 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, PoisonError};
 
-use kube::ResourceExt;
+use kube::api::ListParams;
 use kube::runtime::reflector::Store;
-use zone_api::ShardedPrometheus;
+use kube::{Api, ResourceExt};
 use zone_api::ValidSprom;
 use zone_api::sprom::contract::{self, INSTANCE_LABEL};
+use zone_api::{ShardedPrometheus, ZoneAwareUpdate};
 use zone_operator::children;
 
 use crate::children::build::{ZONE_ANNOTATION, applied_hash};
@@ -34,17 +35,20 @@ pub enum ChildKind {
     PodDisruptionBudget,
     /// Not cached, as PodDisruptionBudget; its CRD may not be installed.
     ZoneDisruptionBudget,
+    /// Read by name each reconcile (children::rollout); its CRD may not be installed.
+    ZoneAwareUpdate,
 }
 
 impl ChildKind {
     /// The order children of shards no longer wanted are deleted in: the pods first.
-    pub const PRUNE_ORDER: [ChildKind; 6] = [
+    pub const PRUNE_ORDER: [ChildKind; 7] = [
         ChildKind::StatefulSet,
         ChildKind::Service,
         ChildKind::Secret,
         ChildKind::ConfigMap,
         ChildKind::PodDisruptionBudget,
         ChildKind::ZoneDisruptionBudget,
+        ChildKind::ZoneAwareUpdate,
     ];
 
     /// Whether no cache shows this kind: its children are written and pruned on full applies
@@ -52,7 +56,9 @@ impl ChildKind {
     pub fn uncached(self) -> bool {
         matches!(
             self,
-            ChildKind::PodDisruptionBudget | ChildKind::ZoneDisruptionBudget
+            ChildKind::PodDisruptionBudget
+                | ChildKind::ZoneDisruptionBudget
+                | ChildKind::ZoneAwareUpdate
         )
     }
 }
@@ -82,6 +88,32 @@ pub struct Observed {
     /// The shards short of pods whose StatefulSet the API server refuses pods, by shard index:
     /// the refusal, as its latest `FailedCreate` event quotes it.
     pub pods_refused: BTreeMap<u32, String>,
+    /// The ZoneAwareUpdate rolling the shards, as read now.
+    pub rollout: ObservedRollout,
+}
+
+/// The shards' ZoneAwareUpdate (children::rollout), read by name each reconcile: no cache
+/// watches the kind, whose CRD may not be installed, and its status is mirrored.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum ObservedRollout {
+    /// There is none.
+    #[default]
+    Absent,
+    Found(Box<ZoneAwareUpdate>),
+    /// The API server serves no ZoneAwareUpdate (its CRD is not installed): the shards roll
+    /// as with strategy RollingUpdate.
+    NoApi,
+    /// No zau-controller runs (`--zone-aware-rollouts=false`): as without the API.
+    Disabled,
+}
+
+impl ObservedRollout {
+    pub fn found(&self) -> Option<&ZoneAwareUpdate> {
+        match self {
+            ObservedRollout::Found(zau) => Some(zau),
+            _ => None,
+        }
+    }
 }
 
 /// A shard's StatefulSet, as the cache holds it.
@@ -187,6 +219,10 @@ pub async fn observe(
     );
     observed.pods_refused =
         refusals::read(&ctx.client, &namespace, &name, &observed.stateful_sets).await;
+    observed.rollout = match ctx.zone_aware_rollouts {
+        true => rollout(&ctx.client, &namespace, &name).await?,
+        false => ObservedRollout::Disabled,
+    };
     let needed = crate::reconcile::access::needed(&valid.scrape_configs, &namespace);
     observed.forbidden = ctx
         .memory
@@ -199,6 +235,34 @@ pub async fn observe(
         )
         .await;
     Ok((observed, monitoring))
+}
+
+/// The ZoneAwareUpdate `<name>-shards`, listed by name: a list answers 404 only where the kind
+/// is not served, where a get answers 404 for a missing object too.
+async fn rollout(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<ObservedRollout, ObserveError> {
+    let api: Api<ZoneAwareUpdate> = Api::namespaced(client.clone(), namespace);
+    let zau = crate::children::rollout::name(name);
+    let params = ListParams::default().fields(&format!("metadata.name={zau}"));
+    match api.list(&params).await {
+        Ok(list) => Ok(list
+            .items
+            .into_iter()
+            .next()
+            .map_or(ObservedRollout::Absent, |found| {
+                ObservedRollout::Found(Box::new(found))
+            })),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(ObservedRollout::NoApi),
+        Err(source) => Err(ObserveError::Read {
+            kind: "ZoneAwareUpdate",
+            namespace: namespace.to_string(),
+            name: zau,
+            source,
+        }),
+    }
 }
 
 /// Whether every child must be applied again, whatever the cache shows (`applied`: when each

@@ -43,6 +43,8 @@ pub struct Plan {
     /// The names of the disruption budgets wanted (PodDisruptionBudgets and the
     /// ZoneDisruptionBudget: a PodDisruptionBudget takes its shard's name, wanted or not).
     pub wanted_budgets: BTreeSet<String>,
+    /// The name of the rollout's ZoneAwareUpdate, when one is wanted.
+    pub wanted_rollout: BTreeSet<String>,
     /// The kinds whose unwanted children are deleted, in that order.
     pub prune: Vec<ChildKind>,
     /// Every child is written: remember when, so the next reconciles may skip unchanged ones.
@@ -71,7 +73,8 @@ pub fn plan(
 ) -> Result<Plan, Invalid> {
     let failover = failover::decide(valid, observed, &target.previous.unready_zones, now);
     // The shards are built with the failed-over zones' zoneless buckets on the other zones.
-    let failed_over = failover.valid(valid);
+    let mut failed_over = failover.valid(valid);
+    rollout::without_api(failed_over.to_mut(), observed);
     let valid: &ValidSprom = &failed_over;
     let input = BuildInput {
         name: target.name,
@@ -97,6 +100,8 @@ pub fn plan(
     let (mut writes, wanted) = writes(&input, built, &fate, &uploads, observed)?;
     let (budget_writes, wanted_budgets) = budgets(&input, &fate, observed.full_apply);
     writes.extend(budget_writes);
+    let rollout = rollout::plan(&input, observed, config_loaded.as_deref());
+    writes.extend(rollout.write);
     let prune = prune(observed, [&wanted, &wanted_config_maps]);
 
     let next_config_check = config_loaded.as_deref().and_then(verdict::next_change);
@@ -108,22 +113,21 @@ pub fn plan(
         .is_some_and(ValidThanos::final_upload)
         .then(|| uploads.observations());
     observation.unready_zones = failover.unready;
-    let (status, mut events) = crate::status::compute(target.previous, &observation);
-    let new_generation = target.previous.observed_generation != target.generation;
-    events::retention(&fate, policy, new_generation, &mut events);
-    uploads.events(&mut events);
-    failover::events(
-        &target.previous.unready_zones,
-        &status.unready_zones,
-        &mut events,
-    );
-    let next_looks = [uploads.next_look(now), failover.next_look];
+    let (mut status, mut events) = crate::status::compute(target.previous, &observation);
+    status.rollout = rollout.status;
+    transition_events(target, &status, (&fate, policy), &uploads, &mut events);
+    let next_looks = [
+        uploads.next_look(now),
+        failover.next_look,
+        rollout.look_again,
+    ];
     let resync = resync(observed, next_config_check, next_looks);
     Ok(Plan {
         writes,
         wanted,
         wanted_config_maps,
         wanted_budgets,
+        wanted_rollout: rollout.wanted.into_iter().collect(),
         prune,
         full_apply: observed.full_apply,
         status,
@@ -136,6 +140,23 @@ pub fn plan(
     })
 }
 
+/// The events of what changed since the `target`'s previous status besides the conditions':
+/// shards retained or deleted, final uploads, zones failed over and back, the rollout held.
+fn transition_events(
+    target: &Target<'_>,
+    status: &ShardedPrometheusStatus,
+    (fate, policy): (&retention::Plan, retention::Policy),
+    uploads: &Uploads,
+    events: &mut PendingEvents,
+) {
+    let previous = target.previous;
+    let new_generation = previous.observed_generation != target.generation;
+    events::retention(fate, policy, new_generation, events);
+    uploads.events(events);
+    failover::events(&previous.unready_zones, &status.unready_zones, events);
+    rollout::events(previous.rollout.as_ref(), status.rollout.as_ref(), events);
+}
+
 /// How soon a reconcile looks again while a shard's StatefulSet has fewer pods than it should.
 const SHORT_OF_PODS_LOOK: Duration = Duration::from_secs(15);
 
@@ -144,7 +165,7 @@ const SHORT_OF_PODS_LOOK: Duration = Duration::from_secs(15);
 fn resync(
     observed: &Observed,
     next_config_check: Option<Duration>,
-    [next_upload_look, next_failover_look]: [Option<Duration>; 2],
+    [next_upload_look, next_failover_look, next_rollout_look]: [Option<Duration>; 3],
 ) -> Duration {
     // Nothing is watched that tells of an RBAC change (a fix, a consent given or revoked): look
     // again once the answer expires (a second after, so it has).
@@ -173,6 +194,10 @@ fn resync(
     // A zone's failover grace ends with no event to tell: look again then (a second later).
     if let Some(left) = next_failover_look {
         resync = resync.min(left + Duration::from_secs(1));
+    }
+    // The shards roll: their ZoneAwareUpdate's progress is mirrored (nothing watches it).
+    if let Some(next) = next_rollout_look {
+        resync = resync.min(next);
     }
     resync
 }
@@ -326,6 +351,7 @@ fn observation<'a>(
 pub(crate) mod events;
 pub(crate) mod failover;
 mod health;
+mod rollout;
 pub(crate) mod write;
 
 pub use write::{Child, Write, changed};

@@ -16,10 +16,12 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use zone_api::conditions::Conditions;
-use zone_api::zau::{ALARM_REASONS, ZoneScope, condition, pause_source, reason};
+use zone_api::zau::{ALARM_REASONS, PAUSED_BECAUSE_ANNOTATION, ZoneScope, condition};
 use zone_api::zau::{GateTarget, ValidAlertGate};
+use zone_api::zau::{pause_source, reason};
 use zone_api::{ZoneAwareUpdateSpec, ZoneAwareUpdateStatus};
 use zone_topology::rollout::{Batch, RolloutPod};
 
@@ -143,11 +145,19 @@ pub fn gate_hold(endpoint: &str, selector: &str, pending: bool, verdict: &Verdic
     }
 }
 
-pub fn manual_hold(paused: bool) -> Option<Hold> {
-    paused.then(|| Hold {
+/// `spec.paused`, with why when the controller that set it says so ([`PAUSED_BECAUSE_ANNOTATION`]).
+pub fn manual_hold(paused: bool, because: Option<&str>) -> Option<Hold> {
+    if !paused {
+        return None;
+    }
+    let message = match because.map(str::trim).filter(|why| !why.is_empty()) {
+        Some(why) => format!("spec.paused is set ({why}): no pod is removed until it is unset"),
+        None => "spec.paused is set: no pod is removed until it is unset".to_string(),
+    };
+    Some(Hold {
         source: pause_source::MANUAL,
         reason: reason::MANUALLY_PAUSED,
-        message: "spec.paused is set: no pod is removed until it is unset".to_string(),
+        message,
     })
 }
 
@@ -358,7 +368,11 @@ impl Step<'_> {
         ));
         holds.extend(self.alarm_hold(batch_due).await);
         holds.extend(self.gate_hold(observed, zones).await);
-        holds.extend(manual_hold(observed.valid.paused));
+        let because = self.zau.annotations().get(PAUSED_BECAUSE_ANNOTATION);
+        holds.extend(manual_hold(
+            observed.valid.paused,
+            because.map(String::as_str),
+        ));
         holds.extend(bake);
         holds
     }

@@ -10,6 +10,11 @@ pub fn max_unavailable_form() -> Rule {
     int_or_percent_form("spec.maxUnavailable", "25%")
 }
 
+/// On a ShardedPrometheus's `spec.rollout.maxUnavailable`.
+pub fn rollout_max_unavailable_form() -> Rule {
+    int_or_percent_form("spec.rollout.maxUnavailable", "25%")
+}
+
 /// On a ZoneDisruptionBudget's `spec.minAvailable`.
 pub fn min_available_form() -> Rule {
     int_or_percent_form("spec.minAvailable", "50%")

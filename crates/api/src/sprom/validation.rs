@@ -8,6 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{
     EmptyDirVolumeSource, PersistentVolumeClaimSpec, ResourceRequirements, Toleration,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use zone_topology::sharding::{ShardLayout, ShardingError};
 
 use super::cel;
@@ -17,10 +18,11 @@ use crate::shared::{
 };
 use crate::sprom::monitoring::ValidMonitoring;
 use crate::sprom::{
-    self, PrometheusMode, PrometheusStorage, RuleFileRef, ShardedPrometheusSpec, ShardingMode,
-    WhenScaled, contract,
+    self, PrometheusMode, PrometheusStorage, RuleFileRef, ShardRolloutStrategy,
+    ShardedPrometheusSpec, ShardingMode, WhenScaled, contract,
 };
 use crate::units::{UnitError, parse_prometheus_size};
+use crate::zau::ZoneAwareUpdateSpec;
 
 mod alerting;
 mod monitoring;
@@ -51,6 +53,10 @@ pub enum SpromError {
     Shards(i32),
     #[error("spec.shardingStrategy: {0}")]
     Layout(#[source] ShardingError),
+    /// `spec.rollout`, as the ZoneAwareUpdate it becomes would be refused (its fields named
+    /// as the ShardedPrometheus's).
+    #[error("{0}")]
+    Rollout(String),
     #[error("spec.replicas is {0}: every shard needs at least 1 replica")]
     Replicas(i32),
     #[error("{}", cel::ZONES_LISTED)]
@@ -240,6 +246,9 @@ pub struct ValidSprom {
     pub zone_budget: bool,
     /// A PodDisruptionBudget per shard of two or more replicas (`disruptionBudgets.shards`).
     pub shard_budgets: bool,
+    /// Strategy ZoneAware: the spec of the ZoneAwareUpdate rolling the shards, but its
+    /// selector (the controller's to write) and `paused`; None: RollingUpdate.
+    pub rollout: Option<ZoneAwareUpdateSpec>,
 }
 
 impl ValidSprom {
@@ -319,7 +328,43 @@ impl ShardedPrometheusSpec {
             thanos: self.thanos()?,
             zone_budget: budgets.and_then(|b| b.zones).unwrap_or(true),
             shard_budgets: budgets.and_then(|b| b.shards).unwrap_or(true),
+            rollout: self.rollout()?,
         })
+    }
+
+    /// `spec.rollout` as the ZoneAwareUpdate it becomes, checked as one (with a selector in
+    /// place of the controller's).
+    fn rollout(&self) -> Result<Option<ZoneAwareUpdateSpec>, SpromError> {
+        let rollout = self.rollout.clone().unwrap_or_default();
+        if rollout.strategy == ShardRolloutStrategy::RollingUpdate {
+            return Ok(None);
+        }
+        let spec = ZoneAwareUpdateSpec {
+            max_unavailable: rollout.max_unavailable,
+            exponential_factor: rollout
+                .exponential_factor
+                .filter(|factor| !factor.trim().is_empty())
+                .unwrap_or_else(|| zone_topology::rollout::DEFAULT_EXPONENTIAL_FACTOR.to_string()),
+            alert_gate: rollout.alert_gate,
+            bake_time: rollout.bake_time.filter(|bake| !bake.trim().is_empty()),
+            ..ZoneAwareUpdateSpec::default()
+        };
+        let checked = ZoneAwareUpdateSpec {
+            selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    contract::INSTANCE_LABEL.to_string(),
+                    "checked".to_string(),
+                )])),
+                ..LabelSelector::default()
+            }),
+            ..spec.clone()
+        };
+        match checked.validate() {
+            Ok(_) => Ok(Some(spec)),
+            Err(error) => Err(SpromError::Rollout(
+                error.to_string().replace("spec.", "spec.rollout."),
+            )),
+        }
     }
 
     /// The image and the Prometheus version it runs: `version`, else the image's tag, else the

@@ -4,15 +4,15 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
-use zone_api::ShardedPrometheus;
 use zone_api::ValidSprom;
 use zone_api::conditions::Conditions;
 use zone_api::sprom::{ShardedPrometheusStatus, WhenScaled, condition, reason};
+use zone_api::{ShardedPrometheus, ZoneAwareUpdate};
 
 use super::*;
 use crate::final_upload::pods as upload;
 use crate::health::Fingerprint;
-use crate::reconcile::observe::{ChildKind, Observed, ObservedStatefulSet};
+use crate::reconcile::observe::{ChildKind, Observed, ObservedRollout, ObservedStatefulSet};
 
 const NOW: &str = "2026-01-01T12:00:00Z";
 
@@ -56,6 +56,10 @@ fn applied(plan: &Plan) -> Observed {
     };
     for write in &plan.writes {
         if let Write::Apply(child) = write {
+            if let Child::ZoneAwareUpdate(zau) = child {
+                observed.rollout = ObservedRollout::Found(zau.clone());
+                continue;
+            }
             let hash = child.hash().map(str::to_string);
             observed
                 .children
@@ -138,8 +142,8 @@ fn a_full_apply_writes_every_child_config_first_and_prunes_every_kind() {
         ChildKind::StatefulSet,
     ]
     .repeat(3);
-    // One replica: the zone budget, no shard budget.
-    want.push(ChildKind::ZoneDisruptionBudget);
+    // One replica: the zone budget, no shard budget; the rollout.
+    want.extend([ChildKind::ZoneDisruptionBudget, ChildKind::ZoneAwareUpdate]);
     assert_eq!(kinds, want);
     assert_eq!(plan.prune, ChildKind::PRUNE_ORDER);
     assert_eq!(
@@ -183,7 +187,7 @@ fn unchanged_children_are_not_written_again_until_the_resync() {
             .unwrap()
             .writes
             .len(),
-        10
+        11
     );
 }
 
@@ -202,7 +206,7 @@ fn budgets_are_written_on_full_applies_and_pruned_when_turned_off() {
     let budgets = |plan: &Plan| -> Vec<(ChildKind, String)> {
         applies(plan)
             .into_iter()
-            .filter(|(kind, _)| kind.uncached())
+            .filter(|(kind, _)| kind.uncached() && *kind != ChildKind::ZoneAwareUpdate)
             .collect()
     };
     let first = planned(&spec(json!({})), &full());
@@ -767,4 +771,134 @@ fn the_rulers_rule_files_are_applied_mounted_by_no_shard_and_pruned() {
     assert!(planned(&with, &cached).prune.is_empty());
     cached.monitoring.global_rule_files = None;
     assert_eq!(planned(&with, &cached).prune, [ChildKind::ConfigMap]);
+}
+
+/// The rollout: the StatefulSets `OnDelete` and a ZoneAwareUpdate over them, written when
+/// missing, when the hold changes and on full applies; paused, with why, while a shard of the
+/// zone being rolled refuses its configuration; mirrored in the status; none, and the
+/// StatefulSets rolling themselves, with RollingUpdate or where the API server has no
+/// ZoneAwareUpdate.
+#[test]
+fn the_rollout_is_held_while_a_shard_of_the_rolled_zone_refuses_its_configuration() {
+    let spec = three_zones(3, "Delete");
+    let strategy = |plan: &Plan| -> Vec<Option<String>> {
+        plan.writes
+            .iter()
+            .filter_map(|write| match write {
+                Write::Apply(Child::StatefulSet(sts)) => Some(
+                    sts.spec
+                        .as_ref()
+                        .and_then(|s| s.update_strategy.as_ref())
+                        .and_then(|u| u.type_.clone()),
+                ),
+                _ => None,
+            })
+            .collect()
+    };
+    let rollout = |plan: &Plan| -> Option<ZoneAwareUpdate> {
+        plan.writes.iter().find_map(|write| match write {
+            Write::Apply(Child::ZoneAwareUpdate(zau)) => Some((**zau).clone()),
+            _ => None,
+        })
+    };
+    let first = planned(&spec, &full());
+    assert_eq!(strategy(&first), vec![Some("OnDelete".to_string()); 3]);
+    let zau = rollout(&first).unwrap();
+    assert!(!zau.spec.paused);
+    assert_eq!(first.wanted_rollout, ["p-shards".to_string()].into());
+
+    // Between full applies an unchanged one is not written again.
+    let mut observed = applied(&first);
+    let mut rolling = zau.clone();
+    rolling.status = Some(zone_api::ZoneAwareUpdateStatus {
+        current_zone: Some("b".into()),
+        total_old_replicas: 2,
+        ..Default::default()
+    });
+    observed.rollout = ObservedRollout::Found(Box::new(rolling));
+    let again = planned(&spec, &observed);
+    assert_eq!(rollout(&again), None);
+    let status = again.status.rollout.clone().unwrap();
+    assert_eq!(
+        (
+            status.current_zone.as_deref(),
+            status.old_replicas,
+            status.held_by
+        ),
+        (Some("b"), 2, None)
+    );
+    assert_eq!(again.requeue_after, rollout::ROLLING_LOOK);
+
+    // Shard 1 (zone b) refuses its configuration: the rollout is paused, saying why.
+    use crate::health::verdict::Answer;
+    let runs = |shard: u32| Answer::Running {
+        served: first.configs[&shard].fingerprint.clone().unwrap(),
+    };
+    let refused = Answer::Refused {
+        last_config_time: None,
+    };
+    observed.config = probed(
+        &first,
+        Duration::from_secs(600),
+        [runs(0), refused, runs(2)],
+    );
+    let held = planned(&spec, &observed);
+    let zau = rollout(&held).expect("the hold is written at once");
+    assert!(zau.spec.paused);
+    let why = &zau.metadata.annotations.as_ref().unwrap()[zone_api::zau::PAUSED_BECAUSE_ANNOTATION];
+    assert!(why.contains("shard 1 (b): p-shard-1-0 refused it"), "{why}");
+    assert_eq!(
+        held.status.rollout.as_ref().unwrap().held_by.as_deref(),
+        Some(why.as_str())
+    );
+    let reasons: Vec<_> = held.events.events().iter().map(|e| e.reason).collect();
+    assert!(reasons.contains(&reason::ROLLOUT_HELD), "{reasons:?}");
+
+    // Zone a being rolled, or nothing left to roll, the same refusal holds nothing.
+    let progress = |observed: &mut Observed, zone: &str, old: i32| {
+        if let ObservedRollout::Found(zau) = &mut observed.rollout {
+            let status = zau.status.as_mut().unwrap();
+            status.current_zone = Some(zone.into());
+            status.total_old_replicas = old;
+        }
+    };
+    let mut zau = zau;
+    zau.status = Some(zone_api::ZoneAwareUpdateStatus::default());
+    observed.rollout = ObservedRollout::Found(Box::new(zau));
+    progress(&mut observed, "a", 2);
+    let other_zone = planned(&spec, &observed);
+    assert!(
+        rollout(&other_zone).is_some_and(|zau| !zau.spec.paused),
+        "the hold lifted"
+    );
+    progress(&mut observed, "b", 0);
+    assert_eq!(
+        planned(&spec, &observed).status.rollout.unwrap().held_by,
+        None
+    );
+
+    // RollingUpdate, or no ZoneAwareUpdate API: the StatefulSets roll themselves, none wanted.
+    let rolling_update = valid(json!({
+        "shards": 3,
+        "shardingStrategy": {"topology": {"values": ["a", "b", "c"]}},
+        "rollout": {"strategy": "RollingUpdate"},
+    }));
+    let off = planned(&rolling_update, &full());
+    assert_eq!(strategy(&off), vec![None; 3]);
+    assert_eq!((rollout(&off), off.wanted_rollout.len()), (None, 0));
+    assert!(off.prune.contains(&ChildKind::ZoneAwareUpdate));
+    let no_api = Observed {
+        rollout: ObservedRollout::NoApi,
+        ..full()
+    };
+    let without = planned(&spec, &no_api);
+    assert_eq!(strategy(&without), vec![None; 3]);
+    assert_eq!(rollout(&without), None);
+    let disabled = Observed {
+        rollout: ObservedRollout::Disabled,
+        ..full()
+    };
+    let without = planned(&spec, &disabled);
+    assert_eq!(strategy(&without), vec![None; 3]);
+    assert_eq!((rollout(&without), without.wanted_rollout.len()), (None, 0));
 }

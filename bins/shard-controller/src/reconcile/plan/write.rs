@@ -5,7 +5,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, EphemeralContainer, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Resource;
-use zone_api::ZoneDisruptionBudget;
+use zone_api::{ZoneAwareUpdate, ZoneDisruptionBudget};
 
 use crate::children::build::applied_hash;
 use crate::children::retention;
@@ -20,6 +20,7 @@ pub enum Child {
     StatefulSet(Box<StatefulSet>),
     PodDisruptionBudget(Box<PodDisruptionBudget>),
     ZoneDisruptionBudget(Box<ZoneDisruptionBudget>),
+    ZoneAwareUpdate(Box<ZoneAwareUpdate>),
 }
 
 impl Child {
@@ -31,6 +32,7 @@ impl Child {
             Child::StatefulSet(_) => ChildKind::StatefulSet,
             Child::PodDisruptionBudget(_) => ChildKind::PodDisruptionBudget,
             Child::ZoneDisruptionBudget(_) => ChildKind::ZoneDisruptionBudget,
+            Child::ZoneAwareUpdate(_) => ChildKind::ZoneAwareUpdate,
         }
     }
 
@@ -42,6 +44,7 @@ impl Child {
             Child::StatefulSet(child) => child.meta(),
             Child::PodDisruptionBudget(child) => child.meta(),
             Child::ZoneDisruptionBudget(child) => child.meta(),
+            Child::ZoneAwareUpdate(child) => child.meta(),
         }
     }
 
@@ -56,7 +59,9 @@ impl Child {
             Child::Secret(child) => applied_hash(&**child),
             Child::Service(child) => applied_hash(&**child),
             Child::StatefulSet(child) => applied_hash(&**child),
-            Child::PodDisruptionBudget(_) | Child::ZoneDisruptionBudget(_) => None,
+            Child::PodDisruptionBudget(_)
+            | Child::ZoneDisruptionBudget(_)
+            | Child::ZoneAwareUpdate(_) => None,
         }
     }
 }

@@ -163,7 +163,7 @@ fn ignore_alarm_says_what_it_silences() {
 fn sources_combine_in_order_with_one_event_per_change() {
     let spec = spec(json!({}));
     let alert = hold(pause_source::ALERT, reason::ALERT_FIRING, "E firing");
-    let manual = manual_hold(true).unwrap();
+    let manual = manual_hold(true, None).unwrap();
     let bake = hold(pause_source::BAKE, reason::BAKING, "baking");
     let alarm = alarm_hold("a", &AlarmState::NotFound).unwrap();
 
@@ -239,7 +239,7 @@ fn a_dark_or_returning_zone_holds_the_rollout_first() {
         zone.message,
         "zone zone-b (3 nodes, none Ready) dark: no pod is removed, in any zone, until it is back"
     );
-    let manual = manual_hold(true).unwrap();
+    let manual = manual_hold(true, None).unwrap();
     let (is_paused, draft) = recorded(&spec, &ZoneAwareUpdateStatus::default(), &[manual, zone]);
     assert!(is_paused);
     assert_eq!(draft.status.paused_by, "Zone,Manual");
@@ -403,4 +403,18 @@ fn rollout_zone_scope_covers_the_updated_zones_while_baking() {
         BTreeSet::from(["zone-a".to_string(), "zone-b".to_string()])
     );
     assert!(scope_zones(None, false, &status).is_empty());
+}
+
+/// A pause another controller sets says why, in the Paused message.
+#[test]
+fn a_pause_set_by_another_controller_says_why() {
+    let why = "shard 0 (zone-a) does not load its configuration";
+    let held = manual_hold(true, Some(why)).unwrap();
+    assert_eq!(held.source, pause_source::MANUAL);
+    assert!(held.message.contains(why), "{}", held.message);
+    assert_eq!(manual_hold(false, Some(why)), None);
+    assert_eq!(
+        manual_hold(true, Some(" ")).unwrap().message,
+        manual_hold(true, None).unwrap().message
+    );
 }
