@@ -233,6 +233,13 @@ pub fn controller(
     ControllerProcess::start(binary, &args, env)
 }
 
+/// The environment of a shard-controller run with no zau-controller beside it: the shards'
+/// StatefulSets roll themselves (`--zone-aware-rollouts=false`), as the chart configures it
+/// without the zau-controller.
+pub fn without_zau_controller() -> [(&'static str, String); 1] {
+    [("ZAC_ZONE_AWARE_ROLLOUTS", "false".to_string())]
+}
+
 /// [`controller`] with its metrics on a free port of 127.0.0.1: the process and the port.
 pub fn controller_on_free_port(
     binary: &str,
@@ -331,8 +338,11 @@ impl Sprom {
         timeout: Duration,
     ) -> Sprom {
         let mut sprom = Sprom::watched_elsewhere(prefix, name, manager, timeout).await;
-        let (controller, metrics_port) =
-            controller_on_free_port("shard-controller", &sprom.ns.name, &[]);
+        let (controller, metrics_port) = controller_on_free_port(
+            "shard-controller",
+            &sprom.ns.name,
+            &without_zau_controller(),
+        );
         sprom.metrics_port = metrics_port;
         sprom.controller = Mutex::new(Some(controller));
         sprom
@@ -369,7 +379,12 @@ impl Sprom {
             .unwrap_or_else(PoisonError::into_inner);
         drop(running.take());
         let listen = format!("127.0.0.1:{}", self.metrics_port);
-        *running = Some(controller("shard-controller", &self.ns.name, &listen, &[]));
+        *running = Some(controller(
+            "shard-controller",
+            &self.ns.name,
+            &listen,
+            &without_zau_controller(),
+        ));
     }
 
     /// The Prometheus ServiceAccount, allowed to discover through the shipped ClusterRole (the

@@ -615,6 +615,9 @@ async fn federated_rules_follow_the_sample(
             "nodeSelector": {"type": "real"},
             "tolerations": [{"key": real.taint, "operator": "Exists", "effect": "NoSchedule"}],
             "ruleFiles": [{"configMap": "federated-rules"}],
+            // Onto the real nodes every shard at once: the zone-by-zone rollout is
+            // deploy_local/rollout.rs's to test, and one replica per shard gains nothing by it.
+            "rollout": {"strategy": "RollingUpdate"},
         }})
     };
     let federator = &federators[0];

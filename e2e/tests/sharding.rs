@@ -157,7 +157,12 @@ impl Fixture {
             .collect();
         targets.extend(statics.iter().map(|s| (s.clone(), None)));
         // Port 0: the suite's tests run in parallel, each with its own controller.
-        let controller = fixture::controller("shard-controller", &ns.name, "127.0.0.1:0", &[]);
+        let controller = fixture::controller(
+            "shard-controller",
+            &ns.name,
+            "127.0.0.1:0",
+            &fixture::without_zau_controller(),
+        );
         Fixture {
             sproms: ns.api(),
             ns,

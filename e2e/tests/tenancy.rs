@@ -293,7 +293,8 @@ async fn tenancy_an_editor_obtains_no_credential_of_another_namespace() {
         "--listen-address",
         &listen,
     ];
-    let mut controller = ControllerProcess::start("shard-controller", &args, &[]);
+    let env = e2e::fixture::without_zau_controller();
+    let mut controller = ControllerProcess::start("shard-controller", &args, &env);
     let pid = controller.pid();
     let _binding = e2e::prometheus::service_account(&tenant).await;
     monitored_namespace(&admin, &victim.name, VICTIM_PASSWORD, true).await;

@@ -357,14 +357,17 @@ async fn a_refused_configuration_holds_the_rollout<F, Fut>(
             .await
             .unwrap()
             .items;
+        // Not terminating: a pod evicted by the batch decided before the pause is on its way
+        // out (Prometheus takes seconds to stop), and one evicted while held would show here.
         list.into_iter()
+            .filter(|pod| pod.metadata.deletion_timestamp.is_none())
             .filter(|pod| pod.annotations().get(REVISION).map(String::as_str) != Some("held"))
             .map(|pod| pod.uid().unwrap_or_default())
             .collect::<BTreeSet<String>>()
     };
     let kept = old_pods().await;
     assert!(!kept.is_empty(), "the hold came after the whole rollout");
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         assert_eq!(
             old_pods().await,

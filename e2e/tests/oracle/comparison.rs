@@ -33,7 +33,7 @@ async fn oracle_sharded_prometheus_matches_the_operator_target_for_target() {
             "--listen-address",
             &listen,
         ],
-        &[],
+        &e2e::fixture::without_zau_controller(),
     );
     let sproms: Api<zone_api::ShardedPrometheus> = fx.a.api();
     let generation = apply_sprom(&sproms, &fx, &real, 3).await;
