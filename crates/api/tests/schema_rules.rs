@@ -174,6 +174,17 @@ fn placements() -> Vec<(&'static str, String, Vec<Value>)> {
             "enforcedBodySizeLimit",
             rules([prometheus_size("spec.enforcedBodySizeLimit")]),
         ),
+        (
+            SPROM,
+            "rollout/properties/maxUnavailable",
+            rules([rollout_max_unavailable_form()]),
+        ),
+        // A ZoneAwareUpdate's alertGate, with its rule.
+        (
+            SPROM,
+            "rollout/properties/alertGate",
+            rules([zone_api::zau::alert_gate_one_target()]),
+        ),
     ];
     table
         .into_iter()
