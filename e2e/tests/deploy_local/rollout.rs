@@ -15,8 +15,12 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use e2e::disruption::Monitor;
+use e2e::fixture;
 use e2e::process::http_request;
+use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use kube::runtime::watcher;
 use zone_api::sprom::reason;
 use zone_api::{ShardedPrometheus, ZoneAwareUpdate};
 
@@ -367,17 +371,28 @@ async fn a_refused_configuration_holds_the_rollout<F, Fut>(
     };
     let kept = old_pods().await;
     assert!(!kept.is_empty(), "the hold came after the whole rollout");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        assert_eq!(
-            old_pods().await,
-            kept,
-            "a pod was removed while the rollout was held"
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
+    let paused_at = Timestamp::now();
+    // Watched for a while (every change of the shard pods): none of them is evicted.
+    let watched = watcher(pods.clone(), watcher::Config::default().labels(SHARD_PODS));
+    let evicted = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut watched = std::pin::pin!(watched);
+        while let Some(event) = watched.next().await {
+            if let Ok(watcher::Event::Apply(pod) | watcher::Event::Delete(pod)) = event {
+                let uid = pod.uid().unwrap_or_default();
+                if kept.contains(&uid) && pod.metadata.deletion_timestamp.is_some() {
+                    return pod.name_any();
+                }
+            }
+        }
+        String::new()
+    })
+    .await;
+    if let Ok(pod) = evicted {
+        panic!("{pod} was removed while the rollout was held");
     }
 
     // Fixed: the hold ends, the rollout completes.
+    let fixed_at = Timestamp::now();
     patch(json!({"scrapeConfigs": good})).await;
     pods::wait_all_available(&pods, SHARD_PODS, 6, None, TIMEOUT).await;
     wait_for(
@@ -399,6 +414,17 @@ async fn a_refused_configuration_holds_the_rollout<F, Fut>(
         },
     )
     .await;
+    // And the API server's own record of the held time: no eviction by the zau-controller.
+    let held_evictions: Vec<String> =
+        audit::removals(&fixture::audit(&Cluster::get(), victim), &victim.name)
+            .filter(|e| e.sent_by("zau-controller") && e.succeeded())
+            .filter(|e| {
+                let at = e.stage_timestamp.parse::<Timestamp>().unwrap_or(fixed_at);
+                paused_at <= at && at < fixed_at
+            })
+            .map(|e| e.object_name().to_string())
+            .collect();
+    assert_eq!(held_evictions, Vec::<String>::new(), "evicted while held");
     let resumed = e2e::fixture::events(victim, |e| {
         e.reason.as_deref() == Some(reason::ROLLOUT_RESUMED)
     })

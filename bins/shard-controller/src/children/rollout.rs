@@ -10,9 +10,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use zone_api::sprom::ShardRolloutStatus;
-use zone_api::sprom::contract::{INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL};
+use zone_api::sprom::contract::children_labels;
 use zone_api::zau::{PAUSED_BECAUSE_ANNOTATION, condition};
 use zone_api::{ZoneAwareUpdate, ZoneAwareUpdateSpec};
+use zone_topology::sharding::ShardLayout;
 
 use super::build::{BuildInput, instance_labels};
 use crate::health::verdict::{PodVerdict, ShardConfig};
@@ -32,10 +33,7 @@ pub fn build(
     let labels = instance_labels(input.name);
     // Every StatefulSet of this ShardedPrometheus's shards, and nothing else: the admission
     // policy lets the controller's token write only a selector of its own StatefulSets.
-    let selector = BTreeMap::from([
-        (INSTANCE_LABEL.to_string(), input.name.to_string()),
-        (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
-    ]);
+    let selector = children_labels(input.name);
     ZoneAwareUpdate {
         metadata: ObjectMeta {
             name: Some(name(input.name)),
@@ -65,20 +63,16 @@ pub fn build(
 /// Ready).
 pub fn hold(
     verdicts: Option<&[ShardConfig]>,
-    shard_zones: &BTreeMap<u32, String>,
+    layout: &ShardLayout,
     zone: Option<&str>,
 ) -> Option<String> {
-    let in_scope = |index: &u32| {
-        let shard_zone = shard_zones
-            .get(index)
-            .map(String::as_str)
-            .unwrap_or_default();
-        zone.is_none_or(|zone| shard_zone.is_empty() || shard_zone == zone)
-    };
     let failing: Vec<String> = verdicts?
         .iter()
-        .filter(|shard| in_scope(&shard.index))
         .filter_map(|shard| {
+            let shard_zone = layout.zone(shard.index);
+            if zone.is_some() && shard_zone.is_some() && shard_zone != zone {
+                return None;
+            }
             let pod = shard.pods.iter().find_map(|(pod, verdict)| match verdict {
                 PodVerdict::Refused { .. } => Some(format!("{pod} refused it")),
                 PodVerdict::NotLoaded { differs } => {
@@ -86,8 +80,7 @@ pub fn hold(
                 }
                 _ => None,
             })?;
-            let zone = shard_zones.get(&shard.index).filter(|z| !z.is_empty());
-            let zone = zone.map(|z| format!(" ({z})")).unwrap_or_default();
+            let zone = shard_zone.map(|z| format!(" ({z})")).unwrap_or_default();
             Some(format!("shard {}{zone}: {pod}", shard.index))
         })
         .collect();
@@ -133,6 +126,7 @@ mod tests {
     use crate::monitoring::Monitoring;
     use serde_json::json;
     use zone_api::ShardedPrometheus;
+    use zone_api::sprom::contract::{MANAGED_BY, MANAGED_BY_LABEL};
 
     fn valid(rollout: serde_json::Value) -> zone_api::ValidSprom {
         let sprom: ShardedPrometheus = serde_json::from_value(json!({
@@ -201,10 +195,7 @@ mod tests {
 
     #[test]
     fn only_a_shard_of_the_rolled_zone_that_refuses_its_configuration_holds() {
-        let zones: BTreeMap<u32, String> = [(0, "zone-a"), (1, "zone-b"), (2, "zone-c")]
-            .into_iter()
-            .map(|(i, z)| (i, z.to_string()))
-            .collect();
+        let zones = valid(json!(null)).layout;
         let shard = |index: u32, verdict: PodVerdict| ShardConfig {
             index,
             pods: vec![(format!("prom-shard-{index}-0"), verdict)],
@@ -231,8 +222,15 @@ mod tests {
             "no zone yet: every shard"
         );
         assert_eq!(hold(None, &zones, None), None, "nothing probed");
-        let classic = BTreeMap::new();
-        assert!(hold(Some(&verdicts), &classic, Some("zone-a")).is_some());
+        let sprom: ShardedPrometheus = serde_json::from_value(json!({
+            "apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ShardedPrometheus",
+            "metadata": {"name": "prom"},
+            "spec": {"shards": 3, "shardingStrategy": {"mode": "Classic"}},
+        }))
+        .unwrap();
+        let classic = sprom.spec.validate("zone").unwrap().layout;
+        let held = hold(Some(&verdicts), &classic, Some("zone-a")).unwrap();
+        assert!(held.contains("shard 1: prom-shard-1-0"), "{held}");
         let not_ready = vec![shard(
             1,
             PodVerdict::NotProbed(crate::health::verdict::ProbeError::Connect),

@@ -9,7 +9,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 use zone_api::sprom::contract;
@@ -49,6 +48,7 @@ pub async fn apply(
                 stateful_set,
                 retained,
             } => writer.mark(stateful_set, retained.as_ref()).await?,
+            Write::OnDelete { stateful_set } => writer.on_delete(stateful_set).await?,
             Write::StartUpload {
                 pod,
                 ip,
@@ -158,7 +158,6 @@ impl Writer<'_> {
                 .await
                 .map(drop),
             Child::StatefulSet(c) => {
-                self.clear_rolling_update(c).await?;
                 children::apply_child(&self.api(), owner, (**c).clone(), manager)
                     .await
                     .map(drop)
@@ -223,35 +222,16 @@ impl Writer<'_> {
         }
     }
 
-    /// A StatefulSet turning `OnDelete` (the shards' zone-aware rollout) while the cluster's
-    /// copy still has `updateStrategy.rollingUpdate`, which the API server defaulted when it was
-    /// `RollingUpdate` and which no apply owns: the API server refuses `OnDelete` beside it, and
-    /// an apply cannot remove a field it does not own, so a merge patch changes the strategy
-    /// first (only that: the pods are not touched).
-    async fn clear_rolling_update(&self, set: &StatefulSet) -> Result<(), ChildError> {
-        let wanted = set.spec.as_ref().and_then(|s| s.update_strategy.as_ref());
-        if wanted.and_then(|u| u.type_.as_deref()) != Some("OnDelete") {
-            return Ok(());
-        }
-        let name = set.metadata.name.clone().unwrap_or_default();
-        let key = ObjectRef::new(&name).within(self.namespace);
-        let cached = self.ctx.stateful_sets.get(&key);
-        let rolling = cached
-            .as_ref()
-            .and_then(|c| c.spec.as_ref())
-            .and_then(|s| s.update_strategy.as_ref())
-            .is_some_and(|u| u.rolling_update.is_some());
-        if !rolling {
-            return Ok(());
-        }
+    /// [`Write::OnDelete`]: the strategy alone, the pods untouched.
+    async fn on_delete(&self, name: &str) -> Result<(), ChildError> {
         let patch = serde_json::json!({"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": null}}});
         self.api::<StatefulSet>()
-            .patch(&name, &self.params(), &Patch::Merge(&patch))
+            .patch(name, &self.params(), &Patch::Merge(&patch))
             .await
             .map(drop)
             .map_err(|source| ChildError::Apply {
                 kind: "StatefulSet".into(),
-                name,
+                name: name.to_string(),
                 source,
             })
     }

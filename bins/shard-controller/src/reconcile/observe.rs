@@ -129,6 +129,8 @@ pub struct ObservedStatefulSet {
     /// The raw retention marks.
     pub retained_since: Option<String>,
     pub deletion_deadline: Option<String>,
+    /// Its spec still has `updateStrategy.rollingUpdate` (defaulted while `RollingUpdate`).
+    pub rolling_update: bool,
 }
 
 impl ObservedStatefulSet {
@@ -219,10 +221,7 @@ pub async fn observe(
     );
     observed.pods_refused =
         refusals::read(&ctx.client, &namespace, &name, &observed.stateful_sets).await;
-    observed.rollout = match ctx.zone_aware_rollouts {
-        true => rollout(&ctx.client, &namespace, &name).await?,
-        false => ObservedRollout::Disabled,
-    };
+    observed.rollout = rollout(ctx, valid, &namespace, &name).await?;
     let needed = crate::reconcile::access::needed(&valid.scrape_configs, &namespace);
     observed.forbidden = ctx
         .memory
@@ -238,13 +237,22 @@ pub async fn observe(
 }
 
 /// The ZoneAwareUpdate `<name>-shards`, listed by name: a list answers 404 only where the kind
-/// is not served, where a get answers 404 for a missing object too.
+/// is not served, where a get answers 404 for a missing object too. None is read with strategy
+/// RollingUpdate (a left-over one is pruned on the full apply the strategy's change makes, by a
+/// list of its own), nor without a zau-controller.
 async fn rollout(
-    client: &kube::Client,
+    ctx: &Context,
+    valid: &ValidSprom,
     namespace: &str,
     name: &str,
 ) -> Result<ObservedRollout, ObserveError> {
-    let api: Api<ZoneAwareUpdate> = Api::namespaced(client.clone(), namespace);
+    if !ctx.zone_aware_rollouts {
+        return Ok(ObservedRollout::Disabled);
+    }
+    if valid.rollout.is_none() {
+        return Ok(ObservedRollout::Absent);
+    }
+    let api: Api<ZoneAwareUpdate> = Api::namespaced(ctx.client.clone(), namespace);
     let zau = crate::children::rollout::name(name);
     let params = ListParams::default().fields(&format!("metadata.name={zau}"));
     match api.list(&params).await {
@@ -307,6 +315,11 @@ fn stateful_sets(
                 zone: annotation(ZONE_ANNOTATION),
                 retained_since: annotation(RETAINED_SINCE_ANNOTATION),
                 deletion_deadline: annotation(DELETION_DEADLINE_ANNOTATION),
+                rolling_update: sts
+                    .spec
+                    .as_ref()
+                    .and_then(|spec| spec.update_strategy.as_ref())
+                    .is_some_and(|strategy| strategy.rolling_update.is_some()),
             };
             Some((index, observed))
         })

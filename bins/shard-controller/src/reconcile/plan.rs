@@ -73,8 +73,7 @@ pub fn plan(
 ) -> Result<Plan, Invalid> {
     let failover = failover::decide(valid, observed, &target.previous.unready_zones, now);
     // The shards are built with the failed-over zones' zoneless buckets on the other zones.
-    let mut failed_over = failover.valid(valid);
-    rollout::without_api(failed_over.to_mut(), observed);
+    let failed_over = rollout::without_api(failover.valid(valid), observed);
     let valid: &ValidSprom = &failed_over;
     let input = BuildInput {
         name: target.name,

@@ -38,6 +38,15 @@ pub fn shard_name(name: &str, index: u32) -> String {
     format!("{name}-shard-{index}")
 }
 
+/// The labels that select every child and pod of the ShardedPrometheus `name`
+/// ([`children_selector`] as a `matchLabels`).
+pub fn children_labels(name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (INSTANCE_LABEL.to_string(), name.to_string()),
+        (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
+    ])
+}
+
 /// The label selector of every child and pod of the ShardedPrometheus `name`.
 pub fn children_selector(name: &str) -> String {
     format!("{INSTANCE_LABEL}={name},{MANAGED_BY_LABEL}={MANAGED_BY}")

@@ -2,6 +2,7 @@
 //! ZoneAwareUpdate to write (when it is missing, when the hold changes, on a full apply), the
 //! hold, and what `status.rollout` says.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -33,18 +34,22 @@ pub struct RolloutPlan {
 
 /// `valid` as the shards are built: without a zone-aware rollout where the API server serves
 /// no ZoneAwareUpdate or no zau-controller runs (the StatefulSets roll themselves, as before
-/// there was one; one left is pruned on the next full apply).
-pub fn without_api(valid: &mut ValidSprom, observed: &Observed) {
+/// there was one; one left is pruned on the next full apply). Cloned only then.
+pub fn without_api<'a>(valid: Cow<'a, ValidSprom>, observed: &Observed) -> Cow<'a, ValidSprom> {
     let why = match observed.rollout {
         ObservedRollout::NoApi => {
             "the API server serves no ZoneAwareUpdate (its CRD is not installed)"
         }
         ObservedRollout::Disabled => "--zone-aware-rollouts=false (no zau-controller runs)",
-        ObservedRollout::Absent | ObservedRollout::Found(_) => return,
+        ObservedRollout::Absent | ObservedRollout::Found(_) => return valid,
     };
-    if valid.rollout.take().is_some() {
-        tracing::debug!(why, "the shards roll as with strategy RollingUpdate");
+    if valid.rollout.is_none() {
+        return valid;
     }
+    tracing::debug!(why, "the shards roll as with strategy RollingUpdate");
+    let mut valid = valid;
+    valid.to_mut().rollout = None;
+    valid
 }
 
 /// The rollout of `input`'s shards given what was observed and the shards' configuration
@@ -63,12 +68,8 @@ pub fn plan(
     // Held only while pods are being replaced: a shard refusing its configuration otherwise
     // is the ConfigLoaded condition's to tell, not a rollout's.
     let rolling = progress.is_some_and(|status| status.total_old_replicas > 0);
-    let layout = &input.valid.layout;
-    let shard_zones: BTreeMap<u32, String> = (0..input.valid.shards())
-        .filter_map(|index| Some((index, layout.zone(index)?.to_string())))
-        .collect();
     let held = rolling
-        .then(|| rollout::hold(verdicts, &shard_zones, zone))
+        .then(|| rollout::hold(verdicts, &input.valid.layout, zone))
         .flatten();
     let zau = rollout::build(input, spec, held.as_deref());
     let differs = existing.is_none_or(|existing| {

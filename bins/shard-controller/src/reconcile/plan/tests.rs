@@ -94,7 +94,7 @@ fn applies(plan: &Plan) -> Vec<(ChildKind, String)> {
         .iter()
         .filter_map(|write| match write {
             Write::Apply(child) => Some((child.kind(), child.name().to_string())),
-            Write::Mark { .. } | Write::StartUpload { .. } => None,
+            Write::Mark { .. } | Write::OnDelete { .. } | Write::StartUpload { .. } => None,
         })
         .collect()
 }
@@ -803,6 +803,39 @@ fn the_rollout_is_held_while_a_shard_of_the_rolled_zone_refuses_its_configuratio
     };
     let first = planned(&spec, &full());
     assert_eq!(strategy(&first), vec![Some("OnDelete".to_string()); 3]);
+    assert!(
+        !first
+            .writes
+            .iter()
+            .any(|w| matches!(w, Write::OnDelete { .. }))
+    );
+    // A shard whose cached StatefulSet still has the defaulted `rollingUpdate` of its
+    // RollingUpdate days: its strategy is patched first, then it is applied.
+    let mut rolled = applied(&first);
+    rolled.full_apply = true;
+    if let Some(set) = rolled.stateful_sets.get_mut(&1) {
+        set.rolling_update = true;
+    }
+    let switched = planned(&spec, &rolled);
+    let at = switched
+        .writes
+        .iter()
+        .position(|w| {
+            *w == Write::OnDelete {
+                stateful_set: "p-shard-1".into(),
+            }
+        })
+        .expect("the strategy patched");
+    assert!(
+        matches!(&switched.writes[at + 1], Write::Apply(Child::StatefulSet(s)) if s.metadata.name.as_deref() == Some("p-shard-1")),
+        "then applied: {:?}",
+        switched.writes[at + 1]
+    );
+    let patched = switched
+        .writes
+        .iter()
+        .filter(|w| matches!(w, Write::OnDelete { .. }));
+    assert_eq!(patched.count(), 1, "only the shard whose copy needs it");
     let zau = rollout(&first).unwrap();
     assert!(!zau.spec.paused);
     assert_eq!(first.wanted_rollout, ["p-shards".to_string()].into());

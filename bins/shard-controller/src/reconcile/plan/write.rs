@@ -76,6 +76,10 @@ pub enum Write {
         stateful_set: String,
         retained: Option<retention::Retained>,
     },
+    /// A merge patch of a StatefulSet's strategy to `OnDelete` without `rollingUpdate`, before
+    /// the apply that turns it zone-aware: the API server defaulted `rollingUpdate` while it was
+    /// `RollingUpdate`, refuses `OnDelete` beside it, and no apply owns it to remove it.
+    OnDelete { stateful_set: String },
     /// An attempt at a removed shard's final upload in pod `pod` (at `ip`): the ephemeral
     /// `container` over the snapshot `path`, or over one taken first (None) once the pod runs
     /// the retired configuration.
@@ -96,6 +100,32 @@ pub fn changed(children: impl IntoIterator<Item = Child>, observed: &Observed) -
         .filter(|child| {
             observed.full_apply || !observed.unchanged(child.kind(), child.name(), child.hash())
         })
-        .map(Write::Apply)
+        .flat_map(|child| {
+            let clear = turns_on_delete(&child, observed).then(|| Write::OnDelete {
+                stateful_set: child.name().to_string(),
+            });
+            clear.into_iter().chain([Write::Apply(child)])
+        })
         .collect()
+}
+
+/// Whether `child` is a StatefulSet built `OnDelete` whose cached copy still has the
+/// `rollingUpdate` its `RollingUpdate` days left ([`Write::OnDelete`]).
+fn turns_on_delete(child: &Child, observed: &Observed) -> bool {
+    let Child::StatefulSet(set) = child else {
+        return false;
+    };
+    let on_delete = set
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.update_strategy.as_ref())
+        .and_then(|strategy| strategy.type_.as_deref())
+        == Some("OnDelete");
+    let index = set
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(zone_api::sprom::contract::shard_of);
+    let cached = index.and_then(|index| observed.stateful_sets.get(&index));
+    on_delete && cached.is_some_and(|cached| cached.rolling_update)
 }
