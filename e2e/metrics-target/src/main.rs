@@ -14,6 +14,10 @@
 //! `GET /gap` says how long the target went unscraped at most (the longest time between two
 //! `GET /metrics`, or from the last reset to the first) and how many scrapes it answered, since
 //! `PUT /gap` (or the start): what a rollout of the Prometheus pods scraping it cost in coverage.
+//!
+//! `GET /served` says how many bytes of `/metrics` bodies it has served since it started, in all
+//! (`served_bytes_total N`) and to each client address (`served_bytes{client="IP"} N`): the
+//! scrape traffic a shard-controller's ledger must report, per scraping Prometheus pod.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -100,6 +104,8 @@ struct State {
     requests: BTreeMap<String, u64>,
     errors: ErrorCounter,
     gaps: Gaps,
+    /// Bytes of `/metrics` bodies served, by client IP.
+    served: BTreeMap<String, u64>,
 }
 
 impl State {
@@ -109,7 +115,21 @@ impl State {
             requests: BTreeMap::new(),
             errors: ErrorCounter::new(errors_per_second, now),
             gaps: Gaps::new(now),
+            served: BTreeMap::new(),
         }
+    }
+
+    /// `GET /served`: the bytes served, in all and by client.
+    fn served_report(&self) -> String {
+        let total: u64 = self.served.values().sum();
+        let mut text = format!("served_bytes_total {total}\n");
+        for (client, bytes) in &self.served {
+            text.push_str(&format!(
+                "served_bytes{{client=\"{}\"}} {bytes}\n",
+                escape(client)
+            ));
+        }
+        text
     }
 }
 
@@ -188,6 +208,10 @@ fn answer(stream: TcpStream, state: &Shared) -> std::io::Result<()> {
     while reader.read_line(&mut header)? > 2 {
         header.clear();
     }
+    let client = stream
+        .peer_addr()
+        .map(|peer| peer.ip().to_string())
+        .unwrap_or_default();
     let mut parts = request_line.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
@@ -202,10 +226,12 @@ fn answer(stream: TcpStream, state: &Shared) -> std::io::Result<()> {
             *state.requests.entry(path.to_string()).or_default() += 1;
             state.gaps.scraped(Instant::now());
             let body = exposition(&state.requests, state.errors.value(Instant::now()));
+            *state.served.entry(client).or_default() += body.len() as u64;
             ("200 OK", "text/plain; version=0.0.4", body)
         }
         ("GET", "/healthz") => ("200 OK", "text/plain", "ok\n".to_string()),
         ("GET", "/gap") => ("200 OK", "text/plain", lock().gaps.report(Instant::now())),
+        ("GET", "/served") => ("200 OK", "text/plain", lock().served_report()),
         ("PUT", "/gap") => {
             lock().gaps = Gaps::new(Instant::now());
             ("200 OK", "text/plain", "reset\n".to_string())
@@ -362,6 +388,24 @@ mod tests {
         assert!(
             status.contains("200") && body.contains("scrapes 1\n"),
             "{status} {body}"
+        );
+    }
+
+    #[test]
+    fn served_counts_the_bytes_of_metrics_bodies_by_client() {
+        let addr = server(0.0, 4);
+        let first = request(addr, "GET", "/metrics").1;
+        let second = request(addr, "GET", "/metrics").1;
+        // Not counted: only /metrics bodies are scrape traffic.
+        request(addr, "GET", "/gap");
+        let (status, body) = request(addr, "GET", "/served");
+        let bytes = (first.len() + second.len()) as f64;
+        assert!(status.contains("200"), "{status}");
+        assert_eq!(sample(&body, "served_bytes_total"), bytes, "{body}");
+        assert_eq!(
+            sample(&body, "served_bytes{client=\"127.0.0.1\"}"),
+            bytes,
+            "{body}"
         );
     }
 
