@@ -55,6 +55,8 @@ pub struct Context {
     /// The configuration applied to each shard, and what its Prometheus pods answer about the
     /// one they run (shared with the prober).
     pub config_health: ConfigHealth,
+    /// The shards' scrape traffic by zone (shared with the traffic ledger's task).
+    pub traffic: crate::traffic::TrafficLedger,
 }
 
 /// Per resource (namespace, name), the generation and time of its last full apply.

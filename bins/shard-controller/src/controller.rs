@@ -33,6 +33,7 @@ use crate::monitoring::kinds::{
 };
 use crate::monitoring::observe::{Selectable, affected, affected_by_namespaces};
 use crate::reconcile;
+use crate::traffic::Ledger;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
@@ -154,23 +155,45 @@ pub async fn run(parts: RuntimeParts, args: Args) -> Result<(), ControllerError>
             ..Memory::default()
         },
         config_health: ConfigHealth::new(args.config_load_grace),
+        traffic: Default::default(),
     });
-    let prober = tokio::spawn(
-        Prober {
-            health: context.config_health.clone(),
-            sproms: sproms.clone(),
-            pods,
-            metrics: context.sprom_metrics.clone(),
-            triggers: probe_triggers,
-        }
-        .run(),
-    );
+    let background = spawn_background(&context, &sproms, pods, probe_triggers);
     tracing::info!(namespace = ?scope.namespace(), "shard-controller running");
     let controller = Controller::for_stream(sprom_stream, sproms).reconcile_on(trigger_stream);
     controller::run(controller, &parts.shutdown, reconcile::reconcile, context).await;
-    prober.abort();
+    for task in background {
+        task.abort();
+    }
     drive.abort();
     Ok(())
+}
+
+/// The tasks beside the reconciles, which read the pods' Prometheus: the prober (the
+/// configuration each runs) and the traffic ledger (what their scraping moves between zones).
+/// Both reconcile the resources whose status they change through `triggers`.
+fn spawn_background(
+    context: &Context,
+    sproms: &Store<ShardedPrometheus>,
+    pods: Store<Pod>,
+    triggers: futures::channel::mpsc::UnboundedSender<ObjectRef<ShardedPrometheus>>,
+) -> [tokio::task::JoinHandle<()>; 2] {
+    let ledger = Ledger {
+        ledger: context.traffic.clone(),
+        sproms: sproms.clone(),
+        pods: pods.clone(),
+        zones: context.zones.clone(),
+        zone_label: context.zone_label.clone(),
+        metrics: context.sprom_metrics.clone(),
+        triggers: triggers.clone(),
+    };
+    let prober = Prober {
+        health: context.config_health.clone(),
+        sproms: sproms.clone(),
+        pods,
+        metrics: context.sprom_metrics.clone(),
+        triggers,
+    };
+    [tokio::spawn(ledger.run()), tokio::spawn(prober.run())]
 }
 
 /// The ShardedPrometheuses: their cache, and the stream of those whose generation changed (our

@@ -17,6 +17,7 @@ mod reconcile;
 mod scenarios;
 
 mod status;
+mod traffic;
 
 use std::process::ExitCode;
 

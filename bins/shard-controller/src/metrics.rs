@@ -5,11 +5,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::jiff::Timestamp;
-use prometheus::{IntGaugeVec, Registry};
+use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec, Registry};
 use zone_api::ShardedPrometheusStatus;
 use zone_operator::metrics::{Families, MetricsError};
 
 const PREFIX: &str = "zone_aware_sprom";
+
+/// The values of `scrape_bytes_total`'s `traffic` label: where a target is from the pod that
+/// scrapes it.
+pub const TRAFFIC_CLASSES: [&str; 3] = ["same-zone", "cross-zone", "zoneless"];
 
 #[derive(Clone)]
 pub struct SpromMetrics {
@@ -19,6 +23,10 @@ pub struct SpromMetrics {
     zone_shards: IntGaugeVec,
     unready_zones: IntGaugeVec,
     failover_after: IntGaugeVec,
+    scrape_bytes: IntCounterVec,
+    traffic_measured: GaugeVec,
+    /// The shards each resource has `scrape_bytes` series for.
+    traffic_exported: Arc<Mutex<ShardsOf>>,
     /// The zones each resource has `unready_zones` series for.
     unready_exported: Arc<Mutex<ZonesOf>>,
     /// The zones each resource has `zone_shards` series for, to drop those of a zone that lost
@@ -28,6 +36,8 @@ pub struct SpromMetrics {
 
 /// Per resource (namespace, name), zones.
 type ZonesOf = BTreeMap<(String, String), BTreeSet<String>>;
+/// Per resource (namespace, name), shard indexes.
+type ShardsOf = BTreeMap<(String, String), BTreeSet<u32>>;
 
 impl SpromMetrics {
     pub fn register(registry: &Registry) -> Result<Self, MetricsError> {
@@ -63,6 +73,17 @@ impl SpromMetrics {
                 "How long every shard of a zone is unready before its zoneless targets fail over to the other zones' shards (spec.shardingStrategy.zoneFailoverAfter); served for Topology sharding with Spread zoneless targets only.",
                 |o| IntGaugeVec::new(o, &["namespace", "name"]),
             )?,
+            scrape_bytes: family.add(
+                "scrape_bytes_total",
+                "Bytes of the targets' answers (bodies, uncompressed) the Prometheus pods of a shard scraped, by where the target is from the pod: same-zone, cross-zone, zoneless (no zone on either side). Measured every minute from Prometheus's scrape_body_size_bytes; docs/sharding.md.",
+                |o| IntCounterVec::new(o, &["namespace", "name", "shard", "traffic"]),
+            )?,
+            traffic_measured: family.add(
+                "traffic_measured_timestamp_seconds",
+                "The end of the last window whose scrapes scrape_bytes_total counts (Unix time).",
+                |o| GaugeVec::new(o, &["namespace", "name"]),
+            )?,
+            traffic_exported: Arc::default(),
             zones_exported: Arc::default(),
             unready_exported: Arc::default(),
         })
@@ -207,6 +228,62 @@ impl SpromMetrics {
         }
     }
 
+    /// Counts a round of the traffic ledger that ended at `end` (Unix seconds): per shard, the
+    /// bytes of each class of [`TRAFFIC_CLASSES`], in its order.
+    pub fn traffic(
+        &self,
+        namespace: &str,
+        name: &str,
+        end: f64,
+        shards_bytes: &BTreeMap<u32, [f64; 3]>,
+    ) {
+        let mut exported = self
+            .traffic_exported
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let exported_shards = exported
+            .entry((namespace.to_owned(), name.to_owned()))
+            .or_default();
+        for (index, bytes) in shards_bytes {
+            exported_shards.insert(*index);
+            let shard = index.to_string();
+            for (class, value) in TRAFFIC_CLASSES.iter().zip(bytes) {
+                // Whole bytes: a sum of whole body sizes.
+                let value = if value.is_finite() && *value > 0.0 {
+                    value.round() as u64
+                } else {
+                    0
+                };
+                self.scrape_bytes
+                    .with_label_values(&[namespace, name, &shard, class])
+                    .inc_by(value);
+            }
+        }
+        self.traffic_measured
+            .with_label_values(&[namespace, name])
+            .set(end);
+    }
+
+    /// Drops the traffic series of a resource that is gone.
+    pub fn forget_traffic(&self, namespace: &str, name: &str) {
+        let mut exported = self
+            .traffic_exported
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let key = (namespace.to_owned(), name.to_owned());
+        for index in exported.remove(&key).into_iter().flatten() {
+            let shard = index.to_string();
+            for class in TRAFFIC_CLASSES {
+                let _ = self
+                    .scrape_bytes
+                    .remove_label_values(&[namespace, name, &shard, class]);
+            }
+        }
+        let _ = self
+            .traffic_measured
+            .remove_label_values(&[namespace, name]);
+    }
+
     /// Drops the series of a deleted resource.
     pub fn forget(&self, namespace: &str, name: &str) {
         for state in ["active", "ready", "retained", "uploading"] {
@@ -215,6 +292,7 @@ impl SpromMetrics {
         let _ = self.next_deletion.remove_label_values(&[namespace, name]);
         self.zone_shards(namespace, name, None, &ShardedPrometheusStatus::default());
         self.failover(namespace, name, &ShardedPrometheusStatus::default(), None);
+        self.forget_traffic(namespace, name);
     }
 }
 
@@ -244,6 +322,12 @@ pub(crate) fn served_metric_families() -> BTreeSet<String> {
     };
     let after = Some(std::time::Duration::from_secs(300));
     metrics.failover("monitoring", "k8s", &down, after);
+    metrics.traffic(
+        "monitoring",
+        "k8s",
+        1.0,
+        &BTreeMap::from([(0, [1.0, 0.0, 0.0])]),
+    );
     zone_operator::testing::served_metric_families(&registry).expect("/metrics answers")
 }
 

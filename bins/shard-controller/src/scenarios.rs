@@ -173,6 +173,7 @@ impl Harness {
             monitoring: no_monitoring_objects(),
             memory: Default::default(),
             config_health: Default::default(),
+            traffic: Default::default(),
         });
         Harness { fake, ctx, sprom }
     }
@@ -264,6 +265,7 @@ impl Harness {
                 ..Default::default()
             },
             config_health: Default::default(),
+            traffic: Default::default(),
         };
         Harness {
             fake: self.fake.clone(),
@@ -568,6 +570,47 @@ async fn shards_turning_zone_aware_lose_their_defaulted_rolling_update_first() {
     assert_eq!(
         cleared.json().unwrap(),
         json!({"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": null}}})
+    );
+}
+
+/// Guards: shards that rolled zone by zone (`OnDelete`, set by the merge patch above, which
+/// owns it) going back to `RollingUpdate`: a merge patch sets the type before the apply, which
+/// leaves the strategy out. Without it they stay `OnDelete` and no pod is ever replaced.
+#[tokio::test]
+async fn shards_leaving_zone_aware_rollouts_roll_themselves_again() {
+    let mut zone_aware = cached_stateful_set(0, json!({}));
+    zone_aware.spec = Some(
+        serde_json::from_value(json!({
+            "selector": {}, "template": {}, "updateStrategy": {"type": "OnDelete"},
+        }))
+        .unwrap(),
+    );
+    let h = Harness::new(
+        json!({"shards": 1, "rollout": {"strategy": "RollingUpdate"}}),
+        vec![zone_aware],
+    );
+    script_applies(&h.fake, None);
+    script_lists(&h.fake, &[0]);
+    h.fake.on(Method::GET, ZAUS).always(
+        200,
+        json!({"apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ZoneAwareUpdateList", "metadata": {}, "items": []}),
+    );
+
+    h.reconcile().await;
+    let patches = h
+        .fake
+        .requests_to(&Method::PATCH, &format!("{STATEFUL_SETS}/p-shard-0"));
+    let kinds: Vec<Option<String>> = patches.iter().map(|r| r.content_type.clone()).collect();
+    assert_eq!(
+        kinds,
+        [
+            Some("application/merge-patch+json".to_string()),
+            Some("application/apply-patch+yaml".to_string()),
+        ]
+    );
+    assert_eq!(
+        patches[0].json().unwrap(),
+        json!({"spec": {"updateStrategy": {"type": "RollingUpdate"}}})
     );
 }
 

@@ -812,6 +812,65 @@ pub struct ShardRolloutStatus {
     pub message: Option<String>,
 }
 
+/// `status.traffic`: the bytes the shards' Prometheus pods scrape (the bodies of the targets'
+/// answers), by where the target is from the pod, per day at the rate of the last hour.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardTrafficStatus {
+    /// The seconds of scraping the figures are projected from: up to an hour, since the spec
+    /// last changed (its generation).
+    #[serde(default)]
+    pub measured_seconds: i64,
+
+    /// When the last measured window ended (RFC 3339).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub measured_at: String,
+
+    /// The shards' totals.
+    #[serde(default, flatten)]
+    pub total: TrafficBytes,
+
+    /// What Classic sharding of the same targets would scrape across zones with the shards'
+    /// pods where they are: each zoned target's bytes times the share of the pods outside its
+    /// zone.
+    #[serde(default)]
+    pub classic_cross_zone_bytes_per_day: i64,
+
+    /// Per active shard, by index.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardTraffic>,
+}
+
+/// Bytes scraped per day, by where the target is from the scraping pod.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TrafficBytes {
+    /// From targets in the pod's own zone.
+    #[serde(default)]
+    pub same_zone_bytes_per_day: i64,
+
+    /// From targets in another zone: what a cloud bills as inter-zone transfer.
+    #[serde(default)]
+    pub cross_zone_bytes_per_day: i64,
+
+    /// From targets with no zone (static, DNS or file discovery, no zone label), or scraped by
+    /// a pod whose node has no zone.
+    #[serde(default)]
+    pub zoneless_bytes_per_day: i64,
+}
+
+/// One shard's scrape traffic.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardTraffic {
+    /// The shard's index.
+    #[serde(default)]
+    pub index: i32,
+
+    #[serde(default, flatten)]
+    pub bytes: TrafficBytes,
+}
+
 /// What happens to the shards removed by a scale-down.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -916,6 +975,16 @@ pub struct ShardedPrometheusStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub rollout: Option<ShardRolloutStatus>,
+
+    /// The shards' scrape traffic by zone, projected to a day from the last hour measured
+    /// (docs/sharding.md, "What the shards cost"); absent until the first measurement (every
+    /// minute; agents are not measured).
+    #[serde(
+        default,
+        deserialize_with = "lenient::or_default",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub traffic: Option<ShardTrafficStatus>,
 
     /// Available, Degraded, Invalid, ConfigLoaded, MonitoringObjectsAccepted, Paused,
     /// RemovedShardsUploaded; and Ready, Reconciling, Stalled, the summary GitOps tools read

@@ -124,9 +124,15 @@ impl NodeZones {
     /// The zone of the node `pod` is bound to: unknown when unscheduled, when the node is not
     /// (yet) in the cache, or when it has no zone label.
     pub fn zone_of(&self, pod: &Pod) -> Zone {
-        let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
-            return Zone::Unknown;
-        };
+        match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            Some(node_name) => self.zone_of_node(node_name),
+            None => Zone::Unknown,
+        }
+    }
+
+    /// The zone of the node `node_name`: unknown when it is not (yet) in the cache or has no
+    /// zone label.
+    pub fn zone_of_node(&self, node_name: &str) -> Zone {
         self.nodes
             .get(&ObjectRef::new(node_name))
             .map_or(Zone::Unknown, |node| {

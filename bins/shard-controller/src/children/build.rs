@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 use zone_api::sprom::PrometheusMode;
 use zone_api::sprom::contract::{
-    INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SHARD_POD_LABEL, shard_name,
+    INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SHARD_POD_LABEL, ZONE_POD_LABEL, shard_name,
 };
 use zone_api::sprom::{PROMETHEUS_CONTAINER, PodOptions, ShardStorage, ValidSprom};
 
@@ -37,8 +37,9 @@ pub const APPLIED_HASH_ANNOTATION: &str = "zonecontrol.k8s.aws/applied-hash";
 /// On every Prometheus pod: the digest of the configuration Secret its shard was last given
 /// (written by the apply step, which nudges the pods whose digest differs).
 pub const CONFIG_DIGEST_ANNOTATION: &str = "zonecontrol.k8s.aws/config-digest";
-/// Annotation on a Topology shard's StatefulSet: the shard's zone.
-pub const ZONE_ANNOTATION: &str = "zonecontrol.k8s.aws/zone";
+/// Annotation on a Topology shard's StatefulSet: the shard's zone (its pods carry it as the
+/// label [`ZONE_POD_LABEL`], of the same name).
+pub const ZONE_ANNOTATION: &str = ZONE_POD_LABEL;
 /// How often Prometheus checks its configuration and rule files for a change.
 pub const AUTO_RELOAD_INTERVAL: &str = "10s";
 /// Prometheus listens here in every pod.
@@ -390,6 +391,12 @@ fn stateful_set_spec(
                         .clone()
                         .into_iter()
                         .chain(labels.clone())
+                        .chain(
+                            valid
+                                .layout
+                                .zone(index)
+                                .map(|zone| (ZONE_POD_LABEL.to_string(), zone.to_string())),
+                        )
                         .collect(),
                 ),
                 annotations: (!pod.pod_metadata.annotations.is_empty())
@@ -713,6 +720,10 @@ fn prometheus_args(valid: &ValidSprom) -> Vec<String> {
     args.push(format!("--web.listen-address=:{WEB_PORT}"));
     match valid.mode {
         PrometheusMode::Server => {
+            // scrape_body_size_bytes per target: what the traffic ledger sums (traffic.rs).
+            // The flag, not the `extra_scrape_metrics` setting: Prometheus 2 and 3.0 to 3.9 know
+            // only the flag, which every 3.x still honours.
+            features.push("extra-scrape-metrics".into());
             args.push(format!("--storage.tsdb.path={DATA_DIR}"));
             if let Some(time) = &valid.retention_time {
                 args.push(format!("--storage.tsdb.retention.time={time}"));

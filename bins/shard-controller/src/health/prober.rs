@@ -28,15 +28,18 @@ use crate::metrics::SpromMetrics;
 
 /// One Prometheus pod to ask.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Target {
-    pub(super) shard: ShardKey,
-    pub(super) pod: String,
-    pub(super) uid: String,
-    pub(super) address: SocketAddr,
+pub(crate) struct Target {
+    pub(crate) shard: ShardKey,
+    pub(crate) pod: String,
+    pub(crate) uid: String,
+    pub(crate) address: SocketAddr,
+    /// The node it runs on (the traffic ledger's pod zone).
+    pub(crate) node: Option<String>,
 }
 
-/// Keeps of a pod what the prober reads (labels, phase and IP) and what the final upload reads
-/// (its attempts, and the image of the Thanos sidecar, which the upload runs).
+/// Keeps of a pod what the prober reads (labels, phase and IP), what the traffic ledger reads
+/// (its node) and what the final upload reads (its attempts, and the image of the Thanos
+/// sidecar, which the upload runs).
 pub fn strip_pod(pod: &mut Pod) {
     let meta = &mut pod.metadata;
     meta.managed_fields = None;
@@ -68,7 +71,9 @@ pub fn strip_pod(pod: &mut Pod) {
                 ..Container::default()
             })
             .collect();
-        (!uploads.is_empty() || !sidecar.is_empty()).then(|| PodSpec {
+        let node_name = spec.node_name;
+        (!uploads.is_empty() || !sidecar.is_empty() || node_name.is_some()).then(|| PodSpec {
+            node_name,
             containers: sidecar,
             ephemeral_containers: (!uploads.is_empty()).then_some(uploads),
             ..PodSpec::default()
@@ -87,7 +92,7 @@ pub fn strip_pod(pod: &mut Pod) {
 
 /// The running pods with an IP of the active shards of every ShardedPrometheus not paused; and
 /// every ShardedPrometheus known.
-pub(super) fn targets(
+pub(crate) fn targets(
     sproms: &Store<ShardedPrometheus>,
     pods: &Store<Pod>,
 ) -> (Vec<Target>, BTreeSet<(String, String)>) {
@@ -121,6 +126,7 @@ pub(super) fn targets(
                 pod: pod.name_any(),
                 uid: pod.uid().unwrap_or_default(),
                 address: SocketAddr::new(ip, port),
+                node: pod.spec.as_ref().and_then(|spec| spec.node_name.clone()),
             })
         })
         .collect();
@@ -241,7 +247,7 @@ impl Prober {
 /// second rather than awaited once: a store's readiness wakes only the last task that waited on
 /// it (kube's `DelayedInit` keeps one waker), and the Controller waits on the ShardedPrometheus
 /// store too.
-async fn synced<K>(store: &Store<K>) -> bool
+pub(crate) async fn synced<K>(store: &Store<K>) -> bool
 where
     K: kube::Resource + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,

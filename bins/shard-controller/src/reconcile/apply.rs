@@ -48,7 +48,10 @@ pub async fn apply(
                 stateful_set,
                 retained,
             } => writer.mark(stateful_set, retained.as_ref()).await?,
-            Write::OnDelete { stateful_set } => writer.on_delete(stateful_set).await?,
+            Write::Strategy {
+                stateful_set,
+                on_delete,
+            } => writer.strategy(stateful_set, *on_delete).await?,
             Write::StartUpload {
                 pod,
                 ip,
@@ -222,9 +225,14 @@ impl Writer<'_> {
         }
     }
 
-    /// [`Write::OnDelete`]: the strategy alone, the pods untouched.
-    async fn on_delete(&self, name: &str) -> Result<(), ChildError> {
-        let patch = serde_json::json!({"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": null}}});
+    /// [`Write::Strategy`]: the strategy alone, the pods untouched (the StatefulSet controller
+    /// rolls them once it is `RollingUpdate` again).
+    async fn strategy(&self, name: &str, on_delete: bool) -> Result<(), ChildError> {
+        let strategy = match on_delete {
+            true => serde_json::json!({"type": "OnDelete", "rollingUpdate": null}),
+            false => serde_json::json!({"type": "RollingUpdate"}),
+        };
+        let patch = serde_json::json!({"spec": {"updateStrategy": strategy}});
         self.api::<StatefulSet>()
             .patch(name, &self.params(), &Patch::Merge(&patch))
             .await

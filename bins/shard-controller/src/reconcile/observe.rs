@@ -90,6 +90,8 @@ pub struct Observed {
     pub pods_refused: BTreeMap<u32, String>,
     /// The ZoneAwareUpdate rolling the shards, as read now.
     pub rollout: ObservedRollout,
+    /// `status.traffic`, as the traffic ledger measured it.
+    pub traffic: Option<zone_api::sprom::ShardTrafficStatus>,
 }
 
 /// The shards' ZoneAwareUpdate (children::rollout), read by name each reconcile: no cache
@@ -131,6 +133,8 @@ pub struct ObservedStatefulSet {
     pub deletion_deadline: Option<String>,
     /// Its spec still has `updateStrategy.rollingUpdate` (defaulted while `RollingUpdate`).
     pub rolling_update: bool,
+    /// Its `updateStrategy.type` is `OnDelete`.
+    pub on_delete: bool,
 }
 
 impl ObservedStatefulSet {
@@ -194,6 +198,7 @@ pub async fn observe(
         full_apply: resync_due(&ctx.memory.applied, sprom),
         config: ctx.config_health.observe(&namespace, &name),
         uploads: uploads(&ctx.pods, &namespace, &name),
+        traffic: ctx.traffic.observe(&namespace, &name),
         ..Observed::default()
     };
     let children = &mut observed.children;
@@ -300,6 +305,10 @@ fn stateful_sets(
         .filter_map(|sts| {
             let index = contract::shard_of(sts.labels())?;
             let annotation = |key: &str| sts.annotations().get(key).cloned();
+            let strategy = sts
+                .spec
+                .as_ref()
+                .and_then(|spec| spec.update_strategy.as_ref());
             let observed = ObservedStatefulSet {
                 replicas: sts
                     .spec
@@ -315,11 +324,8 @@ fn stateful_sets(
                 zone: annotation(ZONE_ANNOTATION),
                 retained_since: annotation(RETAINED_SINCE_ANNOTATION),
                 deletion_deadline: annotation(DELETION_DEADLINE_ANNOTATION),
-                rolling_update: sts
-                    .spec
-                    .as_ref()
-                    .and_then(|spec| spec.update_strategy.as_ref())
-                    .is_some_and(|strategy| strategy.rolling_update.is_some()),
+                rolling_update: strategy.is_some_and(|s| s.rolling_update.is_some()),
+                on_delete: strategy.and_then(|s| s.type_.as_deref()) == Some("OnDelete"),
             };
             Some((index, observed))
         })

@@ -114,6 +114,7 @@ pub fn plan(
     observation.unready_zones = failover.unready;
     let (mut status, mut events) = crate::status::compute(target.previous, &observation);
     status.rollout = rollout.status;
+    status.traffic = observed.traffic.clone();
     transition_events(target, &status, (&fate, policy), &uploads, &mut events);
     let next_looks = [
         uploads.next_look(now),

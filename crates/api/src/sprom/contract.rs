@@ -16,6 +16,9 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "shard-controller";
 /// Label of every child and pod: the shard's index.
 pub const SHARD_POD_LABEL: &str = "zonecontrol.k8s.aws/shard";
+/// Label of a shard's pods with the zone the shard is pinned to (Topology sharding): who asks
+/// a shard (the rules-federator) knows its zone without reading nodes.
+pub const ZONE_POD_LABEL: &str = "zonecontrol.k8s.aws/zone";
 /// The StatefulSet controller's pod-ordinal label (Kubernetes >= 1.28): replica 0 of a shard.
 pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 

@@ -147,6 +147,12 @@ impl Answer {
         }
     }
 
+    /// The bytes of the body as they came (compressed when the server compressed it): what
+    /// the answer moved.
+    pub fn received_len(&self) -> usize {
+        self.body.len()
+    }
+
     /// The `data` of the answer, or why it is not a clear one.
     pub fn decode<T: DeserializeOwned>(self) -> Result<T, ApiError> {
         let Answer {

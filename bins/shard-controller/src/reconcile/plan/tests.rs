@@ -94,7 +94,7 @@ fn applies(plan: &Plan) -> Vec<(ChildKind, String)> {
         .iter()
         .filter_map(|write| match write {
             Write::Apply(child) => Some((child.kind(), child.name().to_string())),
-            Write::Mark { .. } | Write::OnDelete { .. } | Write::StartUpload { .. } => None,
+            Write::Mark { .. } | Write::Strategy { .. } | Write::StartUpload { .. } => None,
         })
         .collect()
 }
@@ -807,7 +807,7 @@ fn the_rollout_is_held_while_a_shard_of_the_rolled_zone_refuses_its_configuratio
         !first
             .writes
             .iter()
-            .any(|w| matches!(w, Write::OnDelete { .. }))
+            .any(|w| matches!(w, Write::Strategy { .. }))
     );
     // A shard whose cached StatefulSet still has the defaulted `rollingUpdate` of its
     // RollingUpdate days: its strategy is patched first, then it is applied.
@@ -821,8 +821,9 @@ fn the_rollout_is_held_while_a_shard_of_the_rolled_zone_refuses_its_configuratio
         .writes
         .iter()
         .position(|w| {
-            *w == Write::OnDelete {
+            *w == Write::Strategy {
                 stateful_set: "p-shard-1".into(),
+                on_delete: true,
             }
         })
         .expect("the strategy patched");
@@ -834,7 +835,7 @@ fn the_rollout_is_held_while_a_shard_of_the_rolled_zone_refuses_its_configuratio
     let patched = switched
         .writes
         .iter()
-        .filter(|w| matches!(w, Write::OnDelete { .. }));
+        .filter(|w| matches!(w, Write::Strategy { .. }));
     assert_eq!(patched.count(), 1, "only the shard whose copy needs it");
     let zau = rollout(&first).unwrap();
     assert!(!zau.spec.paused);
@@ -920,6 +921,27 @@ fn the_rollout_is_held_while_a_shard_of_the_rolled_zone_refuses_its_configuratio
     assert_eq!(strategy(&off), vec![None; 3]);
     assert_eq!((rollout(&off), off.wanted_rollout.len()), (None, 0));
     assert!(off.prune.contains(&ChildKind::ZoneAwareUpdate));
+    // Shards that were `OnDelete` are patched back to `RollingUpdate` before their apply: the
+    // merge patch that made them `OnDelete` owns the type, an apply leaving it out keeps it.
+    let mut zone_aware = applied(&first);
+    zone_aware.full_apply = true;
+    for set in zone_aware.stateful_sets.values_mut() {
+        set.on_delete = true;
+    }
+    let back = planned(&rolling_update, &zone_aware);
+    let patched: Vec<&Write> = back
+        .writes
+        .iter()
+        .filter(|w| matches!(w, Write::Strategy { .. }))
+        .collect();
+    assert_eq!(patched.len(), 3, "{patched:?}");
+    assert!(patched.iter().all(|w| matches!(
+        w,
+        Write::Strategy {
+            on_delete: false,
+            ..
+        }
+    )));
     let no_api = Observed {
         rollout: ObservedRollout::NoApi,
         ..full()

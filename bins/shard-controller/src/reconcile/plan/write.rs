@@ -76,10 +76,15 @@ pub enum Write {
         stateful_set: String,
         retained: Option<retention::Retained>,
     },
-    /// A merge patch of a StatefulSet's strategy to `OnDelete` without `rollingUpdate`, before
-    /// the apply that turns it zone-aware: the API server defaulted `rollingUpdate` while it was
-    /// `RollingUpdate`, refuses `OnDelete` beside it, and no apply owns it to remove it.
-    OnDelete { stateful_set: String },
+    /// A merge patch of a StatefulSet's strategy, before the apply that changes it: to
+    /// `OnDelete` without `rollingUpdate` (turning zone-aware: the API server defaulted
+    /// `rollingUpdate` while it was `RollingUpdate`, refuses `OnDelete` beside it, and no apply
+    /// owns it to remove it), or back to `RollingUpdate` (the merge patch that made it
+    /// `OnDelete` owns the type, so an apply that leaves it out does not reset it).
+    Strategy {
+        stateful_set: String,
+        on_delete: bool,
+    },
     /// An attempt at a removed shard's final upload in pod `pod` (at `ip`): the ephemeral
     /// `container` over the snapshot `path`, or over one taken first (None) once the pod runs
     /// the retired configuration.
@@ -101,19 +106,22 @@ pub fn changed(children: impl IntoIterator<Item = Child>, observed: &Observed) -
             observed.full_apply || !observed.unchanged(child.kind(), child.name(), child.hash())
         })
         .flat_map(|child| {
-            let clear = turns_on_delete(&child, observed).then(|| Write::OnDelete {
+            let strategy = strategy_change(&child, observed).map(|on_delete| Write::Strategy {
                 stateful_set: child.name().to_string(),
+                on_delete,
             });
-            clear.into_iter().chain([Write::Apply(child)])
+            strategy.into_iter().chain([Write::Apply(child)])
         })
         .collect()
 }
 
-/// Whether `child` is a StatefulSet built `OnDelete` whose cached copy still has the
-/// `rollingUpdate` its `RollingUpdate` days left ([`Write::OnDelete`]).
-fn turns_on_delete(child: &Child, observed: &Observed) -> bool {
+/// The strategy `child`, a StatefulSet, must be patched to before its apply
+/// ([`Write::Strategy`]): `Some(true)` when it is built `OnDelete` and its cached copy still has
+/// the `rollingUpdate` of its `RollingUpdate` days, `Some(false)` when it is built without a
+/// strategy (`RollingUpdate`) and its cached copy is `OnDelete`.
+fn strategy_change(child: &Child, observed: &Observed) -> Option<bool> {
     let Child::StatefulSet(set) = child else {
-        return false;
+        return None;
     };
     let on_delete = set
         .spec
@@ -126,6 +134,9 @@ fn turns_on_delete(child: &Child, observed: &Observed) -> bool {
         .labels
         .as_ref()
         .and_then(zone_api::sprom::contract::shard_of);
-    let cached = index.and_then(|index| observed.stateful_sets.get(&index));
-    on_delete && cached.is_some_and(|cached| cached.rolling_update)
+    let cached = index.and_then(|index| observed.stateful_sets.get(&index))?;
+    match on_delete {
+        true => cached.rolling_update.then_some(true),
+        false => cached.on_delete.then_some(false),
+    }
 }
