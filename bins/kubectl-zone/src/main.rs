@@ -83,18 +83,7 @@ enum Command {
     },
     /// A ShardedPrometheus's shards: zone, readiness, the targets each scrapes (read from the
     /// shards through the API server's proxy), the retained shards and their deadlines.
-    Shards {
-        /// The ShardedPrometheus.
-        name: String,
-
-        /// Predict a resize to this many shards: the targets that would move, and where.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-        to: Option<u32>,
-
-        /// The node label holding a node's zone (the shard-controller's --zone-label).
-        #[arg(long, default_value = zone_topology::zone::ZONE_LABEL)]
-        zone_label: String,
-    },
+    Shards(ShardsArgs),
     /// Whether the installation in the namespace works: each controller's Ready pods answer
     /// /readyz (through the API server's proxy), and with --dry-run-evict the eviction webhook
     /// judges and admits a dry-run eviction. Exit status 1 if a check fails.
@@ -114,6 +103,32 @@ enum Command {
         #[arg(long, default_value = zone_topology::zone::ZONE_LABEL)]
         zone_label: String,
     },
+}
+
+/// `kubectl zone shards`'s arguments.
+#[derive(clap::Args, Debug)]
+pub(crate) struct ShardsArgs {
+    /// The ShardedPrometheus.
+    pub name: String,
+
+    /// Predict a resize to this many shards: the targets that would move, and where.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub to: Option<u32>,
+
+    /// Also the shards' scrape traffic per day (status.traffic): same-zone, cross-zone and
+    /// zoneless bytes, the price of the cross-zone ones, and the saving against Classic
+    /// sharding of the same targets.
+    #[arg(long)]
+    pub cost: bool,
+
+    /// The price of a GiB moved between zones (with --cost). Default: AWS's $0.01 per GB
+    /// out of one zone plus $0.01 per GB into the other.
+    #[arg(long, value_name = "X", default_value_t = shards::cost::DEFAULT_PRICE_PER_GIB, value_parser = price)]
+    pub price_per_gib: f64,
+
+    /// The node label holding a node's zone (the shard-controller's --zone-label).
+    #[arg(long, default_value = zone_topology::zone::ZONE_LABEL)]
+    pub zone_label: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -157,6 +172,14 @@ async fn main() -> ExitCode {
 }
 
 /// `NAMESPACE/POD`.
+/// A price: a finite number, 0 or more.
+fn price(value: &str) -> Result<f64, String> {
+    match value.trim().parse::<f64>() {
+        Ok(price) if price.is_finite() && price >= 0.0 => Ok(price),
+        _ => Err(format!("{value:?} is not a price (a number, 0 or more)")),
+    }
+}
+
 fn parse_pod_ref(value: &str) -> Result<(String, String), String> {
     match value.split_once('/') {
         Some((namespace, pod))
@@ -218,12 +241,8 @@ async fn run(cli: Cli) -> Result<ExitCode, cluster::Error> {
             print!("{}", cli.output.render(&report, budget::table)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Shards {
-            name,
-            to,
-            zone_label,
-        } => {
-            let report = shards::report(&client, &namespace, &name, to, &zone_label).await?;
+        Command::Shards(args) => {
+            let report = shards::report(&client, &namespace, &args).await?;
             print!("{}", cli.output.render(&report, shards::table)?);
             Ok(ExitCode::SUCCESS)
         }

@@ -37,6 +37,9 @@ pub struct ShardsReport {
     /// With `--to`: what a resize would move.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resize: Option<Resize>,
+    /// With `--cost`: the shards' scrape traffic per day, priced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<cost::Cost>,
     /// What could not be read, and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
@@ -111,14 +114,15 @@ pub struct ShardView {
     pub relabel: BTreeMap<String, Vec<RelabelConfig>>,
 }
 
-/// The shards of ShardedPrometheus `name`, and with `to` a resize's prediction.
+/// The shards of ShardedPrometheus `args.name`; with `--to` a resize's prediction; with
+/// `--cost` their scrape traffic's cost.
 pub async fn report(
     client: &Client,
     namespace: &str,
-    name: &str,
-    to: Option<u32>,
-    zone_label: &str,
+    args: &crate::ShardsArgs,
 ) -> Result<ShardsReport, Error> {
+    let (name, to, zone_label) = (args.name.as_str(), args.to, args.zone_label.as_str());
+    let price_per_gib = args.cost.then_some(args.price_per_gib);
     let api: Api<ShardedPrometheus> = Api::namespaced(client.clone(), namespace);
     let sprom = api
         .get(name)
@@ -162,6 +166,17 @@ pub async fn report(
         }
         None => None,
     };
+    let cost = match (price_per_gib, &status.traffic) {
+        (None, _) => None,
+        (Some(price), Some(traffic)) => Some(cost::cost(traffic, price)),
+        (Some(_), None) => {
+            return Err(invalid(
+                "no scrape traffic measured yet: status.traffic appears a minute after the shards \
+                 answer (agents are not measured)"
+                    .into(),
+            ));
+        }
+    };
     let missing = failures
         .iter()
         .map(|(index, error)| format!("the targets of shard {index}: {error}"))
@@ -172,6 +187,7 @@ pub async fn report(
         shards: rows(&status, replicas, &views),
         retained: retained(&status, Timestamp::now()),
         resize,
+        cost,
         missing,
     })
 }
@@ -477,6 +493,9 @@ pub fn table(report: &ShardsReport) -> String {
         };
         out.push_str(&format!("retained shard {}: {until}\n", shard.index));
     }
+    if let Some(cost) = &report.cost {
+        out.push_str(&cost::table(cost));
+    }
     if let Some(resize) = &report.resize {
         out.push_str(&format!(
             "resize to {}: {} of {} targets move ({:.1}%)\n",
@@ -516,5 +535,6 @@ pub fn table(report: &ShardsReport) -> String {
     out
 }
 
+pub mod cost;
 #[cfg(test)]
 mod tests;
