@@ -31,6 +31,7 @@ pub struct FederatorMetrics {
     request_seconds: HistogramVec,
     partial: IntCounterVec,
     shared: IntCounterVec,
+    received: IntCounterVec,
 }
 
 impl FederatorMetrics {
@@ -87,6 +88,11 @@ impl FederatorMetrics {
                 "API requests answered by a merge another identical request started, by handler.",
                 |o| IntCounterVec::new(o, &["handler"]),
             )?,
+            received: family.add(
+                "backend_received_bytes_total",
+                "Bytes of the backends' answers as received (compressed when the backend compressed them), by the backend's zone: a discovered shard pod's label zonecontrol.k8s.aws/zone (Topology sharding), a static endpoint's zone= fragment, else unknown. The fan-out's traffic per zone (docs/sharding.md).",
+                |o| IntCounterVec::new(o, &["zone"]),
+            )?,
         };
         // Every handler's series exist before its first request.
         for handler in HANDLERS {
@@ -104,6 +110,14 @@ impl FederatorMetrics {
         if let Some(reason) = failed {
             self.endpoint_error(endpoint, reason);
         }
+    }
+
+    /// `bytes` received from a backend of `zone` (empty: unknown).
+    pub fn received(&self, zone: &str, bytes: usize) {
+        let zone = if zone.is_empty() { "unknown" } else { zone };
+        self.received
+            .with_label_values(&[zone])
+            .inc_by(u64::try_from(bytes).unwrap_or(u64::MAX));
     }
 
     /// An answer that came but could not be read.
@@ -167,6 +181,7 @@ pub(crate) fn served_metric_families() -> std::collections::BTreeSet<String> {
     metrics.served("rules", 1);
     metrics.request("rules", 200);
     metrics.shared("rules");
+    metrics.received("zone-a", 100);
     zone_operator::testing::served_metric_families(&registry).expect("/metrics answers")
 }
 

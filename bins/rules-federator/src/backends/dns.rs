@@ -251,6 +251,7 @@ fn endpoint(name: &DnsEndpoint, address: SocketAddr) -> Endpoint {
         shard: name.shard.clone(),
         replica: url.clone(),
         url,
+        zone: String::new(),
     }
 }
 

@@ -9,7 +9,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
-use zone_api::sprom::contract::SHARD_POD_LABEL;
+use zone_api::sprom::contract::{SHARD_POD_LABEL, ZONE_POD_LABEL};
 use zone_operator::ErrorChain;
 
 use crate::cli::Scheme;
@@ -22,6 +22,9 @@ pub struct Endpoint {
     pub replica: String,
     /// Base URL, no trailing slash (`http://10.0.0.1:9090`, `https://10.0.0.1:9090`).
     pub url: String,
+    /// Its zone, when known: a discovered shard pod's label `zonecontrol.k8s.aws/zone`
+    /// (Topology sharding), a static endpoint's `zone=` fragment.
+    pub zone: String,
 }
 
 impl Endpoint {
@@ -37,13 +40,13 @@ pub enum EndpointError {
         "--endpoint {0:?}: only http://, https://, grpc:// and grpcs:// URLs are supported, or DNS names (dns+, dnssrv+)"
     )]
     Scheme(String),
-    #[error("--endpoint {0:?}: unknown fragment key {1:?} (shard, replica)")]
+    #[error("--endpoint {0:?}: unknown fragment key {1:?} (shard, replica, zone)")]
     Fragment(String, String),
     #[error("--endpoint {0:?}: {1}")]
     Dns(String, String),
 }
 
-/// `http[s]://host:port[/prefix][#shard=S&replica=R]`, or `grpc[s]://host:port[#...]` for
+/// `http[s]://host:port[/prefix][#shard=S&replica=R&zone=Z]`, or `grpc[s]://host:port[#...]` for
 /// Thanos's gRPC Rules API (a Thanos sidecar, Ruler or Querier, another federator).
 pub fn parse_static(text: &str) -> Result<Endpoint, EndpointError> {
     let (url, fragment) = text.split_once('#').unwrap_or((text, ""));
@@ -55,11 +58,13 @@ pub fn parse_static(text: &str) -> Result<Endpoint, EndpointError> {
         shard: String::new(),
         replica: String::new(),
         url: url.trim_end_matches('/').to_string(),
+        zone: String::new(),
     };
     for (key, value) in form_urlencoded::parse(fragment.as_bytes()) {
         match key.as_ref() {
             "shard" => endpoint.shard = value.into_owned(),
             "replica" => endpoint.replica = value.into_owned(),
+            "zone" => endpoint.zone = value.into_owned(),
             other => return Err(EndpointError::Fragment(text.to_string(), other.to_string())),
         }
     }
@@ -235,6 +240,11 @@ pub fn of_pod(pod: &Pod, PodPort { scheme, port }: PodPort) -> Option<Endpoint> 
             .unwrap_or_default(),
         replica: pod.name_any(),
         url: format!("{}://{host}:{port}", scheme.as_str()),
+        zone: pod
+            .labels()
+            .get(ZONE_POD_LABEL)
+            .cloned()
+            .unwrap_or_default(),
     })
 }
 
@@ -282,7 +292,8 @@ mod tests {
             Endpoint {
                 shard: "1".into(),
                 replica: "b".into(),
-                url: "http://127.0.0.1:9091".into()
+                url: "http://127.0.0.1:9091".into(),
+                zone: String::new(),
             }
         );
         let plain = parse_static("http://prom:9090").unwrap();
@@ -303,9 +314,10 @@ mod tests {
             );
         }
         assert!(matches!(
-            parse_static("http://x#zone=a"),
+            parse_static("http://x#region=a"),
             Err(EndpointError::Fragment(..))
         ));
+        assert_eq!(parse_static("http://x#zone=a&shard=1").unwrap().zone, "a");
     }
 
     #[test]
@@ -326,9 +338,15 @@ mod tests {
             Some(Endpoint {
                 shard: "1".into(),
                 replica: "p-shard-1-0".into(),
-                url: "http://10.0.0.5:9090".into()
+                url: "http://10.0.0.5:9090".into(),
+                zone: String::new(),
             })
         );
+        let mut zoned = pod("True", Some("10.0.0.5"));
+        zoned
+            .labels_mut()
+            .insert(ZONE_POD_LABEL.into(), "zone-b".into());
+        assert_eq!(of_pod(&zoned, http).unwrap().zone, "zone-b");
         assert_eq!(of_pod(&pod("False", Some("10.0.0.5")), http), None);
         assert_eq!(of_pod(&pod("True", None), http), None);
         let https = PodPort {

@@ -22,6 +22,15 @@ pub enum Fetched {
 }
 
 impl Fetched {
+    /// The bytes of the answer as received (an HTTP body compressed when it came so, the
+    /// gRPC messages).
+    pub fn received_len(&self) -> usize {
+        match self {
+            Fetched::Http(answer) => answer.received_len(),
+            Fetched::Grpc(raw) => raw.messages.iter().map(|message| message.len()).sum(),
+        }
+    }
+
     /// The groups, and what the backend itself warned of (a federating backend's failed
     /// endpoints).
     pub fn decode(self) -> Result<(RuleDiscovery, Vec<String>), ApiError> {
@@ -102,6 +111,10 @@ impl Fetcher {
                     started.elapsed(),
                     result.as_ref().err().map(ApiError::kind),
                 );
+                if let Ok(fetched) = &result {
+                    self.metrics
+                        .received(&endpoint.zone, fetched.received_len());
+                }
                 (endpoint, result)
             })
             .buffered(self.concurrency)
@@ -231,6 +244,35 @@ mod tests {
                 r#"zone_aware_federator_endpoint_errors_total{{endpoint="{gone}",reason="connect"}} 1"#
             )],
             "the fetch counts what never came; what came is counted where it is decoded"
+        );
+    }
+
+    /// The fan-out's bytes are counted by the backend's zone as they came: a gzipped answer
+    /// counts its compressed bytes, a backend of no known zone counts as unknown.
+    #[tokio::test]
+    async fn received_bytes_are_counted_by_the_backends_zone() {
+        use crate::backends::testing::RULES;
+        let (fetcher, registry) = fetcher(Duration::from_secs(30));
+        let plain = serving_rules(false).await;
+        let gzipped = serving_rules(true).await;
+        let mut in_b = endpoint(&plain.url, "0", "a");
+        in_b.zone = "zone-b".into();
+        fetch_one(&fetcher, in_b).await.unwrap();
+        fetch_one(&fetcher, endpoint(&gzipped.url, "1", "a"))
+            .await
+            .unwrap();
+        let text = zone_operator::metrics::exposition(&registry);
+        let received = |zone: &str| {
+            let series =
+                format!("zone_aware_federator_backend_received_bytes_total{{zone=\"{zone}\"}} ");
+            text.lines()
+                .find_map(|line| line.strip_prefix(&series)?.parse::<f64>().ok())
+        };
+        assert_eq!(received("zone-b"), Some(RULES.len() as f64), "{text}");
+        let compressed = received("unknown").unwrap();
+        assert!(
+            compressed > 0.0 && compressed < RULES.len() as f64,
+            "{text}"
         );
     }
 

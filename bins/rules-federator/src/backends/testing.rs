@@ -126,6 +126,7 @@ pub fn endpoint(url: &str, shard: &str, replica: &str) -> Endpoint {
         shard: shard.to_string(),
         replica: replica.to_string(),
         url: url.to_string(),
+        zone: String::new(),
     }
 }
 
