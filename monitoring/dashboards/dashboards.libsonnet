@@ -126,6 +126,11 @@ local g = import 'lib.libsonnet';
           g.timeseries('Targets per shard pod', [['sum by (namespace, pod) (prometheus_target_scrape_pool_targets{%(ns)s})' % { ns: ns }, '{{namespace}}/{{pod}}']], description='Needs a scrape job for the shards\' Prometheus pods.'),
           g.timeseries('Next retained-shard deletion', [['max by (namespace, name) (zone_aware_sprom_next_shard_deletion_timestamp_seconds{%(shardSelector)s, %(ns)s}) - time()' % (c { ns: ns }), '{{namespace}}/{{name}}']], 's'),
         ],
+        [
+          'What the shards cost',
+          g.timeseries('Scrape traffic by zone', [['sum by (namespace, name, traffic) (rate(zone_aware_sprom_scrape_bytes_total{%(shardSelector)s, %(ns)s}[$__rate_interval]))' % (c { ns: ns }), '{{namespace}}/{{name}} {{traffic}}']], 'Bps', stack=true, description='Bytes of the targets\' answers the shards scrape, by where the target is from the scraping pod: cross-zone is what a cloud bills (docs/sharding.md, "What the shards cost"). Times 86400: a day\'s bytes.'),
+          g.timeseries('Federator fan-out by backend zone', [['sum by (zone) (rate(zone_aware_federator_backend_received_bytes_total{%(federatorSelector)s}[$__rate_interval]))' % c, '{{zone}}']], 'Bps', stack=true, description='Bytes of the shards\' answers the rules-federator receives, by the shard\'s zone.'),
+        ],
       ],
     ),
 
