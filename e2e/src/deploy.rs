@@ -347,6 +347,44 @@ impl Drop for TestDeploy<'_> {
     }
 }
 
+/// Binds the ServiceAccount `service_account` of `victim` to the ClusterRole `role` by a
+/// ClusterRoleBinding the namespace owns (deleting the namespace removes it, even if the test
+/// is killed).
+pub fn bind_cluster_role(
+    cluster: &Cluster,
+    victim: &crate::TestNamespace,
+    service_account: &str,
+    role: &str,
+) {
+    let kubectl_stdin = |args: &[&str], stdin: Option<&str>| {
+        let mut command = identity::kubectl(cluster);
+        command.args(args);
+        identity::run(command, stdin.map(str::as_bytes))
+    };
+    let namespace = &victim.name;
+    let uid = kubectl_stdin(
+        &[
+            "get",
+            "namespace",
+            namespace,
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ],
+        None,
+    );
+    let binding = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {
+            "name": format!("{namespace}-{service_account}"),
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": namespace, "uid": uid}],
+        },
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+    });
+    kubectl_stdin(&["apply", "-f", "-"], Some(&binding.to_string()));
+}
+
 /// A token for the federator ([`FEDERATOR_AUDIENCE`]) of ServiceAccount `grafana` in the
 /// victim namespace, bound to ClusterRole `role` (a
 /// deployed `zone-aware-rules-federator-reader-<suffix>`) by a ClusterRoleBinding the namespace
@@ -362,27 +400,7 @@ pub fn reader_token(cluster: &Cluster, victim: &crate::TestNamespace, role: &str
         &["create", "serviceaccount", "grafana", "-n", namespace],
         None,
     );
-    let uid = kubectl_stdin(
-        &[
-            "get",
-            "namespace",
-            namespace,
-            "-o",
-            "jsonpath={.metadata.uid}",
-        ],
-        None,
-    );
-    let binding = serde_json::json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {
-            "name": format!("{namespace}-grafana"),
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": namespace, "uid": uid}],
-        },
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-        "subjects": [{"kind": "ServiceAccount", "name": "grafana", "namespace": namespace}],
-    });
-    kubectl_stdin(&["apply", "-f", "-"], Some(&binding.to_string()));
+    bind_cluster_role(cluster, victim, "grafana", role);
     kubectl_stdin(
         &[
             "create",

@@ -29,6 +29,8 @@ use serde_json::json;
 
 #[path = "deploy_local/budgets.rs"]
 mod budgets;
+#[path = "deploy_local/ledger.rs"]
+mod ledger;
 #[path = "deploy_local/rollout.rs"]
 mod rollout;
 
@@ -134,6 +136,14 @@ async fn deploy_local_runs_the_controllers_as_real_pods() {
     // Their pods rolled by the deployed controllers: zone by zone, held by a shard that refuses
     // its configuration (against every StatefulSet rolling itself, measured first).
     rollout::shards_roll_zone_by_zone(&victim, &real_nodes).await;
+
+    // What their scraping moves between zones, as the deployed shard-controller counts it,
+    // against what the targets served: Topology then Classic.
+    let deployed = ledger::Deployed {
+        pods: &deployed_pods,
+        leases: &leases,
+    };
+    ledger::the_ledger_counts_what_the_targets_served(&victim, &real_nodes, &deployed).await;
 
     // Undeploy: the webhook configuration goes first, then everything else.
     deployment
