@@ -942,6 +942,16 @@ fn the_rollout_is_held_while_a_shard_of_the_rolled_zone_refuses_its_configuratio
             ..
         }
     )));
+    // Not when the API answered 404 for a moment (a CRD replaced during an upgrade): the
+    // zone-aware rollout may be replacing pods; the StatefulSets stay OnDelete.
+    zone_aware.rollout = ObservedRollout::NoApi;
+    let unread = planned(&spec, &zone_aware);
+    assert!(
+        !unread
+            .writes
+            .iter()
+            .any(|w| matches!(w, Write::Strategy { .. }))
+    );
     let no_api = Observed {
         rollout: ObservedRollout::NoApi,
         ..full()

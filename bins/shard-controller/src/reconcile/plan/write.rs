@@ -9,7 +9,7 @@ use zone_api::{ZoneAwareUpdate, ZoneDisruptionBudget};
 
 use crate::children::build::applied_hash;
 use crate::children::retention;
-use crate::reconcile::observe::{ChildKind, Observed};
+use crate::reconcile::observe::{ChildKind, Observed, ObservedRollout};
 
 /// A child of a shard, as built (boxed: a StatefulSet is kilobytes).
 #[derive(Debug, Clone, PartialEq)]
@@ -118,7 +118,7 @@ pub fn changed(children: impl IntoIterator<Item = Child>, observed: &Observed) -
 /// The strategy `child`, a StatefulSet, must be patched to before its apply
 /// ([`Write::Strategy`]): `Some(true)` when it is built `OnDelete` and its cached copy still has
 /// the `rollingUpdate` of its `RollingUpdate` days, `Some(false)` when it is built without a
-/// strategy (`RollingUpdate`) and its cached copy is `OnDelete`.
+/// strategy because the spec says `RollingUpdate` and its cached copy is `OnDelete`.
 fn strategy_change(child: &Child, observed: &Observed) -> Option<bool> {
     let Child::StatefulSet(set) = child else {
         return None;
@@ -135,8 +135,15 @@ fn strategy_change(child: &Child, observed: &Observed) -> Option<bool> {
         .as_ref()
         .and_then(zone_api::sprom::contract::shard_of);
     let cached = index.and_then(|index| observed.stateful_sets.get(&index))?;
+    // Back to RollingUpdate only when the spec asks for it (the rollout is then not read):
+    // a ZoneAwareUpdate API that answers 404 for a moment (its CRD replaced during an upgrade)
+    // must not hand the pods to the StatefulSet controller while a rollout replaces them.
+    let asked = matches!(
+        observed.rollout,
+        ObservedRollout::Absent | ObservedRollout::Found(_)
+    );
     match on_delete {
         true => cached.rolling_update.then_some(true),
-        false => cached.on_delete.then_some(false),
+        false => (cached.on_delete && asked).then_some(false),
     }
 }
