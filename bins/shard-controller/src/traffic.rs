@@ -36,7 +36,6 @@ use zone_api::ShardedPrometheus;
 use zone_api::sprom::{ShardTraffic, ShardTrafficStatus, TrafficBytes};
 use zone_operator::NodeZones;
 use zone_operator::prom_api::ApiClient;
-use zone_topology::Zone;
 use zone_topology::sharding::topology_sources;
 
 use crate::health::prober::{self, Target};
@@ -80,6 +79,11 @@ impl Bytes {
         self.same_zone += other.same_zone;
         self.cross_zone += other.cross_zone;
         self.zoneless += other.zoneless;
+    }
+
+    /// Same-zone, cross-zone, zoneless: the order of `metrics::TRAFFIC_CLASSES`.
+    fn classes(&self) -> [f64; 3] {
+        [self.same_zone, self.cross_zone, self.zoneless]
     }
 
     fn per_day(&self, factor: f64) -> TrafficBytes {
@@ -159,7 +163,7 @@ impl TrafficLedger {
 
     /// Keeps a round of `resource`, dropping its rounds older than the rate window, and all of
     /// them when its generation changed; true if it is the first kept.
-    fn record(&self, resource: (String, String), mut round: Round) -> bool {
+    fn record(&self, resource: Resource, mut round: Round) -> bool {
         let mut rounds = self.rounds.lock().unwrap_or_else(PoisonError::into_inner);
         let kept = rounds.entry(resource).or_default();
         if kept
@@ -182,9 +186,9 @@ impl TrafficLedger {
     }
 
     /// Forgets the resources not in `live`; returns them.
-    fn forget_all_but(&self, live: &BTreeSet<(String, String)>) -> Vec<(String, String)> {
+    fn forget_all_but(&self, live: &BTreeSet<Resource>) -> Vec<Resource> {
         let mut rounds = self.rounds.lock().unwrap_or_else(PoisonError::into_inner);
-        let gone: Vec<(String, String)> = rounds
+        let gone: Vec<Resource> = rounds
             .keys()
             .filter(|key| !live.contains(*key))
             .cloned()
@@ -248,7 +252,7 @@ impl Ledger {
                 let shards = round
                     .shards
                     .iter()
-                    .map(|(index, b)| (*index, [b.same_zone, b.cross_zone, b.zoneless]))
+                    .map(|(index, bytes)| (*index, bytes.classes()))
                     .collect();
                 self.metrics
                     .traffic(&resource.0, &resource.1, round.end, &shards);
@@ -269,19 +273,17 @@ impl Ledger {
         }
     }
 
-    fn generation(&self, (namespace, name): &(String, String)) -> Option<i64> {
+    fn generation(&self, (namespace, name): &Resource) -> Option<i64> {
         let sprom = self.sproms.get(&ObjectRef::new(name).within(namespace))?;
         sprom.metadata.generation
     }
 
     fn pod_zone(&self, target: &Target) -> Option<String> {
-        match self.zones.zone_of_node(target.node.as_deref()?) {
-            Zone::Known(zone) => Some(zone),
-            Zone::Unknown => None,
-        }
+        let zone = self.zones.zone_of_node(target.node.as_deref()?);
+        zone.name().map(str::to_owned)
     }
 
-    fn reconcile(&self, (namespace, name): &(String, String)) -> bool {
+    fn reconcile(&self, (namespace, name): &Resource) -> bool {
         let sprom = ObjectRef::new(name).within(namespace);
         self.triggers.unbounded_send(sprom).is_ok()
     }
@@ -293,9 +295,9 @@ fn sum(
     answers: &[(Target, Option<Vec<measure::Scraped>>)],
     end: f64,
     zone_of: impl Fn(&Target) -> Option<String>,
-) -> BTreeMap<(String, String), Round> {
+) -> BTreeMap<Resource, Round> {
     // Every asked pod's zone, answered or not: where the Classic shards would be.
-    let mut pod_zones: BTreeMap<(String, String), BTreeMap<String, usize>> = BTreeMap::new();
+    let mut pod_zones: BTreeMap<Resource, BTreeMap<String, usize>> = BTreeMap::new();
     for (target, _) in answers {
         if let Some(zone) = zone_of(target) {
             let resource = (target.shard.0.clone(), target.shard.1.clone());
@@ -306,7 +308,7 @@ fn sum(
                 .or_default() += 1;
         }
     }
-    let mut rounds: BTreeMap<(String, String), Round> = BTreeMap::new();
+    let mut rounds: BTreeMap<Resource, Round> = BTreeMap::new();
     for (target, scraped) in answers {
         let Some(scraped) = scraped else { continue };
         let resource = (target.shard.0.clone(), target.shard.1.clone());
