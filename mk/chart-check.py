@@ -409,6 +409,22 @@ def check_watch_namespace_roles(helm):
     print("chart-check: watchNamespace: the controllers' namespaced rules are Roles of that namespace")
 
 
+def check_show_crds(helm):
+    """`helm show crds` of the packaged chart, which docs/helm.md pipes into `kubectl apply` on
+    every upgrade, is every CRD of config/crd as its own document (Helm joins the files as they
+    are: one without its `---` would merge into the one before and hide it)."""
+    with tempfile.TemporaryDirectory() as out:
+        run([helm, "package", str(CHART), "--destination", out])
+        package = next(Path(out).glob("*.tgz"))
+        shown = [o for o in yaml.safe_load_all(run([helm, "show", "crds", str(package)])) if o]
+    names = sorted(o["metadata"]["name"] for o in shown)
+    expected = sorted(yaml.safe_load(open(ROOT / original))["metadata"]["name"]
+                      for copy, original, _ in COPIES if copy.startswith("crds/"))
+    if names != expected:
+        sys.exit(f"chart-check: `helm show crds` gives {names}, not every CRD {expected}")
+    print(f"chart-check: `helm show crds` gives the {len(names)} CRDs, each its own document")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--helm", required=True)
@@ -422,6 +438,7 @@ def main():
     if extra:
         sys.exit(f"chart-check: charts/zone-aware-controllers/crds/ holds {sorted(extra)}, not in config/crd/")
 
+    check_show_crds(args.helm)
     check_federator_tls_modes(args.helm)
     check_watch_namespace_roles(args.helm)
     check_pod_disruption_budgets(args.helm)

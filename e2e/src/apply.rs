@@ -107,8 +107,35 @@ fn rules(crd: &CustomResourceDefinition) -> BTreeSet<String> {
     found
 }
 
-/// Panics unless the cluster's CRDs carry this checkout's rules: a stale CRD would make a test
-/// of the rules fail for the wrong reason.
+/// Every field of `crd`'s served version, as its path of property names.
+fn fields(crd: &CustomResourceDefinition) -> BTreeSet<String> {
+    fn walk(node: &Value, at: &str, found: &mut BTreeSet<String>) {
+        let children = node["properties"].as_object().into_iter().flatten().chain(
+            node["items"]["properties"]
+                .as_object()
+                .into_iter()
+                .flatten(),
+        );
+        for (name, child) in children {
+            let path = format!("{at}.{name}");
+            walk(child, &path, found);
+            found.insert(path);
+        }
+        if let Some(values) = node.get("additionalProperties") {
+            walk(values, &format!("{at}.*"), found);
+        }
+    }
+    let mut found = BTreeSet::new();
+    if let Some(version) = crd.spec.versions.first() {
+        let schema = serde_json::to_value(&version.schema).unwrap_or_default();
+        walk(&schema["openAPIV3Schema"], "", &mut found);
+    }
+    found
+}
+
+/// Panics unless the cluster's CRDs carry this checkout's fields and rules: a stale CRD would
+/// make a test of the rules fail for the wrong reason, and an upgrade that left one behind
+/// would have the controllers' writes refused.
 pub async fn assert_crds_current(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for expected in zone_api::crds() {
@@ -117,6 +144,15 @@ pub async fn assert_crds_current(client: &Client) {
             .get(&name)
             .await
             .unwrap_or_else(|e| panic!("CRD {name}: {e}; apply config/crd (make local-crds)"));
+        let missing: Vec<String> = fields(&expected)
+            .difference(&fields(&served))
+            .cloned()
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "CRD {name} in the cluster lacks this checkout's fields {missing:?}: \
+             kubectl apply --server-side -k config/crd"
+        );
         assert_eq!(
             rules(&served),
             rules(&expected),

@@ -61,7 +61,9 @@ fn files() -> Result<Vec<(String, String)>, String> {
     for crd in zone_api::crds() {
         let name = format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
         let yaml = serde_norway::to_string(&crd).map_err(|e| format!("serialising {name}: {e}"))?;
-        files.push((name.clone(), format!("{header}{yaml}")));
+        // Each file opens its own document: `helm show crds` joins the chart's crds/ files
+        // as they are, and a user pipes that into `kubectl apply -f -` (docs/helm.md).
+        files.push((name.clone(), format!("---\n{header}{yaml}")));
         names.push(name);
     }
     let resources: String = names.iter().map(|name| format!("- {name}\n")).collect();
