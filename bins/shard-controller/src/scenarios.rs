@@ -522,7 +522,7 @@ async fn budgets_are_applied_and_a_missing_zdb_crd_does_not_stop_the_shards() {
 /// Guards: shards that rolled themselves (`RollingUpdate`, whose `rollingUpdate` the API server
 /// defaulted and no apply owns) turning zone-aware: a merge patch first sets `OnDelete` and
 /// removes `rollingUpdate` (the API server refuses `OnDelete` beside it, and an apply cannot
-/// remove it), then the apply, then the ZoneAwareUpdate. Without the merge patch the apply is
+/// remove it), then the apply, after the ZoneAwareUpdate. Without the merge patch the apply is
 /// refused (422) and the shards never roll again.
 #[tokio::test]
 async fn shards_turning_zone_aware_lose_their_defaulted_rolling_update_first() {
@@ -559,9 +559,9 @@ async fn shards_turning_zone_aware_lose_their_defaulted_rolling_update_first() {
     assert_eq!(
         writes,
         [
+            (format!("{ZAUS}/p-shards"), apply.clone()),
             (format!("{STATEFUL_SETS}/p-shard-0"), merge),
-            (format!("{STATEFUL_SETS}/p-shard-0"), apply.clone()),
-            (format!("{ZAUS}/p-shards"), apply),
+            (format!("{STATEFUL_SETS}/p-shard-0"), apply),
         ]
     );
     let cleared = &h
@@ -570,6 +570,52 @@ async fn shards_turning_zone_aware_lose_their_defaulted_rolling_update_first() {
     assert_eq!(
         cleared.json().unwrap(),
         json!({"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": null}}})
+    );
+}
+
+/// Guards: a ZoneAwareUpdate the API server refuses (here as under the CRD of a release
+/// before `spec.selector`, when an upgrade skipped the CRDs) stops the reconcile before any
+/// StatefulSet turns `OnDelete`: the shards keep rolling themselves instead of never rolling.
+#[tokio::test]
+async fn shards_stay_rolling_themselves_while_their_zone_aware_update_is_refused() {
+    let mut rolling = cached_stateful_set(0, json!({}));
+    rolling.spec = Some(
+        serde_json::from_value(json!({
+            "selector": {}, "template": {},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+        }))
+        .unwrap(),
+    );
+    let h = Harness::new(json!({"shards": 1}), vec![rolling]);
+    script_applies(&h.fake, None);
+    script_lists(&h.fake, &[0]);
+    h.fake.on(Method::GET, ZAUS).always(
+        200,
+        json!({"apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ZoneAwareUpdateList", "metadata": {}, "items": []}),
+    );
+    h.fake.on_prefix(Method::PATCH, ZAUS).always(
+        500,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500,
+               "message": "failed to create typed patch object: .spec.selector: field not declared in schema"}),
+    );
+
+    let failed = reconcile(Arc::new(h.sprom.clone()), h.ctx.clone()).await;
+    assert!(
+        failed.is_err(),
+        "the refusal is the reconcile's error, retried"
+    );
+    assert_eq!(
+        h.fake
+            .requests_to(&Method::PATCH, &format!("{ZAUS}/p-shards"))
+            .len(),
+        1,
+        "the ZoneAwareUpdate was tried"
+    );
+    assert!(
+        h.fake
+            .requests_to(&Method::PATCH, &format!("{STATEFUL_SETS}/p-shard-0"))
+            .is_empty(),
+        "no StatefulSet written after the refusal"
     );
 }
 

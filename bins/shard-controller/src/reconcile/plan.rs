@@ -100,7 +100,13 @@ pub fn plan(
     let (budget_writes, wanted_budgets) = budgets(&input, &fate, observed.full_apply);
     writes.extend(budget_writes);
     let rollout = rollout::plan(&input, observed, config_loaded.as_deref());
-    writes.extend(rollout.write);
+    if let Some(zau) = rollout.write {
+        // Before the first StatefulSet write: a StatefulSet turned OnDelete with no
+        // ZoneAwareUpdate to roll it (one the API server refuses, e.g. under a CRD not yet
+        // upgraded) would never have its pods replaced.
+        let first_set = writes.iter().position(Write::is_stateful_set);
+        writes.insert(first_set.unwrap_or(writes.len()), zau);
+    }
     let prune = prune(observed, [&wanted, &wanted_config_maps]);
 
     let next_config_check = config_loaded.as_deref().and_then(verdict::next_change);

@@ -142,8 +142,10 @@ fn a_full_apply_writes_every_child_config_first_and_prunes_every_kind() {
         ChildKind::StatefulSet,
     ]
     .repeat(3);
-    // One replica: the zone budget, no shard budget; the rollout.
-    want.extend([ChildKind::ZoneDisruptionBudget, ChildKind::ZoneAwareUpdate]);
+    // The rollout before the first StatefulSet (OnDelete only with a ZoneAwareUpdate to roll
+    // it); one replica: the zone budget, no shard budget.
+    want.insert(2, ChildKind::ZoneAwareUpdate);
+    want.push(ChildKind::ZoneDisruptionBudget);
     assert_eq!(kinds, want);
     assert_eq!(plan.prune, ChildKind::PRUNE_ORDER);
     assert_eq!(
@@ -832,6 +834,19 @@ fn the_rollout_is_held_while_a_shard_of_the_rolled_zone_refuses_its_configuratio
         "then applied: {:?}",
         switched.writes[at + 1]
     );
+    // The ZoneAwareUpdate first: one the API server refuses (a CRD not yet upgraded) stops
+    // the reconcile before a StatefulSet turns OnDelete with nothing to roll it.
+    for plan in [&first, &switched] {
+        let zau = plan
+            .writes
+            .iter()
+            .position(|w| matches!(w, Write::Apply(Child::ZoneAwareUpdate(_))));
+        let set = plan.writes.iter().position(Write::is_stateful_set);
+        assert!(
+            zau.is_some() && zau < set,
+            "the ZoneAwareUpdate at {zau:?}, a StatefulSet at {set:?}"
+        );
+    }
     let patched = switched
         .writes
         .iter()

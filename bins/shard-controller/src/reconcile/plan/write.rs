@@ -96,6 +96,16 @@ pub enum Write {
     },
 }
 
+impl Write {
+    /// Whether it writes a shard's StatefulSet: its apply, its strategy or its retention marks.
+    pub fn is_stateful_set(&self) -> bool {
+        matches!(
+            self,
+            Write::Apply(Child::StatefulSet(_)) | Write::Strategy { .. } | Write::Mark { .. }
+        )
+    }
+}
+
 /// The applies of `children` that are needed: all of them on a full apply, else those whose
 /// cached copy does not carry the hash they were built with (a pod turning Ready reconciles the
 /// resource, and must not cost 3 writes per shard).
