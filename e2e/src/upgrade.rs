@@ -74,6 +74,10 @@ pub fn webhook_names(objects: &[Value]) -> BTreeSet<String> {
 /// A target of a shard: (the shard's index, the target's scrape URL).
 pub type ShardTarget = (String, String);
 
+/// How long a pod has to answer the watch: a replica that does not answer within it misses
+/// this round (its twin's answers and its next one still cover its targets).
+const ANSWER_WITHIN: Duration = Duration::from_secs(2);
+
 /// Polls every Prometheus pod of `selector` (its `/api/v1/targets`, on the pod's address) every
 /// `every` and keeps, per shard and target, the times of the successful scrapes it reports.
 /// The union over a shard's replicas, taken while their pods are replaced, is what the shard
@@ -98,11 +102,19 @@ impl ScrapeWatch {
             let mut period = tokio::time::interval(every);
             while !stopped.load(Ordering::Relaxed) {
                 period.tick().await;
-                for pod in pods::list(&pods_api, &selector).await {
-                    let scraped = scraped(&pod).await;
-                    let mut seen = record.lock().unwrap_or_else(|e| e.into_inner());
+                // Every pod at once, each within a bound: a pod being removed (its address no
+                // longer answering, a connection that hangs) must not stop the watch of the
+                // others, or their scrapes would go unseen and look like a gap.
+                let listed = pods::list(&pods_api, &selector).await;
+                let answers = futures::future::join_all(listed.iter().map(|pod| async move {
+                    let answer = tokio::time::timeout(ANSWER_WITHIN, scraped(pod)).await;
+                    (shard_of(pod), answer.unwrap_or_default())
+                }))
+                .await;
+                let mut seen = record.lock().unwrap_or_else(|e| e.into_inner());
+                for (shard, scraped) in answers {
                     for (target, at) in scraped {
-                        seen.entry((shard_of(&pod), target)).or_default().insert(at);
+                        seen.entry((shard.clone(), target)).or_default().insert(at);
                     }
                 }
             }
