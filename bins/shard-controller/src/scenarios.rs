@@ -519,13 +519,9 @@ async fn budgets_are_applied_and_a_missing_zdb_crd_does_not_stop_the_shards() {
     );
 }
 
-/// Guards: shards that rolled themselves (`RollingUpdate`, whose `rollingUpdate` the API server
-/// defaulted and no apply owns) turning zone-aware: a merge patch first sets `OnDelete` and
-/// removes `rollingUpdate` (the API server refuses `OnDelete` beside it, and an apply cannot
-/// remove it), then the apply, after the ZoneAwareUpdate. Without the merge patch the apply is
-/// refused (422) and the shards never roll again.
-#[tokio::test]
-async fn shards_turning_zone_aware_lose_their_defaulted_rolling_update_first() {
+/// One shard whose cached StatefulSet rolls itself (`RollingUpdate`, with the `rollingUpdate`
+/// the API server defaulted), turning zone-aware: no ZoneAwareUpdate exists yet.
+fn self_rolling_shard() -> Harness {
     let mut rolling = cached_stateful_set(0, json!({}));
     rolling.spec = Some(
         serde_json::from_value(json!({
@@ -541,6 +537,17 @@ async fn shards_turning_zone_aware_lose_their_defaulted_rolling_update_first() {
         200,
         json!({"apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ZoneAwareUpdateList", "metadata": {}, "items": []}),
     );
+    h
+}
+
+/// Guards: shards that rolled themselves (`RollingUpdate`, whose `rollingUpdate` the API server
+/// defaulted and no apply owns) turning zone-aware: a merge patch first sets `OnDelete` and
+/// removes `rollingUpdate` (the API server refuses `OnDelete` beside it, and an apply cannot
+/// remove it), then the apply, after the ZoneAwareUpdate. Without the merge patch the apply is
+/// refused (422) and the shards never roll again.
+#[tokio::test]
+async fn shards_turning_zone_aware_lose_their_defaulted_rolling_update_first() {
+    let h = self_rolling_shard();
     h.fake
         .on_prefix(Method::PATCH, ZAUS)
         .always_with(|request| (200, request.json().unwrap()));
@@ -578,21 +585,7 @@ async fn shards_turning_zone_aware_lose_their_defaulted_rolling_update_first() {
 /// StatefulSet turns `OnDelete`: the shards keep rolling themselves instead of never rolling.
 #[tokio::test]
 async fn shards_stay_rolling_themselves_while_their_zone_aware_update_is_refused() {
-    let mut rolling = cached_stateful_set(0, json!({}));
-    rolling.spec = Some(
-        serde_json::from_value(json!({
-            "selector": {}, "template": {},
-            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
-        }))
-        .unwrap(),
-    );
-    let h = Harness::new(json!({"shards": 1}), vec![rolling]);
-    script_applies(&h.fake, None);
-    script_lists(&h.fake, &[0]);
-    h.fake.on(Method::GET, ZAUS).always(
-        200,
-        json!({"apiVersion": "zonecontrol.k8s.aws/v1", "kind": "ZoneAwareUpdateList", "metadata": {}, "items": []}),
-    );
+    let h = self_rolling_shard();
     h.fake.on_prefix(Method::PATCH, ZAUS).always(
         500,
         json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500,
